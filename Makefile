@@ -1,0 +1,52 @@
+# svc-sr: `make run` serves the default config with a real local LLM; `make test` runs every test.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+export RAY_USAGE_STATS_ENABLED := 0
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: run test unit integration bench lint venv llm-start llm-stop clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -U pip
+	# torch is named in the same command so pip takes the pinned CPU wheel, never a CUDA build.
+	$(PIP) install -q 'torch==2.13.0' -e '.[train,dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	bash scripts/build-llama.sh $(VENV)
+	bash scripts/local-llm.sh start
+	$(VENV)/bin/svc-sr serve --config configs/config.yaml
+
+llm-start: $(STAMP)
+	bash scripts/build-llama.sh $(VENV)
+	bash scripts/local-llm.sh start
+
+llm-stop:
+	bash scripts/local-llm.sh stop
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check app deployments tests scripts bench
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest -q tests/unit
+
+integration: $(STAMP)
+	$(VENV)/bin/pytest -q tests/integration
+
+bench: $(STAMP)
+	$(PY) bench/bench_routing.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check app deployments tests scripts bench
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache

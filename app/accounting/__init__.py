@@ -1,0 +1,1 @@
+"""Cost and token accounting for completed requests."""

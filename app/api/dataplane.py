@@ -1,0 +1,347 @@
+"""The standalone data plane: /v1/chat/completions, /v1/responses, /v1/models.
+
+The front door only relays: the Router decides (`route`) and accounts (`complete`);
+the upstream call happens here so a stream is relayed chunk by chunk by the process
+that holds the client connection, never buffered whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from app.api.errors import SvcError, bad_request, from_upstream_unavailable
+from app.api.openai_models import parse_chat_request
+from app.config.models import RouterConfig
+from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.upstream.client import UpstreamClient, UpstreamStreamError, UpstreamUnavailable
+from app.upstream.responses_api import (
+    ChatToResponsesStream,
+    ResponsesInputError,
+    ResponsesRequest,
+    chat_to_response,
+    responses_to_chat,
+)
+from app.upstream.sse import SSEParser, StreamAccumulator, encode_done, replay_as_sse
+
+log = logging.getLogger("svc_sr.dataplane")
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class RouterClient(Protocol):
+    """The Router as the front door sees it (a DeploymentHandle adapter or the pipeline itself)."""
+
+    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan: ...
+
+    async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting: ...
+
+
+class ConfigView(Protocol):
+    def current(self) -> RouterConfig: ...
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f}"
+
+
+class DataPlane:
+    """Request handling shared by the chat and responses endpoints."""
+
+    def __init__(self, router: RouterClient, upstream: UpstreamClient, config: ConfigView) -> None:
+        self.router = router
+        self.upstream = upstream
+        self.config = config
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ helpers
+    def _spawn(self, coro: Any) -> None:
+        """complete() runs after the client has its answer; keep a reference so it isn't GC'd."""
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _complete_quietly(self, plan: RoutePlan, report: CompletionReport) -> Accounting | None:
+        try:
+            return await self.router.complete(plan, report)
+        except Exception:  # accounting must never break a served answer
+            log.exception("complete() failed for request %s", plan.request_id)
+            return None
+
+    @staticmethod
+    def _client_headers(plan: RoutePlan, started: float) -> dict[str, str]:
+        headers = dict(plan.response_headers)
+        headers["x-request-id"] = plan.request_id
+        headers["x-processing-time"] = _ms(time.perf_counter() - started)
+        headers.setdefault("x-classification-time", f"{plan.classification_ms:.2f}")
+        headers.setdefault("x-security-checks", plan.security.header())
+        headers.setdefault("x-tools-selected", str(plan.tools_selected))
+        return headers
+
+    @staticmethod
+    def routing_metadata(plan: RoutePlan, started: float, cost: float | None = None) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "selected_model": plan.selected_model,
+            "decision": plan.decision,
+            "reason_code": plan.reason_code,
+            "confidence": plan.confidence,
+            "processing_time_ms": round((time.perf_counter() - started) * 1000, 3),
+            "cache_hit": plan.immediate is not None and plan.immediate.kind == "cache_hit",
+            "security_checks": {
+                "pii_detected": plan.security.pii_detected,
+                "jailbreak_detected": plan.security.jailbreak_detected,
+            },
+        }
+        if cost is not None:
+            meta["cost"] = cost
+        return meta
+
+    # ------------------------------------------------------------------ chat
+    async def plan_for(self, raw: bytes, headers: dict[str, str]) -> tuple[dict[str, Any], RoutePlan]:
+        request = parse_chat_request(raw)
+        body = json.loads(raw)  # the client's own fields, passed through untouched
+        body["model"] = request.model
+        request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        plan = await self.router.route(body, headers, request_id)
+        return body, plan
+
+    async def chat(self, raw: bytes, headers: dict[str, str]) -> Response:
+        started = time.perf_counter()
+        _, plan = await self.plan_for(raw, headers)
+        if plan.immediate is not None:
+            return self._immediate(plan, started)
+        if plan.stream:
+            stream = await self._open_stream(plan)
+            return StreamingResponse(
+                self._relay_chat_stream(plan, stream, started),
+                status_code=stream.status,
+                media_type="text/event-stream",
+                headers={**SSE_HEADERS, **self._client_headers(plan, started),
+                         "x-selected-model": stream.target.model},
+            )
+        response, accounting = await self._call(plan, started)
+        if isinstance(response, Response):
+            return response
+        return JSONResponse(
+            response,
+            headers={**self._client_headers(plan, started),
+                     "x-selected-model": response.get("routing_metadata", {}).get("selected_model")
+                     or plan.selected_model or ""},
+        )
+
+    def _immediate(self, plan: RoutePlan, started: float) -> Response:
+        immediate = plan.immediate
+        assert immediate is not None
+        headers = {**self._client_headers(plan, started), **immediate.headers}
+        self._spawn(self._complete_quietly(plan, CompletionReport(
+            status=immediate.status, model=plan.selected_model, response=None, stream=plan.stream)))
+        if immediate.status != 200:
+            return JSONResponse(immediate.body, status_code=immediate.status, headers=headers)
+        if plan.stream:
+            chunks = replay_as_sse(immediate.body)
+            return StreamingResponse(_iterate(chunks), media_type="text/event-stream",
+                                     headers={**SSE_HEADERS, **headers})
+        body = dict(immediate.body)
+        body["routing_metadata"] = self.routing_metadata(plan, started)
+        return JSONResponse(body, headers=headers)
+
+    def _upstream_headers(self, plan: RoutePlan) -> dict[str, str]:
+        return dict(plan.upstream_headers)
+
+    async def _call(self, plan: RoutePlan, started: float) -> tuple[dict[str, Any] | Response, Accounting | None]:
+        try:
+            result = await self.upstream.complete(
+                plan.candidates, plan.body, self._upstream_headers(plan), plan.reliability, plan.fallback
+            )
+        except UpstreamUnavailable as exc:
+            self._spawn(self._complete_quietly(plan, CompletionReport(
+                status=503, stream=False, error_reason=_error_reason(exc))))
+            raise from_upstream_unavailable(exc) from exc
+        served = result.target.model
+        payload = result.json_body
+        report = CompletionReport(
+            status=result.status, model=served, response=payload if result.status == 200 else None,
+            stream=False, ttft_s=result.first_byte_s, total_s=result.total_s,
+            error_reason=None if result.status < 400 else ("upstream_4xx" if result.status < 500 else "upstream_5xx"),
+        )
+        if result.status != 200 or not isinstance(payload, dict):
+            # A non-retriable upstream answer (4xx) is relayed as the upstream gave it.
+            self._spawn(self._complete_quietly(plan, report))
+            content = result.content if payload is None else json.dumps(payload).encode()
+            return Response(content, status_code=result.status,
+                            media_type=result.headers.get("content-type", "application/json"),
+                            headers=self._client_headers(plan, started)), None
+        accounting = await self._complete_quietly(plan, report)
+        plan_for_meta = plan.model_copy(update={"selected_model": served})
+        payload["routing_metadata"] = self.routing_metadata(
+            plan_for_meta, started, accounting.cost if accounting else None)
+        return payload, accounting
+
+    async def _open_stream(self, plan: RoutePlan) -> Any:
+        body = dict(plan.body)
+        # Ask for a final usage chunk so cost and TPOT can be computed for streams.
+        options = dict(body.get("stream_options") or {})
+        options.setdefault("include_usage", True)
+        body["stream_options"] = options
+        try:
+            return await self.upstream.stream(
+                plan.candidates, body, self._upstream_headers(plan), plan.reliability, plan.fallback
+            )
+        except UpstreamUnavailable as exc:
+            self._spawn(self._complete_quietly(plan, CompletionReport(
+                status=503, stream=True, error_reason=_error_reason(exc))))
+            raise from_upstream_unavailable(exc) from exc
+
+    async def _relay_chat_stream(self, plan: RoutePlan, stream: Any, started: float) -> AsyncIterator[bytes]:
+        parser = SSEParser()
+        accumulator = StreamAccumulator()
+        first_chunk_at: float | None = None
+        finished = False
+        error_reason = "cancellation"  # the client went away mid-stream
+        try:
+            async for chunk in stream.aiter_bytes():
+                if first_chunk_at is None:
+                    first_chunk_at = time.perf_counter()
+                for event in parser.feed(chunk):
+                    accumulator.add(event)
+                yield chunk
+            finished = accumulator.done
+        except UpstreamStreamError as exc:
+            # The upstream broke after the first byte: the client's stream just ends there.
+            error_reason = "timeout" if exc.kind in ("idle_timeout", "deadline") else "upstream_5xx"
+            log.warning("upstream stream for %s ended early: %s", plan.request_id, exc.kind)
+        finally:
+            await stream.aclose()
+            ended = time.perf_counter()
+            report = CompletionReport(
+                status=stream.status, model=stream.target.model,
+                response=accumulator.to_chat_completion() if stream.status == 200 else None,
+                stream=True, stream_finished=finished,
+                ttft_s=None if first_chunk_at is None else first_chunk_at - started,
+                total_s=ended - started,
+                error_reason=None if finished else error_reason,
+            )
+            self._spawn(self._complete_quietly(plan, report))
+
+    # ------------------------------------------------------------------ responses API
+    async def responses(self, raw: bytes, headers: dict[str, str]) -> Response:
+        try:
+            request = ResponsesRequest.model_validate_json(raw)
+        except ValueError as exc:
+            raise bad_request(f"invalid Responses request: {_first_error(exc)}") from exc
+        try:
+            chat_body = responses_to_chat(request)
+        except ResponsesInputError as exc:
+            raise bad_request(str(exc)) from exc
+        chat_raw = json.dumps(chat_body).encode()
+        started = time.perf_counter()
+        _, plan = await self.plan_for(chat_raw, headers)
+        if plan.immediate is not None:
+            if plan.immediate.status != 200:
+                return JSONResponse(plan.immediate.body, status_code=plan.immediate.status,
+                                    headers=self._client_headers(plan, started))
+            self._spawn(self._complete_quietly(plan, CompletionReport(status=200, stream=plan.stream)))
+            completion = plan.immediate.body
+            headers_out = {**self._client_headers(plan, started), **plan.immediate.headers}
+            if plan.stream:
+                return StreamingResponse(
+                    _translate_replay(replay_as_sse(completion), request),
+                    media_type="text/event-stream", headers={**SSE_HEADERS, **headers_out})
+            return JSONResponse(chat_to_response(completion, request), headers=headers_out)
+        if plan.stream:
+            stream = await self._open_stream(plan)
+            return StreamingResponse(
+                _translate_stream(self._relay_chat_stream(plan, stream, started), request),
+                media_type="text/event-stream",
+                headers={**SSE_HEADERS, **self._client_headers(plan, started)})
+        response, _ = await self._call(plan, started)
+        if isinstance(response, Response):
+            return response
+        out = chat_to_response(response, request)
+        out["routing_metadata"] = response.get("routing_metadata")
+        return JSONResponse(out, headers=self._client_headers(plan, started))
+
+    # ------------------------------------------------------------------ models
+    def models(self) -> dict[str, Any]:
+        config = self.config.current()
+        created = int(time.time())
+        names = [config.global_.router.auto_model_name]
+        if config.global_.router.include_config_models_in_list:
+            names += [m.name for m in config.providers.models]
+        seen: list[str] = []
+        for name in ["MoM", *names]:
+            if name not in seen:
+                seen.append(name)
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "created": created, "owned_by": "svc-sr"} for n in seen],
+        }
+
+
+async def _iterate(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+async def _translate_stream(chat_chunks: AsyncIterator[bytes], request: ResponsesRequest) -> AsyncIterator[bytes]:
+    translator = ChatToResponsesStream(request)
+    parser = SSEParser()
+    async for chunk in chat_chunks:
+        for event in parser.feed(chunk):
+            for out in translator.feed(event):
+                yield out
+    for out in translator.finish():
+        yield out
+
+
+async def _translate_replay(chunks: list[bytes], request: ResponsesRequest) -> AsyncIterator[bytes]:
+    async for out in _translate_stream(_iterate(chunks), request):
+        yield out
+
+
+def _error_reason(exc: UpstreamUnavailable) -> str:
+    kinds = {getattr(a, "error", None) or "" for a in getattr(exc, "attempts", [])}
+    return "timeout" if kinds & {"timeout", "deadline"} else "upstream_5xx"
+
+
+def _first_error(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        items = errors()
+        if items:
+            loc = ".".join(str(p) for p in items[0].get("loc", ()))
+            return f"{loc}: {items[0].get('msg')}" if loc else str(items[0].get("msg"))
+    return str(exc)
+
+
+def dataplane_router(plane: DataPlane) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await plane.chat(await request.body(), _headers(request))
+
+    @router.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await plane.responses(await request.body(), _headers(request))
+
+    @router.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return plane.models()
+
+    return router
+
+
+def _headers(request: Request) -> dict[str, str]:
+    return {k.lower(): v for k, v in request.headers.items()}
+
+
+__all__ = ["DataPlane", "RouterClient", "dataplane_router", "SvcError", "encode_done"]

@@ -1,0 +1,180 @@
+"""OpenAI chat wire models and request validation with the reference router's messages.
+
+Unknown OpenAI parameters pass through (`extra="allow"`), so new client options reach
+the backend without a code change; only what routing relies on is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from app.api.errors import SvcError, bad_request, validation_message
+
+# Text-bearing content part types (chat "text"; Responses-style "input_text"/"output_text").
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: str = Field(min_length=1)
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+    def text(self) -> str:
+        """String content, or the text parts joined by newlines; "" when there is none."""
+        return content_text(self.content)
+
+
+class ChatCompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    max_tokens: int | None = Field(None, ge=0)
+    max_completion_tokens: int | None = Field(None, ge=0)
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    user: str | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _strip_model(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("must be a non-empty string")
+        return value
+
+    def to_body(self) -> dict[str, Any]:
+        """The request as a JSON-ready dict (fields the client sent, extras included)."""
+        return self.model_dump(exclude_unset=True, mode="json")
+
+
+def content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [
+            part["text"]
+            for part in content
+            if isinstance(part, dict)
+            and part.get("type") in TEXT_PART_TYPES
+            and isinstance(part.get("text"), str)
+        ]
+        return "\n".join(texts)
+    return ""
+
+
+def parse_chat_request(raw: bytes | str) -> ChatCompletionRequest:
+    """Validate a /v1/chat/completions body; raises SvcError 400 with a precise message."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise bad_request("malformed JSON body", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise bad_request("request body must be a JSON object")
+    if "messages" not in data or data["messages"] is None:
+        raise bad_request("messages field is required", param="messages")
+    messages = data["messages"]
+    if not isinstance(messages, list):
+        raise bad_request("messages field must be an array", param="messages")
+    if not messages:
+        raise bad_request("messages field must contain at least one message", param="messages")
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise bad_request(f"{where} must be an object", param=where)
+        role = message.get("role")
+        if not isinstance(role, str) or not role.strip():
+            raise bad_request(
+                f"{where}.role is required and must be a non-empty string", param=f"{where}.role"
+            )
+    model = data.get("model")
+    if model is None:
+        raise bad_request("model field is required", param="model")
+    if not isinstance(model, str) or not model.strip():
+        raise bad_request("model field must be a non-empty string", param="model")
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        message, path = validation_message(_indexed(exc.errors()))
+        raise bad_request(message, param=path) from None
+
+
+def _indexed(errors: list[Any]) -> list[dict[str, Any]]:
+    # ("messages", 2, "content") reads better as messages[2].content.
+    out = []
+    for error in errors:
+        loc: list[str] = []
+        for part in error.get("loc", ()):
+            if isinstance(part, int) and loc:
+                loc[-1] = f"{loc[-1]}[{part}]"
+            else:
+                loc.append(str(part))
+        out.append({**error, "loc": tuple(loc)})
+    return out
+
+
+def _last_with_role(req: ChatCompletionRequest, role: str) -> ChatMessage | None:
+    return next((m for m in reversed(req.messages) if m.role == role), None)
+
+
+def last_user_text(req: ChatCompletionRequest) -> str:
+    """Text of the last user message ("" when there is none or it has no text)."""
+    message = _last_with_role(req, "user")
+    return message.text() if message else ""
+
+
+def user_texts(req: ChatCompletionRequest, last_n: int | None = None) -> list[str]:
+    """Texts of the user turns, oldest first (the last `last_n` when given)."""
+    texts = [m.text() for m in req.messages if m.role == "user"]
+    return texts[-last_n:] if last_n else texts
+
+
+def system_text(req: ChatCompletionRequest) -> str:
+    """System and developer instructions joined by newlines."""
+    return "\n".join(m.text() for m in req.messages if m.role in ("system", "developer") and m.text())
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    owned_by: str = "svc-sr"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, names: list[str], owned_by: str = "svc-sr") -> ModelList:
+        created = int(time.time())
+        unique = list(dict.fromkeys(names))
+        return cls(data=[ModelCard(id=n, created=created, owned_by=owned_by) for n in unique])
+
+
+__all__ = [
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "ModelCard",
+    "ModelList",
+    "SvcError",
+    "content_text",
+    "last_user_text",
+    "parse_chat_request",
+    "system_text",
+    "user_texts",
+]

@@ -1,0 +1,385 @@
+"""In-memory semantic response cache (exact linear scan with numpy).
+
+Each partition keeps its vectors in one contiguous float32 matrix, so a lookup is a single
+matrix-vector product: no per-lookup rebuild, removals swap the last row into the hole.
+A linear scan is exact and, at the default 1000 entries, cheaper than maintaining an HNSW
+graph (see bench/bench_cache.py for the figures).
+
+Eviction and expiry use lazy min-heaps: a heap item is valid only while its entry still
+exists with the same version, so hits and refreshes push a new item instead of searching
+the heap. Heaps are compacted when stale items outnumber live ones.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import itertools
+import math
+import numbers
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.cache.base import CacheHit, CacheStats, CacheTuning, EvictionPolicy
+
+# Stored vectors this close to a new one are the same prompt: the new answer replaces the old.
+DUPLICATE_SIMILARITY = 0.999
+# float32 dot products of identical unit vectors land a few ulps below 1.0; without this a
+# threshold of 1.0 could never hit.
+_SIMILARITY_SLACK = 1e-6
+_MIN_ROWS = 16
+
+
+@dataclass(eq=False)
+class _Entry:
+    id: int
+    partition: str
+    row: int
+    response: dict[str, Any]
+    created_at: float
+    expires_at: float  # clock() time; inf = never
+    inserted_seq: int
+    used_seq: int
+    hits: int = 0
+    version: int = 0  # bumped whenever the entry's eviction key changes
+
+
+class _Partition:
+    """Vectors of one partition as rows of a growable contiguous matrix."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.matrix = np.empty((_MIN_ROWS, dim), dtype=np.float32)
+        self.entries: list[_Entry] = []
+
+    def view(self) -> np.ndarray:
+        return self.matrix[: len(self.entries)]
+
+    def add(self, vector: np.ndarray, entry: _Entry) -> None:
+        n = len(self.entries)
+        if n == self.matrix.shape[0]:
+            grown = np.empty((n * 2, self.dim), dtype=np.float32)
+            grown[:n] = self.matrix[:n]
+            self.matrix = grown
+        self.matrix[n] = vector
+        entry.row = n
+        self.entries.append(entry)
+
+    def remove(self, entry: _Entry) -> None:
+        last = len(self.entries) - 1
+        row = entry.row
+        if row != last:
+            moved = self.entries[last]
+            self.matrix[row] = self.matrix[last]
+            self.entries[row] = moved
+            moved.row = row
+        self.entries.pop()
+        capacity = self.matrix.shape[0]
+        if capacity > _MIN_ROWS and len(self.entries) < capacity // 4:
+            self.matrix = self.matrix[: capacity // 2].copy()
+
+
+def _as_unit_vector(vector: Any) -> np.ndarray:
+    try:
+        v = np.asarray(vector, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"cache vector is not numeric: {exc}") from None
+    if v.ndim == 2 and v.shape[0] == 1:  # a (1, d) row from a batch encoder call
+        v = v[0]
+    if v.ndim != 1 or v.shape[0] == 0:
+        raise ValueError(f"cache vector must be one non-empty row, got shape {v.shape}")
+    if not np.all(np.isfinite(v)):
+        raise ValueError("cache vector contains NaN or infinity")
+    norm = float(np.linalg.norm(v))
+    if norm == 0.0:
+        raise ValueError("cache vector has zero length")
+    # Callers send unit vectors; renormalising is cheap and keeps dot product == cosine anyway.
+    return np.ascontiguousarray(v / norm, dtype=np.float32)
+
+
+def _check_partition(partition: Any) -> str:
+    if not isinstance(partition, str) or not partition:
+        raise ValueError("cache partition must be a non-empty string")
+    return partition
+
+
+def _check_ttl(ttl_seconds: Any) -> int:
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, numbers.Integral) or ttl_seconds < 0:
+        raise ValueError(f"ttl_seconds must be a non-negative integer, got {ttl_seconds!r}")
+    return int(ttl_seconds)
+
+
+class InMemorySemanticCache:
+    """Thread-safe semantic cache; implements app.cache.base.ResponseCacheBackend.
+
+    max_entries bounds the whole cache (all partitions together; 0 = unbounded).
+    ttl_seconds is the default lifetime of new entries (0 = no expiry).
+    eviction_policy: fifo = oldest insert, lru = least recently hit, lfu = fewest hits
+    (ties: least recently used). Expired entries are dropped before anything is evicted.
+    """
+
+    def __init__(
+        self,
+        max_entries: int = 1000,
+        ttl_seconds: int = 3600,
+        eviction_policy: EvictionPolicy = "fifo",
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        tuning = CacheTuning(
+            max_entries=max_entries, ttl_seconds=ttl_seconds, eviction_policy=eviction_policy
+        )
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._lock = threading.Lock()
+        self._seq = itertools.count()
+        self._ids = itertools.count()
+        self._partitions: dict[str, _Partition] = {}
+        self._entries: dict[int, _Entry] = {}
+        self._evict_heap: list[tuple[int, int, int, int]] = []  # (key0, key1, version, id)
+        self._expiry_heap: list[tuple[float, int]] = []  # (expires_at, id)
+        self._hits = self._misses = self._evictions = self._expirations = 0
+        self._max_entries = tuning.max_entries
+        self._ttl_seconds = tuning.ttl_seconds
+        self._policy: EvictionPolicy = tuning.eviction_policy
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def max_entries(self) -> int:
+        return self._max_entries
+
+    @property
+    def ttl_seconds(self) -> int:
+        return self._ttl_seconds
+
+    @property
+    def eviction_policy(self) -> EvictionPolicy:
+        return self._policy
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._purge_expired(self._clock())
+            return len(self._entries)
+
+    def lookup(self, partition: str, vector: Any, threshold: float) -> CacheHit | None:
+        partition = _check_partition(partition)
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, numbers.Real)
+            or not 0.0 <= threshold <= 1.0
+        ):
+            raise ValueError(f"similarity threshold must be between 0.0 and 1.0, got {threshold!r}")
+        v = _as_unit_vector(vector)
+        with self._lock:
+            self._purge_expired(self._clock())
+            part = self._partitions.get(partition)
+            if part is None:
+                self._misses += 1
+                return None
+            self._check_dim(part, v)
+            sims = part.view() @ v
+            row = int(np.argmax(sims))
+            best = float(sims[row])
+            if best + _SIMILARITY_SLACK < threshold:
+                self._misses += 1
+                return None
+            entry = part.entries[row]
+            self._hits += 1
+            entry.hits += 1
+            entry.used_seq = next(self._seq)
+            if self._policy != "fifo":
+                self._push_evict_key(entry)
+            response, created_at = entry.response, entry.created_at
+        # Entries are replaced, never mutated, so copying outside the lock is safe.
+        return CacheHit(
+            response=copy.deepcopy(response),
+            similarity=min(best, 1.0),
+            partition=partition,
+            created_at=created_at,
+        )
+
+    def store(
+        self, partition: str, vector: Any, response: dict[str, Any], ttl_seconds: int | None = None
+    ) -> None:
+        partition = _check_partition(partition)
+        if not isinstance(response, dict):
+            raise ValueError(
+                f"cached response must be a dict (a chat.completion), got {type(response).__name__}"
+            )
+        ttl = self._ttl_seconds if ttl_seconds is None else _check_ttl(ttl_seconds)
+        v = _as_unit_vector(vector)
+        stored = copy.deepcopy(response)  # the caller may keep mutating its dict
+        created_at = self._wall_clock()
+        with self._lock:
+            now = self._clock()
+            self._purge_expired(now)
+            expires_at = now + ttl if ttl > 0 else math.inf
+            part = self._partitions.get(partition)
+            if part is not None:
+                self._check_dim(part, v)
+                sims = part.view() @ v
+                row = int(np.argmax(sims))
+                if float(sims[row]) >= DUPLICATE_SIMILARITY:
+                    self._replace(part, part.entries[row], v, stored, created_at, expires_at)
+                    return
+            if self._max_entries > 0:
+                # Make room first so the new entry itself is never the victim (an lfu trap).
+                while len(self._entries) >= self._max_entries:
+                    self._evict_one()
+            part = self._partitions.get(partition)  # eviction may have dropped an emptied partition
+            if part is None:
+                part = self._partitions[partition] = _Partition(v.shape[0])
+            seq = next(self._seq)
+            entry = _Entry(
+                id=next(self._ids),
+                partition=partition,
+                row=-1,
+                response=stored,
+                created_at=created_at,
+                expires_at=expires_at,
+                inserted_seq=seq,
+                used_seq=seq,
+            )
+            part.add(v, entry)
+            self._entries[entry.id] = entry
+            self._push_evict_key(entry)
+            if math.isfinite(expires_at):
+                heapq.heappush(self._expiry_heap, (expires_at, entry.id))
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            self._purge_expired(self._clock())
+            total = self._hits + self._misses
+            return CacheStats(
+                entries=len(self._entries),
+                hits=self._hits,
+                misses=self._misses,
+                hit_ratio=self._hits / total if total else 0.0,
+                evictions=self._evictions,
+                expirations=self._expirations,
+                partitions=len(self._partitions),
+            )
+
+    def clear(self, partition: str | None = None) -> int:
+        with self._lock:
+            if partition is None:
+                removed = len(self._entries)
+                self._partitions.clear()
+                self._entries.clear()
+                self._evict_heap.clear()
+                self._expiry_heap.clear()
+                return removed
+            part = self._partitions.pop(partition, None)
+            if part is None:
+                return 0
+            for entry in part.entries:
+                del self._entries[entry.id]
+            self._compact_heaps()
+            return len(part.entries)
+
+    def configure(self, settings: Any) -> None:
+        """Apply new capacity settings in place; entries survive unless the new bound is smaller.
+
+        A new ttl_seconds applies to entries stored from now on; existing entries keep theirs.
+        """
+        with self._lock:
+            current = CacheTuning(
+                max_entries=self._max_entries, ttl_seconds=self._ttl_seconds, eviction_policy=self._policy
+            )
+            tuning = CacheTuning.from_settings(settings, current)
+            self._ttl_seconds = tuning.ttl_seconds
+            if tuning.eviction_policy != self._policy:
+                self._policy = tuning.eviction_policy
+                self._rebuild_evict_heap()
+            self._max_entries = tuning.max_entries
+            self._purge_expired(self._clock())
+            if self._max_entries > 0:
+                while len(self._entries) > self._max_entries:
+                    self._evict_one()
+
+    # ------------------------------------------------------------------ internals (lock held)
+
+    @staticmethod
+    def _check_dim(part: _Partition, v: np.ndarray) -> None:
+        if v.shape[0] != part.dim:
+            raise ValueError(
+                f"cache vector has {v.shape[0]} dimensions but this partition holds {part.dim}-d vectors"
+                " (embedding model changed? clear the cache)"
+            )
+
+    def _evict_key(self, entry: _Entry) -> tuple[int, int]:
+        if self._policy == "fifo":
+            return (entry.inserted_seq, 0)
+        if self._policy == "lru":
+            return (entry.used_seq, 0)
+        return (entry.hits, entry.used_seq)
+
+    def _push_evict_key(self, entry: _Entry) -> None:
+        entry.version += 1
+        k0, k1 = self._evict_key(entry)
+        heapq.heappush(self._evict_heap, (k0, k1, entry.version, entry.id))
+        if len(self._evict_heap) > 2 * len(self._entries) + 64:
+            self._rebuild_evict_heap()
+
+    def _rebuild_evict_heap(self) -> None:
+        self._evict_heap = [(*self._evict_key(e), e.version, e.id) for e in self._entries.values()]
+        heapq.heapify(self._evict_heap)
+
+    def _compact_heaps(self) -> None:
+        self._rebuild_evict_heap()
+        self._expiry_heap = [item for item in self._expiry_heap if item[1] in self._entries]
+        heapq.heapify(self._expiry_heap)
+
+    def _replace(
+        self,
+        part: _Partition,
+        entry: _Entry,
+        v: np.ndarray,
+        response: dict[str, Any],
+        created_at: float,
+        expires_at: float,
+    ) -> None:
+        # A fresh answer for the same prompt: new content and lifetime, popularity (hits) kept.
+        part.matrix[entry.row] = v
+        entry.response = response
+        entry.created_at = created_at
+        entry.expires_at = expires_at
+        entry.inserted_seq = entry.used_seq = next(self._seq)
+        self._push_evict_key(entry)
+        if math.isfinite(expires_at):
+            heapq.heappush(self._expiry_heap, (expires_at, entry.id))
+
+    def _remove(self, entry: _Entry) -> None:
+        del self._entries[entry.id]
+        part = self._partitions[entry.partition]
+        part.remove(entry)
+        if not part.entries:
+            del self._partitions[entry.partition]
+
+    def _evict_one(self) -> None:
+        while self._evict_heap:
+            _, _, version, entry_id = heapq.heappop(self._evict_heap)
+            entry = self._entries.get(entry_id)
+            if entry is not None and entry.version == version:
+                self._remove(entry)
+                self._evictions += 1
+                return
+        raise RuntimeError("eviction heap out of sync with cache entries")  # a bug, never user input
+
+    def _purge_expired(self, now: float) -> None:
+        heap = self._expiry_heap
+        while heap and heap[0][0] <= now:
+            expires_at, entry_id = heapq.heappop(heap)
+            entry = self._entries.get(entry_id)
+            # A refreshed entry has a later expires_at and its own newer heap item.
+            if entry is not None and entry.expires_at == expires_at:
+                self._remove(entry)
+                self._expirations += 1
+        if len(heap) > 2 * len(self._entries) + 64:
+            self._compact_heaps()

@@ -1,0 +1,162 @@
+"""`svc-sr`: run and operate the router.
+
+Exit codes scripts can rely on: 0 ok, 1 runtime failure, 2 bad usage or invalid
+configuration, 3 not running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import click
+import httpx
+from rich.console import Console
+
+from app.cli.serve import ServeState, process_alive, serve_forever
+
+console = Console(stderr=True)
+DEFAULT_CONFIG = "configs/config.yaml"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option("0.1.0", prog_name="svc-sr")
+def cli() -> None:
+    """svc-sr: a semantic router for LLM inference on Ray Serve."""
+
+
+@cli.command()
+@click.option("--config", "config_path", default=DEFAULT_CONFIG, show_default=True,
+              type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--dashboard/--no-dashboard", default=True, show_default=True,
+              help="Start the Ray dashboard on 127.0.0.1:8265.")
+def serve(config_path: Path, host: str, port: int, dashboard: bool) -> None:
+    """Start a local Ray instance and serve the router graph (Ctrl-C stops it)."""
+    state = ServeState.read()
+    if state and process_alive(state.pid):
+        console.print(f"svc-sr is already running (pid {state.pid}, {state.http})")
+        sys.exit(1)
+    if not config_path.exists():
+        console.print(f"[red]config file not found:[/red] {config_path}")
+        sys.exit(2)
+    sys.exit(serve_forever(config_path, host, port, dashboard, console))
+
+
+@cli.command()
+def status() -> None:
+    """Show whether svc-sr is running and healthy (JSON)."""
+    state = ServeState.read()
+    if state is None or not process_alive(state.pid):
+        click.echo(json.dumps({"running": False}))
+        sys.exit(3)
+    report: dict[str, object] = {"running": True, "pid": state.pid, "endpoint": state.http,
+                                 "config": state.config_path, "uptime_s": round(time.time() - state.started_at)}
+    try:
+        report["health"] = httpx.get(f"{state.http}/health", timeout=5).json()
+    except (httpx.HTTPError, ValueError) as exc:
+        report["health"] = {"status": "unreachable", "error": type(exc).__name__}
+    click.echo(json.dumps(report, indent=2))
+
+
+@cli.command()
+@click.option("--timeout", default=60, show_default=True, type=int, help="Seconds to wait for a clean stop.")
+def stop(timeout: int) -> None:
+    """Stop a running `svc-sr serve`."""
+    state = ServeState.read()
+    if state is None or not process_alive(state.pid):
+        console.print("svc-sr is not running")
+        ServeState.clear()
+        sys.exit(3)
+    os.kill(state.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while process_alive(state.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if process_alive(state.pid):
+        console.print(f"[red]svc-sr (pid {state.pid}) did not stop within {timeout}s[/red]")
+        sys.exit(1)
+    console.print("svc-sr stopped")
+
+
+@cli.command()
+@click.option("-n", "--lines", default=50, show_default=True, type=int)
+@click.argument("component", default="router", type=click.Choice(["router", "serve", "ray"]))
+def logs(lines: int, component: str) -> None:
+    """Print the last lines of the local Ray Serve logs."""
+    root = Path("/tmp/ray/session_latest/logs")
+    pattern = {"router": "serve/replica_*Router*.log", "serve": "serve/*.log", "ray": "*.log"}[component]
+    files = sorted(root.glob(pattern), key=lambda p: p.stat().st_mtime)
+    if not files:
+        console.print(f"no logs under {root} matching {pattern}")
+        sys.exit(3)
+    for path in files[-3:]:
+        click.echo(f"==> {path} <==")
+        click.echo("\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
+
+
+@cli.group()
+def config() -> None:
+    """Validate, migrate and describe configuration documents."""
+
+
+@config.command("validate")
+@click.argument("path", default=DEFAULT_CONFIG, type=click.Path(dir_okay=False, path_type=Path))
+def config_validate(path: Path) -> None:
+    """Validate a config file; exit 2 with path-named reasons when it is invalid."""
+    from app.config.loader import ConfigError, load_config
+
+    try:
+        loaded = load_config(path)
+    except ConfigError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    except OSError as exc:
+        click.echo(f"cannot read {path}: {exc}", err=True)
+        sys.exit(2)
+    for warning in loaded.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(json.dumps({"valid": True, "legacy": loaded.legacy, "hash": loaded.source_hash}))
+
+
+@config.command("schema")
+def config_schema() -> None:
+    """Print the JSON Schema of the canonical configuration."""
+    from app.config.schema import config_json_schema
+
+    click.echo(json.dumps(config_json_schema(), indent=2))
+
+
+@config.command("migrate")
+@click.argument("path", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def config_migrate(path: Path, output: Path | None) -> None:
+    """Convert an older flat config to the canonical v0.3 layout."""
+    from app.config.loader import ConfigError, load_config, to_yaml
+
+    try:
+        loaded = load_config(path)
+    except ConfigError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    text = to_yaml(loaded.config)
+    for warning in loaded.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if output is None:
+        click.echo(text)
+        return
+    tmp = output.with_suffix(output.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, output)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

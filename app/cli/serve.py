@@ -1,0 +1,154 @@
+"""`svc-sr serve`: the embedded default. A local Ray instance running the graph.
+
+Kept apart from the click commands so the lifecycle (start, wait for readiness with
+progress, run until a signal, stop cleanly) reads top to bottom.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+APP_NAME = "svc-sr"
+STATE_DIR = Path(os.environ.get("SVC_SR_STATE_DIR", ".cache/run"))
+STATE_FILE = STATE_DIR / "serve.json"
+
+
+@dataclass
+class ServeState:
+    pid: int
+    config_path: str
+    http: str
+    started_at: float
+    ray_session_dir: str | None = None
+
+    def write(self) -> None:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = STATE_FILE.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        os.replace(tmp, STATE_FILE)  # atomic: `status` never reads half a file
+
+    @staticmethod
+    def read() -> ServeState | None:
+        try:
+            return ServeState(**json.loads(STATE_FILE.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    @staticmethod
+    def clear() -> None:
+        STATE_FILE.unlink(missing_ok=True)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _deployment_states() -> dict[str, str]:
+    from ray import serve
+
+    status = serve.status()
+    app = status.applications.get(APP_NAME)
+    if app is None:
+        return {}
+    return {name: str(dep.status.value if hasattr(dep.status, "value") else dep.status)
+            for name, dep in app.deployments.items()}
+
+
+def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, console: Console) -> int:
+    """Start Ray + the graph, show progress, block until Ctrl-C / SIGTERM, then stop cleanly."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from app.config.loader import ConfigError, load_config
+
+    try:
+        load_config(config_path)  # fail fast with the path-named reason, before starting Ray
+    except ConfigError as exc:
+        console.print(f"[red]invalid configuration {config_path}:[/red]\n{exc}")
+        return 2
+
+    import ray
+    from ray import serve
+
+    from deployments.graph import GraphArgs, build_app
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    console.print(f"[bold]svc-sr[/bold] starting a local Ray instance (config {config_path})")
+    ray.init(include_dashboard=dashboard, dashboard_host="127.0.0.1", logging_level="WARNING",
+             log_to_driver=False, configure_logging=True)
+    try:
+        serve.start(http_options={"host": host, "port": port})
+        app = build_app(GraphArgs(config_path=str(config_path)))
+        failure: list[BaseException] = []
+
+        def deploy() -> None:
+            try:
+                serve.run(app, name=APP_NAME, route_prefix="/")
+            except BaseException as exc:  # surfaced in the main thread
+                failure.append(exc)
+
+        worker = threading.Thread(target=deploy, daemon=True)
+        worker.start()
+        _show_progress(worker, stop, console)
+        if failure:
+            console.print(f"[red]deployment failed:[/red] {failure[0]}")
+            return 1
+        if stop.is_set():
+            return 130
+        http = f"http://{host}:{port}"
+        ServeState(os.getpid(), str(config_path), http, time.time(),
+                   ray.get_runtime_context().gcs_address if dashboard else None).write()
+        console.print(f"[green]ready[/green]  OpenAI-compatible endpoint: {http}/v1  (model: MoM)")
+        console.print(f"  try: curl {http}/v1/chat/completions -H 'content-type: application/json' "
+                      "-d '{\"model\":\"MoM\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}'")
+        if dashboard:
+            console.print("  Ray dashboard: http://127.0.0.1:8265")
+        console.print("  stop with Ctrl-C or `svc-sr stop`")
+        stop.wait()
+        console.print("stopping svc-sr ...")
+        return 0
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+            ServeState.clear()
+
+
+def _show_progress(worker: threading.Thread, stop: threading.Event, console: Console) -> None:
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("loading models and deployments", total=None)
+        while worker.is_alive() and not stop.is_set():
+            states = _safe_states()
+            if states:
+                ready = sum(1 for s in states.values() if s == "HEALTHY")
+                pending = ", ".join(sorted(n for n, s in states.items() if s != "HEALTHY"))
+                progress.update(task, total=len(states), completed=ready,
+                                description=f"waiting for: {pending}" if pending else "deployments ready")
+            worker.join(timeout=0.5)
+
+
+def _safe_states() -> dict[str, Any]:
+    try:
+        return _deployment_states()
+    except Exception:  # the controller may not be up yet
+        return {}

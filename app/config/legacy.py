@@ -1,0 +1,538 @@
+"""Conversion of the reference router's older flat layout (v0.1 and earlier) to v0.3.
+
+The flat layout kept everything at the top level (`vllm_endpoints`, `model_config`,
+`categories`, `keyword_rules`, `decisions`, `semantic_cache`, ...). Users still have such
+files, and `vllm-sr config migrate` accepts them, so svc-sr converts them on load and
+says in warnings what it converted and what it dropped: nothing is dropped silently.
+
+Before decisions existed (Sept 2025) routing was `categories[].model_scores` (highest
+score wins); such files get one synthesized decision per scored category.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from app.config.errors import ConfigError, ConfigIssue, format_path
+
+# Sections of the canonical document; their presence means "not the flat layout".
+CANONICAL_SECTIONS = frozenset({"listeners", "providers", "routing", "global", "entrypoints", "recipes"})
+
+# Flat signal families -> routing.signals family.
+_SIGNAL_FAMILIES: dict[str, str] = {
+    "keyword_rules": "keywords",
+    "embedding_rules": "embeddings",
+    "categories": "domains",
+    "fact_check_rules": "fact_check",
+    "user_feedback_rules": "user_feedbacks",
+    "reask_rules": "reasks",
+    "preference_rules": "preferences",
+    "language_rules": "language",
+    "context_rules": "context",
+    "structure_rules": "structure",
+    "complexity_rules": "complexity",
+    "modality_rules": "modality",
+    "role_bindings": "role_bindings",
+    "jailbreak": "jailbreak",
+    "pii": "pii",
+}
+
+# Flat keys moved whole to a canonical location (dotted path).
+_MOVED: dict[str, str] = {
+    "default_model": "providers.defaults.default_model",
+    "default_reasoning_effort": "providers.defaults.default_reasoning_effort",
+    "reasoning_families": "providers.defaults.reasoning_families",
+    "strategy": "routing.strategy",
+    "decisions": "routing.decisions",
+    "model_cards": "routing.modelCards",
+    "auto_model_name": "global.router.auto_model_name",
+    "auto_model_names": "global.router.auto_model_names",
+    "include_config_models_in_list": "global.router.include_config_models_in_list",
+    "clear_route_cache": "global.router.clear_route_cache",
+    "streamed_body": "global.router.streamed_body",
+    "model_selection": "global.router.model_selection",
+    "semantic_cache": "global.stores.response_cache",
+    "response_cache": "global.stores.response_cache",
+    "memory": "global.stores.memory",
+    "vector_store": "global.stores.vector_store",
+    "prompt_guard": "global.model_catalog.modules.prompt_guard",
+    "hallucination_mitigation": "global.model_catalog.modules.hallucination_mitigation",
+    "feedback_detector": "global.model_catalog.modules.feedback_detector",
+    "modality_detector": "global.model_catalog.modules.modality_detector",
+    "embedding_models": "global.model_catalog.embeddings.semantic",
+    "external_models": "global.model_catalog.external",
+    "api": "global.services.api",
+    "response_api": "global.services.response_api",
+    "observability": "global.services.observability",
+    "router_replay": "global.services.router_replay",
+    "authz": "global.services.authz",
+    "ratelimit": "global.services.ratelimit",
+    "tools": "global.integrations.tools",
+    "looper": "global.integrations.looper",
+}
+
+_CLASSIFIER_MODULES: dict[str, str] = {
+    "category_model": "domain",
+    "pii_model": "pii",
+    "mcp_category_model": "mcp",
+}
+
+# Keys handled by dedicated code below.
+_SPECIAL = frozenset({"vllm_endpoints", "model_config", "classifier", "bert_model", "version"})
+
+# Dropped on purpose: svc-sr ships its models in packages and never downloads at run time.
+_DROPPED_WITH_REASON: dict[str, str] = {
+    "mom_registry": "svc-sr does not download models (its models ship in installed packages)",
+}
+
+LEGACY_KEYS: frozenset[str] = frozenset(
+    {*_SIGNAL_FAMILIES, *_MOVED, *_SPECIAL, *_DROPPED_WITH_REASON} - {"version"}
+)
+
+# Where each flat key lives in v0.3 (used for hints and the docs' conversion table).
+LEGACY_KEY_HOME: dict[str, str] = {
+    **{key: f"routing.signals.{family}" for key, family in _SIGNAL_FAMILIES.items()},
+    **_MOVED,
+    "vllm_endpoints": "providers.models[].backend_refs",
+    "model_config": "providers.models",
+    "classifier": "global.model_catalog.modules.classifier",
+    "bert_model": "global.model_catalog.embeddings.semantic.bert_model_path",
+}
+
+# Per-model keys of `model_config` that describe the model: they go to routing.modelCards.
+_MODEL_CARD_KEYS = ("description", "param_size", "context_window_size", "capabilities", "loras",
+                    "quality_score", "modality", "tags")
+_MODEL_PASSTHROUGH = ("reasoning_family", "pricing", "provider_model_id", "api_format",
+                      "external_model_ids", "reliability")
+_ENDPOINT_KEYS = frozenset({"name", "address", "port", "weight", "models", "protocol"})
+
+
+def is_legacy(doc: Any) -> bool:
+    """True for a mapping in the flat layout: a flat key and no canonical section."""
+    if not isinstance(doc, dict):
+        return False
+    if doc.get("version") == "v0.3" or any(key in doc for key in CANONICAL_SECTIONS):
+        return False
+    return any(key in LEGACY_KEYS for key in doc)
+
+
+@dataclass
+class Migration:
+    document: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    # (canonical path prefix, legacy path prefix): lets the loader name both in messages.
+    path_map: list[tuple[str, str]] = field(default_factory=list)
+
+    def legacy_path(self, canonical: str) -> str | None:
+        best: tuple[str, str] | None = None
+        for new, old in self.path_map:
+            if (canonical == new or canonical.startswith(new + ".") or canonical.startswith(new + "[")) and (
+                best is None or len(new) > len(best[0])
+            ):
+                best = (new, old)
+        return None if best is None else best[1] + canonical[len(best[0]):]
+
+
+def migrate_legacy(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Convert a flat-layout document to canonical v0.3; returns (document, warnings).
+
+    Raises ConfigError when the flat document is malformed in a way that cannot be
+    converted (e.g. `vllm_endpoints` not a list); everything else is left for the
+    canonical validation to judge.
+    """
+    migration = migrate(doc)
+    return migration.document, migration.warnings
+
+
+def migrate(doc: dict[str, Any]) -> Migration:
+    return _Migrator(doc).run()
+
+
+def _set(root: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = root
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
+class _Migrator:
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.src = copy.deepcopy(doc)
+        self.out: dict[str, Any] = {"version": "v0.3"}
+        self.warnings: list[str] = []
+        self.issues: list[ConfigIssue] = []
+        self.path_map: list[tuple[str, str]] = []
+
+    # ---------------------------------------------------------------- helpers
+    def _issue(self, parts: tuple[str | int, ...], message: str, code: str = "legacy_invalid") -> None:
+        self.issues.append(ConfigIssue(path=format_path(parts), message=message, code=code))
+
+    def _list(self, key: str) -> list[Any]:
+        value = self.src.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self._issue((key,), f"must be a list, got {type(value).__name__}")
+            return []
+        return value
+
+    def _map(self, key: str) -> dict[str, Any]:
+        value = self.src.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self._issue((key,), f"must be a mapping, got {type(value).__name__}")
+            return {}
+        return value
+
+    # ---------------------------------------------------------------- run
+    def run(self) -> Migration:
+        version = self.src.get("version")
+        if version is not None:
+            self.warnings.append(f"version: {version!r} replaced by 'v0.3' (converted from the flat layout)")
+        self._providers()
+        self._signals()
+        self._decisions()
+        self._moved()
+        self._classifier()
+        self._bert_model()
+        for key in self.src:
+            if key in LEGACY_KEYS or key == "version":
+                continue
+            self.warnings.append(f"{key}: not a known legacy key; dropped")
+        if self.issues:
+            raise ConfigError(self.issues, source="(legacy layout)")
+        self.path_map.sort(key=lambda pair: -len(pair[0]))
+        return Migration(self.out, self.warnings, self.path_map)
+
+    # ---------------------------------------------------------------- providers
+    def _endpoints(self) -> dict[str, dict[str, Any]]:
+        endpoints: dict[str, dict[str, Any]] = {}
+        for index, ep in enumerate(self._list("vllm_endpoints")):
+            if not isinstance(ep, dict):
+                self._issue(("vllm_endpoints", index), "an endpoint must be a mapping {name, address, port}")
+                continue
+            name = str(ep.get("name") or f"endpoint-{index}")
+            if name in endpoints:
+                self._issue(("vllm_endpoints", index, "name"), f"duplicate endpoint name {name!r}")
+                continue
+            ref = self._backend_ref(index, ep, name)
+            if ref is None:
+                continue
+            dropped = sorted(set(ep) - _ENDPOINT_KEYS)
+            if dropped:
+                self.warnings.append(
+                    f"vllm_endpoints[{index}]: {', '.join(dropped)} dropped (no v0.3 equivalent in svc-sr)"
+                )
+            endpoints[name] = {"ref": ref, "models": ep.get("models")}
+        return endpoints
+
+    def _backend_ref(self, index: int, ep: dict[str, Any], name: str) -> dict[str, Any] | None:
+        address = ep.get("address")
+        port = ep.get("port")
+        if not isinstance(address, str) or not address.strip():
+            self._issue(("vllm_endpoints", index, "address"), "an endpoint needs an address (host or IP)")
+            return None
+        address = address.strip()
+        ref: dict[str, Any] = {"name": name}
+        if "weight" in ep:
+            ref["weight"] = ep["weight"]
+        if "://" in address:
+            parts = urlsplit(address)
+            host = parts.hostname or ""
+            try:
+                port = parts.port or port
+            except ValueError:
+                self._issue(("vllm_endpoints", index, "address"), f"{address!r} has an invalid port")
+                return None
+            scheme = parts.scheme.lower()
+            if scheme not in ("http", "https"):
+                self._issue(("vllm_endpoints", index, "address"), f"unsupported scheme {scheme!r}")
+                return None
+            if port is None:
+                port = 443 if scheme == "https" else 80
+            path = parts.path.rstrip("/")
+            if path or ":" in host:
+                netloc = f"[{host}]" if ":" in host else host
+                ref["base_url"] = f"{scheme}://{netloc}:{port}{path}"
+            else:
+                ref["endpoint"] = f"{host}:{port}"
+                ref["protocol"] = scheme
+            return ref
+        if isinstance(port, bool) or not isinstance(port, int | str) or not str(port).isdigit():
+            self._issue(("vllm_endpoints", index, "port"), "an endpoint needs a numeric port")
+            return None
+        protocol = str(ep.get("protocol") or "http")
+        if ":" in address:  # a bare IPv6 address
+            ref["base_url"] = f"{protocol}://[{address.strip('[]')}]:{port}"
+        else:
+            ref["endpoint"] = f"{address}:{port}"
+            if protocol != "http":
+                ref["protocol"] = protocol
+        return ref
+
+    def _providers(self) -> None:
+        endpoints = self._endpoints()
+        model_config = self._map("model_config")
+        names: list[str] = [str(name) for name in model_config]
+        for ep in endpoints.values():
+            listed = ep["models"]
+            if isinstance(listed, list):
+                names.extend(str(m) for m in listed if str(m) not in names)
+        unassigned = [name for name, ep in endpoints.items() if not isinstance(ep["models"], list)]
+
+        models: list[dict[str, Any]] = []
+        cards: list[dict[str, Any]] = []
+        for name in names:
+            params = model_config.get(name)
+            if params is None:
+                params = {}
+            if not isinstance(params, dict):
+                self._issue(("model_config", name), "model settings must be a mapping")
+                continue
+            entry: dict[str, Any] = {"name": name}
+            for key in _MODEL_PASSTHROUGH:
+                if key in params:
+                    entry[key] = params[key]
+            entry["backend_refs"] = self._refs_for(name, params, endpoints, unassigned)
+            if params.get("access_key"):
+                for ref in entry["backend_refs"]:
+                    ref["api_key"] = params["access_key"]
+                self.warnings.append(
+                    f"model_config.{name}.access_key: copied to backend_refs[].api_key; prefer api_key_env "
+                    "so the secret stays out of the file"
+                )
+            card = {key: params[key] for key in _MODEL_CARD_KEYS if key in params}
+            if card:
+                cards.append({"name": name, **card})
+            if "pii_policy" in params:
+                self.warnings.append(
+                    f"model_config.{name}.pii_policy: dropped; v0.3 enforces PII per decision "
+                    "(a `pii` plugin, or a `pii` signal routed to a fast_response decision)"
+                )
+            handled = {*_MODEL_PASSTHROUGH, *_MODEL_CARD_KEYS, "preferred_endpoints", "access_key", "pii_policy"}
+            for key in sorted(set(params) - handled):
+                self.warnings.append(f"model_config.{name}.{key}: not supported by svc-sr; dropped")
+            if name in model_config:
+                self.path_map.append((f"providers.models[{len(models)}]", format_path(("model_config", name))))
+            models.append(entry)
+
+        defaults: dict[str, Any] = {}
+        providers: dict[str, Any] = {"defaults": defaults, "models": models}
+        self.out["providers"] = providers
+        if models or endpoints:
+            self.warnings.append(
+                f"vllm_endpoints + model_config: converted to providers.models ({len(models)} model(s), "
+                f"{len(endpoints)} endpoint(s))"
+            )
+        if cards:
+            self.out.setdefault("routing", {})["modelCards"] = cards
+
+    def _refs_for(
+        self,
+        name: str,
+        params: dict[str, Any],
+        endpoints: dict[str, dict[str, Any]],
+        unassigned: list[str],
+    ) -> list[dict[str, Any]]:
+        preferred = params.get("preferred_endpoints")
+        chosen: list[str] = []
+        if preferred is not None:
+            if not isinstance(preferred, list):
+                self._issue(("model_config", name, "preferred_endpoints"), "must be a list of endpoint names")
+                return []
+            for index, ep_name in enumerate(preferred):
+                if str(ep_name) in endpoints:
+                    chosen.append(str(ep_name))
+                else:
+                    known = ", ".join(endpoints) or "none defined"
+                    self._issue(
+                        ("model_config", name, "preferred_endpoints", index),
+                        f"unknown endpoint {ep_name!r} (vllm_endpoints: {known})",
+                        code="unknown_endpoint",
+                    )
+        if not chosen:
+            chosen = [
+                ep_name for ep_name, ep in endpoints.items()
+                if isinstance(ep["models"], list) and name in map(str, ep["models"])
+            ]
+        if not chosen and unassigned:
+            chosen = list(unassigned)
+            if len(unassigned) > 1:
+                self.warnings.append(
+                    f"model_config.{name}: no preferred_endpoints; served by every endpoint without a "
+                    f"models list ({', '.join(unassigned)})"
+                )
+        return [copy.deepcopy(endpoints[ep_name]["ref"]) for ep_name in chosen]
+
+    # ---------------------------------------------------------------- signals
+    def _signals(self) -> None:
+        signals: dict[str, Any] = {}
+        for key, family in _SIGNAL_FAMILIES.items():
+            if key not in self.src:
+                continue
+            rules = self._list(key)
+            converted = []
+            for index, rule in enumerate(rules):
+                if not isinstance(rule, dict):
+                    self._issue((key, index), "a rule must be a mapping")
+                    continue
+                converted.append(self._rule(key, index, dict(rule)))
+            signals[family] = converted
+            self.path_map.append((f"routing.signals.{family}", key))
+            self.warnings.append(f"{key}: converted to routing.signals.{family} ({len(converted)} rule(s))")
+        if signals:
+            self.out.setdefault("routing", {})["signals"] = signals
+
+    def _rule(self, key: str, index: int, rule: dict[str, Any]) -> dict[str, Any]:
+        where = f"{key}[{index}]"
+        if key == "keyword_rules" and "name" not in rule and "category" in rule:
+            rule["name"] = rule.pop("category")
+            self.warnings.append(f"{where}.category: renamed to name")
+        if key == "embedding_rules":
+            if "candidates" not in rule and "keywords" in rule:
+                rule["candidates"] = rule.pop("keywords")
+                self.warnings.append(f"{where}.keywords: renamed to candidates")
+            if rule.get("aggregation_method") == "avg":
+                rule["aggregation_method"] = "mean"
+        if key == "categories":
+            keep = {"name", "description", "mmlu_categories", "model_scores", "threshold"}
+            used_by_synthesis = {
+                "system_prompt", "use_reasoning", "reasoning_effort", "reasoning_description",
+                "semantic_cache_enabled", "semantic_cache_similarity_threshold",
+                "jailbreak_enabled", "jailbreak_threshold", "pii_enabled",
+            }
+            extra = sorted(set(rule) - keep)
+            synthesizing = not self.src.get("decisions") and bool(rule.get("model_scores"))
+            dropped = [k for k in extra if not (synthesizing and k in used_by_synthesis)]
+            if dropped:
+                self.warnings.append(f"{where}: {', '.join(dropped)} dropped (no per-domain equivalent in v0.3)")
+            rule = {k: v for k, v in rule.items() if k in keep}
+        return rule
+
+    # ---------------------------------------------------------------- decisions
+    def _decisions(self) -> None:
+        if "decisions" in self.src:
+            return  # moved whole by _moved()
+        categories = [c for c in self._list("categories") if isinstance(c, dict)]
+        scored = [c for c in categories if isinstance(c.get("model_scores"), list) and c["model_scores"]]
+        if not scored:
+            return
+        decisions = []
+        for category in scored:
+            decision = self._decision_from_category(category)
+            if decision is not None:
+                decisions.append(decision)
+        self.out.setdefault("routing", {})["decisions"] = decisions
+        self.warnings.append(
+            f"categories[].model_scores: synthesized {len(decisions)} decision(s), one per category, each "
+            "routing to its highest-scoring model (pre-decision layout)"
+        )
+
+    def _decision_from_category(self, category: dict[str, Any]) -> dict[str, Any] | None:
+        name = str(category.get("name", ""))
+        best: dict[str, Any] | None = None
+        for entry in category["model_scores"]:
+            if not isinstance(entry, dict) or "model" not in entry:
+                continue
+            score = entry.get("score", 0)
+            if not isinstance(score, int | float):
+                continue
+            if best is None or score > best.get("score", 0):
+                best = entry
+        if best is None or not name:
+            self.warnings.append(f"category {name!r}: no usable model_scores; no decision synthesized")
+            return None
+        ref: dict[str, Any] = {"model": str(best["model"])}
+        for key in ("use_reasoning", "reasoning_effort", "reasoning_description", "lora_name"):
+            value = best.get(key, category.get(key))
+            if value is not None:
+                ref[key] = value
+        plugins: list[dict[str, Any]] = []
+        if category.get("system_prompt"):
+            plugins.append({"type": "system_prompt", "configuration": {"system_prompt": category["system_prompt"]}})
+        if category.get("semantic_cache_enabled") is not None:
+            cache: dict[str, Any] = {"enabled": bool(category["semantic_cache_enabled"])}
+            if category.get("semantic_cache_similarity_threshold") is not None:
+                cache["similarity_threshold"] = category["semantic_cache_similarity_threshold"]
+            plugins.append({"type": "semantic-cache", "configuration": cache})
+        if category.get("jailbreak_enabled") is not None:
+            jail: dict[str, Any] = {"enabled": bool(category["jailbreak_enabled"])}
+            if category.get("jailbreak_threshold") is not None:
+                jail["threshold"] = category["jailbreak_threshold"]
+            plugins.append({"type": "jailbreak", "configuration": jail})
+        if category.get("pii_enabled") is not None:
+            plugins.append({"type": "pii", "configuration": {"enabled": bool(category["pii_enabled"])}})
+        decision: dict[str, Any] = {
+            "name": name,
+            "description": f"migrated from category {name!r} (model_scores)",
+            "rules": {"operator": "OR", "conditions": [{"type": "domain", "name": name}]},
+            "modelRefs": [ref],
+        }
+        if plugins:
+            decision["plugins"] = plugins
+        return decision
+
+    # ---------------------------------------------------------------- moved sections
+    def _moved(self) -> None:
+        for key, target in _MOVED.items():
+            if key not in self.src:
+                continue
+            if key == "response_cache" and "semantic_cache" in self.src:
+                self.warnings.append("response_cache: ignored, semantic_cache already set global.stores.response_cache")
+                continue
+            value = self.src[key]
+            if key == "decisions" and not isinstance(value, list):
+                self._issue(("decisions",), f"must be a list, got {type(value).__name__}")
+                continue
+            existing = self.out.get("routing", {}).get("modelCards") if key == "model_cards" else None
+            if isinstance(existing, list) and isinstance(value, list):
+                value = [*existing, *value]  # cards derived from model_config come first
+            _set(self.out, target, copy.deepcopy(value))
+            self.path_map.append((target, key))
+            if key not in ("default_model", "strategy", "decisions"):
+                self.warnings.append(f"{key}: moved to {target}")
+        for key, reason in _DROPPED_WITH_REASON.items():
+            if key in self.src:
+                self.warnings.append(f"{key}: dropped; {reason}")
+
+    def _classifier(self) -> None:
+        classifier = self._map("classifier")
+        modules: dict[str, Any] = {}
+        for key, value in classifier.items():
+            target = _CLASSIFIER_MODULES.get(key)
+            if target is None:
+                self.warnings.append(f"classifier.{key}: not a known classifier model; dropped")
+                continue
+            modules[target] = copy.deepcopy(value)
+            dotted = f"global.model_catalog.modules.classifier.{target}"
+            self.path_map.append((dotted, f"classifier.{key}"))
+            self.warnings.append(f"classifier.{key}: moved to {dotted}")
+        if modules:
+            _set(self.out, "global.model_catalog.modules.classifier", modules)
+
+    def _bert_model(self) -> None:
+        bert = self.src.get("bert_model")
+        if bert is None:
+            return
+        if not isinstance(bert, dict):
+            self._issue(("bert_model",), "must be a mapping {model_id, threshold, use_cpu}")
+            return
+        catalog = self.out.setdefault("global", {}).setdefault("model_catalog", {})
+        embeddings = catalog.setdefault("embeddings", {})
+        semantic = embeddings.setdefault("semantic", {}) if isinstance(embeddings, dict) else None
+        if not isinstance(semantic, dict):
+            self._issue(("embedding_models",), "must be a mapping")
+            return
+        if "model_id" in bert:
+            semantic.setdefault("bert_model_path", bert["model_id"])
+        if "use_cpu" in bert:
+            semantic.setdefault("use_cpu", bert["use_cpu"])
+        self.warnings.append(
+            "bert_model: model_id moved to global.model_catalog.embeddings.semantic.bert_model_path"
+            + ("; threshold dropped (thresholds live on each signal/cache)" if "threshold" in bert else "")
+        )

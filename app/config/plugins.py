@@ -1,0 +1,209 @@
+"""Typed configurations of the decision plugins svc-sr applies.
+
+A decision lists plugins as `{type, configuration}` with an opaque mapping (reference
+router layout). The loader validates each configuration against the model below, so a
+typo is rejected at load time with its path; the pipeline then calls `parse_plugin()`
+to get the typed object instead of reading raw dicts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from app.config.models import PLUGIN_TYPES, REFERENCE_ONLY_PLUGIN_TYPES, Plugin
+
+# RFC 9110 token: what a header name may contain.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# Hop-by-hop and framing headers belong to the transport: rewriting them breaks the
+# upstream request instead of annotating it.
+PROTECTED_HEADERS = frozenset(
+    {
+        "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade",
+        "te", "trailer", "proxy-connection", "content-encoding",
+    }
+)
+
+
+class PluginConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+
+
+class SystemPromptPlugin(PluginConfig):
+    """`replace` swaps any system message for this one; `insert` puts it before the existing one."""
+
+    system_prompt: str = Field(min_length=1)
+    mode: Literal["insert", "replace"] = "replace"
+
+
+class HeaderValue(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    value: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _check_header_name(value)
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str) -> str:
+        if any(ch in value for ch in "\r\n\0"):
+            raise ValueError("header values may not contain CR, LF or NUL")
+        return value
+
+
+def _check_header_name(name: str) -> str:
+    if not _HEADER_NAME.match(name):
+        raise ValueError(f"{name!r} is not a valid HTTP header name")
+    if name.lower() in PROTECTED_HEADERS or name.startswith(":"):
+        raise ValueError(f"header {name!r} is managed by the transport and cannot be mutated")
+    return name
+
+
+class HeaderMutationPlugin(PluginConfig):
+    """Headers added to / overwritten on / removed from the upstream request."""
+
+    add: list[HeaderValue] = Field(default_factory=list)
+    update: list[HeaderValue] = Field(default_factory=list)
+    delete: list[str] = Field(default_factory=list)
+
+    @field_validator("delete")
+    @classmethod
+    def _delete(cls, value: list[str]) -> list[str]:
+        return [_check_header_name(name) for name in value]
+
+    @model_validator(mode="after")
+    def _something(self) -> HeaderMutationPlugin:
+        if not (self.add or self.update or self.delete):
+            raise ValueError("header_mutation needs at least one of add, update, delete")
+        return self
+
+
+class FastResponsePlugin(PluginConfig):
+    """Answer immediately with `message` (no upstream call), e.g. for blocks or greetings."""
+
+    message: str = Field(min_length=1)
+
+
+class SemanticCacheSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    similarity_threshold: float | None = Field(default=None, ge=0, le=1)
+
+
+class RequestControls(BaseModel):
+    """Which client cache-control directives are honoured (reference key names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    header: str = "x-vsr-cache-control"
+    allowed: list[Literal["no-cache", "no-store", "bypass", "max-age", "ttl"]] = Field(default_factory=list)
+
+
+class ResponseCachePlugin(PluginConfig):
+    """`response_cache` (and its older alias `semantic-cache`): per-decision cache settings.
+
+    Unset thresholds and TTLs fall back to `global.stores.response_cache`.
+    """
+
+    mode: Literal["exact", "semantic", "exact_then_semantic"] = "exact_then_semantic"
+    similarity_threshold: float | None = Field(default=None, ge=0, le=1)
+    semantic: SemanticCacheSettings = Field(default_factory=SemanticCacheSettings)
+    ttl_seconds: int | None = Field(default=None, ge=0)
+    scope: Literal["global", "user"] | None = None
+    request_controls: RequestControls | None = None
+
+    @property
+    def effective_threshold(self) -> float | None:
+        """The decision's threshold (`semantic.` wins over the flat key); None = global."""
+        if self.semantic.similarity_threshold is not None:
+            return self.semantic.similarity_threshold
+        return self.similarity_threshold
+
+
+class PIIPlugin(PluginConfig):
+    """Block requests carrying PII other than `pii_types_allowed` (empty: any PII blocks)."""
+
+    pii_types_allowed: list[str] = Field(default_factory=list)
+    threshold: float | None = Field(default=None, ge=0, le=1)
+
+    @field_validator("pii_types_allowed")
+    @classmethod
+    def _upper(cls, value: list[str]) -> list[str]:
+        return [item.strip().upper() for item in value if item.strip()]
+
+
+class JailbreakPlugin(PluginConfig):
+    threshold: float | None = Field(default=None, ge=0, le=1)
+
+
+class RouterReplayPlugin(PluginConfig):
+    """Record routing decisions for replay; extra reference keys are kept, not interpreted."""
+
+    model_config = ConfigDict(extra="allow")
+
+    max_records: int | None = Field(default=None, ge=0)
+    capture_request_body: bool = False
+    capture_response_body: bool = False
+    max_body_bytes: int | None = Field(default=None, ge=0)
+
+
+class RequestParamsPlugin(PluginConfig):
+    """Guard rails on client request parameters before forwarding."""
+
+    blocked_params: list[str] = Field(default_factory=list)
+    max_tokens_limit: int | None = Field(default=None, ge=1)
+    max_n: int | None = Field(default=None, ge=1)
+    strip_unknown: bool = False
+
+
+PLUGIN_MODELS: dict[str, type[PluginConfig]] = {
+    "system_prompt": SystemPromptPlugin,
+    "header_mutation": HeaderMutationPlugin,
+    "fast_response": FastResponsePlugin,
+    "semantic-cache": ResponseCachePlugin,
+    "response_cache": ResponseCachePlugin,
+    "pii": PIIPlugin,
+    "jailbreak": JailbreakPlugin,
+    "router_replay": RouterReplayPlugin,
+    "request_params": RequestParamsPlugin,
+}
+assert set(PLUGIN_MODELS) == set(PLUGIN_TYPES), "every applied plugin type needs a model"
+
+# Types that mean the same thing; two of them in one decision is a conflict.
+PLUGIN_KIND: dict[str, str] = {"semantic-cache": "response_cache"}
+
+
+class UnknownPluginError(ValueError):
+    pass
+
+
+def plugin_payload(plugin: Plugin) -> dict:
+    """The configuration mapping, with the plugin-level `enabled:` folded in (it wins)."""
+    payload = dict(plugin.configuration)
+    if plugin.enabled is not None:
+        payload["enabled"] = plugin.enabled
+    return payload
+
+
+def parse_plugin(plugin: Plugin) -> PluginConfig | None:
+    """Typed configuration of `plugin`.
+
+    Returns None for reference-router plugin types svc-sr accepts but does not apply
+    (the loader warned about them). Raises UnknownPluginError for any other type and
+    pydantic.ValidationError for a bad configuration; neither happens for a config
+    that went through the loader.
+    """
+    model = PLUGIN_MODELS.get(plugin.type)
+    if model is None:
+        if plugin.type in REFERENCE_ONLY_PLUGIN_TYPES:
+            return None
+        raise UnknownPluginError(f"unknown plugin type {plugin.type!r}")
+    return model.model_validate(plugin_payload(plugin))

@@ -1,0 +1,40 @@
+"""The Router's request pipeline as a plain library (no Ray).
+
+Public API (imported lazily so `import app.pipeline.plan` stays light):
+- `RouterPipeline(config, services, rng=None)`: `await route(request, headers, request_id)
+  -> RoutePlan`, `await complete(plan, report) -> Accounting`, `await preview(request)`,
+  `await update_config(config)`, `await warm_up()`.
+- `PipelineServices`: embed / cache_lookup / cache_store / evaluators / count_tokens.
+- Errors (all `RoutingError`, with `.status`, `.code`, `.to_body()`):
+  `InvalidRequestError` 400, `ModelNotFoundError` 404, `NoRouteError` 400.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    "RouterPipeline": "app.pipeline.pipeline",
+    "PipelineServices": "app.pipeline.pipeline",
+    "CacheHit": "app.pipeline.pipeline",
+    "encoder_embed": "app.pipeline.pipeline",
+    "cache_adapters": "app.pipeline.pipeline",
+    "cache_partition": "app.pipeline.pipeline",
+    "RoutingError": "app.pipeline.selection",
+    "InvalidRequestError": "app.pipeline.selection",
+    "ModelNotFoundError": "app.pipeline.selection",
+    "NoRouteError": "app.pipeline.selection",
+    "SignalContext": "app.pipeline.signals.base",
+    "SignalEvaluator": "app.pipeline.signals.base",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'app.pipeline' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

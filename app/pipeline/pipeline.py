@@ -1,0 +1,659 @@
+"""The request pipeline: `route(request) -> RoutePlan`, `complete(plan, report) -> Accounting`.
+
+A plain library (no Ray): everything outside the process (encoder, response cache,
+learned classifiers) arrives as async callables in `PipelineServices`; the Ray Router
+deployment adapts DeploymentHandles to them, tests pass local implementations.
+
+route(), for `model: MoM` / `auto` (any `config.auto_model_names`, or "vllm-sr/auto"):
+1. SignalContext of the request (last user text, token count, ...);
+2. only the signal rules that some decision references are evaluated, one task per
+   family, concurrently; the query embedding is computed at most once and shared by
+   embedding signals, other learned evaluators and the cache;
+3. decision engine (`decisions.py`), model selection (`selection.py`);
+4. plugins (`plugins.py`): fast_response, response cache, system_prompt,
+   header_mutation, reasoning toggle, request_params;
+5. routing headers (`headers.py`).
+An explicit model is a pass-through: no signals, no plugins, no cache, reason
+`model_specified`; an unknown one raises ModelNotFoundError (404).
+
+Response cache partitions are f"{model}|{decision}" (decision "" when the default model
+answered). Requests carrying more than their last user message (a system prompt,
+earlier turns, tool results, `tools`) get a suffix "|ctx:<hash of that context>", so
+one conversation's answer is never served to another conversation that merely ends
+with the same question. Request header `x-vsr-cache-control` (name and allowed
+directives from the plugin's `request_controls`): `no-cache` skips the lookup,
+`no-store` the write, `bypass` both; `max-age=N` refuses entries older than N s,
+`ttl=N` sets the written entry's lifetime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from pydantic import BaseModel
+
+from app.accounting.cost import compute_cost
+from app.cache.base import CacheHit
+from app.config.models import Decision, ProviderModel, RouterConfig
+from app.pipeline import decisions as engine
+from app.pipeline.headers import fill_routing_headers
+from app.pipeline.plan import (
+    Accounting,
+    CacheWrite,
+    CompletionReport,
+    ImmediateResponse,
+    RoutePlan,
+    SecurityChecks,
+    SignalMatch,
+    SignalReport,
+)
+from app.pipeline.plugins import (
+    CACHE_CONTROL_HEADER,
+    DecisionPlugins,
+    apply_header_mutation,
+    apply_request_params,
+    apply_system_prompt,
+    compile_plugins,
+    completion_body,
+    effective_cache_policy,
+    parse_cache_control,
+    refresh_cached_completion,
+)
+from app.pipeline.reasoning import apply_reasoning
+from app.pipeline.selection import (
+    InvalidRequestError,
+    ModelIndex,
+    ModelNotFoundError,
+    NoRouteError,
+    RoutingError,
+    Selection,
+    candidates_for,
+    select_for_decision,
+)
+from app.pipeline.signals import BUILTIN_EVALUATORS
+from app.pipeline.signals.base import (
+    CountTokensFn,
+    EmbedFn,
+    EvaluatorFactory,
+    SignalContext,
+    SignalEvaluator,
+    content_text,
+    error_matches,
+)
+from app.upstream.policy import FallbackConfig
+
+log = logging.getLogger("svc_sr.pipeline")
+
+EXTRA_AUTO_NAMES = frozenset({"vllm-sr/auto"})
+
+
+# ------------------------------------------------------------------ services
+
+class CacheLookup(Protocol):
+    async def __call__(self, partition: str, vector: np.ndarray, threshold: float) -> Any: ...
+
+
+class CacheStore(Protocol):
+    async def __call__(self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int) -> Any: ...
+
+
+@dataclass
+class PipelineServices:
+    """Everything route()/complete() call outside pure Python.
+
+    embed: texts -> (n, 384) unit vectors. cache_lookup / cache_store: the response
+    cache (None: caching off whatever the config says). evaluators: extra signal
+    families by condition type, `(config, services) -> SignalEvaluator` (an entry for
+    a built-in type replaces it). count_tokens: exact token counter for `context`
+    signals (None: ceil(chars / 4)). phrase_cache: embedded candidate phrases, kept
+    across hot reloads.
+    """
+
+    embed: EmbedFn | None = None
+    cache_lookup: CacheLookup | None = None
+    cache_store: CacheStore | None = None
+    evaluators: dict[str, EvaluatorFactory] = field(default_factory=dict)
+    count_tokens: CountTokensFn | None = None
+    phrase_cache: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def cache_adapters(backend: Any, offload: bool = False) -> tuple[CacheLookup, CacheStore]:
+    """(cache_lookup, cache_store) over a sync `ResponseCacheBackend` (app.cache).
+
+    The in-memory backend answers in well under a millisecond, so it is called inline;
+    `offload=True` runs calls in a worker thread (network backends: Redis, Milvus).
+    """
+
+    async def lookup(partition: str, vector: np.ndarray, threshold: float) -> CacheHit | None:
+        if offload:
+            return await asyncio.to_thread(backend.lookup, partition, vector, threshold)
+        return backend.lookup(partition, vector, threshold)
+
+    async def store(partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int) -> None:
+        if offload:
+            await asyncio.to_thread(backend.store, partition, vector, response, ttl_seconds)
+        else:
+            backend.store(partition, vector, response, ttl_seconds)
+
+    return lookup, store
+
+
+def encoder_embed(encoder: Any) -> EmbedFn:
+    """EmbedFn over an in-process MiniLMEncoder, run off the event loop."""
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        return await asyncio.to_thread(encoder.encode, list(texts))
+
+    return embed
+
+
+# ------------------------------------------------------------------ compiled config
+
+class _Compiled:
+    """Everything route() needs that depends only on the config, built once per version."""
+
+    def __init__(self, config: RouterConfig, services: PipelineServices) -> None:
+        self.config = config
+        routing = config.routing
+        self.decisions: list[Decision] = list(routing.decisions)
+        self.strategy = routing.strategy
+        self.tiered = engine.uses_tiers(self.decisions)
+        self.referenced = engine.referenced_signals(self.decisions)
+        self.models = ModelIndex(config)
+        self.auto_names = frozenset(config.auto_model_names) | EXTRA_AUTO_NAMES
+        self.global_cache = config.global_.stores.response_cache
+        self.defaults = config.providers.defaults
+        self.plugins: dict[str, DecisionPlugins] = {
+            d.name: compile_plugins(d, self.global_cache) for d in self.decisions
+        }
+        # Every family is built (cheap: no model work before warm_up), so previews can show
+        # unreferenced rules; route() asks each only for the names decisions reference.
+        factories: dict[str, EvaluatorFactory] = {**BUILTIN_EVALUATORS, **services.evaluators}
+        self.evaluators: dict[str, SignalEvaluator] = {
+            family: factory(config, services) for family, factory in factories.items()
+        }
+        self.global_fallback = _global_fallback(config)
+        self.prefetch_vector = bool(self.global_cache.enabled and services.cache_lookup is not None)
+
+    def all_signal_names(self) -> dict[str, frozenset[str]]:
+        out = {family: frozenset(ev.rule_names()) for family, ev in self.evaluators.items()}
+        for family, names in self.referenced.items():
+            out[family] = out.get(family, frozenset()) | names
+        return {family: names for family, names in out.items() if names}
+
+
+def _global_fallback(config: RouterConfig) -> FallbackConfig | None:
+    raw = getattr(config.global_.router, "fallback", None)
+    if raw is None:
+        return None
+    if isinstance(raw, FallbackConfig):
+        return raw
+    try:
+        return FallbackConfig.model_validate(raw)
+    except ValueError:
+        log.warning("ignoring invalid global.router.fallback")
+        return None
+
+
+# ------------------------------------------------------------------ the pipeline
+
+class RouterPipeline:
+    def __init__(
+        self, config: RouterConfig, services: PipelineServices | None = None, rng: random.Random | None = None
+    ) -> None:
+        self.services = services or PipelineServices()
+        self.rng = rng or random.Random()
+        self._state = _Compiled(config, self.services)
+
+    @property
+    def config(self) -> RouterConfig:
+        return self._state.config
+
+    async def warm_up(self) -> None:
+        """Embed candidate phrases etc. now, not on the first request."""
+        await _warm(self._state)
+
+    async def update_config(self, config: RouterConfig) -> None:
+        """Hot swap: build and warm the new version aside, then switch atomically;
+        requests in flight finish on the version they started with."""
+        state = _Compiled(config, self.services)
+        await _warm(state)
+        self._state = state
+
+    # -------------------------------------------------------------- route
+    async def route(
+        self,
+        request: BaseModel | Mapping[str, Any],
+        headers: Mapping[str, str] | None = None,
+        request_id: str | None = None,
+    ) -> RoutePlan:
+        plan, _ = await self._route(request, headers, request_id, preview=False)
+        return plan
+
+    async def preview(
+        self, request: BaseModel | Mapping[str, Any], headers: Mapping[str, str] | None = None,
+        seed: int | None = None,
+    ) -> dict[str, Any]:
+        """Routing preview (no backend call, no cache access): every configured signal is
+        evaluated, then the decision and model selection as route() would make them."""
+        rng = random.Random(seed) if seed is not None else None
+        try:
+            plan, ranked = await self._route(request, headers, None, preview=True, rng=rng)
+        except NoRouteError as exc:
+            return {"selection_status": "no_route", "selection_method": None, "selected_model": None,
+                    "error": exc.to_body()["error"]}
+        state = self._state
+        decision = state.plugins.get(plan.decision or "")
+        if plan.immediate is not None and plan.immediate.kind == "fast_response":
+            status, method = "not_required", "fast_response"
+        elif not plan.auto:
+            status, method = "selected", "model_specified"
+        elif plan.reason_code == "default_model":
+            status, method = "selected", "default_model"
+        else:
+            chosen = next((d for d in state.decisions if d.name == plan.decision), None)
+            status, method = "selected", chosen.algorithm.type if chosen else "static"
+        return {
+            "request_id": plan.request_id,
+            "requested_model": plan.requested_model,
+            "auto": plan.auto,
+            "decision": plan.decision,
+            "selected_model": plan.selected_model,
+            "confidence": plan.confidence,
+            "reason_code": plan.reason_code,
+            "selection_status": status,
+            "selection_method": method,
+            "selection_provenance": "preview",
+            "matched_decisions": [
+                {"name": m.name, "confidence": round(m.confidence, 4), "priority": m.decision.priority,
+                 "tier": m.decision.tier} for m in ranked
+            ],
+            "candidates": [{"model": t.model, "target": t.label} for t in plan.candidates],
+            "signals": [m.model_dump() for m in plan.signals.matches],
+            "signal_errors": plan.signals.errors,
+            "security_checks": plan.security.model_dump(),
+            "reasoning": plan.reasoning,
+            "fast_response": decision.fast_response if decision else None,
+            "body": plan.body,
+            "upstream_headers": plan.upstream_headers,
+            "classification_ms": round(plan.classification_ms, 3),
+        }
+
+    async def _route(
+        self,
+        request: BaseModel | Mapping[str, Any],
+        headers: Mapping[str, str] | None,
+        request_id: str | None,
+        *,
+        preview: bool,
+        rng: random.Random | None = None,
+    ) -> tuple[RoutePlan, list[engine.DecisionMatch]]:
+        state = self._state  # one config version for the whole request
+        rng = rng or self.rng
+        started_at = time.time()
+        body = _body_of(request)
+        headers = {k.lower(): v for k, v in (headers or {}).items()}
+        model_name = body["model"]
+        tools = body.get("tools")
+        plan = RoutePlan(
+            request_id=request_id or headers.get("x-request-id") or uuid.uuid4().hex,
+            requested_model=model_name,
+            auto=model_name in state.auto_names,
+            stream=body.get("stream") is True,
+            body=body,
+            tools_selected=len(tools) if isinstance(tools, list) else 0,
+            started_at=started_at,
+        )
+        if not plan.auto:
+            self._pass_through(state, plan, rng)
+            return plan, []
+
+        # ---- signals and decision
+        t0 = time.perf_counter()
+        ctx = SignalContext(
+            body["messages"], embed=self.services.embed, count_tokens=self.services.count_tokens,
+            headers=headers, body=body,
+        )
+        if state.prefetch_vector and not preview and "bypass" not in headers.get(CACHE_CONTROL_HEADER, ""):
+            ctx.start_query_vector()  # the cache will need it: overlap it with the signals
+        try:
+            wanted = state.all_signal_names() if preview else state.referenced
+            plan.signals = await _evaluate_signals(state, ctx, wanted)
+            plan.security = _security(plan.signals.matches)
+            winner, ranked = engine.select_decision(
+                state.decisions, engine.index_matches(plan.signals.matches), state.strategy, state.tiered
+            )
+            plan.classification_ms = (time.perf_counter() - t0) * 1000
+            decision = winner.decision if winner else None
+            plugins = state.plugins.get(decision.name) if decision else None
+            if winner is not None:
+                plan.decision = winner.name
+                plan.confidence = winner.confidence
+            else:
+                plan.confidence = 0.0
+
+            # ---- fast_response: answered by the router, no model needed
+            if plugins is not None and plugins.fast_response is not None:
+                plan.reason_code = "fast_response"
+                plan.immediate = ImmediateResponse(
+                    kind="fast_response",
+                    body=completion_body(plan.requested_model, plugins.fast_response),
+                    headers={"x-vsr-fast-response": "true", "x-vsr-selected-decision": plan.decision or ""},
+                )
+                fill_routing_headers(plan, "bypass")
+                return plan, ranked
+
+            # ---- model selection
+            selection = select_for_decision(decision, state.defaults.default_model, state.models, rng)
+            self._apply_selection(state, plan, selection, decision)
+
+            # ---- response cache
+            cache_status = "bypass"
+            if not preview:
+                cache_status = await self._cache_step(state, plan, ctx, plugins, headers)
+                if plan.immediate is not None:
+                    fill_routing_headers(plan, cache_status)
+                    return plan, ranked
+
+            # ---- request mutations
+            if plugins is not None and plugins.system_prompt is not None:
+                text, mode = plugins.system_prompt
+                if apply_system_prompt(plan.body, text, mode):
+                    plan.response_headers["x-vsr-injected-system-prompt"] = "true"
+            model = state.models.get(plan.selected_model)
+            plan.reasoning = apply_reasoning(plan.body, model, selection.ref, state.defaults)
+            if plugins is not None and plugins.request_params is not None:
+                apply_request_params(plan.body, plugins.request_params)
+            fill_routing_headers(plan, cache_status)
+            if plugins is not None:  # after the routing headers: a mutation may override them
+                apply_header_mutation(plugins, plan.upstream_headers, plan.upstream_headers_remove)
+            return plan, ranked
+        finally:
+            ctx.cancel()
+
+    def _pass_through(self, state: _Compiled, plan: RoutePlan, rng: random.Random) -> None:
+        model = state.models.get(plan.requested_model)
+        if model is None:
+            raise ModelNotFoundError(plan.requested_model)
+        candidates = candidates_for([model.name], state.models, rng)
+        if not candidates:
+            raise NoRouteError(f"unable to route request: model {model.name!r} has no backend_refs")
+        plan.reason_code = "model_specified"
+        plan.selected_model = model.name
+        plan.candidates = candidates
+        plan.reliability = model.reliability
+        plan.fallback = state.global_fallback
+        plan.pricing = _pricing([model])
+        fill_routing_headers(plan, "bypass")
+
+    def _apply_selection(
+        self, state: _Compiled, plan: RoutePlan, selection: Selection, decision: Decision | None
+    ) -> None:
+        plan.selected_model = selection.model
+        plan.candidates = selection.candidates
+        plan.reason_code = "auto_routing" if selection.source == "decision" else "default_model"
+        model = state.models.get(selection.model)
+        plan.reliability = (decision.reliability if decision else None) or (model.reliability if model else None)
+        plan.fallback = (decision.fallback if decision else None) or state.global_fallback
+        served = {t.model for t in selection.candidates}
+        plan.pricing = _pricing([m for name in served if (m := state.models.get(name)) is not None])
+
+    async def _cache_step(
+        self, state: _Compiled, plan: RoutePlan, ctx: SignalContext,
+        plugins: DecisionPlugins | None, headers: Mapping[str, str],
+    ) -> str:
+        """Lookup (hit -> plan.immediate) and/or schedule the write; returns x-cache-status."""
+        services = self.services
+        policy = effective_cache_policy(plugins, state.global_cache)
+        if not policy.enabled or not ctx.text or services.cache_lookup is None:
+            return "bypass"
+        control = parse_cache_control(headers.get(policy.control_header), policy.allowed)
+        store = control.store and services.cache_store is not None
+        if not control.lookup and not store:
+            return "bypass"
+        try:
+            vector = await ctx.query_vector()
+        except Exception as exc:  # the encoder being down must not fail the request
+            log.warning("cache skipped for %s: embedding failed: %s", plan.request_id, exc)
+            return "bypass"
+        partition = cache_partition(plan.selected_model or "", plan.decision or "", plan.body)
+        if control.lookup:
+            try:
+                hit = await services.cache_lookup(partition, vector, policy.threshold)
+            except Exception as exc:
+                log.warning("cache lookup failed for %s: %s", plan.request_id, exc)
+                hit = None
+            response = getattr(hit, "response", None) if hit is not None else None
+            created_at = getattr(hit, "created_at", None)
+            too_old = (
+                control.max_age_s is not None
+                and isinstance(created_at, int | float)
+                and time.time() - created_at > control.max_age_s
+            )
+            if too_old:
+                response = None  # older than the client accepts
+            if isinstance(response, dict):
+                similarity = float(getattr(hit, "similarity", 1.0))
+                plan.immediate = ImmediateResponse(
+                    kind="cache_hit",
+                    body=refresh_cached_completion(response, plan.selected_model),
+                    headers={"x-vsr-cache-hit": "true", "x-vsr-cache-similarity": f"{similarity:.4f}"},
+                    similarity=similarity,
+                )
+                return "hit"
+        if store:
+            plan.cache_write = CacheWrite(
+                partition=partition,
+                ttl_seconds=policy.ttl_seconds if control.ttl_seconds is None else control.ttl_seconds,
+                query_text=ctx.text,
+                vector=[float(x) for x in vector],
+            )
+        return "miss" if control.lookup else "bypass"
+
+    # -------------------------------------------------------------- complete
+    async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
+        """Usage, cost, TTFT/TPOT and the cache write. Never raises: accounting must not
+        break an answer the client already has.
+
+        TPOT: streams (total - ttft) / max(completion_tokens - 1, 1) (the first token's
+        time is TTFT); non-streaming total / completion_tokens (no first-token time).
+        """
+        model = report.model or plan.selected_model
+        try:
+            return await self._complete(plan, report, model)
+        except Exception:
+            log.exception("complete() failed for request %s", plan.request_id)
+            return Accounting(model=model)
+
+    async def _complete(self, plan: RoutePlan, report: CompletionReport, model: str | None) -> Accounting:
+        pricing = plan.pricing.get(model or "")
+        currency = getattr(pricing, "currency", None) or "USD"
+        if plan.immediate is not None:
+            return Accounting(model=model, currency=currency, cached=plan.immediate.kind == "cache_hit")
+        response = report.response if isinstance(report.response, dict) else None
+        usage = _usage(response)
+        cost = 0.0
+        if pricing is not None and usage:
+            cost = float(compute_cost(response.get("usage") if response else None, pricing))
+        ttft = _non_negative(report.ttft_s)
+        total = _non_negative(report.total_s)
+        completion_tokens = usage.get("completion_tokens", 0)
+        tpot = None
+        if total is not None and completion_tokens > 0:
+            if report.stream and ttft is not None:
+                tpot = max(total - ttft, 0.0) / max(completion_tokens - 1, 1)
+            elif not report.stream:
+                tpot = total / completion_tokens
+        accounting = Accounting(model=model, usage=usage, cost=cost, currency=currency, ttft_s=ttft, tpot_s=tpot)
+        accounting.cache_written = await self._cache_write(plan, report, response, model)
+        return accounting
+
+    async def _cache_write(
+        self, plan: RoutePlan, report: CompletionReport, response: dict[str, Any] | None, model: str | None
+    ) -> bool:
+        write = plan.cache_write
+        store = self.services.cache_store
+        if write is None or store is None or report.status != 200 or response is None:
+            return False
+        if report.stream and not report.stream_finished:
+            return False  # an aborted stream is a partial answer
+        if model != plan.selected_model:
+            return False  # a fallback model answered: not what this partition promises
+        choices = response.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return False
+        if write.vector:
+            vector = np.asarray(write.vector, dtype=np.float32)
+        elif self.services.embed is not None:
+            vector = np.asarray(await self.services.embed([write.query_text]), dtype=np.float32).reshape(-1)
+        else:
+            return False
+        try:
+            await store(write.partition, vector, response, write.ttl_seconds)
+        except Exception as exc:
+            log.warning("cache write failed for %s: %s", plan.request_id, exc)
+            return False
+        return True
+
+
+# ------------------------------------------------------------------ helpers
+
+async def _warm(state: _Compiled) -> None:
+    await asyncio.gather(*(ev.warm_up() for ev in state.evaluators.values()))
+
+
+async def _run_family(evaluator: SignalEvaluator, ctx: SignalContext, names: frozenset[str]) -> tuple[
+    str, list[SignalMatch], float
+]:
+    started = time.perf_counter()
+    try:
+        matches = await evaluator.evaluate(ctx, names)
+    except Exception as exc:  # one family failing must not fail routing: on_error decides
+        log.warning("signal family %s failed: %s", evaluator.family, exc)
+        matches = error_matches(evaluator.family, names, f"{type(exc).__name__}: {exc}")
+    return evaluator.family, matches, (time.perf_counter() - started) * 1000
+
+
+async def _evaluate_signals(
+    state: _Compiled, ctx: SignalContext, wanted: Mapping[str, frozenset[str]]
+) -> SignalReport:
+    report = SignalReport()
+    jobs = []
+    for family, names in wanted.items():
+        evaluator = state.evaluators.get(family)
+        if evaluator is None:
+            report.matches.extend(error_matches(family, names, f"no evaluator for signal type {family!r}"))
+        elif names:
+            jobs.append(_run_family(evaluator, ctx, names))
+    for family, matches, elapsed in await asyncio.gather(*jobs):
+        report.matches.extend(matches)
+        report.timings_ms[family] = round(elapsed, 3)
+    report.errors = [f"{m.type}:{m.name}: {m.error}" for m in report.matches if m.error]
+    return report
+
+
+def _security(matches: list[SignalMatch]) -> SecurityChecks:
+    checks = SecurityChecks()
+    for m in matches:
+        if not m.matched or m.error:
+            continue
+        if m.type == "pii":
+            checks.pii_detected = True
+            entities = m.detail.get("entities") or m.detail.get("types") or []
+            checks.pii_entities.extend(str(e) for e in entities if str(e) not in checks.pii_entities)
+        elif m.type == "jailbreak":
+            checks.jailbreak_detected = True
+    return checks
+
+
+def _body_of(request: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(request, BaseModel):
+        to_body = getattr(request, "to_body", None)  # ChatCompletionRequest: the fields the client sent
+        body = to_body() if callable(to_body) else request.model_dump(exclude_none=True, by_alias=True)
+    elif isinstance(request, Mapping):
+        body = dict(request)
+    else:
+        raise InvalidRequestError("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidRequestError("model field is required")
+    messages = body.get("messages")
+    if messages is None:
+        raise InvalidRequestError("messages field is required")
+    if not isinstance(messages, list):
+        raise InvalidRequestError("messages field must be an array")
+    if not messages:
+        raise InvalidRequestError("messages must contain at least one message")
+    return body
+
+
+def cache_partition(model: str, decision: str, body: Mapping[str, Any]) -> str:
+    base = f"{model}|{decision}"
+    messages = body.get("messages") or []
+    last_user = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"),
+                    default=-1)
+    context = [
+        [m.get("role"), content_text(m.get("content")), m.get("tool_calls"), m.get("tool_call_id")]
+        for i, m in enumerate(messages) if i != last_user and isinstance(m, dict)
+    ]
+    tools = body.get("tools")
+    if not context and not tools:
+        return base
+    digest = hashlib.sha256(json.dumps([context, tools], sort_keys=True, default=str).encode()).hexdigest()
+    return f"{base}|ctx:{digest[:16]}"
+
+
+def _pricing(models: list[ProviderModel]) -> dict[str, Any]:
+    return {m.name: m.pricing for m in models if m.pricing is not None}
+
+
+def _usage(response: Mapping[str, Any] | None) -> dict[str, int]:
+    raw = response.get("usage") if isinstance(response, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return {}
+    usage: dict[str, int] = {}
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        value = raw.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            usage[key] = int(value)
+    details = raw.get("prompt_tokens_details")
+    if isinstance(details, Mapping):
+        cached = details.get("cached_tokens")
+        if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0:
+            usage["cached_tokens"] = cached
+    if usage and "total_tokens" not in usage:
+        usage["total_tokens"] = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+    return usage
+
+
+def _non_negative(value: float | None) -> float | None:
+    if value is None or value != value or value < 0:
+        return None
+    return float(value)
+
+
+Embedder = Callable[[list[str]], Awaitable[np.ndarray]]
+
+__all__ = [
+    "CacheHit",
+    "Embedder",
+    "cache_adapters",
+    "InvalidRequestError",
+    "ModelNotFoundError",
+    "NoRouteError",
+    "PipelineServices",
+    "RouterPipeline",
+    "RoutingError",
+    "cache_partition",
+    "encoder_embed",
+]

@@ -1,0 +1,117 @@
+"""What the Router hands to a front door (Ingress or ext_proc bridge) and gets back.
+
+`route()` returns a RoutePlan; the front door forwards `body` + `upstream_headers` to
+the `candidates` in order (or answers `immediate` without any upstream call), relays
+the answer with `response_headers`, then calls `complete()` with what came back.
+Both front doors use exactly these shapes, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from app.accounting.cost import Pricing
+from app.upstream.policy import FallbackConfig, ReliabilityConfig
+from app.upstream.targets import UpstreamTarget
+
+
+class SignalMatch(BaseModel):
+    """Result of one named signal rule, e.g. type=keyword name=urgent."""
+
+    type: str
+    name: str
+    matched: bool
+    confidence: float = 1.0
+    detail: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class SignalReport(BaseModel):
+    matches: list[SignalMatch] = Field(default_factory=list)
+    timings_ms: dict[str, float] = Field(default_factory=dict)  # per signal family
+    errors: list[str] = Field(default_factory=list)
+
+    def matched(self, type_: str) -> list[str]:
+        return [m.name for m in self.matches if m.type == type_ and m.matched]
+
+
+class SecurityChecks(BaseModel):
+    pii_detected: bool = False
+    jailbreak_detected: bool = False
+    pii_entities: list[str] = Field(default_factory=list)
+
+    def header(self) -> str:
+        return f"pii:{str(self.pii_detected).lower()},jailbreak:{str(self.jailbreak_detected).lower()}"
+
+
+class ImmediateResponse(BaseModel):
+    """An answer given without calling a backend: cache hit, fast_response, block."""
+
+    kind: Literal["cache_hit", "fast_response", "block"]
+    status: int = 200
+    body: dict[str, Any]  # a chat.completion, or an error body for blocks
+    headers: dict[str, str] = Field(default_factory=dict)
+    similarity: float | None = None  # cache hits
+
+
+class CacheWrite(BaseModel):
+    """Where complete() stores the answer when the decision caches responses."""
+
+    partition: str
+    ttl_seconds: int
+    query_text: str
+    # the query's embedding from route(), so complete() stores without a second encoder pass
+    vector: list[float] | None = None
+
+
+class RoutePlan(BaseModel):
+    request_id: str
+    requested_model: str
+    auto: bool  # MoM/auto: signals evaluated; explicit model: pass-through
+    stream: bool = False
+    decision: str | None = None
+    selected_model: str | None = None
+    reason_code: str = "auto_routing"  # auto_routing | model_specified | default_model | ...
+    confidence: float = 1.0
+    candidates: list[UpstreamTarget] = Field(default_factory=list)  # selected first, then fallbacks
+    body: dict[str, Any] = Field(default_factory=dict)  # rewritten request body (model not yet rewritten)
+    upstream_headers: dict[str, str] = Field(default_factory=dict)  # to add/overwrite on the upstream request
+    upstream_headers_remove: list[str] = Field(default_factory=list)
+    response_headers: dict[str, str] = Field(default_factory=dict)  # routing headers for the client
+    reliability: ReliabilityConfig | None = None
+    fallback: FallbackConfig | None = None
+    pricing: dict[str, Pricing] = Field(default_factory=dict)  # by model name
+    immediate: ImmediateResponse | None = None
+    cache_write: CacheWrite | None = None
+    signals: SignalReport = Field(default_factory=SignalReport)
+    security: SecurityChecks = Field(default_factory=SecurityChecks)
+    reasoning: dict[str, Any] = Field(default_factory=dict)  # {enabled, effort, family}
+    tools_selected: int = 0
+    classification_ms: float = 0.0
+    started_at: float = 0.0  # time.time() when route() began
+
+
+class CompletionReport(BaseModel):
+    """What the front door observed; input to complete()."""
+
+    status: int
+    model: str | None = None  # the model actually served (after fallback)
+    response: dict[str, Any] | None = None  # final chat.completion (streams reassembled)
+    stream: bool = False
+    stream_finished: bool = True  # aborted streams are never cached
+    ttft_s: float | None = None
+    total_s: float | None = None
+    error_reason: str | None = None  # timeout | upstream_4xx | upstream_5xx | ...
+
+
+class Accounting(BaseModel):
+    model: str | None = None
+    usage: dict[str, int] = Field(default_factory=dict)
+    cost: float = 0.0
+    currency: str = "USD"
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    cached: bool = False  # answered from the response cache
+    cache_written: bool = False  # complete() stored this answer in the response cache

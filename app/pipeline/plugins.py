@@ -1,0 +1,265 @@
+"""Per-decision plugins, compiled once per config and applied per request.
+
+Order (reference router, `processor_req_body*.go`): `fast_response` (immediate answer),
+response cache (lookup; immediate answer on a hit), then the request mutations:
+`system_prompt`, `header_mutation`, reasoning toggle (`reasoning.py`),
+`request_params`. A plugin with `enabled: false` (on the plugin or inside its
+`configuration`) is skipped. Plugin types handled elsewhere (`pii`, `jailbreak`:
+signals; `router_replay`: the replay recorder) are ignored here.
+
+Configurations are the typed models of `app.config.plugins` (`parse_plugin`), compiled
+once per config version into `DecisionPlugins`, so a request never re-validates them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.config.models import Decision, Plugin, ResponseCacheConfig
+from app.config.plugins import PROTECTED_HEADERS, parse_plugin
+
+CACHE_TYPES = frozenset({"semantic-cache", "response_cache"})
+EXACT_MODE_THRESHOLD = 0.999  # "exact" cache mode: the same text embeds to cosine ~1.0
+CACHE_CONTROL_HEADER = "x-vsr-cache-control"
+CACHE_DIRECTIVES = frozenset({"no-cache", "no-store", "bypass", "max-age", "ttl"})
+
+# Parameters of the OpenAI chat-completions request: `request_params.strip_unknown` keeps only these.
+KNOWN_CHAT_PARAMS = frozenset(
+    {
+        "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+        "temperature", "top_p", "n", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
+        "logprobs", "top_logprobs", "user", "seed", "tools", "tool_choice", "parallel_tool_calls",
+        "response_format", "reasoning_effort", "chat_template_kwargs", "modalities", "audio",
+        "prediction", "service_tier", "store", "metadata", "functions", "function_call",
+    }
+)
+
+
+def plugin_settings(plugin: Plugin) -> dict[str, Any] | None:
+    """Validated configuration of a plugin as a dict, `enabled` folded in (None: a type
+    svc-sr accepts but does not apply). Raises ValueError on an invalid configuration
+    (the loader rejects such files first; this guards configs built in code)."""
+    parsed = parse_plugin(plugin)
+    return None if parsed is None else parsed.model_dump()
+
+
+# ------------------------------------------------------------------ compiled per decision
+
+@dataclass(frozen=True)
+class CachePolicy:
+    enabled: bool
+    threshold: float = 0.8
+    ttl_seconds: int = 3600
+    control_header: str = CACHE_CONTROL_HEADER  # request_controls.header
+    allowed: frozenset[str] = CACHE_DIRECTIVES  # request_controls.allowed (unset/empty: all)
+
+
+@dataclass(frozen=True)
+class CacheControl:
+    """A client's cache directives for one request (reference `request_controls`)."""
+
+    lookup: bool = True
+    store: bool = True
+    max_age_s: float | None = None  # accept only entries younger than this
+    ttl_seconds: int | None = None  # lifetime of the entry this answer writes
+
+
+def parse_cache_control(value: str | None, allowed: frozenset[str] = CACHE_DIRECTIVES) -> CacheControl:
+    """`no-cache` (skip lookup), `no-store` (skip write), `bypass` (both), `max-age=N`,
+    `ttl=N`, comma-separated; directives not in `allowed` and malformed ones are ignored."""
+    if not value:
+        return CacheControl()
+    lookup = store = True
+    max_age: float | None = None
+    ttl: int | None = None
+    for token in value.split(","):
+        name, _, arg = token.strip().lower().partition("=")
+        if name not in allowed:
+            continue
+        if name == "no-cache":
+            lookup = False
+        elif name == "no-store":
+            store = False
+        elif name == "bypass":
+            lookup = store = False
+        elif arg.strip().isdigit():
+            if name == "max-age":
+                max_age = float(arg)
+            else:
+                ttl = int(arg)
+    return CacheControl(lookup, store, max_age, ttl)
+
+
+@dataclass
+class DecisionPlugins:
+    fast_response: str | None = None
+    cache: CachePolicy | None = None  # None: the decision does not configure a cache plugin
+    system_prompt: tuple[str, str] | None = None  # (text, mode)
+    header_add: list[tuple[str, str]] = field(default_factory=list)
+    header_update: list[tuple[str, str]] = field(default_factory=list)
+    header_delete: list[str] = field(default_factory=list)
+    request_params: dict[str, Any] | None = None
+
+
+def compile_plugins(decision: Decision, global_cache: ResponseCacheConfig) -> DecisionPlugins:
+    out = DecisionPlugins()
+    for index, plugin in enumerate(decision.plugins):
+        try:
+            settings = plugin_settings(plugin)
+        except ValueError as exc:
+            raise ValueError(f"routing.decisions[{decision.name}].plugins[{index}] ({plugin.type}): {exc}") from exc
+        if settings is None:
+            continue
+        enabled = settings.get("enabled") is not False
+        kind = plugin.type
+        if kind in CACHE_TYPES:
+            # an explicitly disabled cache plugin turns the global cache off for this decision
+            out.cache = _cache_policy(settings, global_cache) if enabled else CachePolicy(False)
+        elif not enabled:
+            continue
+        elif kind == "fast_response":
+            out.fast_response = str(settings.get("message") or "")
+        elif kind == "system_prompt":
+            text = settings.get("system_prompt") or ""
+            if text:
+                out.system_prompt = (text, settings.get("mode") or "insert")
+        elif kind == "header_mutation":
+            out.header_add += [(_hname(h), str(h.get("value", ""))) for h in settings.get("add") or []]
+            out.header_update += [(_hname(h), str(h.get("value", ""))) for h in settings.get("update") or []]
+            out.header_delete += [str(n).lower() for n in settings.get("delete") or []]
+        elif kind == "request_params":
+            out.request_params = settings
+    return out
+
+
+def _hname(pair: Any) -> str:
+    return str(pair.get("name") if isinstance(pair, dict) else pair).lower()
+
+
+def _cache_policy(settings: dict[str, Any], global_cache: ResponseCacheConfig) -> CachePolicy:
+    semantic = settings.get("semantic") or {}
+    threshold = (
+        semantic.get("similarity_threshold")
+        if isinstance(semantic, dict) and semantic.get("similarity_threshold") is not None
+        else settings.get("similarity_threshold")
+    )
+    if threshold is None:
+        threshold = global_cache.similarity_threshold
+    if settings.get("mode") == "exact":
+        threshold = max(float(threshold), EXACT_MODE_THRESHOLD)
+    ttl = settings.get("ttl_seconds")
+    controls = settings.get("request_controls") or {}
+    return CachePolicy(
+        True,
+        float(threshold),
+        int(global_cache.ttl_seconds if ttl is None else ttl),
+        str(controls.get("header") or CACHE_CONTROL_HEADER).lower(),
+        frozenset(controls.get("allowed") or CACHE_DIRECTIVES),
+    )
+
+
+def effective_cache_policy(plugins: DecisionPlugins | None, global_cache: ResponseCacheConfig) -> CachePolicy:
+    """A decision's cache plugin wins; otherwise the global `response_cache` settings."""
+    if plugins is not None and plugins.cache is not None:
+        return plugins.cache
+    return CachePolicy(global_cache.enabled, global_cache.similarity_threshold, global_cache.ttl_seconds)
+
+
+# ------------------------------------------------------------------ request mutations
+
+def completion_body(model: str | None, content: str, finish_reason: str = "stop") -> dict[str, Any]:
+    """An OpenAI `chat.completion` answered by the router itself."""
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model or "MoM",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+def refresh_cached_completion(cached: dict[str, Any], model: str | None) -> dict[str, Any]:
+    """A cached chat.completion re-issued as a new answer: fresh id/created, served model."""
+    body = dict(cached)
+    body["id"] = f"chatcmpl-{uuid.uuid4().hex}"
+    body["created"] = int(time.time())
+    body["object"] = "chat.completion"
+    if model:
+        body["model"] = model
+    body.pop("routing_metadata", None)
+    return body
+
+
+def apply_system_prompt(body: dict[str, Any], text: str, mode: str) -> bool:
+    """insert: prepend to the existing system message (or add one first);
+    replace: overwrite the existing system message's content (or add one)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return False
+    messages = list(messages)  # never mutate the caller's list
+    body["messages"] = messages
+    for index, message in enumerate(messages):
+        if isinstance(message, dict) and message.get("role") in ("system", "developer"):
+            updated = dict(message)
+            if mode == "replace":
+                updated["content"] = text
+            else:
+                existing = updated.get("content")
+                if isinstance(existing, list):
+                    updated["content"] = [{"type": "text", "text": text}, *existing]
+                elif existing:
+                    updated["content"] = f"{text}\n\n{existing}"
+                else:
+                    updated["content"] = text
+            messages[index] = updated
+            return True
+    messages.insert(0, {"role": "system", "content": text})
+    return True
+
+
+def apply_header_mutation(
+    plugins: DecisionPlugins, upstream: dict[str, str], remove: list[str]
+) -> None:
+    """delete, then add, then update (so a file can drop a client header and set its own)."""
+    for name in plugins.header_delete:
+        if name in PROTECTED_HEADERS or name.startswith(":"):
+            continue
+        upstream.pop(name, None)
+        if name not in remove:
+            remove.append(name)
+    for name, value in [*plugins.header_add, *plugins.header_update]:
+        if name in PROTECTED_HEADERS or name.startswith(":"):
+            continue
+        upstream[name] = value
+        if name in remove:
+            remove.remove(name)
+
+
+def apply_request_params(body: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """Strip blocked (and optionally unknown) params, clamp max_tokens and n. Returns what changed."""
+    changed: list[str] = []
+    for name in settings.get("blocked_params") or []:
+        if name in body and name not in ("model", "messages"):
+            body.pop(name)
+            changed.append(f"-{name}")
+    if settings.get("strip_unknown"):
+        for name in [k for k in body if k not in KNOWN_CHAT_PARAMS]:
+            body.pop(name)
+            changed.append(f"-{name}")
+    limit = settings.get("max_tokens_limit")
+    if limit:
+        for key in ("max_tokens", "max_completion_tokens"):
+            value = body.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > limit:
+                body[key] = limit
+                changed.append(key)
+    max_n = settings.get("max_n")
+    n = body.get("n")
+    if max_n and isinstance(n, int) and not isinstance(n, bool) and n > max_n:
+        body["n"] = max_n
+        changed.append("n")
+    return changed

@@ -1,0 +1,37 @@
+"""Signal evaluators by condition type, and the registry the pipeline builds them from.
+
+Built in: `keyword`, `embedding`, `context`. Other families (domain, pii, jailbreak,
+...) are added through `PipelineServices.evaluators` with the same factory shape
+`(config, services) -> SignalEvaluator`; see `base.py`.
+"""
+
+from __future__ import annotations
+
+from app.pipeline.signals.base import (
+    EvaluatorFactory,
+    SignalContext,
+    SignalEvaluator,
+    content_text,
+    estimate_tokens,
+)
+from app.pipeline.signals.context import ContextEvaluator
+from app.pipeline.signals.embedding import EmbeddingEvaluator
+from app.pipeline.signals.keyword import KeywordEvaluator
+
+BUILTIN_EVALUATORS: dict[str, EvaluatorFactory] = {
+    "keyword": KeywordEvaluator.from_config,
+    "embedding": EmbeddingEvaluator.from_config,
+    "context": ContextEvaluator.from_config,
+}
+
+__all__ = [
+    "BUILTIN_EVALUATORS",
+    "ContextEvaluator",
+    "EmbeddingEvaluator",
+    "EvaluatorFactory",
+    "KeywordEvaluator",
+    "SignalContext",
+    "SignalEvaluator",
+    "content_text",
+    "estimate_tokens",
+]

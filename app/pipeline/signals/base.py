@@ -1,0 +1,176 @@
+"""What every signal evaluator sees and how evaluators plug into the pipeline.
+
+A signal *family* is a condition `type` of the decision rules (`keyword`, `embedding`,
+`context`, and in later issues `domain`, `pii`, `jailbreak`, ...). Each family has one
+evaluator built from the routing config; the pipeline asks it only for the rule names
+that some decision references, and runs the families concurrently.
+
+Adding a family (e.g. the domain classifier of the next issue) takes no pipeline
+change: write a class with `family`, `warm_up()` and `evaluate()` (the
+`SignalEvaluator` protocol) plus a factory `(config, services) -> evaluator`, and pass
+it in `PipelineServices.evaluators["domain"]`. An evaluator for a family that is also
+built in replaces the built-in one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from app.pipeline.plan import SignalMatch
+
+if TYPE_CHECKING:
+    from app.config.models import RouterConfig
+
+EmbedFn = Callable[[list[str]], Awaitable[np.ndarray]]
+CountTokensFn = Callable[[str], int]
+
+CHARS_PER_TOKEN = 4  # the usual English estimate; exact counts need a tokenizer call
+
+
+def estimate_tokens(text: str) -> int:
+    """Cheap token estimate: ceil(chars / 4). Exact enough for `context` bands like 4K/32K."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def content_text(content: Any) -> str:
+    """Text of a message `content`: a string, or the text parts of a multi-part list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") in ("text", "input_text"):
+                text = part.get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return ""
+
+
+class SignalContext:
+    """Per-request inputs of the evaluators, computed once and shared.
+
+    `query_vector()` embeds the last user text at most once per request, on first
+    use, whoever asks first (an embedding signal, a learned evaluator, the cache): the
+    "one encoder pass per request" rule.
+    """
+
+    def __init__(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        embed: EmbedFn | None = None,
+        count_tokens: CountTokensFn | None = None,
+        headers: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.messages = messages
+        self.headers: Mapping[str, str] = headers or {}
+        self.body: Mapping[str, Any] = body or {}
+        self.user_texts = [
+            content_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "user"
+        ]
+        self.text = self.user_texts[-1] if self.user_texts else ""  # the query the signals judge
+        self.message_count = len(messages)
+        self._embed = embed
+        self._count_tokens = count_tokens
+        self._token_count: int | None = None
+        self._vector_task: asyncio.Task[np.ndarray] | None = None
+
+    @property
+    def history_text(self) -> str:
+        """All user turns joined: input of `include_history` signals (PII, jailbreak)."""
+        return "\n".join(self.user_texts)
+
+    @property
+    def token_count(self) -> int:
+        """Tokens of the whole prompt (every message's text), computed on first use.
+
+        With `PipelineServices.count_tokens` (e.g. the MiniLM tokenizer's exact count)
+        that is used; otherwise ceil(chars / 4) over the message texts.
+        """
+        if self._token_count is None:
+            text = "\n".join(content_text(m.get("content")) for m in self.messages if isinstance(m, dict))
+            if self._count_tokens is not None:
+                try:
+                    self._token_count = int(self._count_tokens(text))
+                except Exception:  # a tokenizer failure must not fail routing
+                    self._token_count = estimate_tokens(text)
+            else:
+                self._token_count = estimate_tokens(text)
+        return self._token_count
+
+    def start_query_vector(self) -> None:
+        """Start embedding now (in the background) when a later stage will surely need it."""
+        if self._vector_task is None and self._embed is not None and self.text:
+            self._vector_task = asyncio.ensure_future(self._embed_query())
+
+    async def query_vector(self) -> np.ndarray:
+        """Unit vector (384,) of `text`; raises if no embedder is configured or text is empty."""
+        if self._embed is None:
+            raise RuntimeError("no embedding service configured")
+        if not self.text:
+            raise ValueError("no user text to embed")
+        if self._vector_task is None:
+            self._vector_task = asyncio.ensure_future(self._embed_query())
+        # shield: one cancelled waiter must not cancel the shared computation
+        return await asyncio.shield(self._vector_task)
+
+    @property
+    def has_vector(self) -> bool:
+        return self._vector_task is not None and self._vector_task.done() and not self._vector_task.exception()
+
+    async def _embed_query(self) -> np.ndarray:
+        assert self._embed is not None
+        vectors = await self._embed([self.text])
+        return np.asarray(vectors, dtype=np.float32).reshape(-1)
+
+    def cancel(self) -> None:
+        """Drop an embedding nobody awaited (e.g. the request ended on a fast response)."""
+        task = self._vector_task
+        if task is not None and not task.done():
+            task.cancel()
+        elif task is not None and task.done() and not task.cancelled():
+            task.exception()  # mark retrieved so asyncio does not log it
+
+
+@runtime_checkable
+class SignalEvaluator(Protocol):
+    """One signal family. Evaluators are built per config and must be safe to share
+    between concurrent requests (no per-request state on self)."""
+
+    family: str
+
+    def rule_names(self) -> list[str]:
+        """Names of all configured rules of this family (for previews)."""
+        ...
+
+    async def warm_up(self) -> None:
+        """Pay one-off costs (embedding candidates, loading models) before traffic."""
+        ...
+
+    async def evaluate(self, ctx: SignalContext, names: frozenset[str]) -> list[SignalMatch]:
+        """One SignalMatch per requested name. Errors of one rule go in `SignalMatch.error`;
+        an exception fails the whole family (every requested rule is reported errored)."""
+        ...
+
+
+EvaluatorFactory = Callable[["RouterConfig", Any], SignalEvaluator]
+
+
+def error_matches(family: str, names: frozenset[str] | set[str], message: str) -> list[SignalMatch]:
+    return [SignalMatch(type=family, name=n, matched=False, confidence=0.0, error=message) for n in sorted(names)]
+
+
+@dataclass
+class FamilyResult:
+    family: str
+    matches: list[SignalMatch] = field(default_factory=list)
+    elapsed_ms: float = 0.0

@@ -1,0 +1,698 @@
+"""OpenAI Responses API on top of chat completions (spec: "Responses-style request").
+
+- `responses_to_chat(req)`: a Responses request -> a chat-completions body.
+- `chat_to_response(chat_completion, req)`: a chat.completion -> a Responses object.
+- `ChatToResponsesStream`: chat.completion.chunk events -> Responses SSE events
+  (response.created, response.in_progress, response.output_item.added,
+  response.content_part.added, response.output_text.delta/.done,
+  response.function_call_arguments.delta/.done, response.output_item.done,
+  response.completed | response.incomplete | response.failed), in the shapes the
+  official OpenAI SDK parses (`client.responses.create(..., stream=True)` and
+  `client.responses.stream(...)`).
+
+Built-in tools (web_search, file_search, ...) and stored conversations
+(`previous_response_id` without `previous_messages`) cannot be expressed as a chat
+call; they raise `ResponsesInputError` (a ValueError: answer 400).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.upstream.sse import SSEEvent, SSEParser, StreamAccumulator, encode_sse
+
+# Chat parameters that mean the same in both APIs and are copied when present.
+_PASSTHROUGH = ("temperature", "top_p", "user", "seed", "stop", "presence_penalty", "frequency_penalty")
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+class ResponsesInputError(ValueError):
+    """The Responses request cannot be translated to a chat completion."""
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = None
+    top_p: float | None = None
+    stream: bool = False
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    user: str | None = None
+    store: bool | None = None
+    previous_response_id: str | None = None
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+# -- request: Responses -> chat ----------------------------------------------------------
+def responses_to_chat(
+    req: ResponsesRequest, previous_messages: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Chat-completions body for `req`; `previous_messages` resolves previous_response_id."""
+    if req.previous_response_id and previous_messages is None:
+        raise ResponsesInputError(
+            "previous_response_id needs the Response API store; resend the conversation in `input`"
+        )
+    messages: list[dict[str, Any]] = []
+    if req.instructions:
+        messages.append({"role": "system", "content": req.instructions})
+    messages.extend(previous_messages or [])
+    if isinstance(req.input, str):
+        messages.append({"role": "user", "content": req.input})
+    else:
+        messages.extend(_input_messages(req.input))
+    if not messages:
+        raise ResponsesInputError("input must contain at least one message")
+
+    body: dict[str, Any] = {"model": req.model, "messages": messages}
+    for key in _PASSTHROUGH:
+        value = getattr(req, key, None)
+        if value is None and req.model_extra:
+            value = req.model_extra.get(key)
+        if value is not None:
+            body[key] = value
+    if req.max_output_tokens is not None:
+        body["max_tokens"] = req.max_output_tokens
+    if req.stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    if req.tools:
+        body["tools"] = [_chat_tool(tool, i) for i, tool in enumerate(req.tools)]
+        if req.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = req.parallel_tool_calls
+    if req.tool_choice is not None:
+        body["tool_choice"] = _chat_tool_choice(req.tool_choice)
+    response_format = _response_format(req.text)
+    if response_format:
+        body["response_format"] = response_format
+    effort = (req.reasoning or {}).get("effort")
+    if isinstance(effort, str):
+        body["reasoning_effort"] = effort
+    return body
+
+
+def _input_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for index, item in enumerate(items):
+        where = f"input[{index}]"
+        if not isinstance(item, dict):
+            raise ResponsesInputError(f"{where} must be an object")
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind == "message":
+            messages.append(_message(item, where))
+        elif kind == "function_call":
+            call = {
+                "id": _required_str(item, "call_id", where),
+                "type": "function",
+                "function": {
+                    "name": _required_str(item, "name", where),
+                    "arguments": item.get("arguments") or "",
+                },
+            }
+            last = messages[-1] if messages else None
+            if last and last["role"] == "assistant" and last.get("tool_calls") and not last.get("content"):
+                last["tool_calls"].append(call)  # parallel calls share one assistant turn
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else _parts_text(output, where)
+            messages.append(
+                {"role": "tool", "tool_call_id": _required_str(item, "call_id", where), "content": text}
+            )
+        elif kind == "reasoning":
+            continue  # a chat backend cannot take reasoning items back
+        else:
+            raise ResponsesInputError(f"{where}: input item type {kind!r} is not supported")
+    return messages
+
+
+def _required_str(item: dict[str, Any], key: str, where: str) -> str:
+    value = item.get(key)
+    if not isinstance(value, str) or not value:
+        raise ResponsesInputError(f"{where}.{key} is required")
+    return value
+
+
+def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
+    role = item.get("role")
+    if role not in ("user", "system", "developer", "assistant"):
+        raise ResponsesInputError(f"{where}.role must be user, system, developer or assistant")
+    chat_role = "system" if role == "developer" else role  # most chat templates lack "developer"
+    content = item.get("content")
+    if isinstance(content, str):
+        return {"role": chat_role, "content": content}
+    if not isinstance(content, list):
+        raise ResponsesInputError(f"{where}.content must be a string or an array of content parts")
+    parts = [_chat_part(part, f"{where}.content[{i}]") for i, part in enumerate(content)]
+    if chat_role != "user" or all(p["type"] == "text" for p in parts):
+        # Text-only content as one string: the form every chat backend accepts.
+        return {
+            "role": chat_role,
+            "content": "\n".join(p.get("text", "") for p in parts if p["type"] == "text"),
+        }
+    return {"role": chat_role, "content": parts}
+
+
+def _chat_part(part: Any, where: str) -> dict[str, Any]:
+    if not isinstance(part, dict):
+        raise ResponsesInputError(f"{where} must be an object")
+    kind = part.get("type")
+    if kind in _TEXT_PARTS:
+        return {"type": "text", "text": str(part.get("text") or "")}
+    if kind == "refusal":
+        return {"type": "text", "text": str(part.get("refusal") or "")}
+    if kind == "input_image":
+        url = part.get("image_url")
+        if not isinstance(url, str) or not url:
+            raise ResponsesInputError(f"{where}: input_image needs image_url (file_id needs the files store)")
+        image: dict[str, Any] = {"url": url}
+        if part.get("detail"):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    if kind == "input_file":
+        file: dict[str, Any] = {k: part[k] for k in ("file_data", "file_id", "filename") if part.get(k)}
+        if not file.get("file_data") and not file.get("file_id"):
+            raise ResponsesInputError(f"{where}: input_file needs file_data or file_id")
+        return {"type": "file", "file": file}
+    raise ResponsesInputError(f"{where}: content part type {kind!r} is not supported")
+
+
+def _parts_text(parts: Any, where: str) -> str:
+    if not isinstance(parts, list):
+        raise ResponsesInputError(f"{where}.output must be a string or an array of content parts")
+    return "\n".join(p.get("text", "") for p in (_chat_part(x, where) for x in parts) if p["type"] == "text")
+
+
+def _chat_tool(tool: dict[str, Any], index: int) -> dict[str, Any]:
+    if tool.get("type") != "function":
+        raise ResponsesInputError(
+            f"tools[{index}]: tool type {tool.get('type')!r} is not supported (function only)"
+        )
+    if "function" in tool:  # already chat-shaped
+        return tool
+    function = {
+        k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None
+    }
+    if not function.get("name"):
+        raise ResponsesInputError(f"tools[{index}].name is required")
+    return {"type": "function", "function": function}
+
+
+def _chat_tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
+    if isinstance(choice, str):
+        return choice
+    if choice.get("type") == "function" and choice.get("name"):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    if "function" in choice:
+        return choice
+    raise ResponsesInputError(f"tool_choice {choice!r} is not supported")
+
+
+def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+    fmt = (text or {}).get("format")
+    if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
+        return None
+    if fmt["type"] == "json_object":
+        return {"type": "json_object"}
+    if fmt["type"] == "json_schema":
+        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        return {"type": "json_schema", "json_schema": schema}
+    raise ResponsesInputError(f"text.format type {fmt['type']!r} is not supported")
+
+
+# -- response: chat -> Responses ---------------------------------------------------------
+def _usage(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, dict):
+        return None
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {
+            "cached_tokens": int(prompt_details.get("cached_tokens") or 0),
+            "cache_write_tokens": int(prompt_details.get("cache_write_tokens") or 0),
+        },
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": int(completion_details.get("reasoning_tokens") or 0)},
+        "total_tokens": int(usage.get("total_tokens") or prompt + completion),
+    }
+
+
+def _status(finish_reason: str | None) -> tuple[str, dict[str, Any] | None]:
+    if finish_reason == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    if finish_reason == "content_filter":
+        return "incomplete", {"reason": "content_filter"}
+    return "completed", None
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+def _response_shell(
+    request: ResponsesRequest | None, response_id: str, created_at: int, model: str
+) -> dict[str, Any]:
+    req = request
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": "in_progress",
+        "error": None,
+        "incomplete_details": None,
+        "instructions": req.instructions if req else None,
+        "max_output_tokens": req.max_output_tokens if req else None,
+        "model": model,
+        "output": [],
+        "parallel_tool_calls": req.parallel_tool_calls
+        if req and req.parallel_tool_calls is not None
+        else True,
+        "previous_response_id": req.previous_response_id if req else None,
+        "reasoning": req.reasoning if req else None,
+        "store": bool(req.store) if req and req.store is not None else False,
+        "temperature": req.temperature if req else None,
+        "text": (req.text if req and req.text else {"format": {"type": "text"}}),
+        "tool_choice": (req.tool_choice if req and req.tool_choice is not None else "auto"),
+        "tools": list(req.tools or []) if req else [],
+        "top_p": req.top_p if req else None,
+        "usage": None,
+        "user": req.user if req else None,
+        "metadata": dict(req.metadata or {}) if req else {},
+    }
+
+
+class _Ids:
+    """Item ids shared by the streamed events and the final response object."""
+
+    def __init__(self) -> None:
+        self.message = _new_id("msg")
+        self.reasoning = _new_id("rs")
+        self.calls: dict[int, str] = {}
+
+    def call(self, index: int) -> str:
+        return self.calls.setdefault(index, _new_id("fc"))
+
+
+def _output_items(message: dict[str, Any], status: str, ids: _Ids) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if isinstance(reasoning, str) and reasoning:
+        items.append(
+            {
+                "type": "reasoning",
+                "id": ids.reasoning,
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": reasoning}],
+                "status": "completed",
+            }
+        )
+    text = _message_text(message)
+    calls = message.get("tool_calls") or []
+    refusal = message.get("refusal")
+    if text or not calls or refusal:
+        content: list[dict[str, Any]] = []
+        if text or not refusal:
+            content.append({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+        if refusal:
+            content.append({"type": "refusal", "refusal": refusal})
+        items.append(
+            {"type": "message", "id": ids.message, "role": "assistant", "status": status, "content": content}
+        )
+    for index, call in enumerate(calls):
+        function = call.get("function") or {}
+        items.append(
+            {
+                "type": "function_call",
+                "id": ids.call(index),
+                "call_id": call.get("id") or _new_id("call"),
+                "name": function.get("name") or "",
+                "arguments": function.get("arguments") or "",
+                "status": "completed",
+            }
+        )
+    return items
+
+
+def _build_response(
+    chat_completion: dict[str, Any],
+    request: ResponsesRequest | None,
+    response_id: str,
+    created_at: int,
+    ids: _Ids,
+) -> dict[str, Any]:
+    choices = chat_completion.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    message = choice.get("message") or {}
+    status, incomplete = _status(choice.get("finish_reason"))
+    model = chat_completion.get("model") or (request.model if request else "")
+    response = _response_shell(request, response_id, created_at, model)
+    output = _output_items(message, status, ids)
+    response.update(
+        status=status,
+        incomplete_details=incomplete,
+        output=output,
+        output_text="".join(
+            part["text"]
+            for item in output
+            if item["type"] == "message"
+            for part in item["content"]
+            if part["type"] == "output_text"
+        ),
+        usage=_usage(chat_completion.get("usage")),
+        completed_at=int(time.time()),
+    )
+    return response
+
+
+def chat_to_response(
+    chat_completion: dict[str, Any],
+    request: ResponsesRequest | None = None,
+    *,
+    response_id: str | None = None,
+    created_at: int | None = None,
+) -> dict[str, Any]:
+    """The Responses object (object "response") for a chat.completion."""
+    return _build_response(
+        chat_completion,
+        request,
+        response_id or _new_id("resp"),
+        created_at if created_at is not None else int(chat_completion.get("created") or time.time()),
+        _Ids(),
+    )
+
+
+# -- streaming: chat chunks -> Responses events ------------------------------------------
+class ChatToResponsesStream:
+    """Translate one chat stream into Responses SSE frames.
+
+    Feed every upstream event (`feed(SSEEvent | dict)`, or raw bytes with
+    `feed_bytes`), then call `finish()` once the upstream stream ends. Each call
+    returns the encoded frames to send, in order. `fail()` ends the stream with
+    `response.failed` instead.
+    """
+
+    def __init__(
+        self,
+        request: ResponsesRequest | None = None,
+        *,
+        response_id: str | None = None,
+        model: str | None = None,
+        created_at: int | None = None,
+    ) -> None:
+        self.request = request
+        self.response_id = response_id or _new_id("resp")
+        self.created_at = created_at if created_at is not None else int(time.time())
+        self.model = model or (request.model if request else "")
+        self.accumulator = StreamAccumulator()
+        self.finished = False
+        self._parser = SSEParser()
+        self._ids = _Ids()
+        self._seq = 0
+        self._started = False
+        self._next_output = 0
+        self._reasoning_done = False
+        self._reasoning_index: int | None = None
+        self._message_index: int | None = None  # output_index of the open message item
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}  # chat tool index -> stream state
+
+    # -- framing ---------------------------------------------------------------------
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        payload = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return encode_sse(payload, event=kind)
+
+    def _shell(self) -> dict[str, Any]:
+        return _response_shell(self.request, self.response_id, self.created_at, self.model)
+
+    def start(self) -> list[bytes]:
+        """response.created + response.in_progress (sent once; feed() calls it)."""
+        if self._started:
+            return []
+        self._started = True
+        return [
+            self._event("response.created", response=self._shell()),
+            self._event("response.in_progress", response=self._shell()),
+        ]
+
+    # -- input -----------------------------------------------------------------------
+    def feed_bytes(self, chunk: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        for event in self._parser.feed(chunk):
+            out.extend(self.feed(event))
+        return out
+
+    def feed(self, event: SSEEvent | dict[str, Any]) -> list[bytes]:
+        if self.finished:
+            return []
+        out = self.start()
+        if isinstance(event, SSEEvent):
+            chunk = self.accumulator.add_event(event)
+        else:
+            chunk = event
+            self.accumulator.add_chunk(event)
+        if not isinstance(chunk, dict):
+            return out
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue  # Responses has a single output: choice 0
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                out.extend(self._open_reasoning())
+                out.extend(self._open_message())
+                self._text.append(text)
+                out.append(
+                    self._event(
+                        "response.output_text.delta",
+                        item_id=self._ids.message,
+                        output_index=self._message_index,
+                        content_index=0,
+                        delta=text,
+                        logprobs=[],
+                    )
+                )
+            for pos, call in enumerate(delta.get("tool_calls") or []):
+                if isinstance(call, dict):
+                    out.extend(self._open_reasoning())
+                    out.extend(self._call_delta(call.get("index", pos), call))
+        return out
+
+    def _open_reasoning(self) -> list[bytes]:
+        """Reasoning arrives before the answer: emit it as one finished item."""
+        if self._reasoning_done:
+            return []
+        self._reasoning_done = True
+        text = self.accumulator.reasoning_content
+        if not text:
+            return []
+        index = self._reasoning_index = self._take_output_index()
+        item = {
+            "type": "reasoning",
+            "id": self._ids.reasoning,
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}],
+            "status": "completed",
+        }
+        return [
+            self._event("response.output_item.added", output_index=index, item=item),
+            self._event("response.output_item.done", output_index=index, item=item),
+        ]
+
+    def _take_output_index(self) -> int:
+        index = self._next_output
+        self._next_output += 1
+        return index
+
+    def _open_message(self) -> list[bytes]:
+        if self._message_index is not None:
+            return []
+        self._message_index = self._take_output_index()
+        item = {
+            "type": "message",
+            "id": self._ids.message,
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        return [
+            self._event("response.output_item.added", output_index=self._message_index, item=item),
+            self._event(
+                "response.content_part.added",
+                item_id=self._ids.message,
+                output_index=self._message_index,
+                content_index=0,
+                part=part,
+            ),
+        ]
+
+    def _call_delta(self, index: int, call: dict[str, Any]) -> list[bytes]:
+        out: list[bytes] = []
+        function = call.get("function") or {}
+        state = self._calls.get(index)
+        if state is None:
+            state = {
+                "output_index": self._take_output_index(),
+                "item_id": self._ids.call(index),
+                "call_id": call.get("id") or _new_id("call"),
+                "name": function.get("name") or "",
+                "arguments": "",
+            }
+            self._calls[index] = state
+            item = {
+                "type": "function_call",
+                "id": state["item_id"],
+                "call_id": state["call_id"],
+                "name": state["name"],
+                "arguments": "",
+                "status": "in_progress",
+            }
+            out.append(
+                self._event("response.output_item.added", output_index=state["output_index"], item=item)
+            )
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            state["arguments"] += arguments
+            out.append(
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=state["item_id"],
+                    output_index=state["output_index"],
+                    delta=arguments,
+                )
+            )
+        return out
+
+    # -- the end ---------------------------------------------------------------------
+    def finish(self) -> list[bytes]:
+        """Close open items and send the final lifecycle event (once)."""
+        if self.finished:
+            return []
+        out = self.start()
+        for event in self._parser.close():
+            out.extend(self.feed(event))
+        if self.accumulator.error is not None:
+            error = self.accumulator.error
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            return out + self.fail(message or "upstream error")
+        self.finished = True
+        out.extend(self._open_reasoning())
+        completion = self.accumulator.to_chat_completion()
+        status, _ = _status(self.accumulator.finish_reason)
+        if self._message_index is None and not self._calls:
+            out.extend(self._open_message())  # an empty answer is still one message item
+        if self._message_index is not None:
+            text = "".join(self._text)
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            item = {
+                "type": "message",
+                "id": self._ids.message,
+                "role": "assistant",
+                "status": status,
+                "content": [part],
+            }
+            out += [
+                self._event(
+                    "response.output_text.done",
+                    item_id=self._ids.message,
+                    output_index=self._message_index,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                ),
+                self._event(
+                    "response.content_part.done",
+                    item_id=self._ids.message,
+                    output_index=self._message_index,
+                    content_index=0,
+                    part=part,
+                ),
+                self._event("response.output_item.done", output_index=self._message_index, item=item),
+            ]
+        for state in self._calls.values():
+            item = {
+                "type": "function_call",
+                "id": state["item_id"],
+                "call_id": state["call_id"],
+                "name": state["name"] or self._final_call_name(completion, state),
+                "arguments": state["arguments"],
+                "status": "completed",
+            }
+            out += [
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=state["item_id"],
+                    output_index=state["output_index"],
+                    arguments=state["arguments"],
+                ),
+                self._event("response.output_item.done", output_index=state["output_index"], item=item),
+            ]
+        response = self._final_response(completion)
+        kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
+        out.append(self._event(kind, response=response))
+        return out
+
+    @staticmethod
+    def _final_call_name(completion: dict[str, Any], state: dict[str, Any]) -> str:
+        for call in completion["choices"][0]["message"].get("tool_calls") or []:
+            if call.get("id") == state["call_id"]:
+                return call["function"]["name"]
+        return ""
+
+    def _final_response(self, completion: dict[str, Any]) -> dict[str, Any]:
+        # Keep the streamed call ids so response.completed matches the items already sent.
+        message = completion["choices"][0]["message"]
+        for index, call in enumerate(message.get("tool_calls") or []):
+            state = self._calls.get(index)
+            if state is not None:
+                call["id"] = state["call_id"]
+        response = _build_response(completion, self.request, self.response_id, self.created_at, self._ids)
+        # Output order follows the output_index each item was streamed with.
+        positions = {state["item_id"]: state["output_index"] for state in self._calls.values()}
+        positions[self._ids.message] = -1 if self._message_index is None else self._message_index
+        positions[self._ids.reasoning] = -2 if self._reasoning_index is None else self._reasoning_index
+        response["output"].sort(key=lambda item: positions.get(item["id"], 10**6))
+        return response
+
+    def fail(self, message: str, code: str = "server_error") -> list[bytes]:
+        """End the stream with response.failed (e.g. the upstream broke mid-stream)."""
+        if self.finished:
+            return []
+        out = self.start()
+        self.finished = True
+        response = self._shell()
+        response.update(status="failed", error={"code": code, "message": message})
+        out.append(self._event("response.failed", response=response))
+        return out
+
+
+__all__ = [
+    "ChatToResponsesStream",
+    "ResponsesInputError",
+    "ResponsesRequest",
+    "chat_to_response",
+    "responses_to_chat",
+]

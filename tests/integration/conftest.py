@@ -1,0 +1,139 @@
+"""One real local Ray instance per test session, serving the svc-sr graph on 127.0.0.1.
+
+Upstream LLMs are project-written fake servers (tests/fakes/upstream.py) on 127.0.0.1;
+everything between the OpenAI SDK and them is the real product.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.fakes.upstream import FakeUpstream, find_free_port
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Stack:
+    base_url: str  # http://127.0.0.1:<port>
+    upstream_a: FakeUpstream
+    upstream_b: FakeUpstream
+    dead_port: int
+
+    @property
+    def v1(self) -> str:
+        return f"{self.base_url}/v1"
+
+
+def routed_config(a: FakeUpstream, b: FakeUpstream, dead_port: int) -> dict:
+    return {
+        "version": "v0.3",
+        "providers": {
+            "defaults": {"default_model": "model-b"},
+            "models": [
+                {"name": "model-a", "provider_model_id": "served-a",
+                 "pricing": {"currency": "USD", "prompt_per_1m": 1.0, "completion_per_1m": 2.0},
+                 "backend_refs": [{"base_url": a.host_url}]},
+                {"name": "model-b", "backend_refs": [{"base_url": b.host_url}]},
+                {"name": "model-dead", "backend_refs": [{"endpoint": f"127.0.0.1:{dead_port}"}]},
+            ],
+        },
+        "routing": {
+            "strategy": "priority",
+            "signals": {
+                "keywords": [
+                    {"name": "math_words", "operator": "OR", "keywords": ["derivative", "integral", "equation"]},
+                    {"name": "fallback_words", "operator": "OR", "keywords": ["fallbacktest"]},
+                    {"name": "down_words", "operator": "OR", "keywords": ["alldowntest"]},
+                ],
+                "embeddings": [
+                    {"name": "code_help", "threshold": 0.6, "aggregation_method": "max",
+                     "candidates": ["write a python function", "help me debug my code"]},
+                ],
+            },
+            "decisions": [
+                {"name": "math", "priority": 100,
+                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "math_words"}]},
+                 "modelRefs": [{"model": "model-a"}],
+                 "plugins": [
+                     {"type": "system_prompt", "configuration": {"system_prompt": "You are a math expert."}},
+                     {"type": "semantic-cache", "configuration": {"enabled": True, "similarity_threshold": 0.85}},
+                     {"type": "header_mutation",
+                      "configuration": {"add": [{"name": "x-route-source", "value": "svc-sr"}]}},
+                 ]},
+                {"name": "code", "priority": 90,
+                 "rules": {"operator": "OR", "conditions": [{"type": "embedding", "name": "code_help"}]},
+                 "modelRefs": [{"model": "model-b"}]},
+                {"name": "fallback", "priority": 80,
+                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "fallback_words"}]},
+                 "modelRefs": [{"model": "model-dead"}, {"model": "model-a"}],
+                 "fallback": {"enabled": True, "max_attempts": 1}},
+                {"name": "down", "priority": 70,
+                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "down_words"}]},
+                 "modelRefs": [{"model": "model-dead"}]},
+            ],
+        },
+        "global": {
+            "stores": {"response_cache": {"enabled": False, "similarity_threshold": 0.9}},
+            "services": {"data_plane": {"max_body_bytes": 65536}},
+        },
+    }
+
+
+def noroute_config(a: FakeUpstream) -> dict:
+    return {
+        "version": "v0.3",
+        "providers": {"models": [{"name": "model-a", "backend_refs": [{"base_url": a.host_url}]}]},
+        "routing": {"decisions": []},
+    }
+
+
+def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} not ready after {timeout_s}s")
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    from ray import serve
+
+    from deployments.graph import GraphArgs, build_app
+
+    work = tmp_path_factory.mktemp("stack")
+    with FakeUpstream(name="a") as a, FakeUpstream(name="b") as b:
+        dead_port = find_free_port()
+        routed_path = Path(work, "routed.yaml")
+        routed_path.write_text(yaml.safe_dump(routed_config(a, b, dead_port)))
+        noroute_path = Path(work, "noroute.yaml")
+        noroute_path.write_text(yaml.safe_dump(noroute_config(a)))
+        port = find_free_port()
+        ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        try:
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
+            serve.run(build_app(GraphArgs(config_path=str(routed_path))), name="svc-sr", route_prefix="/")
+            serve.run(build_app(GraphArgs(config_path=str(noroute_path))), name="noroute",
+                      route_prefix="/noroute")
+            base = f"http://127.0.0.1:{port}"
+            _wait_ready(f"{base}/health")
+            yield Stack(base, a, b, dead_port)
+        finally:
+            serve.shutdown()
+            ray.shutdown()
