@@ -61,7 +61,7 @@ class LocalLLMSettings:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     n_ctx: int = 2048
-    n_threads: int = 2
+    n_threads: int = field(default_factory=lambda: default_threads())
     alias: str = MODEL_ALIAS
     chat_format: str = DEMO_CHAT_FORMAT
     python: str = sys.executable
@@ -79,7 +79,7 @@ class LocalLLMSettings:
             host=env.get("SVC_SR_LLM_HOST", "127.0.0.1"),
             port=_int_env(env, "SVC_SR_LLM_PORT", DEFAULT_PORT, 1, 65535),
             n_ctx=_int_env(env, "SVC_SR_LLM_CTX", 2048, 128, 32768),
-            n_threads=_int_env(env, "SVC_SR_LLM_THREADS", 2, 1, 256),
+            n_threads=_int_env(env, "SVC_SR_LLM_THREADS", default_threads(), 1, 256),
             chat_format=env.get("SVC_SR_LLM_CHAT_FORMAT") or DEMO_CHAT_FORMAT,
             python=env.get("SVC_SR_LLM_PYTHON") or sys.executable,
         )
@@ -103,6 +103,20 @@ class LocalLLMSettings:
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
+
+
+def default_threads() -> int:
+    """One core fewer than available (at most 8): the router's Ray processes need CPU at the same time.
+
+    llama.cpp's worker threads spin while waiting for each other, so when they outnumber free cores a
+    single preempted thread stalls every token: on a busy 2-core box 2 threads gave 2.5-3 tokens/s and
+    1 thread 12-19 tokens/s (docs/local-llm.md).
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus - 1))
 
 
 def _int_env(env: dict[str, str], name: str, default: int, lo: int, hi: int) -> int:
@@ -194,7 +208,10 @@ def _pid_is_ours(pid: int, settings: LocalLLMSettings) -> bool:
         args = cmdline.read_bytes().split(b"\0")
     except OSError:
         return False
-    return settings.server_module.encode() in args
+    if settings.server_module.encode() not in args:
+        return False
+    after = args[args.index(settings.server_module.encode()) + 1 :]
+    return all(a.encode() in after for a in settings.server_subcommand)
 
 
 def read_pid(settings: LocalLLMSettings) -> int | None:
@@ -237,6 +254,59 @@ def _log_tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except FileNotFoundError:
         return "(no log)"
+
+
+# ---------------------------------------------------------------- server child
+
+
+def _message_text(content: object) -> str:
+    """OpenAI content: a string or a list of parts; only text parts mean anything to this model."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        return "\n".join(t for t in parts if isinstance(t, str))
+    return ""
+
+
+def demo_chat_prompt(messages: Sequence[dict[str, object]]) -> tuple[str, list[str]]:
+    """Prompt and stop sequences for DEMO_CHAT_FORMAT: vicuna-style turns, one per line.
+
+    System messages replace the default system prompt (stock vicuna ignores them); every other role
+    speaks as USER, so tool results still reach the model as context.
+    """
+    system = [_message_text(m.get("content")) for m in messages if m.get("role") == "system"]
+    lines = ["\n".join(t for t in system if t) or DEMO_SYSTEM_PROMPT, ""]
+    for m in messages:
+        role = m.get("role")
+        if role == "system":
+            continue
+        speaker = "ASSISTANT" if role == "assistant" else "USER"
+        lines.append(f"{speaker}: {_message_text(m.get('content')).strip()}")
+    lines.append("ASSISTANT:")
+    return "\n".join(lines), list(DEMO_STOP)
+
+
+def run_server(argv: Sequence[str]) -> int:
+    """Foreground `llama_cpp.server` with DEMO_CHAT_FORMAT registered (runs in the child process)."""
+    try:
+        from llama_cpp import llama_chat_format
+        from llama_cpp.server import __main__ as server_main
+    except ImportError as exc:
+        print(
+            f"local-llm: error: llama-cpp-python[server] is not installed ({exc}); {INSTALL_HINT}",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+
+    @llama_chat_format.register_chat_format(DEMO_CHAT_FORMAT)
+    def _format(messages: list[dict[str, object]], **_: object) -> llama_chat_format.ChatFormatterResponse:
+        prompt, stop = demo_chat_prompt(messages)
+        return llama_chat_format.ChatFormatterResponse(prompt=prompt, stop=stop)
+
+    sys.argv = [f"{SERVER_MODULE} serve", *argv]
+    server_main.main()
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------- commands
@@ -305,7 +375,9 @@ def _wait_ready(
         exited = proc.poll() is not None if proc is not None else not _pid_alive(pid)
         if exited:
             code = proc.returncode if proc is not None else "?"
-            hint = f"; {INSTALL_HINT}" if "No module named" in _log_tail(settings.log_file) else ""
+            tail = _log_tail(settings.log_file)
+            missing = "No module named" in tail or "is not installed" in tail
+            hint = f"; {INSTALL_HINT}" if missing else ""
             return Status(False, None, False, [], f"local LLM exited during start (code {code}){hint}")
         models = probe_models(settings, timeout=1.0)
         if models is not None:
@@ -347,6 +419,9 @@ def _reap(pid: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == list(SERVER_SUBCOMMAND):
+        return run_server(argv[1:])
     parser = argparse.ArgumentParser(prog="local-llm", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["start", "stop", "status", "restart"])
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")

@@ -46,7 +46,11 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _texts(long_n: int) -> tuple[list[str], list[str]]:
-    short = [ln for ln in NEGATIVES.read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.startswith("#")]
+    short = [
+        ln
+        for ln in NEGATIVES.read_text(encoding="utf-8").splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     short += PII_SENTENCES
     long: list[str] = []
     if MMLU.exists() and long_n:
@@ -126,15 +130,23 @@ def main() -> None:
     report["results"] = results
 
     print(f"# PII detector benchmark {report['date']}")
-    print(f"cold load (imports + spaCy + recognizers): {cold_load_s:.2f} s; second instance: {warm_load_s:.3f} s")
+    print(
+        f"cold load (imports + spaCy + recognizers): {cold_load_s:.2f} s; second instance: {warm_load_s:.3f} s"
+    )
     t = report["texts"]
-    print(f"texts: {t['short']} short (mean {t['short_mean_chars']:.0f} chars), "  # type: ignore[index]
-          f"{t['long']} long (mean {t['long_mean_chars']:.0f} chars)")  # type: ignore[index]
-    print("| Detector / texts | p50 ms (batch 1) | p99 ms (batch 1) | mean ms | throughput texts/s "
-          f"(batch {args.batch}) |")
+    print(
+        f"texts: {t['short']} short (mean {t['short_mean_chars']:.0f} chars), "  # type: ignore[index]
+        f"{t['long']} long (mean {t['long_mean_chars']:.0f} chars)"
+    )  # type: ignore[index]
+    print(
+        "| Detector / texts | p50 ms (batch 1) | p99 ms (batch 1) | mean ms | throughput texts/s "
+        f"(batch {args.batch}) |"
+    )
     print("|---|---:|---:|---:|---:|")
     for key, r in results.items():
-        print(f"| {key} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['mean_ms']:.1f} | {r['throughput_per_s']:.0f} |")
+        print(
+            f"| {key} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['mean_ms']:.1f} | {r['throughput_per_s']:.0f} |"
+        )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
 

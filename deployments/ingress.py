@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from ray import serve
+from ray.exceptions import RayTaskError
 from ray.serve.handle import DeploymentHandle
 
 from app.api.app import StaticConfigView, create_app
+from app.api.errors import SvcError
 from app.config.loader import parse_config
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.client import UpstreamClient
@@ -20,10 +22,23 @@ class HandleRouterClient:
         self._handle = handle
 
     async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
-        return await self._handle.route.remote(body, headers, request_id)
+        try:
+            return await self._handle.route.remote(body, headers, request_id)
+        except RayTaskError as exc:
+            raise _cause(exc) from None
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
-        return await self._handle.complete.remote(plan, report)
+        try:
+            return await self._handle.complete.remote(plan, report)
+        except RayTaskError as exc:
+            raise _cause(exc) from None
+
+
+def _cause(exc: RayTaskError) -> BaseException:
+    """A routing error raised in the Router replica reaches the client as itself (its
+    status and error body), not as an opaque Ray task failure."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, SvcError) else exc
 
 
 @serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25})

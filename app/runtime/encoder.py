@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,3 +116,13 @@ def shared_encoder() -> MiniLMEncoder:
         if _shared is None:
             _shared = MiniLMEncoder()
         return _shared
+
+
+def token_counter() -> Callable[[str], int]:
+    """A tokenizer-only counter (no ONNX session) for context-length signals."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=True).ids)

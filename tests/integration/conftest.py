@@ -54,7 +54,7 @@ def routed_config(a: FakeUpstream, b: FakeUpstream, dead_port: int) -> dict:
                     {"name": "down_words", "operator": "OR", "keywords": ["alldowntest"]},
                 ],
                 "embeddings": [
-                    {"name": "code_help", "threshold": 0.6, "aggregation_method": "max",
+                    {"name": "code_help", "threshold": 0.5, "aggregation_method": "max",
                      "candidates": ["write a python function", "help me debug my code"]},
                 ],
             },
@@ -74,7 +74,7 @@ def routed_config(a: FakeUpstream, b: FakeUpstream, dead_port: int) -> dict:
                 {"name": "fallback", "priority": 80,
                  "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "fallback_words"}]},
                  "modelRefs": [{"model": "model-dead"}, {"model": "model-a"}],
-                 "fallback": {"enabled": True, "max_attempts": 1}},
+                 "fallback": {"enabled": True, "max_attempts": 2}},
                 {"name": "down", "priority": 70,
                  "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "down_words"}]},
                  "modelRefs": [{"model": "model-dead"}]},

@@ -144,6 +144,9 @@ def test_rayservice_embeds_the_gpu_application() -> None:
         if "nvidia.com/gpu" in g["template"]["spec"]["containers"][0]["resources"]["limits"]
     ]
     assert gpu_groups and all(g["minReplicas"] <= g["replicas"] <= g["maxReplicas"] for g in gpu_groups)
+    # The relative config_path resolves against the directory Ray starts in, on every pod.
+    containers = [head] + [g["template"]["spec"]["containers"][0] for g in cluster["workerGroupSpecs"]]
+    assert {c.get("workingDir") for c in containers} == {"/home/ray/svc-sr"}
 
 
 def test_ray_cluster_file_matches_the_launcher_schema() -> None:
@@ -155,6 +158,10 @@ def test_ray_cluster_file_matches_the_launcher_schema() -> None:
     assert cfg["head_node_type"] in cfg["available_node_types"]
     assert any(t["resources"].get("GPU", 0) >= 1 for t in cfg["available_node_types"].values())
     assert "~/svc-sr" in cfg["file_mounts"]
+    # Relative config_path resolves against the `ray start` directory; every node shares one token.
+    for cmd in cfg["head_start_ray_commands"][-1:] + cfg["worker_start_ray_commands"][-1:]:
+        assert "cd ~/svc-sr;" in cmd and "RAY_AUTH_MODE=token" in cmd, cmd
+    assert "~/.ray/auth_token" in cfg["file_mounts"]
 
 
 def test_ray_cluster_file_pins_torch_everywhere() -> None:

@@ -62,6 +62,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalLLMSetting
         port=_free_port(),
         python=sys.executable,
         server_module="fake_llm_server",
+        server_subcommand=(),
     )
     yield s
     local_llm.stop(s, grace=2)
@@ -70,8 +71,8 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalLLMSetting
 def test_server_command_uses_vicuna_and_settings(tmp_path: Path) -> None:
     s = LocalLLMSettings(cache_dir=tmp_path, port=19999, n_ctx=1024, n_threads=3)
     cmd = local_llm.server_command(s, tmp_path / "m.gguf")
-    args = dict(zip(cmd[3::2], cmd[4::2], strict=True))
-    assert cmd[1:3] == ["-m", "llama_cpp.server"]
+    assert cmd[1:4] == ["-m", "app.local_llm", "serve"]
+    args = dict(zip(cmd[4::2], cmd[5::2], strict=True))
     assert args == {
         "--model": str(tmp_path / "m.gguf"),
         "--host": "127.0.0.1",
@@ -79,8 +80,26 @@ def test_server_command_uses_vicuna_and_settings(tmp_path: Path) -> None:
         "--n_ctx": "1024",
         "--n_threads": "3",
         "--model_alias": "gemma-3-270m",
-        "--chat_format": "vicuna",
+        "--chat_format": "svc-sr-vicuna",
     }
+
+
+def test_demo_chat_prompt_turns_system_and_stops() -> None:
+    prompt, stop = local_llm.demo_chat_prompt(
+        [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url"}]},
+            {"role": "assistant", "content": "hello"},
+            {"role": "tool", "content": "42"},
+            {"role": "user", "content": None},
+        ]
+    )
+    assert prompt == "You are terse.\n\nUSER: hi\nASSISTANT: hello\nUSER: 42\nUSER: \nASSISTANT:"
+    # The model must stop before inventing the user's next turn.
+    assert "USER:" in stop
+    default_prompt, _ = local_llm.demo_chat_prompt([{"role": "user", "content": "q"}])
+    assert default_prompt.startswith(local_llm.DEMO_SYSTEM_PROMPT)
+    assert default_prompt.endswith("USER: q\nASSISTANT:")
 
 
 def test_settings_from_env_reads_and_validates(tmp_path: Path) -> None:
@@ -88,6 +107,11 @@ def test_settings_from_env_reads_and_validates(tmp_path: Path) -> None:
     assert s.port == 18100
     assert s.model_path == tmp_path.resolve() / "models" / "gemma-3-270m-q4_k_m.gguf"
     assert s.pid_file.parent == tmp_path.resolve() / "run"
+    assert 1 <= s.n_threads <= max(1, (os.cpu_count() or 1) - 1)  # leaves a core to the router
+    assert (
+        LocalLLMSettings.from_env({"SVC_SR_CACHE_DIR": str(tmp_path), "SVC_SR_LLM_THREADS": "3"}).n_threads
+        == 3
+    )
     for bad in ("abc", "0", "70000"):
         with pytest.raises(LocalLLMError, match="SVC_SR_LLM_PORT"):
             LocalLLMSettings.from_env({"SVC_SR_CACHE_DIR": str(tmp_path), "SVC_SR_LLM_PORT": bad})
