@@ -36,7 +36,10 @@ def cli() -> None:
 @click.option("--port", default=8080, show_default=True, type=int)
 @click.option("--dashboard/--no-dashboard", default=True, show_default=True,
               help="Start the Ray dashboard on 127.0.0.1:8265.")
-def serve(config_path: Path, host: str, port: int, dashboard: bool) -> None:
+@click.option("--serve-config", type=click.Path(dir_okay=False, path_type=Path),
+              default="cluster/serve-config.yaml", show_default=True,
+              help="Serve config whose per-deployment options (replicas, num_cpus, autoscaling) apply.")
+def serve(config_path: Path, host: str, port: int, dashboard: bool, serve_config: Path) -> None:
     """Start a local Ray instance and serve the router graph (Ctrl-C stops it)."""
     state = ServeState.read()
     if state and process_alive(state.pid):
@@ -45,7 +48,8 @@ def serve(config_path: Path, host: str, port: int, dashboard: bool) -> None:
     if not config_path.exists():
         console.print(f"[red]config file not found:[/red] {config_path}")
         sys.exit(2)
-    sys.exit(serve_forever(config_path, host, port, dashboard, console))
+    overrides = serve_config if serve_config.exists() else None
+    sys.exit(serve_forever(config_path, host, port, dashboard, console, overrides))
 
 
 @cli.command()

@@ -49,6 +49,21 @@ class ServeState:
         STATE_FILE.unlink(missing_ok=True)
 
 
+def deployment_overrides(serve_config: Path | None, app_name: str = APP_NAME) -> dict[str, dict[str, Any]]:
+    """Per-deployment Serve options (replicas, resources, autoscaling) from a `serve deploy`
+    config, so the laptop and the cluster read resources from one kind of file."""
+    if serve_config is None:
+        return {}
+    import yaml
+
+    document = yaml.safe_load(serve_config.read_text()) or {}
+    for application in document.get("applications", []):
+        if application.get("name") == app_name:
+            return {d["name"]: {k: v for k, v in d.items() if k != "name"}
+                    for d in application.get("deployments", [])}
+    return {}
+
+
 def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -70,7 +85,8 @@ def _deployment_states() -> dict[str, str]:
             for name, dep in app.deployments.items()}
 
 
-def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, console: Console) -> int:
+def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, console: Console,
+                  serve_config: Path | None = None) -> int:
     """Start Ray + the graph, show progress, block until Ctrl-C / SIGTERM, then stop cleanly."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from app.config.loader import ConfigError, load_config
@@ -87,15 +103,17 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
     from deployments.graph import GraphArgs, build_app
 
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-
     console.print(f"[bold]svc-sr[/bold] starting a local Ray instance (config {config_path})")
     ray.init(include_dashboard=dashboard, dashboard_host="127.0.0.1", logging_level="WARNING",
              log_to_driver=False, configure_logging=True)
+    # After ray.init: Ray installs its own SIGTERM handler (a stack dump and exit); ours
+    # must win so `svc-sr stop` shuts Serve and Ray down cleanly.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     try:
         serve.start(http_options={"host": host, "port": port})
-        app = build_app(GraphArgs(config_path=str(config_path)))
+        app = build_app(GraphArgs(config_path=str(config_path),
+                                  deployments=deployment_overrides(serve_config)))
         failure: list[BaseException] = []
 
         def deploy() -> None:

@@ -1,0 +1,160 @@
+"""Domain signals: `routing.signals.domains[]`, judged by the 14-category domain classifier.
+
+One classification per request: the last user text, with the request's shared query
+embedding (`SignalContext.query_vector`, the one encoder pass) handed to the classifier
+so it does not encode again. The classifier applies the global threshold
+(`global.model_catalog.modules.classifier.domain.threshold`): a best probability below it
+turns the category into `fallback_category` (default `other`).
+
+A rule matches when the category is one of its `mmlu_categories`, or, for a rule with no
+list, when the category equals its name case-insensitively (the spec's mapping rule);
+a rule's own `threshold` additionally requires that much probability. Confidence: the
+classification confidence when matched; otherwise the best probability among the rule's
+categories (so `NOT` and previews see how close it was).
+
+The classifier arrives as an async callable (`DomainClassifyFn`): the Router adapts the
+DomainClassifier deployment handle to it, tests pass a fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+
+from app.config.models import DomainSignal, RouterConfig
+from app.models.domain import DomainResult, map_to_configured
+from app.pipeline.plan import SignalMatch
+from app.pipeline.signals.base import EvaluatorFactory, SignalContext, error_matches
+
+FAMILY = "domain"
+DEFAULT_FALLBACK = "other"
+
+# (texts, vectors or None, threshold or None, fallback_category) -> one result per text
+DomainClassifyFn = Callable[[list[str], np.ndarray | None, float | None, str], Awaitable[list[Any]]]
+
+
+def catalog_section(config: RouterConfig, *keys: str) -> dict[str, Any]:
+    """`global.model_catalog.<keys...>` as a dict ({} when absent or not a mapping)."""
+    node: Any = config.global_.model_catalog
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
+def unit_float(value: Any) -> float | None:
+    """A threshold from an opaque config section: a number in [0, 1], else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0.0 <= float(value) <= 1.0 else None
+
+
+def domain_settings(config: RouterConfig) -> tuple[float | None, str]:
+    """(threshold, fallback_category) of `global.model_catalog.modules.classifier.domain`."""
+    section = catalog_section(config, "modules", "classifier", "domain")
+    fallback = section.get("fallback_category")
+    return unit_float(section.get("threshold")), fallback if isinstance(fallback, str) and fallback else DEFAULT_FALLBACK
+
+
+def rule_categories(rule: DomainSignal) -> frozenset[str]:
+    """Lower-cased classifier categories a rule accepts."""
+    if rule.mmlu_categories:
+        return frozenset(c.strip().lower() for c in rule.mmlu_categories)
+    return frozenset({rule.name.strip().lower()})
+
+
+class DomainEvaluator:
+    family = FAMILY
+
+    def __init__(
+        self,
+        rules: list[DomainSignal],
+        classify: DomainClassifyFn | None,
+        threshold: float | None = None,
+        fallback_category: str = DEFAULT_FALLBACK,
+    ) -> None:
+        self._rules = {rule.name: rule for rule in rules}
+        self._classify = classify
+        self.threshold = threshold
+        self.fallback_category = fallback_category
+        self._mapping = [(rule.name, list(rule.mmlu_categories)) for rule in rules]
+
+    @classmethod
+    def from_config(cls, config: RouterConfig, classify: DomainClassifyFn | None) -> DomainEvaluator:
+        threshold, fallback = domain_settings(config)
+        return cls(config.routing.signals.domains, classify, threshold, fallback)
+
+    def rule_names(self) -> list[str]:
+        return list(self._rules)
+
+    async def warm_up(self) -> None:
+        return None  # the model deployment loads and warms itself
+
+    def configured_category(self, category: str) -> str:
+        return map_to_configured(category, self._mapping)
+
+    async def classify(self, ctx: SignalContext) -> DomainResult:
+        if self._classify is None:
+            raise RuntimeError("no domain classifier configured")
+        try:
+            vectors: np.ndarray | None = (await ctx.query_vector()).reshape(1, -1)
+        except Exception:  # the Embedding deployment being down: the classifier encodes itself
+            vectors = None
+        results = await self._classify([ctx.text], vectors, self.threshold, self.fallback_category)
+        if len(results) != 1:
+            raise RuntimeError(f"domain classifier returned {len(results)} results for 1 text")
+        return DomainResult.model_validate(results[0])
+
+    async def evaluate(self, ctx: SignalContext, names: frozenset[str]) -> list[SignalMatch]:
+        known = frozenset(n for n in names if n in self._rules)
+        out = [
+            SignalMatch(type=FAMILY, name=n, matched=False, confidence=0.0, error=f"no domain rule named {n!r}")
+            for n in sorted(names - known)
+        ]
+        if not known:
+            return out
+        if not ctx.text.strip():
+            return out + [
+                SignalMatch(type=FAMILY, name=n, matched=False, confidence=0.0, detail={"reason": "no user text"})
+                for n in sorted(known)
+            ]
+        try:
+            result = await self.classify(ctx)
+        except Exception as exc:  # a model failure is a signal error (on_error decides), not a 500
+            return out + error_matches(FAMILY, known, f"domain classification failed: {exc}")
+        top = sorted(result.probabilities.items(), key=lambda kv: kv[1], reverse=True)[:3]
+        shared = {
+            "category": result.category,
+            "configured_category": self.configured_category(result.category),
+            "top": [{"category": c, "probability": round(p, 4)} for c, p in top],
+        }
+        for name in sorted(known):
+            out.append(self._judge(self._rules[name], result, shared))
+        return out
+
+    @staticmethod
+    def _judge(rule: DomainSignal, result: DomainResult, shared: dict[str, Any]) -> SignalMatch:
+        accepted = rule_categories(rule)
+        probabilities = {c.lower(): p for c, p in result.probabilities.items()}
+        matched = result.category.strip().lower() in accepted
+        if matched and rule.threshold is not None and result.confidence < rule.threshold:
+            matched = False
+        if matched:
+            confidence = result.confidence
+        else:
+            confidence = max((probabilities.get(c, 0.0) for c in accepted), default=0.0)
+        detail = {**shared, "probability": round(float(confidence), 4)}
+        return SignalMatch(
+            type=FAMILY, name=rule.name, matched=matched, confidence=max(0.0, min(1.0, float(confidence))),
+            detail=detail,
+        )
+
+
+def domain_factory(classify: DomainClassifyFn | None) -> EvaluatorFactory:
+    """`PipelineServices.evaluators["domain"]` entry over a classify callable."""
+
+    def factory(config: RouterConfig, services: Any = None) -> DomainEvaluator:
+        return DomainEvaluator.from_config(config, classify)
+
+    return factory
