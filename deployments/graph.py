@@ -1,7 +1,9 @@
 """The svc-sr application graph, built from a config path.
 
     Ingress (FastAPI) -> Router -> Embedding
-                               -> ResponseCache
+                 |             -> ResponseCache
+                 |             -> DomainClassifier -> Embedding (texts without vectors)
+                 +-(diagnostics)-> Guard (PII, jailbreak) -> Embedding
 
 `serve deploy` imports `deployments.graph:build_app` with `args: {config_path: ...}`;
 `svc-sr serve` calls the same builder, so a laptop and a cluster run one graph.
@@ -18,7 +20,9 @@ from pydantic import BaseModel
 from ray.serve import Application
 
 from app.config.loader import load_config
+from deployments.domain_classifier import DomainClassifier
 from deployments.embedding import Embedding
+from deployments.guard import Guard
 from deployments.ingress import Ingress
 from deployments.response_cache import ResponseCache
 from deployments.router import Router
@@ -41,7 +45,9 @@ def build_app(args: dict[str, Any] | GraphArgs | None = None) -> Application:
     cache = ResponseCache.options(
         **{"user_config": {"response_cache": cache_settings}, **options.get("ResponseCache", {})}
     ).bind()
+    domain = DomainClassifier.options(**options.get("DomainClassifier", {})).bind(embedding)
+    guard = Guard.options(**options.get("Guard", {})).bind(embedding)
     router = Router.options(
         **{"user_config": {"config": document}, **options.get("Router", {})}
-    ).bind(embedding, cache)
-    return Ingress.options(**options.get("Ingress", {})).bind(router, document)
+    ).bind(embedding, cache, domain, guard)
+    return Ingress.options(**options.get("Ingress", {})).bind(router, document, domain, guard)

@@ -1,14 +1,17 @@
-"""Ingress deployment: the FastAPI front door (standalone data plane, system routes)."""
+"""Ingress deployment: the FastAPI front door (standalone data plane, system routes,
+classification diagnostics over the DomainClassifier / Guard handles)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ray import serve
-from ray.exceptions import RayTaskError
+from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 
 from app.api.app import StaticConfigView, create_app
+from app.api.classify_models import ModelNotLoadedError
 from app.api.errors import SvcError
 from app.config.loader import parse_config
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
@@ -41,16 +44,64 @@ def _cause(exc: RayTaskError) -> BaseException:
     return cause if isinstance(cause, SvcError) else exc
 
 
+class HandleClassifiers:
+    """The diagnostics' ClassifierBackend over the model deployments and the Router."""
+
+    def __init__(
+        self, domain: DeploymentHandle | None, guard: DeploymentHandle | None, router: DeploymentHandle
+    ) -> None:
+        self._domain = domain
+        self._guard = guard
+        self._router = router
+
+    @staticmethod
+    async def _call(handle: DeploymentHandle | None, method: str, *args: Any) -> Any:
+        if handle is None:
+            raise ModelNotLoadedError(f"no deployment serves {method}")
+        try:
+            return await getattr(handle, method).remote(*args)
+        except RayTaskError as exc:  # the replica's own exception (ModelNotLoadedError, ValueError, ...)
+            raise _model_cause(exc) from None
+        except (RayActorError, ActorUnavailableError, DeploymentUnavailableError, BackPressureError) as exc:
+            raise ModelNotLoadedError(f"{method}: deployment unavailable ({type(exc).__name__})") from None
+
+    async def classify_domain(self, texts: list[str], threshold: float | None, fallback_category: str) -> list[Any]:
+        return await self._call(self._domain, "classify", texts, None, threshold, fallback_category)
+
+    async def detect_pii(self, texts: list[str], entity_types: list[str] | None, threshold: float | None) -> list[Any]:
+        return await self._call(self._guard, "detect_pii", texts, entity_types, threshold)
+
+    async def detect_jailbreak(
+        self, texts: list[str], method: str, threshold: float | None,
+        jailbreak_patterns: list[str], benign_patterns: list[str],
+    ) -> list[Any]:
+        return await self._call(self._guard, "detect_jailbreak", texts, None, method, threshold,
+                                jailbreak_patterns, benign_patterns)
+
+    async def preview(self, text: str) -> dict[str, Any] | None:
+        body = {"model": "MoM", "messages": [{"role": "user", "content": text}]}
+        return await self._call(self._router, "preview", body, {})
+
+
+def _model_cause(exc: RayTaskError) -> BaseException:
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, Exception) else exc
+
+
 @serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25})
 @serve.ingress()
 class Ingress:
-    def __init__(self, router: DeploymentHandle, config_document: dict[str, Any]) -> None:
+    def __init__(
+        self, router: DeploymentHandle, config_document: dict[str, Any],
+        domain: DeploymentHandle | None = None, guard: DeploymentHandle | None = None,
+    ) -> None:
         self._config = StaticConfigView(parse_config(config_document).config)
         self._router = HandleRouterClient(router)
         self._upstream = UpstreamClient()
+        self._classifiers = HandleClassifiers(domain, guard, router)
 
     def __serve_build_asgi_app__(self) -> Any:
-        return create_app(self._router, self._upstream, self._config)
+        return create_app(self._router, self._upstream, self._config, self._classifiers)
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         if "config" in user_config:

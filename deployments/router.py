@@ -2,6 +2,10 @@
 
 Routing configuration arrives as Serve `user_config` so a routing change reaches live
 replicas through `reconfigure()` without a restart.
+
+The learned signal families (`domain`, `pii`, `jailbreak`) call the DomainClassifier and
+Guard deployments; the request's query vector from the Embedding deployment is passed
+along, so the text is encoded once per request.
 """
 
 from __future__ import annotations
@@ -16,10 +20,41 @@ from app.cache.base import CacheHit
 from app.config.loader import parse_config
 from app.pipeline.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.pipeline.signals.base import EvaluatorFactory
+from app.pipeline.signals.domain import domain_factory
+from app.pipeline.signals.jailbreak import jailbreak_factory
+from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import token_counter
 
 
-def handle_services(embedding: DeploymentHandle, cache: DeploymentHandle) -> PipelineServices:
+def classifier_evaluators(
+    domain: DeploymentHandle | None, guard: DeploymentHandle | None
+) -> dict[str, EvaluatorFactory]:
+    """Evaluator factories of the learned families over the model deployments' handles."""
+    evaluators: dict[str, EvaluatorFactory] = {}
+    if domain is not None:
+        async def classify(texts: list[str], vectors: np.ndarray | None, threshold: float | None,
+                           fallback: str) -> list[Any]:
+            return await domain.classify.remote(texts, vectors, threshold, fallback)
+
+        evaluators["domain"] = domain_factory(classify)
+    if guard is not None:
+        async def detect_pii(texts: list[str], entity_types: list[str] | None, threshold: float | None) -> list[Any]:
+            return await guard.detect_pii.remote(texts, entity_types, threshold)
+
+        async def detect_jailbreak(texts: list[str], vectors: np.ndarray | None, method: str, threshold: float,
+                                   patterns: list[str], benign: list[str]) -> list[Any]:
+            return await guard.detect_jailbreak.remote(texts, vectors, method, threshold, patterns, benign)
+
+        evaluators["pii"] = pii_factory(detect_pii)
+        evaluators["jailbreak"] = jailbreak_factory(detect_jailbreak)
+    return evaluators
+
+
+def handle_services(
+    embedding: DeploymentHandle, cache: DeploymentHandle,
+    domain: DeploymentHandle | None = None, guard: DeploymentHandle | None = None,
+) -> PipelineServices:
     async def embed(texts: list[str]) -> np.ndarray:
         return await embedding.embed.remote(texts)
 
@@ -31,13 +66,16 @@ def handle_services(embedding: DeploymentHandle, cache: DeploymentHandle) -> Pip
         await cache.store.remote(partition, vector, response, ttl_seconds)
 
     return PipelineServices(embed=embed, cache_lookup=cache_lookup, cache_store=cache_store,
-                            count_tokens=token_counter())
+                            count_tokens=token_counter(), evaluators=classifier_evaluators(domain, guard))
 
 
 @serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25})
 class Router:
-    def __init__(self, embedding: DeploymentHandle, cache: DeploymentHandle) -> None:
-        self._services = handle_services(embedding, cache)
+    def __init__(
+        self, embedding: DeploymentHandle, cache: DeploymentHandle,
+        domain: DeploymentHandle | None = None, guard: DeploymentHandle | None = None,
+    ) -> None:
+        self._services = handle_services(embedding, cache, domain, guard)
         self._pipeline: RouterPipeline | None = None
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
@@ -60,3 +98,8 @@ class Router:
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
         return await self.pipeline.complete(plan, report)
+
+    async def preview(self, body: dict[str, Any], headers: dict[str, str] | None = None,
+                      seed: int | None = None) -> dict[str, Any]:
+        """Routing preview (no backend call, no cache access); see RouterPipeline.preview."""
+        return await self.pipeline.preview(body, headers, seed=seed)

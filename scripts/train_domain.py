@@ -41,7 +41,7 @@ from app.models.domain import (  # noqa: E402
     HEAD_FILE,
     META_FILE,
     METRICS_FILE,
-    bow_counts,
+    tfidf_rows,
     softmax,
 )
 

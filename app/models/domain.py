@@ -54,21 +54,21 @@ def tokenize(text: str) -> list[str]:
     return words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
 
 
-def bow_counts(texts: list[str], vocab: dict[str, int]) -> np.ndarray:
-    """Sublinear term frequencies (1 + log tf) over a fixed vocabulary, shape (n, |vocab|)."""
-    out = np.zeros((len(texts), len(vocab)), np.float32)
-    for row, text in enumerate(texts):
-        for term, count in Counter(tokenize(text)).items():
-            col = vocab.get(term)
-            if col is not None:
-                out[row, col] = 1.0 + math.log(count)
-    return out
+def tfidf_rows(texts: list[str], vocab: dict[str, int], idf: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per text: (column indices, L2-normalised sublinear tf-idf values) over a fixed vocabulary.
 
-
-def tfidf(counts: np.ndarray, idf: np.ndarray) -> np.ndarray:
-    weighted = counts * idf[None, :]
-    norms = np.linalg.norm(weighted, axis=1, keepdims=True)
-    return weighted / np.clip(norms, 1e-12, None)
+    Sparse on purpose: a vocabulary of ~40k terms would make a dense row per text
+    wasteful at run time and impossible for 25k training texts.
+    """
+    rows = []
+    for text in texts:
+        counts = Counter(term for term in tokenize(text) if term in vocab)
+        cols = np.fromiter((vocab[t] for t in counts), dtype=np.int64, count=len(counts))
+        tf = np.fromiter((1.0 + math.log(c) for c in counts.values()), dtype=np.float32, count=len(counts))
+        vals = tf * idf[cols]
+        norm = float(np.linalg.norm(vals))
+        rows.append((cols, vals / norm if norm > 0 else vals))
+    return rows
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -115,8 +115,10 @@ class DomainHead:
     def log_probs(self, vectors: np.ndarray, texts: list[str]) -> np.ndarray:
         fused = log_softmax(vectors @ self.emb_w + self.emb_b)
         if self.bow_weight > 0 and self.bow_w is not None and self.idf is not None:
-            words = tfidf(bow_counts(texts, self.vocab), self.idf)
-            bow = log_softmax(words @ self.bow_w + self.bow_b)
+            bow_logits = np.stack(
+                [vals @ self.bow_w[cols] for cols, vals in tfidf_rows(texts, self.vocab, self.idf)]
+            )
+            bow = log_softmax(bow_logits + self.bow_b)
             fused = (1.0 - self.bow_weight) * fused + self.bow_weight * bow
         return fused / self.temperature
 

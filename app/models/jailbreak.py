@@ -8,10 +8,12 @@ Three detectors, picked per call (the `method` of a jailbreak signal rule):
   encoder truncated at 256 tokens blurs), plus a few regexes for well-known attack phrasings
   that nudge the logit and explain the verdict (``patterns_detected``). Trained by
   scripts/train_jailbreak.py; the threshold is calibrated so that 0.5 is the operating point.
-- ``contrastive``: max cosine similarity to ``jailbreak_patterns`` minus max similarity to
-  ``benign_patterns`` (shipped defaults when a list is not given), mapped to 0-1 with
-  ``sigmoid(diff / CONTRASTIVE_TEMPERATURE)``, so 0.5 means "equally close to both lists". A text that
-  contains a jailbreak pattern verbatim (case/space-insensitive) scores 1.0.
+- ``contrastive``: ``diff`` = max cosine similarity to ``jailbreak_patterns`` minus max similarity
+  to ``benign_patterns`` (shipped defaults for a list not given), mapped to 0-1 with
+  ``sigmoid((diff - margin) / CONTRASTIVE_TEMPERATURE)``. ``margin`` (in the artifact, calibrated
+  on validation data for the default lists) is how much closer to an attack than to benign text a
+  prompt must be to reach 0.5. A text containing a jailbreak pattern verbatim (case- and
+  space-insensitive) scores 1.0.
 - ``hybrid``: ``max(classifier, contrastive)``: flag when either detector flags. The classifier
   carries the learned decision; the pattern lists let an operator add attacks it misses.
   ``benign_patterns`` therefore only lower the contrastive half, never the classifier's verdict.
@@ -289,6 +291,7 @@ class JailbreakGuard:
         self._offset = float(self.meta["logit_offset"])
         self.default_jailbreak_patterns: list[str] = list(self.meta["contrastive"]["jailbreak_patterns"])
         self.default_benign_patterns: list[str] = list(self.meta["contrastive"]["benign_patterns"])
+        self.contrastive_margin = float(self.meta["contrastive"].get("margin", 0.0))
         self._pattern_cache: OrderedDict[tuple[str, ...], np.ndarray] = OrderedDict()
         self._cache_lock = threading.Lock()
 
@@ -374,7 +377,7 @@ class JailbreakGuard:
         diff = jb_sim.max(axis=1)
         if bn:
             diff = diff - (vectors @ self._pattern_vectors(bn).T).max(axis=1)
-        scores = _sigmoid(diff / CONTRASTIVE_TEMPERATURE).astype(np.float32)
+        scores = _sigmoid((diff - self.contrastive_margin) / CONTRASTIVE_TEMPERATURE).astype(np.float32)
         exact = [_squash(p) for p in jb]
         for row, text in enumerate(texts):
             squashed = _squash(text)
@@ -423,8 +426,8 @@ class JailbreakGuard:
         vectors = np.asarray(vectors, np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(texts) or (texts and vectors.shape[1] != 384):
             raise ValueError(f"vectors must have shape ({len(texts)}, 384), got {vectors.shape}")
-        if not texts:
-            return []
+        if not any(t.strip() for t in texts):  # nothing to score: skip the pattern encoder pass too
+            return [JailbreakResult(is_jailbreak=False, score=0.0, confidence=1.0, method=method) for _ in texts]
 
         logits, hits = self.classifier_logits(vectors, texts)
         clf = _sigmoid(logits)

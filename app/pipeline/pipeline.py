@@ -10,9 +10,17 @@ route(), for `model: MoM` / `auto` (any `config.auto_model_names`, or "vllm-sr/a
    family, concurrently; the query embedding is computed at most once and shared by
    embedding signals, other learned evaluators and the cache;
 3. decision engine (`decisions.py`), model selection (`selection.py`);
-4. plugins (`plugins.py`): fast_response, response cache, system_prompt,
-   header_mutation, reasoning toggle, request_params;
+4. plugins (`plugins.py`): guard checks (`jailbreak`, `pii`: 403 block), fast_response,
+   response cache, system_prompt, header_mutation, reasoning toggle, request_params;
 5. routing headers (`headers.py`).
+
+Blocking (spec 01 "Errors"): with `global.model_catalog.modules.prompt_guard.enabled`
+every auto request is also checked for jailbreaks (concurrently with the signals) and
+blocked with 403 `security_violation`/`jailbreak_detected` when flagged; a chosen
+decision's `jailbreak` plugin, then its `pii` plugin (`pii_types_allowed`) block the same
+way (`pii_detected`). A guard that cannot run (no evaluator, model down) lets the request
+through and reports the failure in `signal_errors`. The v0.3 alternative, a
+high-priority decision on pii/jailbreak signals with `fast_response`, answers 200.
 An explicit model is a pass-through: no signals, no plugins, no cache, reason
 `model_specified`; an unknown one raises ModelNotFoundError (404).
 
@@ -43,6 +51,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from app.accounting.cost import compute_cost
+from app.api.errors import security_violation
 from app.cache.base import CacheHit
 from app.config.models import Decision, ProviderModel, RouterConfig
 from app.pipeline import decisions as engine
@@ -63,6 +72,7 @@ from app.pipeline.plugins import (
     apply_header_mutation,
     apply_request_params,
     apply_system_prompt,
+    compile_guards,
     compile_plugins,
     completion_body,
     effective_cache_policy,
@@ -90,6 +100,7 @@ from app.pipeline.signals.base import (
     content_text,
     error_matches,
 )
+from app.pipeline.signals.jailbreak import prompt_guard_rule
 from app.upstream.policy import FallbackConfig
 
 log = logging.getLogger("svc_sr.pipeline")
@@ -183,6 +194,8 @@ class _Compiled:
             family: factory(config, services) for family, factory in factories.items()
         }
         self.global_fallback = _global_fallback(config)
+        self.prompt_guard = prompt_guard_rule(config)
+        self.guards = {d.name: compile_guards(d) for d in self.decisions}
         self.prefetch_vector = bool(self.global_cache.enabled and services.cache_lookup is not None)
 
     def all_signal_names(self) -> dict[str, frozenset[str]]:
@@ -256,6 +269,8 @@ class RouterPipeline:
         decision = state.plugins.get(plan.decision or "")
         if plan.immediate is not None and plan.immediate.kind == "fast_response":
             status, method = "not_required", "fast_response"
+        elif plan.immediate is not None and plan.immediate.kind == "block":
+            status, method = "blocked", plan.reason_code
         elif not plan.auto:
             status, method = "selected", "model_specified"
         elif plan.reason_code == "default_model":
@@ -328,12 +343,13 @@ class RouterPipeline:
             ctx.start_query_vector()  # the cache will need it: overlap it with the signals
         try:
             wanted = state.all_signal_names() if preview else state.referenced
-            plan.signals = await _evaluate_signals(state, ctx, wanted)
-            plan.security = _security(plan.signals.matches)
+            global_guard = [("jailbreak", state.prompt_guard)] if state.prompt_guard is not None else []
+            plan.signals, guarded = await asyncio.gather(
+                _evaluate_signals(state, ctx, wanted), _guard_checks(state, ctx, global_guard)
+            )
             winner, ranked = engine.select_decision(
                 state.decisions, engine.index_matches(plan.signals.matches), state.strategy, state.tiered
             )
-            plan.classification_ms = (time.perf_counter() - t0) * 1000
             decision = winner.decision if winner else None
             plugins = state.plugins.get(decision.name) if decision else None
             if winner is not None:
@@ -341,6 +357,16 @@ class RouterPipeline:
                 plan.confidence = winner.confidence
             else:
                 plan.confidence = 0.0
+
+            # ---- guard checks: the global prompt guard, then the decision's jailbreak / pii plugins
+            if decision is not None and state.guards.get(decision.name) and not _blocking(guarded):
+                guarded += await _guard_checks(state, ctx, state.guards[decision.name])
+            _add_guard_matches(plan, guarded)
+            plan.security = _security(plan.signals.matches)
+            plan.classification_ms = (time.perf_counter() - t0) * 1000
+            if (blocking := _blocking(guarded)) is not None:
+                _block(plan, blocking)
+                return plan, ranked
 
             # ---- fast_response: answered by the router, no model needed
             if plugins is not None and plugins.fast_response is not None:
@@ -562,10 +588,59 @@ async def _evaluate_signals(
     return report
 
 
+async def _guard_checks(
+    state: _Compiled, ctx: SignalContext, checks: list[tuple[str, Any]]
+) -> list[SignalMatch]:
+    """Run guard rules (not configured signals) on their family's evaluator; failures become
+    errored matches, which never block."""
+
+    async def one(family: str, rule: Any) -> list[SignalMatch]:
+        evaluator = state.evaluators.get(family)
+        run = getattr(evaluator, "evaluate_rules", None)
+        if run is None:
+            return error_matches(family, {rule.name}, f"no {family} evaluator to run the guard")
+        try:
+            return list(await run(ctx, [rule]))
+        except Exception as exc:
+            log.warning("%s guard %s failed: %s", family, rule.name, exc)
+            return error_matches(family, {rule.name}, f"{type(exc).__name__}: {exc}")
+
+    parts = await asyncio.gather(*(one(family, rule) for family, rule in checks))
+    return [m for part in parts for m in part]
+
+
+def _blocking(guarded: list[SignalMatch]) -> SignalMatch | None:
+    return next((m for m in guarded if m.matched and not m.error), None)
+
+
+def _add_guard_matches(plan: RoutePlan, guarded: list[SignalMatch]) -> None:
+    plan.signals.matches.extend(guarded)
+    plan.signals.errors.extend(f"{m.type}:{m.name}: {m.error}" for m in guarded if m.error)
+
+
+def _block(plan: RoutePlan, match: SignalMatch) -> None:
+    """403 security_violation for a guard that fired (spec 01 data-plane error body)."""
+    if match.type == "pii":
+        found = [str(t) for t in match.detail.get("denied") or match.detail.get("entities") or []]
+        error = security_violation("pii_detected", found)
+        plan.reason_code = "pii_policy_denied"
+        headers = {"x-vsr-pii-violation": "true", "x-vsr-pii-types": ",".join(found)}
+    else:
+        found = [str(t) for t in match.detail.get("detection_types") or []]
+        error = security_violation("jailbreak_detected", found)
+        plan.reason_code = "jailbreak_block"
+        headers = {"x-vsr-jailbreak-blocked": "true", "x-vsr-jailbreak-type": ",".join(found),
+                   "x-vsr-jailbreak-confidence": f"{match.confidence:.4f}"}
+    plan.selected_model = None
+    plan.immediate = ImmediateResponse(kind="block", status=error.status, body=error.body(), headers=headers)
+    fill_routing_headers(plan, "bypass")
+
+
 def _security(matches: list[SignalMatch]) -> SecurityChecks:
+    """Detections, not only policy violations: PII that a rule allows still counts as found."""
     checks = SecurityChecks()
     for m in matches:
-        if not m.matched or m.error:
+        if m.error or not (m.matched or (m.type == "pii" and m.detail.get("detected"))):
             continue
         if m.type == "pii":
             checks.pii_detected = True

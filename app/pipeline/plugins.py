@@ -4,8 +4,10 @@ Order (reference router, `processor_req_body*.go`): `fast_response` (immediate a
 response cache (lookup; immediate answer on a hit), then the request mutations:
 `system_prompt`, `header_mutation`, reasoning toggle (`reasoning.py`),
 `request_params`. A plugin with `enabled: false` (on the plugin or inside its
-`configuration`) is skipped. Plugin types handled elsewhere (`pii`, `jailbreak`:
-signals; `router_replay`: the replay recorder) are ignored here.
+`configuration`) is skipped. `pii` and `jailbreak` are not request mutations:
+`compile_guards` turns them into guard rules (a PIISignal / JailbreakSignal named
+`plugin:<decision>`) that the pipeline checks once the decision is chosen, blocking with
+403 before any other plugin answers. `router_replay` belongs to the replay recorder.
 
 Configurations are the typed models of `app.config.plugins` (`parse_plugin`), compiled
 once per config version into `DecisionPlugins`, so a request never re-validates them.
@@ -18,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.config.models import Decision, Plugin, ResponseCacheConfig
+from app.config.models import Decision, JailbreakSignal, PIISignal, Plugin, ResponseCacheConfig
 from app.config.plugins import PROTECTED_HEADERS, parse_plugin
 
 CACHE_TYPES = frozenset({"semantic-cache", "response_cache"})
@@ -104,6 +106,10 @@ class DecisionPlugins:
     request_params: dict[str, Any] | None = None
 
 
+def guard_rule_name(decision: str) -> str:
+    return f"plugin:{decision}"
+
+
 def compile_plugins(decision: Decision, global_cache: ResponseCacheConfig) -> DecisionPlugins:
     out = DecisionPlugins()
     for index, plugin in enumerate(decision.plugins):
@@ -133,6 +139,30 @@ def compile_plugins(decision: Decision, global_cache: ResponseCacheConfig) -> De
         elif kind == "request_params":
             out.request_params = settings
     return out
+
+
+GuardRule = tuple[str, PIISignal | JailbreakSignal]  # (signal family, rule)
+
+
+def compile_guards(decision: Decision) -> list[GuardRule]:
+    """The decision's enabled `jailbreak` then `pii` plugins as guard rules (legacy v0.1
+    order). An unset threshold stays unset, so the evaluator's global default applies."""
+    jailbreak: JailbreakSignal | None = None
+    pii: PIISignal | None = None
+    for plugin in decision.plugins:
+        if plugin.type not in ("pii", "jailbreak"):
+            continue
+        settings = plugin_settings(plugin) or {}
+        if settings.get("enabled") is False:
+            continue
+        fields: dict[str, Any] = {"name": guard_rule_name(decision.name)}
+        if settings.get("threshold") is not None:
+            fields["threshold"] = settings["threshold"]
+        if plugin.type == "pii":
+            pii = PIISignal(**fields, pii_types_allowed=settings.get("pii_types_allowed") or [])
+        else:
+            jailbreak = JailbreakSignal(**fields)
+    return [(family, rule) for family, rule in (("jailbreak", jailbreak), ("pii", pii)) if rule is not None]
 
 
 def _hname(pair: Any) -> str:

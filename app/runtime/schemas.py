@@ -195,7 +195,10 @@ class Span(_Wire):
 
 
 class Timings(_Wire):
+    """Engine phases in ms (Server-Timing: tokenize, queue, forward, post)."""
+
     tokenize_ms: float = 0.0
+    queue_ms: float = 0.0  # set by batching hosts
     forward_ms: float = 0.0
     post_ms: float = 0.0
     windows: int = 0  # forward rows (segments) this request needed
@@ -262,10 +265,17 @@ class EmbeddingsResult(_Wire):
     usage: EmbeddingsUsage
     meta: ResultMeta | None = None
     _timings: Timings = PrivateAttr(default_factory=Timings)
+    _vectors: Any = PrivateAttr(default=None)
 
     @property
     def timings(self) -> Timings:
         return self._timings
+
+    @property
+    def vectors(self) -> Any:
+        """The embeddings as one float32 ndarray (n, dim) for in-process callers; rows of
+        failed items are zeros. None when the result was parsed from the wire."""
+        return self._vectors
 
 
 # --------------------------------------------------------------------------- model cards
@@ -295,7 +305,8 @@ class ModelCard(_Wire):
     dimensions: list[int] = Field(default_factory=list)  # embeddings sizes honoured
     layers: list[int] = Field(default_factory=list)  # embeddings layers honoured
     representation: str | None = None
-    revision: str | None = Field(default=None, description="sha256 over the loaded artifact files")
+    revision: str | None = Field(default=None, description="pinned packages and artifact versions")
+    digest: str | None = Field(default=None, description="sha256 over the artifact files, at load")
     artifacts: list[ArtifactRef] = Field(default_factory=list)
     limits: CardLimits
     device: str = "cpu"

@@ -52,7 +52,13 @@ def routed_config(a: FakeUpstream, b: FakeUpstream, dead_port: int) -> dict:
                     {"name": "math_words", "operator": "OR", "keywords": ["derivative", "integral", "equation"]},
                     {"name": "fallback_words", "operator": "OR", "keywords": ["fallbacktest"]},
                     {"name": "down_words", "operator": "OR", "keywords": ["alldowntest"]},
+                    # tests/integration/test_security.py
+                    {"name": "secure_words", "operator": "OR", "keywords": ["securechat"]},
+                    {"name": "guarded_words", "operator": "OR", "keywords": ["guardedchat"]},
+                    {"name": "fastguard_words", "operator": "OR", "keywords": ["fastguard"]},
                 ],
+                "domains": [{"name": "math", "mmlu_categories": ["math"]}],
+                "pii": [{"name": "any_pii", "threshold": 0.5}],
                 "embeddings": [
                     {"name": "code_help", "threshold": 0.5, "aggregation_method": "max",
                      "candidates": ["write a python function", "help me debug my code"]},
@@ -78,6 +84,24 @@ def routed_config(a: FakeUpstream, b: FakeUpstream, dead_port: int) -> dict:
                 {"name": "down", "priority": 70,
                  "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "down_words"}]},
                  "modelRefs": [{"model": "model-dead"}]},
+                # test_security.py: below every keyword decision, so it only takes otherwise unmatched requests
+                {"name": "math_domain", "priority": 50,
+                 "rules": {"operator": "OR", "conditions": [{"type": "domain", "name": "math"}]},
+                 "modelRefs": [{"model": "model-a"}]},
+                {"name": "secure", "priority": 60,
+                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "secure_words"}]},
+                 "modelRefs": [{"model": "model-b"}],
+                 "plugins": [{"type": "pii", "configuration": {"enabled": True,
+                                                               "pii_types_allowed": ["EMAIL_ADDRESS"]}}]},
+                {"name": "guarded", "priority": 60,
+                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "guarded_words"}]},
+                 "modelRefs": [{"model": "model-b"}],
+                 "plugins": [{"type": "jailbreak", "configuration": {"enabled": True, "threshold": 0.5}}]},
+                {"name": "block_pii_fast", "priority": 1000,
+                 "rules": {"operator": "AND", "conditions": [{"type": "keyword", "name": "fastguard_words"},
+                                                             {"type": "pii", "name": "any_pii"}]},
+                 "plugins": [{"type": "fast_response",
+                              "configuration": {"message": "Please remove personal data and ask again."}}]},
             ],
         },
         "global": {
@@ -125,7 +149,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         noroute_path = Path(work, "noroute.yaml")
         noroute_path.write_text(yaml.safe_dump(noroute_config(a)))
         port = find_free_port()
-        ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        # Logical CPUs: two apps of six fractional replicas exceed the 2 real cores' default count.
+        ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})
             serve.run(build_app(GraphArgs(config_path=str(routed_path))), name="svc-sr", route_prefix="/")

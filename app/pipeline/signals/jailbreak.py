@@ -1,0 +1,149 @@
+"""Jailbreak signals: `routing.signals.jailbreak[]`, the `jailbreak` decision plugin and the
+global prompt guard (`global.model_catalog.modules.prompt_guard`).
+
+A rule `{name, method, threshold, include_history, jailbreak_patterns, benign_patterns}`
+matches when the guard flags the text (`is_jailbreak`: score >= threshold). The text is
+the last user message, or with `include_history` every user turn (so an attack split over
+turns is seen whole). For the last user message the request's shared query embedding is
+passed along, so the guard does not encode it again; history texts are encoded by the
+guard's side. Confidence is the guard's risk score, also when not matched (so `NOT` works).
+
+A rule that leaves `threshold` unset takes `prompt_guard.threshold` when configured.
+The guard arrives as an async callable (`JailbreakDetectFn`): the Router adapts the Guard
+deployment handle to it, tests pass a fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from app.config.models import JailbreakSignal, RouterConfig
+from app.models.jailbreak import JailbreakResult, conversation_text
+from app.pipeline.plan import SignalMatch
+from app.pipeline.signals.base import EvaluatorFactory, SignalContext
+from app.pipeline.signals.domain import catalog_section, unit_float
+
+FAMILY = "jailbreak"
+PROMPT_GUARD_RULE = "global:prompt_guard"
+
+# (texts, vectors or None, method, threshold, jailbreak_patterns, benign_patterns) -> results
+JailbreakDetectFn = Callable[
+    [list[str], np.ndarray | None, str, float, list[str], list[str]], Awaitable[list[Any]]
+]
+
+
+def prompt_guard_settings(config: RouterConfig) -> dict[str, Any]:
+    return catalog_section(config, "modules", "prompt_guard")
+
+
+def prompt_guard_rule(config: RouterConfig) -> JailbreakSignal | None:
+    """The global guard as a rule, when `prompt_guard.enabled` (every auto request is checked)."""
+    section = prompt_guard_settings(config)
+    if section.get("enabled") is not True:
+        return None
+    fields: dict[str, Any] = {"name": PROMPT_GUARD_RULE}
+    threshold = unit_float(section.get("threshold"))
+    if threshold is not None:
+        fields["threshold"] = threshold
+    if section.get("method") in ("classifier", "contrastive", "hybrid"):
+        fields["method"] = section["method"]
+    if isinstance(section.get("include_history"), bool):
+        fields["include_history"] = section["include_history"]
+    return JailbreakSignal(**fields)
+
+
+def rule_text(ctx: SignalContext, include_history: bool) -> str:
+    if not include_history:
+        return ctx.text
+    try:
+        return conversation_text(list(ctx.messages), include_history=True)
+    except ValueError:  # unusual content shapes: the context's own join of the user turns
+        return ctx.history_text
+
+
+class JailbreakEvaluator:
+    family = FAMILY
+
+    def __init__(
+        self, rules: list[JailbreakSignal], detect: JailbreakDetectFn | None, default_threshold: float | None = None
+    ) -> None:
+        self._rules = {rule.name: rule for rule in rules}
+        self._detect = detect
+        self.default_threshold = default_threshold
+
+    @classmethod
+    def from_config(cls, config: RouterConfig, detect: JailbreakDetectFn | None) -> JailbreakEvaluator:
+        threshold = unit_float(prompt_guard_settings(config).get("threshold"))
+        return cls(config.routing.signals.jailbreak, detect, threshold)
+
+    def rule_names(self) -> list[str]:
+        return list(self._rules)
+
+    async def warm_up(self) -> None:
+        return None
+
+    def threshold_of(self, rule: JailbreakSignal) -> float:
+        if "threshold" in rule.model_fields_set or self.default_threshold is None:
+            return rule.threshold
+        return self.default_threshold
+
+    async def evaluate(self, ctx: SignalContext, names: frozenset[str]) -> list[SignalMatch]:
+        known = [self._rules[n] for n in sorted(names) if n in self._rules]
+        out = [
+            SignalMatch(type=FAMILY, name=n, matched=False, confidence=0.0, error=f"no jailbreak rule named {n!r}")
+            for n in sorted(names) if n not in self._rules
+        ]
+        return out + await self.evaluate_rules(ctx, known)
+
+    async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[JailbreakSignal]) -> list[SignalMatch]:
+        """Judge rules that need not be configured signals (plugin, prompt guard), concurrently."""
+        return list(await asyncio.gather(*(self._evaluate_one(ctx, rule) for rule in rules)))
+
+    async def _evaluate_one(self, ctx: SignalContext, rule: JailbreakSignal) -> SignalMatch:
+        text = rule_text(ctx, rule.include_history)
+        threshold = self.threshold_of(rule)
+        if not text.strip():
+            return SignalMatch(type=FAMILY, name=rule.name, matched=False, confidence=0.0,
+                               detail={"reason": "no user text"})
+        if self._detect is None:
+            return _error(rule, "no jailbreak guard configured")
+        vectors: np.ndarray | None = None
+        if text == ctx.text:
+            try:
+                vectors = (await ctx.query_vector()).reshape(1, -1)
+            except Exception:  # the Embedding deployment being down: the guard encodes itself
+                vectors = None
+        try:
+            raw = await self._detect([text], vectors, rule.method, threshold,
+                                     list(rule.jailbreak_patterns), list(rule.benign_patterns))
+            if len(raw) != 1:
+                raise RuntimeError(f"jailbreak guard returned {len(raw)} results for 1 text")
+            result = JailbreakResult.model_validate(raw[0])
+        except Exception as exc:  # a model failure is a signal error (on_error decides), not a 500
+            return _error(rule, f"jailbreak detection failed: {exc}")
+        detail = {
+            "score": result.score,
+            "method": result.method,
+            "threshold": threshold,
+            "patterns_detected": list(result.patterns_detected),
+            "detection_types": list(result.detection_types),
+        }
+        return SignalMatch(type=FAMILY, name=rule.name, matched=result.is_jailbreak,
+                           confidence=result.score, detail=detail)
+
+
+def _error(rule: JailbreakSignal, message: str) -> SignalMatch:
+    return SignalMatch(type=FAMILY, name=rule.name, matched=False, confidence=0.0, error=message)
+
+
+def jailbreak_factory(detect: JailbreakDetectFn | None) -> EvaluatorFactory:
+    """`PipelineServices.evaluators["jailbreak"]` entry over a detect callable."""
+
+    def factory(config: RouterConfig, services: Any = None) -> JailbreakEvaluator:
+        return JailbreakEvaluator.from_config(config, detect)
+
+    return factory
