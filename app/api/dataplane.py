@@ -17,7 +17,9 @@ from typing import Any, Protocol
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
+from app.accounting.cost import compute_cost
 from app.api.errors import SvcError, bad_request, from_upstream_unavailable
 from app.api.openai_models import parse_chat_request
 from app.config.models import RouterConfig
@@ -68,6 +70,11 @@ class DataPlane:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    def _after(self, plan: RoutePlan, report: CompletionReport) -> BackgroundTask:
+        """complete() once the answer has been sent: on 2 cores, accounting that runs
+        while the proxy relays the answer slows the answer down."""
+        return BackgroundTask(self._complete_quietly, plan, report)
 
     async def _complete_quietly(self, plan: RoutePlan, report: CompletionReport) -> Accounting | None:
         try:
@@ -127,7 +134,7 @@ class DataPlane:
                 headers={**SSE_HEADERS, **self._client_headers(plan, started),
                          "x-selected-model": stream.target.model},
             )
-        response, accounting = await self._call(plan, started)
+        response, report = await self._call(plan, started)
         if isinstance(response, Response):
             return response
         return JSONResponse(
@@ -135,28 +142,29 @@ class DataPlane:
             headers={**self._client_headers(plan, started),
                      "x-selected-model": response.get("routing_metadata", {}).get("selected_model")
                      or plan.selected_model or ""},
+            background=self._after(plan, report),
         )
 
     def _immediate(self, plan: RoutePlan, started: float) -> Response:
         immediate = plan.immediate
         assert immediate is not None
         headers = {**self._client_headers(plan, started), **immediate.headers}
-        self._spawn(self._complete_quietly(plan, CompletionReport(
-            status=immediate.status, model=plan.selected_model, response=None, stream=plan.stream)))
+        after = self._after(plan, CompletionReport(
+            status=immediate.status, model=plan.selected_model, response=None, stream=plan.stream))
         if immediate.status != 200:
-            return JSONResponse(immediate.body, status_code=immediate.status, headers=headers)
+            return JSONResponse(immediate.body, status_code=immediate.status, headers=headers, background=after)
         if plan.stream:
             chunks = replay_as_sse(immediate.body)
             return StreamingResponse(_iterate(chunks), media_type="text/event-stream",
-                                     headers={**SSE_HEADERS, **headers})
+                                     headers={**SSE_HEADERS, **headers}, background=after)
         body = dict(immediate.body)
         body["routing_metadata"] = self.routing_metadata(plan, started)
-        return JSONResponse(body, headers=headers)
+        return JSONResponse(body, headers=headers, background=after)
 
     def _upstream_headers(self, plan: RoutePlan) -> dict[str, str]:
         return dict(plan.upstream_headers)
 
-    async def _call(self, plan: RoutePlan, started: float) -> tuple[dict[str, Any] | Response, Accounting | None]:
+    async def _call(self, plan: RoutePlan, started: float) -> tuple[dict[str, Any] | Response, CompletionReport]:
         try:
             result = await self.upstream.complete(
                 plan.candidates, plan.body, self._upstream_headers(plan), plan.reliability, plan.fallback
@@ -174,16 +182,18 @@ class DataPlane:
         )
         if result.status != 200 or not isinstance(payload, dict):
             # A non-retriable upstream answer (4xx) is relayed as the upstream gave it.
-            self._spawn(self._complete_quietly(plan, report))
             content = result.content if payload is None else json.dumps(payload).encode()
             return Response(content, status_code=result.status,
                             media_type=result.headers.get("content-type", "application/json"),
-                            headers=self._client_headers(plan, started)), None
-        accounting = await self._complete_quietly(plan, report)
+                            headers=self._client_headers(plan, started),
+                            background=self._after(plan, report)), report
+        # Accounting (metrics, cache write, replay) runs after the answer is sent (the
+        # caller attaches `_after`); the cost shown to the client is computed here from
+        # the plan's pricing, off the Router hop.
+        cost = compute_cost(payload.get("usage"), plan.pricing.get(served))
         plan_for_meta = plan.model_copy(update={"selected_model": served})
-        payload["routing_metadata"] = self.routing_metadata(
-            plan_for_meta, started, accounting.cost if accounting else None)
-        return payload, accounting
+        payload["routing_metadata"] = self.routing_metadata(plan_for_meta, started, cost)
+        return payload, report
 
     async def _open_stream(self, plan: RoutePlan) -> Any:
         body = dict(plan.body)
@@ -262,12 +272,13 @@ class DataPlane:
                 _translate_stream(self._relay_chat_stream(plan, stream, started), request),
                 media_type="text/event-stream",
                 headers={**SSE_HEADERS, **self._client_headers(plan, started)})
-        response, _ = await self._call(plan, started)
+        response, report = await self._call(plan, started)
         if isinstance(response, Response):
             return response
         out = chat_to_response(response, request)
         out["routing_metadata"] = response.get("routing_metadata")
-        return JSONResponse(out, headers=self._client_headers(plan, started))
+        return JSONResponse(out, headers=self._client_headers(plan, started),
+                            background=self._after(plan, report))
 
     # ------------------------------------------------------------------ models
     def models(self) -> dict[str, Any]:

@@ -60,7 +60,7 @@ class MiniLMEncoder:
         self._counter.no_truncation()
         self._counter.no_padding()
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or int(os.environ.get("SVC_SR_ENCODER_THREADS", "2"))
+        options.intra_op_num_threads = threads or int(os.environ.get("SVC_SR_ENCODER_THREADS", "1"))
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import openai
@@ -72,8 +73,14 @@ def test_explicit_model_is_passed_through_without_signals(client: openai.OpenAI,
     assert body["routing_metadata"]["reason_code"] == "model_specified"
 
 
+def _settle() -> None:
+    """The cache write runs after the answer is sent (accounting never delays a client)."""
+    time.sleep(0.5)
+
+
 def test_paraphrase_is_answered_from_the_cache(client: openai.OpenAI, stack: Stack) -> None:
     _raw(client, model="MoM", messages=[{"role": "user", "content": "What is the derivative of sin(x) times x?"}])
+    _settle()
     count = stack.upstream_a.request_count
     body, headers = _raw(client, model="MoM",
                          messages=[{"role": "user", "content": "what's the derivative of x times sin(x)?"}])
@@ -85,6 +92,7 @@ def test_paraphrase_is_answered_from_the_cache(client: openai.OpenAI, stack: Sta
 
 def test_cached_answer_served_to_a_streaming_client(client: openai.OpenAI, stack: Stack) -> None:
     _raw(client, model="MoM", messages=[{"role": "user", "content": "Find the integral of e^x from 0 to 1"}])
+    _settle()
     count = stack.upstream_a.request_count
     chunks = list(client.chat.completions.create(
         model="MoM", stream=True, messages=[{"role": "user", "content": "find the integral of e^x from 0 to 1"}]))
