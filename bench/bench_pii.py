@@ -1,7 +1,7 @@
 """Latency/throughput of app.models.pii.PIIDetector.
 
 Texts: the look-alike negatives (tests/data/pii_negatives.txt), a built-in list of short PII
-sentences, and (if /work/shared/data is present) MMLU-Pro questions as longer prompts.
+sentences, and (if ../shared/data is present beside the repo) MMLU-Pro questions as longer prompts.
 Reports cold load time, p50/p99 per text at batch 1 (each text run `--repeat` times after a
 warm-up) and throughput with detect_many in batches of `--batch`, for the full detector and
 the regex/checksum-only tier (use_ner=False).
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 NEGATIVES = ROOT / "tests" / "data" / "pii_negatives.txt"
-MMLU = Path("/work/shared/data/mmlu-pro/questions.jsonl")
+MMLU = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 PII_SENTENCES = [
     "My name is John Smith and my email is john.smith@example.com.",
     "Call me at (212) 555-0187 or +44 7911 123456 tomorrow.",

@@ -1,9 +1,9 @@
 """14-category domain classifier (MMLU-Pro categories) on the shared MiniLM features.
 
-The head is a multinomial logistic regression on the pooled MiniLM vector, fused with a
-tf-idf bag-of-words logistic regression by averaging log-probabilities: the embedding
-generalises to paraphrases, the words catch domain vocabulary ("tort", "mitochondria",
-"SQL") that a 6-layer encoder blurs. Weights are trained by scripts/train_domain.py and
+The head fuses three small experts by averaging log-probabilities (see DomainHead): an
+MLP and a chat-only logistic regression on the pooled MiniLM vector, which generalise to
+paraphrases, and a tf-idf logistic regression on words, which catches domain vocabulary
+("tort", "mitochondria", "SQL") that a 6-layer encoder blurs. Weights are trained by scripts/train_domain.py and
 shipped as .npz/.json, so run time needs numpy (plus the encoder) and nothing else.
 """
 
@@ -54,7 +54,9 @@ def tokenize(text: str) -> list[str]:
     return words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
 
 
-def tfidf_rows(texts: list[str], vocab: dict[str, int], idf: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+def tfidf_rows(
+    texts: list[str], vocab: dict[str, int], idf: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per text: (column indices, L2-normalised sublinear tf-idf values) over a fixed vocabulary.
 
     Sparse on purpose: a vocabulary of ~40k terms would make a dense row per text
@@ -88,73 +90,76 @@ class DomainResult(BaseModel):
     probabilities: dict[str, float]
 
 
+def gelu(x: np.ndarray) -> np.ndarray:
+    # tanh approximation, identical to torch.nn.GELU(approximate="tanh") used in training
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
+
+
 class DomainHead:
-    """The numeric part: features -> probabilities. Separate from the encoder so the
-    training script can evaluate exactly the function that ships."""
+    """The numeric part: features -> probabilities, a product of three experts.
+
+    * `mlp`: one-hidden-layer MLP on the MiniLM vector, trained on exam questions and chat;
+    * `bow`: tf-idf logistic regression on words and bigrams, same data;
+    * `chat`: logistic regression on the MiniLM vector trained on the chat prompts only,
+      which keeps the exam-heavy experts from dragging everyday phrasing to the wrong field.
+    Their log-probabilities are averaged with fixed weights and divided by a temperature
+    fitted on validation data. Kept apart from the encoder so the training script
+    evaluates exactly the function that ships.
+    """
 
     def __init__(
-        self,
-        emb_w: np.ndarray,
-        emb_b: np.ndarray,
-        bow_w: np.ndarray | None = None,
-        bow_b: np.ndarray | None = None,
-        vocab: list[str] | None = None,
-        idf: np.ndarray | None = None,
-        bow_weight: float = 0.0,
-        temperature: float = 1.0,
+        self, arrays: dict[str, np.ndarray], weights: dict[str, float], temperature: float = 1.0
     ) -> None:
-        self.emb_w = emb_w.astype(np.float32)
-        self.emb_b = emb_b.astype(np.float32)
-        self.bow_w = None if bow_w is None else bow_w.astype(np.float32)
-        self.bow_b = None if bow_b is None else bow_b.astype(np.float32)
-        self.vocab = {term: i for i, term in enumerate(vocab or [])}
-        self.idf = None if idf is None else idf.astype(np.float32)
-        self.bow_weight = bow_weight if self.bow_w is not None else 0.0
-        self.temperature = temperature
+        self.a = {k: (v.astype(np.float32) if v.dtype.kind == "f" else v) for k, v in arrays.items()}
+        self.weights = {k: float(v) for k, v in weights.items() if v > 0}
+        self.temperature = float(temperature)
+        self.vocab: dict[str, int] = {}
+        if "bow" in self.weights:
+            terms = bytes(self.a["bow_vocab"]).decode("utf-8").split("\n")
+            self.vocab = {term: i for i, term in enumerate(terms)}
+        self.dim = int(self.a["mlp_w1"].shape[0])
+
+    def expert_log_probs(self, vectors: np.ndarray, texts: list[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        a = self.a
+        if "mlp" in self.weights:
+            hidden = gelu(vectors @ a["mlp_w1"] + a["mlp_b1"])
+            out["mlp"] = log_softmax(hidden @ a["mlp_w2"] + a["mlp_b2"])
+        if "chat" in self.weights:
+            out["chat"] = log_softmax(vectors @ a["chat_w"] + a["chat_b"])
+        if "bow" in self.weights:
+            rows = tfidf_rows(texts, self.vocab, a["bow_idf"])
+            logits = np.stack([vals @ a["bow_w"][cols] for cols, vals in rows]) + a["bow_b"]
+            out["bow"] = log_softmax(logits)
+        return out
 
     def log_probs(self, vectors: np.ndarray, texts: list[str]) -> np.ndarray:
-        fused = log_softmax(vectors @ self.emb_w + self.emb_b)
-        if self.bow_weight > 0 and self.bow_w is not None and self.idf is not None:
-            bow_logits = np.stack(
-                [vals @ self.bow_w[cols] for cols, vals in tfidf_rows(texts, self.vocab, self.idf)]
-            )
-            bow = log_softmax(bow_logits + self.bow_b)
-            fused = (1.0 - self.bow_weight) * fused + self.bow_weight * bow
-        return fused / self.temperature
+        experts = self.expert_log_probs(vectors, texts)
+        total = sum(self.weights.values())
+        fused = sum(self.weights[k] * experts[k] for k in self.weights) / total
+        return log_softmax(fused / self.temperature)
 
     def probabilities(self, vectors: np.ndarray, texts: list[str]) -> np.ndarray:
-        return softmax(self.log_probs(vectors, texts))
+        return np.exp(self.log_probs(vectors, texts))
 
     def save(self, out_dir: Path, meta: dict) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        arrays: dict[str, np.ndarray] = {"emb_w": self.emb_w, "emb_b": self.emb_b}
-        if self.bow_w is not None and self.bow_b is not None and self.idf is not None:
-            # float16 halves the artifact; the fused accuracy is unchanged to 4 decimals.
-            arrays |= {"bow_w": self.bow_w.astype(np.float16), "bow_b": self.bow_b, "idf": self.idf}
-            arrays["vocab"] = np.array(sorted(self.vocab, key=self.vocab.__getitem__))
+        # float16 halves the artifact; the trainer reports its metrics on this float16 copy.
+        arrays = {
+            k: (v.astype(np.float16) if v.dtype.kind == "f" and v.ndim == 2 else v) for k, v in self.a.items()
+        }
         np.savez_compressed(out_dir / HEAD_FILE, **arrays)
-        meta = meta | {"bow_weight": self.bow_weight, "temperature": self.temperature}
+        meta = meta | {"expert_weights": self.weights, "temperature": self.temperature}
         (out_dir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
     @classmethod
     def load(cls, artifact_dir: Path) -> tuple[DomainHead, dict]:
         meta = json.loads((artifact_dir / META_FILE).read_text())
+        if tuple(meta.get("categories", ())) != DOMAIN_CATEGORIES:
+            raise ValueError(f"artifact categories {meta.get('categories')} != {list(DOMAIN_CATEGORIES)}")
         with np.load(artifact_dir / HEAD_FILE, allow_pickle=False) as data:
-            has_bow = "bow_w" in data.files
-            head = cls(
-                emb_w=data["emb_w"],
-                emb_b=data["emb_b"],
-                bow_w=data["bow_w"] if has_bow else None,
-                bow_b=data["bow_b"] if has_bow else None,
-                vocab=data["vocab"].tolist() if has_bow else None,
-                idf=data["idf"] if has_bow else None,
-                bow_weight=float(meta.get("bow_weight", 0.0)),
-                temperature=float(meta.get("temperature", 1.0)),
-            )
-        if tuple(meta["categories"]) != DOMAIN_CATEGORIES:
-            raise ValueError(f"artifact categories {meta['categories']} != {DOMAIN_CATEGORIES}")
-        if head.emb_w.shape[1] != len(DOMAIN_CATEGORIES):
-            raise ValueError(f"artifact head has {head.emb_w.shape[1]} outputs, expected 14")
+            arrays = {k: data[k] for k in data.files}
+        head = cls(arrays, meta["expert_weights"], meta.get("temperature", 1.0))
         return head, meta
 
 
@@ -199,10 +204,8 @@ class DomainClassifier:
         if threshold is not None and not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be within [0, 1], got {threshold}")
         vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or vectors.shape[0] != len(texts) or vectors.shape[1] != self.head.emb_w.shape[0]:
-            raise ValueError(
-                f"vectors must have shape ({len(texts)}, {self.head.emb_w.shape[0]}), got {vectors.shape}"
-            )
+        if vectors.ndim != 2 or vectors.shape[0] != len(texts) or vectors.shape[1] != self.head.dim:
+            raise ValueError(f"vectors must have shape ({len(texts)}, {self.head.dim}), got {vectors.shape}")
         if not texts:
             return []
         probs = self.head.probabilities(vectors, texts)
@@ -217,7 +220,9 @@ class DomainClassifier:
             if not text.strip() or (threshold is not None and confidence < threshold):
                 category = fallback_category
             probabilities = {c: float(p) for c, p in zip(DOMAIN_CATEGORIES, row, strict=True)}
-            results.append(DomainResult(category=category, confidence=confidence, probabilities=probabilities))
+            results.append(
+                DomainResult(category=category, confidence=confidence, probabilities=probabilities)
+            )
         return results
 
     def info(self) -> dict:

