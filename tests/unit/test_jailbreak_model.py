@@ -238,3 +238,13 @@ def test_quick_retrain_offline(tmp_path: Path) -> None:
     g = JailbreakGuard(encoder=shared_encoder(), artifact_dir=out)
     scores = [r.score for r in g.detect([ATTACKS[1], "What is the boiling point of water at sea level?"])]
     assert scores[0] > scores[1]
+
+
+def test_short_chat_turns_are_not_jailbreaks() -> None:
+    """Greetings and one-word turns once scored 0.7-0.9 (the corpora's benign class has few
+    of them); the retrained guard must leave ordinary short messages alone."""
+    from app.models.jailbreak import JailbreakGuard
+
+    texts = ["hello", "hi", "ok", "help", "thanks!", "yes please", "good morning", "what can you do?"]
+    flagged = [t for t, r in zip(texts, JailbreakGuard().detect(texts), strict=True) if r.is_jailbreak]
+    assert flagged == []
