@@ -90,6 +90,8 @@ def summary(latencies: list[float]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--router-local-encoder", action="store_true",
+                        help="encode inside the Router instead of calling the Embedding deployment")
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
@@ -105,7 +107,8 @@ def main() -> None:
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})
-            serve.run(build_app(GraphArgs(config_path=str(config_path))), name="svc-sr", route_prefix="/")
+            serve.run(build_app(GraphArgs(config_path=str(config_path),
+                                                router_local_encoder=args.router_local_encoder)), name="svc-sr", route_prefix="/")
             routed = f"http://127.0.0.1:{port}/v1/chat/completions"
             direct = f"{upstream.base_url}/chat/completions"
             asyncio.run(run_load(routed, "MoM", 40, 4))  # warm-up: replicas, encoder shapes, pools

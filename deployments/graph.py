@@ -32,6 +32,9 @@ class GraphArgs(BaseModel):
     config_path: str = "configs/config.yaml"
     # Optional per-deployment Serve options, e.g. {"Router": {"num_replicas": 2}}.
     deployments: dict[str, dict[str, Any]] = {}
+    # Encode the request inside the Router instead of calling the Embedding deployment
+    # (lower latency on few cores; the Embedding deployment still serves everything else).
+    router_local_encoder: bool = False
 
 
 def build_app(args: dict[str, Any] | GraphArgs | None = None) -> Application:
@@ -49,5 +52,5 @@ def build_app(args: dict[str, Any] | GraphArgs | None = None) -> Application:
     guard = Guard.options(**options.get("Guard", {})).bind(embedding)
     router = Router.options(
         **{"user_config": {"config": document}, **options.get("Router", {})}
-    ).bind(embedding, cache, domain, guard)
+    ).bind(embedding, cache, domain, guard, local_encoder=graph_args.router_local_encoder)
     return Ingress.options(**options.get("Ingress", {})).bind(router, document, domain, guard)

@@ -150,10 +150,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         noroute_path.write_text(yaml.safe_dump(noroute_config(a)))
         port = find_free_port()
         # Logical CPUs: two apps of six fractional replicas exceed the 2 real cores' default count.
-        ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        ray.init(num_cpus=6, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})
             serve.run(build_app(GraphArgs(config_path=str(routed_path))), name="svc-sr", route_prefix="/")
+            serve.run(build_app(GraphArgs(config_path=str(routed_path), router_local_encoder=True)),
+                      name="local-encoder", route_prefix="/local")
             serve.run(build_app(GraphArgs(config_path=str(noroute_path))), name="noroute",
                       route_prefix="/noroute")
             base = f"http://127.0.0.1:{port}"

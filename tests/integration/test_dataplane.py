@@ -174,3 +174,15 @@ def test_replica_survives_bad_input(stack: Stack, client: openai.OpenAI) -> None
         assert _post(stack, payload).status_code == 400
     _, headers = _raw(client, model="MoM", messages=[{"role": "user", "content": "still alive? equation"}])
     assert headers["x-selected-model"] == "model-a"
+
+
+def test_router_with_its_own_encoder_routes_the_same(stack: Stack) -> None:
+    """`router_local_encoder`: the Router encodes the request itself (one hop fewer)."""
+    local = openai.OpenAI(base_url=f"{stack.base_url}/local/v1", api_key="unused", max_retries=0, timeout=60)
+    _, code_headers = _raw(local, model="MoM",
+                           messages=[{"role": "user", "content": "Could you write a Python function that reverses a list?"}])
+    assert code_headers.get("x-vsr-selected-decision") == "code"
+    assert code_headers["x-vsr-matched-embeddings"] == "code_help"
+    _, math_headers = _raw(local, model="MoM",
+                           messages=[{"role": "user", "content": "Integral of x squared, local encoder"}])
+    assert math_headers["x-selected-model"] == "model-a"
