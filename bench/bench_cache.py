@@ -21,6 +21,7 @@ if str(ROOT) not in sys.path:  # bench/ is not a package; make `app` importable
     sys.path.insert(0, str(ROOT))
 
 from app.cache.memory import InMemorySemanticCache  # noqa: E402
+from bench.latency import percentile  # noqa: E402
 
 DIM = 384
 
@@ -28,11 +29,6 @@ DIM = 384
 def unit_rows(rng: np.random.Generator, n: int) -> np.ndarray:
     rows = rng.standard_normal((n, DIM)).astype(np.float32)
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
-
-
-def percentiles(samples_s: list[float]) -> tuple[float, float]:
-    ms = np.array(samples_s) * 1000.0
-    return float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
 
 
 def run(size: int, lookups: int, seed: int = 0) -> dict[str, float]:
@@ -55,8 +51,8 @@ def run(size: int, lookups: int, seed: int = 0) -> dict[str, float]:
         hit = cache.lookup("model|decision", query, 0.9)
         lookup_times.append(time.perf_counter() - start)
         hits += hit is not None
-    p50, p99 = percentiles(lookup_times)
-    s50, s99 = percentiles(store_times)
+    p50, p99 = (percentile(lookup_times, q, scale=1000) for q in (50, 99))
+    s50, s99 = (percentile(store_times, q, scale=1000) for q in (50, 99))
     return {
         "entries": len(cache),
         "lookup_p50_ms": p50,

@@ -22,6 +22,7 @@ if str(ROOT) not in sys.path:
 
 from app.models.domain import DomainClassifier  # noqa: E402
 from app.runtime.encoder import MiniLMEncoder  # noqa: E402
+from bench.latency import percentile  # noqa: E402
 
 PROMPTS = [
     "Can my landlord keep my deposit if I gave two weeks notice?",
@@ -41,11 +42,6 @@ PROMPTS = [
     "How do vaccines train B cells?",
     "What were the main causes of the Thirty Years' War, and how did the Peace of Westphalia change Europe?",
 ]
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def main() -> None:
@@ -69,8 +65,8 @@ def main() -> None:
         head.append((time.perf_counter() - t0) * 1e3)
 
     out = {
-        "batch1_ms": {"p50": statistics.median(full), "p99": percentile(full, 0.99)},
-        "head_only_batch1_ms": {"p50": statistics.median(head), "p99": percentile(head, 0.99)},
+        "batch1_ms": {"p50": statistics.median(full), "p99": percentile(full, 99)},
+        "head_only_batch1_ms": {"p50": statistics.median(head), "p99": percentile(head, 99)},
     }
     for size in (16, 32):
         batch = (PROMPTS * 2)[:size]

@@ -21,14 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.runtime.batching import BatchedModel  # noqa: E402
 from app.runtime.registry import BUILTINS, load_model  # noqa: E402
 from app.runtime.schemas import RuntimeFailure  # noqa: E402
+from bench.latency import percentile  # noqa: E402
 
 PROMPTS = [
     "What is the capital of Australia?",
@@ -44,10 +43,6 @@ LONG = " ".join(PROMPTS) * 16  # ~2,000 tokens
 CONCURRENCY = 16
 
 
-def pct(ms: list[float], q: float) -> float:
-    return round(float(np.percentile(ms, q)), 2)
-
-
 def call(model: Any, texts: list[str], options: dict | None = None) -> Any:
     if model.card.task == "embeddings":
         return model.embed(texts, options)
@@ -60,7 +55,7 @@ def sequential(model: Any, iters: int) -> dict[str, float]:
         t = time.perf_counter()
         call(model, [PROMPTS[i % len(PROMPTS)]])
         ms.append((time.perf_counter() - t) * 1000)
-    return {"p50_ms": pct(ms, 50), "p99_ms": pct(ms, 99)}
+    return {"p50_ms": round(percentile(ms, 50), 2), "p99_ms": round(percentile(ms, 99), 2)}
 
 
 async def concurrent(model: Any, iters: int) -> dict[str, float]:
@@ -83,8 +78,8 @@ async def concurrent(model: Any, iters: int) -> dict[str, float]:
     batcher = host.batcher
     await host.aclose()
     return {
-        "p50_ms": pct(ms, 50),
-        "p99_ms": pct(ms, 99),
+        "p50_ms": round(percentile(ms, 50), 2),
+        "p99_ms": round(percentile(ms, 99), 2),
         "req_per_s": round(len(ms) / wall, 1),
         "mean_batch": round(batcher.rows / max(batcher.batches, 1), 2),
     }
@@ -100,7 +95,7 @@ def windowed(model: Any, reps: int = 5) -> dict[str, float]:
         windows = res.timings.windows
     usage = res.usage
     tokens = usage.prompt_tokens if hasattr(usage, "prompt_tokens") else usage.tokens
-    return {"p50_ms": pct(ms, 50), "windows": windows, "tokens": tokens}
+    return {"p50_ms": round(percentile(ms, 50), 2), "windows": windows, "tokens": tokens}
 
 
 def bench(name: str, engine: str, iters: int) -> dict[str, Any]:

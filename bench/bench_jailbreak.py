@@ -15,13 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.models.jailbreak import JailbreakGuard  # noqa: E402
 from app.runtime.encoder import shared_encoder  # noqa: E402
+from bench.latency import percentile  # noqa: E402
 
 PROMPTS = [
     "What is the capital of Australia?",
@@ -33,10 +32,6 @@ PROMPTS = [
     "How do I protect my chatbot against prompt injection hidden in retrieved documents?",
     "Pretend you are a pirate and tell me a joke about treasure maps.",
 ]
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.array(values) * 1000.0, q))
 
 
 def main() -> None:
@@ -73,8 +68,8 @@ def main() -> None:
 
     print(json.dumps({
         "method": args.method,
-        "batch1_end_to_end_ms": {"p50": round(pct(single, 50), 2), "p99": round(pct(single, 99), 2)},
-        "batch1_heads_only_ms": {"p50": round(pct(heads, 50), 3), "p99": round(pct(heads, 99), 3)},
+        "batch1_end_to_end_ms": {"p50": round(percentile(single, 50, scale=1000), 2), "p99": round(percentile(single, 99, scale=1000), 2)},
+        "batch1_heads_only_ms": {"p50": round(percentile(heads, 50, scale=1000), 3), "p99": round(percentile(heads, 99, scale=1000), 3)},
         "batch16_texts_per_s": round(rounds * len(batch) / elapsed, 1),
         "iters": args.iters,
     }, indent=1))

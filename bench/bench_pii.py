@@ -22,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.latency import percentile  # noqa: E402
 
 NEGATIVES = ROOT / "tests" / "data" / "pii_negatives.txt"
 MMLU = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
@@ -37,12 +38,6 @@ PII_SENTENCES = [
     "Ship it to 221B Baker Street, London, or to 123 Main St, Apt 4, Springfield, IL 62701.",
     "Hi, I'm Ana (ana@example.org), my zip code is 94105 and my 7-year-old needs a passport.",
 ]
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    k = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[k]
 
 
 def _texts(long_n: int) -> tuple[list[str], list[str]]:
@@ -76,7 +71,7 @@ def _batch1(detector: object, texts: list[str], repeat: int) -> dict[str, float]
     return {
         "n": len(times),
         "p50_ms": statistics.median(times),
-        "p99_ms": _percentile(times, 0.99),
+        "p99_ms": percentile(times, 99),
         "mean_ms": statistics.fmean(times),
     }
 

@@ -32,6 +32,7 @@ from app.pipeline import PipelineServices, RouterPipeline, cache_adapters, encod
 from app.pipeline.decisions import index_matches, select_decision  # noqa: E402
 from app.pipeline.plan import SignalMatch  # noqa: E402
 from app.runtime.encoder import shared_encoder  # noqa: E402
+from bench.latency import percentile  # noqa: E402
 
 TOPICS = [
     "bake sourdough bread", "fix a segfault in C++", "the causes of World War I", "integrate x squared",
@@ -96,12 +97,10 @@ def queries(n: int, seed: int = 0) -> list[str]:
 
 
 def percentiles(samples_s: list[float]) -> dict[str, float]:
-    ms = sorted(s * 1000 for s in samples_s)
-
     def at(q: float) -> float:
-        return round(ms[min(len(ms) - 1, int(q * len(ms)))], 3)
+        return round(percentile(samples_s, q, scale=1000), 3)
 
-    return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "mean": round(statistics.fmean(ms), 3)}
+    return {"p50": at(50), "p90": at(90), "p99": at(99), "mean": round(statistics.fmean(samples_s) * 1000, 3)}
 
 
 def bench_engine(n: int) -> dict[str, float]:

@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -24,6 +23,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.latency import percentile  # noqa: E402
 from tests.fakes.upstream import FakeUpstream, find_free_port  # noqa: E402
 
 TOPICS = ["derivative", "integral", "python function", "sql query", "french revolution", "photosynthesis",
@@ -82,9 +82,7 @@ async def run_load(url: str, model: str, total: int, concurrency: int) -> tuple[
 
 
 def summary(latencies: list[float]) -> dict[str, float]:
-    ordered = sorted(latencies)
-    return {"p50_ms": statistics.median(ordered) * 1000,
-            "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000}
+    return {"p50_ms": percentile(latencies, 50, scale=1000), "p99_ms": percentile(latencies, 99, scale=1000)}
 
 
 def main() -> None:

@@ -40,6 +40,20 @@ class EncodedBatch:
     token_counts: list[int]
 
 
+def load_tokenizer(max_tokens: int | None) -> Any:
+    """The MiniLM tokenizer, unpadded; truncated at `max_tokens`, or whole when None
+    (counting for context-length signals must see every token)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
+    if max_tokens is None:
+        tokenizer.no_truncation()
+    else:
+        tokenizer.enable_truncation(max_length=max_tokens)
+    tokenizer.no_padding()
+    return tokenizer
+
+
 @dataclass
 class PaddedBatch:
     """Token ids of a batch padded to its longest text, shared by both engines."""
@@ -79,17 +93,10 @@ class MiniLMEncoder:
 
     def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS, threads: int | None = None) -> None:
         import onnxruntime as ort
-        from tokenizers import Tokenizer
 
         self.max_tokens = max_tokens
-        self._tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
-        self._tokenizer.enable_truncation(max_length=max_tokens)
-        self._tokenizer.no_padding()
-        # Counting must see the whole text (context-length signals), so it gets its own
-        # tokenizer without the model's truncation.
-        self._counter = Tokenizer.from_file(str(TOKENIZER_PATH))
-        self._counter.no_truncation()
-        self._counter.no_padding()
+        self._tokenizer = load_tokenizer(max_tokens)
+        self._counter = load_tokenizer(None)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or int(os.environ.get("SVC_SR_ENCODER_THREADS", "1"))
         options.inter_op_num_threads = 1
@@ -141,9 +148,5 @@ def shared_encoder() -> MiniLMEncoder:
 
 def token_counter() -> Callable[[str], int]:
     """A tokenizer-only counter (no ONNX session) for context-length signals."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
+    tokenizer = load_tokenizer(None)
     return lambda text: len(tokenizer.encode(text, add_special_tokens=True).ids)

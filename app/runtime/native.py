@@ -27,8 +27,8 @@ import numpy as np
 from app.runtime.encoder import (
     DEFAULT_MAX_TOKENS,
     EMBEDDING_DIM,
-    TOKENIZER_PATH,
     EncodedBatch,
+    load_tokenizer,
     pad_batch,
     warm_up_encoder,
 )
@@ -98,7 +98,6 @@ class NativeMiniLMEncoder:
         threads: int | None = None,
         model_path: Path | None = None,
     ) -> None:
-        from tokenizers import Tokenizer
 
         torch = _import_torch()
         from transformers import AutoModel
@@ -110,12 +109,8 @@ class NativeMiniLMEncoder:
         env_threads = os.environ.get("SVC_SR_ENCODER_THREADS")
         if threads or env_threads:
             torch.set_num_threads(int(threads or env_threads or 1))
-        self._tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
-        self._tokenizer.enable_truncation(max_length=max_tokens)
-        self._tokenizer.no_padding()
-        self._counter = Tokenizer.from_file(str(TOKENIZER_PATH))
-        self._counter.no_truncation()
-        self._counter.no_padding()
+        self._tokenizer = load_tokenizer(max_tokens)
+        self._counter = load_tokenizer(None)
         model = _load_quietly(AutoModel, self.model_path)
         self._model = model.eval().to(self.device)
         if int(self._model.config.hidden_size) != EMBEDDING_DIM:
