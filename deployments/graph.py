@@ -4,6 +4,7 @@
                  |             -> ResponseCache
                  |             -> DomainClassifier -> Embedding (texts without vectors)
                  +-(diagnostics)-> Guard (PII, jailbreak) -> Embedding
+    Router, Ingress, ResponseCache --(metrics push)--> Observability (GET :9190/metrics)
 
 `serve deploy` imports `deployments.graph:build_app` with `args: {config_path: ...}`;
 `svc-sr serve` calls the same builder, so a laptop and a cluster run one graph.
@@ -24,6 +25,7 @@ from deployments.domain_classifier import DomainClassifier
 from deployments.embedding import Embedding
 from deployments.guard import Guard
 from deployments.ingress import Ingress
+from deployments.observability import Observability
 from deployments.response_cache import ResponseCache
 from deployments.router import Router
 
@@ -35,6 +37,9 @@ class GraphArgs(BaseModel):
     # Encode the request inside the Router instead of calling the Embedding deployment
     # (lower latency on few cores; the Embedding deployment still serves everything else).
     router_local_encoder: bool = False
+    # Overrides of the config's global.services.observability.metrics ({"enabled": false},
+    # {"port": 19190}): several graphs on one Ray instance must not share the metrics port.
+    metrics: dict[str, Any] = {}
 
 
 def build_app(args: dict[str, Any] | GraphArgs | None = None) -> Application:
@@ -44,13 +49,22 @@ def build_app(args: dict[str, Any] | GraphArgs | None = None) -> Application:
     cache_settings = loaded.config.global_.stores.response_cache.model_dump(mode="json")
     options = graph_args.deployments
 
+    metrics = {**loaded.config.global_.services.observability.metrics.model_dump(mode="json"),
+               **graph_args.metrics}
+    observability = None
+    if metrics.get("enabled", True):
+        observability = Observability.options(
+            **{"user_config": {"metrics": metrics}, **options.get("Observability", {})}
+        ).bind()
+
     embedding = Embedding.options(**options.get("Embedding", {})).bind()
     cache = ResponseCache.options(
         **{"user_config": {"response_cache": cache_settings}, **options.get("ResponseCache", {})}
-    ).bind()
+    ).bind(observability)
     domain = DomainClassifier.options(**options.get("DomainClassifier", {})).bind(embedding)
     guard = Guard.options(**options.get("Guard", {})).bind(embedding)
     router = Router.options(
         **{"user_config": {"config": document}, **options.get("Router", {})}
-    ).bind(embedding, cache, domain, guard, local_encoder=graph_args.router_local_encoder)
-    return Ingress.options(**options.get("Ingress", {})).bind(router, document, domain, guard)
+    ).bind(embedding, cache, domain, guard, local_encoder=graph_args.router_local_encoder,
+           observability=observability)
+    return Ingress.options(**options.get("Ingress", {})).bind(router, document, domain, guard, observability)

@@ -14,8 +14,10 @@ from app.api.app import StaticConfigView, create_app
 from app.api.classify_models import ModelNotLoadedError
 from app.api.errors import SvcError
 from app.config.loader import parse_config
+from app.observability.router_metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.client import UpstreamClient
+from deployments.observability import replica_pusher
 
 
 class HandleRouterClient:
@@ -94,14 +96,19 @@ class Ingress:
     def __init__(
         self, router: DeploymentHandle, config_document: dict[str, Any],
         domain: DeploymentHandle | None = None, guard: DeploymentHandle | None = None,
+        observability: DeploymentHandle | None = None,
     ) -> None:
         self._config = StaticConfigView(parse_config(config_document).config)
         self._router = HandleRouterClient(router)
         self._upstream = UpstreamClient()
         self._classifiers = HandleClassifiers(domain, guard, router)
+        self._metrics = RouterMetrics()
+        self._pusher = replica_pusher(self._metrics.recorder, observability)
 
     def __serve_build_asgi_app__(self) -> Any:
-        return create_app(self._router, self._upstream, self._config, self._classifiers)
+        app = create_app(self._router, self._upstream, self._config, self._classifiers)
+        app.state.plane.metrics = self._metrics  # front-door errors, summed with the Router's metrics
+        return app
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         if "config" in user_config:

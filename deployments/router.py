@@ -25,6 +25,7 @@ from app.pipeline.signals.domain import domain_factory
 from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import MiniLMEncoder, token_counter
+from deployments.observability import replica_pusher
 
 
 def classifier_evaluators(
@@ -74,9 +75,10 @@ class Router:
     def __init__(
         self, embedding: DeploymentHandle, cache: DeploymentHandle,
         domain: DeploymentHandle | None = None, guard: DeploymentHandle | None = None,
-        local_encoder: bool = False,
+        local_encoder: bool = False, observability: DeploymentHandle | None = None,
     ) -> None:
         self._services = handle_services(embedding, cache, domain, guard)
+        self._pusher = replica_pusher(self._services.metrics.recorder, observability)
         if local_encoder:
             # The request's one encoder pass runs in this replica: one Ray hop and the batch
             # wait fewer per request, at the cost of a ~265 MB encoder per Router replica.

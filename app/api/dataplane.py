@@ -23,6 +23,7 @@ from app.accounting.cost import compute_cost
 from app.api.errors import SvcError, bad_request, from_upstream_unavailable
 from app.api.openai_models import parse_chat_request
 from app.config.models import RouterConfig
+from app.observability.router_metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.client import UpstreamClient, UpstreamStreamError, UpstreamUnavailable
 from app.upstream.responses_api import (
@@ -58,10 +59,15 @@ def _ms(seconds: float) -> str:
 class DataPlane:
     """Request handling shared by the chat and responses endpoints."""
 
-    def __init__(self, router: RouterClient, upstream: UpstreamClient, config: ConfigView) -> None:
+    def __init__(
+        self, router: RouterClient, upstream: UpstreamClient, config: ConfigView,
+        metrics: RouterMetrics | None = None,
+    ) -> None:
         self.router = router
         self.upstream = upstream
         self.config = config
+        # Requests that never reach the Router's complete() (bad input, routing failures).
+        self.metrics = metrics or RouterMetrics()
         self._background: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------------ helpers
@@ -112,12 +118,27 @@ class DataPlane:
         return meta
 
     # ------------------------------------------------------------------ chat
-    async def plan_for(self, raw: bytes, headers: dict[str, str]) -> tuple[dict[str, Any], RoutePlan]:
-        request = parse_chat_request(raw)
+    async def plan_for(
+        self, raw: bytes, headers: dict[str, str], endpoint: str = "chat_completions"
+    ) -> tuple[dict[str, Any], RoutePlan]:
+        try:
+            request = parse_chat_request(raw)
+        except SvcError as exc:
+            self.metrics.on_front_door_error(endpoint, "parse_error", exc.status)
+            raise
         body = json.loads(raw)  # the client's own fields, passed through untouched
         body["model"] = request.model
         request_id = headers.get("x-request-id") or uuid.uuid4().hex
-        plan = await self.router.route(body, headers, request_id)
+        try:
+            plan = await self.router.route(body, headers, request_id)
+        except SvcError as exc:  # unknown model, nothing to route to, ...
+            reason = "unknown" if exc.status < 500 else "classification_failed"
+            self.metrics.on_front_door_error(endpoint, reason, exc.status, request.model)
+            raise
+        except Exception:
+            self.metrics.on_front_door_error(endpoint, "classification_failed", 500, request.model)
+            raise
+        plan.endpoint = endpoint
         return body, plan
 
     async def chat(self, raw: bytes, headers: dict[str, str]) -> Response:
@@ -150,7 +171,8 @@ class DataPlane:
         assert immediate is not None
         headers = {**self._client_headers(plan, started), **immediate.headers}
         after = self._after(plan, CompletionReport(
-            status=immediate.status, model=plan.selected_model, response=None, stream=plan.stream))
+            status=immediate.status, model=plan.selected_model, response=None, stream=plan.stream,
+            total_s=time.perf_counter() - started))
         if immediate.status != 200:
             return JSONResponse(immediate.body, status_code=immediate.status, headers=headers, background=after)
         if plan.stream:
@@ -171,7 +193,7 @@ class DataPlane:
             )
         except UpstreamUnavailable as exc:
             self._spawn(self._complete_quietly(plan, CompletionReport(
-                status=503, stream=False, error_reason=_error_reason(exc))))
+                status=503, stream=False, error_reason=_error_reason(exc), total_s=time.perf_counter() - started)))
             raise from_upstream_unavailable(exc) from exc
         served = result.target.model
         payload = result.json_body
@@ -245,15 +267,14 @@ class DataPlane:
     async def responses(self, raw: bytes, headers: dict[str, str]) -> Response:
         try:
             request = ResponsesRequest.model_validate_json(raw)
-        except ValueError as exc:
-            raise bad_request(f"invalid Responses request: {_first_error(exc)}") from exc
-        try:
             chat_body = responses_to_chat(request)
-        except ResponsesInputError as exc:
-            raise bad_request(str(exc)) from exc
+        except (ValueError, ResponsesInputError) as exc:
+            self.metrics.on_front_door_error("responses", "parse_error", 400)
+            message = str(exc) if isinstance(exc, ResponsesInputError) else _first_error(exc)
+            raise bad_request(f"invalid Responses request: {message}") from exc
         chat_raw = json.dumps(chat_body).encode()
         started = time.perf_counter()
-        _, plan = await self.plan_for(chat_raw, headers)
+        _, plan = await self.plan_for(chat_raw, headers, endpoint="responses")
         if plan.immediate is not None:
             if plan.immediate.status != 200:
                 return JSONResponse(plan.immediate.body, status_code=plan.immediate.status,

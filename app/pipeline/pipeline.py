@@ -54,6 +54,7 @@ from app.accounting.cost import compute_cost
 from app.api.errors import security_violation
 from app.cache.base import CacheHit
 from app.config.models import Decision, ProviderModel, RouterConfig
+from app.observability.router_metrics import RouterMetrics
 from app.pipeline import decisions as engine
 from app.pipeline.headers import fill_routing_headers
 from app.pipeline.plan import (
@@ -127,7 +128,7 @@ class PipelineServices:
     families by condition type, `(config, services) -> SignalEvaluator` (an entry for
     a built-in type replaces it). count_tokens: exact token counter for `context`
     signals (None: ceil(chars / 4)). phrase_cache: embedded candidate phrases, kept
-    across hot reloads.
+    across hot reloads. metrics: where route()/complete() record spec 1's metrics.
     """
 
     embed: EmbedFn | None = None
@@ -136,6 +137,7 @@ class PipelineServices:
     evaluators: dict[str, EvaluatorFactory] = field(default_factory=dict)
     count_tokens: CountTokensFn | None = None
     phrase_cache: dict[str, np.ndarray] = field(default_factory=dict)
+    metrics: RouterMetrics = field(default_factory=RouterMetrics)
 
 
 def cache_adapters(backend: Any, offload: bool = False) -> tuple[CacheLookup, CacheStore]:
@@ -251,6 +253,7 @@ class RouterPipeline:
         request_id: str | None = None,
     ) -> RoutePlan:
         plan, _ = await self._route(request, headers, request_id, preview=False)
+        self.services.metrics.on_route(plan)
         return plan
 
     async def preview(
@@ -496,10 +499,12 @@ class RouterPipeline:
         """
         model = report.model or plan.selected_model
         try:
-            return await self._complete(plan, report, model)
+            accounting = await self._complete(plan, report, model)
         except Exception:
             log.exception("complete() failed for request %s", plan.request_id)
-            return Accounting(model=model)
+            accounting = Accounting(model=model)
+        self.services.metrics.on_complete(plan, report, accounting)
+        return accounting
 
     async def _complete(self, plan: RoutePlan, report: CompletionReport, model: str | None) -> Accounting:
         pricing = plan.pricing.get(model or "")

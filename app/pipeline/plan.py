@@ -91,6 +91,7 @@ class RoutePlan(BaseModel):
     tools_selected: int = 0
     classification_ms: float = 0.0
     started_at: float = 0.0  # time.time() when route() began
+    endpoint: str = "chat_completions"  # the client-facing API (set by the front door), a metrics label
 
 
 class CompletionReport(BaseModel):

@@ -26,6 +26,9 @@ class Stack:
     upstream_a: FakeUpstream
     upstream_b: FakeUpstream
     dead_port: int
+    metrics_url: str  # the svc-sr app's Observability endpoint (two Router replicas feed it)
+    config_path: Path
+    routed_config: dict
 
     @property
     def v1(self) -> str:
@@ -153,14 +156,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ray.init(num_cpus=6, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})
-            serve.run(build_app(GraphArgs(config_path=str(routed_path))), name="svc-sr", route_prefix="/")
-            serve.run(build_app(GraphArgs(config_path=str(routed_path), router_local_encoder=True)),
+            metrics_port = find_free_port()
+            # Two Router replicas: metric totals must not depend on which one served.
+            serve.run(build_app(GraphArgs(config_path=str(routed_path), metrics={"port": metrics_port},
+                                          deployments={"Router": {"num_replicas": 2}})),
+                      name="svc-sr", route_prefix="/")
+            no_metrics = {"enabled": False}
+            serve.run(build_app(GraphArgs(config_path=str(routed_path), router_local_encoder=True,
+                                          metrics=no_metrics)),
                       name="local-encoder", route_prefix="/local")
-            serve.run(build_app(GraphArgs(config_path=str(noroute_path))), name="noroute",
+            serve.run(build_app(GraphArgs(config_path=str(noroute_path), metrics=no_metrics)), name="noroute",
                       route_prefix="/noroute")
             base = f"http://127.0.0.1:{port}"
             _wait_ready(f"{base}/health")
-            yield Stack(base, a, b, dead_port)
+            yield Stack(base, a, b, dead_port, f"http://127.0.0.1:{metrics_port}/metrics", routed_path,
+                        routed_config(a, b, dead_port))
         finally:
             serve.shutdown()
             ray.shutdown()

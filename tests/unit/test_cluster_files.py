@@ -21,7 +21,9 @@ from ray.serve.schema import DeploymentSchema, RayActorOptionsSchema, ServeDeplo
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "cluster"
 SERVE_CONFIGS = ["serve-config.yaml", "serve-config-gpu.yaml"]
-EXPECTED_DEPLOYMENTS = {"Ingress", "Router", "Embedding", "ResponseCache", "DomainClassifier", "Guard"}
+EXPECTED_DEPLOYMENTS = {
+    "Observability", "Ingress", "Router", "Embedding", "ResponseCache", "DomainClassifier", "Guard",
+}
 MODEL_DEPLOYMENTS = {"Embedding"}
 LAPTOP_CPUS = 2.0
 

@@ -1,0 +1,265 @@
+"""Process-local metric recording and cross-process aggregation.
+
+Every process that serves traffic (Router replicas, the Ingress, the ext_proc bridge,
+ResponseCache replicas) records into its own `MetricsRecorder` and periodically pushes
+a *cumulative* snapshot to one `MetricsAggregator`, which renders the sum over every
+source in Prometheus text format. Pushing cumulative state (never deltas) makes a lost
+or repeated push harmless, and a counter never depends on which replica served.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Kind = Literal["counter", "gauge", "histogram"]
+
+# Seconds; from sub-10 ms cache answers to multi-minute generations.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+TOKEN_TIME_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    name: str
+    kind: Kind
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+
+
+def _defs(*defs: MetricDef) -> dict[str, MetricDef]:
+    return {d.name: d for d in defs}
+
+
+# Spec 1 "Events" metrics, plus the counters the cache hit ratio is derived from.
+CATALOG: dict[str, MetricDef] = _defs(
+    MetricDef("svc_router_requests_total", "counter", "Requests by endpoint, category and HTTP status.",
+              ("endpoint", "category", "status")),
+    MetricDef("svc_router_request_duration_seconds", "histogram", "Request latency seen by the router.",
+              ("endpoint",), LATENCY_BUCKETS),
+    MetricDef("svc_router_classification_accuracy", "gauge",
+              "Share of correct domain classifications among submitted outcomes.", ("category",)),
+    MetricDef("svc_router_classification_duration_seconds", "histogram",
+              "Signal evaluation and decision time per routed request.", (), LATENCY_BUCKETS),
+    MetricDef("svc_router_cache_lookups_total", "counter", "Response-cache lookups by result (hit, miss).",
+              ("result",)),
+    MetricDef("svc_router_cache_hit_ratio", "gauge", "Response-cache hits / lookups since start."),
+    MetricDef("svc_router_cache_size", "gauge", "Entries held by the response cache."),
+    MetricDef("svc_router_pii_detections_total", "counter", "Requests with PII detected, by action taken.",
+              ("action",)),
+    MetricDef("svc_router_jailbreak_attempts_total", "counter", "Jailbreak attempts detected, by action taken.",
+              ("action",)),
+    MetricDef("llm_request_errors_total", "counter", "Failed requests by model and reason.", ("model", "reason")),
+    MetricDef("llm_model_requests_total", "counter", "Requests by model (error-rate denominator).", ("model",)),
+    MetricDef("llm_reasoning_decisions_total", "counter", "Reasoning decisions.",
+              ("category", "model", "enabled", "effort")),
+    MetricDef("llm_reasoning_template_usage_total", "counter", "Reasoning template parameters applied.",
+              ("family", "param")),
+    MetricDef("llm_reasoning_effort_usage_total", "counter", "Reasoning efforts applied.", ("family", "effort")),
+    MetricDef("llm_model_cost_total", "counter", "Cumulative cost from token usage and pricing.",
+              ("model", "currency")),
+    MetricDef("llm_routing_reason_codes_total", "counter", "Routing reason codes.", ("reason_code", "model")),
+    MetricDef("llm_model_ttft_seconds", "histogram", "Time to first token since the router began the request.",
+              ("model",), LATENCY_BUCKETS),
+    MetricDef("llm_model_tpot_seconds", "histogram", "Completion latency per completion token.",
+              ("model",), TOKEN_TIME_BUCKETS),
+)
+
+# Rendered from other series at exposition time, never recorded directly.
+DERIVED = frozenset({"svc_router_cache_hit_ratio"})
+
+
+class HistogramState(BaseModel):
+    bucket_counts: list[int]  # per bucket (not cumulative), len(buckets) + 1 for +Inf
+    sum: float = 0.0
+    count: int = 0
+
+
+class MetricsSnapshot(BaseModel):
+    """One source's cumulative state; series keyed by the JSON list of label values."""
+
+    source: str
+    counters: dict[str, dict[str, float]] = Field(default_factory=dict)
+    gauges: dict[str, dict[str, float]] = Field(default_factory=dict)
+    histograms: dict[str, dict[str, HistogramState]] = Field(default_factory=dict)
+
+
+class UnknownMetric(KeyError):
+    pass
+
+
+def _label_key(definition: MetricDef, labels: dict[str, object]) -> str:
+    if set(labels) != set(definition.labels):
+        raise ValueError(f"{definition.name}: labels {sorted(labels)} != {sorted(definition.labels)}")
+    return json.dumps([str(labels[name]) for name in definition.labels])
+
+
+class MetricsRecorder:
+    """Thread-safe cumulative counters, gauges and histograms of one process."""
+
+    def __init__(self, catalog: dict[str, MetricDef] | None = None) -> None:
+        self.catalog = catalog or CATALOG
+        self._lock = threading.Lock()
+        self._counters: dict[str, dict[str, float]] = {}
+        self._gauges: dict[str, dict[str, float]] = {}
+        self._histograms: dict[str, dict[str, HistogramState]] = {}
+        self.version = 0  # bumped on every change: pushers skip unchanged state
+
+    def _def(self, name: str, kind: Kind) -> MetricDef:
+        definition = self.catalog.get(name)
+        if definition is None or definition.kind != kind:
+            raise UnknownMetric(f"{name} is not a {kind} in the catalog")
+        return definition
+
+    def inc(self, name: str, value: float = 1.0, **labels: object) -> None:
+        if value < 0 or not math.isfinite(value):
+            raise ValueError(f"{name}: a counter only goes up by a finite amount, got {value}")
+        key = _label_key(self._def(name, "counter"), labels)
+        with self._lock:
+            series = self._counters.setdefault(name, {})
+            series[key] = series.get(key, 0.0) + value
+            self.version += 1
+
+    def set(self, name: str, value: float, **labels: object) -> None:
+        key = _label_key(self._def(name, "gauge"), labels)
+        with self._lock:
+            self._gauges.setdefault(name, {})[key] = float(value)
+            self.version += 1
+
+    def observe(self, name: str, value: float, **labels: object) -> None:
+        definition = self._def(name, "histogram")
+        if not math.isfinite(value):
+            return
+        key = _label_key(definition, labels)
+        index = next((i for i, bound in enumerate(definition.buckets) if value <= bound), len(definition.buckets))
+        with self._lock:
+            series = self._histograms.setdefault(name, {})
+            state = series.get(key)
+            if state is None:
+                state = series[key] = HistogramState(bucket_counts=[0] * (len(definition.buckets) + 1))
+            state.bucket_counts[index] += 1
+            state.sum += value
+            state.count += 1
+            self.version += 1
+
+    def value(self, name: str, **labels: object) -> float:
+        """A counter or gauge value (0 when never recorded); for tests and previews."""
+        definition = self.catalog[name]
+        key = _label_key(definition, labels)
+        store = self._counters if definition.kind == "counter" else self._gauges
+        with self._lock:
+            return store.get(name, {}).get(key, 0.0)
+
+    def snapshot(self, source: str) -> MetricsSnapshot:
+        with self._lock:
+            return MetricsSnapshot(
+                source=source,
+                counters={n: dict(s) for n, s in self._counters.items()},
+                gauges={n: dict(s) for n, s in self._gauges.items()},
+                histograms={n: {k: v.model_copy(deep=True) for k, v in s.items()}
+                            for n, s in self._histograms.items()},
+            )
+
+
+class MetricsAggregator:
+    """The latest snapshot of every source, summed at exposition time."""
+
+    def __init__(self, catalog: dict[str, MetricDef] | None = None) -> None:
+        self.catalog = catalog or CATALOG
+        self._lock = threading.Lock()
+        self._sources: dict[str, MetricsSnapshot] = {}
+
+    def push(self, snapshot: MetricsSnapshot) -> None:
+        with self._lock:
+            self._sources[snapshot.source] = snapshot
+
+    @property
+    def sources(self) -> list[str]:
+        with self._lock:
+            return sorted(self._sources)
+
+    def merged(self) -> MetricsSnapshot:
+        with self._lock:
+            snapshots = list(self._sources.values())
+        total = MetricsSnapshot(source="all")
+        for snap in snapshots:
+            for family, target in ((snap.counters, total.counters), (snap.gauges, total.gauges)):
+                for name, series in family.items():
+                    merged = target.setdefault(name, {})
+                    for key, value in series.items():
+                        merged[key] = merged.get(key, 0.0) + value
+            for name, series in snap.histograms.items():
+                merged_h = total.histograms.setdefault(name, {})
+                for key, state in series.items():
+                    current = merged_h.get(key)
+                    if current is None or len(current.bucket_counts) != len(state.bucket_counts):
+                        merged_h[key] = state.model_copy(deep=True)
+                        continue
+                    current.bucket_counts = [a + b for a, b in zip(current.bucket_counts, state.bucket_counts, strict=True)]
+                    current.sum += state.sum
+                    current.count += state.count
+        return total
+
+    def value(self, name: str, **labels: object) -> float:
+        """The summed value of one counter/gauge series."""
+        definition = self.catalog[name]
+        merged = self.merged()
+        store = merged.counters if definition.kind == "counter" else merged.gauges
+        return store.get(name, {}).get(_label_key(definition, labels), 0.0)
+
+    def render(self) -> str:
+        merged = self.merged()
+        lookups = merged.counters.get("svc_router_cache_lookups_total", {})
+        hits = lookups.get(json.dumps(["hit"]), 0.0)
+        total = sum(lookups.values())
+        merged.gauges["svc_router_cache_hit_ratio"] = {json.dumps([]): hits / total if total else 0.0}
+        lines: list[str] = []
+        for name, definition in self.catalog.items():
+            lines.append(f"# HELP {name} {definition.help}")
+            lines.append(f"# TYPE {name} {definition.kind}")
+            if definition.kind == "histogram":
+                for key, state in sorted(merged.histograms.get(name, {}).items()):
+                    lines.extend(_histogram_lines(definition, json.loads(key), state))
+                continue
+            store = merged.counters if definition.kind == "counter" else merged.gauges
+            for key, value in sorted(store.get(name, {}).items()):
+                lines.append(f"{name}{_labels(definition.labels, json.loads(key))} {_number(value)}")
+        return "\n".join(lines) + "\n"
+
+
+def _histogram_lines(definition: MetricDef, values: list[str], state: HistogramState) -> list[str]:
+    lines = []
+    cumulative = 0
+    bounds = [*(_number(b) for b in definition.buckets), "+Inf"]
+    for bound, count in zip(bounds, state.bucket_counts, strict=True):
+        cumulative += count
+        labels = _labels((*definition.labels, "le"), [*values, bound])
+        lines.append(f"{definition.name}_bucket{labels} {cumulative}")
+    plain = _labels(definition.labels, values)
+    lines.append(f"{definition.name}_sum{plain} {_number(state.sum)}")
+    lines.append(f"{definition.name}_count{plain} {state.count}")
+    return lines
+
+
+def _labels(names: tuple[str, ...], values: list[str]) -> str:
+    if not names:
+        return ""
+    pairs = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True))
+    return "{" + pairs + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    value = float(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)

@@ -1,0 +1,104 @@
+"""What the router records, in spec 1's metric names.
+
+`on_route` runs once per routed request (not for previews), `on_complete` once per
+answered request (immediate answers included), `on_front_door_error` for requests
+that never reached `route()` (bad JSON, the Router unavailable). Labels:
+- category: the first matched domain signal, else the decision, else `none`
+  (explicit model requests carry no classification).
+- endpoint: the front door's name for the API (`chat_completions`, `responses`).
+- action (PII / jailbreak): `block` when the request was refused, `fast_response` when
+  a fast_response decision answered it, else `allow` (detected, not acted upon).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from app.observability.metrics import MetricsRecorder
+from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+
+log = logging.getLogger("svc_sr.metrics")
+
+
+def request_category(plan: RoutePlan) -> str:
+    domains = plan.signals.matched("domain")
+    if domains:
+        return domains[0]
+    return plan.decision or "none"
+
+
+def _guard_action(plan: RoutePlan, blocking_reason: str) -> str:
+    if plan.immediate is not None and plan.immediate.kind == "block" and plan.reason_code == blocking_reason:
+        return "block"
+    if plan.immediate is not None and plan.immediate.kind == "fast_response":
+        return "fast_response"
+    return "allow"
+
+
+class RouterMetrics:
+    def __init__(self, recorder: MetricsRecorder | None = None) -> None:
+        self.recorder = recorder or MetricsRecorder()
+
+    def on_route(self, plan: RoutePlan) -> None:
+        try:
+            self._on_route(plan)
+        except Exception:  # metrics must never fail a request
+            log.exception("recording route metrics failed")
+
+    def on_complete(self, plan: RoutePlan, report: CompletionReport, accounting: Accounting) -> None:
+        try:
+            self._on_complete(plan, report, accounting)
+        except Exception:
+            log.exception("recording completion metrics failed")
+
+    def on_front_door_error(self, endpoint: str, reason: str, status: int, model: str = "unknown") -> None:
+        r = self.recorder
+        r.inc("svc_router_requests_total", endpoint=endpoint, category="none", status=status)
+        r.inc("llm_request_errors_total", model=model or "unknown", reason=reason)
+
+    # ------------------------------------------------------------------ internals
+    def _on_route(self, plan: RoutePlan) -> None:
+        r = self.recorder
+        if plan.auto:
+            r.observe("svc_router_classification_duration_seconds", plan.classification_ms / 1000)
+        if plan.security.pii_detected:
+            r.inc("svc_router_pii_detections_total", action=_guard_action(plan, "pii_policy_denied"))
+        if plan.security.jailbreak_detected:
+            r.inc("svc_router_jailbreak_attempts_total", action=_guard_action(plan, "jailbreak_block"))
+        cache_status = plan.response_headers.get("x-cache-status") or plan.upstream_headers.get("x-cache-status")
+        if cache_status in ("hit", "miss"):
+            r.inc("svc_router_cache_lookups_total", result=cache_status)
+        reasoning = plan.reasoning
+        if reasoning and plan.selected_model:
+            enabled = bool(reasoning.get("enabled"))
+            effort = str(reasoning.get("effort") or "none")
+            family = str(reasoning.get("family") or "unknown")
+            r.inc("llm_reasoning_decisions_total", category=request_category(plan), model=plan.selected_model,
+                  enabled=str(enabled).lower(), effort=effort)
+            if reasoning.get("applied"):
+                r.inc("llm_reasoning_template_usage_total", family=family, param=str(reasoning.get("parameter")))
+                if enabled:
+                    r.inc("llm_reasoning_effort_usage_total", family=family, effort=effort)
+
+    def _on_complete(self, plan: RoutePlan, report: CompletionReport, accounting: Accounting) -> None:
+        r = self.recorder
+        model = report.model or plan.selected_model or plan.requested_model or "unknown"
+        r.inc("svc_router_requests_total", endpoint=plan.endpoint, category=request_category(plan),
+              status=report.status)
+        if report.total_s is not None and report.total_s >= 0:
+            r.observe("svc_router_request_duration_seconds", report.total_s, endpoint=plan.endpoint)
+        r.inc("llm_model_requests_total", model=model)
+        r.inc("llm_routing_reason_codes_total", reason_code=plan.reason_code, model=model)
+        reason = report.error_reason
+        if reason is None and plan.immediate is not None and plan.immediate.kind == "block":
+            reason = plan.reason_code  # pii_policy_denied | jailbreak_block
+        if reason is None and report.status >= 400:
+            reason = "upstream_4xx" if report.status < 500 else "upstream_5xx"
+        if reason is not None:
+            r.inc("llm_request_errors_total", model=model, reason=reason)
+        if accounting.cost > 0:
+            r.inc("llm_model_cost_total", accounting.cost, model=model, currency=accounting.currency)
+        if accounting.ttft_s is not None:
+            r.observe("llm_model_ttft_seconds", accounting.ttft_s, model=model)
+        if accounting.tpot_s is not None:
+            r.observe("llm_model_tpot_seconds", accounting.tpot_s, model=model)
