@@ -24,6 +24,7 @@ from app.api.errors import SvcError, bad_request, from_upstream_unavailable
 from app.api.openai_models import parse_chat_request
 from app.config.models import RouterConfig
 from app.observability.router_metrics import RouterMetrics
+from app.pipeline.answer import client_headers, routing_metadata
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.client import UpstreamClient, UpstreamStreamError, UpstreamUnavailable
 from app.upstream.responses_api import (
@@ -50,10 +51,6 @@ class RouterClient(Protocol):
 
 class ConfigView(Protocol):
     def current(self) -> RouterConfig: ...
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.2f}"
 
 
 class DataPlane:
@@ -88,34 +85,6 @@ class DataPlane:
         except Exception:  # accounting must never break a served answer
             log.exception("complete() failed for request %s", plan.request_id)
             return None
-
-    @staticmethod
-    def _client_headers(plan: RoutePlan, started: float) -> dict[str, str]:
-        headers = dict(plan.response_headers)
-        headers["x-request-id"] = plan.request_id
-        headers["x-processing-time"] = _ms(time.perf_counter() - started)
-        headers.setdefault("x-classification-time", f"{plan.classification_ms:.2f}")
-        headers.setdefault("x-security-checks", plan.security.header())
-        headers.setdefault("x-tools-selected", str(plan.tools_selected))
-        return headers
-
-    @staticmethod
-    def routing_metadata(plan: RoutePlan, started: float, cost: float | None = None) -> dict[str, Any]:
-        meta: dict[str, Any] = {
-            "selected_model": plan.selected_model,
-            "decision": plan.decision,
-            "reason_code": plan.reason_code,
-            "confidence": plan.confidence,
-            "processing_time_ms": round((time.perf_counter() - started) * 1000, 3),
-            "cache_hit": plan.immediate is not None and plan.immediate.kind == "cache_hit",
-            "security_checks": {
-                "pii_detected": plan.security.pii_detected,
-                "jailbreak_detected": plan.security.jailbreak_detected,
-            },
-        }
-        if cost is not None:
-            meta["cost"] = cost
-        return meta
 
     # ------------------------------------------------------------------ chat
     async def plan_for(
@@ -152,7 +121,7 @@ class DataPlane:
                 self._relay_chat_stream(plan, stream, started),
                 status_code=stream.status,
                 media_type="text/event-stream",
-                headers={**SSE_HEADERS, **self._client_headers(plan, started),
+                headers={**SSE_HEADERS, **client_headers(plan, started),
                          "x-selected-model": stream.target.model},
             )
         response, report = await self._call(plan, started)
@@ -160,7 +129,7 @@ class DataPlane:
             return response
         return JSONResponse(
             response,
-            headers={**self._client_headers(plan, started),
+            headers={**client_headers(plan, started),
                      "x-selected-model": response.get("routing_metadata", {}).get("selected_model")
                      or plan.selected_model or ""},
             background=self._after(plan, report),
@@ -169,7 +138,7 @@ class DataPlane:
     def _immediate(self, plan: RoutePlan, started: float) -> Response:
         immediate = plan.immediate
         assert immediate is not None
-        headers = {**self._client_headers(plan, started), **immediate.headers}
+        headers = {**client_headers(plan, started), **immediate.headers}
         after = self._after(plan, CompletionReport(
             status=immediate.status, model=plan.selected_model, response=None, stream=plan.stream,
             total_s=time.perf_counter() - started))
@@ -180,7 +149,7 @@ class DataPlane:
             return StreamingResponse(_iterate(chunks), media_type="text/event-stream",
                                      headers={**SSE_HEADERS, **headers}, background=after)
         body = dict(immediate.body)
-        body["routing_metadata"] = self.routing_metadata(plan, started)
+        body["routing_metadata"] = routing_metadata(plan, started)
         return JSONResponse(body, headers=headers, background=after)
 
     def _upstream_headers(self, plan: RoutePlan) -> dict[str, str]:
@@ -207,14 +176,14 @@ class DataPlane:
             content = result.content if payload is None else json.dumps(payload).encode()
             return Response(content, status_code=result.status,
                             media_type=result.headers.get("content-type", "application/json"),
-                            headers=self._client_headers(plan, started),
+                            headers=client_headers(plan, started),
                             background=self._after(plan, report)), report
         # Accounting (metrics, cache write, replay) runs after the answer is sent (the
         # caller attaches `_after`); the cost shown to the client is computed here from
         # the plan's pricing, off the Router hop.
         cost = compute_cost(payload.get("usage"), plan.pricing.get(served))
         plan_for_meta = plan.model_copy(update={"selected_model": served})
-        payload["routing_metadata"] = self.routing_metadata(plan_for_meta, started, cost)
+        payload["routing_metadata"] = routing_metadata(plan_for_meta, started, cost)
         return payload, report
 
     async def _open_stream(self, plan: RoutePlan) -> Any:
@@ -278,10 +247,10 @@ class DataPlane:
         if plan.immediate is not None:
             if plan.immediate.status != 200:
                 return JSONResponse(plan.immediate.body, status_code=plan.immediate.status,
-                                    headers=self._client_headers(plan, started))
+                                    headers=client_headers(plan, started))
             self._spawn(self._complete_quietly(plan, CompletionReport(status=200, stream=plan.stream)))
             completion = plan.immediate.body
-            headers_out = {**self._client_headers(plan, started), **plan.immediate.headers}
+            headers_out = {**client_headers(plan, started), **plan.immediate.headers}
             if plan.stream:
                 return StreamingResponse(
                     _translate_replay(replay_as_sse(completion), request),
@@ -292,13 +261,13 @@ class DataPlane:
             return StreamingResponse(
                 _translate_stream(self._relay_chat_stream(plan, stream, started), request),
                 media_type="text/event-stream",
-                headers={**SSE_HEADERS, **self._client_headers(plan, started)})
+                headers={**SSE_HEADERS, **client_headers(plan, started)})
         response, report = await self._call(plan, started)
         if isinstance(response, Response):
             return response
         out = chat_to_response(response, request)
         out["routing_metadata"] = response.get("routing_metadata")
-        return JSONResponse(out, headers=self._client_headers(plan, started),
+        return JSONResponse(out, headers=client_headers(plan, started),
                             background=self._after(plan, report))
 
     # ------------------------------------------------------------------ models

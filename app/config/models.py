@@ -379,10 +379,30 @@ class DataPlaneLimits(Open):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
 
 
+class ExtProcService(Open):
+    """svc-sr extension: the ext_proc bridge Envoy calls (spec 1: gRPC on 50051)."""
+
+    bind_address: str = "127.0.0.1"
+    port: int = Field(default=50051, ge=1, le=65535)
+    # open: a request the bridge fails on (or cannot reach) goes on unrouted; closed: 503.
+    failure_mode: Literal["open", "closed"] = "closed"
+    message_timeout_ms: int = Field(default=10000, ge=10)
+
+
+class EnvoyService(Open):
+    """svc-sr extension: the Envoy that `svc-sr serve` generates and supervises."""
+
+    enabled: bool = True
+    admin_port: int = Field(default=9901, ge=1, le=65535)
+    route_timeout_s: int = Field(default=600, ge=1)  # whole answer, streams included
+
+
 class Services(Open):
     management_api: ManagementApi = Field(default_factory=ManagementApi)
     observability: Observability = Field(default_factory=Observability)
     data_plane: DataPlaneLimits = Field(default_factory=DataPlaneLimits)
+    ext_proc: ExtProcService = Field(default_factory=ExtProcService)
+    envoy: EnvoyService = Field(default_factory=EnvoyService)
 
 
 class GlobalConfig(Open):
