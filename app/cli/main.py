@@ -39,7 +39,10 @@ def cli() -> None:
 @click.option("--serve-config", type=click.Path(dir_okay=False, path_type=Path),
               default="cluster/serve-config.yaml", show_default=True,
               help="Serve config whose per-deployment options (replicas, num_cpus, autoscaling) apply.")
-def serve(config_path: Path, host: str, port: int, dashboard: bool, serve_config: Path) -> None:
+@click.option("--envoy/--no-envoy", default=True, show_default=True,
+              help="Also run Envoy (listener from the config, 8801) and the ext_proc sidecar (50051); "
+                   "--no-envoy keeps the standalone data plane on --port only.")
+def serve(config_path: Path, host: str, port: int, dashboard: bool, serve_config: Path, envoy: bool) -> None:
     """Start a local Ray instance and serve the router graph (Ctrl-C stops it)."""
     state = ServeState.read()
     if state and process_alive(state.pid):
@@ -49,7 +52,7 @@ def serve(config_path: Path, host: str, port: int, dashboard: bool, serve_config
         console.print(f"[red]config file not found:[/red] {config_path}")
         sys.exit(2)
     overrides = serve_config if serve_config.exists() else None
-    sys.exit(serve_forever(config_path, host, port, dashboard, console, overrides))
+    sys.exit(serve_forever(config_path, host, port, dashboard, console, overrides, envoy))
 
 
 @cli.command()

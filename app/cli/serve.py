@@ -86,13 +86,13 @@ def _deployment_states() -> dict[str, str]:
 
 
 def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, console: Console,
-                  serve_config: Path | None = None) -> int:
+                  serve_config: Path | None = None, with_envoy: bool = True) -> int:
     """Start Ray + the graph, show progress, block until Ctrl-C / SIGTERM, then stop cleanly."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from app.config.loader import ConfigError, load_config
 
     try:
-        load_config(config_path)  # fail fast with the path-named reason, before starting Ray
+        config = load_config(config_path).config  # fail fast with the path-named reason, before starting Ray
     except ConfigError as exc:
         console.print(f"[red]invalid configuration {config_path}:[/red]\n{exc}")
         return 2
@@ -100,9 +100,11 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
     import ray
     from ray import serve
 
+    from app.cli.gateway import Gateway, GatewayError
     from deployments.graph import GraphArgs, build_app
 
     stop = threading.Event()
+    gateway: Gateway | None = None
     console.print(f"[bold]svc-sr[/bold] starting a local Ray instance (config {config_path})")
     ray.init(include_dashboard=dashboard, dashboard_host="127.0.0.1", logging_level="WARNING",
              log_to_driver=False, configure_logging=True)
@@ -131,9 +133,22 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
         if stop.is_set():
             return 130
         http = f"http://{host}:{port}"
+        if with_envoy and config.global_.services.envoy.enabled:
+            gateway = Gateway(config_path, config, STATE_DIR, ray.get_runtime_context().gcs_address, APP_NAME, port)
+            console.print("starting the ext_proc sidecar and Envoy ...")
+            try:
+                gateway.start()
+            except GatewayError as exc:
+                console.print(f"[red]Envoy / ext_proc failed to start:[/red] {exc} (logs in {STATE_DIR / 'logs'})")
+                return 1
         ServeState(os.getpid(), str(config_path), http, time.time(),
                    ray.get_runtime_context().gcs_address if dashboard else None).write()
         console.print(f"[green]ready[/green]  OpenAI-compatible endpoint: {http}/v1  (model: MoM)")
+        if gateway is not None:
+            console.print(f"  through Envoy + ext_proc: {gateway.url}/v1")
+        metrics = config.global_.services.observability.metrics
+        if metrics.enabled:
+            console.print(f"  metrics: http://{metrics.bind_address}:{metrics.port}/metrics")
         console.print(f"  try: curl {http}/v1/chat/completions -H 'content-type: application/json' "
                       "-d '{\"model\":\"MoM\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}'")
         if dashboard:
@@ -143,6 +158,8 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
         console.print("stopping svc-sr ...")
         return 0
     finally:
+        if gateway is not None:
+            gateway.stop()
         try:
             serve.shutdown()
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,21 @@ def validate_config(path: Path) -> str | None:
     return (result.stderr or result.stdout).strip().splitlines()[-1] if (result.stderr or result.stdout) else "invalid"
 
 
+def wait_admin_ready(admin_port: int, timeout_s: float, exited: Callable[[], bool] = lambda: False) -> None:
+    """Until Envoy's admin /ready answers 200 (listeners and clusters initialised)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if exited():
+            raise RuntimeError("envoy exited during start-up (see its log)")
+        try:
+            if httpx.get(f"http://127.0.0.1:{admin_port}/ready", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"envoy not ready after {timeout_s}s")
+
+
 class EnvoyProcess:
     def __init__(self, config_path: Path, admin_port: int, base_id: int | None = None,
                  log_path: Path | None = None, log_level: str = "warning") -> None:
@@ -58,17 +74,7 @@ class EnvoyProcess:
         return self
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"envoy exited with {self.process.returncode} (log: {self.log_path})")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.admin_port}/ready", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"envoy not ready after {timeout_s}s")
+        wait_admin_ready(self.admin_port, timeout_s, lambda: self.process is not None and self.process.poll() is not None)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -1,0 +1,73 @@
+"""Envoy and the ext_proc sidecar beside the local Ray instance (`svc-sr serve`).
+
+Order matters: the sidecar first (Envoy's ext_proc filter needs it), then Envoy; on
+stop Envoy first (no new requests), then the sidecar (drains in-flight streams).
+Both are supervised: a crash restarts the process with back-off.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from pathlib import Path
+
+from app.common.supervisor import SupervisedProcess
+from app.config.models import RouterConfig
+from app.envoy.config import EnvoyPorts, build_envoy_config
+from app.envoy.process import EnvoyProcess, validate_config, wait_admin_ready, write_config
+
+
+class GatewayError(RuntimeError):
+    pass
+
+
+def wait_for_port(host: str, port: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise GatewayError(f"nothing listens on {host}:{port} after {timeout_s:.0f}s")
+
+
+class Gateway:
+    def __init__(self, config_path: Path, config: RouterConfig, state_dir: Path, ray_address: str,
+                 app_name: str, management_port: int) -> None:
+        self.config_path = config_path
+        self.config = config
+        self.state_dir = state_dir
+        self.ray_address = ray_address
+        self.app_name = app_name
+        self.ports = EnvoyPorts.from_config(config, management_port=management_port)
+        self.sidecar: SupervisedProcess | None = None
+        self.envoy: SupervisedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.ports.listener_address}:{self.ports.listener_port}"
+
+    def start(self) -> None:
+        envoy_yaml = write_config(build_envoy_config(self.config, self.ports), self.state_dir / "envoy.yaml")
+        problem = validate_config(envoy_yaml)
+        if problem is not None:
+            raise GatewayError(f"generated {envoy_yaml} is invalid: {problem}")
+        logs = self.state_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.sidecar = SupervisedProcess(
+            "ext_proc sidecar",
+            [sys.executable, "-m", "deployments.extproc_sidecar", "--config", str(self.config_path),
+             "--ray-address", self.ray_address, "--app", self.app_name],
+            log_path=logs / "extproc.log").start()
+        wait_for_port(self.ports.ext_proc_address, self.ports.ext_proc_port, 60)
+        envoy = EnvoyProcess(envoy_yaml, admin_port=self.ports.admin_port, log_path=logs / "envoy.log")
+        self.envoy = SupervisedProcess("envoy", envoy.command(), log_path=logs / "envoy.log").start()
+        wait_admin_ready(self.ports.admin_port, 30)
+
+    def stop(self) -> None:
+        for process in (self.envoy, self.sidecar):
+            if process is not None:
+                process.stop()
+        self.envoy = self.sidecar = None

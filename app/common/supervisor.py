@@ -1,0 +1,98 @@
+"""Keeps a child process running: restarts it with exponential back-off when it dies,
+stops it with SIGTERM, then SIGKILL after a grace period."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+log = logging.getLogger("svc_sr.supervisor")
+
+
+class SupervisedProcess:
+    def __init__(
+        self, name: str, command: Sequence[str], log_path: Path | None = None, env: dict[str, str] | None = None,
+        min_backoff_s: float = 1.0, max_backoff_s: float = 60.0, stop_timeout_s: float = 10.0,
+        healthy_after_s: float = 30.0, on_restart: Callable[[int], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.command = list(command)
+        self.log_path = log_path
+        self.env = env
+        self.min_backoff_s = min_backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.stop_timeout_s = stop_timeout_s
+        self.healthy_after_s = healthy_after_s  # a run this long resets the back-off
+        self.on_restart = on_restart
+        self.restarts = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+
+    def _spawn(self) -> None:
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        env = {**os.environ, **(self.env or {})}
+        self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=env, start_new_session=True)
+
+    def start(self) -> SupervisedProcess:
+        with self._lock:
+            self._stop.clear()
+            self._spawn()
+        self._watcher = threading.Thread(target=self._watch, name=f"supervise-{self.name}", daemon=True)
+        self._watcher.start()
+        return self
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def _watch(self) -> None:
+        backoff = self.min_backoff_s
+        started = time.monotonic()
+        while not self._stop.is_set():
+            process = self.process
+            if process is None or self._stop.wait(0.2):
+                continue
+            code = process.poll()
+            if code is None:
+                continue
+            if time.monotonic() - started >= self.healthy_after_s:
+                backoff = self.min_backoff_s
+            log.warning("%s exited with %s; restarting in %.0f s", self.name, code, backoff)
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, self.max_backoff_s)
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                self._spawn()
+                self.restarts += 1
+                started = time.monotonic()
+            if self.on_restart is not None:
+                self.on_restart(self.restarts)
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after stop_timeout_s; returns the exit code."""
+        self._stop.set()
+        with self._lock:
+            process, self.process = self.process, None
+        if self._watcher is not None:
+            self._watcher.join(timeout=2)
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                return process.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s ignored SIGTERM for %.0f s: killed", self.name, self.stop_timeout_s)
+                process.kill()
+                return process.wait()
+        return process.returncode

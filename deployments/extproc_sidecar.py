@@ -1,0 +1,86 @@
+"""The ext_proc sidecar: Envoy's gRPC ExternalProcessor, calling the Router deployment.
+
+A separate process beside Ray (not a Serve replica): measured at 3.6 ms per request
+through Envoy, against ~16 ms through Ray Serve's own gRPC proxy (notes/platform.md).
+
+    python -m deployments.extproc_sidecar --config configs/config.yaml \
+        [--ray-address auto] [--app svc-sr] [--host 127.0.0.1] [--port 50051]
+
+`svc-sr serve` starts and supervises it; on a cluster run it next to each Envoy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+
+from app.config.loader import load_config
+from app.extproc.bridge import BridgeSettings, ExtProcBridge
+from app.extproc.server import start_bridge_server
+from app.observability.metrics import MetricsSnapshot
+from app.observability.push import MetricsPusher
+from app.observability.router_metrics import RouterMetrics
+
+log = logging.getLogger("svc_sr.extproc")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="extproc_sidecar", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, required=True, help="the router config (failure mode, limits)")
+    parser.add_argument("--ray-address", default="auto")
+    parser.add_argument("--app", default="svc-sr", help="Serve application holding the Router")
+    parser.add_argument("--host", default=None, help="default: global.services.ext_proc.bind_address")
+    parser.add_argument("--port", type=int, default=None, help="default: global.services.ext_proc.port")
+    return parser.parse_args(argv)
+
+
+async def run(args: argparse.Namespace) -> None:
+    import ray
+    from ray import serve
+
+    from deployments.ingress import HandleRouterClient
+
+    config = load_config(args.config).config
+    services = config.global_.services
+    ray.init(address=args.ray_address, namespace="serve", logging_level="ERROR", log_to_driver=False)
+    router = serve.get_deployment_handle("Router", app_name=args.app)
+    metrics = RouterMetrics()
+    pusher = None
+    if services.observability.metrics.enabled:
+        observability = serve.get_deployment_handle("Observability", app_name=args.app)
+
+        def send(snapshot: MetricsSnapshot) -> None:
+            observability.push.remote(snapshot).result(timeout_s=5)
+
+        pusher = MetricsPusher(metrics.recorder, send, f"ExtProc/{socket.gethostname()}:{os.getpid()}").start()
+    settings = BridgeSettings(failure_mode=services.ext_proc.failure_mode,
+                              clear_route_cache=config.global_.router.clear_route_cache,
+                              max_body_bytes=services.data_plane.max_body_bytes)
+    bridge = ExtProcBridge(HandleRouterClient(router), settings, metrics)
+    host = args.host or services.ext_proc.bind_address
+    server = await start_bridge_server(bridge, host, args.port or services.ext_proc.port)
+    print(f"ext_proc bridge listening on {host}:{server.svc_sr_port}", flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop(grace=5)  # in-flight streams get 5 s to finish
+    await bridge.drain()
+    if pusher is not None:
+        pusher.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(run(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
