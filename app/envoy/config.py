@@ -61,7 +61,9 @@ def cluster_name(model: str) -> str:
     return "model_" + re.sub(r"[^A-Za-z0-9_.-]", "_", model)
 
 
-def build_envoy_config(config: RouterConfig, ports: EnvoyPorts | None = None) -> dict[str, Any]:
+def build_envoy_config(config: RouterConfig, ports: EnvoyPorts | None = None,
+                       with_ext_proc: bool = True) -> dict[str, Any]:
+    """`with_ext_proc=False`: the same Envoy without the router (a benchmark baseline)."""
     ports = ports or EnvoyPorts.from_config(config)
     services = config.global_.services
     models = [m for m in config.providers.models if m.backend_refs]
@@ -78,8 +80,10 @@ def build_envoy_config(config: RouterConfig, ports: EnvoyPorts | None = None) ->
         "name": "model-list",
         "match": {"path": "/v1/models", "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]},
         "route": {"cluster": MANAGEMENT_CLUSTER, "timeout": "15s"},
-        "typed_per_filter_config": {"envoy.filters.http.ext_proc": {"@type": EXT_PROC_PER_ROUTE, "disabled": True}},
     })
+    if with_ext_proc:
+        routes[-1]["typed_per_filter_config"] = {
+            "envoy.filters.http.ext_proc": {"@type": EXT_PROC_PER_ROUTE, "disabled": True}}
     default = config.default_model
     default_model = next((m for m in models if m.name == default), None)
     if default_model is not None:
@@ -122,7 +126,7 @@ def build_envoy_config(config: RouterConfig, ports: EnvoyPorts | None = None) ->
                 "request_timeout": "0s",
                 "route_config": {"name": "svc_sr_routes",
                                  "virtual_hosts": [{"name": "models", "domains": ["*"], "routes": routes}]},
-                "http_filters": [ext_proc, {
+                "http_filters": [*([ext_proc] if with_ext_proc else []), {
                     "name": "envoy.filters.http.router",
                     "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
                 }],
