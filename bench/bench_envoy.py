@@ -103,9 +103,9 @@ def main() -> None:
         targets = [("direct", f"{upstream.base_url}/chat/completions", "general"),
                    ("envoy", plain_url, "general"), ("envoy+bridge", routed_url, "MoM")]
         extra: list[Any] = []
-        if args.ray:
-            targets.append(("envoy+sidecar", *start_ray_path(config, work, extra), "MoM"))
         try:
+            if args.ray:
+                targets.append(("envoy+sidecar", *start_ray_path(config, work, extra), "MoM"))
             for _, url, model in targets:  # warm-up: pools, encoder shapes, replicas
                 asyncio.run(run_load(url, model, 40, 4))
             for concurrency in (1, 16):

@@ -48,10 +48,13 @@ async def run(args: argparse.Namespace) -> None:
     config = load_config(args.config).config
     services = config.global_.services
     ray.init(address=args.ray_address, namespace="serve", logging_level="ERROR", log_to_driver=False)
+    application = serve.status().applications.get(args.app)
+    if application is None or "Router" not in application.deployments:
+        raise SystemExit(f"no Serve application {args.app!r} with a Router deployment on {args.ray_address}")
     router = serve.get_deployment_handle("Router", app_name=args.app)
     metrics = RouterMetrics()
     pusher = None
-    if services.observability.metrics.enabled:
+    if "Observability" in application.deployments:  # absent when metrics are off
         observability = serve.get_deployment_handle("Observability", app_name=args.app)
 
         def send(snapshot: MetricsSnapshot) -> None:
