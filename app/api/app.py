@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from typing import TYPE_CHECKING
+
+from fastapi import Depends, FastAPI
 
 from app.api.dataplane import ConfigView, DataPlane, RouterClient, dataplane_router
 from app.api.diagnostics import ClassifierBackend, Diagnostics, diagnostics_router
 from app.api.errors import BodySizeLimitMiddleware, install_error_handlers
 from app.config.models import RouterConfig
 from app.upstream.client import UpstreamClient
+
+if TYPE_CHECKING:
+    from app.management.api import Management
 
 
 class StaticConfigView:
@@ -25,14 +30,28 @@ class StaticConfigView:
 
 
 def create_app(
-    router: RouterClient, upstream: UpstreamClient, config: ConfigView, classifiers: ClassifierBackend | None = None
+    router: RouterClient, upstream: UpstreamClient, config: ConfigView, classifiers: ClassifierBackend | None = None,
+    management: Management | None = None,
 ) -> FastAPI:
-    """`classifiers`: the models behind the classification diagnostics (None: they answer 503)."""
-    app = FastAPI(title="svc-sr", version="0.1.0")
+    """`classifiers`: the models behind the classification diagnostics (None: they answer 503).
+    `management`: the management API state (None: an in-memory one over `config`, whose
+    mutations only update `config`; routing preview through `router` when it has `preview`)."""
+    from app.management.api import Management, install
+
+    # /openapi.json and /docs are served by the management API (OpenAPI 3.0, narrowable, authenticated).
+    app = FastAPI(title="svc-sr", version="0.1.0", openapi_url=None, docs_url=None, redoc_url=None)
     install_error_handlers(app)
+    if management is None:
+        management = Management(
+            config.current(), config_view=config if hasattr(config, "update") else None,  # type: ignore[arg-type]
+            previewer=router if hasattr(router, "preview") else None,  # type: ignore[arg-type]
+        )
     plane = DataPlane(router, upstream, config)
+    # The data plane (chat, responses, /v1/models) is not behind management auth: listeners own its access.
     app.include_router(dataplane_router(plane))
-    app.include_router(diagnostics_router(Diagnostics(classifiers, config)))
+    app.include_router(diagnostics_router(Diagnostics(classifiers, config)),
+                       dependencies=[Depends(management.guard("classify.invoke", "sensitive"))])
+    install(app, management)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

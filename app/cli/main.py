@@ -17,6 +17,8 @@ import click
 import httpx
 from rich.console import Console
 
+from app.cli.config_cmds import register as _register_config_commands
+from app.cli.ops_cmds import register as _register_ops_commands
 from app.cli.serve import ServeState, process_alive, serve_forever
 
 console = Console(stderr=True)
@@ -159,6 +161,10 @@ def config_migrate(path: Path, output: Path | None) -> None:
     tmp = output.with_suffix(output.suffix + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, output)
+
+
+_register_config_commands(config)
+_register_ops_commands(cli)
 
 
 def main() -> None:

@@ -23,6 +23,13 @@ Outcome rules:
 - Streaming: retries and fallback only happen before the first body byte is
   received; afterwards a failure ends the stream with `UpstreamStreamError`.
 
+Wire formats: a target's `api_format` picks its protocol. "openai" bodies pass
+through; messages-style targets ("anthropic"/"messages") get the chat body translated
+to a `POST .../messages` request, and their answers translated back (JSON answers and
+error bodies to chat shape, event streams chunk by chunk to `chat.completion.chunk`
+events), so callers, the cache and accounting only ever see chat. A chat body a
+messages target cannot express is answered locally with a 400 (no upstream call).
+
 Timeouts (all optional, "0s" disables): reliability.total_timeout bounds the whole
 call, stream included (default 300 s); per_try_timeout bounds each attempt until its
 first body byte; first_byte_timeout bounds the wait from headers to the first body
@@ -42,10 +49,16 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
+from app.upstream.messages_api import (
+    MessagesStreamTranslator,
+    MessagesTranslationError,
+    chat_to_messages,
+    messages_to_chat,
+)
 from app.upstream.policy import FailureKind, FallbackConfig, ReliabilityConfig
 from app.upstream.targets import SUPPORTED_API_FORMATS, UpstreamTarget
 
@@ -198,6 +211,11 @@ def _parse_json(content: bytes) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) else None
 
 
+async def _no_chunks() -> AsyncIterator[bytes]:
+    return
+    yield b""  # an async generator that yields nothing
+
+
 def _short(content: bytes, limit: int = 200) -> str:
     text = content[:limit].decode("utf-8", errors="replace").strip()
     return text.replace("\n", " ")
@@ -235,6 +253,7 @@ class _Opened:
     first_chunk: bytes
     first_byte_at: float
     content: bytes | None = None  # the whole body, when the attempt read it all
+    local: bool = False  # answered by the client itself (an untranslatable request)
 
 
 @dataclass
@@ -260,12 +279,87 @@ class _Plan:
     last_failed: UpstreamResponse | None = None
 
 
+# -- wire formats ----------------------------------------------------------------------
+class BodyTranslator(Protocol):
+    """Rewrites a response body as it streams: bytes in, bytes out, then a final flush."""
+
+    def feed(self, raw: bytes) -> bytes: ...
+
+    def finish(self) -> bytes: ...
+
+
+class _WholeBody:
+    """Buffers a (small, non-SSE) body and converts it at the end."""
+
+    def __init__(self, convert: Callable[[bytes], bytes]) -> None:
+        self._convert = convert
+        self._parts: list[bytes] = []
+
+    def feed(self, raw: bytes) -> bytes:
+        self._parts.append(raw)
+        return b""
+
+    def finish(self) -> bytes:
+        return self._convert(b"".join(self._parts))
+
+
+class _ChatWire:
+    """OpenAI chat completions: bodies pass through untouched."""
+
+    def request_body(self, body: dict[str, Any], target: UpstreamTarget) -> dict[str, Any]:
+        return {**body, "model": target.upstream_model}
+
+    def answer(self, status: int, content: bytes, target: UpstreamTarget) -> tuple[int, bytes]:
+        return status, content
+
+    def stream_translator(
+        self, status: int, headers: httpx.Headers, target: UpstreamTarget, body: dict[str, Any]
+    ) -> BodyTranslator | None:
+        return None
+
+
+class _MessagesWire:
+    """A messages-style backend: chat requests translated to it, its answers back to chat."""
+
+    def request_body(self, body: dict[str, Any], target: UpstreamTarget) -> dict[str, Any]:
+        return chat_to_messages(body, target.upstream_model)
+
+    def answer(self, status: int, content: bytes, target: UpstreamTarget) -> tuple[int, bytes]:
+        parsed = _parse_json(content)
+        if parsed is None:
+            return status, content  # not JSON (a proxy's HTML page...): relayed as it is
+        try:
+            chat = messages_to_chat(parsed, target.model)
+        except MessagesTranslationError as exc:
+            status = exc.status
+            chat = {"error": {"message": str(exc), "type": "upstream_error", "code": None}}
+        return status, json.dumps(chat, ensure_ascii=False).encode("utf-8")
+
+    def stream_translator(
+        self, status: int, headers: httpx.Headers, target: UpstreamTarget, body: dict[str, Any]
+    ) -> BodyTranslator | None:
+        if 200 <= status < 300 and "text/event-stream" in headers.get("content-type", "").lower():
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return MessagesStreamTranslator(target.model, include_usage=include_usage)
+        return _WholeBody(lambda content: self.answer(status, content, target)[1])
+
+
+_CHAT_WIRE = _ChatWire()
+_MESSAGES_WIRE = _MessagesWire()
+
+
+def _wire(target: UpstreamTarget) -> _ChatWire | _MessagesWire:
+    return _MESSAGES_WIRE if target.wire_format == "messages" else _CHAT_WIRE
+
+
 # -- streaming result ------------------------------------------------------------------
 class UpstreamStream:
     """An open upstream response; `aiter_bytes()` yields chunks as they arrive.
 
     Always `aclose()` it (or use `async with`), also when the client disconnects.
     For a non-2xx status the body is the upstream's error document (`read()` it).
+    With a `translator` (messages-style targets) the chunks yielded are the
+    translated ones; `bytes_received` still counts the upstream's bytes.
     """
 
     def __init__(
@@ -279,8 +373,10 @@ class UpstreamStream:
         idle_timeout: float | None,
         max_bytes: int,
         clock: Callable[[], float],
+        translator: BodyTranslator | None = None,
     ) -> None:
         self._opened = opened
+        self._translator = translator
         self._clock = clock
         self._deadline = deadline
         self._idle = idle_timeout
@@ -314,18 +410,28 @@ class UpstreamStream:
         if self._consumed:
             raise RuntimeError("upstream stream already consumed")
         self._consumed = True
+        translator = self._translator
         try:
-            if self._opened.first_chunk:
-                yield self._opened.first_chunk
-            while True:
-                chunk = await self._next_chunk()
-                if chunk is None:
-                    self.completed = True
-                    return
-                if chunk:
-                    yield chunk
+            async for chunk in self._raw_chunks():
+                out = chunk if translator is None else translator.feed(chunk)
+                if out:
+                    yield out
+            tail = b"" if translator is None else translator.finish()
+            if tail:
+                yield tail
         finally:
             await self.aclose()
+
+    async def _raw_chunks(self) -> AsyncIterator[bytes]:
+        if self._opened.first_chunk:
+            yield self._opened.first_chunk
+        while True:
+            chunk = await self._next_chunk()
+            if chunk is None:
+                self.completed = True
+                return
+            if chunk:
+                yield chunk
 
     async def _next_chunk(self) -> bytes | None:
         now = self._clock()
@@ -448,9 +554,11 @@ class UpstreamClient:
             body.pop("stream_options", None)
         plan = self._plan(candidates, reliability, fallback)
         target, opened = await self._run(plan, body, headers or {}, read_all=True)
-        content = opened.content or b""
+        status, content = opened.response.status_code, opened.content or b""
+        if not opened.local:
+            status, content = _wire(target).answer(status, content, target)
         return UpstreamResponse(
-            status=opened.response.status_code,
+            status=status,
             headers=opened.response.headers,
             content=content,
             json_body=_parse_json(content) if content else None,
@@ -476,6 +584,10 @@ class UpstreamClient:
         body = {**body, "stream": True}
         plan = self._plan(candidates, reliability, fallback)
         target, opened = await self._run(plan, body, headers or {}, read_all=False)
+        status, upstream_headers = opened.response.status_code, opened.response.headers
+        translator = (
+            None if opened.local else _wire(target).stream_translator(status, upstream_headers, target, body)
+        )
         return UpstreamStream(
             opened,
             target,
@@ -485,6 +597,7 @@ class UpstreamClient:
             idle_timeout=_resolve(plan.reliability.idle_timeout_s, self._default_idle),
             max_bytes=self._max_bytes,
             clock=self._clock,
+            translator=translator,
         )
 
     # -- the attempt loop ----------------------------------------------------------------
@@ -527,7 +640,7 @@ class UpstreamClient:
         rel, fb = plan.reliability, plan.fallback
         per_model = fb.per_attempt_timeout_s if fb else None
         per_try = _resolve(rel.per_try_timeout_s, None)
-        encoded: dict[str, bytes] = {}
+        encoded: dict[tuple[str, str], bytes | MessagesTranslationError] = {}
         for group_index, group in enumerate(plan.groups):
             is_last_group = group_index == len(plan.groups) - 1
             group_deadline = _min_deadline(
@@ -559,12 +672,22 @@ class UpstreamClient:
                     )
                     break
                 tried.add(id(target))
-                if target.upstream_model not in encoded:
-                    payload = {**body, "model": target.upstream_model}
-                    encoded[target.upstream_model] = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+                key = (target.wire_format, target.upstream_model)
+                if key not in encoded:
+                    encoded[key] = self._encode(body, target)
+                payload = encoded[key]
+                if isinstance(payload, MessagesTranslationError):
+                    record = AttemptRecord(
+                        target.model, target.label, 400, None, 0.0, retry, str(payload)[:200]
+                    )
+                    plan.attempts.append(record)
+                    if not is_last_group and self._falls_back(fb, FailureKind.STATUS, 400):
+                        record.error = FailureKind.STATUS.value
+                        break  # another candidate may take the request as it is
+                    return target, self._refused(payload)
                 attempt = _AttemptSpec(
                     target=target,
-                    content=encoded[target.upstream_model],
+                    content=payload,
                     deadline=_min_deadline(group_deadline, self._clock() + per_try if per_try else None),
                     retry=retry,
                     can_retry=retry < rel.retry_count,
@@ -589,6 +712,25 @@ class UpstreamClient:
         raise self._unavailable(plan)
 
     @staticmethod
+    def _encode(body: dict[str, Any], target: UpstreamTarget) -> bytes | MessagesTranslationError:
+        try:
+            payload = _wire(target).request_body(body, target)
+        except MessagesTranslationError as exc:
+            return exc
+        return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+
+    def _refused(self, exc: MessagesTranslationError) -> _Opened:
+        """A local 400 for a request the target's protocol cannot express."""
+        error = {
+            "message": str(exc),
+            "type": "invalid_request_error",
+            "code": "unsupported_for_upstream_format",
+        }
+        content = json.dumps({"error": error}, ensure_ascii=False).encode("utf-8")
+        response = httpx.Response(400, headers={"content-type": "application/json"}, content=content)
+        return _Opened(response, _no_chunks(), content, self._clock(), content=content, local=True)
+
+    @staticmethod
     def _falls_back(fb: FallbackConfig | None, kind: FailureKind, status: int | None) -> bool:
         if fb is None or not fb.enabled:
             return False
@@ -606,7 +748,7 @@ class UpstreamClient:
         record = AttemptRecord(target.model, target.label, None, None, 0.0, spec.retry)
         plan.attempts.append(record)
         request = self._http.build_request(
-            "POST", target.chat_url, content=spec.content, headers=self._request_headers(target, headers)
+            "POST", target.request_url, content=spec.content, headers=self._request_headers(target, headers)
         )
         probe = self._breaker_enter(plan, target)
         response: httpx.Response | None = None
@@ -676,6 +818,7 @@ class UpstreamClient:
         record.elapsed_s = self._clock() - began
         record.detail = _short(content) or None
         record.retry_after = parse_retry_after(response.headers.get("retry-after"))
+        _, content = _wire(target).answer(status, content, target)  # the record keeps the upstream's words
         plan.last_failed = UpstreamResponse(
             status=status,
             headers=response.headers,
@@ -706,9 +849,7 @@ class UpstreamClient:
         out = httpx.Headers({k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP_HEADERS})
         out["content-type"] = "application/json"
         out["accept-encoding"] = "identity"  # relay bytes as received; no decoder buffering
-        auth = target.auth_headers()
-        if auth:
-            out["authorization"] = auth["Authorization"]
+        out.update(target.auth_headers())  # per protocol: Authorization or x-api-key
         out.update(target.extra_headers)
         return out
 

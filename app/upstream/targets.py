@@ -9,21 +9,32 @@ URL resolution (`UpstreamTarget.chat_url`):
   string, e.g. "/deployments/x/chat/completions?api-version=2024-06-01"); an absolute
   URL ("http://...") replaces base_url entirely.
 - A base_url without a scheme ("host:8000") is taken as plain http.
+
+Messages-style targets (`api_format` "anthropic" or "messages", any case) follow the
+same rules with "/messages" ("/v1/messages" on a bare host) instead of
+"/chat/completions"; `request_url` is the one the client posts to either way.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# The chat-completions wire protocol; other formats (e.g. "anthropic" messages) need a
-# translator in front of UpstreamClient, which refuses them with a clear error.
-SUPPORTED_API_FORMATS = frozenset({"openai"})
+# "openai": chat completions, relayed as they are. The messages formats (the reference
+# router spells it "anthropic") are translated from/to chat by UpstreamClient.
+CHAT_API_FORMATS = frozenset({"openai"})
+MESSAGES_API_FORMATS = frozenset({"anthropic", "messages"})
+SUPPORTED_API_FORMATS = CHAT_API_FORMATS | MESSAGES_API_FORMATS
 DEFAULT_CHAT_PATH = "/chat/completions"
 HOST_ONLY_CHAT_PATH = "/v1/chat/completions"
+DEFAULT_MESSAGES_PATH = "/messages"
+HOST_ONLY_MESSAGES_PATH = "/v1/messages"
+ANTHROPIC_VERSION = "2023-06-01"
+
+WireFormat = Literal["chat", "messages"]
 
 
 class UpstreamTarget(BaseModel):
@@ -75,13 +86,30 @@ class UpstreamTarget(BaseModel):
         return self.provider_model_id or self.model
 
     @property
+    def wire_format(self) -> WireFormat:
+        """The protocol spoken upstream: "messages" for the messages formats, else "chat"."""
+        return "messages" if self.api_format in MESSAGES_API_FORMATS else "chat"
+
+    @property
     def chat_url(self) -> str:
+        return self._url(DEFAULT_CHAT_PATH, HOST_ONLY_CHAT_PATH)
+
+    @property
+    def messages_url(self) -> str:
+        return self._url(DEFAULT_MESSAGES_PATH, HOST_ONLY_MESSAGES_PATH)
+
+    @property
+    def request_url(self) -> str:
+        """Where a completion request for this target is posted (depends on `wire_format`)."""
+        return self.messages_url if self.wire_format == "messages" else self.chat_url
+
+    def _url(self, with_path: str, host_only: str) -> str:
         if self.chat_path:
             if "://" in self.chat_path:
                 return self.chat_path
             return f"{self.base_url}/{self.chat_path.lstrip('/')}"
         has_path = urlsplit(self.base_url).path not in ("", "/")
-        return self.base_url + (DEFAULT_CHAT_PATH if has_path else HOST_ONLY_CHAT_PATH)
+        return self.base_url + (with_path if has_path else host_only)
 
     @property
     def label(self) -> str:
@@ -93,8 +121,15 @@ class UpstreamTarget(BaseModel):
         return f"{self.model}@{host}"
 
     def auth_headers(self) -> dict[str, str]:
-        """`Authorization: Bearer <key>` when api_key_env names a non-empty variable."""
+        """Credentials for this target's protocol, only when `api_key_env` is set.
+
+        chat: `Authorization: Bearer <key>` (when the variable is non-empty).
+        messages: `anthropic-version` plus `x-api-key: <key>` (when non-empty);
+        `extra_headers` may override either (e.g. a newer anthropic-version).
+        """
         if not self.api_key_env:
             return {}
         key = os.environ.get(self.api_key_env, "").strip()
+        if self.wire_format == "messages":
+            return {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
         return {"Authorization": f"Bearer {key}"} if key else {}

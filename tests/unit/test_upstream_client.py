@@ -493,7 +493,7 @@ async def test_circuit_breaker_half_open_probe_closes_on_success(fakes, client):
 async def test_bad_candidate_lists_are_refused(client):
     with pytest.raises(ValueError, match="no upstream candidates"):
         await client.complete([], BODY)
-    anthropic = UpstreamTarget(model="claude", base_url="http://127.0.0.1:1", api_format="anthropic")
+    anthropic = UpstreamTarget(model="claude", base_url="http://127.0.0.1:1", api_format="bedrock")
     with pytest.raises(UnsupportedUpstreamFormat, match="claude"):
         await client.complete([anthropic], BODY)
 

@@ -1,0 +1,130 @@
+"""The router frontend's native decision API (spec 2): POST /v1/decisions and /v1/systemone
+(identical) and GET /v1/systemone/models, over a `DecisionBackend` (the Ingress adapts its
+DecisionModel handle or a managed runtime's client; tests pass `LocalDecisionBackend`).
+
+Errors use the worker body `{error: {code, message}}` with fixed public words: the
+runtime's own message stays private (logged at debug level, never the request text).
+429 carries Retry-After: 1, 503 Retry-After: 5; a call over the 30 s budget answers 504
+`systemone_deadline_exceeded`. Answers with per-question `invalid_question` are 200s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Protocol
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from app.runtime.schemas import RuntimeFailure
+from app.srun.questions import DecisionRequest, DecisionResponse
+
+log = logging.getLogger("svc_sr.decisions_api")
+DEADLINE_S = 30.0
+DEFAULT_MAX_BODY = 8 * 1024 * 1024
+PUBLIC_WORDS = {
+    400: ("invalid_request", "invalid request"),
+    404: ("model_not_found", "model not found"),
+    413: ("request_too_large", "request too large"),
+    422: ("unsupported_surface", "unsupported surface"),
+    429: ("overloaded", "overloaded"),
+    503: ("not_ready", "not ready"),
+    504: ("systemone_deadline_exceeded", "deadline exceeded"),
+}
+RETRY_AFTER = {429: "1", 503: "5"}
+
+
+class DecisionBackend(Protocol):
+    async def decide(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The wire answer; raises an exception with `.status` (RuntimeFailure, RuntimeCallError)."""
+        ...
+
+    async def models(self) -> list[dict[str, Any]]:
+        """Cards of the published native models."""
+        ...
+
+
+class LocalDecisionBackend:
+    """An in-process decision model (no Ray, no worker process)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    async def decide(self, body: dict[str, Any]) -> dict[str, Any]:
+        return (await self.model.decide(body)).to_wire()  # type: ignore[no-any-return]
+
+    async def models(self) -> list[dict[str, Any]]:
+        return [self.model.card.to_wire()]
+
+
+class ClientDecisionBackend:
+    """A managed or attached worker through `app.srun.client.SrunClient`."""
+
+    def __init__(self, client: Any, served_name: str | None = None) -> None:
+        self.client = client
+        self.served_name = served_name
+
+    async def decide(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.served_name and "model" not in body:
+            body = {**body, "model": self.served_name}
+        return await self.client.decisions(body, deadline_s=DEADLINE_S)  # type: ignore[no-any-return]
+
+    async def models(self) -> list[dict[str, Any]]:
+        cards = (await self.client.models()).get("data", [])
+        return [c for c in cards if "decisions" in c.get("surfaces", [])]
+
+
+def _error(status: int) -> JSONResponse:
+    status = status if status in PUBLIC_WORDS else 500
+    code, words = PUBLIC_WORDS.get(status, ("internal_error", "internal error"))
+    headers = {"Retry-After": RETRY_AFTER[status]} if status in RETRY_AFTER else None
+    return JSONResponse({"error": {"code": code, "message": words}}, status_code=status, headers=headers)
+
+
+def decisions_router(backend: DecisionBackend, *, max_body_bytes: int = DEFAULT_MAX_BODY,
+                     deadline_s: float = DEADLINE_S) -> APIRouter:
+    router = APIRouter(tags=["native"])
+
+    async def answer(request: Request) -> JSONResponse:
+        raw = b""
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > max_body_bytes:
+                return _error(413)
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400)
+        if not isinstance(body, dict):
+            return _error(400)
+        try:
+            result = await asyncio.wait_for(backend.decide(body), deadline_s)
+        except TimeoutError:
+            return _error(504)
+        except Exception as exc:  # the runtime's message stays private
+            status = getattr(exc, "status", 500)
+            if not isinstance(exc, RuntimeFailure) and not hasattr(exc, "status"):
+                log.exception("decision backend failed")
+            else:
+                log.debug("decision request failed: %s %s", status, getattr(exc, "code", ""))
+            return _error(int(status) if isinstance(status, int) else 500)
+        return JSONResponse(result)
+
+    for path in ("/v1/decisions", "/v1/systemone"):
+        router.add_api_route(
+            path, answer, methods=["POST"], response_model=DecisionResponse,
+            openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                "schema": DecisionRequest.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
+        )
+
+    @router.get("/v1/systemone/models")
+    async def systemone_models() -> JSONResponse:
+        try:
+            cards = await asyncio.wait_for(backend.models(), deadline_s)
+        except Exception as exc:
+            return _error(int(getattr(exc, "status", 503)) if isinstance(getattr(exc, "status", None), int) else 503)
+        return JSONResponse({"object": "list", "data": cards})
+
+    return router

@@ -1,0 +1,321 @@
+"""`svc-sr config ...`: init, validate, schema, get, plan, apply, versions, rollback, import.
+
+Local forms read files; remote forms talk to the management API (--endpoint, --timeout,
+--token-env). Exit codes: app/cli/remote.py (0 ok, 1 failure, 2 invalid, 3 unreachable,
+4 conflict, 5 activation failed, 6 pending, 7 auth, 8 not found).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from app.cli.remote import (
+    DEFAULT_ENDPOINT,
+    EXIT_FAILURE,
+    EXIT_INVALID,
+    EXIT_OK,
+    MgmtClient,
+    check,
+    echo_json,
+    error_text,
+    fail,
+    remote_options,
+    status_exit_code,
+)
+
+console = Console(stderr=True)
+DEFAULT_FILE = "config.yaml"
+
+STARTER = """\
+# svc-sr configuration (canonical v0.3). `svc-sr config validate` checks it;
+# docs/configuration.md describes every section.
+version: v0.3
+listeners:
+  - name: http
+    address: 127.0.0.1
+    port: 8801
+providers:
+  defaults:
+    default_model: general
+  models:
+    - name: general
+      provider_model_id: {model_id}
+      backend_refs:
+        - endpoint: {endpoint}
+routing:
+  signals:
+    keywords:
+      - name: code_keywords
+        keywords: [python, javascript, stack trace, compile]
+  decisions:
+    - name: code
+      priority: 10
+      rules: {{type: keyword, name: code_keywords}}
+      modelRefs:
+        - model: general
+"""
+
+
+def _client(endpoint: str | None, timeout: float, token_env: str) -> MgmtClient:
+    return MgmtClient(endpoint or DEFAULT_ENDPOINT, timeout, token_env)
+
+
+def _read_document(path: Path) -> dict[str, Any]:
+    """A local file (or - for stdin) as a mapping; exit 2 when it does not parse."""
+    from app.config.errors import ConfigError
+    from app.config.loader import parse_text
+
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}", EXIT_INVALID)
+    except UnicodeDecodeError:
+        fail(f"{path} is not UTF-8 text", EXIT_INVALID)
+    try:
+        return parse_text(text, source=str(path))
+    except ConfigError as exc:
+        fail(str(exc), EXIT_INVALID)
+
+
+def _print_reasons(reasons: list[dict[str, Any]]) -> None:
+    for reason in reasons:
+        where = reason.get("path") or "(document)"
+        click.echo(f"  - [{reason.get('stage')}] {where}: {reason.get('message')} ({reason.get('code')})", err=True)
+
+
+# ---------------------------------------------------------------------- init
+@click.command("init")
+@click.argument("path", default=DEFAULT_FILE, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--endpoint", "backend", default="127.0.0.1:8000", show_default=True,
+              help="host:port of the OpenAI-compatible backend the starter model points at.")
+@click.option("--model-id", default="my-model", show_default=True, help="Model name the backend serves.")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def config_init(path: Path, backend: str, model_id: str, force: bool) -> None:
+    """Write a starter v0.3 configuration (validated before it is written)."""
+    from app.config.errors import ConfigError
+    from app.config.loader import parse_config
+    from app.management.persist import atomic_write_bytes
+
+    if path.exists() and not force:
+        fail(f"{path} exists; use --force to overwrite", EXIT_INVALID)
+    text = STARTER.format(endpoint=backend, model_id=model_id)
+    try:
+        parse_config(text)
+    except ConfigError as exc:
+        fail(str(exc), EXIT_INVALID)
+    atomic_write_bytes(path, text.encode("utf-8"))
+    console.print(f"wrote {path}")
+
+
+# ---------------------------------------------------------------------- validate, schema
+@click.command("validate")
+@click.argument("path", default="configs/config.yaml", type=click.Path(dir_okay=False, path_type=Path))
+@remote_options
+def config_validate(path: Path, endpoint: str | None, timeout: float, token_env: str) -> None:
+    """Validate a config file (locally, or by the router with --endpoint); exit 2 when invalid."""
+    if endpoint is None:
+        from app.config.loader import ConfigError, load_config
+
+        try:
+            loaded = load_config(path)
+        except ConfigError as exc:
+            fail(str(exc), EXIT_INVALID)
+        for warning in loaded.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        click.echo(json.dumps({"valid": True, "legacy": loaded.legacy, "hash": loaded.source_hash}))
+        return
+    document = _read_document(path)
+    with _client(endpoint, timeout, token_env) as client:
+        response = client.request("POST", "/api/v1/config/validate", json=document)
+    check(response)
+    body = response.json()
+    for warning in body.get("warnings", []):
+        click.echo(f"warning: {warning}", err=True)
+    if not body["valid"]:
+        click.echo(f"invalid configuration {path}:", err=True)
+        _print_reasons(body.get("reasons", []))
+        sys.exit(EXIT_INVALID)
+    click.echo(json.dumps({"valid": True, "hash": body["source_config_hash"],
+                           "restart_required": body.get("restart_required", False)}))
+
+
+@click.command("schema")
+@click.option("--mode", type=click.Choice(["full", "progressive"]), default="full", show_default=True)
+@remote_options
+def config_schema(mode: str, endpoint: str | None, timeout: float, token_env: str) -> None:
+    """Print the JSON Schema of the canonical configuration (the router's with --endpoint)."""
+    if endpoint is None:
+        from app.config.schema import config_json_schema
+
+        echo_json(config_json_schema())
+        return
+    with _client(endpoint, timeout, token_env) as client:
+        response = client.request("GET", "/api/v1/config/schema", params={"mode": mode})
+    check(response)
+    echo_json(response.json())
+
+
+# ---------------------------------------------------------------------- get
+@click.command("get")
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@remote_options
+def config_get(fmt: str, output: Path | None, endpoint: str | None, timeout: float, token_env: str) -> None:
+    """Print the router's persisted configuration (secrets redacted without secret_view)."""
+    with _client(endpoint, timeout, token_env) as client:
+        response = client.request("GET", "/api/v1/config", params={"format": fmt})
+    check(response)
+    console.print(f"etag {response.headers.get('etag')}  serving config_version "
+                  f"{response.headers.get('x-svc-config-version')}", highlight=False)
+    text = response.text if fmt == "yaml" else json.dumps(response.json(), indent=2, ensure_ascii=False) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from app.management.persist import atomic_write_bytes
+
+    atomic_write_bytes(output, text.encode("utf-8"))
+    console.print(f"wrote {output}")
+
+
+# ---------------------------------------------------------------------- plan, apply
+def _mode_option(func: Any) -> Any:
+    return click.option("--mode", type=click.Choice(["replace", "merge"]), default="replace", show_default=True,
+                        help="replace: the file is the whole document; merge: a JSON merge patch.")(func)
+
+
+def _config_option(func: Any) -> Any:
+    return click.option("--config", "config_path", default=DEFAULT_FILE, show_default=True,
+                        type=click.Path(dir_okay=False, path_type=Path),
+                        help="Document (or merge patch) to send; - reads stdin.")(func)
+
+
+@click.command("plan")
+@_config_option
+@_mode_option
+@remote_options
+def config_plan(config_path: Path, mode: str, endpoint: str | None, timeout: float, token_env: str) -> None:
+    """Show what `apply` would change (no write); exit 2 when the result is invalid."""
+    document = _read_document(config_path)
+    with _client(endpoint, timeout, token_env) as client:
+        response = client.request("POST", "/api/v1/config/plan", json={"mode": mode, "document": document})
+    check(response)
+    body = response.json()
+    if not body["valid"]:
+        click.echo("the planned configuration is invalid:", err=True)
+        _print_reasons(body.get("reasons", []))
+        sys.exit(EXIT_INVALID)
+    echo_json(body)
+
+
+@click.command("apply")
+@_config_option
+@_mode_option
+@click.option("--if-match", default=None, help="ETag the change was prepared against (default: fetched now).")
+@remote_options
+def config_apply(config_path: Path, mode: str, if_match: str | None, endpoint: str | None, timeout: float,
+                 token_env: str) -> None:
+    """Persist and hot-reload a configuration on the router (PUT, or PATCH with --mode merge).
+
+    Exit 0 once active; 5 when activation failed (persisted, the previous generation serves);
+    6 when still pending; 4 on a conflict (stale ETag, restart required); 2 when invalid."""
+    document = _read_document(config_path)
+    with _client(endpoint, timeout, token_env) as client:
+        tag = if_match or client.etag()
+        method = "PUT" if mode == "replace" else "PATCH"
+        with console.status(f"{method} {client.endpoint}/api/v1/config: validating and activating..."):
+            response = client.request(method, "/api/v1/config", json=document, headers={"If-Match": tag})
+    code = status_exit_code(response.status_code)
+    if response.status_code in (200, 202, 503):
+        body = response.json()
+        echo_json({k: body.get(k) for k in ("status", "config_version", "version", "etag", "source_config_hash",
+                                             "activation_status")})
+        for warning in body.get("warnings", []):
+            click.echo(f"warning: {warning}", err=True)
+        if response.status_code == 503:
+            click.echo("activation failed (the document is persisted; the previous configuration serves):",
+                       err=True)
+            _print_reasons((body.get("activation") or {}).get("reasons", []))
+        sys.exit(code)
+    fail(error_text(response), code if code != EXIT_OK else EXIT_FAILURE)
+
+
+# ---------------------------------------------------------------------- versions, rollback
+@click.command("versions")
+@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 100))
+@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON answer.")
+@remote_options
+def config_versions(limit: int, as_json: bool, endpoint: str | None, timeout: float, token_env: str) -> None:
+    """List persisted configuration versions, newest first."""
+    with _client(endpoint, timeout, token_env) as client:
+        response = client.request("GET", "/api/v1/config/versions", params={"limit": limit})
+    check(response)
+    body = response.json()
+    if as_json:
+        echo_json(body)
+        return
+    click.echo(f"{'VERSION':<29} {'CFG':>4} {'RESULT':<10} {'SOURCE':<10} {'HASH':<12} ACTIVE")
+    for entry in body["versions"]:
+        cfg = "" if entry["config_version"] is None else str(entry["config_version"])
+        click.echo(f"{entry['version']:<29} {cfg:>4} {entry['result']:<10} {entry['source']:<10} "
+                   f"{entry['hash'][:12]:<12} {'*' if entry['active'] else ''}")
+
+
+@click.command("rollback")
+@click.argument("version")
+@click.option("--if-match", default=None, help="ETag to guard with (default: fetched now).")
+@remote_options
+def config_rollback(version: str, if_match: str | None, endpoint: str | None, timeout: float,
+                    token_env: str) -> None:
+    """Re-activate a recorded version: VERSION is a config_version number or a version timestamp."""
+    body: dict[str, Any] = {"config_version": int(version)} if version.isdigit() else {"version": version}
+    with _client(endpoint, timeout, token_env) as client:
+        tag = if_match or client.etag()
+        with console.status(f"rolling back to {version}..."):
+            response = client.request("POST", "/api/v1/config/rollback", json=body, headers={"If-Match": tag})
+    code = status_exit_code(response.status_code)
+    if response.status_code in (200, 202, 503):
+        answer = response.json()
+        echo_json({k: answer.get(k) for k in ("status", "config_version", "rollback_of", "etag")})
+        if response.status_code == 503:
+            _print_reasons((answer.get("activation") or {}).get("reasons", []))
+        sys.exit(code)
+    fail(error_text(response), code)
+
+
+# ---------------------------------------------------------------------- import
+@click.command("import")
+@click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def config_import(source: Path, output: Path | None) -> None:
+    """Import a YAML/JSON document (v0.3 or the older flat layout; - reads stdin) as canonical
+    v0.3 YAML, validated; prints it or writes it atomically to --output."""
+    from app.config.errors import ConfigError
+    from app.config.loader import parse_config, to_yaml
+    from app.management.persist import atomic_write_bytes
+
+    document = _read_document(source)
+    try:
+        loaded = parse_config(document, source=str(source))
+    except ConfigError as exc:
+        fail(str(exc), EXIT_INVALID)
+    for warning in loaded.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    text = to_yaml(loaded.config)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    atomic_write_bytes(output, text.encode("utf-8"))
+    console.print(f"wrote {output} (hash {loaded.source_hash[:12]})")
+
+
+def register(group: click.Group) -> None:
+    """Add the commands to `svc-sr config` (validate and schema gain their remote forms)."""
+    for command in (config_init, config_validate, config_schema, config_get, config_plan, config_apply,
+                    config_versions, config_rollback, config_import):
+        group.add_command(command)

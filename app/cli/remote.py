@@ -1,0 +1,117 @@
+"""HTTP client of the management API for the CLI, and the exit codes scripts rely on.
+
+The bearer token is read from an environment variable (`--token-env`, default
+SVC_MGMT_TOKEN), never from a command-line argument, and never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+import httpx
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
+DEFAULT_TIMEOUT = 15.0
+DEFAULT_TOKEN_ENV = "SVC_MGMT_TOKEN"
+
+# Exit codes (also documented in docs/management-api.md):
+EXIT_OK = 0
+EXIT_FAILURE = 1  # unexpected answer or local failure
+EXIT_INVALID = 2  # bad usage, invalid configuration or request (400)
+EXIT_UNREACHABLE = 3  # nothing answers at the endpoint
+EXIT_CONFLICT = 4  # 409 RESTART_REQUIRED, 412 stale If-Match, 428 missing If-Match
+EXIT_ACTIVATION_FAILED = 5  # 503 activation_failed: persisted, previous generation serves
+EXIT_PENDING = 6  # 202: persisted, activation still pending (or superseded)
+EXIT_AUTH = 7  # 401/403
+EXIT_NOT_FOUND = 8  # 404 (unknown version, replay, route)
+
+
+def status_exit_code(status: int) -> int:
+    if status < 300:
+        return EXIT_PENDING if status == 202 else EXIT_OK
+    if status in (401, 403):
+        return EXIT_AUTH
+    if status in (409, 412, 428):
+        return EXIT_CONFLICT
+    if status == 404:
+        return EXIT_NOT_FOUND
+    if status == 503:
+        return EXIT_ACTIVATION_FAILED
+    if 400 <= status < 500:
+        return EXIT_INVALID
+    return EXIT_FAILURE
+
+
+def fail(message: str, code: int) -> NoReturn:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+class MgmtClient:
+    def __init__(self, endpoint: str = DEFAULT_ENDPOINT, timeout: float = DEFAULT_TIMEOUT,
+                 token_env: str = DEFAULT_TOKEN_ENV, transport: httpx.BaseTransport | None = None) -> None:
+        headers = {"user-agent": "svc-sr-cli/0.1"}
+        token = os.environ.get(token_env, "")
+        if token:
+            headers["authorization"] = f"Bearer {token}"
+        self.endpoint = endpoint.rstrip("/")
+        self._client = httpx.Client(base_url=self.endpoint, timeout=timeout, headers=headers, transport=transport)
+
+    def __enter__(self) -> MgmtClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._client.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._client.request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            fail(f"{method} {self.endpoint}{path}: timed out", EXIT_FAILURE)
+        except httpx.TransportError as exc:
+            fail(f"cannot reach {self.endpoint}: {type(exc).__name__}", EXIT_UNREACHABLE)
+
+    def etag(self) -> str:
+        response = self.request("GET", "/api/v1/config")
+        check(response)
+        return response.headers["etag"]
+
+
+def error_text(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return f"HTTP {response.status_code}: {response.text[:200]}"
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return f"HTTP {response.status_code}"
+    lines = [f"HTTP {response.status_code} {error.get('code')}: {error.get('message')}"]
+    for reason in (error.get("details") or {}).get("reasons", []):
+        where = reason.get("path") or "(document)"
+        lines.append(f"  - [{reason.get('stage')}] {where}: {reason.get('message')} ({reason.get('code')})")
+    return "\n".join(lines)
+
+
+def check(response: httpx.Response) -> None:
+    """Exit with the status's code unless the answer is a success."""
+    if response.status_code >= 300:
+        fail(error_text(response), status_exit_code(response.status_code))
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def remote_options(func: Any) -> Any:
+    """--endpoint, --timeout, --token-env (spec 2 "config": remote forms)."""
+    func = click.option("--token-env", default=DEFAULT_TOKEN_ENV, show_default=True,
+                        help="Environment variable holding the management bearer token.")(func)
+    func = click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, type=float,
+                        help="Seconds per HTTP request.")(func)
+    func = click.option("--endpoint", envvar="SVC_MGMT_ENDPOINT", default=None,
+                        help=f"Management API base URL (env SVC_MGMT_ENDPOINT; default {DEFAULT_ENDPOINT}).")(func)
+    return func

@@ -1,0 +1,28 @@
+"""The management API as a library: configuration store and activation, audit, auth,
+startup status, inventory, replays; `install(app, Management(...))` mounts it."""
+
+from app.management.activation import ActivationFailed, Activator, InProcessActivator, NoopActivator
+from app.management.api import Management, RoutingPreviewer, install
+from app.management.audit import AuditLog
+from app.management.auth import Authenticator, Principal
+from app.management.replays import OutcomeStore, ReplaySource, ReplayStore
+from app.management.startup import StartupTracker
+from app.management.state import ConfigStore
+
+__all__ = [
+    "ActivationFailed",
+    "Activator",
+    "AuditLog",
+    "Authenticator",
+    "ConfigStore",
+    "InProcessActivator",
+    "Management",
+    "NoopActivator",
+    "OutcomeStore",
+    "Principal",
+    "ReplaySource",
+    "ReplayStore",
+    "RoutingPreviewer",
+    "StartupTracker",
+    "install",
+]

@@ -1,0 +1,110 @@
+"""The served OpenAPI document: 3.0 (spec 1) and narrowable to one operation.
+
+FastAPI generates OpenAPI 3.1; `to_openapi_30` rewrites the 3.1-only JSON Schema forms it
+uses (`anyOf` with `{"type": "null"}`, type lists, `const`, numeric exclusive bounds,
+`examples`) into their 3.0 equivalents so 3.0 tooling reads the document.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+OPENAPI_VERSION = "3.0.3"
+HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
+
+
+def _schema_30(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_schema_30(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _schema_30(value) for key, value in node.items()}
+    for key in ("anyOf", "oneOf"):
+        options = out.get(key)
+        if isinstance(options, list) and any(o == {"type": "null"} for o in options):
+            rest = [o for o in options if o != {"type": "null"}]
+            out.pop(key)
+            if len(rest) == 1 and isinstance(rest[0], dict) and "$ref" not in rest[0]:
+                out.update(rest[0])
+            elif len(rest) == 1:
+                out["allOf"] = rest
+            elif rest:
+                out[key] = rest
+            out["nullable"] = True
+    kind = out.get("type")
+    if isinstance(kind, list):
+        types = [t for t in kind if t != "null"]
+        if len(types) != len(kind):
+            out["nullable"] = True
+        if len(types) == 1:
+            out["type"] = types[0]
+        else:
+            out.pop("type")
+            out["anyOf"] = [{"type": t} for t in types]
+    if "const" in out:
+        out["enum"] = [out.pop("const")]
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        value = out.get(bound)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[plain] = value
+            out[bound] = True
+    examples = out.get("examples")
+    if isinstance(examples, list):
+        out.pop("examples")
+        if examples:
+            out["example"] = examples[0]
+    if out.get("type") == "null":
+        out.pop("type")
+        out["nullable"] = True
+    return out
+
+
+def to_openapi_30(document: dict[str, Any]) -> dict[str, Any]:
+    doc = copy.deepcopy(document)
+    doc["openapi"] = OPENAPI_VERSION
+    if "components" in doc and "schemas" in doc["components"]:
+        doc["components"]["schemas"] = _schema_30(doc["components"]["schemas"])
+    for operations in doc.get("paths", {}).values():
+        for method, operation in operations.items():
+            if method not in HTTP_METHODS or not isinstance(operation, dict):
+                continue
+            for parameter in operation.get("parameters", []):
+                if "schema" in parameter:
+                    parameter["schema"] = _schema_30(parameter["schema"])
+            for content in (operation.get("requestBody") or {}).get("content", {}).values():
+                if "schema" in content:
+                    content["schema"] = _schema_30(content["schema"])
+            for response in operation.get("responses", {}).values():
+                for content in (response.get("content") or {}).values():
+                    if "schema" in content:
+                        content["schema"] = _schema_30(content["schema"])
+    return doc
+
+
+class UnknownOperation(LookupError):
+    pass
+
+
+def narrow(document: dict[str, Any], path: str | None, method: str | None) -> dict[str, Any]:
+    """Only `path` (and `method` on it); UnknownOperation when the document has neither."""
+    if path is None and method is None:
+        return document
+    paths = document.get("paths", {})
+    selected: dict[str, Any] = {}
+    for name, operations in paths.items():
+        if path is not None and name != path:
+            continue
+        if method is not None:
+            operation = operations.get(method.lower())
+            if operation is None:
+                continue
+            selected[name] = {method.lower(): operation}
+        else:
+            selected[name] = operations
+    if not selected:
+        what = " ".join(part for part in ((method or "").upper(), path or "") if part)
+        raise UnknownOperation(f"no operation {what} in the OpenAPI document")
+    out = dict(document)
+    out["paths"] = selected
+    return out

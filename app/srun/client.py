@@ -1,0 +1,176 @@
+"""An async HTTP client for one svc-srun worker, over a Unix socket or TCP.
+
+Calls return the parsed JSON body and raise `RuntimeCallError` (status, code, message,
+retry_after) for error answers. Transport failures and 503 not_ready answers are retried
+with a short back-off until the call's deadline, so a caller rides over a worker restart
+by its supervisor; 429 `overloaded` is not retried (the caller owns that decision). Each call
+records the router's `svc_model_runtime_*` samples, including transport time (total less
+the worker's Server-Timing total) and the worker's phases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from app.srun.runtime_metrics import RuntimeMetrics
+from app.srun.timing import parse_server_timing
+
+DEFAULT_TIMEOUT_S = 45.0
+RETRY_STEP_S = 0.05
+RETRY_MAX_STEP_S = 0.5
+PHASES = ("parse", "tokenize", "queue", "forward", "post", "serialize")
+_TRANSPORT_ERRORS = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
+                     httpx.PoolTimeout, httpx.ConnectTimeout)
+
+
+class RuntimeCallError(Exception):
+    def __init__(self, status: int, code: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+
+    @property
+    def outcome(self) -> str:
+        if self.status == 429:
+            return "overloaded"
+        if self.status == 504 or self.code == "timeout":
+            return "timeout"
+        if self.status in (503, 0):
+            return "unavailable"
+        if 400 <= self.status < 500:
+            return "rejected"
+        return "failed"
+
+
+class SrunClient:
+    def __init__(
+        self, *, uds: str | None = None, base_url: str | None = None, deployment: str = "default",
+        replica: str = "0", timeout_s: float = DEFAULT_TIMEOUT_S, metrics: RuntimeMetrics | None = None,
+    ) -> None:
+        if (uds is None) == (base_url is None):
+            raise ValueError("give exactly one of uds or base_url")
+        transport = httpx.AsyncHTTPTransport(uds=uds) if uds else None
+        self.target = uds or base_url or ""
+        self.deployment = deployment
+        self.replica = replica
+        self.timeout_s = timeout_s
+        self.metrics = metrics or RuntimeMetrics()
+        self._http = httpx.AsyncClient(
+            base_url=base_url or "http://srun", transport=transport, timeout=timeout_s,
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> SrunClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- surfaces ------------------------------------------------------------------------
+
+    async def decisions(self, body: dict[str, Any], deadline_s: float | None = None) -> dict[str, Any]:
+        return await self.call("POST", "/v1/decisions", body, surface="decisions", deadline_s=deadline_s)
+
+    async def classify(self, body: dict[str, Any], deadline_s: float | None = None) -> dict[str, Any]:
+        return await self.call("POST", "/v1/classify", body, surface="classify", deadline_s=deadline_s)
+
+    async def embeddings(self, body: dict[str, Any], deadline_s: float | None = None) -> dict[str, Any]:
+        return await self.call("POST", "/v1/embeddings", body, surface="embeddings", deadline_s=deadline_s)
+
+    async def rerank(self, body: dict[str, Any], deadline_s: float | None = None) -> dict[str, Any]:
+        return await self.call("POST", "/v1/rerank", body, surface="rerank", deadline_s=deadline_s)
+
+    async def bundle(self, body: dict[str, Any], deadline_s: float | None = None) -> dict[str, Any]:
+        return await self.call("POST", "/v1/bundle", body, surface="bundle", deadline_s=deadline_s)
+
+    async def models(self) -> dict[str, Any]:
+        return await self.call("GET", "/v1/models", surface="models")
+
+    async def health(self) -> dict[str, Any]:
+        """The /health body whatever its status (503 carries the state too)."""
+        response = await self._http.get("/health", timeout=5.0)
+        return response.json()  # type: ignore[no-any-return]
+
+    async def ready(self) -> bool:
+        try:
+            return (await self.health()).get("status") == "ready"
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    # -- the call ------------------------------------------------------------------------
+
+    async def call(
+        self, method: str, path: str, body: Any = None, *, surface: str, deadline_s: float | None = None,
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + (deadline_s if deadline_s is not None else self.timeout_s)
+        started = time.perf_counter()
+        m, dep, rep = self.metrics, self.deployment, self.replica
+        m.add("svc_model_runtime_replica_inflight", 1, deployment=dep, replica=rep)
+        outcome = "failed"
+        try:
+            response = await self._send(method, path, body, deadline)
+            elapsed = time.perf_counter() - started
+            m.observe("svc_model_runtime_request_duration_seconds", elapsed, deployment=dep, surface=surface)
+            timing = parse_server_timing(response.headers.get("server-timing"))
+            if "total" in timing:
+                m.observe("svc_model_runtime_transport_seconds", max(0.0, elapsed - timing["total"] / 1000),
+                          deployment=dep, surface=surface)
+                for phase in PHASES:
+                    m.observe("svc_model_runtime_server_seconds", timing.get(phase, 0.0) / 1000, deployment=dep,
+                              surface=surface, phase=phase)
+            if response.status_code >= 400:
+                raise _error(response)
+            outcome = "ok"
+            return response.json()  # type: ignore[no-any-return]
+        except RuntimeCallError as exc:
+            outcome = exc.outcome
+            raise
+        finally:
+            m.add("svc_model_runtime_replica_inflight", -1, deployment=dep, replica=rep)
+            m.inc("svc_model_runtime_requests_total", deployment=dep, outcome=outcome)
+            m.inc("svc_model_runtime_replica_requests_total", deployment=dep, replica=rep,
+                  outcome={"overloaded": "rejected", "unavailable": "failed", "rejected": "rejected"}.get(outcome, outcome))
+
+    async def _send(self, method: str, path: str, body: Any, deadline: float) -> httpx.Response:
+        step = RETRY_STEP_S
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeCallError(504, "timeout", f"{self.target}{path}: no answer before the deadline")
+            try:
+                response = await self._http.request(method, path, json=body, timeout=left)
+            except httpx.ReadTimeout:
+                raise RuntimeCallError(504, "timeout", f"{self.target}{path}: no answer before the deadline") from None
+            except _TRANSPORT_ERRORS as exc:
+                last: Any = RuntimeCallError(503, "unavailable", f"{self.target}: {type(exc).__name__}")
+            else:
+                if response.status_code != 503:
+                    return response
+                last = response
+            if deadline - time.monotonic() <= step:
+                if isinstance(last, httpx.Response):
+                    raise _error(last)
+                raise last
+            await asyncio.sleep(step)
+            step = min(step * 2, RETRY_MAX_STEP_S)
+
+
+def _error(response: httpx.Response) -> RuntimeCallError:
+    try:
+        detail = response.json().get("error", {})
+    except ValueError:
+        detail = {}
+    retry = response.headers.get("retry-after")
+    return RuntimeCallError(
+        response.status_code, str(detail.get("code", "error")), str(detail.get("message", response.reason_phrase)),
+        float(retry) if retry and retry.replace(".", "", 1).isdigit() else None,
+    )

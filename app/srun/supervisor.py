@@ -1,0 +1,255 @@
+"""Router-managed model runtimes: start `svc-srun run` worker processes on Unix sockets,
+keep them running, or attach to workers run elsewhere (spec 2 "States and transitions").
+
+- A process that exits is restarted after 1 s, doubling to 60 s after repeated failures
+  (`app.common.supervisor.SupervisedProcess`); a run of 30 s resets the back-off.
+- Model load retries (5 s doubling to 300 s, 5 attempts) happen inside the worker
+  (`--load-attempts`, `--load-retry-seconds`). A worker whose every model failed reports
+  `failed` on /health; the health watch then ends it so it is restarted. A worker still
+  serving any model keeps running (`degraded`).
+- Stop: SIGTERM, then SIGKILL after 10 s, logged as `runtime_process_killed`.
+- Deployments sharing a `process` share one worker; each entry of `replicas[]` is its own
+  worker (or attachment). `client_for(deployment)` hands out replicas round-robin, ready ones first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.common.supervisor import SupervisedProcess
+from app.srun.client import SrunClient
+from app.srun.runtime_metrics import RuntimeMetrics
+from app.srun.settings import ModelDeployment, RuntimeSettings, SrunEnvironment
+
+log = logging.getLogger("svc_sr.model_runtime")
+MANAGED_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+HEALTH_INTERVAL_S = 1.0
+
+
+class RuntimeProcess(SupervisedProcess):
+    """SupervisedProcess whose forced stop is logged as `runtime_process_killed`."""
+
+    def stop(self) -> int | None:
+        self._stop.set()
+        with self._lock:
+            process, self.process = self.process, None
+        if self._watcher is not None:
+            self._watcher.join(timeout=2)
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                return process.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("runtime_process_killed name=%s pid=%s after %.0f s", self.name, process.pid,
+                            self.stop_timeout_s)
+                process.kill()
+                return process.wait()
+        return process.returncode
+
+
+@dataclass
+class Replica:
+    deployment: str
+    index: str
+    client: SrunClient
+    process: RuntimeProcess | None = None  # None: attached to an endpoint
+    served_name: str | None = None
+    ready: bool = False
+
+
+@dataclass
+class ManagedProcessSpec:
+    key: str
+    models: list[str]
+    device: str
+    socket: Path
+    deployments: list[str] = field(default_factory=list)
+
+
+def worker_command(spec: ManagedProcessSpec, env: SrunEnvironment, load_attempts: int = 5,
+                   load_retry_seconds: float = 5.0, extra: list[str] | None = None) -> list[str]:
+    return [
+        *env.command, "run", *spec.models, "--uds", str(spec.socket), "--device", spec.device,
+        "--threads", str(env.cpu_threads), "--result-cache-entries", str(env.result_cache),
+        "--max-request-bytes", str(MANAGED_MAX_REQUEST_BYTES), "--load-attempts", str(load_attempts),
+        "--load-retry-seconds", str(load_retry_seconds), "--offline", *(extra or []),
+    ]
+
+
+class RuntimeSupervisor:
+    def __init__(
+        self, settings: RuntimeSettings, env: SrunEnvironment | None = None, metrics: RuntimeMetrics | None = None,
+        *, min_backoff_s: float = 1.0, max_backoff_s: float = 60.0, stop_timeout_s: float = 10.0,
+        load_attempts: int = 5, load_retry_seconds: float = 5.0, extra_args: list[str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.env = env or SrunEnvironment.from_env()
+        self.metrics = metrics or RuntimeMetrics()
+        self._own_dir: tempfile.TemporaryDirectory[str] | None = None
+        if self.env.dir is None:
+            self._own_dir = tempfile.TemporaryDirectory(prefix="svc-srun-")
+            self.dir = Path(self._own_dir.name)
+        else:
+            self.dir = self.env.dir
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self.replicas: dict[str, list[Replica]] = {}
+        self._processes: dict[str, tuple[RuntimeProcess, SrunClient]] = {}
+        self._rr: dict[str, itertools.count[int]] = {}
+        self._watch: asyncio.Task[None] | None = None
+        self._opts = dict(min_backoff_s=min_backoff_s, max_backoff_s=max_backoff_s, stop_timeout_s=stop_timeout_s)
+        self._load = (load_attempts, load_retry_seconds, extra_args)
+        self._plan()
+
+    # -- layout --------------------------------------------------------------------------
+
+    def process_specs(self) -> list[ManagedProcessSpec]:
+        specs: dict[str, ManagedProcessSpec] = {}
+        for name, dep in self.settings.model_deployments.items():
+            for index, placement in enumerate(dep.placements()):
+                if placement.endpoint is not None:
+                    continue
+                device = placement.device or "auto"
+                key = f"{dep.process or name}-{index}" if dep.replicas else (dep.process or name)
+                spec = specs.setdefault(key, ManagedProcessSpec(key, [], device, self.dir / f"{_safe(key)}.sock"))
+                artifact = dep.artifact if not dep.revision else f"{dep.artifact}@{dep.revision}"
+                if artifact not in spec.models:
+                    spec.models.append(artifact)
+                spec.deployments.append(name)
+        return list(specs.values())
+
+    def _plan(self) -> None:
+        attempts, retry, extra = self._load
+        for spec in self.process_specs():
+            command = worker_command(spec, self.env, attempts, retry, extra)
+            process = RuntimeProcess(
+                f"srun-{spec.key}", command, log_path=self.dir / f"{_safe(spec.key)}.log",
+                on_restart=lambda n, key=spec.key: self._restarted(key), **self._opts,  # type: ignore[arg-type]
+            )
+            self._processes[spec.key] = (process, SrunClient(uds=str(spec.socket), metrics=self.metrics))
+        for name, dep in self.settings.model_deployments.items():
+            replicas = []
+            for index, placement in enumerate(dep.placements()):
+                if placement.endpoint is not None:
+                    client = _attach(placement.endpoint, self.metrics, name, str(index))
+                    replicas.append(Replica(name, str(index), client, None, placement.served_name))
+                    continue
+                key = f"{dep.process or name}-{index}" if dep.replicas else (dep.process or name)
+                process, shared = self._processes[key]
+                client = SrunClient(uds=shared.target, deployment=name, replica=str(index), metrics=self.metrics)
+                replicas.append(Replica(name, str(index), client, process, _served(dep)))
+            self.replicas[name] = replicas
+            self._rr[name] = itertools.count()
+
+    def _restarted(self, key: str) -> None:
+        for name, replicas in self.replicas.items():
+            for replica in replicas:
+                if replica.process is self._processes[key][0]:
+                    replica.ready = False
+                    self.metrics.inc("svc_model_runtime_restarts_total", deployment=name)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> RuntimeSupervisor:
+        for process, _ in self._processes.values():
+            process.start()
+        return self
+
+    async def wait_ready(self, timeout_s: float | None = None) -> bool:
+        """True once every replica is ready (SVC_SRUN_READY_TIMEOUT by default)."""
+        deadline = asyncio.get_running_loop().time() + (timeout_s or self.env.ready_timeout_s)
+        while asyncio.get_running_loop().time() < deadline:
+            await self.check_health()
+            if all(r.ready for reps in self.replicas.values() for r in reps):
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+    async def check_health(self) -> None:
+        """Poll every replica once; end a managed worker whose every model failed."""
+        seen: dict[str, dict[str, object] | None] = {}
+        for name, replicas in self.replicas.items():
+            for replica in replicas:
+                key = replica.client.target
+                if key not in seen:
+                    try:
+                        seen[key] = await replica.client.health()
+                    except Exception:  # not up yet, restarting, or gone
+                        seen[key] = None
+                body = seen[key]
+                status = body.get("status") if body else None
+                models = body.get("models", {}) if body else {}
+                mine = (models or {}).get(replica.served_name or "", {}) if isinstance(models, dict) else {}
+                replica.ready = status == "ready" or (status == "degraded" and mine.get("status") == "ready")
+                self.metrics.set("svc_model_runtime_replica_ready", 1.0 if replica.ready else 0.0,
+                                 deployment=name, replica=replica.index)
+                if status == "failed" and replica.process is not None and replica.process.alive():
+                    log.warning("runtime %s: every model failed to load; restarting the process", name)
+                    process = replica.process.process
+                    if process is not None:
+                        process.terminate()
+            ready = any(r.ready for r in replicas)
+            self.metrics.set("svc_model_runtime_ready", 1.0 if ready else 0.0, deployment=name)
+
+    async def watch(self, interval_s: float = HEALTH_INTERVAL_S) -> None:
+        while True:
+            await self.check_health()
+            await asyncio.sleep(interval_s)
+
+    def start_watch(self) -> None:
+        self._watch = asyncio.get_running_loop().create_task(self.watch(), name="srun-health")
+
+    def client_for(self, deployment: str) -> SrunClient:
+        """A replica's client, round-robin over ready replicas (all replicas when none is ready:
+        the client's retries then ride over a restart)."""
+        replicas = self.replicas.get(deployment)
+        if not replicas:
+            raise KeyError(f"no model deployment {deployment!r}")
+        pool = [r for r in replicas if r.ready] or replicas
+        return pool[next(self._rr[deployment]) % len(pool)].client
+
+    def served_name(self, deployment: str) -> str | None:
+        replicas = self.replicas.get(deployment) or []
+        return replicas[0].served_name if replicas else None
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        await asyncio.gather(*(asyncio.to_thread(p.stop) for p, _ in self._processes.values()))
+        clients = {id(c): c for c in [*(r.client for reps in self.replicas.values() for r in reps),
+                                      *(c for _, c in self._processes.values())]}
+        for client in clients.values():
+            await client.aclose()
+        if self._own_dir is not None:
+            self._own_dir.cleanup()
+
+    def snapshot(self) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        return self.metrics.snapshot()
+
+
+def _served(dep: ModelDeployment) -> str:
+    from app.srun.catalog import canonical
+
+    name = dep.artifact.partition("@")[0]
+    try:
+        return canonical(name)
+    except LookupError:
+        return name
+
+
+def _attach(endpoint: str, metrics: RuntimeMetrics, deployment: str, replica: str) -> SrunClient:
+    if endpoint.startswith("unix://"):
+        return SrunClient(uds=endpoint.removeprefix("unix://"), metrics=metrics, deployment=deployment, replica=replica)
+    return SrunClient(base_url=endpoint.rstrip("/"), metrics=metrics, deployment=deployment, replica=replica)
+
+
+def _safe(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key)[:80]

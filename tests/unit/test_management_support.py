@@ -1,0 +1,84 @@
+"""Shared builders for the management API tests (no tests here).
+
+The app is the real `create_app` over an in-process RouterPipeline, reached through
+httpx's ASGI transport: no Ray, no network (unless a test starts a fake upstream).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from app.api.app import StaticConfigView, create_app
+from app.config.loader import parse_config
+from app.config.models import RouterConfig
+from app.management import InProcessActivator, Management, ReplayStore
+from app.management.activation import Activator
+from app.management.state import ConfigStore
+from app.pipeline.pipeline import RouterPipeline
+from app.upstream.client import UpstreamClient
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def base_document(base_url: str = "http://127.0.0.1:9/v1") -> dict[str, Any]:
+    return {
+        "version": "v0.3",
+        "providers": {
+            "defaults": {"default_model": "small"},
+            "models": [
+                {"name": "small", "backend_refs": [{"base_url": base_url}]},
+                {"name": "big", "backend_refs": [{"base_url": base_url, "api_key": SECRET,
+                                                  "extra_headers": {"x-tenant": "tenant-secret-value"}}]},
+            ],
+        },
+        "routing": {
+            "signals": {"keywords": [{"name": "math_kw", "keywords": ["integral", "derivative"]}]},
+            "decisions": [{"name": "math", "rules": {"type": "keyword", "name": "math_kw"},
+                           "modelRefs": [{"model": "big"}]}],
+        },
+    }
+
+
+def with_auth(document: dict[str, Any], auth: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(document)
+    out.setdefault("global", {}).setdefault("services", {}).setdefault("management_api", {})["auth"] = auth
+    return out
+
+
+class Harness:
+    """create_app + Management over one in-process pipeline."""
+
+    def __init__(self, document: dict[str, Any] | None = None, *, state_dir: Path | None = None,
+                 activator: Activator | None = None, environ: Mapping[str, str] | None = None,
+                 replays: ReplayStore | None = None, activation_wait_s: float = 30.0, **management: Any) -> None:
+        self.config: RouterConfig = parse_config(document or base_document()).config
+        self.pipeline = RouterPipeline(self.config)
+        self.view = StaticConfigView(self.config)
+        self.replays = replays
+        self.management = Management(
+            self.config, store=ConfigStore(state_dir), activator=activator or InProcessActivator(self.pipeline),
+            config_view=self.view, previewer=self.pipeline, environ=environ or {}, replays=replays,
+            activation_wait_s=activation_wait_s, **management,
+        )
+        self.app: FastAPI = create_app(self.pipeline, UpstreamClient(), self.view, management=self.management)
+
+    def client(self, token: str | None = None) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://mgmt",
+                                 headers=headers, timeout=30)
+
+
+async def etag(client: httpx.AsyncClient) -> str:
+    response = await client.get("/api/v1/config")
+    assert response.status_code == 200, response.text
+    return response.headers["etag"]
+
+
+def error_code(response: httpx.Response) -> str:
+    return response.json()["error"]["code"]

@@ -1,0 +1,332 @@
+"""UpstreamClient and the data plane against a real messages-style HTTP fake (`POST /v1/messages`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from app.api.app import StaticConfigView, create_app
+from app.config.loader import parse_config
+from app.pipeline.pipeline import PipelineServices, RouterPipeline
+from app.upstream.client import UpstreamClient, UpstreamUnavailable
+from app.upstream.policy import FallbackConfig, ReliabilityConfig
+from app.upstream.sse import StreamAccumulator
+from app.upstream.targets import UpstreamTarget
+from tests.fakes.messages_upstream import FakeMessagesUpstream
+from tests.fakes.upstream import FakeUpstream
+
+BODY = {
+    "model": "MoM",
+    "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "what is 2+2"}],
+}
+PROMPT_WORDS = sum(len(m["content"].split()) for m in BODY["messages"])  # the fake counts words
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def servers():
+    with FakeMessagesUpstream(name="claude") as m, FakeUpstream(name="gpt") as o:
+        yield m, o
+
+
+@pytest.fixture
+def fakes(servers):
+    for fake in servers:
+        fake.reset()
+    return servers
+
+
+@pytest.fixture
+async def client():
+    async def no_wait(seconds: float) -> None:
+        return None
+
+    async with UpstreamClient(sleep=no_wait) as c:
+        yield c
+
+
+def messages_target(fake: FakeMessagesUpstream, model: str = "claude", **kw: Any) -> UpstreamTarget:
+    return UpstreamTarget(
+        model=model, provider_model_id="claude-test-1", base_url=fake.base_url, api_format="anthropic", **kw
+    )
+
+
+def chat_target(fake: FakeUpstream, model: str = "gpt") -> UpstreamTarget:
+    return UpstreamTarget(model=model, base_url=fake.base_url)
+
+
+async def collect(stream) -> tuple[StreamAccumulator, bytes]:
+    acc = StreamAccumulator()
+    raw = b""
+    async for chunk in stream.aiter_bytes():
+        raw += chunk
+        acc.feed_bytes(chunk)
+    acc.close()
+    return acc, raw
+
+
+# -- non-stream ---------------------------------------------------------------------------------
+async def test_complete_translates_both_ways(fakes, client, monkeypatch):
+    m, _ = fakes
+    monkeypatch.setenv("FAKE_MSG_KEY", "sk-test")
+    m.configure(api_key="sk-test", cache_read_tokens=4)
+    result = await client.complete(
+        [messages_target(m, api_key_env="FAKE_MSG_KEY")], {**BODY, "stream": True, "stream_options": {}}
+    )
+    assert result.status == 200, result.content
+    seen = m.last_request
+    assert seen.path == "/v1/messages"
+    assert seen.headers["x-api-key"] == "sk-test" and seen.headers["anthropic-version"] == "2023-06-01"
+    assert "authorization" not in seen.headers
+    assert seen.body["model"] == "claude-test-1" and seen.body["system"] == "Be brief."
+    assert seen.body["max_tokens"] == 4096 and "stream" not in seen.body
+    chat = result.json_body
+    assert chat["object"] == "chat.completion" and chat["model"] == "claude"
+    assert chat["choices"][0]["message"]["content"] == "[claude] model=claude-test-1 echo: what is 2+2"
+    assert chat["choices"][0]["finish_reason"] == "stop"
+    assert chat["usage"]["prompt_tokens"] == PROMPT_WORDS + 4  # the fake counts words; 4 cached tokens
+    assert chat["usage"]["prompt_tokens_details"]["cached_tokens"] == 4
+    assert json.loads(result.content) == chat  # callers that relay bytes see chat too
+
+
+async def test_max_tokens_and_stop_sequences_reach_the_upstream(fakes, client):
+    m, _ = fakes
+    long = await client.complete([messages_target(m)], {**BODY, "max_tokens": 3})
+    assert long.json_body["choices"][0]["finish_reason"] == "length"
+    assert long.json_body["choices"][0]["message"]["content"] == "[claude] model=claude-test-1 echo:"
+    stopped = await client.complete([messages_target(m)], {**BODY, "stop": ["2+2"]})
+    assert (
+        stopped.json_body["choices"][0]["message"]["content"] == "[claude] model=claude-test-1 echo: what is "
+    )
+    assert stopped.json_body["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_tool_call_round_trip(fakes, client):
+    m, _ = fakes
+    ask = {"model": "MoM", "messages": [{"role": "user", "content": "What's the weather in New York?"}]}
+    ask["tools"] = [WEATHER_TOOL]
+    first = await client.complete([messages_target(m)], ask)
+    message = first.json_body["choices"][0]["message"]
+    assert first.json_body["choices"][0]["finish_reason"] == "tool_calls"
+    (call,) = message["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"])["location"] == "New York"
+    # Send the call and its result back: the fake checks the tool_use / tool_result pairing.
+    follow = {
+        **ask,
+        "messages": [
+            *ask["messages"],
+            message,
+            {"role": "tool", "tool_call_id": call["id"], "content": "21C and sunny"},
+        ],
+    }
+    second = await client.complete([messages_target(m)], follow)
+    assert second.status == 200, second.content
+    assert second.json_body["choices"][0]["message"]["content"] == "[claude] tool result: 21C and sunny"
+    assert m.rejected == 0
+
+
+async def test_upstream_error_body_is_relayed_in_chat_shape(fakes, client):
+    m, _ = fakes
+    m.configure(fail_status=429, retry_after="3")
+    result = await client.complete([messages_target(m)], BODY)
+    assert result.status == 429
+    assert result.json_body == {
+        "error": {"message": "claude failing with 429", "type": "rate_limit_error", "code": None}
+    }
+
+
+async def test_bad_key_is_a_401_in_chat_shape(fakes, client, monkeypatch):
+    m, _ = fakes
+    monkeypatch.setenv("FAKE_MSG_KEY", "wrong")
+    m.configure(api_key="right")
+    result = await client.complete([messages_target(m, api_key_env="FAKE_MSG_KEY")], BODY)
+    assert result.status == 401 and result.json_body["error"]["type"] == "authentication_error"
+
+
+async def test_untranslatable_request_is_a_local_400(fakes, client):
+    m, _ = fakes
+    bad = {**BODY, "n": 3}
+    result = await client.complete([messages_target(m)], bad)
+    assert result.status == 400 and "n > 1" in result.json_body["error"]["message"]
+    assert result.json_body["error"]["code"] == "unsupported_for_upstream_format"
+    assert m.requests == []  # nothing was sent
+    assert [(a.model, a.status) for a in result.attempts] == [("claude", 400)]
+    stream = await client.stream([messages_target(m)], bad)
+    assert (
+        stream.status == 400
+        and json.loads(await stream.read())["error"]["code"] == "unsupported_for_upstream_format"
+    )
+
+
+async def test_untranslatable_request_falls_back_when_400_is_listed(fakes, client):
+    m, o = fakes
+    fallback = FallbackConfig(retryable_status_codes=[400, 500])
+    result = await client.complete(
+        [messages_target(m), chat_target(o)], {**BODY, "n": 2}, None, None, fallback
+    )
+    assert result.status == 200 and result.target.model == "gpt"
+    assert [(a.model, a.status, a.error) for a in result.attempts] == [
+        ("claude", 400, "status"),
+        ("gpt", 200, None),
+    ]
+
+
+# -- fallback -------------------------------------------------------------------------------------
+async def test_failing_messages_upstream_falls_back_to_a_chat_upstream(fakes, client):
+    m, o = fakes
+    m.configure(fail_status=500)
+    result = await client.complete([messages_target(m), chat_target(o)], BODY, None, None, FallbackConfig())
+    assert result.status == 200 and result.target.model == "gpt"
+    assert result.json_body["choices"][0]["message"]["content"] == "[gpt] model=gpt echo: what is 2+2"
+    assert [(a.model, a.status) for a in result.attempts] == [("claude", 500), ("gpt", 200)]
+    assert o.last_request.body["messages"] == BODY["messages"]  # the chat upstream gets chat, untouched
+
+
+async def test_overloaded_is_retried_then_reported(fakes, client):
+    m, _ = fakes
+    m.configure(fail_status=529, fail_times=1)
+    rel = ReliabilityConfig(retry_count=1, retry_on="5xx")
+    result = await client.complete([messages_target(m)], BODY, None, rel)
+    assert result.status == 200 and [a.status for a in result.attempts] == [529, 200]
+    m.configure(fail_status=529, fail_times=None)
+    with pytest.raises(UpstreamUnavailable) as info:
+        await client.complete([messages_target(m)], BODY)
+    last = info.value.last_response
+    assert last is not None and last.status == 529
+    assert last.json_body["error"]["type"] == "overloaded_error"
+
+
+async def test_stream_falls_back_from_messages_to_chat(fakes, client):
+    m, o = fakes
+    m.configure(fail_status=503)
+    stream = await client.stream([messages_target(m), chat_target(o)], BODY, None, None, FallbackConfig())
+    acc, _ = await collect(stream)
+    assert stream.target.model == "gpt" and acc.content.startswith("[gpt]") and acc.done
+
+
+# -- streams ----------------------------------------------------------------------------------------
+async def test_stream_is_translated_to_chat_chunks(fakes, client):
+    m, _ = fakes
+    body = {**BODY, "stream_options": {"include_usage": True}}
+    stream = await client.stream([messages_target(m)], body)
+    assert stream.status == 200 and stream.is_event_stream
+    acc, raw = await collect(stream)
+    assert m.last_request.body["stream"] is True and "stream_options" not in m.last_request.body
+    assert b"event:" not in raw and b"content_block" not in raw  # nothing of the messages wire leaks
+    assert acc.done and acc.completed and acc.error is None
+    assert acc.content == "[claude] model=claude-test-1 echo: what is 2+2"
+    assert acc.finish_reason == "stop"
+    reply_words = len(acc.content.split())
+    assert acc.usage == {
+        "prompt_tokens": PROMPT_WORDS,
+        "completion_tokens": reply_words,
+        "total_tokens": PROMPT_WORDS + reply_words,
+    }
+    assert stream.completed and stream.bytes_received > len(raw) / 4
+
+
+async def test_stream_and_non_stream_agree(fakes, client):
+    m, _ = fakes
+    whole = await client.complete([messages_target(m)], BODY)
+    acc, _ = await collect(await client.stream([messages_target(m)], BODY))
+    assert acc.content == whole.json_body["choices"][0]["message"]["content"]
+    assert acc.usage is None  # not asked for: no usage chunk
+
+
+async def test_stream_tool_call(fakes, client):
+    m, _ = fakes
+    body = {
+        "model": "MoM",
+        "messages": [{"role": "user", "content": "weather in Rome please"}],
+        "tools": [WEATHER_TOOL],
+        "stream_options": {"include_usage": True},
+    }
+    acc, _ = await collect(await client.stream([messages_target(m)], body))
+    assert acc.finish_reason == "tool_calls" and acc.content == "Let me check the weather."
+    (call,) = acc.tool_calls
+    assert call["id"].startswith("toolu_") and call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"location": "Rome", "unit": "celsius"}
+
+
+async def test_stream_error_event_and_truncation(fakes, client):
+    m, _ = fakes
+    m.configure(stream_error_after_events=4)
+    acc, raw = await collect(await client.stream([messages_target(m)], BODY))
+    assert acc.error["type"] == "overloaded_error" and acc.done and not acc.completed
+    m.configure(stream_error_after_events=None, end_after_events=5)
+    acc, raw = await collect(await client.stream([messages_target(m)], BODY))
+    assert acc.error["type"] == "upstream_error" and not acc.completed
+    assert raw.endswith(b"data: [DONE]\n\n")
+
+
+async def test_stream_error_status_is_a_chat_error_document(fakes, client):
+    m, _ = fakes
+    m.configure(fail_status=400)  # 4xx: not retried, relayed
+    stream = await client.stream([messages_target(m)], BODY)
+    assert stream.status == 400
+    assert json.loads(await stream.read()) == {
+        "error": {"message": "claude failing with 400", "type": "invalid_request_error", "code": None}
+    }
+
+
+# -- through the data plane (ASGI app, in-process pipeline, no Ray) -----------------------------------
+def app_for(m: FakeMessagesUpstream, o: FakeUpstream):
+    document = {
+        "version": "v0.3",
+        "providers": {
+            "defaults": {"default_model": "gpt"},
+            "models": [
+                {
+                    "name": "claude",
+                    "api_format": "Anthropic",
+                    "provider_model_id": "claude-test-1",
+                    "pricing": {
+                        "currency": "USD",
+                        "prompt_per_1m": 1_000_000,
+                        "completion_per_1m": 2_000_000,
+                    },
+                    "backend_refs": [{"base_url": m.base_url}],
+                },
+                {"name": "gpt", "backend_refs": [{"base_url": o.base_url}]},
+            ],
+        },
+    }
+    config = parse_config(document).config
+    pipeline = RouterPipeline(config, PipelineServices())
+    return create_app(router=pipeline, upstream=UpstreamClient(), config=StaticConfigView(config))
+
+
+async def test_data_plane_serves_a_messages_model(fakes):
+    m, o = fakes
+    app = app_for(m, o)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as http:
+        ask = {"model": "claude", "messages": [{"role": "user", "content": "hello there"}]}
+        answer = await http.post("/v1/chat/completions", json=ask)
+        streamed = await http.post("/v1/chat/completions", json={**ask, "stream": True})
+        refused = await http.post("/v1/chat/completions", json={**ask, "n": 2})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-selected-model"] == "claude"
+    body = answer.json()
+    assert body["choices"][0]["message"]["content"] == "[claude] model=claude-test-1 echo: hello there"
+    # the fake counts words as tokens: 1 per prompt token, 2 per completion token
+    reply_words = len(body["choices"][0]["message"]["content"].split())
+    assert body["usage"]["completion_tokens"] == reply_words
+    assert body["routing_metadata"]["cost"] == pytest.approx(2 * 1 + reply_words * 2)
+    assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+    acc = StreamAccumulator()
+    acc.feed_bytes(streamed.content)
+    assert acc.completed and acc.content == body["choices"][0]["message"]["content"]
+    assert acc.usage["completion_tokens"] == reply_words  # the data plane asks for usage on streams
+    assert refused.status_code == 400 and "n > 1" in refused.json()["error"]["message"]
+    assert [r.path for r in m.requests] == ["/v1/messages", "/v1/messages"]
