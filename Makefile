@@ -44,6 +44,8 @@ integration: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench_routing.py
+	$(PY) bench/bench_envoy.py --ray
+	$(PY) bench/bench_srun.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app deployments tests scripts bench

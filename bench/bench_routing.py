@@ -88,25 +88,30 @@ def summary(latencies: list[float]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--router-local-encoder", action="store_true",
-                        help="encode inside the Router instead of calling the Embedding deployment")
+    parser.add_argument("--embedding-hop", action="store_true",
+                        help="the Router calls the Embedding deployment instead of encoding itself")
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
     from ray import serve
 
     from deployments.graph import GraphArgs, build_app
+    from deployments.serve_env import apply_fast_path_env
 
     results: dict[str, dict] = {}
     with FakeUpstream(name="instant") as upstream, tempfile.TemporaryDirectory() as tmp:
         config_path = Path(tmp, "bench.yaml")
         config_path.write_text(yaml.safe_dump(bench_config(upstream)))
         port = find_free_port()
+        fast_path = apply_fast_path_env()  # as `svc-sr serve` does; SVC_SR_SERVE_FAST_PATH=0 to compare
+        serve_path = "haproxy+throughput-optimized" if fast_path or os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1" \
+            else "proxy actor (Serve default)"
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})
             serve.run(build_app(GraphArgs(config_path=str(config_path),
-                                                router_local_encoder=args.router_local_encoder)), name="svc-sr", route_prefix="/")
+                                          router_local_encoder=not args.embedding_hop,
+                                          metrics={"enabled": False})), name="svc-sr", route_prefix="/")
             routed = f"http://127.0.0.1:{port}/v1/chat/completions"
             direct = f"{upstream.base_url}/chat/completions"
             asyncio.run(run_load(routed, "MoM", 40, 4))  # warm-up: replicas, encoder shapes, pools
@@ -121,7 +126,8 @@ def main() -> None:
     for concurrency in (1, 16):
         d, r = results[f"direct@c{concurrency}"], results[f"svc-sr@c{concurrency}"]
         results[f"overhead@c{concurrency}"] = {"p50_ms": r["p50_ms"] - d["p50_ms"], "p99_ms": r["p99_ms"] - d["p99_ms"]}
-    print(json.dumps({k: {m: round(v, 2) for m, v in row.items()} for k, row in results.items()}, indent=2))
+    rows = {k: {m: round(v, 2) for m, v in row.items()} for k, row in results.items()}
+    print(json.dumps({"serve_path": serve_path, "router_encodes": not args.embedding_hop, **rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -22,8 +22,6 @@ from pathlib import Path
 from app.config.loader import load_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
-from app.observability.metrics import MetricsSnapshot
-from app.observability.push import MetricsPusher
 from app.observability.router_metrics import RouterMetrics
 
 log = logging.getLogger("svc_sr.extproc")
@@ -44,6 +42,7 @@ async def run(args: argparse.Namespace) -> None:
     from ray import serve
 
     from deployments.ingress import HandleRouterClient
+    from deployments.observability import handle_pusher
 
     config = load_config(args.config).config
     services = config.global_.services
@@ -56,11 +55,7 @@ async def run(args: argparse.Namespace) -> None:
     pusher = None
     if "Observability" in application.deployments:  # absent when metrics are off
         observability = serve.get_deployment_handle("Observability", app_name=args.app)
-
-        def send(snapshot: MetricsSnapshot) -> None:
-            observability.push.remote(snapshot).result(timeout_s=5)
-
-        pusher = MetricsPusher(metrics.recorder, send, f"ExtProc/{socket.gethostname()}:{os.getpid()}").start()
+        pusher = handle_pusher(metrics.recorder, observability, f"ExtProc/{socket.gethostname()}:{os.getpid()}")
     settings = BridgeSettings(failure_mode=services.ext_proc.failure_mode,
                               clear_route_cache=config.global_.router.clear_route_cache,
                               max_body_bytes=services.data_plane.max_body_bytes)
@@ -77,7 +72,7 @@ async def run(args: argparse.Namespace) -> None:
     await server.stop(grace=5)  # in-flight streams get 5 s to finish
     await bridge.drain()
     if pusher is not None:
-        pusher.stop()
+        await pusher.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

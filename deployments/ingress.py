@@ -1,8 +1,10 @@
 """Ingress deployment: the FastAPI front door (standalone data plane, system routes,
-classification diagnostics over the DomainClassifier / Guard handles)."""
+classification diagnostics over the DomainClassifier / Guard handles, the native decision
+API over the DecisionModel handle)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ray import serve
@@ -13,10 +15,13 @@ from ray.serve.handle import DeploymentHandle
 from app.api.app import StaticConfigView, create_app
 from app.api.classify_models import ModelNotLoadedError
 from app.api.errors import SvcError
-from app.config.loader import parse_config
+from app.config.loader import load_config, parse_config
+from app.config.models import RouterConfig
 from app.observability.router_metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.client import UpstreamClient
+from deployments.activation import build_management
+from deployments.decision_model import HandleDecisionBackend
 from deployments.observability import replica_pusher
 
 
@@ -35,6 +40,13 @@ class HandleRouterClient:
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
         try:
             return await self._handle.complete.remote(plan, report)
+        except RayTaskError as exc:
+            raise _cause(exc) from None
+
+    async def preview(self, request: Any, headers: Any = None, seed: int | None = None) -> dict[str, Any]:
+        """The management API's routing preview (RoutingPreviewer) on a Router replica."""
+        try:
+            return await self._handle.preview.remote(dict(request), dict(headers or {}), seed)
         except RayTaskError as exc:
             raise _cause(exc) from None
 
@@ -94,22 +106,60 @@ def _model_cause(exc: RayTaskError) -> BaseException:
 @serve.ingress()
 class Ingress:
     def __init__(
-        self, router: DeploymentHandle, config_document: dict[str, Any],
+        self, router: DeploymentHandle, graph_args: Any,
         domain: DeploymentHandle | None = None, guard: DeploymentHandle | None = None,
-        observability: DeploymentHandle | None = None,
+        observability: DeploymentHandle | None = None, decision_model: DeploymentHandle | None = None,
     ) -> None:
-        self._config = StaticConfigView(parse_config(config_document).config)
+        # The configuration arrives as user_config (hot reload without restarting this replica,
+        # which runs the activation); Serve calls reconfigure() only after the ASGI app is built,
+        # so the constructor reads the replica's current user_config itself.
+        config = parse_config(_current_document(graph_args)).config
+        self._config = StaticConfigView(config)
+        # /v1/decisions, /v1/systemone (None: no DecisionModel in the graph, they answer 503)
+        self._decisions = HandleDecisionBackend(decision_model) if decision_model is not None else None
         self._router = HandleRouterClient(router)
         self._upstream = UpstreamClient()
         self._classifiers = HandleClassifiers(domain, guard, router)
         self._metrics = RouterMetrics()
         self._pusher = replica_pusher(self._metrics.recorder, observability)
+        # The management API (spec 1): persistent versions, activation through Serve, startup status.
+        self._management = build_management(
+            config, graph_args, router=router, observability=observability, config_view=self._config,
+            previewer=self._router, compile_check=_compile_check(domain, guard),
+        )
 
     def __serve_build_asgi_app__(self) -> Any:
-        app = create_app(self._router, self._upstream, self._config, self._classifiers)
+        app = create_app(self._router, self._upstream, self._config, self._classifiers, decisions=self._decisions,
+                         management=self._management)
         app.state.plane.metrics = self._metrics  # front-door errors, summed with the Router's metrics
         return app
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
-        if "config" in user_config:
+        """The document of an activation (this replica's own, deployments/activation.py)."""
+        if "config" in (user_config or {}):
             self._config.update(parse_config(user_config["config"]).config)
+
+
+def _current_document(graph_args: Any) -> dict[str, Any]:
+    """This replica's user_config document, else the one GraphArgs names (a graph built
+    without user_config for the Ingress)."""
+    context = serve.get_replica_context()
+    user_config = getattr(context, "_deployment_config", None)
+    document = ((getattr(user_config, "user_config", None) or {}).get("config"))
+    if document is not None:
+        return document
+    if getattr(graph_args, "config", None) is not None:
+        return graph_args.config
+    return load_config(Path(graph_args.config_path)).config.to_document()
+
+
+def _compile_check(domain: DeploymentHandle | None, guard: DeploymentHandle | None) -> Any:
+    """Stage compile: build the routing pipeline with the Router's own signal evaluators
+    (no model is called; that is the Routers' warm stage)."""
+    from app.pipeline.pipeline import PipelineServices, RouterPipeline
+    from deployments.router import classifier_evaluators
+
+    def check(config: RouterConfig) -> None:
+        RouterPipeline(config, PipelineServices(evaluators=classifier_evaluators(domain, guard)))
+
+    return check

@@ -1,8 +1,13 @@
-"""Observability deployment: sums every replica's metrics and serves GET /metrics (:9190).
+"""Observability deployment: sums every replica's metrics and serves GET /metrics (:9190);
+holds the `router_replay` records of every Router replica.
 
-Exactly one replica (it owns the port). Replicas push cumulative snapshots through
-`push()` about once a second (app/observability/push.py), so counters are totals over
-every replica of every deployment, whichever replica served a request.
+Exactly one replica (it owns the port and the replay ring). Replicas push cumulative
+snapshots through `push()` about once a second (app/observability/push.py), so counters
+are totals over every replica of every deployment, whichever replica served a request.
+The graph deploys it also when metrics are off (no port is bound then): Router replicas
+send replay records here (`record_replay`, fire-and-forget) and the Ingress's management
+API reads them (`list_replays`, `get_replay`, `aggregate_replays`), so a record shows up
+whichever Router replica routed the request.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from app.management.replays import DEFAULT_REPLAY_CAPACITY, ReplayStore
 from app.observability.exposition import MetricsHTTPServer
 from app.observability.metrics import MetricsAggregator, MetricsRecorder, MetricsSnapshot
-from app.observability.push import MetricsPusher
+from app.observability.push import LoopMetricsPusher, MetricsPusher
 
 log = logging.getLogger("svc_sr.metrics")
 
@@ -31,6 +37,7 @@ class Observability:
         self._server: MetricsHTTPServer | None = None
         self._address: tuple[str, int] | None = None
         self._binder: asyncio.Task[None] | None = None
+        self._replays = ReplayStore(DEFAULT_REPLAY_CAPACITY)
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         metrics = (user_config or {}).get("metrics", {})
@@ -74,18 +81,49 @@ class Observability:
     async def sources(self) -> list[str]:
         return self._aggregator.sources
 
+    # ------------------------------------------------------------------ replays
+    async def record_replay(self, record: dict[str, Any]) -> str:
+        return self._replays.record(record)
+
+    async def list_replays(self, limit: int = 100, after_sequence: int = 0, decision: str | None = None,
+                           model: str | None = None) -> dict[str, Any]:
+        return self._replays.list(limit=limit, after_sequence=after_sequence, decision=decision,
+                                  model=model).model_dump(mode="json")
+
+    async def get_replay(self, replay_id: str) -> dict[str, Any] | None:
+        return self._replays.get(replay_id)
+
+    async def aggregate_replays(self, decision: str | None = None, model: str | None = None) -> dict[str, Any]:
+        return self._replays.aggregate(decision=decision, model=model).model_dump(mode="json")
+
     def __del__(self) -> None:
         self._stop_server()
 
 
-def replica_pusher(recorder: MetricsRecorder, observability: DeploymentHandle | None) -> MetricsPusher | None:
+def replica_pusher(
+    recorder: MetricsRecorder, observability: DeploymentHandle | None
+) -> MetricsPusher | LoopMetricsPusher | None:
     """A started pusher from this replica to the Observability deployment (None: metrics off)."""
     if observability is None:
         return None
     context = serve.get_replica_context()
-    source = f"{context.deployment}/{context.replica_id.unique_id}"
+    return handle_pusher(recorder, observability, f"{context.deployment}/{context.replica_id.unique_id}")
 
-    def send(snapshot: MetricsSnapshot) -> None:
-        observability.push.remote(snapshot).result(timeout_s=5)
 
-    return MetricsPusher(recorder, send, source).start()
+def handle_pusher(
+    recorder: MetricsRecorder, observability: DeploymentHandle, source: str
+) -> MetricsPusher | LoopMetricsPusher:
+    """On the caller's event loop when it has one (handles may be bound to it: Serve's
+    throughput-optimized mode), else on a thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        def send(snapshot: MetricsSnapshot) -> None:
+            observability.push.remote(snapshot).result(timeout_s=5)
+
+        return MetricsPusher(recorder, send, source).start()
+
+    async def send_async(snapshot: MetricsSnapshot) -> None:
+        await observability.push.remote(snapshot)
+
+    return LoopMetricsPusher(recorder, send_async, source).start()

@@ -1,7 +1,14 @@
 """Router deployment: the request pipeline behind DeploymentHandles.
 
 Routing configuration arrives as Serve `user_config` so a routing change reaches live
-replicas through `reconfigure()` without a restart.
+replicas through `reconfigure()` without a restart (deployments/activation.py drives it).
+A reload builds and warms the new generation aside and swaps it in; when that fails the
+replica keeps serving the previous generation and reports the failure through
+`generation()`, which the activator reads before it declares the change active (Serve
+would otherwise replace a replica whose reconfigure raised, previous generation and all).
+
+Replay records (`router_replay` plugin) go to the Observability deployment, shared by
+every Router replica, fire-and-forget.
 
 The learned signal families (`domain`, `pii`, `jailbreak`) call the DomainClassifier and
 Guard deployments; the request's query vector from the Embedding deployment is passed
@@ -10,6 +17,8 @@ along, so the text is encoded once per request.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import numpy as np
@@ -17,7 +26,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.cache.base import CacheHit
-from app.config.loader import parse_config
+from app.config.loader import config_hash, parse_config
 from app.pipeline.pipeline import PipelineServices, RouterPipeline, encoder_embed
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.signals.base import EvaluatorFactory
@@ -26,6 +35,8 @@ from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import MiniLMEncoder, token_counter
 from deployments.observability import replica_pusher
+
+log = logging.getLogger("svc_sr.router")
 
 
 def classifier_evaluators(
@@ -86,15 +97,52 @@ class Router:
             encoder.warm_up()
             self._services.embed = encoder_embed(encoder)
         self._pipeline: RouterPipeline | None = None
+        self._generation: dict[str, Any] = {"hash": None, "error": None, "failed_hash": None}
+        self._replica = serve.get_replica_context().replica_id.unique_id
+        self._replay_sends: set[asyncio.Task[None]] = set()
+        if observability is not None:
+            self._services.record_replay = self._replay_sender(observability)
+
+    def _replay_sender(self, observability: DeploymentHandle) -> Any:
+        async def send(record: dict[str, Any]) -> None:
+            try:
+                await observability.record_replay.remote(record)
+            except Exception as exc:  # a lost replay record must never fail a request
+                log.warning("replay record %s not stored: %s", record.get("id"), exc)
+
+        def record_replay(record: dict[str, Any]) -> None:
+            record["router_replica"] = self._replica
+            task = asyncio.get_running_loop().create_task(send(record))
+            self._replay_sends.add(task)
+            task.add_done_callback(self._replay_sends.discard)
+
+        return record_replay
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
-        config = parse_config(user_config["config"]).config
-        if self._pipeline is None:
+        if self._pipeline is None:  # startup: a failure here fails the replica (Serve retries it)
+            config = parse_config(user_config["config"]).config
             self._pipeline = RouterPipeline(config, self._services)
-        else:
-            await self._pipeline.update_config(config)  # builds and warms, then swaps
+            await self._pipeline.warm_up()
+            self._generation = {"hash": config_hash(config), "error": None, "failed_hash": None}
             return
-        await self._pipeline.warm_up()
+        digest = None
+        try:
+            config = parse_config(user_config["config"]).config
+            digest = config_hash(config)
+            if digest == self._generation["hash"]:
+                return
+            await self._pipeline.update_config(config)  # builds and warms aside, then swaps
+        except Exception as exc:
+            log.exception("reload to configuration %s failed; the previous generation keeps serving",
+                          (digest or "(unparsed)")[:12])
+            self._generation = {**self._generation, "error": f"{type(exc).__name__}: {exc}", "failed_hash": digest}
+            return
+        self._generation = {"hash": digest, "error": None, "failed_hash": None}
+
+    async def generation(self) -> dict[str, Any]:
+        """Which configuration this replica serves (hash of the parsed config), and the last
+        reload that failed on it (the activator's warm check)."""
+        return {"replica": self._replica, **self._generation}
 
     @property
     def pipeline(self) -> RouterPipeline:

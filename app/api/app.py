@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from fastapi import Depends, FastAPI
 
 from app.api.dataplane import ConfigView, DataPlane, RouterClient, dataplane_router
+from app.api.decisions import DecisionBackend, NoDecisionBackend, decisions_router
 from app.api.diagnostics import ClassifierBackend, Diagnostics, diagnostics_router
 from app.api.errors import BodySizeLimitMiddleware, install_error_handlers
 from app.config.models import RouterConfig
@@ -31,11 +32,13 @@ class StaticConfigView:
 
 def create_app(
     router: RouterClient, upstream: UpstreamClient, config: ConfigView, classifiers: ClassifierBackend | None = None,
-    management: Management | None = None,
+    management: Management | None = None, decisions: DecisionBackend | None = None,
 ) -> FastAPI:
     """`classifiers`: the models behind the classification diagnostics (None: they answer 503).
     `management`: the management API state (None: an in-memory one over `config`, whose
-    mutations only update `config`; routing preview through `router` when it has `preview`)."""
+    mutations only update `config`; routing preview through `router` when it has `preview`).
+    `decisions`: the decision model behind POST /v1/decisions, /v1/systemone and GET
+    /v1/systemone/models (None: they answer 503 not_ready)."""
     from app.management.api import Management, install
 
     # /openapi.json and /docs are served by the management API (OpenAPI 3.0, narrowable, authenticated).
@@ -49,6 +52,9 @@ def create_app(
     plane = DataPlane(router, upstream, config)
     # The data plane (chat, responses, /v1/models) is not behind management auth: listeners own its access.
     app.include_router(dataplane_router(plane))
+    # The native decision API (spec 2), like the data plane not behind management auth.
+    app.include_router(decisions_router(decisions or NoDecisionBackend(),
+                                        max_body_bytes=config.current().global_.services.data_plane.max_body_bytes))
     app.include_router(diagnostics_router(Diagnostics(classifiers, config)),
                        dependencies=[Depends(management.guard("classify.invoke", "sensitive"))])
     install(app, management)

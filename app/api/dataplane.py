@@ -117,6 +117,8 @@ class DataPlane:
             return self._immediate(plan, started)
         if plan.stream:
             stream = await self._open_stream(plan)
+            if not stream.ok and not stream.is_event_stream:
+                return await self._error_document(plan, stream, started)
             return StreamingResponse(
                 self._relay_chat_stream(plan, stream, started),
                 status_code=stream.status,
@@ -174,8 +176,9 @@ class DataPlane:
         if result.status != 200 or not isinstance(payload, dict):
             # A non-retriable upstream answer (4xx) is relayed as the upstream gave it.
             content = result.content if payload is None else json.dumps(payload).encode()
-            return Response(content, status_code=result.status,
-                            media_type=result.headers.get("content-type", "application/json"),
+            media_type = "application/json" if payload is not None else (
+                result.headers.get("content-type", "application/json"))
+            return Response(content, status_code=result.status, media_type=media_type,
                             headers=client_headers(plan, started),
                             background=self._after(plan, report)), report
         # Accounting (metrics, cache write, replay) runs after the answer is sent (the
@@ -201,12 +204,33 @@ class DataPlane:
                 status=503, stream=True, error_reason=_error_reason(exc))))
             raise from_upstream_unavailable(exc) from exc
 
+    async def _error_document(self, plan: RoutePlan, stream: Any, started: float) -> Response:
+        """A stream request answered with an error document (a relayed 4xx, or the local 400
+        for a request a messages-style backend cannot express): relayed as JSON, not SSE."""
+        try:
+            content = await stream.read()
+        except UpstreamStreamError:
+            content = b""
+        finally:
+            await stream.aclose()
+        media_type = stream.headers.get("content-type", "application/json")
+        try:
+            json.loads(content)
+            media_type = "application/json"
+        except ValueError:
+            pass
+        report = CompletionReport(status=stream.status, model=stream.target.model, stream=True,
+                                  stream_finished=False, total_s=time.perf_counter() - started)
+        return Response(content, status_code=stream.status, media_type=media_type,
+                        headers={**client_headers(plan, started), "x-selected-model": stream.target.model},
+                        background=self._after(plan, report))
+
     async def _relay_chat_stream(self, plan: RoutePlan, stream: Any, started: float) -> AsyncIterator[bytes]:
         parser = SSEParser()
         accumulator = StreamAccumulator()
         first_chunk_at: float | None = None
         finished = False
-        error_reason = "cancellation"  # the client went away mid-stream
+        error_reason: str | None = "cancellation"  # the client went away mid-stream
         try:
             async for chunk in stream.aiter_bytes():
                 if first_chunk_at is None:
@@ -214,7 +238,12 @@ class DataPlane:
                 for event in parser.feed(chunk):
                     accumulator.add(event)
                 yield chunk
-            finished = accumulator.done
+            # A whole answer: the chat stream completed (a finish_reason or [DONE], no error
+            # chunk) and, for a translated (messages-style) stream, the translator's
+            # `completed` (stop_reason/message_stop seen). Only such streams are cached.
+            finished = accumulator.completed and stream.finished
+            if not finished:  # ended cleanly, but with an error or cut short (None: from the status)
+                error_reason = None if stream.status >= 400 else "upstream_5xx"
         except UpstreamStreamError as exc:
             # The upstream broke after the first byte: the client's stream just ends there.
             error_reason = "timeout" if exc.kind in ("idle_timeout", "deadline") else "upstream_5xx"
@@ -258,6 +287,8 @@ class DataPlane:
             return JSONResponse(chat_to_response(completion, request), headers=headers_out)
         if plan.stream:
             stream = await self._open_stream(plan)
+            if not stream.ok and not stream.is_event_stream:
+                return await self._error_document(plan, stream, started)
             return StreamingResponse(
                 _translate_stream(self._relay_chat_stream(plan, stream, started), request),
                 media_type="text/event-stream",

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from app.runtime.schemas import RuntimeFailure
+from app.runtime.schemas import NotReady, RuntimeFailure
 from app.srun.questions import DecisionRequest, DecisionResponse
 
 log = logging.getLogger("svc_sr.decisions_api")
@@ -60,20 +60,40 @@ class LocalDecisionBackend:
 
 
 class ClientDecisionBackend:
-    """A managed or attached worker through `app.srun.client.SrunClient`."""
+    """A managed or attached worker through `app.srun.client.SrunClient`.
 
-    def __init__(self, client: Any, served_name: str | None = None) -> None:
+    `client`: an SrunClient, or a callable returning one per call (a supervisor's round robin
+    over ready replicas). A request naming no model, or one of `names` (the deployment's key),
+    goes to `served_name`. `deadline_s` bounds each call, retries over a restart included."""
+
+    def __init__(self, client: Any, served_name: str | None = None, *, deadline_s: float = DEADLINE_S,
+                 names: tuple[str, ...] = ()) -> None:
         self.client = client
         self.served_name = served_name
+        self.deadline_s = deadline_s
+        self.names = names
+
+    def _client(self) -> Any:
+        return self.client() if callable(self.client) else self.client
 
     async def decide(self, body: dict[str, Any]) -> dict[str, Any]:
-        if self.served_name and "model" not in body:
+        if self.served_name and ("model" not in body or body["model"] in self.names):
             body = {**body, "model": self.served_name}
-        return await self.client.decisions(body, deadline_s=DEADLINE_S)  # type: ignore[no-any-return]
+        return await self._client().decisions(body, deadline_s=self.deadline_s)  # type: ignore[no-any-return]
 
     async def models(self) -> list[dict[str, Any]]:
-        cards = (await self.client.models()).get("data", [])
+        cards = (await self._client().models()).get("data", [])
         return [c for c in cards if "decisions" in c.get("surfaces", [])]
+
+
+class NoDecisionBackend:
+    """A frontend without a decision model: the native API answers 503 not_ready."""
+
+    async def decide(self, body: dict[str, Any]) -> dict[str, Any]:
+        raise NotReady("no decision model is deployed")
+
+    async def models(self) -> list[dict[str, Any]]:
+        return []
 
 
 def _error(status: int) -> JSONResponse:

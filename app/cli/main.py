@@ -58,19 +58,56 @@ def serve(config_path: Path, host: str, port: int, dashboard: bool, serve_config
 
 
 @cli.command()
-def status() -> None:
-    """Show whether svc-sr is running and healthy (JSON)."""
+@click.option("--endpoint", envvar="SVC_MGMT_ENDPOINT", default=None,
+              help="Management API to ask (env SVC_MGMT_ENDPOINT; default: the local `svc-sr serve`).")
+@click.option("--token-env", default="SVC_MGMT_TOKEN", show_default=True,
+              help="Environment variable holding the management bearer token.")
+def status(endpoint: str | None, token_env: str) -> None:
+    """Show whether svc-sr is running, ready and on which configuration (JSON).
+
+    Exit 0 when the management API answers, 3 when nothing runs or answers."""
     state = ServeState.read()
-    if state is None or not process_alive(state.pid):
+    local = state is not None and process_alive(state.pid)
+    if endpoint is None and not local:
         click.echo(json.dumps({"running": False}))
         sys.exit(3)
-    report: dict[str, object] = {"running": True, "pid": state.pid, "endpoint": state.http,
-                                 "config": state.config_path, "uptime_s": round(time.time() - state.started_at)}
-    try:
-        report["health"] = httpx.get(f"{state.http}/health", timeout=5).json()
-    except (httpx.HTTPError, ValueError) as exc:
-        report["health"] = {"status": "unreachable", "error": type(exc).__name__}
+    report: dict[str, object] = {"running": True}
+    if local and state is not None:
+        report.update({"pid": state.pid, "endpoint": state.http, "config": state.config_path,
+                       "uptime_s": round(time.time() - state.started_at)})
+    url = (endpoint or (state.http if state else "")).rstrip("/")
+    report["endpoint"] = url
+    report.update(_remote_status(url, os.environ.get(token_env, "")))
     click.echo(json.dumps(report, indent=2))
+    if report["health"].get("status") == "unreachable":  # type: ignore[union-attr]
+        sys.exit(3)
+
+
+def _remote_status(url: str, token: str) -> dict[str, object]:
+    """Liveness, startup readiness and the serving configuration from the management API."""
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    out: dict[str, object] = {}
+    with httpx.Client(base_url=url, timeout=5, headers=headers) as client:
+        try:
+            out["health"] = client.get("/health").json()
+        except (httpx.HTTPError, ValueError) as exc:
+            return {"health": {"status": "unreachable", "error": type(exc).__name__}}
+        for key, path, fields in (
+            ("ready", "/ready", ("phase", "ready", "ready_models", "total_models", "pending_models", "reason")),
+            ("active_config", "/api/v1/config/hash", ("config_version", "activation_status", "source_config_hash",
+                                               "active_version")),
+        ):
+            try:
+                response = client.get(path)
+                body = response.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                out[key] = {"error": type(exc).__name__}
+                continue
+            if response.status_code in (200, 503) and isinstance(body, dict) and "error" not in body:
+                out[key] = {k: body.get(k) for k in fields}
+            else:
+                out[key] = {"error": f"HTTP {response.status_code}"}
+    return out
 
 
 @cli.command()

@@ -102,10 +102,12 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
 
     from app.cli.gateway import Gateway, GatewayError
     from deployments.graph import GraphArgs, build_app
+    from deployments.serve_env import apply_fast_path_env
 
     stop = threading.Event()
     gateway: Gateway | None = None
     console.print(f"[bold]svc-sr[/bold] starting a local Ray instance (config {config_path})")
+    apply_fast_path_env()  # before ray.init: the Serve processes read it at start
     ray.init(include_dashboard=dashboard, dashboard_host="127.0.0.1", logging_level="WARNING",
              log_to_driver=False, configure_logging=True)
     # After ray.init: Ray installs its own SIGTERM handler (a stack dump and exit); ours
@@ -144,6 +146,8 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
         ServeState(os.getpid(), str(config_path), http, time.time(),
                    ray.get_runtime_context().gcs_address if dashboard else None).write()
         console.print(f"[green]ready[/green]  OpenAI-compatible endpoint: {http}/v1  (model: MoM)")
+        console.print(f"  management API: {http}/api/v1   decisions (svc-srun API): {http}/v1/decisions")
+        console.print(f"  management API: {http}/api/v1  (svc-sr status | config get|apply|versions|rollback)")
         if gateway is not None:
             console.print(f"  through Envoy + ext_proc: {gateway.url}/v1")
         metrics = config.global_.services.observability.metrics

@@ -35,7 +35,7 @@ def builtin_models() -> list[dict[str, object]]:
             from app.runtime import registry
             from app.srun import catalog
 
-            spec = registry.BUILTINS.get(card.name) or catalog._SPECS[card.name]
+            spec = registry.BUILTINS.get(card.name) or catalog.SPECS[card.name]
             card.revision, card.digest, card.artifacts = registry.pin(spec, spec.engines[0])
         out.append(card.to_wire())
     return out
@@ -116,6 +116,7 @@ def run(model: tuple[str, ...], models_file: Path | None, revision: str | None, 
         load_retry_seconds=load_retry_seconds, result_cache_entries=result_cache_entries,
     )
     app = create_app(Worker(settings))
+    _exit_with_parent(os.environ.get("SVC_SRUN_PARENT_PID", ""))
     if uds is not None:
         uds.parent.mkdir(parents=True, exist_ok=True)
         if uds.exists():
@@ -124,6 +125,33 @@ def run(model: tuple[str, ...], models_file: Path | None, revision: str | None, 
     else:
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on")
     uvicorn.Server(config).run()
+
+
+def _exit_with_parent(parent: str) -> None:
+    """A router-managed worker (SVC_SRUN_PARENT_PID set by app/srun/supervisor.py) stops itself,
+    gracefully, once that router process is gone, e.g. after a SIGKILL that left no time to stop it."""
+    if not parent.isdigit():
+        return
+    import signal
+    import threading
+    import time
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def watch() -> None:
+        while alive(int(parent)):
+            time.sleep(1.0)
+        logging.getLogger("svc_srun").warning("router process %s is gone; stopping", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 @cli.command()

@@ -72,7 +72,11 @@ _MOVED: dict[str, str] = {
     "ratelimit": "global.services.ratelimit",
     "tools": "global.integrations.tools",
     "looper": "global.integrations.looper",
+    # Same place in both layouts (spec 2's resource schema has them at the top level).
+    "model_deployments": "model_deployments",
+    "decision_model": "decision_model",
 }
+_KEPT_IN_PLACE = frozenset({"default_model", "strategy", "decisions", "model_deployments", "decision_model"})
 
 _CLASSIFIER_MODULES: dict[str, str] = {
     "category_model": "domain",
@@ -494,7 +498,7 @@ class _Migrator:
                 value = [*existing, *value]  # cards derived from model_config come first
             _set(self.out, target, copy.deepcopy(value))
             self.path_map.append((target, key))
-            if key not in ("default_model", "strategy", "decisions"):
+            if key not in _KEPT_IN_PLACE:
                 self.warnings.append(f"{key}: moved to {target}")
         for key, reason in _DROPPED_WITH_REASON.items():
             if key in self.src:

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from app.accounting.cost import Pricing
+from app.srun.settings import DecisionModelRef, ModelDeployment, check_references
 from app.upstream.policy import FallbackConfig, ReliabilityConfig
 
 
@@ -98,11 +99,18 @@ class ProviderModel(Strict):
     name: str = Field(min_length=1)
     reasoning_family: str | None = None
     provider_model_id: str | None = None
-    api_format: str = "openai"
+    # openai: chat completions upstream; anthropic / messages: a /v1/messages upstream (translated).
+    # Anything else is refused here, not discovered as a failed request.
+    api_format: Literal["openai", "anthropic", "messages"] = "openai"
     pricing: Pricing | None = None
     external_model_ids: dict[str, str] = Field(default_factory=dict)
     reliability: ReliabilityConfig | None = None
     backend_refs: list[BackendRef] = Field(default_factory=list)
+
+    @field_validator("api_format", mode="before")
+    @classmethod
+    def _format_any_case(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
 
 
 class Providers(Strict):
@@ -405,12 +413,33 @@ class Services(Open):
     envoy: EnvoyService = Field(default_factory=EnvoyService)
 
 
+# Where spec 2's `on_unscanned` may be set, under global.model_catalog.
+ON_UNSCANNED_MODULES = (("modules", "prompt_guard"), ("modules", "classifier", "pii"))
+
+
 class GlobalConfig(Open):
     router: RouterSettings = Field(default_factory=RouterSettings)
     services: Services = Field(default_factory=Services)
     stores: Stores = Field(default_factory=Stores)
+    # Reference-layout model settings, kept as data; the keys svc-sr acts on are checked below:
+    # `signal_timeout_ms` (deadline of model-runtime signals) and `on_unscanned` of the
+    # prompt guard and the PII classifier (spec 2 "Router settings for managed runtimes").
     model_catalog: dict[str, Any] = Field(default_factory=dict)
     integrations: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("model_catalog")
+    @classmethod
+    def _runtime_keys(cls, catalog: dict[str, Any]) -> dict[str, Any]:
+        timeout = catalog.get("signal_timeout_ms")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
+            raise ValueError(f"signal_timeout_ms: a positive integer of milliseconds, got {timeout!r}")
+        for path in ON_UNSCANNED_MODULES:
+            node: Any = catalog
+            for key in path:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict) and node.get("on_unscanned", "block") not in ("block", "allow"):
+                raise ValueError(f"{'.'.join(path)}.on_unscanned: 'block' or 'allow', got {node['on_unscanned']!r}")
+        return catalog
 
 
 # ---------------------------------------------------------------- document
@@ -425,6 +454,16 @@ class RouterConfig(Strict):
     global_: GlobalConfig = Field(default_factory=GlobalConfig, alias="global")
     entrypoints: list[dict[str, Any]] = Field(default_factory=list)
     recipes: list[dict[str, Any]] = Field(default_factory=list)
+    # Model-runtime deployments (spec 2): provider model_runtime, managed by the router
+    # (`svc-srun run` over a Unix socket) or attached through `endpoint`; docs/model-runtime.md.
+    model_deployments: dict[str, ModelDeployment] = Field(default_factory=dict)
+    # The deployment answering /v1/decisions and /v1/systemone (absent: the built-in decision model).
+    decision_model: DecisionModelRef | None = None
+
+    @model_validator(mode="after")
+    def _runtime_refs(self) -> RouterConfig:
+        check_references(self.model_deployments, self.decision_model)
+        return self
 
     # ---- lookups used by the pipeline
     def model(self, name: str) -> ProviderModel | None:

@@ -80,6 +80,15 @@ class _Checker:
         self._providers()
         self._signals()
         self._decisions()
+        self._model_deployments()
+
+    def _model_deployments(self) -> None:
+        """Only the decision model consumes runtime deployments yet: the graph starts no other."""
+        used = self.config.decision_model.deployment if self.config.decision_model else None
+        for name in self.config.model_deployments:
+            if name != used:
+                self.warn(f"model_deployments.{name}", "accepted but not applied: nothing in the router calls "
+                          "it yet (the graph runs only decision_model.deployment)")
 
     # ---------------------------------------------------------------- listeners / services
     def _listeners(self) -> None:

@@ -10,6 +10,13 @@
                         API) and `routing_metadata` added; SSE: each chunk translated as
                         it passes. At the end Router.complete() runs in the background.
 
+Messages-style upstreams (`api_format` anthropic/messages, `wire.MessagesWire`): a chat
+request the backend cannot express is answered 400 at once (nothing is forwarded); an
+answer that is no message is answered 502 (immediate response: a buffered body has not
+reached the client yet); a stream that cannot be translated ends with an error chunk
+and [DONE]. The target's own credentials (`x-api-key` + `anthropic-version`, or
+`Authorization`) replace the client's `authorization`; they are never logged.
+
 The Router is reached through the same `route`/`complete` methods the Ingress uses.
 An error inside one stream never stops the server: `failure_mode` "open" lets the
 request continue unmodified, "closed" answers 503 (the Envoy filter's own
@@ -39,6 +46,7 @@ from app.extproc.wire import ChatWire, UpstreamWire, wire_for
 from app.observability.router_metrics import RouterMetrics
 from app.pipeline.answer import client_headers, routing_metadata
 from app.pipeline.plan import CompletionReport, RoutePlan
+from app.upstream.messages_api import MessagesTranslationError
 from app.upstream.responses_api import (
     ChatToResponsesStream,
     ResponsesInputError,
@@ -122,6 +130,7 @@ class _Exchange:
         self.responses_parser = SSEParser()  # re-parses translated chat SSE for the Responses API
         self.headers_at: float | None = None
         self.first_chunk_at: float | None = None
+        self.stream_failed = False  # the answer's stream could not be translated: the rest is dropped
         self.completed = False
 
     # ------------------------------------------------------------------ dispatch
@@ -187,20 +196,41 @@ class _Exchange:
             options = dict(upstream_body.get("stream_options") or {})
             options.setdefault("include_usage", True)  # usage -> cost and TPOT for streams too
             upstream_body["stream_options"] = options
-        encoded = json.dumps(self.wire.request_body(upstream_body, target)).encode()
-        set_headers = {
-            **plan.upstream_headers,
-            **target.extra_headers,
-            **self.wire.auth_headers(target),
+        try:
+            encoded = json.dumps(self.wire.request_body(upstream_body, target)).encode()
+        except MessagesTranslationError as exc:  # the backend's protocol cannot express this request
+            return self._untranslatable(exc, "parse_error")
+        # As the standalone client: the plan's headers, then the protocol's credentials,
+        # then the backend's extra_headers (which may override either).
+        set_headers = _lower(plan.upstream_headers, self.wire.auth_headers(target), target.extra_headers)
+        set_headers.update({
             "x-selected-model": target.model,
             "content-type": "application/json",
             "content-length": str(len(encoded)),  # Envoy answers 500 without it after a rewrite
-        }
+        })
+        remove = list(plan.upstream_headers_remove)
+        if "x-api-key" in set_headers and "authorization" not in set_headers:
+            remove.append("authorization")  # the backend's key replaces the client's credentials
         path = self.wire.path(target)
         if path != self.headers.get(":path"):
             set_headers[":path"] = path
-        return em.request_body_response(encoded, set_headers, plan.upstream_headers_remove,
+        return em.request_body_response(encoded, set_headers, remove,
                                         clear_route_cache=self.bridge.settings.clear_route_cache)
+
+    def _untranslatable(self, exc: MessagesTranslationError, reason: str) -> pb.ProcessingResponse:
+        """400 for a request, 502 for an answer, in the standalone client's error body."""
+        plan = self.plan
+        assert plan is not None
+        log.warning("request %s: %s (status %d)", self.request_id, exc, exc.status)
+        model = plan.candidates[0].model if plan.candidates else plan.selected_model
+        self.status = exc.status
+        report = self._report(None, stream_finished=False)
+        report.error_reason = reason
+        self._complete(report)
+        headers = client_headers(plan, self.started)
+        if model:
+            headers["x-selected-model"] = model
+        return em.immediate(exc.status, json.dumps(exc.body()).encode(), headers)
 
     def _chat_body(self, raw: bytes) -> dict[str, Any]:
         if self.endpoint == "responses":
@@ -280,9 +310,18 @@ class _Exchange:
     def _stream_chunk(self, raw: bytes, end: bool) -> pb.ProcessingResponse:
         if self.first_chunk_at is None and raw:
             self.first_chunk_at = time.perf_counter()
-        chat = self.wire.stream_chunk(raw) if self.status < 400 else raw
-        if end and self.status < 400:
-            chat += self.wire.stream_end()
+        chat = raw
+        if self.stream_failed:
+            chat = b""  # the client's stream already ended with an error chunk and [DONE]
+        elif self.status < 400:
+            try:
+                chat = self.wire.stream_chunk(raw)
+                if end:
+                    chat += self.wire.stream_end()
+            except Exception:  # never relay untranslated bytes, never leave the client waiting
+                log.exception("stream translation failed (request %s)", self.request_id)
+                self.stream_failed = True
+                chat = self.wire.stream_fail("the upstream stream could not be translated")
         for event in self.parser.feed(chat):
             self.accumulator.add(event)
         out = chat
@@ -291,13 +330,20 @@ class _Exchange:
             if end:
                 out += b"".join(self.to_responses.finish())
         if end:
-            self._complete(self._report(None, stream_finished=self.accumulator.done))
+            finished = self.status < 400 and not self.stream_failed and self.wire.stream_completed(self.accumulator)
+            report = self._report(None, stream_finished=finished)
+            if not finished and self.status < 400:
+                report.error_reason = "upstream_5xx"  # ended, but with an error or cut short
+            self._complete(report)
         return em.response_body_response(out if (out != raw) else None)
 
     def _whole_body(self, raw: bytes) -> pb.ProcessingResponse:
         plan = self.plan
         assert plan is not None
-        completion = self.wire.response_body(raw, self.status, plan.candidates[0].model)
+        try:
+            completion = self.wire.response_body(raw, self.status, plan.candidates[0].model)
+        except MessagesTranslationError as exc:  # an answer that is no message: 502
+            return self._untranslatable(exc, "upstream_5xx")
         if completion is None or self.status != 200:
             self._complete(self._report(None))
             translated = None if completion is None else json.dumps(completion).encode()
@@ -352,6 +398,15 @@ class _Exchange:
         report = self._report(None, stream_finished=False)
         report.error_reason = "cancellation"
         self._complete(report)
+
+
+def _lower(*maps: dict[str, str]) -> dict[str, str]:
+    """Merged header maps, names lower-cased (later maps win, whatever their spelling)."""
+    out: dict[str, str] = {}
+    for headers in maps:
+        for name, value in headers.items():
+            out[name.lower()] = value
+    return out
 
 
 def _feed_responses(translator: ChatToResponsesStream, parser: SSEParser, chat: bytes) -> list[bytes]:

@@ -3,7 +3,12 @@
 Behind Envoy the bridge cannot call the backend itself; it rewrites what Envoy sends
 (path, body, auth headers) and what comes back (buffered JSON, or SSE chunk by chunk).
 `ChatWire` is the OpenAI chat protocol (nothing to translate); `MessagesWire` is a
-messages-style backend (`api_format: anthropic`), translated both ways.
+messages-style backend (`api_format: anthropic` or `messages`), translated both ways.
+
+Translation failures: `request_body` and `response_body` raise MessagesTranslationError
+(`.status` 400 for a request the backend cannot express, 502 for an answer that is no
+message); a stream never raises, it ends with an error chunk and [DONE]
+(`stream_fail`). `stream_completed` says whether a stream carried a whole answer.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from app.upstream.sse import StreamAccumulator, encode_done, encode_sse
 from app.upstream.targets import UpstreamTarget
 
 
@@ -47,6 +53,18 @@ class UpstreamWire(Protocol):
 
     def stream_end(self) -> bytes: ...
 
+    def stream_fail(self, message: str) -> bytes:
+        """End the client's stream now: an error chunk and [DONE]."""
+        ...
+
+    def stream_completed(self, accumulator: StreamAccumulator) -> bool:
+        """The stream carried a whole answer (`accumulator` holds the chat chunks sent)."""
+        ...
+
+
+def _error_end(message: str) -> bytes:
+    return encode_sse({"error": {"message": message, "type": "upstream_error", "code": None}}) + encode_done()
+
 
 class ChatWire:
     translates_responses = False
@@ -68,6 +86,12 @@ class ChatWire:
 
     def stream_end(self) -> bytes:
         return b""
+
+    def stream_fail(self, message: str) -> bytes:
+        return _error_end(message)
+
+    def stream_completed(self, accumulator: StreamAccumulator) -> bool:
+        return accumulator.completed  # a finish_reason or [DONE], and no error chunk
 
 
 class MessagesWire:
@@ -92,7 +116,12 @@ class MessagesWire:
 
     def response_body(self, raw: bytes, status: int, model: str) -> dict[str, Any] | None:
         body = _json_object(raw)
-        return None if body is None else self._api.messages_to_chat(body, model)
+        if body is None:
+            if 200 <= status < 300:  # a success that is no message cannot become a chat answer
+                raise self._api.MessagesTranslationError("the messages upstream answered a body that is not JSON",
+                                                         502)
+            return None  # an error page: relayed as it is
+        return self._api.messages_to_chat(body, model)
 
     def stream_chunk(self, raw: bytes) -> bytes:
         return self._stream.feed(raw)
@@ -100,8 +129,14 @@ class MessagesWire:
     def stream_end(self) -> bytes:
         return self._stream.finish()
 
+    def stream_fail(self, message: str) -> bytes:
+        return self._stream.fail(message)
+
+    def stream_completed(self, accumulator: StreamAccumulator) -> bool:
+        return self._stream.completed  # stop_reason/message_stop seen, no error event
+
 
 def wire_for(target: UpstreamTarget) -> UpstreamWire:
-    if target.api_format in ("anthropic", "messages"):
+    if target.wire_format == "messages":
         return MessagesWire(target)
     return ChatWire()

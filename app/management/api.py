@@ -21,6 +21,7 @@ Every request body and answer is a pydantic model (models.py); failures use Mgmt
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import uuid
@@ -257,6 +258,11 @@ class Management:
             warnings=outcome.warnings, rollback_of=rollback_of, error=error,
         )
         return code, body
+
+
+async def _maybe_await(value: Any) -> Any:
+    """ReplaySource methods may be sync (ReplayStore) or async (a Ray deployment's handle)."""
+    return await value if inspect.isawaitable(value) else value
 
 
 def _request_id(request: Request) -> str:
@@ -646,7 +652,8 @@ def management_router(mgmt: Management) -> APIRouter:
     async def list_replays(request: Request, limit: int = Query(100, ge=1, le=1000),
                            after_sequence: int = Query(0, ge=0), decision: str | None = Query(None, max_length=256),
                            model: str | None = Query(None, max_length=256)) -> JSONResponse:
-        page: ReplayPage = _replays().list(limit=limit, after_sequence=after_sequence, decision=decision, model=model)
+        page: ReplayPage = await _maybe_await(_replays().list(limit=limit, after_sequence=after_sequence,
+                                                              decision=decision, model=model))
         principal: Principal = request.state.principal
         page.records = [redact_record(r, data=principal.can("data.read"), secrets=principal.can("secret_view"))
                         for r in page.records]
@@ -654,10 +661,10 @@ def management_router(mgmt: Management) -> APIRouter:
 
     async def aggregate(decision: str | None = Query(None, max_length=256),
                         model: str | None = Query(None, max_length=256)) -> ReplayAggregate:
-        return _replays().aggregate(decision=decision, model=model)
+        return await _maybe_await(_replays().aggregate(decision=decision, model=model))
 
     async def get_replay(request: Request, replay_id: str) -> JSONResponse:
-        record = _replays().get(replay_id)
+        record = await _maybe_await(_replays().get(replay_id))
         if record is None:
             raise not_found(f"no replay record {replay_id!r}")
         principal: Principal = request.state.principal
@@ -683,7 +690,7 @@ def management_router(mgmt: Management) -> APIRouter:
             except MgmtError:
                 status = 400
                 raise
-            if mgmt.replays is not None and mgmt.replays.get(body.replay_id) is None:
+            if mgmt.replays is not None and await _maybe_await(mgmt.replays.get(body.replay_id)) is None:
                 status = 404
                 raise not_found(f"no replay record {body.replay_id!r}")
             principal: Principal = request.state.principal

@@ -56,6 +56,9 @@ class ReplayAggregate(BaseModel):
 
 
 class ReplaySource(Protocol):
+    """What the API reads; each method may also return an awaitable of its result (the Ray
+    graph's adapter over the Observability deployment does)."""
+
     def list(self, limit: int = 100, after_sequence: int = 0, decision: str | None = None,
              model: str | None = None) -> ReplayPage: ...
 

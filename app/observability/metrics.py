@@ -31,11 +31,49 @@ class MetricDef:
     help: str
     labels: tuple[str, ...] = ()
     buckets: tuple[float, ...] = ()
+    # How sources combine: "sum" (counts, in-flight) or "max" (a 0/1 state such as
+    # readiness, which several replicas report for one series).
+    aggregate: Literal["sum", "max"] = "sum"
 
 
 def _defs(*defs: MetricDef) -> dict[str, MetricDef]:
     return {d.name: d for d in defs}
 
+
+# Model-runtime calls take milliseconds: finer low buckets than whole requests.
+RUNTIME_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_DR = ("deployment", "replica")
+
+# Spec 2 "Router metrics": calls to model runtimes, recorded by app/srun/runtime_metrics.py
+# (managed or attached workers, and the DecisionModel deployment's in-process engine).
+RUNTIME_CATALOG: dict[str, MetricDef] = _defs(
+    MetricDef("svc_model_runtime_replica_ready", "gauge", "1 when the runtime replica answers ready.", _DR,
+              aggregate="max"),
+    MetricDef("svc_model_runtime_replica_inflight", "gauge", "Calls in flight to the runtime replica.", _DR),
+    MetricDef("svc_model_runtime_replica_admitted_bytes", "gauge", "Request bytes admitted to the runtime replica.",
+              _DR),
+    MetricDef("svc_model_runtime_replica_requests_total", "counter", "Calls per runtime replica by outcome.",
+              (*_DR, "outcome")),
+    MetricDef("svc_model_runtime_ready", "gauge", "1 when some replica of the deployment is ready.",
+              ("deployment",), aggregate="max"),
+    MetricDef("svc_model_runtime_requests_total", "counter", "Calls per model deployment by outcome.",
+              ("deployment", "outcome")),
+    MetricDef("svc_model_runtime_request_duration_seconds", "histogram", "Call latency seen by the router.",
+              ("deployment", "surface"), RUNTIME_BUCKETS),
+    MetricDef("svc_model_runtime_transport_seconds", "histogram",
+              "Call latency less the runtime's Server-Timing total.", ("deployment", "surface"), RUNTIME_BUCKETS),
+    MetricDef("svc_model_runtime_server_seconds", "histogram", "Runtime-side time per Server-Timing phase.",
+              ("deployment", "surface", "phase"), RUNTIME_BUCKETS),
+    MetricDef("svc_model_runtime_unknown_answers_total", "counter", "Answers the router could not read.",
+              ("deployment", "reason")),
+    MetricDef("svc_model_runtime_restarts_total", "counter", "Managed runtime process restarts.", ("deployment",)),
+    MetricDef("svc_model_runtime_stage_decision_calls_total", "counter", "Decision calls per routing stage round.",
+              ("deployment", "round")),
+    MetricDef("svc_model_runtime_bundle_question_wait_seconds", "histogram",
+              "Wait of a question for its bundle to be sent.", (), RUNTIME_BUCKETS),
+    MetricDef("svc_model_runtime_bundle_wait_seconds", "histogram", "Wait of a bundle before it is sent.", (),
+              RUNTIME_BUCKETS),
+)
 
 # Spec 1 "Events" metrics, plus the counters the cache hit ratio is derived from.
 CATALOG: dict[str, MetricDef] = _defs(
@@ -69,6 +107,7 @@ CATALOG: dict[str, MetricDef] = _defs(
               ("model",), LATENCY_BUCKETS),
     MetricDef("llm_model_tpot_seconds", "histogram", "Completion latency per completion token.",
               ("model",), TOKEN_TIME_BUCKETS),
+    *RUNTIME_CATALOG.values(),
 )
 
 # Rendered from other series at exposition time, never recorded directly.
@@ -132,6 +171,14 @@ class MetricsRecorder:
             self._gauges.setdefault(name, {})[key] = float(value)
             self.version += 1
 
+    def add(self, name: str, delta: float, **labels: object) -> None:
+        """Move a gauge up or down (in-flight counts)."""
+        key = _label_key(self._def(name, "gauge"), labels)
+        with self._lock:
+            series = self._gauges.setdefault(name, {})
+            series[key] = series.get(key, 0.0) + float(delta)
+            self.version += 1
+
     def observe(self, name: str, value: float, **labels: object) -> None:
         definition = self._def(name, "histogram")
         if not math.isfinite(value):
@@ -192,8 +239,13 @@ class MetricsAggregator:
             for family, target in ((snap.counters, total.counters), (snap.gauges, total.gauges)):
                 for name, series in family.items():
                     merged = target.setdefault(name, {})
+                    definition = self.catalog.get(name)
+                    use_max = definition is not None and definition.aggregate == "max"
                     for key, value in series.items():
-                        merged[key] = merged.get(key, 0.0) + value
+                        if use_max:
+                            merged[key] = max(merged[key], value) if key in merged else value
+                        else:
+                            merged[key] = merged.get(key, 0.0) + value
             for name, series in snap.histograms.items():
                 merged_h = total.histograms.setdefault(name, {})
                 for key, state in series.items():

@@ -66,6 +66,15 @@ class CacheWrite(BaseModel):
     vector: list[float] | None = None
 
 
+class ReplayCapture(BaseModel):
+    """The chosen decision's `router_replay` plugin: complete() records this request."""
+
+    replay_id: str
+    capture_request_body: bool = False
+    capture_response_body: bool = False
+    max_body_bytes: int | None = None
+
+
 class RoutePlan(BaseModel):
     request_id: str
     requested_model: str
@@ -92,6 +101,7 @@ class RoutePlan(BaseModel):
     classification_ms: float = 0.0
     started_at: float = 0.0  # time.time() when route() began
     endpoint: str = "chat_completions"  # the client-facing API (set by the front door), a metrics label
+    replay: ReplayCapture | None = None  # set when the decision records replays (x-vsr-replay-id)
 
 
 class CompletionReport(BaseModel):

@@ -7,7 +7,8 @@ response cache (lookup; immediate answer on a hit), then the request mutations:
 `configuration`) is skipped. `pii` and `jailbreak` are not request mutations:
 `compile_guards` turns them into guard rules (a PIISignal / JailbreakSignal named
 `plugin:<decision>`) that the pipeline checks once the decision is chosen, blocking with
-403 before any other plugin answers. `router_replay` belongs to the replay recorder.
+403 before any other plugin answers. `router_replay` is compiled into a `ReplayPolicy`:
+route() gives the request a replay id (x-vsr-replay-id), complete() records it (replay.py).
 
 Configurations are the typed models of `app.config.plugins` (`parse_plugin`), compiled
 once per config version into `DecisionPlugins`, so a request never re-validates them.
@@ -95,6 +96,15 @@ def parse_cache_control(value: str | None, allowed: frozenset[str] = CACHE_DIREC
     return CacheControl(lookup, store, max_age, ttl)
 
 
+@dataclass(frozen=True)
+class ReplayPolicy:
+    """`router_replay`: record the decision's requests; bodies only when asked (bounded)."""
+
+    capture_request_body: bool = False
+    capture_response_body: bool = False
+    max_body_bytes: int | None = None
+
+
 @dataclass
 class DecisionPlugins:
     fast_response: str | None = None
@@ -104,6 +114,7 @@ class DecisionPlugins:
     header_update: list[tuple[str, str]] = field(default_factory=list)
     header_delete: list[str] = field(default_factory=list)
     request_params: dict[str, Any] | None = None
+    replay: ReplayPolicy | None = None
 
 
 def guard_rule_name(decision: str) -> str:
@@ -138,6 +149,9 @@ def compile_plugins(decision: Decision, global_cache: ResponseCacheConfig) -> De
             out.header_delete += [str(n).lower() for n in settings.get("delete") or []]
         elif kind == "request_params":
             out.request_params = settings
+        elif kind == "router_replay":
+            out.replay = ReplayPolicy(bool(settings.get("capture_request_body")),
+                                      bool(settings.get("capture_response_body")), settings.get("max_body_bytes"))
     return out
 
 

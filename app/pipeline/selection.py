@@ -22,7 +22,7 @@ from typing import Any
 
 from app.api.errors import SvcError, bad_request, model_not_found, no_route
 from app.config.models import BackendRef, Decision, ModelRef, ProviderModel, RouterConfig
-from app.upstream.targets import UpstreamTarget
+from app.upstream.targets import ANTHROPIC_VERSION, MESSAGES_API_FORMATS, UpstreamTarget
 
 
 class RoutingError(SvcError):
@@ -88,8 +88,18 @@ def order_model_refs(decision: Decision, rng: random.Random) -> list[ModelRef]:
 def backend_target(model: ProviderModel, ref: BackendRef) -> UpstreamTarget:
     headers = dict(ref.extra_headers)
     if ref.api_key and not ref.api_key_env:
-        # A literal key in the file: sent as written by the reference router
-        headers.setdefault(ref.auth_header or "Authorization", f"{ref.auth_prefix or 'Bearer'} {ref.api_key}")
+        # A literal key in the file: sent as written by the reference router. A
+        # messages-style backend takes it as `x-api-key` (no prefix) with `anthropic-version`,
+        # as it would from api_key_env, unless auth_header/auth_prefix say otherwise.
+        present = {name.lower() for name in headers}
+        if model.api_format.strip().lower() in MESSAGES_API_FORMATS and not ref.auth_header:
+            value = f"{ref.auth_prefix} {ref.api_key}" if ref.auth_prefix else ref.api_key
+            if "x-api-key" not in present:
+                headers["x-api-key"] = value
+            if "anthropic-version" not in present:
+                headers["anthropic-version"] = ANTHROPIC_VERSION
+        elif (ref.auth_header or "authorization").lower() not in present:
+            headers[ref.auth_header or "Authorization"] = f"{ref.auth_prefix or 'Bearer'} {ref.api_key}"
     return UpstreamTarget(
         model=model.name,
         provider_model_id=model.provider_model_id,

@@ -83,7 +83,8 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _encoder_artifacts(engine: str) -> list[tuple[str, str | None, list[Path]]]:
+def encoder_artifacts(engine: str) -> list[tuple[str, str | None, list[Path]]]:
+    """(name, version, files) of the shared MiniLM encoder on `engine`: every model on it pins these."""
     tokenizer = ("minilm-tokenizer.json", None, [TOKENIZER_PATH])
     if engine == "native":
         from app.runtime.native import NATIVE_PACKAGE, native_model_path
@@ -107,7 +108,7 @@ def _head_artifacts(
         meta = paths[1]
         if meta.is_file():
             version = json.loads(meta.read_text()).get("version")
-        return [(label, str(version) if version is not None else None, paths), *_encoder_artifacts(engine)]
+        return [(label, str(version) if version is not None else None, paths), *encoder_artifacts(engine)]
 
     return artifacts
 
@@ -142,7 +143,7 @@ BUILTINS: dict[str, Builtin] = {
             engines=("onnxruntime", "native"),
             limits=MINILM_LIMITS,
             labels=list,
-            artifacts=_encoder_artifacts,
+            artifacts=encoder_artifacts,
             dimensions=(EMBEDDING_DIM,),
             representation="all-MiniLM-L6-v2/mean/l2",
         ),
@@ -218,14 +219,15 @@ def list_builtin_models() -> list[ModelCard]:
     cards = []
     for spec in BUILTINS.values():
         card = _card(spec)
-        missing = _missing(spec, spec.engines[0])
+        missing = missing_artifacts(spec, spec.engines[0])
         if missing:
             card.status, card.status_message = "unavailable", missing
         cards.append(card)
     return cards
 
 
-def _missing(spec: Builtin, engine: str) -> str | None:
+def missing_artifacts(spec: Builtin, engine: str) -> str | None:
+    """Why `spec` cannot load on `engine` (a missing file or package), or None when it can."""
     try:
         artifacts = spec.artifacts(engine)
     except (ImportError, FileNotFoundError) as exc:
@@ -299,7 +301,8 @@ def pick_engine(spec: Builtin, engine: str, device: str) -> str:
     return engine
 
 
-def _encoder(engine: str, device: str) -> Encoder:
+def encoder_for(engine: str, device: str) -> Encoder:
+    """The process-wide encoder of `engine` on `device` (InvalidRequest for a device it cannot use)."""
     if engine == "onnxruntime":
         if device != "cpu":
             raise InvalidRequest(f"device {device!r}: the onnxruntime engine runs on cpu only here")
@@ -333,7 +336,7 @@ def load_model(name: str, engine: str = "auto", device: str = "cpu", *, warm: bo
     chosen = pick_engine(spec, engine, device)
     if spec.task == "token_spans" and device != "cpu":
         raise InvalidRequest(f"device {device!r}: {spec.name} runs on cpu only")
-    missing = _missing(spec, chosen)
+    missing = missing_artifacts(spec, chosen)
     if missing:
         raise NotReady(f"{spec.name} cannot load: {missing}")
     card = _card(spec, chosen, device)
@@ -361,7 +364,7 @@ def _build(
     if spec.task == "token_spans":
         max_chars = spec.limits.max_input_tokens * spec.limits.max_chars_per_token
         return SpanModel(card, tokenizer, _pii_detector(max_chars))
-    encoder = _encoder(engine, device)
+    encoder = encoder_for(engine, device)
     if spec.task == "embeddings":
         return EmbeddingModel(card, tokenizer, encoder)
     if spec.task == "label_probabilities":

@@ -29,10 +29,10 @@ RERANKER = "minilm-reranker"
 
 
 def _decision_artifacts(engine: str) -> list[tuple[str, str | None, list[Any]]]:
-    return [("svc-sr-decision-calibration", None, [ARTIFACT]), *registry._encoder_artifacts(engine)]
+    return [("svc-sr-decision-calibration", None, [ARTIFACT]), *registry.encoder_artifacts(engine)]
 
 
-_SPECS: dict[str, registry.Builtin] = {
+SPECS: dict[str, registry.Builtin] = {
     DECISION_MODEL: registry.Builtin(
         name=DECISION_MODEL,
         description="zero-shot decisions (choice, noul, score, set, span) on MiniLM similarities, calibrated",
@@ -51,18 +51,18 @@ _SPECS: dict[str, registry.Builtin] = {
         engines=("onnxruntime", "native"),
         limits=registry.MINILM_LIMITS,
         labels=list,
-        artifacts=registry._encoder_artifacts,
+        artifacts=registry.encoder_artifacts,
     ),
 }
 ALIASES = {"decisions": DECISION_MODEL, "systemone": DECISION_MODEL, "reranker": RERANKER, "rerank": RERANKER}
 
 
 def builtin_names() -> list[str]:
-    return [*registry.BUILTINS, *_SPECS]
+    return [*registry.BUILTINS, *SPECS]
 
 
 def canonical(name: str) -> str:
-    if name in _SPECS or name in registry.BUILTINS:
+    if name in SPECS or name in registry.BUILTINS:
         return name
     if name in ALIASES:
         return ALIASES[name]
@@ -85,9 +85,9 @@ def _spec_card(spec: registry.Builtin, engine: str | None = None, device: str = 
 def catalogue() -> list[WorkerCard]:
     """Cards of every built-in, without loading anything (`unavailable` with the reason)."""
     cards = [to_worker_card(c) for c in registry.list_builtin_models()]
-    for spec in _SPECS.values():
+    for spec in SPECS.values():
         card = _spec_card(spec)
-        missing = registry._missing(spec, spec.engines[0])
+        missing = registry.missing_artifacts(spec, spec.engines[0])
         if missing:
             card.status, card.status_message = "unavailable", missing
         cards.append(card)
@@ -153,15 +153,15 @@ def load(name: str, engine: str = "auto", device: str = "cpu", *, warm: bool = T
     key = canonical(name)
     if key in registry.BUILTINS:
         return registry.load_model(key, engine=engine, device=device, warm=warm)
-    spec = _SPECS[key]
+    spec = SPECS[key]
     device = (device or "cpu").strip().lower()
     chosen = registry.pick_engine(spec, engine, device)
-    missing = registry._missing(spec, chosen)
+    missing = registry.missing_artifacts(spec, chosen)
     if missing:
         raise NotReady(f"{spec.name} cannot load: {missing}")
     card = _spec_card(spec, chosen, device)
     card.revision, card.digest, card.artifacts = registry.pin(spec, chosen)
-    encoder = registry._encoder(chosen, device)
+    encoder = registry.encoder_for(chosen, device)
     tokenizer = registry.shared_tokenizer()
     try:
         model: DecisionModel | Reranker

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from app.srun.runtime_metrics import RuntimeMetrics
+from app.srun.runtime_metrics import REPLICA_OUTCOMES, RuntimeMetrics, request_outcome
 from app.srun.timing import parse_server_timing
 
 DEFAULT_TIMEOUT_S = 45.0
@@ -35,17 +35,13 @@ class RuntimeCallError(Exception):
         self.message = message
         self.retry_after = retry_after
 
+    def __reduce__(self) -> tuple[type[RuntimeCallError], tuple[int, str, str, float | None]]:
+        # Crosses process boundaries (a Ray replica's error reaches the Ingress pickled).
+        return (RuntimeCallError, (self.status, self.code, self.message, self.retry_after))
+
     @property
     def outcome(self) -> str:
-        if self.status == 429:
-            return "overloaded"
-        if self.status == 504 or self.code == "timeout":
-            return "timeout"
-        if self.status in (503, 0):
-            return "unavailable"
-        if 400 <= self.status < 500:
-            return "rejected"
-        return "failed"
+        return request_outcome(self.status, self.code)
 
 
 class SrunClient:
@@ -134,11 +130,15 @@ class SrunClient:
         except RuntimeCallError as exc:
             outcome = exc.outcome
             raise
+        except asyncio.CancelledError:  # the caller's deadline ran out
+            outcome = "canceled"
+            raise
         finally:
             m.add("svc_model_runtime_replica_inflight", -1, deployment=dep, replica=rep)
-            m.inc("svc_model_runtime_requests_total", deployment=dep, outcome=outcome)
+            m.inc("svc_model_runtime_requests_total", deployment=dep,
+                  outcome="timeout" if outcome == "canceled" else outcome)
             m.inc("svc_model_runtime_replica_requests_total", deployment=dep, replica=rep,
-                  outcome={"overloaded": "rejected", "unavailable": "failed", "rejected": "rejected"}.get(outcome, outcome))
+                  outcome=REPLICA_OUTCOMES.get(outcome, outcome))
 
     async def _send(self, method: str, path: str, body: Any, deadline: float) -> httpx.Response:
         step = RETRY_STEP_S

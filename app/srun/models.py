@@ -46,6 +46,9 @@ class RejectedInput(InvalidRequest):
         self.reason = reason
         self.limit = limit
 
+    def __reduce__(self) -> tuple[type[RejectedInput], tuple[str, str, int | None]]:
+        return (type(self), (self.message, self.reason, self.limit))
+
 
 # --------------------------------------------------------------------------- cards
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -127,18 +129,26 @@ class RuntimeSettings(_Strict):
 
     @model_validator(mode="after")
     def _refs(self) -> RuntimeSettings:
-        if self.decision_model is not None and self.decision_model.deployment not in self.model_deployments:
-            raise ValueError(
-                f"decision_model.deployment: {self.decision_model.deployment!r} is not a key of model_deployments"
-            )
-        processes: dict[str, str | None] = {}
-        for name, dep in self.model_deployments.items():
-            if dep.process is None:
-                continue
-            device = dep.device or "auto"
-            if processes.setdefault(dep.process, device) != device:
-                raise ValueError(f"model_deployments.{name}: process {dep.process!r} is shared by different devices")
+        check_references(self.model_deployments, self.decision_model)
         return self
+
+    @property
+    def signal_timeout_ms(self) -> int | None:
+        return self.model_catalog.signal_timeout_ms
+
+
+def check_references(model_deployments: Mapping[str, ModelDeployment], decision_model: DecisionModelRef | None) -> None:
+    """ValueError unless decision_model names a deployment and shared processes share a device
+    (also checked by the router config, app/config/models.py)."""
+    if decision_model is not None and decision_model.deployment not in model_deployments:
+        raise ValueError(f"decision_model.deployment: {decision_model.deployment!r} is not a key of model_deployments")
+    processes: dict[str, str | None] = {}
+    for name, dep in model_deployments.items():
+        if dep.process is None:
+            continue
+        device = dep.device or "auto"
+        if processes.setdefault(dep.process, device) != device:
+            raise ValueError(f"model_deployments.{name}: process {dep.process!r} is shared by different devices")
 
 
 def signal_timeout_s(remaining_s: float | None, configured_ms: int | None = None) -> float:
@@ -184,7 +194,7 @@ class SrunEnvironment(BaseModel):
             ready = 600.0
         raw_cache = env.get("SVC_SRUN_RESULT_CACHE", "").strip()
         return cls(
-            command=shlex.split(env.get("SVC_SRUN_COMMAND") or "svc-srun"),
+            command=shlex.split(env["SVC_SRUN_COMMAND"]) if env.get("SVC_SRUN_COMMAND") else default_command(),
             dir=Path(env["SVC_SRUN_DIR"]) if env.get("SVC_SRUN_DIR") else None,
             cache_dir=Path(env["SVC_SRUN_CACHE_DIR"]) if env.get("SVC_SRUN_CACHE_DIR") else None,
             cpu_threads=threads,
@@ -193,6 +203,15 @@ class SrunEnvironment(BaseModel):
             autotune_cache=Path(env["SVC_SRUN_AUTOTUNE_CACHE"]) if env.get("SVC_SRUN_AUTOTUNE_CACHE") else None,
             hub_token=env.get("HUB_TOKEN") or None,
         )
+
+
+def default_command() -> list[str]:
+    """`svc-srun`: on PATH, else next to this interpreter (a virtualenv's bin/, which a Ray
+    worker or a service manager may not have on PATH)."""
+    if shutil.which("svc-srun"):
+        return ["svc-srun"]
+    sibling = Path(sys.executable).parent / "svc-srun"
+    return [str(sibling)] if sibling.is_file() else ["svc-srun"]
 
 
 def _cpu_budget() -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import signal
 import subprocess
 import tempfile
@@ -90,8 +91,12 @@ class RuntimeSupervisor:
         self, settings: RuntimeSettings, env: SrunEnvironment | None = None, metrics: RuntimeMetrics | None = None,
         *, min_backoff_s: float = 1.0, max_backoff_s: float = 60.0, stop_timeout_s: float = 10.0,
         load_attempts: int = 5, load_retry_seconds: float = 5.0, extra_args: list[str] | None = None,
+        replica_prefix: str = "",
     ) -> None:
         self.settings = settings
+        # Prefixes the `replica` metric label, so that several hosts (Ray replicas) each running
+        # their own workers push distinct series to one metrics endpoint.
+        self.replica_prefix = replica_prefix
         self.env = env or SrunEnvironment.from_env()
         self.metrics = metrics or RuntimeMetrics()
         self._own_dir: tempfile.TemporaryDirectory[str] | None = None
@@ -132,20 +137,23 @@ class RuntimeSupervisor:
             command = worker_command(spec, self.env, attempts, retry, extra)
             process = RuntimeProcess(
                 f"srun-{spec.key}", command, log_path=self.dir / f"{_safe(spec.key)}.log",
+                # The worker exits when this process is gone (killed hard, no stop()): no orphans.
+                env={"SVC_SRUN_PARENT_PID": str(os.getpid())},
                 on_restart=lambda n, key=spec.key: self._restarted(key), **self._opts,  # type: ignore[arg-type]
             )
             self._processes[spec.key] = (process, SrunClient(uds=str(spec.socket), metrics=self.metrics))
         for name, dep in self.settings.model_deployments.items():
             replicas = []
             for index, placement in enumerate(dep.placements()):
+                label = f"{self.replica_prefix}{index}"
                 if placement.endpoint is not None:
-                    client = _attach(placement.endpoint, self.metrics, name, str(index))
-                    replicas.append(Replica(name, str(index), client, None, placement.served_name))
+                    client = _attach(placement.endpoint, self.metrics, name, label)
+                    replicas.append(Replica(name, label, client, None, placement.served_name))
                     continue
                 key = f"{dep.process or name}-{index}" if dep.replicas else (dep.process or name)
                 process, shared = self._processes[key]
-                client = SrunClient(uds=shared.target, deployment=name, replica=str(index), metrics=self.metrics)
-                replicas.append(Replica(name, str(index), client, process, _served(dep)))
+                client = SrunClient(uds=shared.target, deployment=name, replica=label, metrics=self.metrics)
+                replicas.append(Replica(name, label, client, process, _served(dep)))
             self.replicas[name] = replicas
             self._rr[name] = itertools.count()
 
@@ -205,7 +213,9 @@ class RuntimeSupervisor:
             await asyncio.sleep(interval_s)
 
     def start_watch(self) -> None:
-        self._watch = asyncio.get_running_loop().create_task(self.watch(), name="srun-health")
+        """Start the health watch on the running loop (once: a live watch is kept)."""
+        if self._watch is None or self._watch.done():
+            self._watch = asyncio.get_running_loop().create_task(self.watch(), name="srun-health")
 
     def client_for(self, deployment: str) -> SrunClient:
         """A replica's client, round-robin over ready replicas (all replicas when none is ready:
@@ -219,6 +229,13 @@ class RuntimeSupervisor:
     def served_name(self, deployment: str) -> str | None:
         replicas = self.replicas.get(deployment) or []
         return replicas[0].served_name if replicas else None
+
+    def stop_processes(self) -> None:
+        """Stop every managed worker now (blocking; for hosts whose loop is going away). Idempotent."""
+        if self._watch is not None:
+            self._watch.cancel()
+        for process, _ in self._processes.values():
+            process.stop()
 
     async def stop(self) -> None:
         if self._watch is not None:

@@ -395,7 +395,7 @@ def _artifact_bytes(card: WorkerCard) -> int:
     from app.runtime import registry
 
     try:
-        spec = registry.BUILTINS.get(card.name) or catalog._SPECS[card.name]
+        spec = registry.BUILTINS.get(card.name) or catalog.SPECS[card.name]
         return sum(f.stat().st_size for _, _, files in spec.artifacts(card.engine or "onnxruntime") for f in files)
     except (KeyError, OSError, ImportError):
         return 0

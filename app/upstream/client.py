@@ -326,13 +326,14 @@ class _MessagesWire:
 
     def answer(self, status: int, content: bytes, target: UpstreamTarget) -> tuple[int, bytes]:
         parsed = _parse_json(content)
-        if parsed is None:
-            return status, content  # not JSON (a proxy's HTML page...): relayed as it is
         try:
+            if parsed is None:
+                if 200 <= status < 300:  # a success that is no message cannot become a chat answer
+                    raise MessagesTranslationError("the messages upstream answered a body that is not JSON", 502)
+                return status, content  # an error page (a proxy's HTML...): relayed as it is
             chat = messages_to_chat(parsed, target.model)
         except MessagesTranslationError as exc:
-            status = exc.status
-            chat = {"error": {"message": str(exc), "type": "upstream_error", "code": None}}
+            status, chat = exc.status, exc.body()
         return status, json.dumps(chat, ensure_ascii=False).encode("utf-8")
 
     def stream_translator(
@@ -397,6 +398,12 @@ class UpstreamStream:
     @property
     def ok(self) -> bool:
         return 200 <= self.status < 300
+
+    @property
+    def finished(self) -> bool:
+        """The body ended normally and, when translated, the translation saw the answer end
+        (a messages stream's `completed`: stop_reason/message_stop, no error event)."""
+        return self.completed and bool(getattr(self._translator, "completed", True))
 
     @property
     def is_event_stream(self) -> bool:
@@ -721,12 +728,7 @@ class UpstreamClient:
 
     def _refused(self, exc: MessagesTranslationError) -> _Opened:
         """A local 400 for a request the target's protocol cannot express."""
-        error = {
-            "message": str(exc),
-            "type": "invalid_request_error",
-            "code": "unsupported_for_upstream_format",
-        }
-        content = json.dumps({"error": error}, ensure_ascii=False).encode("utf-8")
+        content = json.dumps(exc.body(), ensure_ascii=False).encode("utf-8")
         response = httpx.Response(400, headers={"content-type": "application/json"}, content=content)
         return _Opened(response, _no_chunks(), content, self._clock(), content=content, local=True)
 

@@ -38,6 +38,7 @@ from app.upstream.sse import SSEEvent, SSEParser, encode_done, encode_sse
 from app.upstream.targets import UpstreamTarget
 
 DEFAULT_MAX_TOKENS = 4096
+UNSUPPORTED_CODE = "unsupported_for_upstream_format"  # error.code of a request refused with 400
 MAX_TEMPERATURE = 1.0  # the messages API refuses more; OpenAI allows up to 2
 
 # stop_reason -> finish_reason
@@ -61,6 +62,14 @@ class MessagesTranslationError(ValueError):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+    def body(self) -> dict[str, Any]:
+        """The OpenAI-style error body both front doors answer with (same status as `status`)."""
+        if self.status < 500:
+            error = {"message": str(self), "type": "invalid_request_error", "code": UNSUPPORTED_CODE}
+        else:
+            error = {"message": str(self), "type": "upstream_error", "code": None}
+        return {"error": error}
 
 
 # -- wire shapes: request ------------------------------------------------------------
@@ -519,7 +528,10 @@ def messages_to_chat(resp: dict[str, Any], model: str) -> dict[str, Any]:
     malformed message raises MessagesTranslationError(status=502).
     """
     if resp.get("type") == "error" and isinstance(resp.get("error"), dict):
-        return error_to_chat(MessagesErrorBody.model_validate(resp).error)
+        try:
+            return error_to_chat(MessagesErrorBody.model_validate(resp).error)
+        except ValidationError as exc:
+            raise MessagesTranslationError(f"malformed messages error: {exc.errors()[0]['msg']}", 502) from exc
     if resp.get("type") != "message":
         return resp
     try:
@@ -591,6 +603,13 @@ class MessagesStreamTranslator:
     unknown events are ignored. `finish()` flushes a stream that ended without
     message_stop: usage and [DONE] when its stop_reason was seen, otherwise an error
     chunk (the answer is truncated) and [DONE].
+
+    It never raises: input it cannot translate (an event that breaks the parser or
+    the translation) ends the chat stream cleanly with an `upstream_error` chunk and
+    [DONE]; `fail()` does the same for a caller that has to cut the stream short.
+    `done`: nothing more will be emitted. `completed`: the answer ended properly
+    (message_stop, or its stop_reason before the body ended) and no error was seen;
+    only a completed stream is a whole answer (cacheable).
     """
 
     def __init__(self, model: str, request_id: str = "", *, include_usage: bool = True) -> None:
@@ -605,16 +624,38 @@ class MessagesStreamTranslator:
         self.finish_reason: str | None = None
         self.error: dict[str, Any] | None = None
         self.done = False
+        self._stopped = False  # message_stop seen
+
+    @property
+    def completed(self) -> bool:
+        if self.error is not None or not self.done:
+            return False
+        return self._stopped or self.finish_reason is not None
 
     def feed(self, raw: bytes) -> bytes:
         if self.done:
             return b""
-        return self._events(self._parser.feed(raw))
+        try:
+            events = self._parser.feed(raw)
+        except Exception as exc:  # e.g. an event over the parser's size limit
+            return self.fail(f"cannot read the messages stream: {exc}")
+        return self._events(events)
+
+    def fail(self, message: str) -> bytes:
+        """End the chat stream now: an `upstream_error` chunk and [DONE] (b"" when already done)."""
+        if self.done:
+            return b""
+        self.done = True
+        return self._error_frame("upstream_error", message) + encode_done()
 
     def finish(self) -> bytes:
         if self.done:
             return b""
-        out = self._events(self._parser.close())
+        try:
+            events = self._parser.close()
+        except Exception as exc:
+            return self.fail(f"cannot read the messages stream: {exc}")
+        out = self._events(events)
         if self.done:
             return out
         frames = [out]
@@ -638,8 +679,12 @@ class MessagesStreamTranslator:
                 data = event.json()
             except ValueError:
                 continue  # a non-JSON frame carries nothing we can relay
-            if isinstance(data, dict):
+            if not isinstance(data, dict):
+                continue
+            try:
                 self._on_event(str(data.get("type") or event.event or ""), data, frames)
+            except Exception as exc:  # a malformed event: end the stream cleanly, never hang
+                frames.append(self.fail(f"cannot translate a messages stream event ({type(exc).__name__})"))
         return b"".join(frames)
 
     def _on_event(self, kind: str, data: dict[str, Any], frames: list[bytes]) -> None:
@@ -662,6 +707,7 @@ class MessagesStreamTranslator:
                 self.finish_reason = reason
                 frames.append(self._chunk({}, reason))
         elif kind == "message_stop":
+            self._stopped = True
             if self.include_usage:
                 frames.append(self._usage_frame())
             frames.append(encode_done())
@@ -754,6 +800,7 @@ __all__ = [
     "MessagesStreamTranslator",
     "MessagesTranslationError",
     "MessagesUsage",
+    "UNSUPPORTED_CODE",
     "chat_to_messages",
     "chat_usage",
     "finish_reason",

@@ -9,6 +9,7 @@ sidecar is exercised in tests/integration/test_envoy_sidecar.py.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
 from app.pipeline.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed
 from app.runtime.encoder import shared_encoder
+from tests.fakes.messages_upstream import FakeMessagesUpstream
 from tests.fakes.upstream import FakeUpstream, find_free_port
 
 
@@ -129,3 +131,96 @@ def envoy_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyStack
             envoy.stop()
             loop.run(server.stop(0))
             loop.close()
+
+
+# -- messages-style upstreams ------------------------------------------------------------------
+MESSAGES_KEY = "sk-msg-test"  # the fake messages upstream requires it as x-api-key
+MESSAGES_KEY_ENV = "SVC_SR_TEST_MESSAGES_KEY"
+CHAT_KEY = "sk-chat-test"
+
+
+def messages_config(m: FakeMessagesUpstream, gpt: FakeUpstream) -> dict[str, Any]:
+    """`claude`: messages format, literal key; `claude-env`: the same backend, key from the
+    environment; `gpt`: a chat backend with a literal key. "cachemsg" routes MoM to claude
+    with the semantic cache on."""
+    pricing = {"currency": "USD", "prompt_per_1m": 1_000_000, "completion_per_1m": 2_000_000}
+    return {
+        "version": "v0.3",
+        "providers": {
+            "defaults": {"default_model": "gpt"},
+            "models": [
+                {"name": "claude", "api_format": "messages", "provider_model_id": "claude-test-1",
+                 "pricing": pricing, "backend_refs": [{"base_url": m.base_url, "api_key": MESSAGES_KEY}]},
+                {"name": "claude-env", "api_format": "Anthropic", "provider_model_id": "claude-test-2",
+                 "backend_refs": [{"base_url": m.base_url, "api_key_env": MESSAGES_KEY_ENV}]},
+                {"name": "gpt", "backend_refs": [{"base_url": gpt.host_url, "api_key": CHAT_KEY}]},
+            ],
+        },
+        "routing": {
+            "signals": {"keywords": [{"name": "cache_words", "operator": "OR", "keywords": ["cachemsg"]}]},
+            "decisions": [
+                {"name": "cached-claude", "priority": 100,
+                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "cache_words"}]},
+                 "modelRefs": [{"model": "claude"}],
+                 "plugins": [{"type": "semantic-cache",
+                              "configuration": {"enabled": True, "similarity_threshold": 0.99}}]},
+            ],
+        },
+        "global": {"stores": {"response_cache": {"enabled": True}},
+                   "services": {"ext_proc": {"failure_mode": "closed"}}},
+    }
+
+
+@dataclass
+class MessagesStack:
+    url: str
+    m: FakeMessagesUpstream
+    gpt: FakeUpstream
+    bridge: ExtProcBridge
+    pipeline: RouterPipeline
+    loop: LoopThread
+
+    @property
+    def v1(self) -> str:
+        return f"{self.url}/v1"
+
+    def drain(self) -> None:
+        self.loop.run(self.bridge.drain())
+
+
+@pytest.fixture(scope="session")
+def messages_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MessagesStack]:
+    """OpenAI clients -> real Envoy -> bridge -> a messages-style fake (and a chat fake)."""
+    work = tmp_path_factory.mktemp("envoy-messages")
+    loop = LoopThread()
+    previous_key = os.environ.get(MESSAGES_KEY_ENV)
+    os.environ[MESSAGES_KEY_ENV] = MESSAGES_KEY  # read by the bridge at request time
+    with FakeMessagesUpstream(name="claude", api_key=MESSAGES_KEY) as m, FakeUpstream(name="gpt") as gpt:
+        config = messages_config(m, gpt)
+        lookup, store = cache_adapters(InMemorySemanticCache())
+        services = PipelineServices(embed=encoder_embed(shared_encoder()), cache_lookup=lookup, cache_store=store)
+        pipeline = RouterPipeline(parse_config(config).config, services)
+        loop.run(pipeline.warm_up())
+        bridge = ExtProcBridge(pipeline, BridgeSettings(failure_mode="closed"))
+        server = loop.run(start_bridge_server(bridge, port=0))
+        envoy, listener = start_envoy(config, work, server.svc_sr_port, "closed")
+        try:
+            yield MessagesStack(f"http://127.0.0.1:{listener}", m, gpt, bridge, pipeline, loop)
+        finally:
+            envoy.stop()
+            loop.run(server.stop(0))
+            loop.close()
+            if previous_key is None:
+                os.environ.pop(MESSAGES_KEY_ENV, None)
+            else:
+                os.environ[MESSAGES_KEY_ENV] = previous_key
+
+
+@pytest.fixture
+def messages(messages_stack: MessagesStack) -> MessagesStack:
+    """The session's messages stack with both fakes reset (the key requirement kept)."""
+    messages_stack.drain()
+    messages_stack.m.reset()
+    messages_stack.m.configure(api_key=MESSAGES_KEY)
+    messages_stack.gpt.reset()
+    return messages_stack

@@ -24,7 +24,9 @@ Behaviour knobs (constructor keywords or `configure()`): fail_status/fail_times
 (e.g. 500, 529 overloaded, 429 with retry_after), api_key (require x-api-key and
 anthropic-version), reply, cache_read_tokens, stream_error_after_events (send an
 `event: error` after N events), end_after_events (end the body cleanly after N
-events, without message_stop).
+events, without message_stop), answer_body (a non-stream answer sent as written, with
+status 200 and answer_content_type) and stream_body (an event stream sent as written,
+in pieces): answers no translator can make sense of.
 
 Standalone: python -m tests.fakes.messages_upstream --port 18095 --name claude
 """
@@ -91,6 +93,9 @@ class MessagesBehavior:
     cache_read_tokens: int = 0
     stream_error_after_events: int | None = None
     end_after_events: int | None = None
+    answer_body: str | None = None
+    answer_content_type: str = "application/json"
+    stream_body: str | None = None
 
 
 _FIELDS = {f.name for f in fields(MessagesBehavior)}
@@ -421,6 +426,10 @@ class FakeMessagesUpstream:
                 return JSONResponse(
                     error_body(kind, f"{self.name} failing with {status}"), status, headers=extra
                 )
+            if body.get("stream") and behavior.stream_body is not None:
+                return StreamingResponse(_pieces(behavior.stream_body.encode()), media_type="text/event-stream")
+            if not body.get("stream") and behavior.answer_body is not None:
+                return Response(behavior.answer_body, media_type=behavior.answer_content_type)
             message = self._message(body)
             if body.get("stream"):
                 return StreamingResponse(self._stream(message), media_type="text/event-stream")
@@ -552,12 +561,18 @@ class FakeMessagesUpstream:
         elif behavior.end_after_events is not None:
             events = events[: behavior.end_after_events]
         raw = b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
-        pos = n = 0
-        while pos < len(raw):
-            size = SPLIT_SIZES[n % len(SPLIT_SIZES)]
-            yield raw[pos : pos + size]
-            pos, n = pos + size, n + 1
-            await asyncio.sleep(0)
+        async for piece in _pieces(raw):
+            yield piece
+
+
+async def _pieces(raw: bytes) -> AsyncIterator[bytes]:
+    """`raw` in writes of SPLIT_SIZES bytes: frames end up split at odd places."""
+    pos = n = 0
+    while pos < len(raw):
+        size = SPLIT_SIZES[n % len(SPLIT_SIZES)]
+        yield raw[pos : pos + size]
+        pos, n = pos + size, n + 1
+        await asyncio.sleep(0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,6 +27,7 @@ class Stack:
     upstream_b: FakeUpstream
     dead_port: int
     metrics_url: str  # the svc-sr app's Observability endpoint (two Router replicas feed it)
+    # Only the svc-sr app (route prefix /) has a DecisionModel deployment.
     config_path: Path
     routed_config: dict
 
@@ -143,6 +144,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     from ray import serve
 
     from deployments.graph import GraphArgs, build_app
+    from deployments.serve_env import apply_fast_path_env
 
     work = tmp_path_factory.mktemp("stack")
     with FakeUpstream(name="a") as a, FakeUpstream(name="b") as b:
@@ -153,6 +155,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         noroute_path.write_text(yaml.safe_dump(noroute_config(a)))
         port = find_free_port()
         # Logical CPUs: two apps of six fractional replicas exceed the 2 real cores' default count.
+        apply_fast_path_env()  # as `svc-sr serve` does: HAProxy + throughput-optimized Serve
+        # Management state (config versions) of each app under this session's tmp dir, not .cache/
+        os.environ["SVC_SR_MANAGEMENT_STATE_DIR"] = str(work / "management-state")
         ray.init(num_cpus=6, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -162,10 +167,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                                           deployments={"Router": {"num_replicas": 2}})),
                       name="svc-sr", route_prefix="/")
             no_metrics = {"enabled": False}
+            # One DecisionModel (MiniLM) is enough for the session: the other apps leave it out.
             serve.run(build_app(GraphArgs(config_path=str(routed_path), router_local_encoder=True,
-                                          metrics=no_metrics)),
+                                          metrics=no_metrics, decision_model=False)),
                       name="local-encoder", route_prefix="/local")
-            serve.run(build_app(GraphArgs(config_path=str(noroute_path), metrics=no_metrics)), name="noroute",
+            serve.run(build_app(GraphArgs(config_path=str(noroute_path), metrics=no_metrics, decision_model=False)),
+                      name="noroute",
                       route_prefix="/noroute")
             base = f"http://127.0.0.1:{port}"
             _wait_ready(f"{base}/health")

@@ -18,11 +18,13 @@ from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.serve.config import AutoscalingConfig
 from ray.serve.schema import DeploymentSchema, RayActorOptionsSchema, ServeDeploySchema
 
+from deployments.graph import GraphArgs
+
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "cluster"
 SERVE_CONFIGS = ["serve-config.yaml", "serve-config-gpu.yaml"]
 EXPECTED_DEPLOYMENTS = {
-    "Observability", "Ingress", "Router", "Embedding", "ResponseCache", "DomainClassifier", "Guard",
+    "Observability", "Ingress", "Router", "Embedding", "ResponseCache", "DomainClassifier", "Guard", "DecisionModel",
 }
 MODEL_DEPLOYMENTS = {"Embedding"}
 LAPTOP_CPUS = 2.0
@@ -81,10 +83,14 @@ def test_serve_config_has_no_unknown_keys(label: str, cfg: dict[str, Any]) -> No
 def test_application_points_at_the_graph_builder(label: str, cfg: dict[str, Any]) -> None:
     (app,) = cfg["applications"]
     assert app["import_path"] == "deployments.graph:build_app", label
-    assert app["args"] == {"config_path": "configs/config.yaml"}, label
+    assert app["args"]["config_path"] == "configs/config.yaml", label
+    assert set(app["args"]) <= set(GraphArgs.model_fields), label  # no unknown builder args
+    GraphArgs.model_validate(app["args"])
     assert set(_deployments(cfg)) == EXPECTED_DEPLOYMENTS, label
     for name in ("Ingress", "Router"):
         assert _deployments(cfg)[name]["max_ongoing_requests"] >= 1024, (label, name)
+    # Native decision requests wait on encoder batches: the default limit (5) would queue them.
+    assert _deployments(cfg)["DecisionModel"]["max_ongoing_requests"] >= 256, label
 
 
 def test_import_path_module_and_builder_exist() -> None:
@@ -177,3 +183,19 @@ def test_ray_cluster_file_pins_torch_everywhere() -> None:
         assert re.search(r"[\"']?torch==2\.13\.0[\"']?(\s|$)", cmd), cmd
     head_torch = [c for c in cfg["head_setup_commands"] if "torch" in c]
     assert all("download.pytorch.org/whl/cpu" in c for c in head_torch)
+
+
+def test_every_ray_start_gets_the_serve_fast_path() -> None:
+    """The controller and replicas read the fast-path variables at start (deployments/serve_env.py)."""
+    wanted = {"RAY_SERVE_THROUGHPUT_OPTIMIZED=1", "RAY_SERVE_ENABLE_HA_PROXY=1"}
+    cfg = _load("ray-cluster.yaml")
+    for commands in (cfg["head_start_ray_commands"], cfg["worker_start_ray_commands"]):
+        start = next(c for c in commands if "ray start" in c)
+        assert wanted <= set(start.replace(";", " ").split())
+    cluster = _rayservice()["spec"]["rayClusterConfig"]
+    containers = [cluster["headGroupSpec"]["template"]["spec"]["containers"][0]] + [
+        g["template"]["spec"]["containers"][0] for g in cluster["workerGroupSpecs"]]
+    for container in containers:
+        env = {f"{e['name']}={e['value']}" for e in container.get("env", [])}
+        assert wanted <= env
+

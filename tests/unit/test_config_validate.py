@@ -146,6 +146,9 @@ REJECTIONS: list[tuple[str, Callable[[dict], object], str, str]] = [
     ("bad retry_on",
      lambda d: d["providers"]["models"][0]["reliability"].update(retry_on="sometimes"),
      "providers.models[0].reliability.retry_on", "value_error"),
+    ("unknown api_format",
+     lambda d: d["providers"]["models"][0].update(api_format="bedrock"),
+     "providers.models[0].api_format", "literal_error"),
 ]
 
 

@@ -463,12 +463,15 @@ def test_text_stream_translates_to_chat_chunks():
 
 
 def test_frames_split_at_every_byte_boundary_give_the_same_output():
+    def timeless(out: bytes) -> list[Any]:  # `created` is the clock's second: runs may straddle one
+        return [e if e == "[DONE]" else {k: v for k, v in e.items() if k != "created"} for e in chunks(out)]
+
     raw = text_stream()
-    whole = chunks(run(raw))
+    whole = timeless(run(raw))
     for cut in range(1, len(raw)):
-        assert chunks(run(raw, [cut])) == whole, f"split at byte {cut}"
+        assert timeless(run(raw, [cut])) == whole, f"split at byte {cut}"
     # and one byte at a time (multi-byte characters split too)
-    assert chunks(run(raw, list(range(1, len(raw))))) == whole
+    assert timeless(run(raw, list(range(1, len(raw))))) == whole
 
 
 def test_tool_call_deltas_rebuild_both_calls():
@@ -575,3 +578,65 @@ def test_messages_auth_headers(monkeypatch):
     assert messages_headers(keyed.model_copy(update={"api_key_env": None})) == {}
     chat = UpstreamTarget(model="c", base_url="http://h", api_key_env="MSG_KEY")
     assert chat.auth_headers() == {"Authorization": "Bearer sk-ant-1"}
+
+
+# -- translation failures and `completed` ---------------------------------------------------------
+def test_completed_only_for_a_whole_answer():
+    raw = text_stream()
+    whole = MessagesStreamTranslator("claude")
+    whole.feed(raw)
+    assert whole.done and whole.completed  # message_stop
+    no_stop = MessagesStreamTranslator("claude")
+    no_stop.feed(raw[: raw.index(b"event: message_stop")])
+    assert not no_stop.done and not no_stop.completed  # not ended yet
+    no_stop.finish()
+    assert no_stop.completed  # its stop_reason came before the body ended
+    cut = MessagesStreamTranslator("claude")
+    cut.feed(raw[: raw.index(b"event: message_delta")])
+    cut.finish()
+    assert cut.done and not cut.completed
+    errored = MessagesStreamTranslator("claude")
+    errored.feed(sse([("error", {"type": "error", "error": {"type": "overloaded_error", "message": "x"}})]))
+    assert errored.done and not errored.completed
+
+
+def test_untranslatable_stream_event_ends_the_stream_cleanly():
+    raw = text_stream()
+    cut = raw.index(b"event: content_block_stop")
+    bad = sse([("error", {"type": "error", "error": {"type": 5}})])  # not a readable error
+    translator = MessagesStreamTranslator("claude")
+    out = translator.feed(raw[:cut] + bad + raw[cut:]) + translator.finish()
+    events = chunks(out)
+    assert events[-1] == "[DONE]" and events[-2]["error"]["type"] == "upstream_error"
+    assert "ValidationError" in events[-2]["error"]["message"]
+    acc = accumulate(out)
+    assert acc.content == "Héllo wörld!" and not acc.completed  # what came before is kept
+    assert translator.done and not translator.completed
+
+
+def test_oversized_event_and_fail_end_the_stream_cleanly():
+    translator = MessagesStreamTranslator("claude")
+    translator._parser = SSEParser(max_event_bytes=64)
+    out = translator.feed(b"data: " + b"x" * 200)
+    events = chunks(out)
+    assert events[-1] == "[DONE]" and "cannot read the messages stream" in events[-2]["error"]["message"]
+    assert translator.feed(text_stream()) == b"" and translator.finish() == b"" and not translator.completed
+    cut_short = MessagesStreamTranslator("claude")
+    out = cut_short.feed(text_stream()[:40]) + cut_short.fail("client went away")
+    assert chunks(out)[-2] == {"error": {"message": "client went away", "type": "upstream_error", "code": None}}
+    assert cut_short.fail("again") == b"" and not cut_short.completed
+
+
+def test_malformed_error_body_is_a_502():
+    with pytest.raises(MessagesTranslationError) as info:
+        messages_to_chat({"type": "error", "error": {"type": 5}}, "m")
+    assert info.value.status == 502
+
+
+def test_translation_error_bodies():
+    assert MessagesTranslationError("n > 1").body() == {
+        "error": {"message": "n > 1", "type": "invalid_request_error", "code": "unsupported_for_upstream_format"}
+    }
+    assert MessagesTranslationError("bad answer", 502).body() == {
+        "error": {"message": "bad answer", "type": "upstream_error", "code": None}
+    }

@@ -330,3 +330,122 @@ async def test_data_plane_serves_a_messages_model(fakes):
     assert acc.usage["completion_tokens"] == reply_words  # the data plane asks for usage on streams
     assert refused.status_code == 400 and "n > 1" in refused.json()["error"]["message"]
     assert [r.path for r in m.requests] == ["/v1/messages", "/v1/messages"]
+
+
+async def test_data_plane_error_mapping_for_messages_models(fakes):
+    m, o = fakes
+    app = app_for(m, o)
+    transport = httpx.ASGITransport(app=app)
+    ask = {"model": "claude", "messages": [{"role": "user", "content": "hello there"}]}
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as http:
+        refused = await http.post("/v1/chat/completions", json={**ask, "stream": True, "n": 2})
+        refused_responses = await http.post("/v1/responses", json={
+            "model": "claude", "input": "hi", "stream": True, "text": {"format": {"type": "json_object"}}})
+        assert m.requests == []  # refused locally: nothing was sent
+        m.configure(answer_body='{"type": "message", "content": "not blocks"}')
+        malformed = await http.post("/v1/chat/completions", json=ask)
+        m.configure(answer_body="<html>proxy page</html>", answer_content_type="text/html")
+        not_json = await http.post("/v1/chat/completions", json=ask)
+        m.configure(answer_body=None, stream_body='event: error\ndata: {"type": "error", "error": {"type": 5}}\n\n')
+        broken_stream = await http.post("/v1/chat/completions", json={**ask, "stream": True})
+        m.configure(stream_body=None)
+        ok = await http.post("/v1/chat/completions", json=ask)
+    # A stream request the backend cannot express: a JSON 400, not an event stream.
+    for response in (refused, refused_responses):
+        assert response.status_code == 400 and response.headers["content-type"] == "application/json"
+        assert response.json()["error"]["code"] == "unsupported_for_upstream_format"
+    assert refused.headers["x-selected-model"] == "claude"
+    # An answer that is no message: 502 in the chat error shape, as the Envoy bridge answers.
+    for response in (malformed, not_json):
+        assert response.status_code == 502 and response.headers["content-type"] == "application/json"
+        assert response.json()["error"]["type"] == "upstream_error" and "proxy page" not in response.text
+    # A stream that cannot be translated ends cleanly with an error chunk and [DONE].
+    assert broken_stream.status_code == 200
+    acc = StreamAccumulator()
+    acc.feed_bytes(broken_stream.content)
+    assert acc.done and acc.error["type"] == "upstream_error" and not acc.completed
+    assert b"event:" not in broken_stream.content
+    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"].endswith("hello there")
+
+
+def hashed_embed():
+    """Deterministic unit vectors: equal texts match exactly, different texts do not."""
+    import hashlib
+
+    import numpy as np
+
+    async def embed(texts: list[str]):
+        rows = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+            row = np.random.default_rng(seed).standard_normal(384).astype(np.float32)
+            rows.append(row / np.linalg.norm(row))
+        return np.stack(rows)
+
+    return embed
+
+
+async def test_data_plane_caches_only_finished_messages_streams(fakes):
+    import asyncio
+
+    from app.cache.memory import InMemorySemanticCache
+    from app.pipeline.pipeline import cache_adapters
+
+    m, o = fakes
+    document = {
+        "version": "v0.3",
+        "providers": {
+            "defaults": {"default_model": "gpt"},
+            "models": [
+                {"name": "claude", "api_format": "messages", "backend_refs": [{"base_url": m.base_url}]},
+                {"name": "gpt", "backend_refs": [{"base_url": o.base_url}]},
+            ],
+        },
+        "routing": {
+            "signals": {"keywords": [{"name": "c", "operator": "OR", "keywords": ["cachemsg"]}]},
+            "decisions": [{
+                "name": "cached", "priority": 100,
+                "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "c"}]},
+                "modelRefs": [{"model": "claude"}],
+                "plugins": [{"type": "semantic-cache", "configuration": {"enabled": True, "similarity_threshold": 0.99}}],
+            }],
+        },
+        "global": {"stores": {"response_cache": {"enabled": True}}},
+    }
+    config = parse_config(document).config
+    lookup, store = cache_adapters(InMemorySemanticCache())
+    pipeline = RouterPipeline(config, PipelineServices(embed=hashed_embed(), cache_lookup=lookup, cache_store=store))
+    app = create_app(router=pipeline, upstream=UpstreamClient(), config=StaticConfigView(config))
+    plane = app.state.plane
+
+    async def drain() -> None:
+        while plane._background:
+            await asyncio.gather(*list(plane._background))
+
+    def ask(text: str, stream: bool) -> dict[str, Any]:
+        return {"model": "MoM", "stream": stream, "messages": [{"role": "user", "content": text}]}
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as http:
+        whole = await http.post("/v1/chat/completions", json=ask("cachemsg finished", True))
+        m.configure(end_after_events=5)  # cut short: no stop_reason
+        cut = await http.post("/v1/chat/completions", json=ask("cachemsg cut short", True))
+        m.configure(end_after_events=None, stream_error_after_events=4)  # an error event mid-stream
+        errored = await http.post("/v1/chat/completions", json=ask("cachemsg errored", True))
+        m.configure(stream_error_after_events=None)
+        await drain()
+        sent = len(m.requests)
+        hit = await http.post("/v1/chat/completions", json=ask("cachemsg finished", False))
+        assert len(m.requests) == sent  # the finished stream was cached
+        for question in ("cachemsg cut short", "cachemsg errored"):
+            again = await http.post("/v1/chat/completions", json=ask(question, False))
+            assert again.status_code == 200 and again.headers["x-cache-status"] == "miss", question
+        assert len(m.requests) == sent + 2  # the partial answers were not
+    assert hit.headers["x-cache-status"] == "hit"
+    text = StreamAccumulator()
+    text.feed_bytes(whole.content)
+    assert text.completed and hit.json()["choices"][0]["message"]["content"] == text.content
+    for partial in (cut, errored):
+        acc = StreamAccumulator()
+        acc.feed_bytes(partial.content)
+        assert acc.done and acc.error is not None and not acc.completed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 
 import httpx
@@ -10,7 +12,7 @@ import pytest
 from app.config.loader import parse_config
 from app.observability.exposition import MetricsHTTPServer
 from app.observability.metrics import MetricsAggregator, MetricsRecorder, MetricsSnapshot, UnknownMetric
-from app.observability.push import MetricsPusher
+from app.observability.push import LoopMetricsPusher, MetricsPusher
 from app.pipeline.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.plan import CompletionReport
 
@@ -89,6 +91,38 @@ def test_pusher_sends_only_changes_and_survives_failures() -> None:
         time.sleep(0.01)
     pusher.stop()
     assert agg.value("llm_model_requests_total", model="m") == 2
+
+
+def test_loop_pusher_pushes_on_the_event_loop_and_survives_failures() -> None:
+    """The handle-friendly pusher: async sends on the caller's loop, never from another thread."""
+    r = MetricsRecorder()
+    agg = MetricsAggregator()
+    fail = {"on": True}
+    threads: set[int] = set()
+
+    async def send(snapshot: MetricsSnapshot) -> None:
+        threads.add(threading.get_ident())
+        if fail["on"]:
+            raise ConnectionError("aggregator down")
+        agg.push(snapshot)
+
+    async def scenario() -> None:
+        pusher = LoopMetricsPusher(r, send, "replica-1", interval_s=0.01)
+        r.inc("llm_model_requests_total", model="m")
+        assert await pusher.flush() is False
+        fail["on"] = False
+        pusher.start()
+        r.inc("llm_model_requests_total", model="m")
+        for _ in range(200):
+            if agg.value("llm_model_requests_total", model="m") == 2:
+                break
+            await asyncio.sleep(0.01)
+        r.inc("llm_model_requests_total", model="m")
+        await pusher.stop()  # the last change is flushed on stop
+
+    asyncio.run(scenario())
+    assert agg.value("llm_model_requests_total", model="m") == 3
+    assert threads == {threading.get_ident()}
 
 
 def test_http_exposition_serves_metrics_and_rejects_other_paths() -> None:

@@ -11,6 +11,7 @@ from app.pipeline.plugins import (
     CacheControl,
     CachePolicy,
     DecisionPlugins,
+    ReplayPolicy,
     apply_header_mutation,
     apply_request_params,
     apply_system_prompt,
@@ -220,9 +221,15 @@ def test_request_params_never_strips_model_or_messages():
 
 
 def test_unhandled_plugin_types_are_ignored():
-    plugins = compiled({"type": "pii", "configuration": {"enabled": True}},
-                       {"type": "router_replay", "configuration": {}})
+    plugins = compiled({"type": "pii", "configuration": {"enabled": True}})
     assert plugins == DecisionPlugins()
+
+
+def test_router_replay_compiles_to_a_replay_policy():
+    plugins = compiled({"type": "router_replay", "configuration": {"capture_request_body": True,
+                                                                   "max_body_bytes": 100}})
+    assert plugins.replay == ReplayPolicy(capture_request_body=True, capture_response_body=False, max_body_bytes=100)
+    assert compiled({"type": "router_replay", "configuration": {"enabled": False}}).replay is None
 
 
 # ------------------------------------------------------------------ reasoning

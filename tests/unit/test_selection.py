@@ -67,6 +67,28 @@ def test_literal_api_key_becomes_an_auth_header():
     assert target.extra_headers == {"api-key": "Key sk-1"}
 
 
+@pytest.mark.parametrize("api_format", ["messages", "Anthropic"])
+def test_literal_api_key_of_a_messages_model_is_sent_as_x_api_key(api_format):
+    cfg = config(models=[
+        {"name": "c", "api_format": api_format, "backend_refs": [{"base_url": "https://x.example", "api_key": "sk-1"}]},
+        {"name": "o", "backend_refs": [{"base_url": "https://y.example", "api_key": "sk-2"}]},
+        {"name": "pinned", "api_format": "messages", "backend_refs": [{
+            "base_url": "https://z.example", "api_key": "sk-3",
+            "extra_headers": {"Anthropic-Version": "2024-01-01"}}]},
+        {"name": "custom", "api_format": "messages", "backend_refs": [{
+            "base_url": "https://w.example", "api_key": "sk-4", "auth_header": "Authorization"}]},
+    ])
+    index = ModelIndex(cfg)
+    (messages,) = candidates_for(["c"], index, random.Random(0))
+    assert messages.extra_headers == {"x-api-key": "sk-1", "anthropic-version": "2023-06-01"}
+    (chat,) = candidates_for(["o"], index, random.Random(0))
+    assert chat.extra_headers == {"Authorization": "Bearer sk-2"}
+    (pinned,) = candidates_for(["pinned"], index, random.Random(0))  # the configured version is kept
+    assert pinned.extra_headers == {"Anthropic-Version": "2024-01-01", "x-api-key": "sk-3"}
+    (custom,) = candidates_for(["custom"], index, random.Random(0))  # an explicit auth_header wins
+    assert custom.extra_headers == {"Authorization": "Bearer sk-4"}
+
+
 def test_weighted_selection_follows_weights_with_seeded_rng():
     cfg = config([{
         "name": "d", "algorithm": {"type": "weighted"},

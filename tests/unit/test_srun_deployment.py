@@ -37,3 +37,18 @@ def test_invalid_requests_raise_the_engine_error(handle):
 
     with pytest.raises(InvalidRequest):
         handle.decide.remote({"state": "x", "questions": {}}).result()
+
+
+def test_models_unknown_names_and_metrics(handle):
+    from app.runtime.schemas import InvalidRequest, ModelNotFound
+
+    assert [c["name"] for c in handle.models.remote().result()] == ["decision-model"]
+    for name in ("decision-model", "systemone", "decisions"):
+        answer = handle.decide.remote({"model": name, "state": "refund me", "questions": {"q": QUESTION}}).result()
+        assert answer["answers"]["q"]["choice"] == "billing"
+    with pytest.raises(ModelNotFound):
+        handle.decide.remote({"model": "gpt-4", "state": "x", "questions": {"q": QUESTION}}).result()
+    with pytest.raises(InvalidRequest):
+        handle.decide.remote({"model": 7, "state": "x", "questions": {"q": QUESTION}}).result()
+    info = handle.info.remote().result()
+    assert info["deployment"] == "decision-model" and info["managed"] is False

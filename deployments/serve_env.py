@@ -1,0 +1,65 @@
+"""Ray Serve's fast request path, set up before `ray.init` starts a local instance.
+
+Measured on 2 cores (bench/bench_routing.py, docs/performance.md): the default Serve
+path costs ~5 ms per hop for the HTTP proxy actor alone (`GET /health` 5 ms through
+the proxy, 1 ms direct) and ~4.5 ms per DeploymentHandle call. Serve's throughput-optimized
+mode runs handle calls over gRPC with user code on the replica's event loop (~2 ms a
+hop), and HAProxy mode puts a C load balancer in front of the Ingress replicas' own HTTP
+servers (direct ingress) instead of the Python proxy actor.
+
+The variables are read by the Serve controller and replicas at import, so they must be
+in the environment of the process that starts Ray (children inherit it); on a cluster
+they go on the `ray start` command line (cluster/ray-cluster.yaml). Every value is a
+default: a variable already set wins, and `SVC_SR_SERVE_FAST_PATH=0` turns all of it off.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from collections.abc import MutableMapping
+from pathlib import Path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fast_path_env() -> dict[str, str]:
+    """The variables for one local Ray instance. HAProxy's files and its stats and metrics
+    ports are per instance, so a test run and a `svc-sr serve` on one machine don't collide.
+    The directory is short and absolute: Serve nests a 56-character hash under it and HAProxy
+    refuses an admin socket path over 97 characters."""
+    haproxy_dir = Path(tempfile.mkdtemp(prefix="svcsr-hap-", dir="/tmp"))
+    return {
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+        "RAY_SERVE_ENABLE_HA_PROXY": "1",
+        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(haproxy_dir / "haproxy.cfg"),
+        "RAY_SERVE_HAPROXY_SOCKET_PATH": str(haproxy_dir / "admin.sock"),
+        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(haproxy_dir),
+        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(haproxy_dir / "server-state"),
+        "RAY_SERVE_HAPROXY_STATS_PORT": str(_free_port()),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": str(_free_port()),
+        # Two threads are plenty for one laptop's traffic and leave the cores to the models.
+        "RAY_SERVE_HAPROXY_NBTHREAD": "2",
+        # An Ingress replica stays up this long after it stops taking requests, so load
+        # balancers elsewhere notice. HAProxy on this node drops it within ~0.1 s; Serve's 30 s
+        # default only made every `svc-sr stop` and test teardown wait 30 s. Clusters keep 30 s.
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+    }
+
+
+def apply_fast_path_env(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Put the fast-path defaults into `environ` (os.environ by default); returns what was set."""
+    env = os.environ if environ is None else environ
+    if env.get("SVC_SR_SERVE_FAST_PATH", "1") == "0":
+        return {}
+    applied: dict[str, str] = {}
+    for key, value in fast_path_env().items():
+        if key not in env:
+            env[key] = value
+            applied[key] = value
+    return applied

@@ -1,0 +1,101 @@
+"""The `router_replay` plugin in the pipeline: route() tags the request, complete() records it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.config.models import RouterConfig
+from app.management.replays import ReplayStore, redact_record
+from app.pipeline import PipelineServices, RouterPipeline
+from app.pipeline.plan import CompletionReport
+from app.pipeline.replay import REPLAY_ID_HEADER, clip_body
+
+
+def config(plugin: dict[str, Any] | None) -> RouterConfig:
+    decision: dict[str, Any] = {"name": "urgent", "priority": 10, "modelRefs": [{"model": "small"}],
+                                "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "urgent"}]}}
+    if plugin is not None:
+        decision["plugins"] = [plugin]
+    return RouterConfig.model_validate({
+        "providers": {"defaults": {"default_model": "small"}, "models": [
+            {"name": "small", "backend_refs": [{"endpoint": "127.0.0.1:8000"}],
+             "pricing": {"currency": "USD", "prompt_per_1m": 1.0, "completion_per_1m": 2.0}}]},
+        "routing": {"signals": {"keywords": [{"name": "urgent", "keywords": ["urgent"]}]}, "decisions": [decision]},
+    })
+
+
+def body(text: str) -> dict[str, Any]:
+    return {"model": "MoM", "messages": [{"role": "user", "content": text}]}
+
+
+ANSWER = {"id": "x", "object": "chat.completion", "model": "small",
+          "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}],
+          "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+
+
+async def test_decision_with_router_replay_is_recorded_once_completed() -> None:
+    store = ReplayStore()
+    pipeline = RouterPipeline(config({"type": "router_replay", "configuration": {}}),
+                              PipelineServices(record_replay=store.record))
+    plan = await pipeline.route(body("urgent: fix it"), {"authorization": "Bearer secret-token"}, "req-1")
+    replay_id = plan.response_headers[REPLAY_ID_HEADER]
+    assert plan.replay is not None and plan.replay.replay_id == replay_id
+    assert len(store) == 0  # nothing before complete()
+    await pipeline.complete(plan, CompletionReport(status=200, model="small", response=ANSWER, total_s=0.25))
+    record = store.get(replay_id)
+    assert record is not None
+    assert record["decision"] == "urgent" and record["selected_model"] == "small" and record["status"] == 200
+    assert record["request_id"] == "req-1" and record["response_path"] == "upstream"
+    assert record["usage"]["total_tokens"] == 15 and record["cost"]["currency"] == "USD"
+    assert record["cost"]["amount"] > 0 and record["latency_ms"] == 250.0
+    assert "keyword:urgent" in record["matched_signals"]
+    assert "request" not in record and "response" not in record  # bodies only when asked
+    assert "secret-token" not in str(record)  # headers are never recorded
+    aggregate = store.aggregate()
+    assert aggregate.total == 1 and aggregate.by_model["small"].prompt_tokens == 10
+
+
+async def test_bodies_are_captured_only_when_configured_and_hidden_without_data_read() -> None:
+    store = ReplayStore()
+    plugin = {"type": "router_replay", "configuration": {"capture_request_body": True,
+                                                          "capture_response_body": True}}
+    pipeline = RouterPipeline(config(plugin), PipelineServices(record_replay=store.record))
+    plan = await pipeline.route(body("urgent: my question"), {}, "req-2")
+    await pipeline.complete(plan, CompletionReport(status=200, model="small", response=ANSWER))
+    record = store.get(plan.response_headers[REPLAY_ID_HEADER])
+    assert record is not None
+    assert record["request"]["messages"][-1]["content"] == "urgent: my question"
+    assert record["response"]["choices"][0]["message"]["content"] == "done"
+    hidden = redact_record(record, data=False, secrets=False)
+    assert hidden["request"] == hidden["response"] == "***REDACTED***"
+
+
+async def test_no_plugin_or_no_recorder_means_no_replay() -> None:
+    store = ReplayStore()
+    plain = RouterPipeline(config(None), PipelineServices(record_replay=store.record))
+    plan = await plain.route(body("urgent"), {}, "a")
+    assert plan.replay is None and REPLAY_ID_HEADER not in plan.response_headers
+    await plain.complete(plan, CompletionReport(status=200, response=ANSWER))
+    unrecorded = RouterPipeline(config({"type": "router_replay", "configuration": {}}), PipelineServices())
+    assert (await unrecorded.route(body("urgent"), {}, "b")).replay is None
+    disabled = RouterPipeline(config({"type": "router_replay", "configuration": {"enabled": False}}),
+                              PipelineServices(record_replay=store.record))
+    assert (await disabled.route(body("urgent"), {}, "c")).replay is None
+    assert len(store) == 0
+
+
+async def test_a_failing_recorder_never_breaks_complete() -> None:
+    def broken(record: dict[str, Any]) -> None:
+        raise RuntimeError("store down")
+
+    pipeline = RouterPipeline(config({"type": "router_replay", "configuration": {}}),
+                              PipelineServices(record_replay=broken))
+    plan = await pipeline.route(body("urgent"), {}, "d")
+    accounting = await pipeline.complete(plan, CompletionReport(status=200, model="small", response=ANSWER))
+    assert accounting.usage["total_tokens"] == 15
+
+
+def test_large_bodies_are_cut() -> None:
+    assert clip_body({"a": 1}, None) == {"a": 1}
+    cut = clip_body({"text": "x" * 1000}, 100)
+    assert cut["truncated"] is True and cut["bytes"] > 1000 and len(cut["preview"]) == 100
