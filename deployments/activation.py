@@ -146,19 +146,12 @@ class RayServeBackend:
         from ray.serve.context import _get_global_client
         from ray.serve.schema import ServeDeploySchema
 
-        from deployments.versioning import _children
+        from deployments.versioning import graph_nodes
 
-        user_configs: dict[str, Any] = {}
-        stack, seen = [app], set()
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            bound = node._bound_deployment
-            if bound.user_config is not None:
-                user_configs[bound.name] = bound.user_config
-            stack.extend(_children(list(bound.init_args)) + _children(dict(bound.init_kwargs)))
+        user_configs: dict[str, Any] = {
+            node._bound_deployment.name: node._bound_deployment.user_config
+            for node in graph_nodes(app) if node._bound_deployment.user_config is not None
+        }
         client = _get_global_client()
         details = client.get_serve_details()
         applications = []

@@ -99,9 +99,7 @@ class DecisionModel:
         from app.srun.hosting import ManagedRuntimes
         from app.srun.settings import SrunEnvironment
 
-        env = SrunEnvironment.from_env()
-        if env.dir is not None:  # replicas on one node must not share socket paths
-            env = env.model_copy(update={"dir": env.dir / self._replica})
+        env = SrunEnvironment.from_env().for_replica(self._replica)  # replicas on one node share no sockets
         self._runtimes = ManagedRuntimes(settings, env, self._metrics, deployments=[self._deployment],
                                          replica_prefix=f"{self._replica}/")
         if not await self._runtimes.start(wait=True):

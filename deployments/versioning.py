@@ -97,8 +97,9 @@ def _children(value: Any) -> list[Application]:
     return []
 
 
-def stamp_versions(root: Application) -> Application:
-    """Give every deployment of the graph under `root` its stable version (in place)."""
+def graph_nodes(root: Application) -> list[Application]:
+    """Every application node of the graph under `root` (each deployment once)."""
+    nodes: list[Application] = []
     seen: set[int] = set()
     stack = [root]
     while stack:
@@ -106,23 +107,19 @@ def stamp_versions(root: Application) -> Application:
         if id(node) in seen:
             continue
         seen.add(id(node))
+        nodes.append(node)
         bound = node._bound_deployment
-        bound._version = deployment_version(node)
         stack.extend(_children(list(bound.init_args)) + _children(dict(bound.init_kwargs)))
+    return nodes
+
+
+def stamp_versions(root: Application) -> Application:
+    """Give every deployment of the graph under `root` its stable version (in place)."""
+    for node in graph_nodes(root):
+        node._bound_deployment._version = deployment_version(node)
     return root
 
 
 def graph_versions(root: Application) -> dict[str, str]:
     """Deployment name -> version of a stamped graph (what a redeploy would change)."""
-    out: dict[str, str] = {}
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        bound = node._bound_deployment
-        out[bound.name] = bound.version or ""
-        stack.extend(_children(list(bound.init_args)) + _children(dict(bound.init_kwargs)))
-    return out
+    return {node._bound_deployment.name: node._bound_deployment.version or "" for node in graph_nodes(root)}

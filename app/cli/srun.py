@@ -136,17 +136,10 @@ def _exit_with_parent(parent: str) -> None:
     import threading
     import time
 
-    def alive(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+    from app.cli.serve import process_alive
 
     def watch() -> None:
-        while alive(int(parent)):
+        while process_alive(int(parent)):
             time.sleep(1.0)
         logging.getLogger("svc_srun").warning("router process %s is gone; stopping", parent)
         os.kill(os.getpid(), signal.SIGTERM)

@@ -92,7 +92,11 @@ class SupervisedProcess:
             try:
                 return process.wait(timeout=self.stop_timeout_s)
             except subprocess.TimeoutExpired:
-                log.warning("%s ignored SIGTERM for %.0f s: killed", self.name, self.stop_timeout_s)
+                self._on_kill(process)
                 process.kill()
                 return process.wait()
         return process.returncode
+
+    def _on_kill(self, process: subprocess.Popen[bytes]) -> None:
+        """Logged when a process ignored SIGTERM for stop_timeout_s (subclasses name the event)."""
+        log.warning("%s ignored SIGTERM for %.0f s: killed", self.name, self.stop_timeout_s)

@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from app.accounting.cost import Pricing
-from app.srun.settings import DecisionModelRef, ModelDeployment, check_references
+from app.srun.settings import DecisionModelRef, ModelDeployment, check_references, read_bindings
 from app.upstream.policy import FallbackConfig, ReliabilityConfig
 
 
@@ -422,8 +422,10 @@ class GlobalConfig(Open):
     services: Services = Field(default_factory=Services)
     stores: Stores = Field(default_factory=Stores)
     # Reference-layout model settings, kept as data; the keys svc-sr acts on are checked below:
-    # `signal_timeout_ms` (deadline of model-runtime signals) and `on_unscanned` of the
-    # prompt guard and the PII classifier (spec 2 "Router settings for managed runtimes").
+    # `signal_timeout_ms` (deadline of model-runtime signals), `on_unscanned` of the prompt
+    # guard and the PII classifier, and the bindings (`deployment`, `contract`, `head`) of
+    # modules.classifier.domain / .pii and modules.prompt_guard (spec 2 "Router settings for
+    # managed runtimes"; app/srun/settings.py BINDINGS).
     model_catalog: dict[str, Any] = Field(default_factory=dict)
     integrations: dict[str, Any] = Field(default_factory=dict)
 
@@ -439,6 +441,7 @@ class GlobalConfig(Open):
                 node = node.get(key) if isinstance(node, dict) else None
             if isinstance(node, dict) and node.get("on_unscanned", "block") not in ("block", "allow"):
                 raise ValueError(f"{'.'.join(path)}.on_unscanned: 'block' or 'allow', got {node['on_unscanned']!r}")
+        read_bindings(catalog)
         return catalog
 
 
@@ -462,7 +465,7 @@ class RouterConfig(Strict):
 
     @model_validator(mode="after")
     def _runtime_refs(self) -> RouterConfig:
-        check_references(self.model_deployments, self.decision_model)
+        check_references(self.model_deployments, self.decision_model, read_bindings(self.global_.model_catalog))
         return self
 
     # ---- lookups used by the pipeline

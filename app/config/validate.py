@@ -27,6 +27,7 @@ from app.config.models import (
     RouterConfig,
 )
 from app.config.plugins import PLUGIN_KIND, PLUGIN_MODELS, plugin_payload
+from app.srun.settings import BINDINGS, read_bindings
 
 # The labels of the domain classifier (MMLU-Pro's 14 categories).
 MMLU_PRO_CATEGORIES: tuple[str, ...] = (
@@ -58,6 +59,19 @@ def domain_names(config: RouterConfig) -> set[str]:
     return names
 
 
+def _builtin_task(artifact: str) -> str | None:
+    """The task of a built-in model runtime artifact (None: a hub repository or a local path)."""
+    from app.runtime.registry import BUILTINS
+    from app.srun.catalog import SPECS, canonical
+
+    try:
+        name = canonical(artifact.partition("@")[0])
+    except LookupError:
+        return None
+    spec = BUILTINS.get(name) or SPECS.get(name)
+    return str(spec.task) if spec is not None else None
+
+
 def _duplicates(names: Iterable[str]) -> set[str]:
     return {name for name, count in Counter(names).items() if count > 1}
 
@@ -83,12 +97,31 @@ class _Checker:
         self._model_deployments()
 
     def _model_deployments(self) -> None:
-        """Only the decision model consumes runtime deployments yet: the graph starts no other."""
-        used = self.config.decision_model.deployment if self.config.decision_model else None
-        for name in self.config.model_deployments:
-            if name != used:
-                self.warn(f"model_deployments.{name}", "accepted but not applied: nothing in the router calls "
-                          "it yet (the graph runs only decision_model.deployment)")
+        """Runtime deployments are consumed by decision_model and the routing bindings; a bound
+        built-in must answer what its binding reads (a guard bound to the PII detector would
+        never flag a jailbreak)."""
+        config = self.config
+        bindings = read_bindings(config.global_.model_catalog)
+        used = {b.deployment for b in bindings.values()}
+        if config.decision_model is not None:
+            used.add(config.decision_model.deployment)
+        for name in config.model_deployments:
+            if name not in used:
+                self.warn(f"model_deployments.{name}", "accepted but not applied: neither decision_model nor a "
+                          "binding (modules.prompt_guard, modules.classifier.domain / .pii) names it")
+        for name, binding in bindings.items():
+            spec = BINDINGS[name]
+            path = ".".join(("global", "model_catalog", *spec.path))
+            task = _builtin_task(config.model_deployments[binding.deployment].artifact)
+            wanted = binding.contract or spec.contracts[0]
+            if task is not None and task != wanted:
+                self.error(f"{path}.deployment", f"{binding.deployment!r} serves {task}; the {name} binding "
+                           f"reads {wanted}", "binding_contract")
+        if "prompt_guard" in bindings:
+            for index, rule in enumerate(config.routing.signals.jailbreak):
+                if rule.method != "classifier" or rule.jailbreak_patterns or rule.benign_patterns:
+                    self.warn(f"routing.signals.jailbreak[{index}]", "method and pattern lists are not applied: "
+                              "the bound prompt_guard deployment's score decides")
 
     # ---------------------------------------------------------------- listeners / services
     def _listeners(self) -> None:

@@ -38,6 +38,8 @@ def routing_metadata(plan: RoutePlan, started: float, cost: float | None = None)
             "jailbreak_detected": plan.security.jailbreak_detected,
         },
     }
+    if plan.security.unscanned:  # safety signals a model runtime did not scan (spec 2 on_unscanned)
+        meta["security_checks"]["unscanned"] = list(plan.security.unscanned)
     if cost is not None:
         meta["cost"] = cost
     return meta

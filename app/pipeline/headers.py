@@ -3,8 +3,9 @@
 Response (client) headers: x-selected-model, x-routing-confidence, x-request-id,
 x-cache-status (hit|miss|bypass), x-vsr-selected-{decision,model,confidence,reasoning},
 x-vsr-matched-<family> (comma list of matched rule names: keywords, embeddings,
-context, domains, pii, jailbreak, ...), x-security-checks, x-tools-selected,
-x-classification-time (ms). x-processing-time is the front door's (it alone knows
+context, domains, pii, jailbreak, ...), x-security-checks, x-vsr-unscanned (safety
+families whose input a model runtime did not scan, e.g. `jailbreak`; only when there are
+some), x-tools-selected, x-classification-time (ms). x-processing-time is the front door's (it alone knows
 when the answer ended).
 
 Upstream (request) headers: x-selected-model, x-routing-confidence, x-request-id,
@@ -61,6 +62,8 @@ def fill_routing_headers(plan: RoutePlan, cache_status: str) -> None:
         suffix = MATCHED_HEADER_SUFFIX.get(family, family)
         response[f"x-vsr-matched-{suffix}"] = header_value(",".join(names))
     response["x-security-checks"] = plan.security.header()
+    if plan.security.unscanned:
+        response["x-vsr-unscanned"] = ",".join(plan.security.unscanned)
     response["x-tools-selected"] = str(plan.tools_selected)
     response["x-classification-time"] = f"{plan.classification_ms:.2f}"
     plan.upstream_headers.update(common)

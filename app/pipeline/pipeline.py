@@ -103,6 +103,7 @@ from app.pipeline.signals.base import (
     error_matches,
 )
 from app.pipeline.signals.jailbreak import prompt_guard_rule
+from app.pipeline.signals.runtime import SignalHost, bound_evaluators
 from app.runtime.batching import MicroBatcher
 from app.upstream.policy import FallbackConfig
 
@@ -133,6 +134,9 @@ class PipelineServices:
     across hot reloads. metrics: where route()/complete() record spec 1's metrics.
     record_replay: receives the `router_replay` record of a completed request (None:
     replays are not recorded); called inline, so it must hand the record off quickly.
+    model_runtimes: the host of the model-runtime deployments the config's bindings name
+    (`ManagedRuntimes`); a bound family is evaluated through it instead of `evaluators`
+    (app/pipeline/signals/runtime.py). Read when a config version is built.
     """
 
     embed: EmbedFn | None = None
@@ -143,6 +147,7 @@ class PipelineServices:
     phrase_cache: dict[str, np.ndarray] = field(default_factory=dict)
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     record_replay: Callable[[dict[str, Any]], Any] | None = None
+    model_runtimes: SignalHost | None = None
 
 
 def cache_adapters(backend: Any, offload: bool = False) -> tuple[CacheLookup, CacheStore]:
@@ -208,6 +213,7 @@ class _Compiled:
         self.evaluators: dict[str, SignalEvaluator] = {
             family: factory(config, services) for family, factory in factories.items()
         }
+        self.evaluators.update(bound_evaluators(config, services.model_runtimes))
         self.global_fallback = _global_fallback(config)
         self.prompt_guard = prompt_guard_rule(config)
         self.guards = {d.name: compile_guards(d) for d in self.decisions}
@@ -652,15 +658,20 @@ def _add_guard_matches(plan: RoutePlan, guarded: list[SignalMatch]) -> None:
 
 
 def _block(plan: RoutePlan, match: SignalMatch) -> None:
-    """403 security_violation for a guard that fired (spec 01 data-plane error body)."""
+    """403 security_violation for a guard that fired (spec 01 data-plane error body). A guard
+    whose input was not scanned (`on_unscanned: block`) blocks the same way, entities
+    `unscanned`."""
+    unscanned = bool(match.detail.get("unscanned"))
+    message = f"request blocked: the content could not be scanned ({match.type})" if unscanned else None
     if match.type == "pii":
-        found = [str(t) for t in match.detail.get("denied") or match.detail.get("entities") or []]
-        error = security_violation("pii_detected", found)
+        found = ["unscanned"] if unscanned else [
+            str(t) for t in match.detail.get("denied") or match.detail.get("entities") or []]
+        error = security_violation("pii_detected", found, message=message)
         plan.reason_code = "pii_policy_denied"
         headers = {"x-vsr-pii-violation": "true", "x-vsr-pii-types": ",".join(found)}
     else:
-        found = [str(t) for t in match.detail.get("detection_types") or []]
-        error = security_violation("jailbreak_detected", found)
+        found = ["unscanned"] if unscanned else [str(t) for t in match.detail.get("detection_types") or []]
+        error = security_violation("jailbreak_detected", found, message=message)
         plan.reason_code = "jailbreak_block"
         headers = {"x-vsr-jailbreak-blocked": "true", "x-vsr-jailbreak-type": ",".join(found),
                    "x-vsr-jailbreak-confidence": f"{match.confidence:.4f}"}
@@ -670,9 +681,14 @@ def _block(plan: RoutePlan, match: SignalMatch) -> None:
 
 
 def _security(matches: list[SignalMatch]) -> SecurityChecks:
-    """Detections, not only policy violations: PII that a rule allows still counts as found."""
+    """Detections, not only policy violations: PII that a rule allows still counts as found.
+    A safety signal whose input was not scanned is no detection: it is listed in `unscanned`."""
     checks = SecurityChecks()
     for m in matches:
+        if m.detail.get("unscanned"):
+            if m.type not in checks.unscanned:
+                checks.unscanned.append(m.type)
+            continue
         if m.error or not (m.matched or (m.type == "pii" and m.detail.get("detected"))):
             continue
         if m.type == "pii":

@@ -41,6 +41,7 @@ class SecurityChecks(BaseModel):
     pii_detected: bool = False
     jailbreak_detected: bool = False
     pii_entities: list[str] = Field(default_factory=list)
+    unscanned: list[str] = Field(default_factory=list)  # safety families whose input was not scanned
 
     def header(self) -> str:
         return f"pii:{str(self.pii_detected).lower()},jailbreak:{str(self.jailbreak_detected).lower()}"

@@ -5,9 +5,12 @@ runtimes"): the config's `model_deployments`, `decision_model`, `signal_timeout_
 
 Hosts (docs/model-runtime.md "Router-managed runtimes"):
 - the Ray graph: the DecisionModel deployment (deployments/decision_model.py) hosts the
-  deployment named by `decision_model.deployment`, each replica with its own workers;
+  deployment named by `decision_model.deployment`, and each Router replica
+  (deployments/router.py) the deployments its configuration's bindings name
+  (`BindingRuntimes`), each replica with its own workers;
 - an embedding host without Ray: `ManagedRuntimes(...)`, then
-  `create_app(..., decisions=runtimes.decision_backend())`.
+  `create_app(..., decisions=runtimes.decision_backend())` and
+  `PipelineServices(model_runtimes=runtimes)` for the routing bindings.
 
 Deadlines: a routing or safety signal gets `signal_timeout_ms`, else the request's remaining
 time less a tenth (at least 1 s), or 45 s with no visible deadline (`signal()`). The native
@@ -17,6 +20,7 @@ still answers 504 `systemone_deadline_exceeded` itself when a worker is too slow
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,6 +34,8 @@ from app.srun.settings import (
     OnUnscanned,
     RuntimeSettings,
     SrunEnvironment,
+    on_unscanned_of,
+    read_bindings,
     signal_timeout_s,
     unscanned_matches,
 )
@@ -37,8 +43,10 @@ from app.srun.supervisor import RuntimeSupervisor
 
 log = logging.getLogger("svc_sr.model_runtime")
 SafetyModule = Literal["prompt_guard", "pii"]
-_MODULE_PATHS: dict[str, tuple[str, ...]] = {"prompt_guard": ("modules", "prompt_guard"),
-                                             "pii": ("modules", "classifier", "pii")}
+_SAFETY_BINDINGS: dict[str, str] = {"prompt_guard": "prompt_guard", "pii": "pii_classifier"}
+# A Router generation's workers stay up this long after a reload replaced them, so requests
+# still running on the previous generation finish their signal calls.
+RETIRE_GRACE_S = 30.0
 
 
 def runtime_settings(config: RouterConfig) -> RuntimeSettings:
@@ -53,11 +61,12 @@ def runtime_settings(config: RouterConfig) -> RuntimeSettings:
 
 def on_unscanned(config: RouterConfig, module: SafetyModule) -> OnUnscanned:
     """`on_unscanned` of the prompt guard or the PII classifier (default `block`)."""
-    node: Any = config.global_.model_catalog
-    for key in _MODULE_PATHS[module]:
-        node = node.get(key) if isinstance(node, dict) else None
-    value = node.get("on_unscanned") if isinstance(node, dict) else None
-    return "allow" if value == "allow" else "block"
+    return on_unscanned_of(config.global_.model_catalog, _SAFETY_BINDINGS[module])
+
+
+def bound_deployments(config: RouterConfig) -> list[str]:
+    """The model_deployments keys the config's routing bindings name, in binding order."""
+    return list(dict.fromkeys(b.deployment for b in read_bindings(config.global_.model_catalog).values()))
 
 
 @dataclass
@@ -138,23 +147,126 @@ class ManagedRuntimes:
     def signal_deadline_s(self, remaining_s: float | None) -> float:
         return signal_timeout_s(remaining_s, self.settings.signal_timeout_ms)
 
+    def signal_body(self, deployment: str, surface: str, body: dict[str, Any], safety: bool) -> dict[str, Any]:
+        """`body` with the deployment's served model and, for classify, its input options: the
+        deployment's `input` settings, else `window` for a safety signal (read everything up to
+        the scan budget) and `truncate` for a routing signal."""
+        out = dict(body)
+        served = self.supervisor.served_name(deployment)
+        if served and "model" not in out:
+            out["model"] = served
+        if surface == "classify" and "options" not in out:
+            limits = self.settings.model_deployments[deployment].input
+            options: dict[str, Any] = {"overflow": (limits.overflow if limits and limits.overflow else
+                                                    "window" if safety else "truncate")}
+            if limits is not None and limits.max_tokens is not None:
+                options["max_tokens"] = limits.max_tokens
+            out["options"] = options
+        return out
+
     async def signal(
         self, deployment: str, surface: str, body: dict[str, Any], remaining_s: float | None, *,
         safety: bool = False, on_error_matches: bool = False, unscanned: OnUnscanned = "block",
     ) -> SignalResult:
         """One signal call with the signal deadline. A safety signal whose input was not read in
-        full (a deadline missed, `tokens_lower_bound` in usage) is `unscanned` and matches as
-        on_unscanned says; any other failure is `error` and matches as on_error says."""
-        client = self.supervisor.client_for(deployment)
+        full (no answer: a deadline missed, the worker down or refusing; or `tokens_lower_bound`
+        in usage) is `unscanned` and matches as on_unscanned says; a routing signal's failure is
+        `error` and matches as on_error says."""
         try:
-            answer = await client.call("POST", f"/v1/{surface}", body, surface=surface,
-                                       deadline_s=self.signal_deadline_s(remaining_s))
-        except RuntimeCallError as exc:
-            if safety and exc.outcome == "timeout":
-                return SignalResult("unscanned", matches=unscanned_matches(unscanned, on_error_matches),
-                                    error=exc.code)
-            return SignalResult("error", matches=on_error_matches, error=exc.code)
+            client = self.supervisor.client_for(deployment)
+            answer = await client.call("POST", f"/v1/{surface}", self.signal_body(deployment, surface, body, safety),
+                                       surface=surface, deadline_s=self.signal_deadline_s(remaining_s))
+        except Exception as exc:  # RuntimeCallError, or a transport or decoding failure
+            code = exc.code if isinstance(exc, RuntimeCallError) else type(exc).__name__
+            if safety:
+                return SignalResult("unscanned", matches=unscanned_matches(unscanned, on_error_matches), error=code)
+            return SignalResult("error", matches=on_error_matches, error=code)
         usage = answer.get("usage") if isinstance(answer, dict) else None
         if safety and isinstance(usage, dict) and usage.get("tokens_lower_bound"):
-            return SignalResult("unscanned", answer, unscanned_matches(unscanned, on_error_matches))
+            return SignalResult("unscanned", answer, unscanned_matches(unscanned, on_error_matches),
+                                error="read_in_part")
         return SignalResult("ok", answer)
+
+
+class BindingRuntimes:
+    """The workers a routing configuration's bindings call, for one host that reloads its
+    configuration (a Router replica): `update(config)` returns the ManagedRuntimes serving the
+    config's bound deployments (None when it binds none), keeping running ones whose deployments'
+    settings are unchanged (only the signal deadline is taken from the new config) and starting
+    new ones otherwise (sockets in SVC_SRUN_DIR/<replica>/b<n>/). Others keep running until
+    `settle(runtimes)` says which generation serves now; they are then stopped after `grace_s`,
+    so requests still on the previous generation finish their calls."""
+
+    def __init__(
+        self, replica: str = "local", metrics: RuntimeMetrics | None = None, env: SrunEnvironment | None = None,
+        *, grace_s: float = RETIRE_GRACE_S, **supervisor_options: Any,
+    ) -> None:
+        self.replica = replica
+        self.metrics = metrics or RuntimeMetrics()
+        self.env = env
+        self.grace_s = grace_s
+        self.options = supervisor_options
+        self.current: ManagedRuntimes | None = None
+        self._live: dict[str, ManagedRuntimes] = {}  # by the bound deployments' settings
+        self._retiring: dict[str, asyncio.Task[None]] = {}
+        self._generation = 0
+
+    @staticmethod
+    def _key(settings: RuntimeSettings, deployments: list[str]) -> str:
+        return repr([(name, settings.model_deployments[name].model_dump(mode="json")) for name in sorted(deployments)])
+
+    async def update(self, config: RouterConfig, wait: bool = True) -> ManagedRuntimes | None:
+        deployments = bound_deployments(config)
+        if not deployments:
+            return None
+        settings = runtime_settings(config)
+        key = self._key(settings, deployments)
+        runtimes = self._live.get(key)
+        if runtimes is not None:
+            retiring = self._retiring.pop(key, None)
+            if retiring is not None:
+                retiring.cancel()
+            runtimes.settings = settings  # the same workers; the new signal deadline
+            return runtimes
+        self._generation += 1
+        env = (self.env or SrunEnvironment.from_env()).for_replica(self.replica, f"b{self._generation}")
+        runtimes = ManagedRuntimes(settings, env, self.metrics, deployments=deployments,
+                                   replica_prefix=f"{self.replica}/", **self.options)
+        self._live[key] = runtimes
+        await runtimes.start(wait=wait)
+        return runtimes
+
+    def settle(self, runtimes: ManagedRuntimes | None) -> None:
+        """`runtimes` (from `update`) serves now: retire every other generation after grace_s."""
+        self.current = runtimes
+        loop = asyncio.get_running_loop()
+        for key, other in self._live.items():
+            if other is not runtimes and key not in self._retiring:
+                self._retiring[key] = loop.create_task(self._retire(key, other))
+
+    async def _retire(self, key: str, runtimes: ManagedRuntimes) -> None:
+        await asyncio.sleep(self.grace_s)
+        self._live.pop(key, None)
+        self._retiring.pop(key, None)
+        await runtimes.stop()
+
+    def start_watch(self) -> None:
+        if self.current is not None:
+            self.current.supervisor.start_watch()
+
+    def stop_processes(self) -> None:
+        """Stop every generation's workers now (blocking; the host is going away)."""
+        for task in self._retiring.values():
+            task.cancel()
+        for runtimes in self._live.values():
+            runtimes.supervisor.stop_processes()
+        self._live.clear()
+        self._retiring.clear()
+
+    async def stop(self) -> None:
+        for task in self._retiring.values():
+            task.cancel()
+        await asyncio.gather(*(r.stop() for r in self._live.values()))
+        self._live.clear()
+        self._retiring.clear()
+        self.current = None

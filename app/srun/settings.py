@@ -1,6 +1,7 @@
 """Router-side settings for model-runtime deployments (spec 2 "Router settings for managed
 runtimes"): the `model_deployments` entries, `global.model_catalog.signal_timeout_ms`,
-`on_unscanned`, `decision_model.deployment`, and the SVC_SRUN_* environment.
+`on_unscanned`, `decision_model.deployment`, the bindings of routing features to deployments,
+and the SVC_SRUN_* environment.
 
 A deployment is managed (the router starts `svc-srun run` over a Unix socket) unless it names
 an `endpoint`, in which case the router attaches to a worker run elsewhere. Deployments with
@@ -15,10 +16,11 @@ import shlex
 import shutil
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.common.durations import parse_duration
 
@@ -137,11 +139,91 @@ class RuntimeSettings(_Strict):
         return self.model_catalog.signal_timeout_ms
 
 
-def check_references(model_deployments: Mapping[str, ModelDeployment], decision_model: DecisionModelRef | None) -> None:
-    """ValueError unless decision_model names a deployment and shared processes share a device
-    (also checked by the router config, app/config/models.py)."""
+# -- bindings: a routing feature evaluated by a model_deployments entry -------------------------
+
+Contract = Literal["label_probabilities", "label_scores", "token_spans"]
+BINDING_KEYS = ("deployment", "contract", "head")
+
+
+class ModelBinding(_Strict):
+    """`deployment` (a key of model_deployments), `contract` (the answer type read) and `head`
+    (the label whose score is read; prompt_guard only, default `jailbreak`)."""
+
+    deployment: str = Field(min_length=1)
+    contract: Contract | None = None
+    head: str | None = Field(default=None, min_length=1)
+
+
+@dataclass(frozen=True)
+class BindingSpec:
+    path: tuple[str, ...]  # under global.model_catalog
+    contracts: tuple[str, ...]  # the first is the default
+    family: str  # the routing signal family it evaluates
+    safety: bool  # a safety signal: on_unscanned applies
+    head: str | None = None  # default head; None: the binding takes none
+
+
+# The bindings the routing pipeline consumes. Each sits in its module's own section, where the
+# reference layout keeps that module's settings (legacy `prompt_guard`, `classifier.category_model`,
+# `classifier.pii_model` migrate there unchanged).
+BINDINGS: dict[str, BindingSpec] = {
+    "domain_classifier": BindingSpec(("modules", "classifier", "domain"), ("label_probabilities",), "domain", False),
+    "pii_classifier": BindingSpec(("modules", "classifier", "pii"), ("token_spans",), "pii", True),
+    "prompt_guard": BindingSpec(("modules", "prompt_guard"), ("label_scores", "label_probabilities"), "jailbreak",
+                                True, head="jailbreak"),
+}
+
+
+def catalog_node(catalog: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    """`global.model_catalog.<path>` as a dict ({} when absent or not a mapping)."""
+    node: Any = catalog
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, dict) else {}
+
+
+def read_bindings(catalog: Mapping[str, Any]) -> dict[str, ModelBinding]:
+    """The bindings set in `global.model_catalog` by binding name. ValueError naming the path
+    (relative to global.model_catalog) for a malformed one."""
+    out: dict[str, ModelBinding] = {}
+    for name, spec in BINDINGS.items():
+        section = catalog_node(catalog, spec.path)
+        given = {key: section[key] for key in BINDING_KEYS if key in section}
+        if not given:
+            continue
+        where = ".".join(spec.path)
+        try:
+            binding = ModelBinding.model_validate(given)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "deployment"
+            raise ValueError(f"{where}.{field}: {first['msg']}") from None
+        if binding.contract is not None and binding.contract not in spec.contracts:
+            raise ValueError(f"{where}.contract: {name} reads {' or '.join(spec.contracts)}, "
+                             f"got {binding.contract!r}")
+        if binding.head is not None and spec.head is None:
+            raise ValueError(f"{where}.head: {name} reads no head (head applies to prompt_guard)")
+        out[name] = binding
+    return out
+
+
+def on_unscanned_of(catalog: Mapping[str, Any], binding: str) -> OnUnscanned:
+    """`on_unscanned` of a safety binding's module (default `block`)."""
+    return "allow" if catalog_node(catalog, BINDINGS[binding].path).get("on_unscanned") == "allow" else "block"
+
+
+def check_references(
+    model_deployments: Mapping[str, ModelDeployment], decision_model: DecisionModelRef | None,
+    bindings: Mapping[str, ModelBinding] | None = None,
+) -> None:
+    """ValueError unless decision_model and every binding name a deployment and shared processes
+    share a device (also checked by the router config, app/config/models.py)."""
     if decision_model is not None and decision_model.deployment not in model_deployments:
         raise ValueError(f"decision_model.deployment: {decision_model.deployment!r} is not a key of model_deployments")
+    for name, binding in (bindings or {}).items():
+        if binding.deployment not in model_deployments:
+            where = ".".join(("global", "model_catalog", *BINDINGS[name].path, "deployment"))
+            raise ValueError(f"{where}: {binding.deployment!r} is not a key of model_deployments ({name} binding)")
     processes: dict[str, str | None] = {}
     for name, dep in model_deployments.items():
         if dep.process is None:
@@ -179,6 +261,13 @@ class SrunEnvironment(BaseModel):
     result_cache: int = 4096
     autotune_cache: Path | None = None
     hub_token: str | None = Field(default=None, exclude=True, repr=False)
+
+    def for_replica(self, replica: str, *parts: str) -> SrunEnvironment:
+        """This environment for one host replica (and generation): sockets under
+        SVC_SRUN_DIR/<replica>/<parts...>, so hosts on one node never share socket paths."""
+        if self.dir is None:  # each supervisor makes its own private directory
+            return self
+        return self.model_copy(update={"dir": self.dir.joinpath(replica, *parts)})
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, cpu_budget: int | None = None) -> SrunEnvironment:

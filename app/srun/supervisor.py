@@ -18,7 +18,6 @@ import asyncio
 import itertools
 import logging
 import os
-import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -37,24 +36,9 @@ HEALTH_INTERVAL_S = 1.0
 class RuntimeProcess(SupervisedProcess):
     """SupervisedProcess whose forced stop is logged as `runtime_process_killed`."""
 
-    def stop(self) -> int | None:
-        self._stop.set()
-        with self._lock:
-            process, self.process = self.process, None
-        if self._watcher is not None:
-            self._watcher.join(timeout=2)
-        if process is None:
-            return None
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                return process.wait(timeout=self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning("runtime_process_killed name=%s pid=%s after %.0f s", self.name, process.pid,
-                            self.stop_timeout_s)
-                process.kill()
-                return process.wait()
-        return process.returncode
+    def _on_kill(self, process: subprocess.Popen[bytes]) -> None:
+        log.warning("runtime_process_killed name=%s pid=%s after %.0f s", self.name, process.pid,
+                    self.stop_timeout_s)
 
 
 @dataclass

@@ -37,9 +37,7 @@ import argparse
 import asyncio
 import json
 import re
-import socket
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, fields
@@ -49,6 +47,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from tests.fakes.served import ServedApp
 from tests.fakes.upstream import RecordedRequest
 
 REQUEST_KEYS = frozenset(
@@ -297,17 +296,12 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
-class FakeMessagesUpstream:
+class FakeMessagesUpstream(ServedApp):
     def __init__(self, name: str = "claude", prefix: str = "/v1", port: int = 0, **behavior: Any) -> None:
-        self.name = name
-        self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
+        super().__init__(name, prefix, port)
         self.behavior = MessagesBehavior()
         self.configure(**behavior)
         self._lock = threading.Lock()
-        self._requested_port = port
-        self._sock: socket.socket | None = None
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
         self.requests: list[RecordedRequest] = []
         self.failures_sent = 0
         self.rejected = 0  # requests answered 400 by validation
@@ -331,58 +325,6 @@ class FakeMessagesUpstream:
     @property
     def last_request(self) -> RecordedRequest | None:
         return self.requests[-1] if self.requests else None
-
-    @property
-    def port(self) -> int:
-        if self._sock is None:
-            raise RuntimeError("FakeMessagesUpstream is not started")
-        return self._sock.getsockname()[1]
-
-    @property
-    def host_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        return self.host_url + self.prefix
-
-    # -- lifecycle -----------------------------------------------------------------
-    def start(self) -> FakeMessagesUpstream:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self._requested_port))
-        sock.listen(512)
-        self._sock = sock
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [sock]},
-            name=f"fake-messages-{self.name}",
-            daemon=True,
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"FakeMessagesUpstream {self.name} failed to start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        if self._sock is not None:
-            self._sock.close()
-        self._server = self._thread = None
-
-    def __enter__(self) -> FakeMessagesUpstream:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- the app -------------------------------------------------------------------
     def _build_app(self) -> FastAPI:

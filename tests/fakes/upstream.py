@@ -38,6 +38,8 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from tests.fakes.served import ServedApp
+
 HOLD_LIMIT_S = 30.0  # a held stream never waits longer than this, so a test cannot hang
 
 
@@ -99,18 +101,15 @@ class _SwallowAbort:
             await self.app(scope, receive, send)
 
 
-class FakeUpstream:
+class FakeUpstream(ServedApp):
+    backlog = 2048
+
     def __init__(self, name: str = "fake", prefix: str = "/v1", port: int = 0, **behavior: Any) -> None:
-        self.name = name
-        self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
+        super().__init__(name, prefix, port)
         self.behavior = Behavior()
         self.configure(**behavior)
         self._lock = threading.Lock()
         self._release = threading.Event()
-        self._requested_port = port
-        self._sock: socket.socket | None = None
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
         self.requests: list[RecordedRequest] = []
         self.failures_sent = 0
         self.chunks_sent = 0
@@ -146,58 +145,8 @@ class FakeUpstream:
     def last_request(self) -> RecordedRequest | None:
         return self.requests[-1] if self.requests else None
 
-    @property
-    def port(self) -> int:
-        if self._sock is None:
-            raise RuntimeError("FakeUpstream is not started")
-        return self._sock.getsockname()[1]
-
-    @property
-    def host_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        return self.host_url + self.prefix
-
-    # -- lifecycle -----------------------------------------------------------------
-    def start(self) -> FakeUpstream:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self._requested_port))
-        sock.listen(2048)
-        self._sock = sock
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [sock]},
-            name=f"fake-upstream-{self.name}",
-            daemon=True,
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"FakeUpstream {self.name} failed to start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
+    def _before_stop(self) -> None:
         self._release.set()
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        if self._sock is not None:
-            self._sock.close()
-        self._server = self._thread = None
-
-    def __enter__(self) -> FakeUpstream:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- the app -------------------------------------------------------------------
     def _build_app(self) -> FastAPI:

@@ -169,6 +169,27 @@ def error_matches(family: str, names: frozenset[str] | set[str], message: str) -
     return [SignalMatch(type=family, name=n, matched=False, confidence=0.0, error=message) for n in sorted(names)]
 
 
+class UnscannedError(Exception):
+    """A safety signal's detector did not read the input in full (its model runtime failed,
+    missed the signal deadline, or read only part). `matches`: how the rule resolves, from
+    `on_unscanned` (spec 2): `block` -> it matches; `allow` -> it errors, and on_error decides."""
+
+    def __init__(self, reason: str, matches: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.matches = matches
+
+
+def unscanned_match(family: str, name: str, exc: UnscannedError) -> SignalMatch:
+    """The SignalMatch of a rule whose input was not scanned: matched (confidence 1.0), or an
+    error when on_unscanned is `allow`; detail `unscanned` either way (plan.security reports it)."""
+    detail = {"unscanned": True, "reason": exc.reason}
+    if exc.matches:
+        return SignalMatch(type=family, name=name, matched=True, confidence=1.0, detail=detail)
+    return SignalMatch(type=family, name=name, matched=False, confidence=0.0, detail=detail,
+                       error=f"unscanned: {exc.reason}")
+
+
 @dataclass
 class FamilyResult:
     family: str

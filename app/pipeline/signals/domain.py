@@ -73,17 +73,20 @@ class DomainEvaluator:
         classify: DomainClassifyFn | None,
         threshold: float | None = None,
         fallback_category: str = DEFAULT_FALLBACK,
+        uses_vectors: bool = True,
     ) -> None:
         self._rules = {rule.name: rule for rule in rules}
         self._classify = classify
         self.threshold = threshold
         self.fallback_category = fallback_category
+        self.uses_vectors = uses_vectors  # False: a model-runtime binding, which encodes on the worker
         self._mapping = [(rule.name, list(rule.mmlu_categories)) for rule in rules]
 
     @classmethod
-    def from_config(cls, config: RouterConfig, classify: DomainClassifyFn | None) -> DomainEvaluator:
+    def from_config(cls, config: RouterConfig, classify: DomainClassifyFn | None,
+                    uses_vectors: bool = True) -> DomainEvaluator:
         threshold, fallback = domain_settings(config)
-        return cls(config.routing.signals.domains, classify, threshold, fallback)
+        return cls(config.routing.signals.domains, classify, threshold, fallback, uses_vectors)
 
     def rule_names(self) -> list[str]:
         return list(self._rules)
@@ -97,10 +100,12 @@ class DomainEvaluator:
     async def classify(self, ctx: SignalContext) -> DomainResult:
         if self._classify is None:
             raise RuntimeError("no domain classifier configured")
-        try:
-            vectors: np.ndarray | None = (await ctx.query_vector()).reshape(1, -1)
-        except Exception:  # the Embedding deployment being down: the classifier encodes itself
-            vectors = None
+        vectors: np.ndarray | None = None
+        if self.uses_vectors:
+            try:
+                vectors = (await ctx.query_vector()).reshape(1, -1)
+            except Exception:  # the Embedding deployment being down: the classifier encodes itself
+                vectors = None
         results = await self._classify([ctx.text], vectors, self.threshold, self.fallback_category)
         if len(results) != 1:
             raise RuntimeError(f"domain classifier returned {len(results)} results for 1 text")

@@ -13,12 +13,17 @@ RuleT = TypeVar("RuleT")
 
 
 class ThresholdRuleEvaluator(Generic[RuleT]):
+    """`uses_vectors`: the detector takes the request's query vector (the graph's own models);
+    a model-runtime binding encodes on the worker, so none is computed for it."""
+
     family: str = ""
 
-    def __init__(self, rules: list[Any], detect: Any, default_threshold: float | None = None) -> None:
+    def __init__(self, rules: list[Any], detect: Any, default_threshold: float | None = None,
+                 uses_vectors: bool = True) -> None:
         self._rules: dict[str, RuleT] = {rule.name: rule for rule in rules}
         self._detect = detect
         self.default_threshold = default_threshold
+        self.uses_vectors = uses_vectors
 
     def rule_names(self) -> list[str]:
         return list(self._rules)

@@ -24,7 +24,7 @@ import numpy as np
 from app.config.models import JailbreakSignal, RouterConfig
 from app.models.jailbreak import JailbreakResult, conversation_text
 from app.pipeline.plan import SignalMatch
-from app.pipeline.signals.base import EvaluatorFactory, SignalContext
+from app.pipeline.signals.base import EvaluatorFactory, SignalContext, UnscannedError, unscanned_match
 from app.pipeline.signals.domain import catalog_section, unit_float
 from app.pipeline.signals.guarded import ThresholdRuleEvaluator
 
@@ -70,9 +70,10 @@ class JailbreakEvaluator(ThresholdRuleEvaluator[JailbreakSignal]):
     family = FAMILY
 
     @classmethod
-    def from_config(cls, config: RouterConfig, detect: JailbreakDetectFn | None) -> JailbreakEvaluator:
+    def from_config(cls, config: RouterConfig, detect: JailbreakDetectFn | None,
+                    uses_vectors: bool = True) -> JailbreakEvaluator:
         threshold = unit_float(prompt_guard_settings(config).get("threshold"))
-        return cls(config.routing.signals.jailbreak, detect, threshold)
+        return cls(config.routing.signals.jailbreak, detect, threshold, uses_vectors)
 
     async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[JailbreakSignal]) -> list[SignalMatch]:
         """Judge rules that need not be configured signals (plugin, prompt guard), concurrently."""
@@ -87,7 +88,7 @@ class JailbreakEvaluator(ThresholdRuleEvaluator[JailbreakSignal]):
         if self._detect is None:
             return _error(rule, "no jailbreak guard configured")
         vectors: np.ndarray | None = None
-        if text == ctx.text:
+        if text == ctx.text and self.uses_vectors:
             try:
                 vectors = (await ctx.query_vector()).reshape(1, -1)
             except Exception:  # the Embedding deployment being down: the guard encodes itself
@@ -98,6 +99,8 @@ class JailbreakEvaluator(ThresholdRuleEvaluator[JailbreakSignal]):
             if len(raw) != 1:
                 raise RuntimeError(f"jailbreak guard returned {len(raw)} results for 1 text")
             result = JailbreakResult.model_validate(raw[0])
+        except UnscannedError as exc:  # a model runtime that did not read it all (on_unscanned)
+            return unscanned_match(FAMILY, rule.name, exc)
         except Exception as exc:  # a model failure is a signal error (on_error decides), not a 500
             return _error(rule, f"jailbreak detection failed: {exc}")
         detail = {

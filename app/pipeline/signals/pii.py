@@ -24,7 +24,13 @@ from typing import Any
 from app.config.models import PIISignal, RouterConfig
 from app.models.pii import PIIResult, pii_policy_allows
 from app.pipeline.plan import SignalMatch
-from app.pipeline.signals.base import EvaluatorFactory, SignalContext, error_matches
+from app.pipeline.signals.base import (
+    EvaluatorFactory,
+    SignalContext,
+    UnscannedError,
+    error_matches,
+    unscanned_match,
+)
 from app.pipeline.signals.domain import catalog_section, unit_float
 from app.pipeline.signals.guarded import ThresholdRuleEvaluator
 
@@ -65,6 +71,8 @@ class PIIEvaluator(ThresholdRuleEvaluator[PIISignal]):
                 if len(raw) != len(texts):
                     raise RuntimeError(f"PII detector returned {len(raw)} results for {len(texts)} texts")
                 results = {t: PIIResult.model_validate(r) for t, r in zip(texts, raw, strict=True)}
+            except UnscannedError as exc:  # a model runtime that did not read it all (on_unscanned)
+                return [unscanned_match(FAMILY, r.name, exc) for r in rules]
             except Exception as exc:  # a model failure is a signal error, not a 500
                 return error_matches(FAMILY, {r.name for r in rules}, f"PII detection failed: {exc}")
         return [self._judge(rule, results.get(rule_text(ctx, rule.include_history))) for rule in rules]
