@@ -1,6 +1,7 @@
 """The svc-sr application graph, built from a config path.
 
-    Ingress (FastAPI) -> Router -> Embedding
+    Ingress (FastAPI) -> Router -> Embedding (only with router_local_encoder false;
+                 |                           by default the Router encodes in-process)
                  |             -> ResponseCache
                  |             -> DomainClassifier -> Embedding (texts without vectors)
                  +-(diagnostics)-> Guard (PII, jailbreak) -> Embedding
