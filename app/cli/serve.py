@@ -146,7 +146,7 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
         ServeState(os.getpid(), str(config_path), http, time.time(),
                    ray.get_runtime_context().gcs_address if dashboard else None).write()
         console.print(f"[green]ready[/green]  OpenAI-compatible endpoint: {http}/v1  (model: MoM)")
-        console.print(f"  management API: {http}/api/v1   decisions (svc-srun API): {http}/v1/decisions")
+        console.print(f"  decisions (svc-srun API): {http}/v1/decisions")
         console.print(f"  management API: {http}/api/v1  (svc-sr status | config get|apply|versions|rollback)")
         if gateway is not None:
             console.print(f"  through Envoy + ext_proc: {gateway.url}/v1")

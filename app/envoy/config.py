@@ -61,6 +61,37 @@ def cluster_name(model: str) -> str:
     return "model_" + re.sub(r"[^A-Za-z0-9_.-]", "_", model)
 
 
+# Envoy's own replies when no backend answered (connect failure, no healthy host, retries
+# exhausted, reset, timeout) get the error body and Retry-After the standalone door gives
+# (app/api/errors.py upstream_unavailable / upstream_timeout) instead of Envoy's plain text.
+# Matched by response flags only, so the bridge's immediate responses (blocks, cache hits,
+# its own errors) are never rewritten.
+UPSTREAM_DOWN_FLAGS = ["UF", "UH", "URX", "UC", "UR", "UO"]
+UPSTREAM_TIMEOUT_FLAGS = ["UT"]
+
+
+def _reply_mapper(flags: list[str], status: int, message: str, error_type: str, code: str) -> dict[str, Any]:
+    return {
+        "filter": {"response_flag_filter": {"flags": flags}},
+        "status_code": status,
+        "headers_to_add": [{"header": {"key": "retry-after", "value": "1"},
+                            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
+        "body_format_override": {
+            "json_format": {"error": {"message": message, "type": error_type, "code": code, "details": None}},
+            "content_type": "application/json",
+        },
+    }
+
+
+def upstream_failure_replies() -> dict[str, Any]:
+    return {"mappers": [
+        _reply_mapper(UPSTREAM_TIMEOUT_FLAGS, 504, "upstream model backend timed out", "timeout_error",
+                      "upstream_timeout"),
+        _reply_mapper(UPSTREAM_DOWN_FLAGS, 503, "upstream model backends are unavailable; retry later",
+                      "service_unavailable_error", "upstream_unavailable"),
+    ]}
+
+
 def build_envoy_config(config: RouterConfig, ports: EnvoyPorts | None = None,
                        with_ext_proc: bool = True) -> dict[str, Any]:
     """`with_ext_proc=False`: the same Envoy without the router (a benchmark baseline)."""
@@ -126,6 +157,7 @@ def build_envoy_config(config: RouterConfig, ports: EnvoyPorts | None = None,
                 "request_timeout": "0s",
                 "route_config": {"name": "svc_sr_routes",
                                  "virtual_hosts": [{"name": "models", "domains": ["*"], "routes": routes}]},
+                "local_reply_config": upstream_failure_replies(),
                 "http_filters": [*([ext_proc] if with_ext_proc else []), {
                     "name": "envoy.filters.http.router",
                     "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},

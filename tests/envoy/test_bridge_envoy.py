@@ -116,3 +116,23 @@ def test_bridge_down(mode: str, tmp_path: Path) -> None:
         else:
             assert response.status_code >= 500
             assert a.request_count == 0 and b.request_count == 0
+
+
+def test_no_backend_answering_gets_the_spec_error_body(tmp_path: Path) -> None:
+    """Envoy's own reply when the backend refuses connections is the standalone door's 503
+    (JSON error body, Retry-After), not Envoy's plain text."""
+    with FakeUpstream(name="a") as a, FakeUpstream(name="b") as b:
+        config = bridge_config(a, b, "open")
+        dead = find_free_port()
+        config["providers"]["models"][1]["backend_refs"] = [{"base_url": f"http://127.0.0.1:{dead}"}]
+        envoy, listener = start_envoy(config, tmp_path, find_free_port(), "open")  # bridge down, fail-open
+        try:
+            response = httpx.post(f"http://127.0.0.1:{listener}/v1/chat/completions", timeout=30,
+                                  json={"model": "MoM", "messages": [{"role": "user", "content": "hello"}]})
+        finally:
+            envoy.stop()
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert response.headers["content-type"].startswith("application/json")
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("service_unavailable_error", "upstream_unavailable")
