@@ -103,8 +103,8 @@ def main() -> None:
         config_path = Path(tmp, "bench.yaml")
         config_path.write_text(yaml.safe_dump(bench_config(upstream)))
         port = find_free_port()
-        fast_path = apply_fast_path_env()  # as `svc-sr serve` does; SVC_SR_SERVE_FAST_PATH=0 to compare
-        serve_path = "haproxy+throughput-optimized" if fast_path or os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1" \
+        apply_fast_path_env()  # as `svc-sr serve` does; SVC_SR_SERVE_FAST_PATH=0 to compare
+        serve_path = "haproxy+throughput-optimized" if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1" \
             else "proxy actor (Serve default)"
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:

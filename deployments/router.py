@@ -20,7 +20,6 @@ SVC_SRUN_DIR/<replica id>/, stopped with the replica; app/srun/hosting.py Bindin
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from typing import Any
@@ -30,6 +29,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.cache.base import CacheHit
+from app.common.background import BackgroundTasks
 from app.config.loader import config_hash, parse_config
 from app.pipeline.pipeline import PipelineServices, RouterPipeline, encoder_embed
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
@@ -110,7 +110,7 @@ class Router:
         # Workers of the model deployments the configuration binds; their metrics are pushed
         # with the replica's own.
         self._bindings = BindingRuntimes(self._replica, RuntimeMetrics(self._services.metrics.recorder))
-        self._replay_sends: set[asyncio.Task[None]] = set()
+        self._replay_sends = BackgroundTasks()
         if observability is not None:
             self._services.record_replay = self._replay_sender(observability)
 
@@ -123,9 +123,7 @@ class Router:
 
         def record_replay(record: dict[str, Any]) -> None:
             record["router_replica"] = self._replica
-            task = asyncio.get_running_loop().create_task(send(record))
-            self._replay_sends.add(task)
-            task.add_done_callback(self._replay_sends.discard)
+            self._replay_sends.spawn(send(record))
 
         return record_replay
 

@@ -52,14 +52,21 @@ def fast_path_env() -> dict[str, str]:
     }
 
 
+FAST_PATH_KEYS = (
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED", "RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC",
+    "RAY_SERVE_HAPROXY_SOCKET_PATH", "RAY_SERVE_HAPROXY_SERVER_STATE_BASE", "RAY_SERVE_HAPROXY_SERVER_STATE_FILE",
+    "RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT", "RAY_SERVE_HAPROXY_NBTHREAD",
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
+)
+
+
 def apply_fast_path_env(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
     """Put the fast-path defaults into `environ` (os.environ by default); returns what was set."""
     env = os.environ if environ is None else environ
     if env.get("SVC_SR_SERVE_FAST_PATH", "1") == "0":
         return {}
-    applied: dict[str, str] = {}
-    for key, value in fast_path_env().items():
-        if key not in env:
-            env[key] = value
-            applied[key] = value
+    if all(key in env for key in FAST_PATH_KEYS):  # already set up (an earlier call, the user)
+        return {}
+    applied = {key: value for key, value in fast_path_env().items() if key not in env}
+    env.update(applied)
     return applied

@@ -7,7 +7,6 @@ that holds the client connection, never buffered whole.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -22,6 +21,7 @@ from starlette.background import BackgroundTask
 from app.accounting.cost import compute_cost
 from app.api.errors import SvcError, bad_request, from_upstream_unavailable
 from app.api.openai_models import parse_chat_request
+from app.common.background import BackgroundTasks
 from app.config.models import RouterConfig
 from app.observability.router_metrics import RouterMetrics
 from app.pipeline.answer import client_headers, routing_metadata
@@ -65,14 +65,12 @@ class DataPlane:
         self.config = config
         # Requests that never reach the Router's complete() (bad input, routing failures).
         self.metrics = metrics or RouterMetrics()
-        self._background: set[asyncio.Task[Any]] = set()
+        self.background = BackgroundTasks()
 
     # ------------------------------------------------------------------ helpers
     def _spawn(self, coro: Any) -> None:
-        """complete() runs after the client has its answer; keep a reference so it isn't GC'd."""
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        """complete() runs after the client has its answer."""
+        self.background.spawn(coro)
 
     def _after(self, plan: RoutePlan, report: CompletionReport) -> BackgroundTask:
         """complete() once the answer has been sent: on 2 cores, accounting that runs

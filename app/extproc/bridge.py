@@ -25,7 +25,6 @@ request continue unmodified, "closed" answers 503 (the Envoy filter's own
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -41,6 +40,7 @@ from app.accounting.cost import compute_cost
 from app.api.dataplane import RouterClient
 from app.api.errors import SvcError, bad_request, body_too_large, upstream_unavailable
 from app.api.openai_models import parse_chat_request
+from app.common.background import BackgroundTasks
 from app.extproc import envoy_messages as em
 from app.extproc.wire import ChatWire, UpstreamWire, wire_for
 from app.observability.router_metrics import RouterMetrics
@@ -75,7 +75,7 @@ class ExtProcBridge(pbg.ExternalProcessorServicer):
         self.router = router
         self.settings = settings or BridgeSettings()
         self.metrics = metrics or RouterMetrics()
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background = BackgroundTasks()
 
     async def Process(  # noqa: N802 (the gRPC method name)
         self, request_iterator: AsyncIterator[pb.ProcessingRequest], context: Any
@@ -94,9 +94,7 @@ class ExtProcBridge(pbg.ExternalProcessorServicer):
             exchange.finish_abandoned()
 
     def spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background.spawn(coro)
 
     async def complete_quietly(self, plan: RoutePlan, report: CompletionReport) -> None:
         try:
@@ -106,8 +104,7 @@ class ExtProcBridge(pbg.ExternalProcessorServicer):
 
     async def drain(self) -> None:
         """Wait for background complete() calls (shutdown, tests)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self._background.drain()
 
 
 class _Exchange:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
+from app.common.background import BackgroundTasks
 from app.config.models import RouterConfig
 from app.management.audit import AuditLog
 from app.management.auth import auth_issues
@@ -163,7 +164,7 @@ class ActivationController:
         self.last_rejection: dict[str, Any] | None = None
         self._mutation_lock = asyncio.Lock()
         self._activation_lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = BackgroundTasks()
 
     # ------------------------------------------------------------------ views
     @property
@@ -220,9 +221,7 @@ class ActivationController:
                 self._reject(restart, source, request_id, role, secrets=secret_values(candidate.document))
                 raise RestartRequired(restart)
             attempt = self._persist(candidate, source, request_id, role, rollback_of)
-        task = asyncio.ensure_future(self._activate(attempt, candidate))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(self._activate(attempt, candidate))
         with contextlib.suppress(TimeoutError):  # still pending: answered 202, the activation goes on
             await asyncio.wait_for(asyncio.shield(attempt.done.wait()), self.wait_s)
         return Outcome(attempt=attempt, warnings=candidate.warnings)
@@ -328,8 +327,7 @@ class ActivationController:
 
     async def drain(self) -> None:
         """Wait for every activation started so far (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.drain()
 
 
 def _etag_matches(header: str, current: str) -> bool:

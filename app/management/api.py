@@ -510,21 +510,20 @@ def management_router(mgmt: Management) -> APIRouter:
         503: {"description": "activation_failed", "model": MutationResponse},
     }
 
-    async def patch_config(request: Request, if_match: str | None = Header(None)) -> JSONResponse:
+    async def _write_config(request: Request, if_match: str | None, *, merge: bool) -> JSONResponse:
+        action, source = ("config.patch", "api.patch") if merge else ("config.put", "api.put")
         try:
-            patch = _config_body(await request.body())
+            body = _config_body(await request.body())
         except DocumentRejected as exc:
-            mgmt.record_mutation("config.patch", request, 400)
+            mgmt.record_mutation(action, request, 400)
             raise _rejected(exc) from None
-        return await _mutate(request, "config.patch", "api.patch", _builder(patch, merge=True), if_match)
+        return await _mutate(request, action, source, _builder(body, merge=merge), if_match)
+
+    async def patch_config(request: Request, if_match: str | None = Header(None)) -> JSONResponse:
+        return await _write_config(request, if_match, merge=True)
 
     async def put_config(request: Request, if_match: str | None = Header(None)) -> JSONResponse:
-        try:
-            document = _config_body(await request.body())
-        except DocumentRejected as exc:
-            mgmt.record_mutation("config.put", request, 400)
-            raise _rejected(exc) from None
-        return await _mutate(request, "config.put", "api.put", _builder(document, merge=False), if_match)
+        return await _write_config(request, if_match, merge=False)
 
     add("/api/v1/config", patch_config, "PATCH", "config.write", "secret", responses=mutation_responses,
         summary="merge-patch, validate, persist, hot-reload", openapi_extra=_json_or_yaml_openapi("JSON merge patch"))

@@ -9,6 +9,7 @@ sidecar is exercised in tests/integration/test_envoy_sidecar.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
@@ -111,26 +112,32 @@ def start_envoy(config: dict[str, Any], work: Path, bridge_port: int, failure_mo
     return envoy, listener
 
 
+@contextlib.contextmanager
+def bridged_envoy(config: dict[str, Any], work: Path, loop: LoopThread) -> Iterator[tuple[int, ExtProcBridge,
+                                                                                         RouterPipeline, Any]]:
+    """Real Envoy in front of an in-process bridge and pipeline (fail-closed); closes the loop after."""
+    lookup, store = cache_adapters(InMemorySemanticCache())
+    services = PipelineServices(embed=encoder_embed(shared_encoder()), cache_lookup=lookup, cache_store=store)
+    pipeline = RouterPipeline(parse_config(config).config, services)
+    loop.run(pipeline.warm_up())
+    bridge = ExtProcBridge(pipeline, BridgeSettings(failure_mode="closed"))
+    server = loop.run(start_bridge_server(bridge, port=0))
+    envoy, listener = start_envoy(config, work, server.svc_sr_port, "closed")
+    try:
+        yield listener, bridge, pipeline, server
+    finally:
+        envoy.stop()
+        loop.run(server.stop(0))
+        loop.close()
+
+
 @pytest.fixture(scope="session")
 def envoy_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyStack]:
     work = tmp_path_factory.mktemp("envoy")
     loop = LoopThread()
-    with FakeUpstream(name="a") as a, FakeUpstream(name="b") as b:
-        config = bridge_config(a, b, "closed")
-        encoder = shared_encoder()
-        lookup, store = cache_adapters(InMemorySemanticCache())
-        services = PipelineServices(embed=encoder_embed(encoder), cache_lookup=lookup, cache_store=store)
-        pipeline = RouterPipeline(parse_config(config).config, services)
-        loop.run(pipeline.warm_up())
-        bridge = ExtProcBridge(pipeline, BridgeSettings(failure_mode="closed"))
-        server = loop.run(start_bridge_server(bridge, port=0))
-        envoy, listener = start_envoy(config, work, server.svc_sr_port, "closed")
-        try:
-            yield EnvoyStack(f"http://127.0.0.1:{listener}", a, b, bridge, pipeline, loop, server)
-        finally:
-            envoy.stop()
-            loop.run(server.stop(0))
-            loop.close()
+    with (FakeUpstream(name="a") as a, FakeUpstream(name="b") as b,
+          bridged_envoy(bridge_config(a, b, "closed"), work, loop) as (listener, bridge, pipeline, server)):
+        yield EnvoyStack(f"http://127.0.0.1:{listener}", a, b, bridge, pipeline, loop, server)
 
 
 # -- messages-style upstreams ------------------------------------------------------------------
@@ -196,20 +203,10 @@ def messages_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Message
     previous_key = os.environ.get(MESSAGES_KEY_ENV)
     os.environ[MESSAGES_KEY_ENV] = MESSAGES_KEY  # read by the bridge at request time
     with FakeMessagesUpstream(name="claude", api_key=MESSAGES_KEY) as m, FakeUpstream(name="gpt") as gpt:
-        config = messages_config(m, gpt)
-        lookup, store = cache_adapters(InMemorySemanticCache())
-        services = PipelineServices(embed=encoder_embed(shared_encoder()), cache_lookup=lookup, cache_store=store)
-        pipeline = RouterPipeline(parse_config(config).config, services)
-        loop.run(pipeline.warm_up())
-        bridge = ExtProcBridge(pipeline, BridgeSettings(failure_mode="closed"))
-        server = loop.run(start_bridge_server(bridge, port=0))
-        envoy, listener = start_envoy(config, work, server.svc_sr_port, "closed")
         try:
-            yield MessagesStack(f"http://127.0.0.1:{listener}", m, gpt, bridge, pipeline, loop)
+            with bridged_envoy(messages_config(m, gpt), work, loop) as (listener, bridge, pipeline, _):
+                yield MessagesStack(f"http://127.0.0.1:{listener}", m, gpt, bridge, pipeline, loop)
         finally:
-            envoy.stop()
-            loop.run(server.stop(0))
-            loop.close()
             if previous_key is None:
                 os.environ.pop(MESSAGES_KEY_ENV, None)
             else:

@@ -37,10 +37,9 @@ import argparse
 import asyncio
 import json
 import re
-import threading
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
@@ -97,7 +96,6 @@ class MessagesBehavior:
     stream_body: str | None = None
 
 
-_FIELDS = {f.name for f in fields(MessagesBehavior)}
 
 
 class InvalidRequest(Exception):
@@ -298,33 +296,19 @@ def _words(text: str) -> int:
 
 class FakeMessagesUpstream(ServedApp):
     def __init__(self, name: str = "claude", prefix: str = "/v1", port: int = 0, **behavior: Any) -> None:
-        super().__init__(name, prefix, port)
-        self.behavior = MessagesBehavior()
+        super().__init__(name, prefix, port, MessagesBehavior())
         self.configure(**behavior)
-        self._lock = threading.Lock()
-        self.requests: list[RecordedRequest] = []
         self.failures_sent = 0
         self.rejected = 0  # requests answered 400 by validation
         self.app = self._build_app()
 
     # -- control -------------------------------------------------------------------
-    def configure(self, **changes: Any) -> None:
-        unknown = set(changes) - _FIELDS
-        if unknown:
-            raise TypeError(f"unknown FakeMessagesUpstream behaviour: {', '.join(sorted(unknown))}")
-        for key, value in changes.items():
-            setattr(self.behavior, key, value)
-
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
             self.failures_sent = 0
             self.rejected = 0
         self.behavior = MessagesBehavior()
-
-    @property
-    def last_request(self) -> RecordedRequest | None:
-        return self.requests[-1] if self.requests else None
 
     # -- the app -------------------------------------------------------------------
     def _build_app(self) -> FastAPI:

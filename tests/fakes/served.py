@@ -1,12 +1,14 @@
 """A test upstream's server plumbing: an ASGI app served by uvicorn on 127.0.0.1 in a daemon
-thread, usable as a context manager. The fakes (upstream.py, messages_upstream.py) subclass it
-and only describe their app."""
+thread, usable as a context manager, with the recorded requests and the behaviour switches
+(a dataclass) every fake has. The fakes (upstream.py, messages_upstream.py) subclass it and
+describe their app and behaviour."""
 
 from __future__ import annotations
 
 import socket
 import threading
 import time
+from dataclasses import fields
 from typing import Any, Self
 
 import uvicorn
@@ -15,14 +17,32 @@ import uvicorn
 class ServedApp:
     backlog = 512
 
-    def __init__(self, name: str, prefix: str, port: int) -> None:
+    def __init__(self, name: str, prefix: str, port: int, behavior: Any) -> None:
         self.name = name
+        self.behavior = behavior
+        self._lock = threading.Lock()
+        self.requests: list[Any] = []
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
         self._requested_port = port
         self._sock: socket.socket | None = None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.app: Any = None  # set by the subclass
+
+    def configure(self, **changes: Any) -> None:
+        unknown = set(changes) - {f.name for f in fields(self.behavior)}
+        if unknown:
+            raise TypeError(f"unknown {type(self).__name__} behaviour: {', '.join(sorted(unknown))}")
+        for key, value in changes.items():
+            setattr(self.behavior, key, value)
+
+    @property
+    def request_count(self) -> int:
+        return len(self.requests)
+
+    @property
+    def last_request(self) -> Any:
+        return self.requests[-1] if self.requests else None
 
     @property
     def port(self) -> int:

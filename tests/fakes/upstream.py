@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import uvicorn
@@ -59,7 +59,6 @@ class Behavior:
     finish_reason: str = "stop"
 
 
-_BEHAVIOR_FIELDS = {f.name for f in fields(Behavior)}
 
 
 @dataclass
@@ -105,25 +104,15 @@ class FakeUpstream(ServedApp):
     backlog = 2048
 
     def __init__(self, name: str = "fake", prefix: str = "/v1", port: int = 0, **behavior: Any) -> None:
-        super().__init__(name, prefix, port)
-        self.behavior = Behavior()
+        super().__init__(name, prefix, port, Behavior())
         self.configure(**behavior)
-        self._lock = threading.Lock()
         self._release = threading.Event()
-        self.requests: list[RecordedRequest] = []
         self.failures_sent = 0
         self.chunks_sent = 0
         self.streams_completed = 0
         self.app = _SwallowAbort(self._build_app())
 
     # -- control -------------------------------------------------------------------
-    def configure(self, **changes: Any) -> None:
-        unknown = set(changes) - _BEHAVIOR_FIELDS
-        if unknown:
-            raise TypeError(f"unknown FakeUpstream behaviour: {', '.join(sorted(unknown))}")
-        for key, value in changes.items():
-            setattr(self.behavior, key, value)
-
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
@@ -136,14 +125,6 @@ class FakeUpstream(ServedApp):
     def release(self) -> None:
         """Let a stream held by hold_after_chunks continue."""
         self._release.set()
-
-    @property
-    def request_count(self) -> int:
-        return len(self.requests)
-
-    @property
-    def last_request(self) -> RecordedRequest | None:
-        return self.requests[-1] if self.requests else None
 
     def _before_stop(self) -> None:
         self._release.set()

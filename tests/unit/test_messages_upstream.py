@@ -386,7 +386,6 @@ def hashed_embed():
 
 
 async def test_data_plane_caches_only_finished_messages_streams(fakes):
-    import asyncio
 
     from app.cache.memory import InMemorySemanticCache
     from app.pipeline.pipeline import cache_adapters
@@ -419,8 +418,7 @@ async def test_data_plane_caches_only_finished_messages_streams(fakes):
     plane = app.state.plane
 
     async def drain() -> None:
-        while plane._background:
-            await asyncio.gather(*list(plane._background))
+        await plane.background.drain()
 
     def ask(text: str, stream: bool) -> dict[str, Any]:
         return {"model": "MoM", "stream": stream, "messages": [{"role": "user", "content": text}]}
