@@ -136,15 +136,16 @@ def main() -> None:
 def start_ray_path(config: dict, work: Path, cleanup: list[Any]) -> tuple[str]:
     """Ray + the graph + the sidecar process + an Envoy in front of it."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from deployments.serve_env import apply_fast_path_env
+
+    apply_fast_path_env()  # as `svc-sr serve` does, before Serve is imported (handle transport)
     import ray
     from ray import serve
 
     from deployments.graph import GraphArgs, build_app
-    from deployments.serve_env import apply_fast_path_env
 
     config_path = work / "bench.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    apply_fast_path_env()  # as `svc-sr serve` does
     ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": find_free_port()})
     serve.run(build_app(GraphArgs(config_path=str(config_path), metrics={"enabled": False})),

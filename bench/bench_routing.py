@@ -92,18 +92,19 @@ def main() -> None:
                         help="the Router calls the Embedding deployment instead of encoding itself")
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from deployments.serve_env import apply_fast_path_env
+
+    apply_fast_path_env()  # as `svc-sr serve` does, before Serve is imported; SVC_SR_SERVE_FAST_PATH=0 to compare
     import ray
     from ray import serve
 
     from deployments.graph import GraphArgs, build_app
-    from deployments.serve_env import apply_fast_path_env
 
     results: dict[str, dict] = {}
     with FakeUpstream(name="instant") as upstream, tempfile.TemporaryDirectory() as tmp:
         config_path = Path(tmp, "bench.yaml")
         config_path.write_text(yaml.safe_dump(bench_config(upstream)))
         port = find_free_port()
-        apply_fast_path_env()  # as `svc-sr serve` does; SVC_SR_SERVE_FAST_PATH=0 to compare
         serve_path = "haproxy+throughput-optimized" if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1" \
             else "proxy actor (Serve default)"
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)

@@ -53,17 +53,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=150)
     args = parser.parse_args()
+    from deployments.serve_env import apply_fast_path_env
+
+    apply_fast_path_env()  # as `svc-sr serve` does, before Serve is imported (handle transport)
     import ray
     from ray import serve
 
     from deployments.graph import GraphArgs, build_app
-    from deployments.serve_env import apply_fast_path_env
 
     with FakeUpstream(name="instant") as upstream, tempfile.TemporaryDirectory() as tmp:
         config_path = Path(tmp, "bench.yaml")
         config_path.write_text(yaml.safe_dump(bench_config(upstream)))
         port = find_free_port()
-        apply_fast_path_env()
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -182,6 +182,19 @@ class RayServeBackend:
         }
         return _value(app.status), app.message or "", deployments
 
+    def app_health(self) -> tuple[str, str, dict[str, tuple[str, int]]]:
+        """app_state() without replica counts, from the controller's status overview (a small
+        protobuf instead of the whole instance's details): a deployment in a ready state
+        counts as running."""
+        from ray.serve.context import _get_global_client
+
+        overview = _get_global_client().get_serve_status(self.app_name)
+        deployments = {
+            d.name: (_value(d.status), 1 if _value(d.status) in READY_STATES else 0)
+            for d in overview.deployment_statuses
+        }
+        return _value(overview.app_status.status), overview.app_status.message or "", deployments
+
     async def router_generations(self, calls: int) -> list[dict[str, Any]]:
         if self.router is None:
             return []
@@ -325,9 +338,13 @@ class StartupWatcher:
     model that did not load is a failure."""
 
     def __init__(self, tracker: StartupTracker, status: StatusFn, info: InfoFn | None = None,
-                 exclude: frozenset[str] = frozenset(), interval_s: float = 0.5, idle_interval_s: float = 5.0) -> None:
+                 exclude: frozenset[str] = frozenset(), interval_s: float = 0.5, idle_interval_s: float = 5.0,
+                 health: StatusFn | None = None) -> None:
         self.tracker = tracker
         self.status = status
+        # Once started, the cheap status (no replica counts) keeps watching: the full one
+        # holds this replica's GIL for ~100 ms, a latency spike for requests every poll.
+        self.health = health
         self.info = info
         self.exclude = exclude
         self.interval_s = interval_s
@@ -354,7 +371,8 @@ class StartupWatcher:
             self._stop.wait(self.idle_interval_s if self.tracker.complete else self.interval_s)
 
     def poll(self) -> None:
-        status, _, deployments = self.status()
+        status_fn = self.health if self.tracker.complete and self.health is not None else self.status
+        status, _, deployments = status_fn()
         if not deployments:
             return
         names = sorted(n for n in deployments if n not in self.exclude)
@@ -424,7 +442,7 @@ def build_management(
     tracker = StartupTracker()
     backend = RayServeBackend(app_name, router)
     StartupWatcher(tracker, backend.app_state, _deployment_info(app_name),
-                   exclude=frozenset({context.deployment})).start()
+                   exclude=frozenset({context.deployment}), health=backend.app_health).start()
     activator = RayActivator(graph_args, config.to_document(), backend,
                              timeout_s=float(getattr(graph_args, "activation_timeout_s", 120.0)))
     filename = "inline" if getattr(graph_args, "config", None) is not None else Path(graph_args.config_path).name

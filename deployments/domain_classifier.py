@@ -28,6 +28,7 @@ from ray.serve.handle import DeploymentHandle
 from app.api.classify_models import ModelNotLoadedError
 from app.models.domain import DomainClassifier as DomainModel
 from app.models.domain import DomainResult
+from deployments.serve_env import process_transport
 
 log = logging.getLogger("svc_sr.domain_classifier")
 
@@ -66,7 +67,7 @@ async def encode_missing(texts: list[str], embedding: DeploymentHandle | None, l
 @serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.1})
 class DomainClassifier:
     def __init__(self, embedding: DeploymentHandle | None = None) -> None:
-        self._embedding = embedding
+        self._embedding = process_transport(embedding)
         self._model: DomainModel | None = None
         self._error: str | None = None
         try:

@@ -41,7 +41,8 @@ async def run(args: argparse.Namespace) -> None:
     import ray
     from ray import serve
 
-    from deployments.ingress import HandleRouterClient
+    from app.common.background import BackgroundTasks
+    from deployments.ingress import HandleRouterClient, front_door_completion
     from deployments.observability import handle_pusher
 
     config = load_config(args.config).config
@@ -52,14 +53,19 @@ async def run(args: argparse.Namespace) -> None:
         raise SystemExit(f"no Serve application {args.app!r} with a Router deployment on {args.ray_address}")
     router = serve.get_deployment_handle("Router", app_name=args.app)
     metrics = RouterMetrics()
-    pusher = None
-    if "Observability" in application.deployments:  # absent when metrics are off
+    pusher = observability = cache = None
+    if "Observability" in application.deployments:
         observability = serve.get_deployment_handle("Observability", app_name=args.app)
         pusher = handle_pusher(metrics.recorder, observability, f"ExtProc/{socket.gethostname()}:{os.getpid()}")
+    if "ResponseCache" in application.deployments:
+        cache = serve.get_deployment_handle("ResponseCache", app_name=args.app)
+    replay_sends = BackgroundTasks()
     settings = BridgeSettings(failure_mode=services.ext_proc.failure_mode,
                               clear_route_cache=config.global_.router.clear_route_cache,
                               max_body_bytes=services.data_plane.max_body_bytes)
-    bridge = ExtProcBridge(HandleRouterClient(router), settings, metrics)
+    # Requests are completed here (accounting, cache write, replay), like the Ingress does.
+    completion = front_door_completion(cache, observability, metrics, replay_sends)
+    bridge = ExtProcBridge(HandleRouterClient(router, completion), settings, metrics)
     host = args.host or services.ext_proc.bind_address
     server = await start_bridge_server(bridge, host, args.port or services.ext_proc.port)
     print(f"ext_proc bridge listening on {host}:{server.svc_sr_port}", flush=True)
@@ -71,6 +77,7 @@ async def run(args: argparse.Namespace) -> None:
     await stop.wait()
     await server.stop(grace=5)  # in-flight streams get 5 s to finish
     await bridge.drain()
+    await replay_sends.drain()
     if pusher is not None:
         await pusher.stop()
 

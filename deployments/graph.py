@@ -2,7 +2,8 @@
 
     Ingress (FastAPI) -> Router -> Embedding (only with router_local_encoder false;
                  |                           by default the Router encodes in-process)
-                 |             -> ResponseCache
+                 |             -> ResponseCache (lookups; a Unix-socket lane on the same node)
+                 +-(after the answer: accounting, cache write, replay)-> ResponseCache, Observability
                  |             -> DomainClassifier -> Embedding (texts without vectors)
                  +-(diagnostics)-> Guard (PII, jailbreak) -> Embedding
                  +-(/v1/decisions)-> DecisionModel (built in, or managed `svc-srun` workers)
@@ -110,5 +111,5 @@ def build_graph(args: dict[str, Any] | GraphArgs | None = None, document: dict[s
         decision = DecisionModel.options(**options.get("DecisionModel", {})).bind(
             runtime=runtime, observability=observability)
     ingress = Ingress.options(**{"user_config": {"config": document}, **options.get("Ingress", {})}).bind(
-        router, graph_args, domain, guard, observability, decision_model=decision)
+        router, graph_args, domain, guard, observability, decision_model=decision, cache=cache)
     return stamp_versions(ingress)

@@ -31,6 +31,7 @@ from app.api.classify_models import ModelNotLoadedError
 from app.models.jailbreak import METHODS, JailbreakGuard, JailbreakResult
 from app.models.pii import PII_ENTITY_TYPES, PIIDetector, PIIInputError, PIIResult
 from deployments.domain_classifier import check_texts, check_vectors, encode_missing
+from deployments.serve_env import process_transport
 
 log = logging.getLogger("svc_sr.guard")
 
@@ -89,7 +90,7 @@ def _raise_errors(results: list[Any]) -> None:
 class Guard:
     def __init__(self, embedding: DeploymentHandle | None = None, pii_threshold: float = 0.5,
                  use_ner: bool = True) -> None:
-        self._embedding = embedding
+        self._embedding = process_transport(embedding)
         self._pii, self._pii_error = _load("PII detector", lambda: PIIDetector(pii_threshold, use_ner=use_ner))
         self._jailbreak, self._jailbreak_error = _load("jailbreak guard", JailbreakGuard)
         batch = serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_TIMEOUT_S)

@@ -4,21 +4,24 @@ holds the `router_replay` records of every Router replica.
 Exactly one replica (it owns the port and the replay ring). Replicas push cumulative
 snapshots through `push()` about once a second (app/observability/push.py), so counters
 are totals over every replica of every deployment, whichever replica served a request.
-The graph deploys it also when metrics are off (no port is bound then): Router replicas
-send replay records here (`record_replay`, fire-and-forget) and the Ingress's management
-API reads them (`list_replays`, `get_replay`, `aggregate_replays`), so a record shows up
-whichever Router replica routed the request.
+The graph deploys it also when metrics are off (no port is bound then): the front doors
+(Ingress, ext_proc sidecar), which complete requests, send replay records here
+(`record_replay`, fire-and-forget) and the Ingress's management API reads them
+(`list_replays`, `get_replay`, `aggregate_replays`), so a record shows up whichever
+replica routed or answered the request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from app.common.background import BackgroundTasks
 from app.management.replays import DEFAULT_REPLAY_CAPACITY, ReplayStore
 from app.observability.exposition import MetricsHTTPServer
 from app.observability.metrics import MetricsAggregator, MetricsRecorder, MetricsSnapshot
@@ -127,3 +130,18 @@ def handle_pusher(
         await observability.push.remote(snapshot)
 
     return LoopMetricsPusher(recorder, send_async, source).start()
+
+
+def replay_sender(observability: DeploymentHandle, tasks: BackgroundTasks) -> Callable[[dict[str, Any]], None]:
+    """PipelineServices/CompletionServices.record_replay over the Observability deployment:
+    hands the record to a background send and returns at once."""
+    async def send(record: dict[str, Any]) -> None:
+        try:
+            await observability.record_replay.remote(record)
+        except Exception as exc:  # a lost replay record must never fail a request
+            log.warning("replay record %s not stored: %s", record.get("id"), exc)
+
+    def record_replay(record: dict[str, Any]) -> None:
+        tasks.spawn(send(record))
+
+    return record_replay

@@ -28,8 +28,8 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.cache.base import CacheHit
 from app.common.background import BackgroundTasks
+from app.common.heap import freeze_startup_heap
 from app.config.loader import config_hash, parse_config
 from app.pipeline.pipeline import PipelineServices, RouterPipeline, encoder_embed
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
@@ -40,7 +40,9 @@ from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import MiniLMEncoder, token_counter
 from app.srun.hosting import BindingRuntimes
 from app.srun.runtime_metrics import RuntimeMetrics
-from deployments.observability import replica_pusher
+from deployments.observability import replay_sender, replica_pusher
+from deployments.response_cache import cache_lane
+from deployments.serve_env import process_transport
 
 log = logging.getLogger("svc_sr.router")
 
@@ -76,14 +78,8 @@ def handle_services(
     async def embed(texts: list[str]) -> np.ndarray:
         return await embedding.embed.remote(texts)
 
-    async def cache_lookup(partition: str, vector: np.ndarray, threshold: float) -> CacheHit | None:
-        hit = await cache.lookup.remote(partition, vector, threshold)
-        return None if hit is None else CacheHit.model_validate(hit)
-
-    async def cache_store(partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int) -> None:
-        await cache.store.remote(partition, vector, response, ttl_seconds)
-
-    return PipelineServices(embed=embed, cache_lookup=cache_lookup, cache_store=cache_store,
+    lane = cache_lane(cache)
+    return PipelineServices(embed=embed, cache_lookup=lane.lookup, cache_store=lane.store,
                             count_tokens=token_counter(), evaluators=classifier_evaluators(domain, guard))
 
 
@@ -94,6 +90,8 @@ class Router:
         domain: DeploymentHandle | None = None, guard: DeploymentHandle | None = None,
         local_encoder: bool = False, observability: DeploymentHandle | None = None,
     ) -> None:
+        embedding, cache, domain, guard, observability = (
+            process_transport(h) for h in (embedding, cache, domain, guard, observability))
         self._services = handle_services(embedding, cache, domain, guard)
         self._pusher = replica_pusher(self._services.metrics.recorder, observability)
         if local_encoder:
@@ -112,20 +110,7 @@ class Router:
         self._bindings = BindingRuntimes(self._replica, RuntimeMetrics(self._services.metrics.recorder))
         self._replay_sends = BackgroundTasks()
         if observability is not None:
-            self._services.record_replay = self._replay_sender(observability)
-
-    def _replay_sender(self, observability: DeploymentHandle) -> Any:
-        async def send(record: dict[str, Any]) -> None:
-            try:
-                await observability.record_replay.remote(record)
-            except Exception as exc:  # a lost replay record must never fail a request
-                log.warning("replay record %s not stored: %s", record.get("id"), exc)
-
-        def record_replay(record: dict[str, Any]) -> None:
-            record["router_replica"] = self._replica
-            self._replay_sends.spawn(send(record))
-
-        return record_replay
+            self._services.record_replay = replay_sender(observability, self._replay_sends)
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         services = self._services
@@ -136,6 +121,7 @@ class Router:
             await self._pipeline.warm_up()
             self._bindings.settle(services.model_runtimes)
             self._generation = {"hash": config_hash(config), "error": None, "failed_hash": None}
+            freeze_startup_heap()
             return
         digest = None
         previous = services.model_runtimes
@@ -181,9 +167,13 @@ class Router:
         return self._pipeline
 
     async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
-        return await self.pipeline.route(body, headers, request_id=request_id)
+        plan = await self.pipeline.route(body, headers, request_id=request_id)
+        plan.router_replica = self._replica  # replay records name it (the front door completes)
+        return plan
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
+        """For a front door without cache and Observability handles; the graph's own front
+        doors complete locally (deployments/ingress.py front_door_completion)."""
         return await self.pipeline.complete(plan, report)
 
     async def preview(self, body: dict[str, Any], headers: dict[str, str] | None = None,

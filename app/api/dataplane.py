@@ -1,8 +1,9 @@
 """The standalone data plane: /v1/chat/completions, /v1/responses, /v1/models.
 
-The front door only relays: the Router decides (`route`) and accounts (`complete`);
-the upstream call happens here so a stream is relayed chunk by chunk by the process
-that holds the client connection, never buffered whole.
+The front door relays: the Router decides (`route`); the upstream call happens here so
+a stream is relayed chunk by chunk by the process that holds the client connection, never
+buffered whole; `complete` (accounting, cache write) runs after the answer was sent, in
+this process in the Ray graph (deployments/ingress.py HandleRouterClient).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class DataPlane:
         self.router = router
         self.upstream = upstream
         self.config = config
-        # Requests that never reach the Router's complete() (bad input, routing failures).
+        # Requests that never reach complete() (bad input, routing failures).
         self.metrics = metrics or RouterMetrics()
         self.background = BackgroundTasks()
 

@@ -97,17 +97,20 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
         console.print(f"[red]invalid configuration {config_path}:[/red]\n{exc}")
         return 2
 
+    from deployments.serve_env import apply_fast_path_env
+
+    # Before Serve is imported: this process builds the graph's handles, whose transport
+    # (gRPC or Ray actor calls) Serve fixes at import; Ray's processes read it at start.
+    apply_fast_path_env()
     import ray
     from ray import serve
 
     from app.cli.gateway import Gateway, GatewayError
     from deployments.graph import GraphArgs, build_app
-    from deployments.serve_env import apply_fast_path_env
 
     stop = threading.Event()
     gateway: Gateway | None = None
     console.print(f"[bold]svc-sr[/bold] starting a local Ray instance (config {config_path})")
-    apply_fast_path_env()  # before ray.init: the Serve processes read it at start
     ray.init(include_dashboard=dashboard, dashboard_host="127.0.0.1", logging_level="WARNING",
              log_to_driver=False, configure_logging=True)
     # After ray.init: Ray installs its own SIGTERM handler (a stack dump and exit); ours

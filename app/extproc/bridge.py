@@ -8,7 +8,7 @@
     response headers -> STREAMED mode for text/event-stream; routing headers
     response body    -> buffered JSON: translated (messages-style upstream, Responses
                         API) and `routing_metadata` added; SSE: each chunk translated as
-                        it passes. At the end Router.complete() runs in the background.
+                        it passes. At the end complete() runs in the background.
 
 Messages-style upstreams (`api_format` anthropic/messages, `wire.MessagesWire`): a chat
 request the backend cannot express is answered 400 at once (nothing is forwarded); an

@@ -50,12 +50,12 @@ from typing import Any, Protocol
 import numpy as np
 from pydantic import BaseModel
 
-from app.accounting.cost import compute_cost
 from app.api.errors import security_violation
 from app.cache.base import CacheHit
 from app.config.models import Decision, ProviderModel, RouterConfig
 from app.observability.router_metrics import RouterMetrics
 from app.pipeline import decisions as engine
+from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.headers import fill_routing_headers
 from app.pipeline.plan import (
     Accounting,
@@ -81,7 +81,7 @@ from app.pipeline.plugins import (
     refresh_cached_completion,
 )
 from app.pipeline.reasoning import apply_reasoning
-from app.pipeline.replay import REPLAY_ID_HEADER, new_capture, replay_record
+from app.pipeline.replay import REPLAY_ID_HEADER, new_capture
 from app.pipeline.selection import (
     InvalidRequestError,
     ModelIndex,
@@ -520,75 +520,11 @@ class RouterPipeline:
 
     # -------------------------------------------------------------- complete
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
-        """Usage, cost, TTFT/TPOT and the cache write. Never raises: accounting must not
-        break an answer the client already has.
-
-        TPOT: streams (total - ttft) / max(completion_tokens - 1, 1) (the first token's
-        time is TTFT); non-streaming total / completion_tokens (no first-token time).
-        """
-        model = report.model or plan.selected_model
-        try:
-            accounting = await self._complete(plan, report, model)
-        except Exception:
-            log.exception("complete() failed for request %s", plan.request_id)
-            accounting = Accounting(model=model)
-        self.services.metrics.on_complete(plan, report, accounting)
-        if plan.replay is not None and self.services.record_replay is not None:
-            try:
-                self.services.record_replay(replay_record(plan, report, accounting))
-            except Exception:
-                log.exception("replay record failed for request %s", plan.request_id)
-        return accounting
-
-    async def _complete(self, plan: RoutePlan, report: CompletionReport, model: str | None) -> Accounting:
-        pricing = plan.pricing.get(model or "")
-        currency = getattr(pricing, "currency", None) or "USD"
-        if plan.immediate is not None:
-            return Accounting(model=model, currency=currency, cached=plan.immediate.kind == "cache_hit")
-        response = report.response if isinstance(report.response, dict) else None
-        usage = _usage(response)
-        cost = 0.0
-        if pricing is not None and usage:
-            cost = float(compute_cost(response.get("usage") if response else None, pricing))
-        ttft = _non_negative(report.ttft_s)
-        total = _non_negative(report.total_s)
-        completion_tokens = usage.get("completion_tokens", 0)
-        tpot = None
-        if total is not None and completion_tokens > 0:
-            if report.stream and ttft is not None:
-                tpot = max(total - ttft, 0.0) / max(completion_tokens - 1, 1)
-            elif not report.stream:
-                tpot = total / completion_tokens
-        accounting = Accounting(model=model, usage=usage, cost=cost, currency=currency, ttft_s=ttft, tpot_s=tpot)
-        accounting.cache_written = await self._cache_write(plan, report, response, model)
-        return accounting
-
-    async def _cache_write(
-        self, plan: RoutePlan, report: CompletionReport, response: dict[str, Any] | None, model: str | None
-    ) -> bool:
-        write = plan.cache_write
-        store = self.services.cache_store
-        if write is None or store is None or report.status != 200 or response is None:
-            return False
-        if report.stream and not report.stream_finished:
-            return False  # an aborted stream is a partial answer
-        if model != plan.selected_model:
-            return False  # a fallback model answered: not what this partition promises
-        choices = response.get("choices")
-        if not isinstance(choices, list) or not choices:
-            return False
-        if write.vector:
-            vector = np.asarray(write.vector, dtype=np.float32)
-        elif self.services.embed is not None:
-            vector = np.asarray(await self.services.embed([write.query_text]), dtype=np.float32).reshape(-1)
-        else:
-            return False
-        try:
-            await store(write.partition, vector, response, write.ttl_seconds)
-        except Exception as exc:
-            log.warning("cache write failed for %s: %s", plan.request_id, exc)
-            return False
-        return True
+        """Usage, cost, TTFT/TPOT, metrics, replay and the cache write (app/pipeline/completion.py)."""
+        services = self.services
+        return await complete_request(CompletionServices(
+            metrics=services.metrics, cache_store=services.cache_store, embed=services.embed,
+            record_replay=services.record_replay), plan, report)
 
 
 # ------------------------------------------------------------------ helpers
@@ -739,31 +675,6 @@ def cache_partition(model: str, decision: str, body: Mapping[str, Any]) -> str:
 
 def _pricing(models: list[ProviderModel]) -> dict[str, Any]:
     return {m.name: m.pricing for m in models if m.pricing is not None}
-
-
-def _usage(response: Mapping[str, Any] | None) -> dict[str, int]:
-    raw = response.get("usage") if isinstance(response, Mapping) else None
-    if not isinstance(raw, Mapping):
-        return {}
-    usage: dict[str, int] = {}
-    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        value = raw.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-            usage[key] = int(value)
-    details = raw.get("prompt_tokens_details")
-    if isinstance(details, Mapping):
-        cached = details.get("cached_tokens")
-        if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0:
-            usage["cached_tokens"] = cached
-    if usage and "total_tokens" not in usage:
-        usage["total_tokens"] = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
-    return usage
-
-
-def _non_negative(value: float | None) -> float | None:
-    if value is None or value != value or value < 0:
-        return None
-    return float(value)
 
 
 Embedder = Callable[[list[str]], Awaitable[np.ndarray]]

@@ -103,6 +103,7 @@ class RoutePlan(BaseModel):
     started_at: float = 0.0  # time.time() when route() began
     endpoint: str = "chat_completions"  # the client-facing API (set by the front door), a metrics label
     replay: ReplayCapture | None = None  # set when the decision records replays (x-vsr-replay-id)
+    router_replica: str | None = None  # the Router replica that routed it (Ray graph only)
 
 
 class CompletionReport(BaseModel):

@@ -87,6 +87,8 @@ def replay_record(plan: RoutePlan, report: CompletionReport, accounting: Account
         "latency_ms": _ms(report.total_s),
         "ttft_ms": _ms(accounting.ttft_s),
     }
+    if plan.router_replica is not None:
+        record["router_replica"] = plan.router_replica
     if record["timestamp"] is None:
         del record["timestamp"]
     if capture.capture_request_body:

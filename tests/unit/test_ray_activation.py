@@ -158,6 +158,29 @@ def test_startup_watcher_registers_deployments_and_waits_for_every_one() -> None
     assert tracker.status().phase == "complete" and tracker.status().ready
 
 
+def test_startup_watcher_switches_to_the_cheap_health_status_once_started() -> None:
+    tracker = StartupTracker()
+    calls: list[str] = []
+    health_states = {"Router": ("HEALTHY", 1)}
+
+    def full() -> tuple[str, str, dict[str, tuple[str, int]]]:
+        calls.append("full")
+        return "RUNNING", "", {"Router": ("HEALTHY", 1)}
+
+    def health() -> tuple[str, str, dict[str, tuple[str, int]]]:
+        calls.append("health")
+        return "RUNNING", "", health_states
+
+    watcher = StartupWatcher(tracker, full, health=health)
+    watcher.poll()
+    assert tracker.status().ready and calls == ["full"]
+    health_states["Router"] = ("UNHEALTHY", 0)
+    watcher.poll()
+    assert calls == ["full", "health"]
+    router = next(m for m in tracker.status(detail=True).model_deployments or [] if m.name == "Router")
+    assert router.state == "failed"  # reported per deployment; startup itself stays complete (a latch)
+
+
 def test_startup_watcher_reports_a_model_that_did_not_load() -> None:
     tracker = StartupTracker()
     states = {"Guard": ("HEALTHY", 1), "Router": ("HEALTHY", 1)}

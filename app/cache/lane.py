@@ -1,0 +1,103 @@
+"""Which way a cache call travels: the same-node channel when there is one, else the handle.
+
+`CacheLane` asks the cache replica where its channel is (`discover`, through the
+DeploymentHandle), uses it when the replica runs on this node, and falls back to the handle
+for any call the channel cannot carry (replica restarted, socket gone). After a failure the
+channel is looked up again, at most every `retry_s` seconds, so a restarted replica's new
+socket is found without a discovery call per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from app.cache.base import CacheHit
+from app.cache.channel import CacheChannelClient, ChannelError
+
+log = logging.getLogger("svc_sr.cache.lane")
+
+
+class ChannelInfo(BaseModel):
+    """Where a cache replica listens: its Ray node and socket path."""
+
+    node_id: str
+    path: str
+
+
+Lookup = Callable[[str, np.ndarray, float], Awaitable[CacheHit | None]]
+Store = Callable[[str, np.ndarray, dict[str, Any], int | None], Awaitable[None]]
+
+
+class CacheLane:
+    def __init__(
+        self, *, node_id: str, discover: Callable[[], Awaitable[ChannelInfo | None]],
+        handle_lookup: Lookup, handle_store: Store, retry_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node_id = node_id
+        self._discover = discover
+        self._handle_lookup = handle_lookup
+        self._handle_store = handle_store
+        self.retry_s = retry_s
+        self._clock = clock
+        self._client: CacheChannelClient | None = None
+        self._next_discovery = 0.0
+        self.channel_calls = 0
+        self.handle_calls = 0
+
+    async def lookup(self, partition: str, vector: np.ndarray, threshold: float) -> CacheHit | None:
+        client = await self._channel()
+        if client is not None:
+            try:
+                hit = await client.lookup(partition, vector, threshold)
+                self.channel_calls += 1
+                return hit
+            except ChannelError as exc:
+                self._drop(client, exc)
+        self.handle_calls += 1
+        return await self._handle_lookup(partition, vector, threshold)
+
+    async def store(self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int | None) -> None:
+        client = await self._channel()
+        if client is not None:
+            try:
+                await client.store(partition, vector, response, ttl_seconds)
+                self.channel_calls += 1
+                return
+            except ChannelError as exc:
+                self._drop(client, exc)
+        self.handle_calls += 1
+        await self._handle_store(partition, vector, response, ttl_seconds)
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None
+
+    async def _channel(self) -> CacheChannelClient | None:
+        if self._client is not None or self._clock() < self._next_discovery:
+            return self._client
+        self._next_discovery = self._clock() + self.retry_s  # one discovery at a time
+        try:
+            info = await self._discover()
+        except Exception as exc:  # the replica may be starting or gone: the handle still works
+            log.debug("cache channel discovery failed: %s", exc)
+            return None
+        if info is None or info.node_id != self.node_id or not os.path.exists(info.path):
+            return None  # another node (or no channel): every call goes through the handle
+        if self._client is None:
+            self._client = CacheChannelClient(info.path)
+        return self._client
+
+    def _drop(self, client: CacheChannelClient, exc: Exception) -> None:
+        log.info("cache channel %s unusable (%s); using the handle", client.path, exc)
+        client.close()
+        if self._client is client:
+            self._client = None
+            self._next_discovery = self._clock() + self.retry_s

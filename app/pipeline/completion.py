@@ -1,0 +1,133 @@
+"""complete(plan, report) -> Accounting: what happens after an answer was sent.
+
+Usage, cost (spec formula, app/accounting/cost.py), TTFT/TPOT, spec 1's completion
+metrics, the `router_replay` record and the response-cache write. It needs only the plan,
+what the front door observed and a few services, so it runs where the answer is: in the
+Ray graph the front door (Ingress, ext_proc sidecar) completes requests itself, and the
+answer body never travels to a Router replica. In-process, RouterPipeline.complete calls it.
+
+Never raises: accounting must not break an answer the client already has.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.accounting.cost import compute_cost
+from app.observability.router_metrics import RouterMetrics
+from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.pipeline.replay import replay_record
+
+log = logging.getLogger("svc_sr.pipeline")
+
+
+@dataclass
+class CompletionServices:
+    """metrics: where the completion metrics go. cache_store(partition, vector, response,
+    ttl_seconds): the response cache (None: no writes). embed: re-encodes the cache query
+    when a plan carries no vector. record_replay: receives replay records, called inline."""
+
+    metrics: RouterMetrics = field(default_factory=RouterMetrics)
+    cache_store: Callable[..., Awaitable[Any]] | None = None
+    embed: Callable[[list[str]], Awaitable[np.ndarray]] | None = None
+    record_replay: Callable[[dict[str, Any]], Any] | None = None
+
+
+async def complete_request(services: CompletionServices, plan: RoutePlan, report: CompletionReport) -> Accounting:
+    """TPOT: streams (total - ttft) / max(completion_tokens - 1, 1) (the first token's time
+    is TTFT); non-streaming total / completion_tokens (no first-token time)."""
+    model = report.model or plan.selected_model
+    try:
+        accounting = await _account(services, plan, report, model)
+    except Exception:
+        log.exception("complete() failed for request %s", plan.request_id)
+        accounting = Accounting(model=model)
+    services.metrics.on_complete(plan, report, accounting)
+    if plan.replay is not None and services.record_replay is not None:
+        try:
+            services.record_replay(replay_record(plan, report, accounting))
+        except Exception:
+            log.exception("replay record failed for request %s", plan.request_id)
+    return accounting
+
+
+async def _account(services: CompletionServices, plan: RoutePlan, report: CompletionReport,
+                   model: str | None) -> Accounting:
+    pricing = plan.pricing.get(model or "")
+    currency = getattr(pricing, "currency", None) or "USD"
+    if plan.immediate is not None:
+        return Accounting(model=model, currency=currency, cached=plan.immediate.kind == "cache_hit")
+    response = report.response if isinstance(report.response, dict) else None
+    usage = usage_of(response)
+    cost = 0.0
+    if pricing is not None and usage:
+        cost = float(compute_cost(response.get("usage") if response else None, pricing))
+    ttft = _non_negative(report.ttft_s)
+    total = _non_negative(report.total_s)
+    completion_tokens = usage.get("completion_tokens", 0)
+    tpot = None
+    if total is not None and completion_tokens > 0:
+        if report.stream and ttft is not None:
+            tpot = max(total - ttft, 0.0) / max(completion_tokens - 1, 1)
+        elif not report.stream:
+            tpot = total / completion_tokens
+    accounting = Accounting(model=model, usage=usage, cost=cost, currency=currency, ttft_s=ttft, tpot_s=tpot)
+    accounting.cache_written = await _cache_write(services, plan, report, response, model)
+    return accounting
+
+
+async def _cache_write(services: CompletionServices, plan: RoutePlan, report: CompletionReport,
+                       response: dict[str, Any] | None, model: str | None) -> bool:
+    write = plan.cache_write
+    store = services.cache_store
+    if write is None or store is None or report.status != 200 or response is None:
+        return False
+    if report.stream and not report.stream_finished:
+        return False  # an aborted stream is a partial answer
+    if model != plan.selected_model:
+        return False  # a fallback model answered: not what this partition promises
+    choices = response.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return False
+    if write.vector:
+        vector = np.asarray(write.vector, dtype=np.float32)
+    elif services.embed is not None:
+        vector = np.asarray(await services.embed([write.query_text]), dtype=np.float32).reshape(-1)
+    else:
+        return False
+    try:
+        await store(write.partition, vector, response, write.ttl_seconds)
+    except Exception as exc:
+        log.warning("cache write failed for %s: %s", plan.request_id, exc)
+        return False
+    return True
+
+
+def usage_of(response: Mapping[str, Any] | None) -> dict[str, int]:
+    raw = response.get("usage") if isinstance(response, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return {}
+    usage: dict[str, int] = {}
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        value = raw.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            usage[key] = int(value)
+    details = raw.get("prompt_tokens_details")
+    if isinstance(details, Mapping):
+        cached = details.get("cached_tokens")
+        if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0:
+            usage["cached_tokens"] = cached
+    if usage and "total_tokens" not in usage:
+        usage["total_tokens"] = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+    return usage
+
+
+def _non_negative(value: float | None) -> float | None:
+    if value is None or value != value or value < 0:
+        return None
+    return float(value)
