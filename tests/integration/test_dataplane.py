@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
 
 import httpx
@@ -88,6 +90,20 @@ def test_paraphrase_is_answered_from_the_cache(client: openai.OpenAI, stack: Sta
     assert headers["x-cache-status"] == "hit"
     assert body["routing_metadata"]["cache_hit"] is True
     assert body["choices"][0]["message"]["content"]
+
+
+def test_the_cache_replica_serves_a_private_same_node_lane(client: openai.OpenAI, stack: Stack) -> None:
+    import ray
+    from ray import serve
+
+    cache = serve.get_deployment_handle("ResponseCache", "svc-sr")
+    info = cache.channel.remote().result()
+    assert info["node_id"] == ray.get_runtime_context().get_node_id()  # one node: every caller uses it
+    assert stat.S_IMODE(os.stat(info["path"]).st_mode) == 0o600
+    before = cache.stats.remote().result()["entries"]
+    _raw(client, model="MoM", messages=[{"role": "user", "content": "Solve the equation 3x + 7 = 22 for x"}])
+    _settle()  # the Ingress writes the answer (math decision: cached) after sending it
+    assert cache.stats.remote().result()["entries"] == before + 1
 
 
 def test_cached_answer_served_to_a_streaming_client(client: openai.OpenAI, stack: Stack) -> None:
