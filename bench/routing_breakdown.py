@@ -66,6 +66,7 @@ def main() -> None:
         config_path.write_text(yaml.safe_dump(bench_config(upstream)))
         port = find_free_port()
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        loop = asyncio.new_event_loop()
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})
             serve.run(build_app(GraphArgs(config_path=str(config_path), metrics={"enabled": False})),
@@ -84,9 +85,12 @@ def main() -> None:
                     started = time.perf_counter()
                     client.get(f"{url}/health")
                     rows["health"].append((time.perf_counter() - started) * 1000)
-            rows["handle_route"], rows["handle_noop"] = asyncio.run(handle_timings(args.requests))
+            # The driver's handles live on this loop (throughput-optimized Serve runs a handle's
+            # router on its caller's loop), so Serve is shut down from it too.
+            rows["handle_route"], rows["handle_noop"] = loop.run_until_complete(handle_timings(args.requests))
         finally:
-            serve.shutdown()
+            loop.run_until_complete(serve.shutdown_async())
+            loop.close()
             ray.shutdown()
     print(json.dumps({name: round(statistics.median(values), 2) for name, values in rows.items()}, indent=2))
 
