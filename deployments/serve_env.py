@@ -52,6 +52,12 @@ def fast_path_env() -> dict[str, str]:
         # balancers elsewhere notice. HAProxy on this node drops it within ~0.1 s; Serve's 30 s
         # default only made every `svc-sr stop` and test teardown wait 30 s. Clusters keep 30 s.
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+        # The Serve controller's reconcile loop runs every 0.1 s by default, and each pass over
+        # the graph's nine deployments costs CPU that two cores share with the request path:
+        # at 0.5 s the routed c=1 p50 measured 15.4-17.1 ms against 18.3-20.2 ms (same session,
+        # alternating runs). Autoscaling and health checks act on windows of seconds, so the
+        # later reaction is not felt. Clusters keep the default: the head node has spare cores.
+        "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
     }
 
 
@@ -59,7 +65,7 @@ FAST_PATH_KEYS = (
     "RAY_SERVE_THROUGHPUT_OPTIMIZED", "RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC",
     "RAY_SERVE_HAPROXY_SOCKET_PATH", "RAY_SERVE_HAPROXY_SERVER_STATE_BASE", "RAY_SERVE_HAPROXY_SERVER_STATE_FILE",
     "RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT", "RAY_SERVE_HAPROXY_NBTHREAD",
-    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "RAY_SERVE_CONTROL_LOOP_INTERVAL_S",
 )
 
 

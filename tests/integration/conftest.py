@@ -123,6 +123,23 @@ def noroute_config(a: FakeUpstream) -> dict:
     }
 
 
+def _report_startup_failure() -> None:
+    """The stack is every integration test's fixture: when it cannot start, say why (Serve's
+    view and the tail of the controller's log) instead of leaving only the exception."""
+    import glob
+    import sys
+
+    from ray import serve
+
+    try:
+        print(f"serve.status() at stack failure: {serve.status()}", file=sys.stderr)
+    except Exception as exc:
+        print(f"serve.status() failed too: {exc!r}", file=sys.stderr)
+    for log in sorted(glob.glob("/tmp/ray/session_latest/logs/serve/controller_*.log"))[-1:]:
+        with open(log, errors="replace") as fh:
+            print(f"--- tail of {log}\n" + "".join(fh.readlines()[-60:]), file=sys.stderr)
+
+
 def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
     import time
 
@@ -160,22 +177,26 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         os.environ["SVC_SR_MANAGEMENT_STATE_DIR"] = str(work / "management-state")
         ray.init(num_cpus=6, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:
-            serve.start(http_options={"host": "127.0.0.1", "port": port})
-            metrics_port = find_free_port()
-            # Two Router replicas: metric totals must not depend on which one served.
-            serve.run(build_app(GraphArgs(config_path=str(routed_path), metrics={"port": metrics_port},
-                                          deployments={"Router": {"num_replicas": 2}})),
-                      name="svc-sr", route_prefix="/")
-            no_metrics = {"enabled": False}
-            # One DecisionModel (MiniLM) is enough for the session: the other apps leave it out.
-            serve.run(build_app(GraphArgs(config_path=str(routed_path), router_local_encoder=True,
-                                          metrics=no_metrics, decision_model=False)),
-                      name="local-encoder", route_prefix="/local")
-            serve.run(build_app(GraphArgs(config_path=str(noroute_path), metrics=no_metrics, decision_model=False)),
-                      name="noroute",
-                      route_prefix="/noroute")
-            base = f"http://127.0.0.1:{port}"
-            _wait_ready(f"{base}/health")
+            try:
+                serve.start(http_options={"host": "127.0.0.1", "port": port})
+                metrics_port = find_free_port()
+                # Two Router replicas: metric totals must not depend on which one served.
+                serve.run(build_app(GraphArgs(config_path=str(routed_path), metrics={"port": metrics_port},
+                                              deployments={"Router": {"num_replicas": 2}})),
+                          name="svc-sr", route_prefix="/")
+                no_metrics = {"enabled": False}
+                # One DecisionModel (MiniLM) is enough for the session: the other apps leave it out.
+                serve.run(build_app(GraphArgs(config_path=str(routed_path), router_local_encoder=True,
+                                              metrics=no_metrics, decision_model=False)),
+                          name="local-encoder", route_prefix="/local")
+                serve.run(build_app(GraphArgs(config_path=str(noroute_path), metrics=no_metrics,
+                                              decision_model=False)),
+                          name="noroute", route_prefix="/noroute")
+                base = f"http://127.0.0.1:{port}"
+                _wait_ready(f"{base}/health")
+            except BaseException:
+                _report_startup_failure()
+                raise
             yield Stack(base, a, b, dead_port, f"http://127.0.0.1:{metrics_port}/metrics", routed_path,
                         routed_config(a, b, dead_port))
         finally:
