@@ -31,14 +31,13 @@ from deployments.serve_env import process_transport
 
 
 class HandleRouterClient:
-    """Adapts the Router DeploymentHandle to the front door's RouterClient protocol.
+    """Adapts the Router DeploymentHandle to the front door's RouterClient protocol: route()
+    on a Router replica, complete() here (app/pipeline/completion.py). One Ray hop per request
+    fewer, and the answer body is not shipped to a Router replica (on 2 cores, leaving out
+    completion altogether cut the c=1 p50 by 2.3 ms; that work used to compete with the next
+    request, docs/performance.md)."""
 
-    With `completion` the front door completes requests itself (app/pipeline/completion.py):
-    one Ray hop per request fewer, and the answer body is not shipped to a Router replica
-    (on 2 cores, leaving out completion altogether cut the c=1 p50 by 2.3 ms; that work used
-    to compete with the next request, docs/performance.md)."""
-
-    def __init__(self, handle: DeploymentHandle, completion: CompletionServices | None = None) -> None:
+    def __init__(self, handle: DeploymentHandle, completion: CompletionServices) -> None:
         self._handle = handle
         self._completion = completion
 
@@ -49,12 +48,7 @@ class HandleRouterClient:
             raise _cause(exc) from None
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
-        if self._completion is not None:
-            return await complete_request(self._completion, plan, report)
-        try:
-            return await self._handle.complete.remote(plan, report)
-        except RayTaskError as exc:
-            raise _cause(exc) from None
+        return await complete_request(self._completion, plan, report)
 
     async def preview(self, request: Any, headers: Any = None, seed: int | None = None) -> dict[str, Any]:
         """The management API's routing preview (RoutingPreviewer) on a Router replica."""

@@ -7,8 +7,9 @@ replica keeps serving the previous generation and reports the failure through
 `generation()`, which the activator reads before it declares the change active (Serve
 would otherwise replace a replica whose reconfigure raised, previous generation and all).
 
-Replay records (`router_replay` plugin) go to the Observability deployment, shared by
-every Router replica, fire-and-forget.
+route() marks the requests whose decision records replays (`router_replay` plugin); the
+front door that completes the request (Ingress, ext_proc sidecar) sends the record to the
+Observability deployment, shared by every replica.
 
 The learned signal families (`domain`, `pii`, `jailbreak`) call the DomainClassifier and
 Guard deployments; the request's query vector from the Embedding deployment is passed
@@ -28,11 +29,10 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.common.background import BackgroundTasks
 from app.common.heap import freeze_startup_heap
 from app.config.loader import config_hash, parse_config
 from app.pipeline.pipeline import PipelineServices, RouterPipeline, encoder_embed
-from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.pipeline.plan import RoutePlan
 from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import domain_factory
 from app.pipeline.signals.jailbreak import jailbreak_factory
@@ -40,7 +40,7 @@ from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import MiniLMEncoder, token_counter
 from app.srun.hosting import BindingRuntimes
 from app.srun.runtime_metrics import RuntimeMetrics
-from deployments.observability import replay_sender, replica_pusher
+from deployments.observability import replica_pusher
 from deployments.response_cache import cache_lane
 from deployments.serve_env import process_transport
 
@@ -108,9 +108,9 @@ class Router:
         # Workers of the model deployments the configuration binds; their metrics are pushed
         # with the replica's own.
         self._bindings = BindingRuntimes(self._replica, RuntimeMetrics(self._services.metrics.recorder))
-        self._replay_sends = BackgroundTasks()
-        if observability is not None:
-            self._services.record_replay = replay_sender(observability, self._replay_sends)
+        # The front doors complete requests and send their replay records to Observability;
+        # route() only marks the requests whose decision records replays.
+        self._services.capture_replays = observability is not None
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         services = self._services
@@ -170,11 +170,6 @@ class Router:
         plan = await self.pipeline.route(body, headers, request_id=request_id)
         plan.router_replica = self._replica  # replay records name it (the front door completes)
         return plan
-
-    async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
-        """For a front door without cache and Observability handles; the graph's own front
-        doors complete locally (deployments/ingress.py front_door_completion)."""
-        return await self.pipeline.complete(plan, report)
 
     async def preview(self, body: dict[str, Any], headers: dict[str, str] | None = None,
                       seed: int | None = None) -> dict[str, Any]:

@@ -33,7 +33,7 @@ class CompletionServices:
     when a plan carries no vector. record_replay: receives replay records, called inline."""
 
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
-    cache_store: Callable[..., Awaitable[Any]] | None = None
+    cache_store: Callable[[str, np.ndarray, dict[str, Any], int | None], Awaitable[Any]] | None = None
     embed: Callable[[list[str]], Awaitable[np.ndarray]] | None = None
     record_replay: Callable[[dict[str, Any]], Any] | None = None
 
@@ -63,7 +63,7 @@ async def _account(services: CompletionServices, plan: RoutePlan, report: Comple
     if plan.immediate is not None:
         return Accounting(model=model, currency=currency, cached=plan.immediate.kind == "cache_hit")
     response = report.response if isinstance(report.response, dict) else None
-    usage = usage_of(response)
+    usage = _usage(response)
     cost = 0.0
     if pricing is not None and usage:
         cost = float(compute_cost(response.get("usage") if response else None, pricing))
@@ -108,7 +108,7 @@ async def _cache_write(services: CompletionServices, plan: RoutePlan, report: Co
     return True
 
 
-def usage_of(response: Mapping[str, Any] | None) -> dict[str, int]:
+def _usage(response: Mapping[str, Any] | None) -> dict[str, int]:
     raw = response.get("usage") if isinstance(response, Mapping) else None
     if not isinstance(raw, Mapping):
         return {}

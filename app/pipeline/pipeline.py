@@ -53,7 +53,6 @@ from pydantic import BaseModel
 from app.api.errors import security_violation
 from app.cache.base import CacheHit
 from app.config.models import Decision, ProviderModel, RouterConfig
-from app.observability.router_metrics import RouterMetrics
 from app.pipeline import decisions as engine
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.headers import fill_routing_headers
@@ -123,8 +122,9 @@ class CacheStore(Protocol):
 
 
 @dataclass
-class PipelineServices:
-    """Everything route()/complete() call outside pure Python.
+class PipelineServices(CompletionServices):
+    """Everything route()/complete() call outside pure Python; complete()'s own services
+    (metrics, cache_store, embed, record_replay) are CompletionServices' fields.
 
     embed: texts -> (n, 384) unit vectors. cache_lookup / cache_store: the response
     cache (None: caching off whatever the config says). evaluators: extra signal
@@ -134,19 +134,18 @@ class PipelineServices:
     across hot reloads. metrics: where route()/complete() record spec 1's metrics.
     record_replay: receives the `router_replay` record of a completed request (None:
     replays are not recorded); called inline, so it must hand the record off quickly.
+    capture_replays: route() marks replays although record_replay is unset here, because
+    another process completes the request and records it (the Ray graph's front doors).
     model_runtimes: the host of the model-runtime deployments the config's bindings name
     (`ManagedRuntimes`); a bound family is evaluated through it instead of `evaluators`
     (app/pipeline/signals/runtime.py). Read when a config version is built.
     """
 
-    embed: EmbedFn | None = None
     cache_lookup: CacheLookup | None = None
-    cache_store: CacheStore | None = None
     evaluators: dict[str, EvaluatorFactory] = field(default_factory=dict)
     count_tokens: CountTokensFn | None = None
     phrase_cache: dict[str, np.ndarray] = field(default_factory=dict)
-    metrics: RouterMetrics = field(default_factory=RouterMetrics)
-    record_replay: Callable[[dict[str, Any]], Any] | None = None
+    capture_replays: bool = False
     model_runtimes: SignalHost | None = None
 
 
@@ -277,7 +276,8 @@ class RouterPipeline:
         return plan
 
     def _mark_replay(self, plan: RoutePlan) -> None:
-        if self.services.record_replay is None or plan.decision is None:
+        recorded = self.services.capture_replays or self.services.record_replay is not None
+        if not recorded or plan.decision is None:
             return
         plugins = self._state.plugins.get(plan.decision)
         if plugins is None or plugins.replay is None:
@@ -521,10 +521,7 @@ class RouterPipeline:
     # -------------------------------------------------------------- complete
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
         """Usage, cost, TTFT/TPOT, metrics, replay and the cache write (app/pipeline/completion.py)."""
-        services = self.services
-        return await complete_request(CompletionServices(
-            metrics=services.metrics, cache_store=services.cache_store, embed=services.embed,
-            record_replay=services.record_replay), plan, report)
+        return await complete_request(self.services, plan, report)
 
 
 # ------------------------------------------------------------------ helpers

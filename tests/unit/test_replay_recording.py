@@ -7,6 +7,7 @@ from typing import Any
 from app.config.models import RouterConfig
 from app.management.replays import ReplayStore, redact_record
 from app.pipeline import PipelineServices, RouterPipeline
+from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.plan import CompletionReport
 from app.pipeline.replay import REPLAY_ID_HEADER, clip_body
 
@@ -82,6 +83,19 @@ async def test_no_plugin_or_no_recorder_means_no_replay() -> None:
                               PipelineServices(record_replay=store.record))
     assert (await disabled.route(body("urgent"), {}, "c")).replay is None
     assert len(store) == 0
+
+
+async def test_routing_in_one_process_and_recording_in_another() -> None:
+    # The Ray graph: a Router replica marks the request, the front door completes and records.
+    router = RouterPipeline(config({"type": "router_replay", "configuration": {}}),
+                            PipelineServices(capture_replays=True))
+    plan = await router.route(body("urgent: fix it"), {}, "req-3")
+    assert plan.replay is not None and plan.response_headers[REPLAY_ID_HEADER] == plan.replay.replay_id
+    store = ReplayStore()
+    await complete_request(CompletionServices(record_replay=store.record), plan,
+                           CompletionReport(status=200, model="small", response=ANSWER))
+    record = store.get(plan.replay.replay_id)
+    assert record is not None and record["decision"] == "urgent" and record["usage"]["total_tokens"] == 15
 
 
 async def test_a_failing_recorder_never_breaks_complete() -> None:
