@@ -25,6 +25,7 @@ request continue unmodified, "closed" answers 503 (the Envoy filter's own
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -76,11 +77,16 @@ class ExtProcBridge(pbg.ExternalProcessorServicer):
         self.settings = settings or BridgeSettings()
         self.metrics = metrics or RouterMetrics()
         self._background = BackgroundTasks()
+        self._open_exchanges = 0
+        self._no_open_exchange = asyncio.Event()
+        self._no_open_exchange.set()
 
     async def Process(  # noqa: N802 (the gRPC method name)
         self, request_iterator: AsyncIterator[pb.ProcessingRequest], context: Any
     ) -> AsyncIterator[pb.ProcessingResponse]:
         exchange = _Exchange(self)
+        self._open_exchanges += 1
+        self._no_open_exchange.clear()
         try:
             async for request in request_iterator:
                 kind = request.WhichOneof("request")
@@ -92,6 +98,9 @@ class ExtProcBridge(pbg.ExternalProcessorServicer):
                 yield response
         finally:
             exchange.finish_abandoned()
+            self._open_exchanges -= 1
+            if not self._open_exchanges:
+                self._no_open_exchange.set()
 
     def spawn(self, coro: Any) -> None:
         self._background.spawn(coro)
@@ -103,7 +112,11 @@ class ExtProcBridge(pbg.ExternalProcessorServicer):
             log.exception("complete() failed for request %s", plan.request_id)
 
     async def drain(self) -> None:
-        """Wait for background complete() calls (shutdown, tests)."""
+        """Wait until no exchange is open and every complete() it started has run (shutdown,
+        tests). Open exchanges count: a client can read a stream's [DONE] (sent on the
+        upstream's last event) before Envoy hands the bridge the end of the body, and only
+        then does the exchange complete."""
+        await self._no_open_exchange.wait()
         await self._background.drain()
 
 

@@ -125,19 +125,85 @@ def noroute_config(a: FakeUpstream) -> dict:
 
 def _report_startup_failure() -> None:
     """The stack is every integration test's fixture: when it cannot start, say why (Serve's
-    view and the tail of the controller's log) instead of leaving only the exception."""
+    view and the tail of the controller's log) instead of leaving only the exception. On the
+    real stderr: a failed start has taken pytest down before its summary."""
     import glob
     import sys
 
     from ray import serve
 
     try:
-        print(f"serve.status() at stack failure: {serve.status()}", file=sys.stderr)
+        print(f"serve.status() at stack failure: {serve.status()}", file=sys.__stderr__)
     except Exception as exc:
-        print(f"serve.status() failed too: {exc!r}", file=sys.stderr)
+        print(f"serve.status() failed too: {exc!r}", file=sys.__stderr__)
     for log in sorted(glob.glob("/tmp/ray/session_latest/logs/serve/controller_*.log"))[-1:]:
         with open(log, errors="replace") as fh:
-            print(f"--- tail of {log}\n" + "".join(fh.readlines()[-60:]), file=sys.stderr)
+            print(f"--- tail of {log}\n" + "".join(fh.readlines()[-60:]), file=sys.__stderr__)
+
+
+def _start_ray(attempts: int = 2) -> None:
+    """Start the session's local Ray instance.
+
+    Three times in some forty suite runs on the 2-core box, `ray.init` started a GCS,
+    dashboard and monitors but no raylet (the session's logs hold no raylet file) and gave
+    up 30 s later ("The current node timed out during startup"). The half-started session's
+    processes outlived the failure; a later Ray instance in the same process then lost its
+    GCS, and Ray exits a driver that cannot reach its GCS for 60 s: pytest died with no
+    summary. So: print the failure to the real stderr at once (pytest's capture would lose
+    it), stop what the failed attempt started, and try once more.
+    """
+    import glob
+    import sys
+    import time
+    import traceback
+
+    import ray
+
+    for attempt in range(1, attempts + 1):
+        started, sessions_before = time.monotonic(), set(glob.glob("/tmp/ray/session_2*"))
+        try:
+            ray.init(num_cpus=6, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+            return
+        except Exception:
+            print(f"ray.init attempt {attempt} failed after {time.monotonic() - started:.1f}s:",
+                  file=sys.__stderr__)
+            traceback.print_exc(file=sys.__stderr__)
+            ray.shutdown()
+            # Only a session this attempt created is ours to report and stop (its name ends in
+            # our pid; other Ray instances may be running). The failed node object is gone, so
+            # shutdown() cannot stop what it started.
+            for session in set(glob.glob(f"/tmp/ray/session_2*_{os.getpid()}")) - sessions_before:
+                _print_session_log_tails(session, sys.__stderr__)
+                _kill_processes_of(session)
+            if attempt == attempts:
+                raise
+            time.sleep(2.0)
+
+
+def _kill_processes_of(session: str) -> None:
+    """SIGKILL every process whose command line names `session` (its GCS, monitors, dashboard)."""
+    import signal
+
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmdline = fh.read().decode(errors="replace")
+            if (f"{session}/" in cmdline or f"{session}\0" in cmdline) and int(pid) != os.getpid():
+                os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+def _print_session_log_tails(session: str, out: object) -> None:
+    import glob
+
+    print(f"--- {session}: {sorted(os.listdir(session + '/logs')) if os.path.isdir(session + '/logs') else 'no logs'}",
+          file=out)
+    for log in sorted(glob.glob(f"{session}/logs/*.err")) + sorted(glob.glob(f"{session}/logs/raylet.out")):
+        with open(log, errors="replace") as fh:
+            tail = fh.readlines()[-20:]
+        if tail:
+            print(f"--- tail of {log}\n" + "".join(tail), file=out)
 
 
 def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
@@ -175,7 +241,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         apply_fast_path_env()  # as `svc-sr serve` does: HAProxy + throughput-optimized Serve
         # Management state (config versions) of each app under this session's tmp dir, not .cache/
         os.environ["SVC_SR_MANAGEMENT_STATE_DIR"] = str(work / "management-state")
-        ray.init(num_cpus=6, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        _start_ray()
         try:
             try:
                 serve.start(http_options={"host": "127.0.0.1", "port": port})
