@@ -48,7 +48,7 @@ def serve(config_path: Path, host: str, port: int, dashboard: bool, serve_config
     """Start a local Ray instance and serve the router graph (Ctrl-C stops it)."""
     state = ServeState.read()
     if state and process_alive(state.pid):
-        console.print(f"svc-sr is already running (pid {state.pid}, {state.http})")
+        console.print(f"svc-sr is already running (pid {state.pid}, {state.http}, {state.phase})")
         sys.exit(1)
     if not config_path.exists():
         console.print(f"[red]config file not found:[/red] {config_path}")
@@ -73,8 +73,8 @@ def status(endpoint: str | None, token_env: str) -> None:
         sys.exit(3)
     report: dict[str, object] = {"running": True}
     if local and state is not None:
-        report.update({"pid": state.pid, "endpoint": state.http, "config": state.config_path,
-                       "uptime_s": round(time.time() - state.started_at)})
+        report.update({"pid": state.pid, "phase": state.phase, "endpoint": state.http,
+                       "config": state.config_path, "uptime_s": round(time.time() - state.started_at)})
     url = (endpoint or (state.http if state else "")).rstrip("/")
     report["endpoint"] = url
     report.update(_remote_status(url, os.environ.get(token_env, "")))

@@ -30,6 +30,9 @@ class ServeState:
     http: str
     started_at: float
     ray_session_dir: str | None = None
+    # "starting" from the moment Ray runs, so `svc-sr stop` can stop a start in progress and a
+    # second `svc-sr serve` does not start another Ray instance beside it; then "ready".
+    phase: str = "ready"
 
     def write(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -71,7 +74,17 @@ def process_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """An exited process its parent has not reaped yet (a script or supervisor that started
+    `svc-sr serve`): it has stopped, though signal 0 still finds it."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _deployment_states() -> dict[str, str]:
@@ -110,9 +123,16 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
 
     stop = threading.Event()
     gateway: Gateway | None = None
+    ready = False
     console.print(f"[bold]svc-sr[/bold] starting a local Ray instance (config {config_path})")
-    ray.init(include_dashboard=dashboard, dashboard_host="127.0.0.1", logging_level="WARNING",
-             log_to_driver=False, configure_logging=True)
+    http = f"http://{host}:{port}"
+    ServeState(os.getpid(), str(config_path), http, time.time(), phase="starting").write()
+    try:
+        ray.init(include_dashboard=dashboard, dashboard_host="127.0.0.1", logging_level="WARNING",
+                 log_to_driver=False, configure_logging=True)
+    except BaseException:
+        ServeState.clear()
+        raise
     # After ray.init: Ray installs its own SIGTERM handler (a stack dump and exit); ours
     # must win so `svc-sr stop` shuts Serve and Ray down cleanly.
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -137,7 +157,6 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
             return 1
         if stop.is_set():
             return 130
-        http = f"http://{host}:{port}"
         if with_envoy and config.global_.services.envoy.enabled:
             gateway = Gateway(config_path, config, STATE_DIR, ray.get_runtime_context().gcs_address, APP_NAME, port)
             console.print("starting the ext_proc sidecar and Envoy ...")
@@ -148,6 +167,7 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
                 return 1
         ServeState(os.getpid(), str(config_path), http, time.time(),
                    ray.get_runtime_context().gcs_address if dashboard else None).write()
+        ready = True
         console.print(f"[green]ready[/green]  OpenAI-compatible endpoint: {http}/v1  (model: MoM)")
         console.print(f"  decisions (svc-srun API): {http}/v1/decisions")
         console.print(f"  management API: {http}/api/v1  (svc-sr status | config get|apply|versions|rollback)")
@@ -168,7 +188,10 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
         if gateway is not None:
             gateway.stop()
         try:
-            serve.shutdown()
+            # Serve's graceful shutdown drains traffic; stopped mid-start there is none, and it
+            # waits ~60 s on replicas still initialising. ray.shutdown() stops them all at once.
+            if ready:
+                serve.shutdown()
         finally:
             ray.shutdown()
             ServeState.clear()
