@@ -249,6 +249,11 @@ class DataPlane:
             log.warning("upstream stream for %s ended early: %s", plan.request_id, exc.kind)
         finally:
             await stream.aclose()
+            if (error_reason == "cancellation" and stream.status == 200 and accumulator.completed
+                    and stream.translation_completed):
+                # The client left after the answer's [DONE] (the OpenAI SDK closes on it)
+                # and before the upstream's body ended: the answer was whole.
+                finished = True
             ended = time.perf_counter()
             report = CompletionReport(
                 status=stream.status, model=stream.target.model,

@@ -401,8 +401,15 @@ class _Exchange:
         self.bridge.spawn(self.bridge.complete_quietly(self.plan, report))
 
     def finish_abandoned(self) -> None:
-        """The stream closed before the answer ended (client gone, upstream reset)."""
+        """The stream closed before the body's end reached the bridge: client gone, upstream
+        reset, or a client that closed as soon as it read [DONE] (the OpenAI SDK does), so
+        Envoy never forwarded the body's last, empty frame. In that last case the whole
+        answer went through and counts as finished (its cost, its cache write)."""
         if self.completed or self.plan is None:
+            return
+        if (self.streaming and self.status == 200 and not self.stream_failed
+                and self.wire.stream_completed(self.accumulator)):
+            self._complete(self._report(None, stream_finished=True))
             return
         self.status = self.status or 499
         report = self._report(None, stream_finished=False)

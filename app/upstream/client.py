@@ -403,7 +403,12 @@ class UpstreamStream:
     def finished(self) -> bool:
         """The body ended normally and, when translated, the translation saw the answer end
         (a messages stream's `completed`: stop_reason/message_stop, no error event)."""
-        return self.completed and bool(getattr(self._translator, "completed", True))
+        return self.completed and self.translation_completed
+
+    @property
+    def translation_completed(self) -> bool:
+        """A translated stream saw the answer end; always true for a chat stream."""
+        return bool(getattr(self._translator, "completed", True))
 
     @property
     def is_event_stream(self) -> bool:
