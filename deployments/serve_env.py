@@ -81,7 +81,6 @@ def apply_fast_path_env(environ: MutableMapping[str, str] | None = None) -> dict
     return applied
 
 
-
 def process_transport(handle: H) -> H:
     """`handle` with the transport this process's Serve runs with: gRPC in throughput-optimized
     mode (~1.1 ms a hop here), else Ray actor calls (~2.4 ms). A handle arrives pickled with

@@ -7,7 +7,7 @@ load, with ~2.5 ms of CPU in the cache replica for a lookup that itself takes 0.
 this channel a call costs a socket round trip. The cache stays one shared store (the
 ResponseCache replica owns it); only the transport changes, and only between processes on
 the same node. Callers on other nodes, or when the channel fails, use the handle
-(deployments/cache_client.py decides).
+(app/cache/lane.py decides).
 
 Frames: 4-byte big-endian length, then a pydantic model as JSON (`CacheCall` in,
 `CacheReply` out). One call at a time per connection; the client keeps a small pool.

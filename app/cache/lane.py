@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel
@@ -22,6 +22,7 @@ from app.cache.base import CacheHit
 from app.cache.channel import CacheChannelClient, ChannelError
 
 log = logging.getLogger("svc_sr.cache.lane")
+T = TypeVar("T")
 
 
 class ChannelInfo(BaseModel):
@@ -53,28 +54,25 @@ class CacheLane:
         self.handle_calls = 0
 
     async def lookup(self, partition: str, vector: np.ndarray, threshold: float) -> CacheHit | None:
-        client = await self._channel()
-        if client is not None:
-            try:
-                hit = await client.lookup(partition, vector, threshold)
-                self.channel_calls += 1
-                return hit
-            except ChannelError as exc:
-                self._drop(client, exc)
-        self.handle_calls += 1
-        return await self._handle_lookup(partition, vector, threshold)
+        return await self._call(lambda client: client.lookup(partition, vector, threshold),
+                                lambda: self._handle_lookup(partition, vector, threshold))
 
     async def store(self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int | None) -> None:
+        await self._call(lambda client: client.store(partition, vector, response, ttl_seconds),
+                         lambda: self._handle_store(partition, vector, response, ttl_seconds))
+
+    async def _call(self, over_channel: Callable[[CacheChannelClient], Awaitable[T]],
+                    over_handle: Callable[[], Awaitable[T]]) -> T:
         client = await self._channel()
         if client is not None:
             try:
-                await client.store(partition, vector, response, ttl_seconds)
+                result = await over_channel(client)
                 self.channel_calls += 1
-                return
+                return result
             except ChannelError as exc:
                 self._drop(client, exc)
         self.handle_calls += 1
-        await self._handle_store(partition, vector, response, ttl_seconds)
+        return await over_handle()
 
     @property
     def connected(self) -> bool:
@@ -91,7 +89,7 @@ class CacheLane:
             return None
         if info is None or info.node_id != self.node_id or not os.path.exists(info.path):
             return None  # another node (or no channel): every call goes through the handle
-        if self._client is None:
+        if self._client is None:  # a discovery slower than retry_s may have overlapped this one
             self._client = CacheChannelClient(info.path)
         return self._client
 

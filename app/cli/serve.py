@@ -188,8 +188,8 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
         if gateway is not None:
             gateway.stop()
         try:
-            # Serve's graceful shutdown drains traffic; stopped mid-start there is none, and it
-            # waits ~60 s on replicas still initialising. ray.shutdown() stops them all at once.
+            # Serve's graceful shutdown drains traffic; stopped mid-start there is none to
+            # drain, and ray.shutdown() stops the replicas still starting.
             if ready:
                 serve.shutdown()
         finally:

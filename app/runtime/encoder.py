@@ -69,28 +69,6 @@ def load_tokenizer(max_tokens: int | None) -> Any:
     return tokenizer
 
 
-@dataclass
-class PaddedBatch:
-    """Token ids of a batch padded to its longest text (the native engine runs batches padded;
-    the onnxruntime engine runs rows, see `MiniLMEncoder.encode_full`)."""
-
-    ids: np.ndarray  # (n, width) int64
-    mask: np.ndarray  # (n, width) int64
-    lengths: list[int]
-    offsets: list[list[tuple[int, int]]]
-
-
-def pad_batch(tokenizer: Any, texts: list[str]) -> PaddedBatch:
-    encodings = tokenizer.encode_batch(list(texts))
-    lengths = [len(e.ids) for e in encodings]
-    ids = np.zeros((len(texts), max(lengths)), dtype=np.int64)
-    mask = np.zeros_like(ids)
-    for row, enc in enumerate(encodings):
-        ids[row, : lengths[row]] = enc.ids
-        mask[row, : lengths[row]] = 1
-    return PaddedBatch(ids, mask, lengths, [list(enc.offsets) for enc in encodings])
-
-
 WARM_UP_SAMPLES = ["warm up", "a slightly longer sentence to warm up the encoder " * 4]
 
 

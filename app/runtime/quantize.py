@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.metadata
 import logging
 import os
 import tempfile
@@ -25,6 +26,8 @@ import threading
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
+
+from app.common.digest import file_sha256
 
 BUILD_RECIPE = "fold-basic+dynamic-qint8-per-channel-v1"
 MODEL_STEM = "minilm-l6-dynamic-int8"
@@ -39,16 +42,11 @@ def model_cache_dir() -> Path:
 
 
 def build_key(source: Path) -> str:
-    """Digest of the source weights, the recipe and the tools that shape the output bytes."""
-    import onnx
-    import onnxruntime
-
-    digest = hashlib.sha256()
-    with open(source, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    digest.update(f"|{BUILD_RECIPE}|ort={onnxruntime.__version__}|onnx={onnx.__version__}".encode())
-    return digest.hexdigest()[:16]
+    """Digest of the source weights, the recipe and the tools that shape the output bytes
+    (versions from package metadata: a process that finds the build never imports onnx)."""
+    tools = f"ort={importlib.metadata.version('onnxruntime')}|onnx={importlib.metadata.version('onnx')}"
+    key = f"{file_sha256(source)}|{BUILD_RECIPE}|{tools}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def writable_cache_dir() -> Path:

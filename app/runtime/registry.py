@@ -22,10 +22,10 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from app.common.digest import file_sha256
 from app.runtime.encoder import DEFAULT_MAX_TOKENS, EMBEDDING_DIM, TOKENIZER_PATH
 from app.runtime.engine import (
     EmbeddingModel,
@@ -241,20 +241,6 @@ def missing_artifacts(spec: Builtin, engine: str) -> str | None:
         if not files and version is None:
             return f"package {name} is not installed"
     return None
-
-
-@lru_cache(maxsize=64)
-def _sha256(path: str, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    stat = path.stat()
-    return _sha256(str(path), stat.st_size, stat.st_mtime_ns)
 
 
 def pin(spec: Builtin, engine: str) -> tuple[str, str, list[ArtifactRef]]:

@@ -137,8 +137,7 @@ def _report_startup_failure() -> None:
     except Exception as exc:
         print(f"serve.status() failed too: {exc!r}", file=sys.__stderr__)
     for log in sorted(glob.glob("/tmp/ray/session_latest/logs/serve/controller_*.log"))[-1:]:
-        with open(log, errors="replace") as fh:
-            print(f"--- tail of {log}\n" + "".join(fh.readlines()[-60:]), file=sys.__stderr__)
+        _print_tail(log, 60, sys.__stderr__)
 
 
 def _start_ray(attempts: int = 2) -> None:
@@ -200,10 +199,14 @@ def _print_session_log_tails(session: str, out: object) -> None:
     print(f"--- {session}: {sorted(os.listdir(session + '/logs')) if os.path.isdir(session + '/logs') else 'no logs'}",
           file=out)
     for log in sorted(glob.glob(f"{session}/logs/*.err")) + sorted(glob.glob(f"{session}/logs/raylet.out")):
-        with open(log, errors="replace") as fh:
-            tail = fh.readlines()[-20:]
-        if tail:
-            print(f"--- tail of {log}\n" + "".join(tail), file=out)
+        _print_tail(log, 20, out)
+
+
+def _print_tail(path: str, lines: int, out: object) -> None:
+    with open(path, errors="replace") as fh:
+        tail = fh.readlines()[-lines:]
+    if tail:
+        print(f"--- tail of {path}\n" + "".join(tail), file=out)
 
 
 def _wait_ready(url: str, timeout_s: float = 120.0) -> None:

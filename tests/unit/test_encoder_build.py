@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.common.digest import file_sha256
 from app.runtime import encoder as encoder_module
 from app.runtime.encoder import MiniLMEncoder, onnx_model_path, packaged_model_path
 from app.runtime.quantize import MODEL_STEM, dynamic_int8_model, model_cache_dir
-from app.runtime.registry import file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 # Paraphrase pairs: text 2k and 2k+1 say the same thing.

@@ -30,7 +30,6 @@ def test_instances_get_their_own_files_and_ports_with_a_short_socket_path() -> N
     assert len(base) + 1 + 56 + len("/admin.sock") <= 97
 
 
-
 def test_process_transport_follows_this_processes_serve_mode() -> None:
     from dataclasses import dataclass, replace
 
