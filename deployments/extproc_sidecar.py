@@ -22,7 +22,7 @@ from pathlib import Path
 from app.config.loader import load_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
-from app.observability.router_metrics import RouterMetrics
+from app.pipeline.metrics import RouterMetrics
 
 log = logging.getLogger("svc_sr.extproc")
 
@@ -42,12 +42,13 @@ async def run(args: argparse.Namespace) -> None:
     from ray import serve
 
     from app.common.background import BackgroundTasks
+    from app.observability.push import LoopMetricsPusher
     from deployments.ingress import HandleRouterClient, front_door_completion
     from deployments.observability import handle_pusher
 
     config = load_config(args.config).config
     services = config.global_.services
-    ray.init(address=args.ray_address, namespace="serve", logging_level="ERROR", log_to_driver=False)
+    ray.init(address=args.ray_address, namespace="serve", logging_level=logging.ERROR, log_to_driver=False)
     application = serve.status().applications.get(args.app)
     if application is None or "Router" not in application.deployments:
         raise SystemExit(f"no Serve application {args.app!r} with a Router deployment on {args.ray_address}")
@@ -78,8 +79,10 @@ async def run(args: argparse.Namespace) -> None:
     await server.stop(grace=5)  # in-flight streams get 5 s to finish
     await bridge.drain()
     await replay_sends.drain()
-    if pusher is not None:
+    if isinstance(pusher, LoopMetricsPusher):
         await pusher.stop()
+    elif pusher is not None:
+        pusher.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

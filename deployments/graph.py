@@ -25,10 +25,10 @@ never hard-coded here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
-from ray.serve import Application
+from ray.serve import Application, Deployment
 
 from app.config.loader import load_config, parse_config
 from app.srun.hosting import runtime_settings
@@ -68,6 +68,12 @@ class GraphArgs(BaseModel):
     activation_timeout_s: float = 120.0
 
 
+def _deployment(cls: type) -> Deployment:
+    """The Serve deployment a `@serve.deployment` class became: mypy types a decorated class as
+    the class itself (it ignores class decorators' return types), so `.options()` needs this."""
+    return cast(Deployment, cls)
+
+
 def build_app(args: dict[str, Any] | GraphArgs | None = None) -> Application:
     """The builder `serve deploy` imports (Serve requires exactly one parameter)."""
     return build_graph(args)
@@ -91,25 +97,25 @@ def build_graph(args: dict[str, Any] | GraphArgs | None = None, document: dict[s
                **graph_args.metrics}
     # Always deployed (it binds the metrics port only when metrics are enabled): it also holds
     # the replay records, and deployment arguments must not depend on the document.
-    observability = Observability.options(
+    observability = _deployment(Observability).options(
         **{"user_config": {"metrics": metrics}, **options.get("Observability", {})}
     ).bind()
 
-    embedding = Embedding.options(**options.get("Embedding", {})).bind()
-    cache = ResponseCache.options(
+    embedding = _deployment(Embedding).options(**options.get("Embedding", {})).bind()
+    cache = _deployment(ResponseCache).options(
         **{"user_config": {"response_cache": cache_settings}, **options.get("ResponseCache", {})}
     ).bind(observability)
-    domain = DomainClassifier.options(**options.get("DomainClassifier", {})).bind(embedding)
-    guard = Guard.options(**options.get("Guard", {})).bind(embedding)
-    router = Router.options(
+    domain = _deployment(DomainClassifier).options(**options.get("DomainClassifier", {})).bind(embedding)
+    guard = _deployment(Guard).options(**options.get("Guard", {})).bind(embedding)
+    router = _deployment(Router).options(
         **{"user_config": {"config": document}, **options.get("Router", {})}
     ).bind(embedding, cache, domain, guard, local_encoder=graph_args.router_local_encoder,
            observability=observability)
     decision = None
     if graph_args.decision_model:
         runtime = runtime_settings(loaded.config).model_dump(mode="json", exclude_none=True)
-        decision = DecisionModel.options(**options.get("DecisionModel", {})).bind(
+        decision = _deployment(DecisionModel).options(**options.get("DecisionModel", {})).bind(
             runtime=runtime, observability=observability)
-    ingress = Ingress.options(**{"user_config": {"config": document}, **options.get("Ingress", {})}).bind(
+    ingress = _deployment(Ingress).options(**{"user_config": {"config": document}, **options.get("Ingress", {})}).bind(
         router, graph_args, domain, guard, observability, decision_model=decision, cache=cache)
     return stamp_versions(ingress)

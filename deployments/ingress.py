@@ -8,26 +8,24 @@ from pathlib import Path
 from typing import Any
 
 from ray import serve
-from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
-from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 
 from app.api.app import StaticConfigView, create_app
-from app.api.classify_models import ModelNotLoadedError
-from app.api.errors import SvcError
 from app.common.background import BackgroundTasks
+from app.common.errors import SvcError
 from app.common.heap import freeze_startup_heap
 from app.config.loader import load_config, parse_config
 from app.config.models import RouterConfig
-from app.observability.router_metrics import RouterMetrics
 from app.pipeline.completion import CompletionServices, complete_request
+from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.runtime.schemas import ModelNotLoadedError
 from app.upstream.client import UpstreamClient
+from deployments import ray_compat
 from deployments.activation import build_management
 from deployments.decision_model import HandleDecisionBackend
 from deployments.observability import replay_sender, replica_pusher
 from deployments.response_cache import cache_lane
-from deployments.serve_env import process_transport
 
 
 class HandleRouterClient:
@@ -42,20 +40,17 @@ class HandleRouterClient:
         self._completion = completion
 
     async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
-        try:
-            return await self._handle.route.remote(body, headers, request_id)
-        except RayTaskError as exc:
-            raise _cause(exc) from None
+        plan: RoutePlan = await ray_compat.call(self._handle, "route", body, headers, request_id, keep=_is_svc_error)
+        return plan
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
         return await complete_request(self._completion, plan, report)
 
     async def preview(self, request: Any, headers: Any = None, seed: int | None = None) -> dict[str, Any]:
         """The management API's routing preview (RoutingPreviewer) on a Router replica."""
-        try:
-            return await self._handle.preview.remote(dict(request), dict(headers or {}), seed)
-        except RayTaskError as exc:
-            raise _cause(exc) from None
+        preview: dict[str, Any] = await ray_compat.call(
+            self._handle, "preview", dict(request), dict(headers or {}), seed, keep=_is_svc_error)
+        return preview
 
 
 def front_door_completion(
@@ -72,11 +67,10 @@ def front_door_completion(
     )
 
 
-def _cause(exc: RayTaskError) -> BaseException:
+def _is_svc_error(exc: BaseException) -> bool:
     """A routing error raised in the Router replica reaches the client as itself (its
     status and error body), not as an opaque Ray task failure."""
-    cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, SvcError) else exc
+    return isinstance(exc, SvcError)
 
 
 class HandleClassifiers:
@@ -93,12 +87,12 @@ class HandleClassifiers:
     async def _call(handle: DeploymentHandle | None, method: str, *args: Any) -> Any:
         if handle is None:
             raise ModelNotLoadedError(f"no deployment serves {method}")
-        try:
-            return await getattr(handle, method).remote(*args)
-        except RayTaskError as exc:  # the replica's own exception (ModelNotLoadedError, ValueError, ...)
-            raise _model_cause(exc) from None
-        except (RayActorError, ActorUnavailableError, DeploymentUnavailableError, BackPressureError) as exc:
-            raise ModelNotLoadedError(f"{method}: deployment unavailable ({type(exc).__name__})") from None
+
+        def unavailable(exc: BaseException) -> BaseException:
+            return ModelNotLoadedError(f"{method}: deployment unavailable ({type(exc).__name__})")
+
+        # The replica's own exception (ModelNotLoadedError, ValueError, ...) reaches the diagnostics as itself.
+        return await ray_compat.call(handle, method, *args, unavailable=unavailable, overloaded=unavailable)
 
     async def classify_domain(self, texts: list[str], threshold: float | None, fallback_category: str) -> list[Any]:
         return await self._call(self._domain, "classify", texts, None, threshold, fallback_category)
@@ -118,11 +112,6 @@ class HandleClassifiers:
         return await self._call(self._router, "preview", body, {})
 
 
-def _model_cause(exc: RayTaskError) -> BaseException:
-    cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, Exception) else exc
-
-
 @serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25})
 @serve.ingress()
 class Ingress:
@@ -135,8 +124,9 @@ class Ingress:
         # The configuration arrives as user_config (hot reload without restarting this replica,
         # which runs the activation); Serve calls reconfigure() only after the ASGI app is built,
         # so the constructor reads the replica's current user_config itself.
-        router, domain, guard, observability, decision_model, cache = (
-            process_transport(h) for h in (router, domain, guard, observability, decision_model, cache))
+        transport = ray_compat.process_transport
+        router, observability, cache = transport(router), transport(observability), transport(cache)
+        domain, guard, decision_model = transport(domain), transport(guard), transport(decision_model)
         config = parse_config(_current_document(graph_args)).config
         self._config = StaticConfigView(config)
         # /v1/decisions, /v1/systemone (None: no DecisionModel in the graph, they answer 503)
@@ -170,9 +160,7 @@ class Ingress:
 def _current_document(graph_args: Any) -> dict[str, Any]:
     """This replica's user_config document, else the one GraphArgs names (a graph built
     without user_config for the Ingress)."""
-    context = serve.get_replica_context()
-    user_config = getattr(context, "_deployment_config", None)
-    document = ((getattr(user_config, "user_config", None) or {}).get("config"))
+    document = (ray_compat.replica_user_config() or {}).get("config")
     if document is not None:
         return document
     if getattr(graph_args, "config", None) is not None:

@@ -27,8 +27,8 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.cache.base import CacheHit, ResponseCacheBackend
-from app.cache.channel import CacheChannelServer
-from app.cache.lane import CacheLane, ChannelInfo
+from app.cache.channel import CacheChannelServer, ChannelInfo
+from app.cache.lane import CacheLane
 from app.cache.memory import InMemorySemanticCache
 from app.observability.metrics import MetricsRecorder
 from deployments.observability import replica_pusher

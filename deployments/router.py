@@ -1,11 +1,9 @@
 """Router deployment: the request pipeline behind DeploymentHandles.
 
 Routing configuration arrives as Serve `user_config` so a routing change reaches live
-replicas through `reconfigure()` without a restart (deployments/activation.py drives it).
-A reload builds and warms the new generation aside and swaps it in; when that fails the
-replica keeps serving the previous generation and reports the failure through
-`generation()`, which the activator reads before it declares the change active (Serve
-would otherwise replace a replica whose reconfigure raised, previous generation and all).
+replicas through `reconfigure()` without a restart (deployments/activation.py drives it);
+app/pipeline/reload.py builds each generation aside and keeps the previous one when a
+reload fails, reported through `generation()` for the activator's warm check.
 
 route() marks the requests whose decision records replays (`router_replay` plugin); the
 front door that completes the request (Ingress, ext_proc sidecar) sends the record to the
@@ -30,9 +28,9 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.common.heap import freeze_startup_heap
-from app.config.loader import config_hash, parse_config
-from app.pipeline.pipeline import PipelineServices, RouterPipeline, encoder_embed
+from app.pipeline.pipeline import PipelineServices, encoder_embed
 from app.pipeline.plan import RoutePlan
+from app.pipeline.reload import ReloadingPipeline
 from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import domain_factory
 from app.pipeline.signals.jailbreak import jailbreak_factory
@@ -40,9 +38,9 @@ from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import MiniLMEncoder, token_counter
 from app.srun.hosting import BindingRuntimes
 from app.srun.runtime_metrics import RuntimeMetrics
+from deployments import ray_compat
 from deployments.observability import replica_pusher
 from deployments.response_cache import cache_lane
-from deployments.serve_env import process_transport
 
 log = logging.getLogger("svc_sr.router")
 
@@ -90,10 +88,10 @@ class Router:
         domain: DeploymentHandle | None = None, guard: DeploymentHandle | None = None,
         local_encoder: bool = False, observability: DeploymentHandle | None = None,
     ) -> None:
-        embedding, cache, domain, guard, observability = (
-            process_transport(h) for h in (embedding, cache, domain, guard, observability))
-        self._services = handle_services(embedding, cache, domain, guard)
-        self._pusher = replica_pusher(self._services.metrics.recorder, observability)
+        transport = ray_compat.process_transport
+        services = handle_services(transport(embedding), transport(cache), transport(domain), transport(guard))
+        observability = transport(observability)
+        self._pusher = replica_pusher(services.metrics.recorder, observability)
         if local_encoder:
             # The request's one encoder pass runs in this replica: one Ray hop and the batch
             # wait fewer per request, at the cost of a ~265 MB encoder per Router replica.
@@ -101,77 +99,46 @@ class Router:
             # and on 2 cores a short prompt takes 4.6 ms with two threads against 6.4 with one.
             encoder = MiniLMEncoder(threads=int(os.environ.get("SVC_SR_ROUTER_ENCODER_THREADS", "2")))
             encoder.warm_up()
-            self._services.embed = encoder_embed(encoder)
-        self._pipeline: RouterPipeline | None = None
-        self._generation: dict[str, Any] = {"hash": None, "error": None, "failed_hash": None}
+            services.embed = encoder_embed(encoder)
+        # The front doors complete requests and send their replay records to Observability;
+        # route() only marks the requests whose decision records replays.
+        services.capture_replays = observability is not None
         self._replica = serve.get_replica_context().replica_id.unique_id
         # Workers of the model deployments the configuration binds; their metrics are pushed
         # with the replica's own.
-        self._bindings = BindingRuntimes(self._replica, RuntimeMetrics(self._services.metrics.recorder))
-        # The front doors complete requests and send their replay records to Observability;
-        # route() only marks the requests whose decision records replays.
-        self._services.capture_replays = observability is not None
+        bindings = BindingRuntimes(self._replica, RuntimeMetrics(services.metrics.recorder))
+        self._host = ReloadingPipeline(services, bindings)
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
-        services = self._services
-        if self._pipeline is None:  # startup: a failure here fails the replica (Serve retries it)
-            config = parse_config(user_config["config"]).config
-            services.model_runtimes = await self._bindings.update(config)
-            self._pipeline = RouterPipeline(config, services)
-            await self._pipeline.warm_up()
-            self._bindings.settle(services.model_runtimes)
-            self._generation = {"hash": config_hash(config), "error": None, "failed_hash": None}
+        """A routing configuration (user_config) arrives: at startup, or a hot reload."""
+        first = self._host.generation()["hash"] is None
+        await self._host.apply(user_config["config"])
+        if first:
             freeze_startup_heap()
-            return
-        digest = None
-        previous = services.model_runtimes
-        try:
-            config = parse_config(user_config["config"]).config
-            digest = config_hash(config)
-            if digest == self._generation["hash"]:
-                return
-            # The bound deployments' workers: kept when unchanged, else new ones started first.
-            services.model_runtimes = await self._bindings.update(config)
-            await self._pipeline.update_config(config)  # builds and warms aside, then swaps
-        except Exception as exc:
-            services.model_runtimes = previous
-            self._bindings.settle(previous)
-            log.exception("reload to configuration %s failed; the previous generation keeps serving",
-                          (digest or "(unparsed)")[:12])
-            self._generation = {**self._generation, "error": f"{type(exc).__name__}: {exc}", "failed_hash": digest}
-            return
-        self._bindings.settle(services.model_runtimes)
-        self._generation = {"hash": digest, "error": None, "failed_hash": None}
 
     async def check_health(self) -> None:
         """Serve's periodic probe: a bound deployment's worker is restarted by its supervisor,
         not by failing the replica; this only keeps the health watch running."""
-        self._bindings.start_watch()
+        self._host.bindings.start_watch()
 
     def __del__(self) -> None:
         # Serve calls this when the replica stops: end the bound deployments' workers (SIGTERM,
         # then SIGKILL after 10 s); workers of a replica killed outright stop on their own.
-        bindings = getattr(self, "_bindings", None)
-        if bindings is not None:
-            bindings.stop_processes()
+        host = getattr(self, "_host", None)
+        if host is not None:
+            host.bindings.stop_processes()
 
     async def generation(self) -> dict[str, Any]:
-        """Which configuration this replica serves (hash of the parsed config), and the last
-        reload that failed on it (the activator's warm check)."""
-        return {"replica": self._replica, **self._generation}
-
-    @property
-    def pipeline(self) -> RouterPipeline:
-        if self._pipeline is None:
-            raise RuntimeError("Router has no configuration yet (user_config missing)")
-        return self._pipeline
+        """Which configuration this replica serves, and the last reload that failed on it
+        (the activator's warm check)."""
+        return {"replica": self._replica, **self._host.generation()}
 
     async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
-        plan = await self.pipeline.route(body, headers, request_id=request_id)
+        plan = await self._host.pipeline.route(body, headers, request_id=request_id)
         plan.router_replica = self._replica  # replay records name it (the front door completes)
         return plan
 
     async def preview(self, body: dict[str, Any], headers: dict[str, str] | None = None,
                       seed: int | None = None) -> dict[str, Any]:
         """Routing preview (no backend call, no cache access); see RouterPipeline.preview."""
-        return await self.pipeline.preview(body, headers, seed=seed)
+        return await self._host.pipeline.preview(body, headers, seed=seed)

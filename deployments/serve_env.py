@@ -20,9 +20,9 @@ import socket
 import tempfile
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any, TypeVar
 
-H = TypeVar("H", bound=Any)
+# Temporary re-export: process_transport moved to deployments/ray_compat.py (issue 14).
+
 
 
 def _free_port() -> int:
@@ -79,19 +79,3 @@ def apply_fast_path_env(environ: MutableMapping[str, str] | None = None) -> dict
     applied = {key: value for key, value in fast_path_env().items() if key not in env}
     env.update(applied)
     return applied
-
-
-def process_transport(handle: H) -> H:
-    """`handle` with the transport this process's Serve runs with: gRPC in throughput-optimized
-    mode (~1.1 ms a hop here), else Ray actor calls (~2.4 ms). A handle arrives pickled with
-    the transport of the process that built the graph, fixed when that process imported Serve,
-    which may have been before (or without) the fast-path environment: a test driver, a
-    `serve run` from a laptop. Replicas call this on the handles they use per request."""
-    if handle is None:
-        return handle
-    from ray.serve._private.constants import RAY_SERVE_USE_GRPC_BY_DEFAULT
-
-    by_reference = not RAY_SERVE_USE_GRPC_BY_DEFAULT
-    if handle.handle_options._by_reference == by_reference:
-        return handle
-    return handle.options(_by_reference=by_reference)

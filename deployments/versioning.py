@@ -28,6 +28,8 @@ from typing import Any
 from pydantic import BaseModel
 from ray.serve import Application
 
+from deployments.ray_compat import bound_deployment, set_code_version
+
 _ROOTS = ("app", "deployments")
 _SKIP_DIRS = frozenset({"__pycache__"})
 
@@ -40,7 +42,7 @@ def code_digest() -> str:
 
     digest = hashlib.sha256()
     for package in (app, deployments):
-        root = Path(package.__file__).resolve().parent
+        root = Path(str(package.__file__)).resolve().parent
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             rel = path.relative_to(root.parent)
             if _SKIP_DIRS.intersection(rel.parts) or path.suffix in (".pyc", ".pyo"):
@@ -54,7 +56,7 @@ def code_digest() -> str:
 def _canonical(value: Any) -> Any:
     """A JSON-able form of a bound argument that is equal exactly when the argument is."""
     if isinstance(value, Application):
-        return {"$deployment": value._bound_deployment.name}
+        return {"$deployment": bound_deployment(value).name}
     if isinstance(value, BaseModel):
         return {"$model": type(value).__qualname__, "value": value.model_dump(mode="json")}
     if isinstance(value, dict):
@@ -74,7 +76,7 @@ def _canonical(value: Any) -> Any:
 
 
 def deployment_version(app: Application) -> str:
-    bound = app._bound_deployment
+    bound = bound_deployment(app)
     target = bound.func_or_class
     identity = {
         "code": code_digest(),
@@ -108,7 +110,7 @@ def graph_nodes(root: Application) -> list[Application]:
             continue
         seen.add(id(node))
         nodes.append(node)
-        bound = node._bound_deployment
+        bound = bound_deployment(node)
         stack.extend(_children(list(bound.init_args)) + _children(dict(bound.init_kwargs)))
     return nodes
 
@@ -116,10 +118,10 @@ def graph_nodes(root: Application) -> list[Application]:
 def stamp_versions(root: Application) -> Application:
     """Give every deployment of the graph under `root` its stable version (in place)."""
     for node in graph_nodes(root):
-        node._bound_deployment._version = deployment_version(node)
+        set_code_version(node, deployment_version(node))
     return root
 
 
 def graph_versions(root: Application) -> dict[str, str]:
     """Deployment name -> version of a stamped graph (what a redeploy would change)."""
-    return {node._bound_deployment.name: node._bound_deployment.version or "" for node in graph_nodes(root)}
+    return {bound_deployment(node).name: bound_deployment(node).version or "" for node in graph_nodes(root)}

@@ -38,16 +38,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.models.jailbreak import (  # noqa: E402
-    JAILBREAK_REGEXES,
-    META_FILE,
-    METRICS_FILE,
-    NGRAM_BITS,
-    WEIGHTS_FILE,
-    JailbreakGuard,
-    match_patterns,
-    ngram_tf,
-)
+from app.models.jailbreak import META_FILE, METRICS_FILE, WEIGHTS_FILE, JailbreakGuard  # noqa: E402
+from app.models.jailbreak_features import JAILBREAK_REGEXES, NGRAM_BITS, match_patterns, ngram_tf  # noqa: E402
 
 DATA_DIR = ROOT / "app" / "models" / "data"
 CHAT_TRAIN = DATA_DIR / "jailbreak_benign_chat.jsonl"

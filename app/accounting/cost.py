@@ -7,7 +7,7 @@ Without cache details (or without cached_input_per_1m) this is the spec's formul
 (prompt_tokens * prompt_per_1m + completion_tokens * completion_per_1m) / 1e6.
 Cached and cache-write tokens are counted inside prompt_tokens (OpenAI convention);
 cache_write_per_1m defaults to prompt_per_1m, so cache writes cost nothing extra
-unless priced.
+unless priced. The Pricing shape itself is configuration (app/config/pricing.py).
 """
 
 from __future__ import annotations
@@ -16,36 +16,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from app.config.pricing import Pricing
 
 PER_TOKENS = 1_000_000
-
-
-class Pricing(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    currency: str = "USD"
-    prompt_per_1m: float = Field(0.0, ge=0)
-    cached_input_per_1m: float | None = Field(None, ge=0)
-    cache_write_per_1m: float | None = Field(None, ge=0)
-    completion_per_1m: float = Field(0.0, ge=0)
-
-    @field_validator("currency")
-    @classmethod
-    def _currency(cls, value: str) -> str:
-        value = value.strip().upper()
-        if not value:
-            raise ValueError("currency must be a non-empty code such as USD")
-        return value
-
-    @property
-    def effective_cache_write_per_1m(self) -> float:
-        return self.prompt_per_1m if self.cache_write_per_1m is None else self.cache_write_per_1m
-
-    @property
-    def prefix_cache_checkout_per_1m(self) -> float:
-        """Session-aware routing's price of reusing a prefix cache: write minus cached read."""
-        return self.effective_cache_write_per_1m - (self.cached_input_per_1m or 0.0)
 
 
 @dataclass(frozen=True)

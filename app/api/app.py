@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI
 
-from app.api.dataplane import ConfigView, DataPlane, RouterClient, dataplane_router
+from app.api.dataplane import ConfigView, DataPlane, dataplane_router
 from app.api.decisions import DecisionBackend, NoDecisionBackend, decisions_router
 from app.api.diagnostics import ClassifierBackend, Diagnostics, diagnostics_router
 from app.api.errors import BodySizeLimitMiddleware, install_error_handlers
 from app.config.models import RouterConfig
+from app.exchange.exchange import RouterClient
 from app.upstream.client import UpstreamClient
 
 if TYPE_CHECKING:
-    from app.management.api import Management
+    from app.management.service import Management
 
 
 class StaticConfigView:
@@ -39,16 +40,18 @@ def create_app(
     mutations only update `config`; routing preview through `router` when it has `preview`).
     `decisions`: the decision model behind POST /v1/decisions, /v1/systemone and GET
     /v1/systemone/models (None: they answer 503 not_ready)."""
-    from app.management.api import Management, install
+    from app.management.api import install
+    from app.management.routes.common import route_guard
+    from app.management.service import Management
 
     # /openapi.json and /docs are served by the management API (OpenAPI 3.0, narrowable, authenticated).
     app = FastAPI(title="svc-sr", version="0.1.0", openapi_url=None, docs_url=None, redoc_url=None)
     install_error_handlers(app)
     if management is None:
-        management = Management(
-            config.current(), config_view=config if hasattr(config, "update") else None,  # type: ignore[arg-type]
-            previewer=router if hasattr(router, "preview") else None,  # type: ignore[arg-type]
-        )
+        # Duck-typed on purpose: any view with update(), any router with preview() (the pipeline).
+        view: Any = config if hasattr(config, "update") else None
+        previewer: Any = router if hasattr(router, "preview") else None
+        management = Management(config.current(), config_view=view, previewer=previewer)
     plane = DataPlane(router, upstream, config)
     # The data plane (chat, responses, /v1/models) is not behind management auth: listeners own its access.
     app.include_router(dataplane_router(plane))
@@ -56,7 +59,7 @@ def create_app(
     app.include_router(decisions_router(decisions or NoDecisionBackend(),
                                         max_body_bytes=config.current().global_.services.data_plane.max_body_bytes))
     app.include_router(diagnostics_router(Diagnostics(classifiers, config)),
-                       dependencies=[Depends(management.guard("classify.invoke", "sensitive"))])
+                       dependencies=[Depends(route_guard(management, "classify.invoke", "sensitive"))])
     install(app, management)
 
     @app.get("/health")

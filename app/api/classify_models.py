@@ -12,13 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-
-class ModelNotLoadedError(RuntimeError):
-    """A classifier (domain, PII, jailbreak) is not loaded or unreachable: 503 MODEL_NOT_LOADED.
-
-    Raised by the model deployments when their artifact failed to load, and by the handle
-    adapters when the deployment cannot be reached.
-    """
+# Temporary re-export (issue 14): the error moved below app.api; the lead removes this.
 
 
 class _Options(BaseModel):

@@ -19,10 +19,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.runtime.schemas import NotReady, RuntimeFailure
+from app.srun.decision_backend import DEADLINE_S
 from app.srun.questions import DecisionRequest, DecisionResponse
 
 log = logging.getLogger("svc_sr.decisions_api")
-DEADLINE_S = 30.0
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 PUBLIC_WORDS = {
     400: ("invalid_request", "invalid request"),
@@ -53,37 +53,10 @@ class LocalDecisionBackend:
         self.model = model
 
     async def decide(self, body: dict[str, Any]) -> dict[str, Any]:
-        return (await self.model.decide(body)).to_wire()  # type: ignore[no-any-return]
+        return (await self.model.decide(body)).to_wire()
 
     async def models(self) -> list[dict[str, Any]]:
         return [self.model.card.to_wire()]
-
-
-class ClientDecisionBackend:
-    """A managed or attached worker through `app.srun.client.SrunClient`.
-
-    `client`: an SrunClient, or a callable returning one per call (a supervisor's round robin
-    over ready replicas). A request naming no model, or one of `names` (the deployment's key),
-    goes to `served_name`. `deadline_s` bounds each call, retries over a restart included."""
-
-    def __init__(self, client: Any, served_name: str | None = None, *, deadline_s: float = DEADLINE_S,
-                 names: tuple[str, ...] = ()) -> None:
-        self.client = client
-        self.served_name = served_name
-        self.deadline_s = deadline_s
-        self.names = names
-
-    def _client(self) -> Any:
-        return self.client() if callable(self.client) else self.client
-
-    async def decide(self, body: dict[str, Any]) -> dict[str, Any]:
-        if self.served_name and ("model" not in body or body["model"] in self.names):
-            body = {**body, "model": self.served_name}
-        return await self._client().decisions(body, deadline_s=self.deadline_s)  # type: ignore[no-any-return]
-
-    async def models(self) -> list[dict[str, Any]]:
-        cards = (await self._client().models()).get("data", [])
-        return [c for c in cards if "decisions" in c.get("surfaces", [])]
 
 
 class NoDecisionBackend:

@@ -48,7 +48,6 @@ from app.api.classify_models import (
     IntentRequest,
     IntentResponse,
     ManagementErrorBody,
-    ModelNotLoadedError,
     PIIEntityOut,
     PIIOptions,
     PIIRequest,
@@ -64,6 +63,7 @@ from app.models.pii import PII_ENTITY_TYPES, PIIResult
 from app.pipeline.signals.domain import domain_settings
 from app.pipeline.signals.jailbreak import prompt_guard_settings
 from app.pipeline.signals.pii import pii_default_threshold
+from app.runtime.schemas import ModelNotLoadedError
 
 log = logging.getLogger("svc_sr.diagnostics")
 
@@ -154,7 +154,8 @@ def parse(model: type[M], raw: bytes | dict[str, Any], what: str = "request body
             raise invalid(f"{what} is required")
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        first = exc.errors()[0] if exc.errors() else {}
+        errors = exc.errors()
+        first: dict[str, Any] = dict(errors[0]) if errors else {}
         loc = ".".join(str(p) for p in first.get("loc", ()))
         reason = first.get("msg", "invalid value")
         if first.get("type") == "json_invalid":

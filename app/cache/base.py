@@ -9,13 +9,15 @@ one runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 EvictionPolicy = Literal["fifo", "lru", "lfu"]
+# A query vector: an encoder row, or the list a DeploymentHandle call carries it as.
+Vector = np.ndarray | Sequence[float]
 
 
 class CacheHit(BaseModel):
@@ -66,12 +68,12 @@ class CacheTuning(BaseModel):
 
 @runtime_checkable
 class ResponseCacheBackend(Protocol):
-    def lookup(self, partition: str, vector: np.ndarray, threshold: float) -> CacheHit | None:
+    def lookup(self, partition: str, vector: Vector, threshold: float) -> CacheHit | None:
         """Best entry of `partition` with cosine similarity >= threshold, else None."""
         ...
 
     def store(
-        self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int | None = None
+        self, partition: str, vector: Vector, response: dict[str, Any], ttl_seconds: int | None = None
     ) -> None:
         """Store a final chat.completion; ttl_seconds None = backend default, 0 = no expiry."""
         ...

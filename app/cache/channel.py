@@ -1,4 +1,4 @@
-"""A same-node fast lane to the ResponseCache replica: length-prefixed JSON frames over a
+"""The same-node channel to the ResponseCache replica: length-prefixed JSON frames over a
 Unix socket.
 
 Why: every routed request looks the cache up once and writes it once. Through a Serve
@@ -7,7 +7,7 @@ load, with ~2.5 ms of CPU in the cache replica for a lookup that itself takes 0.
 this channel a call costs a socket round trip. The cache stays one shared store (the
 ResponseCache replica owns it); only the transport changes, and only between processes on
 the same node. Callers on other nodes, or when the channel fails, use the handle
-(app/cache/lane.py decides).
+(the caller's lane, app/cache/lane.py, decides).
 
 Frames: 4-byte big-endian length, then a pydantic model as JSON (`CacheCall` in,
 `CacheReply` out). One call at a time per connection; the client keeps a small pool.
@@ -33,6 +33,13 @@ log = logging.getLogger("svc_sr.cache.channel")
 
 _LENGTH = struct.Struct(">I")
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # a cached answer is a chat.completion; 64 MiB is far above any
+
+
+class ChannelInfo(BaseModel):
+    """Where a cache replica's channel listens: its Ray node and socket path."""
+
+    node_id: str
+    path: str
 
 
 class CacheCall(BaseModel):

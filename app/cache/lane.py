@@ -1,4 +1,5 @@
-"""Which way a cache call travels: the same-node channel when there is one, else the handle.
+"""A caller's lane to the ResponseCache: the path each cache call takes, the same-node
+channel (app/cache/channel.py) when there is one, else the DeploymentHandle.
 
 `CacheLane` asks the cache replica where its channel is (`discover`, through the
 DeploymentHandle), uses it when the replica runs on this node, and falls back to the handle
@@ -16,20 +17,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import numpy as np
-from pydantic import BaseModel
 
 from app.cache.base import CacheHit
-from app.cache.channel import CacheChannelClient, ChannelError
+from app.cache.channel import CacheChannelClient, ChannelError, ChannelInfo
 
 log = logging.getLogger("svc_sr.cache.lane")
 T = TypeVar("T")
-
-
-class ChannelInfo(BaseModel):
-    """Where a cache replica listens: its Ray node and socket path."""
-
-    node_id: str
-    path: str
 
 
 Lookup = Callable[[str, np.ndarray, float], Awaitable[CacheHit | None]]
@@ -37,6 +30,8 @@ Store = Callable[[str, np.ndarray, dict[str, Any], int | None], Awaitable[None]]
 
 
 class CacheLane:
+    """The lane from one caller to the ResponseCache: channel when reachable, handle otherwise."""
+
     def __init__(
         self, *, node_id: str, discover: Callable[[], Awaitable[ChannelInfo | None]],
         handle_lookup: Lookup, handle_store: Store, retry_s: float = 2.0,

@@ -16,11 +16,10 @@ import click
 from rich.console import Console
 
 from app.cli.remote import (
-    DEFAULT_ENDPOINT,
     EXIT_FAILURE,
     EXIT_INVALID,
     EXIT_OK,
-    MgmtClient,
+    Remote,
     check,
     echo_json,
     error_text,
@@ -60,10 +59,6 @@ routing:
       modelRefs:
         - model: general
 """
-
-
-def _client(endpoint: str | None, timeout: float, token_env: str) -> MgmtClient:
-    return MgmtClient(endpoint or DEFAULT_ENDPOINT, timeout, token_env)
 
 
 def _read_document(path: Path) -> dict[str, Any]:
@@ -117,9 +112,9 @@ def config_init(path: Path, backend: str, model_id: str, force: bool) -> None:
 @click.command("validate")
 @click.argument("path", default="configs/config.yaml", type=click.Path(dir_okay=False, path_type=Path))
 @remote_options
-def config_validate(path: Path, endpoint: str | None, timeout: float, token_env: str) -> None:
+def config_validate(path: Path, remote: Remote) -> None:
     """Validate a config file (locally, or by the router with --endpoint); exit 2 when invalid."""
-    if endpoint is None:
+    if remote.endpoint is None:
         from app.config.loader import ConfigError, load_config
 
         try:
@@ -131,7 +126,7 @@ def config_validate(path: Path, endpoint: str | None, timeout: float, token_env:
         click.echo(json.dumps({"valid": True, "legacy": loaded.legacy, "hash": loaded.source_hash}))
         return
     document = _read_document(path)
-    with _client(endpoint, timeout, token_env) as client:
+    with remote.client() as client:
         response = client.request("POST", "/api/v1/config/validate", json=document)
     check(response)
     body = response.json()
@@ -148,14 +143,14 @@ def config_validate(path: Path, endpoint: str | None, timeout: float, token_env:
 @click.command("schema")
 @click.option("--mode", type=click.Choice(["full", "progressive"]), default="full", show_default=True)
 @remote_options
-def config_schema(mode: str, endpoint: str | None, timeout: float, token_env: str) -> None:
+def config_schema(mode: str, remote: Remote) -> None:
     """Print the JSON Schema of the canonical configuration (the router's with --endpoint)."""
-    if endpoint is None:
+    if remote.endpoint is None:
         from app.config.schema import config_json_schema
 
         echo_json(config_json_schema())
         return
-    with _client(endpoint, timeout, token_env) as client:
+    with remote.client() as client:
         response = client.request("GET", "/api/v1/config/schema", params={"mode": mode})
     check(response)
     echo_json(response.json())
@@ -166,9 +161,9 @@ def config_schema(mode: str, endpoint: str | None, timeout: float, token_env: st
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @remote_options
-def config_get(fmt: str, output: Path | None, endpoint: str | None, timeout: float, token_env: str) -> None:
+def config_get(fmt: str, output: Path | None, remote: Remote) -> None:
     """Print the router's persisted configuration (secrets redacted without secret_view)."""
-    with _client(endpoint, timeout, token_env) as client:
+    with remote.client() as client:
         response = client.request("GET", "/api/v1/config", params={"format": fmt})
     check(response)
     console.print(f"etag {response.headers.get('etag')}  serving config_version "
@@ -199,10 +194,10 @@ def _config_option(func: Any) -> Any:
 @_config_option
 @_mode_option
 @remote_options
-def config_plan(config_path: Path, mode: str, endpoint: str | None, timeout: float, token_env: str) -> None:
+def config_plan(config_path: Path, mode: str, remote: Remote) -> None:
     """Show what `apply` would change (no write); exit 2 when the result is invalid."""
     document = _read_document(config_path)
-    with _client(endpoint, timeout, token_env) as client:
+    with remote.client() as client:
         response = client.request("POST", "/api/v1/config/plan", json={"mode": mode, "document": document})
     check(response)
     body = response.json()
@@ -218,14 +213,13 @@ def config_plan(config_path: Path, mode: str, endpoint: str | None, timeout: flo
 @_mode_option
 @click.option("--if-match", default=None, help="ETag the change was prepared against (default: fetched now).")
 @remote_options
-def config_apply(config_path: Path, mode: str, if_match: str | None, endpoint: str | None, timeout: float,
-                 token_env: str) -> None:
+def config_apply(config_path: Path, mode: str, if_match: str | None, remote: Remote) -> None:
     """Persist and hot-reload a configuration on the router (PUT, or PATCH with --mode merge).
 
     Exit 0 once active; 5 when activation failed (persisted, the previous generation serves);
     6 when still pending; 4 on a conflict (stale ETag, restart required); 2 when invalid."""
     document = _read_document(config_path)
-    with _client(endpoint, timeout, token_env) as client:
+    with remote.client() as client:
         tag = if_match or client.etag()
         method = "PUT" if mode == "replace" else "PATCH"
         with console.status(f"{method} {client.endpoint}/api/v1/config: validating and activating..."):
@@ -250,9 +244,9 @@ def config_apply(config_path: Path, mode: str, if_match: str | None, endpoint: s
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 100))
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON answer.")
 @remote_options
-def config_versions(limit: int, as_json: bool, endpoint: str | None, timeout: float, token_env: str) -> None:
+def config_versions(limit: int, as_json: bool, remote: Remote) -> None:
     """List persisted configuration versions, newest first."""
-    with _client(endpoint, timeout, token_env) as client:
+    with remote.client() as client:
         response = client.request("GET", "/api/v1/config/versions", params={"limit": limit})
     check(response)
     body = response.json()
@@ -270,11 +264,10 @@ def config_versions(limit: int, as_json: bool, endpoint: str | None, timeout: fl
 @click.argument("version")
 @click.option("--if-match", default=None, help="ETag to guard with (default: fetched now).")
 @remote_options
-def config_rollback(version: str, if_match: str | None, endpoint: str | None, timeout: float,
-                    token_env: str) -> None:
+def config_rollback(version: str, if_match: str | None, remote: Remote) -> None:
     """Re-activate a recorded version: VERSION is a config_version number or a version timestamp."""
     body: dict[str, Any] = {"config_version": int(version)} if version.isdigit() else {"version": version}
-    with _client(endpoint, timeout, token_env) as client:
+    with remote.client() as client:
         tag = if_match or client.etag()
         with console.status(f"rolling back to {version}..."):
             response = client.request("POST", "/api/v1/config/rollback", json=body, headers={"If-Match": tag})

@@ -77,9 +77,11 @@ def status(endpoint: str | None, token_env: str) -> None:
                        "config": state.config_path, "uptime_s": round(time.time() - state.started_at)})
     url = (endpoint or (state.http if state else "")).rstrip("/")
     report["endpoint"] = url
-    report.update(_remote_status(url, os.environ.get(token_env, "")))
+    remote = _remote_status(url, os.environ.get(token_env, ""))
+    report.update(remote)
     click.echo(json.dumps(report, indent=2))
-    if report["health"].get("status") == "unreachable":  # type: ignore[union-attr]
+    health = remote.get("health")
+    if isinstance(health, dict) and health.get("status") == "unreachable":
         sys.exit(3)
 
 

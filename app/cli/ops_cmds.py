@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +14,15 @@ import httpx
 from rich.console import Console
 
 from app.cli.remote import (
-    DEFAULT_ENDPOINT,
     EXIT_FAILURE,
     EXIT_INVALID,
     EXIT_UNREACHABLE,
-    MgmtClient,
+    Remote,
     check,
     echo_json,
     error_text,
     fail,
+    option_group,
     remote_options,
     status_exit_code,
 )
@@ -52,7 +53,7 @@ def route() -> None:
 @click.option("--full", is_flag=True, help="Print the whole preview (signals, candidates, rewritten body).")
 @remote_options
 def route_preview(text: str, model: str, system: str | None, seed: int | None, local_config: Path | None,
-                  full: bool, endpoint: str | None, timeout: float, token_env: str) -> None:
+                  full: bool, remote: Remote) -> None:
     """Evaluate signals, decision and model selection for TEXT without calling any backend."""
     body: dict[str, Any] = {"model": model, "messages": _messages(text, system)}
     if local_config is not None:
@@ -60,7 +61,7 @@ def route_preview(text: str, model: str, system: str | None, seed: int | None, l
     else:
         if seed is not None:
             body["preview_context"] = {"seed": seed}
-        with MgmtClient(endpoint or DEFAULT_ENDPOINT, timeout, token_env) as client, \
+        with remote.client() as client, \
                 console.status("routing preview..."):
             response = client.request("POST", "/api/v1/routing/preview", json=body)
         check(response)
@@ -104,31 +105,47 @@ def request() -> None:
     """Send requests through the router's data plane."""
 
 
+@dataclass(frozen=True)
+class Proxy:
+    """The data plane a request goes to: --endpoint, --timeout, --api-key-env."""
+
+    endpoint: str
+    timeout: float
+    api_key_env: str
+
+    def headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env, "")
+        return {"authorization": f"Bearer {key}"} if key else {}
+
+
+proxy_options = option_group(
+    "proxy", Proxy,
+    click.option("--endpoint", envvar="SVC_SR_PROXY", default=DEFAULT_PROXY, show_default=True,
+                 help="Data-plane base URL (env SVC_SR_PROXY)."),
+    click.option("--timeout", default=300.0, show_default=True, type=float),
+    click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
+                 help="Environment variable with the listener API key (sent as Bearer when set)."),
+)
+
+
 @request.command("chat")
 @click.argument("text")
 @click.option("--model", default="MoM", show_default=True)
 @click.option("--system", default=None)
 @click.option("--max-tokens", type=int, default=None)
 @click.option("--stream", is_flag=True, help="Stream the answer as it is generated.")
-@click.option("--endpoint", envvar="SVC_SR_PROXY", default=DEFAULT_PROXY, show_default=True,
-              help="Data-plane base URL (env SVC_SR_PROXY).")
-@click.option("--timeout", default=300.0, show_default=True, type=float)
-@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
-              help="Environment variable with the listener API key (sent as Bearer when set).")
+@proxy_options
 @click.option("--json", "as_json", is_flag=True, help="Print the whole JSON answer.")
-def request_chat(text: str, model: str, system: str | None, max_tokens: int | None, stream: bool, endpoint: str,
-                 timeout: float, api_key_env: str, as_json: bool) -> None:
+def request_chat(text: str, model: str, system: str | None, max_tokens: int | None, stream: bool, proxy: Proxy,
+                 as_json: bool) -> None:
     """One-shot chat completion through the proxy; routing headers go to stderr."""
     body: dict[str, Any] = {"model": model, "messages": _messages(text, system), "stream": stream}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
-    headers = {}
-    key = os.environ.get(api_key_env, "")
-    if key:
-        headers["authorization"] = f"Bearer {key}"
-    url = endpoint.rstrip("/") + "/v1/chat/completions"
+    headers = proxy.headers()
+    url = proxy.endpoint.rstrip("/") + "/v1/chat/completions"
     try:
-        with httpx.Client(timeout=timeout) as client:
+        with httpx.Client(timeout=proxy.timeout) as client:
             if stream:
                 _stream(client, url, body, headers)
                 return
@@ -137,7 +154,7 @@ def request_chat(text: str, model: str, system: str | None, max_tokens: int | No
     except httpx.TimeoutException:
         fail(f"POST {url}: timed out", EXIT_FAILURE)
     except httpx.TransportError as exc:
-        fail(f"cannot reach {endpoint}: {type(exc).__name__}", EXIT_UNREACHABLE)
+        fail(f"cannot reach {proxy.endpoint}: {type(exc).__name__}", EXIT_UNREACHABLE)
     _print_routing(response.headers)
     if response.status_code >= 300:
         fail(error_text(response), status_exit_code(response.status_code))

@@ -6,10 +6,13 @@ SVC_MGMT_TOKEN), never from a command-line argument, and never printed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn, cast
 
 import click
 import httpx
@@ -106,12 +109,44 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def remote_options(func: Any) -> Any:
-    """--endpoint, --timeout, --token-env (spec 2 "config": remote forms)."""
-    func = click.option("--token-env", default=DEFAULT_TOKEN_ENV, show_default=True,
-                        help="Environment variable holding the management bearer token.")(func)
-    func = click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, type=float,
-                        help="Seconds per HTTP request.")(func)
-    func = click.option("--endpoint", envvar="SVC_MGMT_ENDPOINT", default=None,
-                        help=f"Management API base URL (env SVC_MGMT_ENDPOINT; default {DEFAULT_ENDPOINT}).")(func)
-    return func
+@dataclass(frozen=True)
+class Remote:
+    """Where a remote command talks to: --endpoint (None: not given), --timeout, --token-env."""
+
+    endpoint: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    token_env: str = DEFAULT_TOKEN_ENV
+
+    def client(self) -> MgmtClient:
+        return MgmtClient(self.endpoint or DEFAULT_ENDPOINT, self.timeout, self.token_env)
+
+
+def option_group(target: str, build: Callable[..., Any], *options: Callable[[Any], Any]) -> Callable[..., Any]:
+    """A decorator adding click `options` whose values reach the command as one argument,
+    `target=build(**their values)` (a settings object instead of a long parameter list)."""
+    names = [param.name for option in options for param in option(lambda: None).__click_params__]
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            grouped = {name: kwargs.pop(name) for name in names}
+            return func(*args, **{target: build(**grouped)}, **kwargs)
+
+        wrapped: Any = command
+        for option in reversed(options):
+            wrapped = option(wrapped)
+        return cast(Callable[..., Any], wrapped)
+
+    return decorate
+
+
+remote_options = option_group(
+    "remote", Remote,
+    click.option("--endpoint", envvar="SVC_MGMT_ENDPOINT", default=None,
+                 help=f"Management API base URL (env SVC_MGMT_ENDPOINT; default {DEFAULT_ENDPOINT})."),
+    click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, type=float,
+                 help="Seconds per HTTP request."),
+    click.option("--token-env", default=DEFAULT_TOKEN_ENV, show_default=True,
+                 help="Environment variable holding the management bearer token."),
+)
+"""--endpoint, --timeout, --token-env (spec 2 "config": remote forms) as `remote: Remote`."""

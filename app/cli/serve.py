@@ -7,16 +7,21 @@ progress, run until a signal, stop cleanly) reads top to bottom.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:
+    from app.cli.gateway import Gateway
+    from app.config.models import RouterConfig
 
 APP_NAME = "svc-sr"
 STATE_DIR = Path(os.environ.get("SVC_SR_STATE_DIR", ".cache/run"))
@@ -118,17 +123,42 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
     import ray
     from ray import serve
 
-    from app.cli.gateway import Gateway, GatewayError
-    from deployments.graph import GraphArgs, build_app
+    from app.cli.gateway import Gateway
 
     stop = threading.Event()
     gateway: Gateway | None = None
     ready = False
     console.print(f"[bold]svc-sr[/bold] starting a local Ray instance (config {config_path})")
     http = f"http://{host}:{port}"
-    ServeState(os.getpid(), str(config_path), http, time.time(), phase="starting").write()
+    _start_ray(ServeState(os.getpid(), str(config_path), http, time.time(), phase="starting"), dashboard, stop)
     try:
-        ray.init(include_dashboard=dashboard, dashboard_host="127.0.0.1", logging_level="WARNING",
+        serve.start(http_options={"host": host, "port": port})
+        code = _deploy(config_path, serve_config, stop, console)
+        if code is not None:
+            return code
+        if with_envoy and config.global_.services.envoy.enabled:
+            gateway = Gateway(config_path, config, STATE_DIR, ray.get_runtime_context().gcs_address, APP_NAME, port)
+            if not _start_gateway(gateway, console):
+                return 1
+        ServeState(os.getpid(), str(config_path), http, time.time(),
+                   ray.get_runtime_context().gcs_address if dashboard else None).write()
+        ready = True
+        _print_ready(console, http, config, gateway.url if gateway is not None else None, dashboard)
+        stop.wait()
+        console.print("stopping svc-sr ...")
+        return 0
+    finally:
+        _shut_down(gateway, ready)
+
+
+def _start_ray(starting: ServeState, dashboard: bool, stop: threading.Event) -> None:
+    """ray.init with the state file saying `starting` (cleared again if Ray does not start);
+    then SIGINT/SIGTERM set `stop`."""
+    import ray
+
+    starting.write()
+    try:
+        ray.init(include_dashboard=dashboard, dashboard_host="127.0.0.1", logging_level=logging.WARNING,
                  log_to_driver=False, configure_logging=True)
     except BaseException:
         ServeState.clear()
@@ -137,64 +167,74 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
     # must win so `svc-sr stop` shuts Serve and Ray down cleanly.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    try:
-        serve.start(http_options={"host": host, "port": port})
-        app = build_app(GraphArgs(config_path=str(config_path),
-                                  deployments=deployment_overrides(serve_config)))
-        failure: list[BaseException] = []
 
-        def deploy() -> None:
-            try:
-                serve.run(app, name=APP_NAME, route_prefix="/")
-            except BaseException as exc:  # surfaced in the main thread
-                failure.append(exc)
 
-        worker = threading.Thread(target=deploy, daemon=True)
-        worker.start()
-        _show_progress(worker, stop, console)
-        if failure:
-            console.print(f"[red]deployment failed:[/red] {failure[0]}")
-            return 1
-        if stop.is_set():
-            return 130
-        if with_envoy and config.global_.services.envoy.enabled:
-            gateway = Gateway(config_path, config, STATE_DIR, ray.get_runtime_context().gcs_address, APP_NAME, port)
-            console.print("starting the ext_proc sidecar and Envoy ...")
-            try:
-                gateway.start()
-            except GatewayError as exc:
-                console.print(f"[red]Envoy / ext_proc failed to start:[/red] {exc} (logs in {STATE_DIR / 'logs'})")
-                return 1
-        ServeState(os.getpid(), str(config_path), http, time.time(),
-                   ray.get_runtime_context().gcs_address if dashboard else None).write()
-        ready = True
-        console.print(f"[green]ready[/green]  OpenAI-compatible endpoint: {http}/v1  (model: MoM)")
-        console.print(f"  decisions (svc-srun API): {http}/v1/decisions")
-        console.print(f"  management API: {http}/api/v1  (svc-sr status | config get|apply|versions|rollback)")
-        if gateway is not None:
-            console.print(f"  through Envoy + ext_proc: {gateway.url}/v1")
-        metrics = config.global_.services.observability.metrics
-        if metrics.enabled:
-            console.print(f"  metrics: http://{metrics.bind_address}:{metrics.port}/metrics")
-        console.print(f"  try: curl {http}/v1/chat/completions -H 'content-type: application/json' "
-                      "-d '{\"model\":\"MoM\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}'")
-        if dashboard:
-            console.print("  Ray dashboard: http://127.0.0.1:8265")
-        console.print("  stop with Ctrl-C or `svc-sr stop`")
-        stop.wait()
-        console.print("stopping svc-sr ...")
-        return 0
-    finally:
-        if gateway is not None:
-            gateway.stop()
+def _deploy(config_path: Path, serve_config: Path | None, stop: threading.Event, console: Console) -> int | None:
+    """Deploy the graph with progress; the exit code when it failed or was stopped, else None."""
+    from ray import serve
+
+    from deployments.graph import GraphArgs, build_app
+
+    app = build_app(GraphArgs(config_path=str(config_path), deployments=deployment_overrides(serve_config)))
+    failure: list[BaseException] = []
+
+    def deploy() -> None:
         try:
-            # Serve's graceful shutdown drains traffic; stopped mid-start there is none to
-            # drain, and ray.shutdown() stops the replicas still starting.
-            if ready:
-                serve.shutdown()
-        finally:
-            ray.shutdown()
-            ServeState.clear()
+            serve.run(app, name=APP_NAME, route_prefix="/")
+        except BaseException as exc:  # surfaced in the main thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=deploy, daemon=True)
+    worker.start()
+    _show_progress(worker, stop, console)
+    if failure:
+        console.print(f"[red]deployment failed:[/red] {failure[0]}")
+        return 1
+    return 130 if stop.is_set() else None
+
+
+def _start_gateway(gateway: Gateway, console: Console) -> bool:
+    from app.cli.gateway import GatewayError
+
+    console.print("starting the ext_proc sidecar and Envoy ...")
+    try:
+        gateway.start()
+    except GatewayError as exc:
+        console.print(f"[red]Envoy / ext_proc failed to start:[/red] {exc} (logs in {STATE_DIR / 'logs'})")
+        return False
+    return True
+
+
+def _print_ready(console: Console, http: str, config: RouterConfig, envoy_url: str | None, dashboard: bool) -> None:
+    console.print(f"[green]ready[/green]  OpenAI-compatible endpoint: {http}/v1  (model: MoM)")
+    console.print(f"  decisions (svc-srun API): {http}/v1/decisions")
+    console.print(f"  management API: {http}/api/v1  (svc-sr status | config get|apply|versions|rollback)")
+    if envoy_url is not None:
+        console.print(f"  through Envoy + ext_proc: {envoy_url}/v1")
+    metrics = config.global_.services.observability.metrics
+    if metrics.enabled:
+        console.print(f"  metrics: http://{metrics.bind_address}:{metrics.port}/metrics")
+    console.print(f"  try: curl {http}/v1/chat/completions -H 'content-type: application/json' "
+                  "-d '{\"model\":\"MoM\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}'")
+    if dashboard:
+        console.print("  Ray dashboard: http://127.0.0.1:8265")
+    console.print("  stop with Ctrl-C or `svc-sr stop`")
+
+
+def _shut_down(gateway: Gateway | None, ready: bool) -> None:
+    import ray
+    from ray import serve
+
+    if gateway is not None:
+        gateway.stop()
+    try:
+        # Serve's graceful shutdown drains traffic; stopped mid-start there is none to
+        # drain, and ray.shutdown() stops the replicas still starting.
+        if ready:
+            serve.shutdown()
+    finally:
+        ray.shutdown()
+        ServeState.clear()
 
 
 def _show_progress(worker: threading.Thread, stop: threading.Event, console: Console) -> None:

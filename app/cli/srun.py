@@ -17,9 +17,14 @@ import logging
 import os
 import platform
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from app.srun.models import ModelEntry
 
 PROFILES = ("exact", "shared_context", "batching", "max_speed")
 ENGINES = ("auto", "native", "onnxruntime")
@@ -72,59 +77,88 @@ def cli() -> None:
 @click.option("--offline", is_flag=True, help="cached files only (always the case: nothing is fetched)")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
-def run(model: tuple[str, ...], models_file: Path | None, revision: str | None, served_model_name: str | None,
-        device: str, host: str, port: int, uds: Path | None, profile: str, engine: str, threads: int | None,
-        max_queue: int, max_queued_tokens: int, batch_window_ms: float, max_batch_tokens: int,
-        max_request_bytes: int, max_bundle_tasks: int, load_attempts: int, load_retry_seconds: float,
-        result_cache_entries: int, offline: bool, log_level: str) -> None:
+def run(model: tuple[str, ...], **options: Any) -> None:
     """Serve MODEL... (built-in names, MODEL@REVISION pins) over HTTP."""
-    from pydantic import ValidationError
-
-    from app.srun.models import ModelEntry, ModelsFile
-
-    entries = [ModelEntry(model=m) for m in model]
-    if models_file is not None:
-        import yaml
-
-        try:
-            entries += ModelsFile.model_validate(yaml.safe_load(models_file.read_text())).models
-        except (yaml.YAMLError, ValidationError) as exc:
-            raise click.BadParameter(str(exc).splitlines()[0] if str(exc) else "invalid", param_hint="--models") from exc
-    if not entries:
-        raise click.UsageError("name at least one MODEL or a --models file")
-    if (revision or served_model_name) and len(entries) != 1:
-        raise click.UsageError("--revision and --served-model-name apply to a single model")
-    if revision:
-        entries[0].revision = revision
-    if served_model_name:
-        entries[0].name = served_model_name
-    if threads:
+    opts = RunOptions(**options)
+    entries = _model_entries(model, opts)
+    if opts.threads:
         # Read when the encoder session is created, i.e. after this point.
-        os.environ["SVC_SR_ENCODER_THREADS"] = str(threads)
-        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+        os.environ["SVC_SR_ENCODER_THREADS"] = str(opts.threads)
+        os.environ.setdefault("OMP_NUM_THREADS", str(opts.threads))
+    logging.basicConfig(level=opts.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvicorn
 
     from app.srun.server import create_app
     from app.srun.worker import Worker, WorkerSettings
 
-    settings = WorkerSettings(
-        models=entries, device=device, engine=engine, profile=profile, max_queue=max_queue,
-        max_queued_tokens=max_queued_tokens, batch_window_ms=batch_window_ms, max_batch_tokens=max_batch_tokens,
-        max_request_bytes=max_request_bytes, max_bundle_tasks=max_bundle_tasks, load_attempts=load_attempts,
-        load_retry_seconds=load_retry_seconds, result_cache_entries=result_cache_entries,
-    )
-    app = create_app(Worker(settings))
+    tuning = {name: getattr(opts, name) for name in WORKER_TUNING}
+    app = create_app(Worker(WorkerSettings(models=entries, **tuning)))
     _exit_with_parent(os.environ.get("SVC_SRUN_PARENT_PID", ""))
-    if uds is not None:
-        uds.parent.mkdir(parents=True, exist_ok=True)
-        if uds.exists():
-            uds.unlink()  # a stale socket of a previous run
-        config = uvicorn.Config(app, uds=str(uds), log_level=log_level, access_log=False, lifespan="on")
-    else:
-        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on")
-    uvicorn.Server(config).run()
+    listen: dict[str, Any] = {"host": opts.host, "port": opts.port}
+    if opts.uds is not None:
+        opts.uds.parent.mkdir(parents=True, exist_ok=True)
+        if opts.uds.exists():
+            opts.uds.unlink()  # a stale socket of a previous run
+        listen = {"uds": str(opts.uds)}
+    uvicorn.Server(uvicorn.Config(app, log_level=opts.log_level, access_log=False, lifespan="on", **listen)).run()
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """`svc-srun run`'s options (click's names); WORKER_TUNING go to WorkerSettings as they are."""
+
+    models_file: Path | None
+    revision: str | None
+    served_model_name: str | None
+    device: str
+    host: str
+    port: int
+    uds: Path | None
+    profile: str
+    engine: str
+    threads: int | None
+    max_queue: int
+    max_queued_tokens: int
+    batch_window_ms: float
+    max_batch_tokens: int
+    max_request_bytes: int
+    max_bundle_tasks: int
+    load_attempts: int
+    load_retry_seconds: float
+    result_cache_entries: int
+    offline: bool
+    log_level: str
+
+
+WORKER_TUNING = ("device", "engine", "profile", "max_queue", "max_queued_tokens", "batch_window_ms",
+                 "max_batch_tokens", "max_request_bytes", "max_bundle_tasks", "load_attempts",
+                 "load_retry_seconds", "result_cache_entries")
+
+
+def _model_entries(model: tuple[str, ...], opts: RunOptions) -> list[ModelEntry]:
+    """The MODEL arguments plus the --models file, with --revision / --served-model-name applied."""
+    from pydantic import ValidationError
+
+    from app.srun.models import ModelEntry, ModelsFile
+
+    entries = [ModelEntry(model=m) for m in model]
+    if opts.models_file is not None:
+        import yaml
+
+        try:
+            entries += ModelsFile.model_validate(yaml.safe_load(opts.models_file.read_text())).models
+        except (yaml.YAMLError, ValidationError) as exc:
+            raise click.BadParameter(str(exc).splitlines()[0] if str(exc) else "invalid", param_hint="--models") from exc
+    if not entries:
+        raise click.UsageError("name at least one MODEL or a --models file")
+    if (opts.revision or opts.served_model_name) and len(entries) != 1:
+        raise click.UsageError("--revision and --served-model-name apply to a single model")
+    if opts.revision:
+        entries[0].revision = opts.revision
+    if opts.served_model_name:
+        entries[0].name = opts.served_model_name
+    return entries
 
 
 def _exit_with_parent(parent: str) -> None:

@@ -34,15 +34,17 @@ def parse_duration(value: str | int | float | None) -> float | None:
     """
     if value is None:
         return None
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError(f"invalid duration {value!r}: expected a string like '30s' or a number of seconds")
     if isinstance(value, int | float):
         seconds = float(value)
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"invalid duration {value!r}: must be a finite number of seconds >= 0")
         return seconds
-    if not isinstance(value, str):
-        raise ValueError(f"invalid duration {value!r}: expected a string like '30s' or a number of seconds")
+    return _parse_text(value)
+
+
+def _parse_text(value: str) -> float:
     text = value.strip()
     if not text:
         raise ValueError("invalid duration '': expected a value like '30s', '500ms', '2m' or '1h'")
@@ -50,15 +52,8 @@ def parse_duration(value: str | int | float | None) -> float | None:
         raise ValueError(f"invalid duration {value!r}: must not be negative")
     if _BARE_NUMBER.fullmatch(text):
         return float(text)
-    body = text[1:] if text.startswith("+") else text
-    total = 0.0
-    pos = 0
-    for match in _TERM.finditer(body):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if pos != len(body) or pos == 0:
+    total = _sum_terms(text.removeprefix("+"))
+    if total is None:
         raise ValueError(
             f"invalid duration {value!r}: expected a value like '30s', '500ms', '2m', '1h' or '1m30s' "
             "(units ns, us, ms, s, m, h)"
@@ -66,6 +61,18 @@ def parse_duration(value: str | int | float | None) -> float | None:
     if not math.isfinite(total):
         raise ValueError(f"invalid duration {value!r}: too large")
     return total
+
+
+def _sum_terms(body: str) -> float | None:
+    """Seconds of a run of "<number><unit>" terms covering all of `body` (None: it is not one)."""
+    total = 0.0
+    pos = 0
+    for match in _TERM.finditer(body):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    return total if pos == len(body) and pos > 0 else None
 
 
 def format_duration(seconds: float) -> str:

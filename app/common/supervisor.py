@@ -10,25 +10,32 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("svc_sr.supervisor")
 
 
+@dataclass(frozen=True)
+class RestartPolicy:
+    """When a supervised process is restarted, and how long a stop waits before SIGKILL."""
+
+    min_backoff_s: float = 1.0
+    max_backoff_s: float = 60.0
+    stop_timeout_s: float = 10.0
+    healthy_after_s: float = 30.0  # a run this long resets the back-off
+
+
 class SupervisedProcess:
     def __init__(
         self, name: str, command: Sequence[str], log_path: Path | None = None, env: dict[str, str] | None = None,
-        min_backoff_s: float = 1.0, max_backoff_s: float = 60.0, stop_timeout_s: float = 10.0,
-        healthy_after_s: float = 30.0, on_restart: Callable[[int], None] | None = None,
+        policy: RestartPolicy | None = None, on_restart: Callable[[int], None] | None = None,
     ) -> None:
         self.name = name
         self.command = list(command)
         self.log_path = log_path
         self.env = env
-        self.min_backoff_s = min_backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.stop_timeout_s = stop_timeout_s
-        self.healthy_after_s = healthy_after_s  # a run this long resets the back-off
+        self.policy = policy or RestartPolicy()
         self.on_restart = on_restart
         self.restarts = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -54,7 +61,7 @@ class SupervisedProcess:
         return self.process is not None and self.process.poll() is None
 
     def _watch(self) -> None:
-        backoff = self.min_backoff_s
+        backoff = self.policy.min_backoff_s
         started = time.monotonic()
         while not self._stop.is_set():
             process = self.process
@@ -63,12 +70,12 @@ class SupervisedProcess:
             code = process.poll()
             if code is None:
                 continue
-            if time.monotonic() - started >= self.healthy_after_s:
-                backoff = self.min_backoff_s
+            if time.monotonic() - started >= self.policy.healthy_after_s:
+                backoff = self.policy.min_backoff_s
             log.warning("%s exited with %s; restarting in %.0f s", self.name, code, backoff)
             if self._stop.wait(backoff):
                 return
-            backoff = min(backoff * 2, self.max_backoff_s)
+            backoff = min(backoff * 2, self.policy.max_backoff_s)
             with self._lock:
                 if self._stop.is_set():
                     return
@@ -90,7 +97,7 @@ class SupervisedProcess:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
-                return process.wait(timeout=self.stop_timeout_s)
+                return process.wait(timeout=self.policy.stop_timeout_s)
             except subprocess.TimeoutExpired:
                 self._on_kill(process)
                 process.kill()
@@ -99,4 +106,4 @@ class SupervisedProcess:
 
     def _on_kill(self, process: subprocess.Popen[bytes]) -> None:
         """Logged when a process ignored SIGTERM for stop_timeout_s (subclasses name the event)."""
-        log.warning("%s ignored SIGTERM for %.0f s: killed", self.name, self.stop_timeout_s)
+        log.warning("%s ignored SIGTERM for %.0f s: killed", self.name, self.policy.stop_timeout_s)

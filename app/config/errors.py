@@ -13,6 +13,7 @@ from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 Stage = Literal["parse", "validate"]
 
@@ -160,7 +161,7 @@ def issues_from_validation_error(
     prefix: str = "",
     root: type[BaseModel] | None = None,
     stage: Stage = "validate",
-    hint: Callable[[list[str | int], dict[str, Any]], str] | None = None,
+    hint: Callable[[list[str | int], ErrorDetails], str] | None = None,
 ) -> list[ConfigIssue]:
     """One ConfigIssue per pydantic error, with document paths (aliases, no union tags)."""
     issues: list[ConfigIssue] = []

@@ -6,7 +6,8 @@ files, and `vllm-sr config migrate` accepts them, so svc-sr converts them on loa
 says in warnings what it converted and what it dropped: nothing is dropped silently.
 
 Before decisions existed (Sept 2025) routing was `categories[].model_scores` (highest
-score wins); such files get one synthesized decision per scored category.
+score wins); such files get one synthesized decision per scored category
+(app/config/legacy_categories.py). Endpoints are converted by app/config/legacy_endpoints.py.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from app.config.errors import ConfigError, ConfigIssue, format_path
+from app.config.legacy_categories import USED_BY_SYNTHESIS, decision_from_category
+from app.config.legacy_endpoints import EndpointError, backend_ref
 
 # Sections of the canonical document; their presence means "not the flat layout".
 CANONICAL_SECTIONS = frozenset({"listeners", "providers", "routing", "global", "entrypoints", "recipes"})
@@ -236,48 +238,11 @@ class _Migrator:
         return endpoints
 
     def _backend_ref(self, index: int, ep: dict[str, Any], name: str) -> dict[str, Any] | None:
-        address = ep.get("address")
-        port = ep.get("port")
-        if not isinstance(address, str) or not address.strip():
-            self._issue(("vllm_endpoints", index, "address"), "an endpoint needs an address (host or IP)")
+        try:
+            return backend_ref(ep, name)
+        except EndpointError as exc:
+            self._issue(("vllm_endpoints", index, exc.field), exc.message)
             return None
-        address = address.strip()
-        ref: dict[str, Any] = {"name": name}
-        if "weight" in ep:
-            ref["weight"] = ep["weight"]
-        if "://" in address:
-            parts = urlsplit(address)
-            host = parts.hostname or ""
-            try:
-                port = parts.port or port
-            except ValueError:
-                self._issue(("vllm_endpoints", index, "address"), f"{address!r} has an invalid port")
-                return None
-            scheme = parts.scheme.lower()
-            if scheme not in ("http", "https"):
-                self._issue(("vllm_endpoints", index, "address"), f"unsupported scheme {scheme!r}")
-                return None
-            if port is None:
-                port = 443 if scheme == "https" else 80
-            path = parts.path.rstrip("/")
-            if path or ":" in host:
-                netloc = f"[{host}]" if ":" in host else host
-                ref["base_url"] = f"{scheme}://{netloc}:{port}{path}"
-            else:
-                ref["endpoint"] = f"{host}:{port}"
-                ref["protocol"] = scheme
-            return ref
-        if isinstance(port, bool) or not isinstance(port, int | str) or not str(port).isdigit():
-            self._issue(("vllm_endpoints", index, "port"), "an endpoint needs a numeric port")
-            return None
-        protocol = str(ep.get("protocol") or "http")
-        if ":" in address:  # a bare IPv6 address
-            ref["base_url"] = f"{protocol}://[{address.strip('[]')}]:{port}"
-        else:
-            ref["endpoint"] = f"{address}:{port}"
-            if protocol != "http":
-                ref["protocol"] = protocol
-        return ref
 
     def _providers(self) -> None:
         endpoints = self._endpoints()
@@ -298,29 +263,10 @@ class _Migrator:
             if not isinstance(params, dict):
                 self._issue(("model_config", name), "model settings must be a mapping")
                 continue
-            entry: dict[str, Any] = {"name": name}
-            for key in _MODEL_PASSTHROUGH:
-                if key in params:
-                    entry[key] = params[key]
-            entry["backend_refs"] = self._refs_for(name, params, endpoints, unassigned)
-            if params.get("access_key"):
-                for ref in entry["backend_refs"]:
-                    ref["api_key"] = params["access_key"]
-                self.warnings.append(
-                    f"model_config.{name}.access_key: copied to backend_refs[].api_key; prefer api_key_env "
-                    "so the secret stays out of the file"
-                )
+            entry = self._model_entry(name, params, endpoints, unassigned)
             card = {key: params[key] for key in _MODEL_CARD_KEYS if key in params}
             if card:
                 cards.append({"name": name, **card})
-            if "pii_policy" in params:
-                self.warnings.append(
-                    f"model_config.{name}.pii_policy: dropped; v0.3 enforces PII per decision "
-                    "(a `pii` plugin, or a `pii` signal routed to a fast_response decision)"
-                )
-            handled = {*_MODEL_PASSTHROUGH, *_MODEL_CARD_KEYS, "preferred_endpoints", "access_key", "pii_policy"}
-            for key in sorted(set(params) - handled):
-                self.warnings.append(f"model_config.{name}.{key}: not supported by svc-sr; dropped")
             if name in model_config:
                 self.path_map.append((f"providers.models[{len(models)}]", format_path(("model_config", name))))
             models.append(entry)
@@ -335,6 +281,36 @@ class _Migrator:
             )
         if cards:
             self.out.setdefault("routing", {})["modelCards"] = cards
+
+    def _model_entry(
+        self,
+        name: str,
+        params: dict[str, Any],
+        endpoints: dict[str, dict[str, Any]],
+        unassigned: list[str],
+    ) -> dict[str, Any]:
+        """providers.models[] entry of one model_config model (its card keys go elsewhere)."""
+        entry: dict[str, Any] = {"name": name}
+        for key in _MODEL_PASSTHROUGH:
+            if key in params:
+                entry[key] = params[key]
+        entry["backend_refs"] = self._refs_for(name, params, endpoints, unassigned)
+        if params.get("access_key"):
+            for ref in entry["backend_refs"]:
+                ref["api_key"] = params["access_key"]
+            self.warnings.append(
+                f"model_config.{name}.access_key: copied to backend_refs[].api_key; prefer api_key_env "
+                "so the secret stays out of the file"
+            )
+        if "pii_policy" in params:
+            self.warnings.append(
+                f"model_config.{name}.pii_policy: dropped; v0.3 enforces PII per decision "
+                "(a `pii` plugin, or a `pii` signal routed to a fast_response decision)"
+            )
+        handled = {*_MODEL_PASSTHROUGH, *_MODEL_CARD_KEYS, "preferred_endpoints", "access_key", "pii_policy"}
+        for key in sorted(set(params) - handled):
+            self.warnings.append(f"model_config.{name}.{key}: not supported by svc-sr; dropped")
+        return entry
 
     def _refs_for(
         self,
@@ -405,14 +381,9 @@ class _Migrator:
                 rule["aggregation_method"] = "mean"
         if key == "categories":
             keep = {"name", "description", "mmlu_categories", "model_scores", "threshold"}
-            used_by_synthesis = {
-                "system_prompt", "use_reasoning", "reasoning_effort", "reasoning_description",
-                "semantic_cache_enabled", "semantic_cache_similarity_threshold",
-                "jailbreak_enabled", "jailbreak_threshold", "pii_enabled",
-            }
             extra = sorted(set(rule) - keep)
             synthesizing = not self.src.get("decisions") and bool(rule.get("model_scores"))
-            dropped = [k for k in extra if not (synthesizing and k in used_by_synthesis)]
+            dropped = [k for k in extra if not (synthesizing and k in USED_BY_SYNTHESIS)]
             if dropped:
                 self.warnings.append(f"{where}: {', '.join(dropped)} dropped (no per-domain equivalent in v0.3)")
             rule = {k: v for k, v in rule.items() if k in keep}
@@ -438,47 +409,10 @@ class _Migrator:
         )
 
     def _decision_from_category(self, category: dict[str, Any]) -> dict[str, Any] | None:
-        name = str(category.get("name", ""))
-        best: dict[str, Any] | None = None
-        for entry in category["model_scores"]:
-            if not isinstance(entry, dict) or "model" not in entry:
-                continue
-            score = entry.get("score", 0)
-            if not isinstance(score, int | float):
-                continue
-            if best is None or score > best.get("score", 0):
-                best = entry
-        if best is None or not name:
+        decision = decision_from_category(category)
+        if decision is None:
+            name = str(category.get("name", ""))
             self.warnings.append(f"category {name!r}: no usable model_scores; no decision synthesized")
-            return None
-        ref: dict[str, Any] = {"model": str(best["model"])}
-        for key in ("use_reasoning", "reasoning_effort", "reasoning_description", "lora_name"):
-            value = best.get(key, category.get(key))
-            if value is not None:
-                ref[key] = value
-        plugins: list[dict[str, Any]] = []
-        if category.get("system_prompt"):
-            plugins.append({"type": "system_prompt", "configuration": {"system_prompt": category["system_prompt"]}})
-        if category.get("semantic_cache_enabled") is not None:
-            cache: dict[str, Any] = {"enabled": bool(category["semantic_cache_enabled"])}
-            if category.get("semantic_cache_similarity_threshold") is not None:
-                cache["similarity_threshold"] = category["semantic_cache_similarity_threshold"]
-            plugins.append({"type": "semantic-cache", "configuration": cache})
-        if category.get("jailbreak_enabled") is not None:
-            jail: dict[str, Any] = {"enabled": bool(category["jailbreak_enabled"])}
-            if category.get("jailbreak_threshold") is not None:
-                jail["threshold"] = category["jailbreak_threshold"]
-            plugins.append({"type": "jailbreak", "configuration": jail})
-        if category.get("pii_enabled") is not None:
-            plugins.append({"type": "pii", "configuration": {"enabled": bool(category["pii_enabled"])}})
-        decision: dict[str, Any] = {
-            "name": name,
-            "description": f"migrated from category {name!r} (model_scores)",
-            "rules": {"operator": "OR", "conditions": [{"type": "domain", "name": name}]},
-            "modelRefs": [ref],
-        }
-        if plugins:
-            decision["plugins"] = plugins
         return decision
 
     # ---------------------------------------------------------------- moved sections

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from app.config.errors import ConfigError, ConfigIssue, issues_from_validation_error
 from app.config.legacy import LEGACY_KEY_HOME, Migration, is_legacy, migrate
@@ -33,7 +34,7 @@ _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+class _StrictLoader(_BaseLoader):
     """SafeLoader that rejects duplicate keys (PyYAML keeps the last one silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -228,7 +229,7 @@ def _build(document: dict[str, Any], source: str) -> LoadedConfig:
                         source=source)
 
 
-def _hint(parts: list[str | int], error: Any) -> str:
+def _hint(parts: list[str | int], error: ErrorDetails) -> str:
     if len(parts) == 1 and error["type"] == "extra_forbidden" and parts[0] in LEGACY_KEY_HOME:
         key = parts[0]
         return (f"; {key!r} is a flat-layout (v0.1) key, in v0.3 it lives at {LEGACY_KEY_HOME[key]} "

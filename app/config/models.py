@@ -22,9 +22,9 @@ from pydantic import (
     model_validator,
 )
 
-from app.accounting.cost import Pricing
-from app.srun.settings import DecisionModelRef, ModelDeployment, check_references, read_bindings
-from app.upstream.policy import FallbackConfig, ReliabilityConfig
+from app.config.model_deployments import DecisionModelRef, ModelDeployment, check_references, read_bindings
+from app.config.pricing import Pricing
+from app.config.reliability import FallbackConfig, ReliabilityConfig
 
 
 class Strict(BaseModel):
@@ -425,7 +425,7 @@ class GlobalConfig(Open):
     # `signal_timeout_ms` (deadline of model-runtime signals), `on_unscanned` of the prompt
     # guard and the PII classifier, and the bindings (`deployment`, `contract`, `head`) of
     # modules.classifier.domain / .pii and modules.prompt_guard (spec 2 "Router settings for
-    # managed runtimes"; app/srun/settings.py BINDINGS).
+    # managed runtimes"; app/config/model_deployments.py BINDINGS).
     model_catalog: dict[str, Any] = Field(default_factory=dict)
     integrations: dict[str, Any] = Field(default_factory=dict)
 

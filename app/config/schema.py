@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic.json_schema import models_json_schema
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from app.config.models import RouterConfig
 from app.config.plugins import PLUGIN_MODELS
@@ -24,7 +25,9 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 def config_json_schema() -> dict[str, Any]:
     plugin_models = sorted(set(PLUGIN_MODELS.values()), key=lambda model: model.__name__)
-    models = [(RouterConfig, "validation"), *((model, "validation") for model in plugin_models)]
+    models: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+        (RouterConfig, "validation"), *((model, "validation") for model in plugin_models)
+    ]
     keys, top = models_json_schema(models, by_alias=True, ref_template="#/$defs/{model}")
     defs: dict[str, Any] = top["$defs"]
     root_ref = keys[(RouterConfig, "validation")]["$ref"].split("/")[-1]

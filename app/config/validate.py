@@ -16,7 +16,9 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ValidationError
 
+from app.config.builtin_models import builtin_task
 from app.config.errors import ConfigIssue, did_you_mean, issues_from_validation_error
+from app.config.model_deployments import BINDINGS, read_bindings
 from app.config.models import (
     PLUGIN_TYPES,
     REFERENCE_ONLY_PLUGIN_TYPES,
@@ -24,10 +26,11 @@ from app.config.models import (
     SIGNAL_FAMILIES,
     Condition,
     Decision,
+    DomainSignal,
+    ProviderModel,
     RouterConfig,
 )
 from app.config.plugins import PLUGIN_KIND, PLUGIN_MODELS, plugin_payload
-from app.srun.settings import BINDINGS, read_bindings
 
 # The labels of the domain classifier (MMLU-Pro's 14 categories).
 MMLU_PRO_CATEGORIES: tuple[str, ...] = (
@@ -43,6 +46,9 @@ REFERENCE_SIGNAL_FAMILY_KEYS = frozenset(
     }
 )
 
+SIGNALS = "routing.signals"
+
+
 def semantic_issues(config: RouterConfig) -> tuple[list[ConfigIssue], list[str]]:
     """(errors, warnings) of a schema-valid config; any error makes the config unusable."""
     checker = _Checker(config)
@@ -57,19 +63,6 @@ def domain_names(config: RouterConfig) -> set[str]:
         names.add(domain.name)
         names.update(domain.mmlu_categories)
     return names
-
-
-def _builtin_task(artifact: str) -> str | None:
-    """The task of a built-in model runtime artifact (None: a hub repository or a local path)."""
-    from app.runtime.registry import BUILTINS
-    from app.srun.catalog import SPECS, canonical
-
-    try:
-        name = canonical(artifact.partition("@")[0])
-    except LookupError:
-        return None
-    spec = BUILTINS.get(name) or SPECS.get(name)
-    return str(spec.task) if spec is not None else None
 
 
 def _duplicates(names: Iterable[str]) -> set[str]:
@@ -112,7 +105,7 @@ class _Checker:
         for name, binding in bindings.items():
             spec = BINDINGS[name]
             path = ".".join(("global", "model_catalog", *spec.path))
-            task = _builtin_task(config.model_deployments[binding.deployment].artifact)
+            task = builtin_task(config.model_deployments[binding.deployment].artifact)
             wanted = binding.contract or spec.contracts[0]
             if task is not None and task != wanted:
                 self.error(f"{path}.deployment", f"{binding.deployment!r} serves {task}; the {name} binding "
@@ -157,51 +150,56 @@ class _Checker:
     # ---------------------------------------------------------------- providers
     def _providers(self) -> None:
         providers = self.config.providers
-        families = providers.defaults.reasoning_families
         if not providers.models:
             self.error("providers.models", "no models configured: there is nothing to route to", "no_models")
-        auto_names = self.config.auto_model_names
         for name in sorted(_duplicates(self.model_names)):
             index = len(self.model_names) - 1 - self.model_names[::-1].index(name)
             self.error(f"providers.models[{index}].name", f"duplicate model name {name!r}", "duplicate_name")
-        all_names = set(self.model_names)
         for index, model in enumerate(providers.models):
-            path = f"providers.models[{index}]"
-            if model.name in auto_names:
+            self._provider_model(f"providers.models[{index}]", model)
+        self._default_model()
+
+    def _provider_model(self, path: str, model: ProviderModel) -> None:
+        families = self.config.providers.defaults.reasoning_families
+        if model.name in self.config.auto_model_names:
+            self.error(
+                f"{path}.name",
+                f"{model.name!r} is an auto-routing model name (global.router.auto_model_name(s)); "
+                "requests for it would be routed, never sent to this model",
+                "reserved_name",
+            )
+        if not model.backend_refs:
+            self.error(f"{path}.backend_refs",
+                       f"model {model.name!r} has no backend_refs: nothing to send its requests to "
+                       "(add one with `endpoint: host:port` or `base_url`)", "no_backends")
+        for name in sorted(_duplicates(ref.name for ref in model.backend_refs if ref.name)):
+            self.error(f"{path}.backend_refs", f"duplicate backend_ref name {name!r}", "duplicate_name")
+        if model.reasoning_family is not None and model.reasoning_family not in families:
+            known = ", ".join(sorted(families)) or "none defined"
+            self.error(
+                f"{path}.reasoning_family",
+                f"unknown reasoning family {model.reasoning_family!r} "
+                f"(providers.defaults.reasoning_families: {known})"
+                + did_you_mean(model.reasoning_family, families),
+                "unknown_reasoning_family",
+            )
+        if model.pricing is not None:
+            for key, value in model.pricing.model_dump().items():
+                if isinstance(value, int | float) and (value < 0 or not math.isfinite(value)):
+                    self.error(f"{path}.pricing.{key}", f"price must be a finite number >= 0, got {value}",
+                               "invalid_pricing")
+        for key, alias in model.external_model_ids.items():
+            if alias in self.model_names and alias != model.name:
                 self.error(
-                    f"{path}.name",
-                    f"{model.name!r} is an auto-routing model name (global.router.auto_model_name(s)); "
-                    "requests for it would be routed, never sent to this model",
-                    "reserved_name",
+                    f"{path}.external_model_ids.{key}",
+                    f"{alias!r} is the name of another configured model (ambiguous lookup)",
+                    "ambiguous_name",
                 )
-            if not model.backend_refs:
-                self.error(f"{path}.backend_refs",
-                           f"model {model.name!r} has no backend_refs: nothing to send its requests to "
-                           "(add one with `endpoint: host:port` or `base_url`)", "no_backends")
-            for name in sorted(_duplicates(ref.name for ref in model.backend_refs if ref.name)):
-                self.error(f"{path}.backend_refs", f"duplicate backend_ref name {name!r}", "duplicate_name")
-            if model.reasoning_family is not None and model.reasoning_family not in families:
-                known = ", ".join(sorted(families)) or "none defined"
-                self.error(
-                    f"{path}.reasoning_family",
-                    f"unknown reasoning family {model.reasoning_family!r} "
-                    f"(providers.defaults.reasoning_families: {known})"
-                    + did_you_mean(model.reasoning_family, families),
-                    "unknown_reasoning_family",
-                )
-            if model.pricing is not None:
-                for key, value in model.pricing.model_dump().items():
-                    if isinstance(value, int | float) and (value < 0 or not math.isfinite(value)):
-                        self.error(f"{path}.pricing.{key}", f"price must be a finite number >= 0, got {value}",
-                                   "invalid_pricing")
-            for key, alias in model.external_model_ids.items():
-                if alias in all_names and alias != model.name:
-                    self.error(
-                        f"{path}.external_model_ids.{key}",
-                        f"{alias!r} is the name of another configured model (ambiguous lookup)",
-                        "ambiguous_name",
-                    )
+
+    def _default_model(self) -> None:
+        providers = self.config.providers
         default = providers.defaults.default_model
+        all_names = set(self.model_names)
         if default is None:
             if providers.models:
                 self.warn("providers.defaults.default_model",
@@ -215,33 +213,44 @@ class _Checker:
 
     # ---------------------------------------------------------------- signals
     def _signals(self) -> None:
+        self._signal_families()
+        self._context_signals()
+        self._keyword_signals()
+        self._embedding_signals()
+        for index, domain in enumerate(self.config.routing.signals.domains):
+            self._domain_signal(f"{SIGNALS}.domains[{index}]", domain)
+
+    def _signal_families(self) -> None:
         signals = self.config.routing.signals
-        base = "routing.signals"
         for family in SIGNAL_FAMILIES.values():
             names = [rule.name for rule in getattr(signals, family)]
-            self._duplicate_names(f"{base}.{family}", names)
+            self._duplicate_names(f"{SIGNALS}.{family}", names)
         for key, value in (signals.model_extra or {}).items():
-            if key in REFERENCE_SIGNAL_FAMILY_KEYS:
-                if value:
-                    self.warn(f"{base}.{key}", "signal family of the reference router that svc-sr does not "
-                                               "evaluate; kept as data, no decision may reference it")
-                if isinstance(value, list):
-                    rule_names = [str(item.get("name")) for item in value if isinstance(item, dict) and "name" in item]
-                    self._duplicate_names(f"{base}.{key}", rule_names)
-            else:
+            if key not in REFERENCE_SIGNAL_FAMILY_KEYS:
                 known = [*SIGNAL_FAMILIES.values(), *REFERENCE_SIGNAL_FAMILY_KEYS]
-                self.error(f"{base}.{key}", "unknown signal family" + did_you_mean(key, known), "unknown_family")
-        for index, rule in enumerate(signals.context):
-            path = f"{base}.context[{index}]"
+                self.error(f"{SIGNALS}.{key}", "unknown signal family" + did_you_mean(key, known), "unknown_family")
+                continue
+            if value:
+                self.warn(f"{SIGNALS}.{key}", "signal family of the reference router that svc-sr does not "
+                                              "evaluate; kept as data, no decision may reference it")
+            if isinstance(value, list):
+                rule_names = [str(item.get("name")) for item in value if isinstance(item, dict) and "name" in item]
+                self._duplicate_names(f"{SIGNALS}.{key}", rule_names)
+
+    def _context_signals(self) -> None:
+        for index, rule in enumerate(self.config.routing.signals.context):
+            path = f"{SIGNALS}.context[{index}]"
             if rule.min_tokens is None and rule.max_tokens is None:
                 self.error(path, "a context signal needs min_tokens and/or max_tokens", "empty_range")
             elif rule.min_tokens is not None and rule.max_tokens is not None and rule.min_tokens > rule.max_tokens:
                 self.error(f"{path}.min_tokens",
                            f"min_tokens ({rule.min_tokens}) is greater than max_tokens ({rule.max_tokens})",
                            "invalid_range")
-        for index, rule in enumerate(signals.keywords):
+
+    def _keyword_signals(self) -> None:
+        for index, rule in enumerate(self.config.routing.signals.keywords):
             for k, keyword in enumerate(rule.keywords):
-                path = f"{base}.keywords[{index}].keywords[{k}]"
+                path = f"{SIGNALS}.keywords[{index}].keywords[{k}]"
                 if not keyword.strip():
                     self.error(path, "empty keyword", "empty_keyword")
                 elif rule.method == "regex":
@@ -249,32 +258,34 @@ class _Checker:
                         re.compile(keyword)
                     except re.error as exc:
                         self.error(path, f"invalid regular expression: {exc}", "invalid_regex")
-        for index, rule in enumerate(signals.embeddings):
+
+    def _embedding_signals(self) -> None:
+        for index, rule in enumerate(self.config.routing.signals.embeddings):
             for k, candidate in enumerate(rule.candidates):
                 if not candidate.strip():
-                    self.error(f"{base}.embeddings[{index}].candidates[{k}]", "empty candidate", "empty_candidate")
+                    self.error(f"{SIGNALS}.embeddings[{index}].candidates[{k}]", "empty candidate", "empty_candidate")
+
+    def _domain_signal(self, path: str, domain: DomainSignal) -> None:
         known_models = set(self.model_names)
-        for index, domain in enumerate(signals.domains):
-            path = f"{base}.domains[{index}]"
-            labels = [domain.name, *domain.mmlu_categories]
-            if not any(label in MMLU_PRO_CATEGORIES for label in labels):
-                self.warn(path, f"domain {domain.name!r} never matches: the domain classifier emits only "
-                                f"the 14 MMLU-Pro categories; list some in mmlu_categories")
-            for k, category in enumerate(domain.mmlu_categories):
-                if category not in MMLU_PRO_CATEGORIES:
-                    self.warn(f"{path}.mmlu_categories[{k}]",
-                              f"{category!r} is not an MMLU-Pro category" + did_you_mean(category, MMLU_PRO_CATEGORIES))
-            for k, score in enumerate(domain.model_scores):
-                model = score.get("model")
-                if not isinstance(model, str):
-                    self.error(f"{path}.model_scores[{k}].model", "a model score needs `model` (a model name)",
-                               "missing" if model is None else "string_type")
-                elif model not in known_models:
-                    self.error(f"{path}.model_scores[{k}].model",
-                               f"{model!r} is not a configured model" + did_you_mean(str(model), known_models),
-                               "unknown_model")
-                if "score" in score and (isinstance(score["score"], bool) or not isinstance(score["score"], int | float)):
-                    self.error(f"{path}.model_scores[{k}].score", "score must be a number", "float_type")
+        labels = [domain.name, *domain.mmlu_categories]
+        if not any(label in MMLU_PRO_CATEGORIES for label in labels):
+            self.warn(path, f"domain {domain.name!r} never matches: the domain classifier emits only "
+                            f"the 14 MMLU-Pro categories; list some in mmlu_categories")
+        for k, category in enumerate(domain.mmlu_categories):
+            if category not in MMLU_PRO_CATEGORIES:
+                self.warn(f"{path}.mmlu_categories[{k}]",
+                          f"{category!r} is not an MMLU-Pro category" + did_you_mean(category, MMLU_PRO_CATEGORIES))
+        for k, score in enumerate(domain.model_scores):
+            model = score.get("model")
+            if not isinstance(model, str):
+                self.error(f"{path}.model_scores[{k}].model", "a model score needs `model` (a model name)",
+                           "missing" if model is None else "string_type")
+            elif model not in known_models:
+                self.error(f"{path}.model_scores[{k}].model",
+                           f"{model!r} is not a configured model" + did_you_mean(str(model), known_models),
+                           "unknown_model")
+            if "score" in score and (isinstance(score["score"], bool) or not isinstance(score["score"], int | float)):
+                self.error(f"{path}.model_scores[{k}].score", "score must be a number", "float_type")
 
     def _duplicate_names(self, path: str, names: list[str]) -> None:
         for name in sorted(_duplicates(names)):

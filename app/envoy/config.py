@@ -77,7 +77,7 @@ def _reply_mapper(flags: list[str], status: int, message: str, error_type: str, 
         "headers_to_add": [{"header": {"key": "retry-after", "value": "1"},
                             "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
         "body_format_override": {
-            "json_format": {"error": {"message": message, "type": error_type, "code": code, "details": None}},
+            "json_format": {"error": {"message": message, "type": error_type, "code": code}},
             "content_type": "application/json",
         },
     }

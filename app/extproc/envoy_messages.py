@@ -80,7 +80,7 @@ def immediate(status: int, body: bytes, headers: Mapping[str, str] | None = None
               content_type: str = "application/json") -> pb.ProcessingResponse:
     all_headers = {"content-type": content_type, **(headers or {})}
     return pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(
-        status=http_status_pb2.HttpStatus(code=status),  # type: ignore[arg-type]
+        status=http_status_pb2.HttpStatus(code=status),
         headers=header_mutation(all_headers), body=body, details="svc-sr"))
 
 

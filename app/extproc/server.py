@@ -23,5 +23,5 @@ async def start_bridge_server(bridge: ExtProcBridge, host: str = "127.0.0.1", po
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port}")
     await server.start()
-    server.svc_sr_port = bound  # type: ignore[attr-defined]
+    server.svc_sr_port = bound
     return server

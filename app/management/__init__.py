@@ -1,11 +1,12 @@
 """The management API as a library: configuration store and activation, audit, auth,
-startup status, inventory, replays; `install(app, Management(...))` mounts it."""
+startup status, inventory, replays. `app.management.api.install(app, Management(...))`
+mounts its routes; everything exported here is free of HTTP and of Ray."""
 
 from app.management.activation import ActivationFailed, Activator, InProcessActivator, NoopActivator
-from app.management.api import Management, RoutingPreviewer, install
 from app.management.audit import AuditLog
 from app.management.auth import Authenticator, Principal
 from app.management.replays import OutcomeStore, ReplaySource, ReplayStore
+from app.management.service import Management, RoutingPreviewer
 from app.management.startup import StartupTracker
 from app.management.state import ConfigStore
 
@@ -24,5 +25,4 @@ __all__ = [
     "ReplayStore",
     "RoutingPreviewer",
     "StartupTracker",
-    "install",
 ]

@@ -11,8 +11,9 @@ Documents failing `parse`/`validate` are rejected before anything is persisted (
 INVALID_CONFIG, audit config.reject, `last_rejection`). Activations run one at a time in
 persist order; a candidate still waiting when a newer one is persisted is skipped.
 
-The replicas are reached through an `Activator` (in-process pipeline here, the Ray
-activator pushes the document to live Router replicas); it raises ActivationFailed.
+The replicas are reached through an `Activator` (in-process pipeline here; rollout.py's
+GraphActivator redeploys the Serve graph and waits for every Router replica); it raises
+ActivationFailed.
 """
 
 from __future__ import annotations

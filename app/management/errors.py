@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app.api.errors import SvcError
+from app.common.errors import SvcError
 
 
 class MgmtError(SvcError):

@@ -20,44 +20,69 @@ def _schema_30(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     out = {key: _schema_30(value) for key, value in node.items()}
+    for rewrite in (_nullable_options, _type_list, _const, _exclusive_bounds, _examples, _null_type):
+        rewrite(out)
+    return out
+
+
+def _nullable_options(out: dict[str, Any]) -> None:
+    """anyOf/oneOf with {"type": "null"} -> the other option(s) plus nullable."""
     for key in ("anyOf", "oneOf"):
         options = out.get(key)
-        if isinstance(options, list) and any(o == {"type": "null"} for o in options):
-            rest = [o for o in options if o != {"type": "null"}]
-            out.pop(key)
-            if len(rest) == 1 and isinstance(rest[0], dict) and "$ref" not in rest[0]:
-                out.update(rest[0])
-            elif len(rest) == 1:
-                out["allOf"] = rest
-            elif rest:
-                out[key] = rest
-            out["nullable"] = True
+        if not (isinstance(options, list) and any(o == {"type": "null"} for o in options)):
+            continue
+        rest = [o for o in options if o != {"type": "null"}]
+        out.pop(key)
+        if len(rest) == 1 and isinstance(rest[0], dict) and "$ref" not in rest[0]:
+            out.update(rest[0])
+        elif len(rest) == 1:
+            out["allOf"] = rest
+        elif rest:
+            out[key] = rest
+        out["nullable"] = True
+
+
+def _type_list(out: dict[str, Any]) -> None:
+    """"type": [..., "null"] -> one type (or anyOf of them) plus nullable."""
     kind = out.get("type")
-    if isinstance(kind, list):
-        types = [t for t in kind if t != "null"]
-        if len(types) != len(kind):
-            out["nullable"] = True
-        if len(types) == 1:
-            out["type"] = types[0]
-        else:
-            out.pop("type")
-            out["anyOf"] = [{"type": t} for t in types]
+    if not isinstance(kind, list):
+        return
+    types = [t for t in kind if t != "null"]
+    if len(types) != len(kind):
+        out["nullable"] = True
+    if len(types) == 1:
+        out["type"] = types[0]
+    else:
+        out.pop("type")
+        out["anyOf"] = [{"type": t} for t in types]
+
+
+def _const(out: dict[str, Any]) -> None:
     if "const" in out:
         out["enum"] = [out.pop("const")]
+
+
+def _exclusive_bounds(out: dict[str, Any]) -> None:
+    """Numeric exclusiveMinimum/Maximum (3.1) -> minimum/maximum plus the boolean flag (3.0)."""
     for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         value = out.get(bound)
         if isinstance(value, int | float) and not isinstance(value, bool):
             out[plain] = value
             out[bound] = True
+
+
+def _examples(out: dict[str, Any]) -> None:
     examples = out.get("examples")
     if isinstance(examples, list):
         out.pop("examples")
         if examples:
             out["example"] = examples[0]
+
+
+def _null_type(out: dict[str, Any]) -> None:
     if out.get("type") == "null":
         out.pop("type")
         out["nullable"] = True
-    return out
 
 
 def to_openapi_30(document: dict[str, Any]) -> dict[str, Any]:

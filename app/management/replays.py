@@ -15,6 +15,7 @@ import json
 import threading
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -60,11 +61,12 @@ class ReplaySource(Protocol):
     graph's adapter over the Observability deployment does)."""
 
     def list(self, limit: int = 100, after_sequence: int = 0, decision: str | None = None,
-             model: str | None = None) -> ReplayPage: ...
+             model: str | None = None) -> ReplayPage | Awaitable[ReplayPage]: ...
 
-    def get(self, replay_id: str) -> dict[str, Any] | None: ...
+    def get(self, replay_id: str) -> dict[str, Any] | None | Awaitable[dict[str, Any] | None]: ...
 
-    def aggregate(self, decision: str | None = None, model: str | None = None) -> ReplayAggregate: ...
+    def aggregate(self, decision: str | None = None,
+                  model: str | None = None) -> ReplayAggregate | Awaitable[ReplayAggregate]: ...
 
 
 def _now() -> str:
@@ -147,7 +149,8 @@ class ReplayStore:
             if r.get("cache_hit"):
                 agg.cache_hits += 1
                 hits += 1
-            usage = r.get("usage") if isinstance(r.get("usage"), dict) else {}
+            raw_usage = r.get("usage")
+            usage = raw_usage if isinstance(raw_usage, dict) else {}
             agg.prompt_tokens += int(_number(usage.get("prompt_tokens")))
             agg.completion_tokens += int(_number(usage.get("completion_tokens")))
             amount, currency = _cost_of(r)

@@ -16,7 +16,10 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import threading
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -258,3 +261,28 @@ class ConfigStore:
 
     def snapshot_json(self) -> str:
         return json.dumps(self._state.model_dump(mode="json"), sort_keys=True)
+
+
+STATE_ROOT_ENV = "SVC_SR_MANAGEMENT_STATE_DIR"
+
+
+def state_dir_of(configured: str | Path | None, app_name: str, environ: Mapping[str, str] | None = None) -> Path:
+    """`configured` (GraphArgs.state_dir), else <$SVC_SR_MANAGEMENT_STATE_DIR>/<app>, else
+    <working directory>/.cache/state/<app> (each application keeps its own history)."""
+    if configured:
+        return Path(configured)
+    root = (os.environ if environ is None else environ).get(STATE_ROOT_ENV)
+    return (Path(root) if root else Path.cwd() / ".cache" / "state") / app_name
+
+
+def open_store(state_dir: Path, now: Callable[[], float] = time.time) -> ConfigStore:
+    """A store over `state_dir`; an unreadable state file is moved aside (kept for inspection)
+    and the history starts fresh, so a corrupt file never keeps the router down."""
+    store = ConfigStore(state_dir)
+    try:
+        store._load()
+    except StoreCorrupt as exc:
+        aside = state_dir / f"{STATE_FILE}.corrupt-{int(now())}"
+        log.error("%s; moved aside to %s", exc, aside)
+        (state_dir / STATE_FILE).replace(aside)
+    return store

@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from app.runtime.encoder import MiniLMEncoder
+    from app.models.encoding import Encoder
 
 DOMAIN_CATEGORIES: tuple[str, ...] = (
     "biology",
@@ -136,7 +136,7 @@ class DomainHead:
     def log_probs(self, vectors: np.ndarray, texts: list[str]) -> np.ndarray:
         experts = self.expert_log_probs(vectors, texts)
         total = sum(self.weights.values())
-        fused = sum(self.weights[k] * experts[k] for k in self.weights) / total
+        fused = np.sum([self.weights[k] * experts[k] for k in self.weights], axis=0) / total
         return log_softmax(fused / self.temperature)
 
     def probabilities(self, vectors: np.ndarray, texts: list[str]) -> np.ndarray:
@@ -148,7 +148,7 @@ class DomainHead:
         arrays = {
             k: (v.astype(np.float16) if v.dtype.kind == "f" and v.ndim == 2 else v) for k, v in self.a.items()
         }
-        np.savez_compressed(out_dir / HEAD_FILE, **arrays)
+        np.savez_compressed(out_dir / HEAD_FILE, allow_pickle=False, **arrays)
         meta = meta | {"expert_weights": self.weights, "temperature": self.temperature}
         (out_dir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
@@ -170,7 +170,7 @@ class DomainClassifier:
     the cache and jailbreak signals; `classify` encodes by itself.
     """
 
-    def __init__(self, encoder: MiniLMEncoder | None = None, artifact_dir: Path | None = None) -> None:
+    def __init__(self, encoder: Encoder | None = None, artifact_dir: Path | None = None) -> None:
         self.artifact_dir = Path(artifact_dir) if artifact_dir is not None else ARTIFACT_DIR
         self.head, self.meta = DomainHead.load(self.artifact_dir)
         self._encoder = encoder
@@ -178,7 +178,7 @@ class DomainClassifier:
         self.metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
 
     @property
-    def encoder(self) -> MiniLMEncoder:
+    def encoder(self) -> Encoder:
         if self._encoder is None:
             from app.runtime.encoder import shared_encoder
 

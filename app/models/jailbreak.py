@@ -19,16 +19,14 @@ Three detectors, picked per call (the `method` of a jailbreak signal rule):
   ``benign_patterns`` therefore only lower the contrastive half, never the classifier's verdict.
 
 Run time needs numpy and the encoder only: weights are .npz/.json, no pickle, no sklearn.
+The text features (hashed n-grams, regexes) are in app/models/jailbreak_features.py.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import threading
-import unicodedata
-import zlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -36,8 +34,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from app.models.jailbreak_features import JAILBREAK_REGEXES, match_patterns, ngram_tf
+
+# Temporary re-export (issue 14): scripts/train_jailbreak.py imports it from here.
+
 if TYPE_CHECKING:
-    from app.runtime.encoder import MiniLMEncoder
+    from app.models.encoding import Encoder
 
 ARTIFACT_DIR = Path(__file__).parent / "artifacts"
 WEIGHTS_FILE = "jailbreak_guard.npz"
@@ -48,167 +50,6 @@ Method = Literal["classifier", "contrastive", "hybrid"]
 METHODS: tuple[str, ...] = ("classifier", "contrastive", "hybrid")
 CONTRASTIVE_TEMPERATURE = 0.05  # a 0.05 cosine margin -> score 0.73, 0.1 -> 0.88
 DEFAULT_THRESHOLD = 0.5
-
-# ---------------------------------------------------------------------------------------------
-# Hashed n-gram features (shared with the training script so both sides hash identically)
-# ---------------------------------------------------------------------------------------------
-
-NGRAM_BITS = 18
-CHAR_NGRAMS = (3, 4, 5)
-HEAD_CHARS = 6000  # long inputs: score the head and the tail, where instructions usually sit
-TAIL_CHARS = 2000
-_MASK64 = 0xFFFFFFFFFFFFFFFF
-_FNV = np.uint64(1099511628211)
-_GOLDEN = 0x9E3779B97F4A7C15
-_WORD = re.compile(r"\w+")
-_SPACE = re.compile(r"\s+")
-
-
-def normalize_text(text: str) -> str:
-    """NFKC folds full-width and other look-alike forms; lower-case; one space between words."""
-    text = unicodedata.normalize("NFKC", text).lower()
-    text = _SPACE.sub(" ", text).strip()
-    if len(text) > HEAD_CHARS + TAIL_CHARS:
-        text = text[:HEAD_CHARS] + " " + text[-TAIL_CHARS:]
-    return text
-
-
-def _mix(h: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser: spreads the low-entropy rolling hash over all bits."""
-    h = h ^ (h >> np.uint64(30))
-    h = h * np.uint64(0xBF58476D1CE4E5B9)
-    h = h ^ (h >> np.uint64(27))
-    h = h * np.uint64(0x94D049BB133111EB)
-    return h ^ (h >> np.uint64(31))
-
-
-def ngram_tf(text: str, bits: int = NGRAM_BITS) -> tuple[np.ndarray, np.ndarray]:
-    """Bucket ids and sublinear term frequencies (1 + log tf) of one text's n-grams.
-
-    Hashing (not a vocabulary) keeps the artifact a fixed-size array and the run time free of
-    sklearn; deterministic hashes (no Python ``hash``) keep it stable across processes.
-    """
-    norm = normalize_text(text)
-    if not norm:
-        return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    data = np.frombuffer((" " + norm + " ").encode("utf-8"), np.uint8).astype(np.uint64)
-    parts: list[np.ndarray] = []
-    for n in CHAR_NGRAMS:
-        width = len(data) - n + 1
-        if width <= 0:
-            continue
-        h = np.full(width, (n * _GOLDEN) & _MASK64, np.uint64)
-        for k in range(n):
-            h = h * _FNV + data[k : k + width]
-        parts.append(_mix(h))
-    words = _WORD.findall(norm)
-    if words:
-        wh = np.fromiter((zlib.crc32(w.encode("utf-8")) for w in words), np.uint64, len(words))
-        parts.append(_mix(wh + np.uint64(1 << 40)))
-        if len(wh) > 1:
-            parts.append(_mix(wh[:-1] * _FNV + wh[1:] + np.uint64(2 << 40)))
-    buckets = (np.concatenate(parts) & np.uint64((1 << bits) - 1)).astype(np.int64)
-    idx, counts = np.unique(buckets, return_counts=True)
-    return idx, (1.0 + np.log(counts)).astype(np.float32)
-
-
-# ---------------------------------------------------------------------------------------------
-# High-precision regexes: (name, detection type, logit bonus, pattern)
-# ---------------------------------------------------------------------------------------------
-
-_I = re.IGNORECASE
-JAILBREAK_REGEXES: tuple[tuple[str, str, float, re.Pattern[str]], ...] = (
-    (
-        "ignore_previous_instructions",
-        "instruction_override",
-        2.0,
-        re.compile(
-            r"\b(?:ignore|disregard|forget|override|bypass)\s+(?:all\s+|any\s+|every\s+)?(?:of\s+)?"
-            r"(?:the\s+|your\s+|these\s+|those\s+)?(?:previous|prior|above|earlier|preceding|initial|"
-            r"original|system|safety)\s+(?:instructions?|prompts?|rules|directives?|guidelines|"
-            r"commands|programming|constraints)\b",
-            _I,
-        ),
-    ),
-    (
-        "reveal_system_prompt",
-        "prompt_extraction",
-        2.0,
-        re.compile(
-            r"\b(?:reveal|print|show|repeat|output|display|leak|dump|spell out|tell me)\b[^.?!\n]{0,20}"
-            r"\byour\s+(?:\w+\s+){0,2}(?:prompt|instructions|system message)\b"
-            r"|\b(?:repeat|print|output)\s+(?:all\s+|everything\s+|the\s+text\s+|the\s+words\s+)"
-            r"(?:above|before)\b",
-            _I,
-        ),
-    ),
-    (
-        "dan_persona",
-        "roleplay_jailbreak",
-        2.5,
-        # Case-sensitive DAN: "Dan" is a common first name.
-        re.compile(
-            r"\bDAN\b[^\n]{0,60}\b[Dd]o [Aa]nything [Nn]ow\b"
-            r"|\b(?:[Yy]ou are|[Aa]ct as|[Bb]ecome|[Pp]retend to be|[Ss]tay as)\s+(?:now\s+)?(?:a\s+)?DAN\b"
-            r"|\bDAN [Mm]ode\b"
-        ),
-    ),
-    (
-        "developer_mode",
-        "roleplay_jailbreak",
-        2.0,
-        re.compile(
-            r"\b(?:developer|dev|god|jailbreak|jailbroken|unrestricted|unfiltered|uncensored|dan)\s+mode\s+"
-            r"(?:is\s+)?(?:now\s+)?(?:enabled|activated|unlocked|engaged)\b"
-            r"|\b(?:enable|enter|activate|switch to)\s+(?:jailbreak|unrestricted|unfiltered|uncensored|dan)"
-            r"\s+mode\b",
-            _I,
-        ),
-    ),
-    (
-        "unrestricted_ai",
-        "roleplay_jailbreak",
-        1.5,
-        re.compile(
-            r"\b(?:AI|assistant|chatbot|model|you)\b[^.\n]{0,60}\b(?:no|without(?:\s+any)?|free\s+(?:of|from))"
-            r"\s+(?:\w+\s+){0,2}(?:restrictions|filters|censorship|content\s+polic(?:y|ies)|morals|ethics|"
-            r"ethical\s+guidelines)\b",
-            _I,
-        ),
-    ),
-    (
-        "disable_safety",
-        "instruction_override",
-        2.0,
-        re.compile(
-            r"\b(?:disable|turn off|deactivate|remove|bypass|ignore)\s+your\s+(?:own\s+)?"
-            r"(?:safety|content|ethical|moral)\s+(?:filters?|guidelines|protocols|training|rules|polic(?:y|ies))\b"
-            r"|\b(?:safety|content)\s+(?:filters?|mode)\s*[:=]\s*(?:off|disabled|false)\b",
-            _I,
-        ),
-    ),
-    (
-        "fake_chat_markup",
-        "prompt_injection",
-        1.5,
-        re.compile(r"<<SYS>>|\[/?INST\]|<\|im_start\|>\s*system|</?system>|\bSYSTEM\s+OVERRIDE\b", _I),
-    ),
-)
-_QUOTES = "\"'`\u201c\u2018\u00ab"
-
-
-def match_patterns(text: str) -> list[tuple[str, str, float]]:
-    """Regexes that fire on ``text``. A match that opens right after a quote is a mention
-    ("translate 'ignore previous instructions'"), not a use, and is skipped."""
-    hits = []
-    for name, kind, bonus, pattern in JAILBREAK_REGEXES:
-        for m in pattern.finditer(text):
-            if m.start() > 0 and text[m.start() - 1] in _QUOTES:
-                continue
-            hits.append((name, kind, bonus))
-            break
-    return hits
-
 
 # ---------------------------------------------------------------------------------------------
 # Public API
@@ -266,19 +107,18 @@ def conversation_text(messages: list[dict], include_history: bool) -> str:
 class JailbreakGuard:
     """Loads the trained artifact once; thread-safe for concurrent ``detect`` calls."""
 
-    def __init__(self, encoder: MiniLMEncoder | None = None, artifact_dir: Path | None = None) -> None:
+    def __init__(self, encoder: Encoder | None = None, artifact_dir: Path | None = None) -> None:
         self._encoder = encoder
         self.artifact_dir = Path(artifact_dir) if artifact_dir is not None else ARTIFACT_DIR
         meta_path = self.artifact_dir / META_FILE
         weights_path = self.artifact_dir / WEIGHTS_FILE
         if not meta_path.is_file() or not weights_path.is_file():
-            raise FileNotFoundError(
-                f"jailbreak artifact missing in {self.artifact_dir}; run scripts/train_jailbreak.py"
-            )
+            raise FileNotFoundError(f"jailbreak artifact missing in {self.artifact_dir}; run scripts/train_jailbreak.py")
         self.meta: dict[str, Any] = json.loads(meta_path.read_text())
         with np.load(weights_path, allow_pickle=False) as npz:
             arrays = {k: npz[k].astype(np.float32) for k in npz.files}
         self._emb_layers = self._load_emb_head(arrays)
+        self.dim = int(self._emb_layers[0][0].shape[0])  # the sentence-vector width the head reads
         self._ng_w = arrays["ngram_w"]
         self._ng_idf = arrays["ngram_idf"]
         self._ng_b = float(arrays["ngram_b"].reshape(-1)[0])
@@ -307,7 +147,7 @@ class JailbreakGuard:
         return layers
 
     @property
-    def encoder(self) -> MiniLMEncoder:
+    def encoder(self) -> Encoder:
         if self._encoder is None:
             from app.runtime.encoder import shared_encoder
 
@@ -352,7 +192,7 @@ class JailbreakGuard:
             if cached is not None:
                 self._pattern_cache.move_to_end(patterns)
                 return cached
-        vectors = self.encoder.encode(list(patterns)) if patterns else np.zeros((0, 384), np.float32)
+        vectors = self.encoder.encode(list(patterns)) if patterns else np.zeros((0, self.dim), np.float32)
         with self._cache_lock:
             self._pattern_cache[patterns] = vectors
             while len(self._pattern_cache) > 64:  # rules are few; bound memory anyway
@@ -402,7 +242,7 @@ class JailbreakGuard:
         [0, 1], or a non-string text. Blank texts are benign without an encoder pass."""
         texts = _check_texts(texts)
         live = [i for i, t in enumerate(texts) if t.strip()]
-        vectors = np.zeros((len(texts), 384), np.float32)
+        vectors = np.zeros((len(texts), self.dim), np.float32)
         if live:
             vectors[live] = self.encoder.encode([texts[i] for i in live])
         return self.detect_vectors(vectors, texts, method, threshold, jailbreak_patterns, benign_patterns)
@@ -424,16 +264,16 @@ class JailbreakGuard:
         if not 0.0 <= thr <= 1.0 or math.isnan(thr):
             raise ValueError(f"threshold must be within [0, 1], got {threshold!r}")
         vectors = np.asarray(vectors, np.float32)
-        if vectors.ndim != 2 or vectors.shape[0] != len(texts) or (texts and vectors.shape[1] != 384):
-            raise ValueError(f"vectors must have shape ({len(texts)}, 384), got {vectors.shape}")
+        if vectors.ndim != 2 or vectors.shape[0] != len(texts) or (texts and vectors.shape[1] != self.dim):
+            raise ValueError(f"vectors must have shape ({len(texts)}, {self.dim}), got {vectors.shape}")
         if not any(t.strip() for t in texts):  # nothing to score: skip the pattern encoder pass too
             return [JailbreakResult(is_jailbreak=False, score=0.0, confidence=1.0, method=method) for _ in texts]
 
         logits, hits = self.classifier_logits(vectors, texts)
         clf = _sigmoid(logits)
-        if method == "classifier":
-            scores, nearest = clf, [None] * len(texts)
-        else:
+        nearest: list[str | None] = [None] * len(texts)
+        scores = clf
+        if method != "classifier":
             con, nearest = self.contrastive_scores(vectors, texts, jailbreak_patterns, benign_patterns)
             scores = con if method == "contrastive" else np.maximum(clf, con)
 
@@ -446,10 +286,10 @@ class JailbreakGuard:
             flagged = score >= thr
             patterns = [name for name, _, _ in hits[i]]
             types = list(dict.fromkeys(kind for _, kind, _ in hits[i]))
-            if method != "classifier" and nearest[i] is not None and flagged:
+            if method != "classifier" and (closest := nearest[i]) is not None and flagged:
                 con_score = float(scores[i]) if method == "contrastive" else float(con[i])
                 if con_score >= thr:
-                    patterns.append(f"similar_to: {nearest[i][:80]}")
+                    patterns.append(f"similar_to: {closest[:80]}")
                     types.append("contrastive_match")
             if flagged and not types:
                 types.append("jailbreak")

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -143,7 +143,7 @@ def _presidio_recognizers() -> dict[str, Any]:
     # that optional import fail fast; it is removed again right after.
     blocked = "transformers" not in sys.modules
     if blocked:
-        sys.modules["transformers"] = None  # type: ignore[assignment]
+        cast(dict[str, Any], sys.modules)["transformers"] = None  # a None entry: "import fails"
     try:
         from presidio_analyzer.predefined_recognizers import (
             CreditCardRecognizer,
@@ -337,9 +337,9 @@ class PIIDetector:
         ner: list[Candidate] = []
         if doc is not None:
             for ent in doc.ents:
-                etype = _SPACY_LABELS.get(ent.label_)
-                if etype and pii_rules.keep_ner_entity(etype, ent.text, text, ent.start_char):
-                    ner.append(Candidate(etype, ent.start_char, ent.end_char, 0.85, f"spacy:{ent.label_}"))
+                spacy_type = _SPACY_LABELS.get(ent.label_)
+                if spacy_type and pii_rules.keep_ner_entity(spacy_type, ent.text, text, ent.start_char):
+                    ner.append(Candidate(spacy_type, ent.start_char, ent.end_char, 0.85, f"spacy:{ent.label_}"))
         return cands + _merge_places(pii_rules.find_places(text), ner)
 
     def _detect_one(self, text: str, doc: Any, wanted: frozenset[str], cutoff: float) -> PIIResult:

@@ -236,27 +236,21 @@ class MetricsAggregator:
             snapshots = list(self._sources.values())
         total = MetricsSnapshot(source="all")
         for snap in snapshots:
-            for family, target in ((snap.counters, total.counters), (snap.gauges, total.gauges)):
-                for name, series in family.items():
-                    merged = target.setdefault(name, {})
-                    definition = self.catalog.get(name)
-                    use_max = definition is not None and definition.aggregate == "max"
-                    for key, value in series.items():
-                        if use_max:
-                            merged[key] = max(merged[key], value) if key in merged else value
-                        else:
-                            merged[key] = merged.get(key, 0.0) + value
-            for name, series in snap.histograms.items():
-                merged_h = total.histograms.setdefault(name, {})
-                for key, state in series.items():
-                    current = merged_h.get(key)
-                    if current is None or len(current.bucket_counts) != len(state.bucket_counts):
-                        merged_h[key] = state.model_copy(deep=True)
-                        continue
-                    current.bucket_counts = [a + b for a, b in zip(current.bucket_counts, state.bucket_counts, strict=True)]
-                    current.sum += state.sum
-                    current.count += state.count
+            self._merge_values(snap.counters, total.counters)
+            self._merge_values(snap.gauges, total.gauges)
+            _merge_histograms(snap.histograms, total.histograms)
         return total
+
+    def _merge_values(self, family: dict[str, dict[str, float]], target: dict[str, dict[str, float]]) -> None:
+        for name, series in family.items():
+            merged = target.setdefault(name, {})
+            definition = self.catalog.get(name)
+            use_max = definition is not None and definition.aggregate == "max"
+            for key, value in series.items():
+                if use_max:
+                    merged[key] = max(merged[key], value) if key in merged else value
+                else:
+                    merged[key] = merged.get(key, 0.0) + value
 
     def value(self, name: str, **labels: object) -> float:
         """The summed value of one counter/gauge series."""
@@ -283,6 +277,21 @@ class MetricsAggregator:
             for key, value in sorted(store.get(name, {}).items()):
                 lines.append(f"{name}{_labels(definition.labels, json.loads(key))} {_number(value)}")
         return "\n".join(lines) + "\n"
+
+
+def _merge_histograms(
+    family: dict[str, dict[str, HistogramState]], target: dict[str, dict[str, HistogramState]]
+) -> None:
+    for name, series in family.items():
+        merged = target.setdefault(name, {})
+        for key, state in series.items():
+            current = merged.get(key)
+            if current is None or len(current.bucket_counts) != len(state.bucket_counts):
+                merged[key] = state.model_copy(deep=True)
+                continue
+            current.bucket_counts = [a + b for a, b in zip(current.bucket_counts, state.bucket_counts, strict=True)]
+            current.sum += state.sum
+            current.count += state.count
 
 
 def _histogram_lines(definition: MetricDef, values: list[str], state: HistogramState) -> list[str]:

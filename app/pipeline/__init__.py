@@ -7,6 +7,12 @@ Public API (imported lazily so `import app.pipeline.plan` stays light):
 - `PipelineServices`: embed / cache_lookup / cache_store / evaluators / count_tokens.
 - Errors (all `RoutingError`, with `.status`, `.code`, `.to_body()`):
   `InvalidRequestError` 400, `ModelNotFoundError` 404, `NoRouteError` 400.
+`app.pipeline.pipeline` re-exports all of these (its long-standing import path).
+
+Layout: pipeline.py orchestrates the request phases in phases/ (parse, signals, decide,
+guard, plugins, select, cache) over one compiled config version (compiled.py), with the
+services of services.py; preview.py shapes the routing preview, completion.py runs
+complete(), metrics.py records spec 1's router metrics.
 """
 
 from __future__ import annotations
@@ -15,11 +21,11 @@ from typing import Any
 
 _EXPORTS = {
     "RouterPipeline": "app.pipeline.pipeline",
-    "PipelineServices": "app.pipeline.pipeline",
-    "CacheHit": "app.pipeline.pipeline",
-    "encoder_embed": "app.pipeline.pipeline",
-    "cache_adapters": "app.pipeline.pipeline",
-    "cache_partition": "app.pipeline.pipeline",
+    "PipelineServices": "app.pipeline.services",
+    "CacheHit": "app.cache.base",
+    "encoder_embed": "app.pipeline.services",
+    "cache_adapters": "app.pipeline.services",
+    "cache_partition": "app.pipeline.phases.cache",
     "RoutingError": "app.pipeline.selection",
     "InvalidRequestError": "app.pipeline.selection",
     "ModelNotFoundError": "app.pipeline.selection",

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from app.accounting.cost import compute_cost
-from app.observability.router_metrics import RouterMetrics
+from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.replay import replay_record
 

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.accounting.cost import Pricing
-from app.upstream.policy import FallbackConfig, ReliabilityConfig
+from app.config.pricing import Pricing
+from app.config.reliability import FallbackConfig, ReliabilityConfig
 from app.upstream.targets import UpstreamTarget
 
 

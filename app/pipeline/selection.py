@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.api.errors import SvcError, bad_request, model_not_found, no_route
+from app.common.errors import SvcError, bad_request, model_not_found, no_route
 from app.config.models import BackendRef, Decision, ModelRef, ProviderModel, RouterConfig
 from app.upstream.targets import ANTHROPIC_VERSION, MESSAGES_API_FORMATS, UpstreamTarget
 

@@ -242,11 +242,12 @@ class MicroBatcher(Generic[T, R]):
         self.largest_batch = max(self.largest_batch, len(batch))
         items = [row.item for row in batch]
         try:
+            produced: Sequence[Any]
             if self._is_async:
-                results = await self._fn(items)  # type: ignore[misc]
+                produced = await cast(Callable[[list[Any]], Awaitable[Sequence[Any]]], self._fn)(items)
             else:
-                results = await asyncio.to_thread(self._fn, items)  # type: ignore[arg-type]
-            results = list(results)  # type: ignore[arg-type]
+                produced = await asyncio.to_thread(cast(Callable[[list[Any]], Sequence[Any]], self._fn), items)
+            results = list(produced)
             if len(results) != len(batch):
                 raise RuntimeError(f"batch function returned {len(results)} results for {len(batch)} items")
         except Exception as exc:  # the callers get the failure; the worker lives on

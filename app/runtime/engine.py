@@ -18,6 +18,9 @@ Answer shapes per task (spec 2 /v1/classify):
 - label_scores: scores{label: s}, each independently in [0, 1]
 - token_spans: spans[{label, start, end, text, probability}], code point offsets, end exclusive
 - embeddings (/v1/embeddings): unit-length vectors
+
+This module holds the shared request handling (`TaskModel`) and the multi-model host
+(`Engine`); the per-task models are in app/runtime/tasks.py.
 """
 
 from __future__ import annotations
@@ -26,19 +29,14 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
-import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from app.runtime.limits import (
     InputPlan,
     Segment,
     TextTokenizer,
-    max_rows,
-    mean_rows,
-    mean_unit,
-    merge_spans,
     plan_input,
     resolve_budget,
 )
@@ -47,18 +45,15 @@ from app.runtime.schemas import (
     ClassifyOptions,
     ClassifyRequest,
     ClassifyResult,
-    EmbeddingItem,
     EmbeddingsOptions,
     EmbeddingsRequest,
     EmbeddingsResult,
-    EmbeddingsUsage,
     InvalidRequest,
     ItemResult,
     ModelCard,
     ModelNotFound,
     QAInput,
     ResultMeta,
-    Span,
     Surface,
     TextPair,
     Timings,
@@ -67,24 +62,9 @@ from app.runtime.schemas import (
     parse_request,
 )
 
-if TYPE_CHECKING:
-    from app.models.domain import DomainClassifier
-    from app.models.jailbreak import JailbreakGuard
-    from app.models.pii import PIIDetector
-
 _INPUT = TypeAdapter(ClassifyInput)
 FORWARD_ROWS = 32  # rows per encoder call: bounds attention memory for long window lists
 _warmed: set[int] = set()  # encoders (shared per process) already warmed up
-
-
-class Encoder(Protocol):
-    """What a head needs from an engine (`MiniLMEncoder`, `NativeMiniLMEncoder`)."""
-
-    max_tokens: int
-
-    def encode(self, texts: list[str]) -> np.ndarray: ...
-
-    def warm_up(self) -> None: ...
 
 
 @dataclass
@@ -260,7 +240,7 @@ class TaskModel:
         results = []
         total, partial = 0, False
         for plan, answer in zip(prepared.plans, answers, strict=True):
-            usage = _usage(plan)
+            usage = item_usage(plan)
             total += usage.tokens
             partial |= plan.partial
             if plan.error is not None:
@@ -297,143 +277,7 @@ class TaskModel:
             raise UnsupportedSurface(
                 "this model reads single texts; text pairs and QA inputs are not supported"
             )
-        return [_clean(x) for x in parsed]
-
-
-class EmbeddingModel(TaskModel):
-    """Sentence embeddings; windows -> token-weighted mean of unit vectors, re-normalised."""
-
-    def __init__(self, card: ModelCard, tokenizer: TextTokenizer, encoder: Encoder) -> None:
-        super().__init__(card, tokenizer)
-        self.encoder = encoder
-
-    def _forward_rows(self, texts: list[str]) -> list[np.ndarray]:
-        return list(self.encoder.encode(texts))
-
-    def _answer(self, text: str, pieces: list[tuple[Segment, Any]]) -> dict[str, Any]:
-        if len(pieces) == 1:
-            return {"vector": np.asarray(pieces[0][1], np.float32)}
-        return {"vector": mean_unit(np.stack([p[1] for p in pieces]), [p[0].tokens for p in pieces])}
-
-    def _embeddings_result(
-        self, prepared: Prepared, answers: list[dict[str, Any] | None]
-    ) -> EmbeddingsResult:
-        data = []
-        total, partial = 0, False
-        vectors = np.zeros((len(prepared.plans), self.card.dimensions[0]), np.float32)
-        for plan, answer in zip(prepared.plans, answers, strict=True):
-            usage = _usage(plan)
-            total += usage.tokens
-            partial |= plan.partial
-            if plan.error is not None or answer is None:
-                data.append(EmbeddingItem(index=plan.item, error=plan.error, usage=usage))
-                continue
-            vectors[plan.item] = answer["vector"]
-            data.append(EmbeddingItem(index=plan.item, embedding=answer["vector"].tolist(), usage=usage))
-        result = EmbeddingsResult(
-            model=self.card.name,
-            data=data,
-            usage=EmbeddingsUsage(
-                prompt_tokens=total, total_tokens=total, tokens_lower_bound=True if partial else None
-            ),
-        )
-        result._vectors = vectors
-        return result
-
-    def _classify_result(self, prepared: Prepared, answers: list[dict[str, Any] | None]) -> ClassifyResult:
-        raise UnsupportedSurface(f"model {self.card.name!r} does not serve classify")
-
-    def self_check(self) -> None:
-        vectors = self.encoder.encode(["self check", "a second, different sentence"])
-        norms = np.linalg.norm(vectors, axis=1)
-        if vectors.shape != (2, self.card.dimensions[0]) or not np.allclose(norms, 1.0, atol=1e-3):
-            raise RuntimeError(f"embedding self-check failed: shape {vectors.shape}, norms {norms}")
-
-
-class LabelProbabilityModel(TaskModel):
-    """A softmax head over the card's labels (the domain classifier)."""
-
-    def __init__(
-        self, card: ModelCard, tokenizer: TextTokenizer, encoder: Encoder, head: DomainClassifier
-    ) -> None:
-        super().__init__(card, tokenizer)
-        self.encoder = encoder
-        self.head = head
-
-    def _forward_rows(self, texts: list[str]) -> list[tuple[np.ndarray, str]]:
-        results = self.head.classify_vectors(self.encoder.encode(texts), texts)
-        labels = self.card.labels
-        return [(np.array([r.probabilities[label] for label in labels]), r.category) for r in results]
-
-    def _answer(self, text: str, pieces: list[tuple[Segment, Any]]) -> dict[str, Any]:
-        if len(pieces) == 1:
-            probs, label = pieces[0][1]
-        else:
-            probs = mean_rows(np.stack([p[1][0] for p in pieces]), [p[0].tokens for p in pieces])
-            label = self.card.labels[int(np.argmax(probs))]
-        by_label = {name: float(p) for name, p in zip(self.card.labels, probs, strict=True)}
-        return {"label": label, "confidence": float(np.max(probs)), "probabilities": by_label}
-
-    def self_check(self) -> None:
-        probs, _ = self._forward_rows(["How do I compute the derivative of x squared?"])[0]
-        if probs.shape != (len(self.card.labels),) or abs(float(probs.sum()) - 1.0) > 1e-3:
-            raise RuntimeError(f"label-probability self-check failed: {probs}")
-
-
-class LabelScoreModel(TaskModel):
-    """Independent per-label scores (the jailbreak guard: one label, `jailbreak`).
-    Windows aggregate by max: an attack anywhere in the text flags it."""
-
-    def __init__(
-        self, card: ModelCard, tokenizer: TextTokenizer, encoder: Encoder, guard: JailbreakGuard
-    ) -> None:
-        super().__init__(card, tokenizer)
-        self.encoder = encoder
-        self.guard = guard
-
-    def _forward_rows(self, texts: list[str]) -> list[np.ndarray]:
-        live = [i for i, t in enumerate(texts) if t.strip()]
-        vectors = np.zeros((len(texts), 384), np.float32)
-        if live:
-            vectors[live] = self.encoder.encode([texts[i] for i in live])
-        results = self.guard.detect_vectors(vectors, texts)
-        return [np.array([r.score]) for r in results]
-
-    def _answer(self, text: str, pieces: list[tuple[Segment, Any]]) -> dict[str, Any]:
-        scores = max_rows(np.stack([p[1] for p in pieces]))
-        return {"scores": {name: float(s) for name, s in zip(self.card.labels, scores, strict=True)}}
-
-    def self_check(self) -> None:
-        (score,) = self._forward_rows(["What is the capital of France?"])[0]
-        if not 0.0 <= float(score) <= 1.0:
-            raise RuntimeError(f"label-score self-check failed: {score}")
-
-
-class SpanModel(TaskModel):
-    """Token spans from the PII detector, in code point offsets of the input."""
-
-    def __init__(self, card: ModelCard, tokenizer: TextTokenizer, detector: PIIDetector) -> None:
-        super().__init__(card, tokenizer)
-        self.detector = detector
-
-    def _forward_rows(self, texts: list[str]) -> list[list[Span]]:
-        return [
-            [
-                Span(label=e.type, start=e.start, end=e.end, text=e.value, probability=e.confidence)
-                for e in result.entities
-            ]
-            for result in self.detector.detect_many(texts)
-        ]
-
-    def _answer(self, text: str, pieces: list[tuple[Segment, Any]]) -> dict[str, Any]:
-        if len(pieces) == 1 and pieces[0][0].start == 0:
-            return {"spans": list(pieces[0][1])}
-        return {"spans": merge_spans(text, [(seg, spans) for seg, spans in pieces])}
-
-    def self_check(self) -> None:
-        spans = self._forward_rows(["write to jane.doe@example.com"])[0]
-        if not any(s.label == "EMAIL_ADDRESS" and s.text == "jane.doe@example.com" for s in spans):
-            raise RuntimeError(f"span self-check failed: {spans}")
+        return [_clean(x) for x in parsed if isinstance(x, str)]
 
 
 # --------------------------------------------------------------------------- a multi-model host
@@ -508,5 +352,5 @@ def _clean(text: str) -> str:
     return text
 
 
-def _usage(plan: InputPlan) -> Usage:
+def item_usage(plan: InputPlan) -> Usage:
     return Usage(tokens=plan.tokens, tokens_lower_bound=True if plan.partial else None)

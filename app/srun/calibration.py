@@ -53,10 +53,10 @@ class Calibration:
             choice_scale=float(params["choice_scale"]),
             choice_abstain=float(params["choice_abstain"]),
             score_scale=float(params["score_scale"]),
-            noul_pair=tuple(params["noul_pair"]),  # type: ignore[arg-type]
-            noul_single=tuple(params["noul_single"]),  # type: ignore[arg-type]
-            label=tuple(params["label"]),  # type: ignore[arg-type]
-            span=tuple(params["span"]),  # type: ignore[arg-type]
+            noul_pair=tuple(params["noul_pair"]),
+            noul_single=tuple(params["noul_single"]),
+            label=tuple(params["label"]),
+            span=tuple(params["span"]),
             thresholds={**cls().thresholds, **data.get("thresholds", {})},
             version=str(data.get("version", "unknown")),
         )

@@ -11,14 +11,23 @@ import asyncio
 import concurrent.futures
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from app.runtime import registry
 from app.runtime.engine import RuntimeModel
 from app.runtime.limits import TextTokenizer, plan_input, resolve_budget
-from app.runtime.schemas import ClassifyOptions, ModelCard, ModelNotFound, NotReady, Timings, parse_request
+from app.runtime.schemas import (
+    ClassifyOptions,
+    ModelCard,
+    ModelNotFound,
+    NotReady,
+    Surface,
+    Task,
+    Timings,
+    parse_request,
+)
 from app.srun.calibration import ARTIFACT, Calibration
 from app.srun.decisions import DecisionModel, EncodedRow
 from app.srun.models import RerankItem, RerankRequest, RerankResponse, RerankUsage, WorkerCard
@@ -32,12 +41,14 @@ def _decision_artifacts(engine: str) -> list[tuple[str, str | None, list[Any]]]:
     return [("svc-sr-decision-calibration", None, [ARTIFACT]), *registry.encoder_artifacts(engine)]
 
 
+# registry.Builtin types the engine's own tasks and surfaces; the worker's models add
+# `decisions` and `rerank` (WorkerSurface), hence the casts.
 SPECS: dict[str, registry.Builtin] = {
     DECISION_MODEL: registry.Builtin(
         name=DECISION_MODEL,
         description="zero-shot decisions (choice, noul, score, set, span) on MiniLM similarities, calibrated",
-        task="decisions",  # type: ignore[arg-type]
-        surfaces=("decisions",),  # type: ignore[arg-type]
+        task=cast(Task, "decisions"),
+        surfaces=cast(tuple[Surface, ...], ("decisions",)),
         engines=("onnxruntime", "native"),
         limits=registry.MINILM_LIMITS,
         labels=list,
@@ -46,8 +57,8 @@ SPECS: dict[str, registry.Builtin] = {
     RERANKER: registry.Builtin(
         name=RERANKER,
         description="rerank: MiniLM cosine similarity fused with BM25",
-        task="rerank",  # type: ignore[arg-type]
-        surfaces=("rerank",),  # type: ignore[arg-type]
+        task=cast(Task, "rerank"),
+        surfaces=cast(tuple[Surface, ...], ("rerank",)),
         engines=("onnxruntime", "native"),
         limits=registry.MINILM_LIMITS,
         labels=list,

@@ -94,7 +94,7 @@ class SrunClient:
     async def health(self) -> dict[str, Any]:
         """The /health body whatever its status (503 carries the state too)."""
         response = await self._http.get("/health", timeout=5.0)
-        return response.json()  # type: ignore[no-any-return]
+        return response.json()
 
     async def ready(self) -> bool:
         try:
@@ -126,7 +126,7 @@ class SrunClient:
             if response.status_code >= 400:
                 raise _error(response)
             outcome = "ok"
-            return response.json()  # type: ignore[no-any-return]
+            return response.json()
         except RuntimeCallError as exc:
             outcome = exc.outcome
             raise

@@ -25,17 +25,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.api.decisions import DEADLINE_S, ClientDecisionBackend
+from app.config.model_deployments import OnUnscanned, on_unscanned_of, read_bindings
 from app.config.models import RouterConfig
 from app.srun.client import RuntimeCallError
+from app.srun.decision_backend import DEADLINE_S, ClientDecisionBackend
 from app.srun.runtime_metrics import RuntimeMetrics
 from app.srun.settings import (
     ModelCatalogSettings,
-    OnUnscanned,
     RuntimeSettings,
     SrunEnvironment,
-    on_unscanned_of,
-    read_bindings,
     signal_timeout_s,
     unscanned_matches,
 )
@@ -85,7 +83,7 @@ class ManagedRuntimes:
     """The supervisor of one host, its metrics, and what the host serves through it.
 
     `deployments` limits the host to some `model_deployments` (None: all of them).
-    `supervisor_options` go to RuntimeSupervisor (back-off, stop timeout, replica_prefix)."""
+    `supervisor_options` go to RuntimeSupervisor (policy: back-off and stop timeout; launch; replica_prefix)."""
 
     def __init__(
         self, settings: RuntimeSettings, env: SrunEnvironment | None = None, metrics: RuntimeMetrics | None = None,

@@ -168,7 +168,7 @@ class BundleTask(_Strict):
 
     @property
     def body(self) -> dict[str, Any]:
-        return getattr(self, self.surface)  # type: ignore[no-any-return]
+        return getattr(self, self.surface)
 
 
 class BundleOptions(_Strict):

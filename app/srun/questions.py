@@ -7,13 +7,15 @@ that an invalid question is answered with `invalid_question` while the others ar
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 QuestionType = Literal["choice", "noul", "score", "set", "span"]
 QUESTION_TYPES: tuple[str, ...] = ("choice", "noul", "score", "set", "span")
-INVALID_QUESTION = "invalid_question"
+INVALID_QUESTION: Literal["invalid_question"] = "invalid_question"
+K = TypeVar("K", bound=str)  # an option key: any string, or a fixed set (noul: "false"/"true")
 
 
 class _Strict(BaseModel):
@@ -41,7 +43,7 @@ def _one_form(a: Any, b: Any, names: tuple[str, str], required: bool = True) -> 
         raise ValueError(f"one of {names[0]} or {names[1]} is required")
 
 
-def _keyed(criteria: dict[str, str] | None, listed: list[KeyedOption] | None) -> list[tuple[str, str]]:
+def _keyed(criteria: Mapping[K, str] | None, listed: list[KeyedOption] | None) -> list[tuple[str, str]]:
     if criteria is not None:
         return list(criteria.items())
     return [(o.key, o.description) for o in listed or []]
@@ -85,7 +87,7 @@ class NoulQuestion(_Question):
         return self
 
     def options(self) -> list[tuple[str, str]]:
-        return _keyed(self.criteria, self.choices)  # type: ignore[arg-type]
+        return _keyed(self.criteria, self.choices)
 
 
 class ScoreQuestion(_Question):
@@ -106,13 +108,14 @@ class ScoreQuestion(_Question):
         return [(str(i), text) for i, text in enumerate(levels)]
 
 
-class SetQuestion(_Question):
-    type: Literal["set"]
+class _LabelQuestion(_Question):
+    """Labels to pick from, each independently (set) or per span of the text (span)."""
+
     criteria: dict[str, str] | None = None
     labels: list[KeyedOption] | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> SetQuestion:
+    def _check(self) -> _LabelQuestion:
         _one_form(self.criteria, self.labels, ("criteria", "labels"))
         _check_count(self.options(), 1, 255, "labels")
         return self
@@ -121,12 +124,16 @@ class SetQuestion(_Question):
         return _keyed(self.criteria, self.labels)
 
 
-class SpanQuestion(SetQuestion):
-    type: Literal["span"]  # type: ignore[assignment]
+class SetQuestion(_LabelQuestion):
+    type: Literal["set"]
+
+
+class SpanQuestion(_LabelQuestion):
+    type: Literal["span"]
 
 
 Question = ChoiceQuestion | NoulQuestion | ScoreQuestion | SetQuestion | SpanQuestion
-_BY_TYPE: dict[str, type[_Question]] = {
+_BY_TYPE: dict[str, type[Question]] = {
     "choice": ChoiceQuestion, "noul": NoulQuestion, "score": ScoreQuestion, "set": SetQuestion, "span": SpanQuestion,
 }
 
@@ -147,7 +154,7 @@ def parse_question(qid: str, raw: Any) -> Question:
     if qtype not in _BY_TYPE:
         raise QuestionError(str(qtype or "unknown"), f"questions.{qid}.type: must be one of {', '.join(QUESTION_TYPES)}")
     try:
-        return _BY_TYPE[qtype].model_validate(raw)  # type: ignore[return-value]
+        return _BY_TYPE[qtype].model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

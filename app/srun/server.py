@@ -87,6 +87,59 @@ def error_body(exc: BaseException) -> tuple[int, bytes]:
     return status, dumps(WorkerErrorBody(error=detail).to_wire())
 
 
+class SurfaceAnswers:
+    """Answers the POST surfaces: body under the size limit, JSON, the worker (or a bundle of
+    its tasks), and the spec's error body with Server-Timing on every answer."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def __call__(self, request: Request, path: str) -> Response:
+        timing = ServerTiming()
+        headers: dict[str, str] = {}
+        status = 200
+        try:
+            content = await self._answer(request, SURFACES[path][0], timing)
+        except Exception as exc:  # every failure gets the spec's body, never a bare 500
+            if not isinstance(exc, RuntimeFailure):
+                log.exception("%s failed", path)
+            status, content = error_body(exc)
+            if status in RETRY_AFTER:
+                headers["Retry-After"] = RETRY_AFTER[status]
+        headers["Server-Timing"] = timing.header()
+        metrics = self.worker.metrics
+        metrics.requests.labels(path, str(status)).inc()
+        metrics.duration.labels(path).observe(timing.total_ms() / 1000.0)
+        return Response(content, status_code=status, media_type="application/json", headers=headers)
+
+    async def _answer(self, request: Request, surface: str, timing: ServerTiming) -> bytes:
+        started = time.perf_counter()
+        body = _parse_json(await read_body(request, self.worker.settings.max_request_bytes))
+        timing.add("parse", (time.perf_counter() - started) * 1000.0)
+        if surface == "bundle":
+            answer_dict, cached = await self._bundle(body, timing), None
+        else:
+            answer_dict, cached = await self.worker.handle(surface, body, timing)
+        started = time.perf_counter()
+        content = cached if cached is not None else dumps(answer_dict)
+        timing.add("serialize", (time.perf_counter() - started) * 1000.0)
+        return content
+
+    async def _bundle(self, body: Any, timing: ServerTiming) -> dict[str, Any]:
+        if isinstance(body, dict) and isinstance(body.get("tasks"), list):
+            self.worker.metrics.bundle_tasks.observe(len(body["tasks"]))
+        result = await run_bundle(body, self.worker.handle, failure_status, self.worker.settings.max_bundle_tasks,
+                                  timing)
+        return result.to_wire()
+
+
+def _parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"body: not valid JSON ({exc.__class__.__name__})") from None
+
+
 def create_app(worker: Worker, *, load_on_startup: bool = True) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -97,45 +150,16 @@ def create_app(worker: Worker, *, load_on_startup: bool = True) -> FastAPI:
 
     app = FastAPI(title="svc-srun worker", version=API_VERSION, lifespan=lifespan, docs_url=None,
                   redoc_url=None, openapi_url=None)
-    metrics = worker.metrics
+    _add_surface_routes(app, SurfaceAnswers(worker))
+    _add_state_routes(app, worker)
+    _add_error_handlers(app)
+    return app
 
-    async def answer(request: Request, path: str) -> Response:
-        surface = SURFACES[path][0]
-        timing = ServerTiming()
-        headers: dict[str, str] = {}
-        status = 200
-        try:
-            started = time.perf_counter()
-            raw = await read_body(request, worker.settings.max_request_bytes)
-            try:
-                body = json.loads(raw) if raw else None
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise InvalidRequest(f"body: not valid JSON ({exc.__class__.__name__})") from None
-            timing.add("parse", (time.perf_counter() - started) * 1000.0)
-            if surface == "bundle":
-                if isinstance(body, dict) and isinstance(body.get("tasks"), list):
-                    metrics.bundle_tasks.observe(len(body["tasks"]))
-                result = await run_bundle(body, worker.handle, failure_status, worker.settings.max_bundle_tasks, timing)
-                answer_dict, cached = result.to_wire(), None
-            else:
-                answer_dict, cached = await worker.handle(surface, body, timing)
-            started = time.perf_counter()
-            content = cached if cached is not None else dumps(answer_dict)
-            timing.add("serialize", (time.perf_counter() - started) * 1000.0)
-        except Exception as exc:  # every failure gets the spec's body, never a bare 500
-            if not isinstance(exc, RuntimeFailure):
-                log.exception("%s failed", path)
-            status, content = error_body(exc)
-            if status in RETRY_AFTER:
-                headers["Retry-After"] = RETRY_AFTER[status]
-        headers["Server-Timing"] = timing.header()
-        metrics.requests.labels(path, str(status)).inc()
-        metrics.duration.labels(path).observe(timing.total_ms() / 1000.0)
-        return Response(content, status_code=status, media_type="application/json", headers=headers)
 
+def _add_surface_routes(app: FastAPI, answers: SurfaceAnswers) -> None:
     def route(path: str) -> Any:
         async def endpoint(request: Request) -> Response:
-            return await answer(request, path)
+            return await answers(request, path)
 
         return endpoint
 
@@ -148,6 +172,10 @@ def create_app(worker: Worker, *, load_on_startup: bool = True) -> FastAPI:
                 "responses": _responses(resp_model),
             },
         )
+
+
+def _add_state_routes(app: FastAPI, worker: Worker) -> None:
+    """Models, health, metrics and the worker's own OpenAPI document."""
 
     @app.get("/v1/models", responses=_responses(ModelsResponse, errors=False))
     async def models() -> Response:
@@ -165,12 +193,14 @@ def create_app(worker: Worker, *, load_on_startup: bool = True) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics_text() -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(worker.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/openapi.yaml")
     async def openapi_yaml() -> Response:
         return Response(yaml.safe_dump(openapi_document(app), sort_keys=False), media_type="application/yaml")
 
+
+def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(404)
     async def not_found(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": {"code": "not_found", "message": f"no route {request.url.path}"}}, 404)
@@ -178,8 +208,6 @@ def create_app(worker: Worker, *, load_on_startup: bool = True) -> FastAPI:
     @app.exception_handler(405)
     async def not_allowed(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": {"code": "method_not_allowed", "message": f"{request.method} not allowed"}}, 405)
-
-    return app
 
 
 def _responses(model: Any, errors: bool = True) -> dict[Any, Any]:

@@ -20,13 +20,15 @@ import logging
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.common.supervisor import SupervisedProcess
+from app.common.supervisor import RestartPolicy, SupervisedProcess
+from app.config.model_deployments import ModelDeployment
 from app.srun.client import SrunClient
 from app.srun.runtime_metrics import RuntimeMetrics
-from app.srun.settings import ModelDeployment, RuntimeSettings, SrunEnvironment
+from app.srun.settings import RuntimeSettings, SrunEnvironment
 
 log = logging.getLogger("svc_sr.model_runtime")
 MANAGED_MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -38,7 +40,7 @@ class RuntimeProcess(SupervisedProcess):
 
     def _on_kill(self, process: subprocess.Popen[bytes]) -> None:
         log.warning("runtime_process_killed name=%s pid=%s after %.0f s", self.name, process.pid,
-                    self.stop_timeout_s)
+                    self.policy.stop_timeout_s)
 
 
 @dataclass
@@ -60,22 +62,30 @@ class ManagedProcessSpec:
     deployments: list[str] = field(default_factory=list)
 
 
-def worker_command(spec: ManagedProcessSpec, env: SrunEnvironment, load_attempts: int = 5,
-                   load_retry_seconds: float = 5.0, extra: list[str] | None = None) -> list[str]:
+@dataclass(frozen=True)
+class WorkerLaunch:
+    """How a managed worker loads its models: attempts and first retry delay (the worker
+    doubles it), and extra `svc-srun run` arguments."""
+
+    load_attempts: int = 5
+    load_retry_seconds: float = 5.0
+    extra_args: tuple[str, ...] = ()
+
+
+def worker_command(spec: ManagedProcessSpec, env: SrunEnvironment, launch: WorkerLaunch | None = None) -> list[str]:
+    launch = launch or WorkerLaunch()
     return [
         *env.command, "run", *spec.models, "--uds", str(spec.socket), "--device", spec.device,
         "--threads", str(env.cpu_threads), "--result-cache-entries", str(env.result_cache),
-        "--max-request-bytes", str(MANAGED_MAX_REQUEST_BYTES), "--load-attempts", str(load_attempts),
-        "--load-retry-seconds", str(load_retry_seconds), "--offline", *(extra or []),
+        "--max-request-bytes", str(MANAGED_MAX_REQUEST_BYTES), "--load-attempts", str(launch.load_attempts),
+        "--load-retry-seconds", str(launch.load_retry_seconds), "--offline", *launch.extra_args,
     ]
 
 
 class RuntimeSupervisor:
     def __init__(
         self, settings: RuntimeSettings, env: SrunEnvironment | None = None, metrics: RuntimeMetrics | None = None,
-        *, min_backoff_s: float = 1.0, max_backoff_s: float = 60.0, stop_timeout_s: float = 10.0,
-        load_attempts: int = 5, load_retry_seconds: float = 5.0, extra_args: list[str] | None = None,
-        replica_prefix: str = "",
+        *, policy: RestartPolicy | None = None, launch: WorkerLaunch | None = None, replica_prefix: str = "",
     ) -> None:
         self.settings = settings
         # Prefixes the `replica` metric label, so that several hosts (Ray replicas) each running
@@ -94,8 +104,8 @@ class RuntimeSupervisor:
         self._processes: dict[str, tuple[RuntimeProcess, SrunClient]] = {}
         self._rr: dict[str, itertools.count[int]] = {}
         self._watch: asyncio.Task[None] | None = None
-        self._opts = dict(min_backoff_s=min_backoff_s, max_backoff_s=max_backoff_s, stop_timeout_s=stop_timeout_s)
-        self._load = (load_attempts, load_retry_seconds, extra_args)
+        self._policy = policy or RestartPolicy()
+        self._launch = launch or WorkerLaunch()
         self._plan()
 
     # -- layout --------------------------------------------------------------------------
@@ -116,14 +126,13 @@ class RuntimeSupervisor:
         return list(specs.values())
 
     def _plan(self) -> None:
-        attempts, retry, extra = self._load
         for spec in self.process_specs():
-            command = worker_command(spec, self.env, attempts, retry, extra)
             process = RuntimeProcess(
-                f"srun-{spec.key}", command, log_path=self.dir / f"{_safe(spec.key)}.log",
+                f"srun-{spec.key}", worker_command(spec, self.env, self._launch),
+                log_path=self.dir / f"{_safe(spec.key)}.log",
                 # The worker exits when this process is gone (killed hard, no stop()): no orphans.
                 env={"SVC_SRUN_PARENT_PID": str(os.getpid())},
-                on_restart=lambda n, key=spec.key: self._restarted(key), **self._opts,  # type: ignore[arg-type]
+                policy=self._policy, on_restart=self._on_restart(spec.key),
             )
             self._processes[spec.key] = (process, SrunClient(uds=str(spec.socket), metrics=self.metrics))
         for name, dep in self.settings.model_deployments.items():
@@ -140,6 +149,9 @@ class RuntimeSupervisor:
                 replicas.append(Replica(name, label, client, process, _served(dep)))
             self.replicas[name] = replicas
             self._rr[name] = itertools.count()
+
+    def _on_restart(self, key: str) -> Callable[[int], None]:
+        return lambda _restarts: self._restarted(key)
 
     def _restarted(self, key: str) -> None:
         for name, replicas in self.replicas.items():

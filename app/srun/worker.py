@@ -247,7 +247,7 @@ class Worker:
         else:
             status = "degraded"  # some ready, some failed
         return HealthResponse(
-            status=status,  # type: ignore[arg-type]
+            status=status,
             models={s.served: ModelHealth(status=s.status, message=s.message, attempts=s.attempts) for s in self.slots},
         )
 
@@ -263,7 +263,7 @@ class Worker:
                 except (ModelNotFound, StopIteration):
                     card = WorkerCard(name=slot.served, description="unknown model", task="unknown", surfaces=[],
                                       limits={"max_input_tokens": 0, "max_scan_tokens": 0, "truncate_tokens": 0,
-                                              "max_chars_per_token": 0})  # type: ignore[arg-type]
+                                              "max_chars_per_token": 0})
                 card.served_name = slot.served if slot.served != card.name else None
                 card.status, card.status_message = slot.status, slot.message
             cards.append(card)
@@ -292,19 +292,24 @@ class Worker:
                 raise InvalidRequest("model: required when the process serves several models")
             slot = serving[0]
         else:
-            slot = next((s for s in self.slots if name in s.aliases or name == s.served), None)
-            if slot is None:
-                try:
-                    canonical = catalog.canonical(name)
-                except ModelNotFound:
-                    canonical = None
-                slot = next((s for s in self.slots if catalog_name(s) == canonical), None) if canonical else None
-            if slot is None:
-                raise ModelNotFound(f"model {name!r} is not served here; serving: {', '.join(s.served for s in self.slots)}")
+            slot = self._named_slot(name)
         if slot.status != "ready" or slot.model is None:
             raise NotReady(f"model {slot.served!r} is {slot.status}" + (f": {slot.message}" if slot.message else ""))
         if surface not in slot.surfaces():
             raise UnsupportedSurface(f"model {slot.served!r} serves {', '.join(slot.surfaces())}, not {surface}")
+        return slot
+
+    def _named_slot(self, name: str) -> Slot:
+        """The slot serving `name` (served name, alias, or the catalog's name for it); 404 otherwise."""
+        slot = next((s for s in self.slots if name in s.aliases or name == s.served), None)
+        if slot is None:
+            try:
+                canonical: str | None = catalog.canonical(name)
+            except ModelNotFound:
+                canonical = None
+            slot = next((s for s in self.slots if catalog_name(s) == canonical), None) if canonical else None
+        if slot is None:
+            raise ModelNotFound(f"model {name!r} is not served here; serving: {', '.join(s.served for s in self.slots)}")
         return slot
 
     async def handle(self, surface: str, body: Any, timing: ServerTiming) -> tuple[dict[str, Any], bytes | None]:

@@ -2,7 +2,11 @@
 
 - `policy`: ReliabilityConfig / FallbackConfig (config file and client share them)
 - `targets`: UpstreamTarget (where a candidate model is served)
-- `client`: UpstreamClient (pooled httpx, retries, fallback, streaming)
+- `client`: UpstreamClient, the facade: `transport` (pooled httpx, one attempt's phases,
+  UpstreamStream), `retry` (attempt loop, fallback, back-off, deadlines), `breaker`
+  (circuit breakers), `results` (answers, attempt records, errors), `headers`, `deadlines`
+- `wire`: the one chat <-> upstream-protocol translation (`wire_for(target)`), built on
+  `messages_request` / `messages_api` / `messages_stream` for messages-style backends
 - `sse`: SSE parsing, stream accumulation, encoding and replay
-- `responses_api`: OpenAI Responses API <-> chat completions
+- `responses_request` / `responses_api`: OpenAI Responses API <-> chat completions
 """

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.upstream.json_fields import int_field, object_field
+
 DONE_DATA = "[DONE]"
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 DEFAULT_REPLAY_CHUNK_CHARS = 24
@@ -222,9 +224,9 @@ class StreamAccumulator:
                 self._add_choice(position, choice)
 
     def _add_choice(self, position: int, choice: dict[str, Any]) -> None:
-        index = choice.get("index") if isinstance(choice.get("index"), int) else position
+        index = int_field(choice, "index", position)
         state = self._choices.setdefault(index, _ChoiceState())
-        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        delta = object_field(choice, "delta")
         produced = False
         if isinstance(delta.get("role"), str):
             state.role = delta["role"]
@@ -315,7 +317,7 @@ def _str_or_none(value: Any) -> str | None:
 
 
 def _merge_tool_call(state: _ChoiceState, position: int, delta: dict[str, Any]) -> None:
-    index = delta.get("index") if isinstance(delta.get("index"), int) else position
+    index = int_field(delta, "index", position)
     call = state.tool_calls.setdefault(
         index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
     )
@@ -323,7 +325,7 @@ def _merge_tool_call(state: _ChoiceState, position: int, delta: dict[str, Any]) 
         call["id"] = delta["id"]
     if isinstance(delta.get("type"), str) and delta["type"]:
         call["type"] = delta["type"]
-    function = delta.get("function") if isinstance(delta.get("function"), dict) else {}
+    function = object_field(delta, "function")
     name = function.get("name")
     # Most servers send the name once; some repeat it in every delta; none split it.
     if isinstance(name, str) and name and name != call["function"]["name"]:

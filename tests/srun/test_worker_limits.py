@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from app.common.supervisor import RestartPolicy
 from app.srun.client import RuntimeCallError, SrunClient
 from app.srun.settings import RuntimeSettings, SrunEnvironment
 from app.srun.supervisor import RuntimeSupervisor
@@ -55,7 +56,7 @@ async def test_max_queued_tokens_rejects_a_request_too_big_for_the_queue(worker_
 async def test_supervisor_restarts_a_killed_worker_while_a_client_keeps_answering(tmp_path):
     settings = RuntimeSettings.model_validate({"model_deployments": {"emb": {"artifact": "minilm-embedding"}}})
     env = SrunEnvironment(command=[sys.executable, "-m", "app.cli.srun"], dir=tmp_path, cpu_threads=1)
-    supervisor = RuntimeSupervisor(settings, env, min_backoff_s=0.2, stop_timeout_s=5.0)
+    supervisor = RuntimeSupervisor(settings, env, policy=RestartPolicy(min_backoff_s=0.2, stop_timeout_s=5.0))
     supervisor.start()
     try:
         assert await supervisor.wait_ready(60)
@@ -92,7 +93,7 @@ async def test_client_against_nothing_times_out_as_unavailable(tmp_path):
 async def test_a_worker_whose_every_model_failed_is_restarted(tmp_path):
     settings = RuntimeSettings.model_validate({"model_deployments": {"bad": {"artifact": "no-such-model"}}})
     env = SrunEnvironment(command=[sys.executable, "-m", "app.cli.srun"], dir=tmp_path, cpu_threads=1)
-    supervisor = RuntimeSupervisor(settings, env, min_backoff_s=0.2, stop_timeout_s=5.0)
+    supervisor = RuntimeSupervisor(settings, env, policy=RestartPolicy(min_backoff_s=0.2, stop_timeout_s=5.0))
     supervisor.start()
     process = supervisor.replicas["bad"][0].process
     try:

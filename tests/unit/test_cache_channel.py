@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from app.cache import CacheHit, InMemorySemanticCache
-from app.cache.channel import CacheChannelClient, CacheChannelServer, ChannelError
-from app.cache.lane import CacheLane, ChannelInfo
+from app.cache.channel import CacheChannelClient, CacheChannelServer, ChannelError, ChannelInfo
+from app.cache.lane import CacheLane
 
 DIM = 384
 ANSWER = {"id": "c1", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant",

@@ -62,7 +62,7 @@ def test_a_start_in_progress_is_reported_refuses_a_second_serve_and_can_be_stopp
 
     # A child of this process: once stopped it stays a zombie until reaped below, which
     # `stop` must count as stopped (as for a serve that a script or supervisor started).
-    starting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    starting = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
     try:
         ServeState(starting.pid, "configs/config.yaml", server.url, time.time(), phase="starting").write()
         stopped = CliRunner().invoke(cli, ["stop", "--timeout", "10"])

@@ -288,3 +288,32 @@ def test_odd_values_anywhere_give_a_config_or_a_clean_error() -> None:
             outcomes["rejected"] += 1
             assert exc.issues and all(isinstance(i.path, str) and i.message for i in exc.issues)
     assert outcomes["rejected"] > 0 and outcomes["ok"] > 0
+
+
+def _bind_guard(artifact: str) -> Callable[[dict], object]:
+    def mutate(doc: dict) -> None:
+        doc["model_deployments"] = {"guard": {"artifact": artifact}}
+        doc.setdefault("global", {})["model_catalog"] = {"modules": {"prompt_guard": {"deployment": "guard"}}}
+
+    return mutate
+
+
+def test_a_binding_to_a_built_in_of_another_task_is_rejected() -> None:
+    issues = _reject(_bind_guard("pii@main"))
+    assert [(i.path, i.code) for i in issues] == [
+        ("global.model_catalog.modules.prompt_guard.deployment", "binding_contract")]
+    assert issues[0].message == "'guard' serves token_spans; the prompt_guard binding reads label_scores"
+    _accept(_bind_guard("jailbreak-guard"))
+    _accept(_bind_guard("my-org/some-hub-guard"))  # not a built-in: its task is learned when it loads
+
+
+def test_builtin_model_tasks_match_the_models_served() -> None:
+    """app.config restates the built-ins' names and tasks as data (it may not import the
+    models); this keeps that table equal to the registry and the srun catalog."""
+    from app.config.builtin_models import BUILTIN_ALIASES, BUILTIN_TASKS
+    from app.runtime import registry
+    from app.srun import catalog
+
+    served = {**registry.BUILTINS, **catalog.SPECS}
+    assert {name: str(spec.task) for name, spec in served.items()} == BUILTIN_TASKS
+    assert BUILTIN_ALIASES == {**registry.ALIASES, **catalog.ALIASES}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.accounting.cost import Pricing, compute_cost, token_counts
+from app.accounting.cost import compute_cost, token_counts
+from app.config.pricing import Pricing
 
 USAGE = {"prompt_tokens": 1200, "completion_tokens": 300, "total_tokens": 1500}
 

@@ -12,10 +12,10 @@ from fastapi import FastAPI
 
 from app.api import diagnostics as diag_module
 from app.api.app import StaticConfigView, create_app
-from app.api.classify_models import ModelNotLoadedError
 from app.api.diagnostics import Diagnostics, diagnostics_router
 from app.config.models import RouterConfig
 from app.models.domain import DOMAIN_CATEGORIES
+from app.runtime.schemas import ModelNotLoadedError
 from app.upstream.client import UpstreamClient
 
 NEW = "/api/v1/diagnostics/classify"

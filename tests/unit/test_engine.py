@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -303,23 +304,29 @@ async def test_batcher_token_cap_and_oversized_rows():
     await batcher.aclose()
 
 
+async def until(condition: Callable[[], bool]) -> None:
+    """Yield to the loop until `condition` holds (no fixed sleeps: the test waits for a state)."""
+    while not condition():
+        await asyncio.sleep(0)
+
+
 async def test_batcher_overload_and_release():
-    gate = asyncio.Event()
+    gate, entered = asyncio.Event(), asyncio.Event()
 
     async def slow(items: list[int]) -> list[int]:
+        entered.set()
         await gate.wait()
         return items
 
     batcher = MicroBatcher(slow, window_ms=0, max_queue=2, max_queued_tokens=50)
     running = asyncio.create_task(batcher.submit(0))
-    await asyncio.sleep(0.01)  # taken into a (blocked) batch: no longer queued
+    await entered.wait()  # taken into a (blocked) batch: no longer queued
     waiting = [asyncio.create_task(batcher.submit(i, tokens=10)) for i in (1, 2)]
-    await asyncio.sleep(0)
-    assert batcher.queued_requests == 2
+    await until(lambda: batcher.queued_requests == 2)
     with pytest.raises(Overloaded):
         await batcher.submit(3)
     waiting[1].cancel()
-    await asyncio.sleep(0)
+    await asyncio.gather(waiting[1], return_exceptions=True)
     with pytest.raises(Overloaded):  # tokens: 10 queued + 45 > 50
         await batcher.submit_many([4, 5], [20, 25])
     assert batcher.rejected == 2

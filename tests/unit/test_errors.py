@@ -11,21 +11,20 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from app.api.errors import (
+from app.api.errors import BodySizeLimitMiddleware, install_error_handlers
+from app.common.errors import (
     NO_ROUTE_MESSAGE,
-    BodySizeLimitMiddleware,
     ErrorBody,
     SvcError,
     bad_request,
     body_too_large,
     from_upstream_unavailable,
-    install_error_handlers,
     model_not_found,
     no_route,
     security_violation,
     upstream_unavailable,
 )
-from app.api.openai_models import (
+from app.exchange.openai_models import (
     ChatCompletionRequest,
     ModelList,
     last_user_text,

@@ -11,13 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.models.jailbreak import (
-    JailbreakGuard,
-    JailbreakResult,
-    conversation_text,
-    match_patterns,
-    ngram_tf,
-)
+from app.models.jailbreak import JailbreakGuard, JailbreakResult, conversation_text
+from app.models.jailbreak_features import match_patterns, ngram_tf
 from app.runtime.encoder import shared_encoder
 
 ROOT = Path(__file__).resolve().parents[2]

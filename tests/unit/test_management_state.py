@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -83,10 +82,11 @@ from app.management.persist import atomic_write_json
 path = Path(sys.argv[1])
 big = "x" * 200_000
 i = 0
-print("ready", flush=True)
 while True:
     i += 1
     atomic_write_json(path, {"generation": i, "payload": big, "check": i * 7})
+    if i == 3:  # writing steadily now: the parent's kill lands somewhere inside a later write
+        print("writing", flush=True)
 """
 
 
@@ -96,8 +96,7 @@ def test_kill_during_writes_never_leaves_a_torn_file(tmp_path: Path):
     root = Path(__file__).resolve().parents[2]
     for _ in range(3):
         proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(target)], cwd=root, stdout=subprocess.PIPE)
-        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
-        time.sleep(0.15)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"writing"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         state = json.loads(target.read_text())  # parses: never half-written

@@ -168,22 +168,20 @@ async def test_routing_preview_evaluates_signals_and_selection_without_backend_c
     assert unknown.status_code == 404 and empty.status_code == 400
 
 
-async def test_routing_preview_unavailable_and_deadline(monkeypatch):
-    from app.management import api as api_module
-
+async def test_routing_preview_unavailable_and_deadline():
     h = Harness()
     h.management.previewer = None
     async with h.client() as c:
         r = await c.post("/api/v1/routing/preview", json={"messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 503
 
-    class Slow:
+    class Never:
         async def preview(self, request, headers=None, seed=None):
-            await asyncio.sleep(5)
+            await asyncio.Event().wait()  # never answers: only the deadline ends the call
             return {}
 
-    monkeypatch.setattr(api_module, "PREVIEW_DEADLINE_S", 0.05)
-    h.management.previewer = Slow()
+    h.management.preview_deadline_s = 0.05
+    h.management.previewer = Never()
     async with h.client() as c:
         r = await c.post("/api/v1/routing/preview", json={"messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 408 and error_code(r) == "TIMEOUT_ERROR"

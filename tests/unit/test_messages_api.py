@@ -7,16 +7,12 @@ from typing import Any
 
 import pytest
 
-from app.upstream.messages_api import (
-    DEFAULT_MAX_TOKENS,
-    MessagesStreamTranslator,
-    MessagesTranslationError,
-    chat_to_messages,
-    messages_headers,
-    messages_to_chat,
-)
+from app.upstream.messages_api import MessagesTranslationError, messages_to_chat
+from app.upstream.messages_request import DEFAULT_MAX_TOKENS, chat_to_messages
+from app.upstream.messages_stream import MessagesStreamTranslator
 from app.upstream.sse import SSEParser, StreamAccumulator
 from app.upstream.targets import SUPPORTED_API_FORMATS, UpstreamTarget
+from app.upstream.wire import wire_for
 from tests.fakes.messages_upstream import FakeMessagesUpstream, InvalidRequest, validate_request
 
 WEATHER_TOOL = {
@@ -574,8 +570,9 @@ def test_messages_formats_are_case_insensitive(api_format):
 def test_messages_auth_headers(monkeypatch):
     monkeypatch.setenv("MSG_KEY", "sk-ant-1")
     keyed = UpstreamTarget(model="c", base_url="http://h", api_format="anthropic", api_key_env="MSG_KEY")
-    assert messages_headers(keyed) == {"anthropic-version": "2023-06-01", "x-api-key": "sk-ant-1"}
-    assert messages_headers(keyed.model_copy(update={"api_key_env": None})) == {}
+    assert wire_for(keyed).request_headers(keyed) == {"anthropic-version": "2023-06-01", "x-api-key": "sk-ant-1"}
+    unkeyed = keyed.model_copy(update={"api_key_env": None})
+    assert wire_for(unkeyed).request_headers(unkeyed) == {}
     chat = UpstreamTarget(model="c", base_url="http://h", api_key_env="MSG_KEY")
     assert chat.auth_headers() == {"Authorization": "Bearer sk-ant-1"}
 

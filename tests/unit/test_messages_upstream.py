@@ -10,9 +10,9 @@ import pytest
 
 from app.api.app import StaticConfigView, create_app
 from app.config.loader import parse_config
+from app.config.reliability import FallbackConfig, ReliabilityConfig
 from app.pipeline.pipeline import PipelineServices, RouterPipeline
 from app.upstream.client import UpstreamClient, UpstreamUnavailable
-from app.upstream.policy import FallbackConfig, ReliabilityConfig
 from app.upstream.sse import StreamAccumulator
 from app.upstream.targets import UpstreamTarget
 from tests.fakes.messages_upstream import FakeMessagesUpstream
@@ -74,85 +74,36 @@ async def collect(stream) -> tuple[StreamAccumulator, bytes]:
     return acc, raw
 
 
-# -- non-stream ---------------------------------------------------------------------------------
-async def test_complete_translates_both_ways(fakes, client, monkeypatch):
+# -- the client relays the upstream's own bytes (translation: test_wire_messages.py) ---------------
+async def test_complete_relays_the_raw_message(fakes, client, monkeypatch):
     m, _ = fakes
     monkeypatch.setenv("FAKE_MSG_KEY", "sk-test")
-    m.configure(api_key="sk-test", cache_read_tokens=4)
-    result = await client.complete(
-        [messages_target(m, api_key_env="FAKE_MSG_KEY")], {**BODY, "stream": True, "stream_options": {}}
-    )
-    assert result.status == 200, result.content
-    seen = m.last_request
-    assert seen.path == "/v1/messages"
-    assert seen.headers["x-api-key"] == "sk-test" and seen.headers["anthropic-version"] == "2023-06-01"
-    assert "authorization" not in seen.headers
-    assert seen.body["model"] == "claude-test-1" and seen.body["system"] == "Be brief."
-    assert seen.body["max_tokens"] == 4096 and "stream" not in seen.body
-    chat = result.json_body
-    assert chat["object"] == "chat.completion" and chat["model"] == "claude"
-    assert chat["choices"][0]["message"]["content"] == "[claude] model=claude-test-1 echo: what is 2+2"
-    assert chat["choices"][0]["finish_reason"] == "stop"
-    assert chat["usage"]["prompt_tokens"] == PROMPT_WORDS + 4  # the fake counts words; 4 cached tokens
-    assert chat["usage"]["prompt_tokens_details"]["cached_tokens"] == 4
-    assert json.loads(result.content) == chat  # callers that relay bytes see chat too
-
-
-async def test_max_tokens_and_stop_sequences_reach_the_upstream(fakes, client):
-    m, _ = fakes
-    long = await client.complete([messages_target(m)], {**BODY, "max_tokens": 3})
-    assert long.json_body["choices"][0]["finish_reason"] == "length"
-    assert long.json_body["choices"][0]["message"]["content"] == "[claude] model=claude-test-1 echo:"
-    stopped = await client.complete([messages_target(m)], {**BODY, "stop": ["2+2"]})
-    assert (
-        stopped.json_body["choices"][0]["message"]["content"] == "[claude] model=claude-test-1 echo: what is "
-    )
-    assert stopped.json_body["choices"][0]["finish_reason"] == "stop"
-
-
-async def test_tool_call_round_trip(fakes, client):
-    m, _ = fakes
-    ask = {"model": "MoM", "messages": [{"role": "user", "content": "What's the weather in New York?"}]}
-    ask["tools"] = [WEATHER_TOOL]
-    first = await client.complete([messages_target(m)], ask)
-    message = first.json_body["choices"][0]["message"]
-    assert first.json_body["choices"][0]["finish_reason"] == "tool_calls"
-    (call,) = message["tool_calls"]
-    assert call["function"]["name"] == "get_weather"
-    assert json.loads(call["function"]["arguments"])["location"] == "New York"
-    # Send the call and its result back: the fake checks the tool_use / tool_result pairing.
-    follow = {
-        **ask,
-        "messages": [
-            *ask["messages"],
-            message,
-            {"role": "tool", "tool_call_id": call["id"], "content": "21C and sunny"},
-        ],
-    }
-    second = await client.complete([messages_target(m)], follow)
-    assert second.status == 200, second.content
-    assert second.json_body["choices"][0]["message"]["content"] == "[claude] tool result: 21C and sunny"
-    assert m.rejected == 0
-
-
-async def test_upstream_error_body_is_relayed_in_chat_shape(fakes, client):
-    m, _ = fakes
-    m.configure(fail_status=429, retry_after="3")
-    result = await client.complete([messages_target(m)], BODY)
-    assert result.status == 429
-    assert result.json_body == {
-        "error": {"message": "claude failing with 429", "type": "rate_limit_error", "code": None}
-    }
-
-
-async def test_bad_key_is_a_401_in_chat_shape(fakes, client, monkeypatch):
-    m, _ = fakes
-    monkeypatch.setenv("FAKE_MSG_KEY", "wrong")
-    m.configure(api_key="right")
+    m.configure(api_key="sk-test")
     result = await client.complete([messages_target(m, api_key_env="FAKE_MSG_KEY")], BODY)
-    assert result.status == 401 and result.json_body["error"]["type"] == "authentication_error"
+    assert result.status == 200 and not result.local and result.target.model == "claude"
+    assert m.last_request.path == "/v1/messages" and m.last_request.headers["x-api-key"] == "sk-test"
+    assert result.json_body["type"] == "message" and json.loads(result.content) == result.json_body
+    assert result.json_body["content"][0]["text"] == "[claude] model=claude-test-1 echo: what is 2+2"
 
 
+async def test_stream_relays_the_raw_event_stream(fakes, client):
+    m, _ = fakes
+    stream = await client.stream([messages_target(m)], BODY)
+    assert stream.status == 200 and stream.is_event_stream and not stream.local
+    raw = await stream.read()
+    assert b"event: message_start" in raw and b"event: message_stop" in raw
+    assert stream.completed and stream.bytes_received == len(raw)
+
+
+async def test_error_status_is_relayed_raw(fakes, client):
+    m, _ = fakes
+    m.configure(fail_status=400)  # 4xx: not retried, relayed
+    result = await client.complete([messages_target(m)], BODY)
+    assert result.status == 400 and not result.local
+    assert result.json_body == {"type": "error", "error": {"type": "invalid_request_error", "message": "claude failing with 400"}}
+
+
+# -- non-stream ---------------------------------------------------------------------------------
 async def test_untranslatable_request_is_a_local_400(fakes, client):
     m, _ = fakes
     bad = {**BODY, "n": 3}
@@ -161,7 +112,9 @@ async def test_untranslatable_request_is_a_local_400(fakes, client):
     assert result.json_body["error"]["code"] == "unsupported_for_upstream_format"
     assert m.requests == []  # nothing was sent
     assert [(a.model, a.status) for a in result.attempts] == [("claude", 400)]
+    assert result.local  # already a chat error body: nothing for the exchange to translate
     stream = await client.stream([messages_target(m)], bad)
+    assert stream.local
     assert (
         stream.status == 400
         and json.loads(await stream.read())["error"]["code"] == "unsupported_for_upstream_format"
@@ -212,71 +165,6 @@ async def test_stream_falls_back_from_messages_to_chat(fakes, client):
     stream = await client.stream([messages_target(m), chat_target(o)], BODY, None, None, FallbackConfig())
     acc, _ = await collect(stream)
     assert stream.target.model == "gpt" and acc.content.startswith("[gpt]") and acc.done
-
-
-# -- streams ----------------------------------------------------------------------------------------
-async def test_stream_is_translated_to_chat_chunks(fakes, client):
-    m, _ = fakes
-    body = {**BODY, "stream_options": {"include_usage": True}}
-    stream = await client.stream([messages_target(m)], body)
-    assert stream.status == 200 and stream.is_event_stream
-    acc, raw = await collect(stream)
-    assert m.last_request.body["stream"] is True and "stream_options" not in m.last_request.body
-    assert b"event:" not in raw and b"content_block" not in raw  # nothing of the messages wire leaks
-    assert acc.done and acc.completed and acc.error is None
-    assert acc.content == "[claude] model=claude-test-1 echo: what is 2+2"
-    assert acc.finish_reason == "stop"
-    reply_words = len(acc.content.split())
-    assert acc.usage == {
-        "prompt_tokens": PROMPT_WORDS,
-        "completion_tokens": reply_words,
-        "total_tokens": PROMPT_WORDS + reply_words,
-    }
-    assert stream.completed and stream.bytes_received > len(raw) / 4
-
-
-async def test_stream_and_non_stream_agree(fakes, client):
-    m, _ = fakes
-    whole = await client.complete([messages_target(m)], BODY)
-    acc, _ = await collect(await client.stream([messages_target(m)], BODY))
-    assert acc.content == whole.json_body["choices"][0]["message"]["content"]
-    assert acc.usage is None  # not asked for: no usage chunk
-
-
-async def test_stream_tool_call(fakes, client):
-    m, _ = fakes
-    body = {
-        "model": "MoM",
-        "messages": [{"role": "user", "content": "weather in Rome please"}],
-        "tools": [WEATHER_TOOL],
-        "stream_options": {"include_usage": True},
-    }
-    acc, _ = await collect(await client.stream([messages_target(m)], body))
-    assert acc.finish_reason == "tool_calls" and acc.content == "Let me check the weather."
-    (call,) = acc.tool_calls
-    assert call["id"].startswith("toolu_") and call["function"]["name"] == "get_weather"
-    assert json.loads(call["function"]["arguments"]) == {"location": "Rome", "unit": "celsius"}
-
-
-async def test_stream_error_event_and_truncation(fakes, client):
-    m, _ = fakes
-    m.configure(stream_error_after_events=4)
-    acc, raw = await collect(await client.stream([messages_target(m)], BODY))
-    assert acc.error["type"] == "overloaded_error" and acc.done and not acc.completed
-    m.configure(stream_error_after_events=None, end_after_events=5)
-    acc, raw = await collect(await client.stream([messages_target(m)], BODY))
-    assert acc.error["type"] == "upstream_error" and not acc.completed
-    assert raw.endswith(b"data: [DONE]\n\n")
-
-
-async def test_stream_error_status_is_a_chat_error_document(fakes, client):
-    m, _ = fakes
-    m.configure(fail_status=400)  # 4xx: not retried, relayed
-    stream = await client.stream([messages_target(m)], BODY)
-    assert stream.status == 400
-    assert json.loads(await stream.read()) == {
-        "error": {"message": "claude failing with 400", "type": "invalid_request_error", "code": None}
-    }
 
 
 # -- through the data plane (ASGI app, in-process pipeline, no Ray) -----------------------------------

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import random
+import time
 from typing import Any
 
 import numpy as np
 import pytest
 
-from app.api.errors import SvcError
 from app.cache import InMemorySemanticCache
+from app.common.errors import SvcError
 from app.config.models import RouterConfig
 from app.pipeline import (
     InvalidRequestError,
@@ -176,7 +177,7 @@ async def test_malformed_request_is_400(encoder, body):
 
 
 async def test_pydantic_request_is_accepted(encoder):
-    from app.api.openai_models import ChatCompletionRequest
+    from app.exchange.openai_models import ChatCompletionRequest
 
     request = ChatCompletionRequest.model_validate(chat("urgent please"))
     plan = await pipeline_of(base_document(), encoder).route(request)
@@ -609,12 +610,12 @@ async def test_route_never_mutates_the_callers_request(encoder):
 
 
 async def test_cache_max_age_and_ttl_directives(encoder):
-    cache = InMemorySemanticCache()
+    # the entry is stored with a wall-clock time 10 s in the past: older than max-age=1, no sleep needed
+    cache = InMemorySemanticCache(wall_clock=lambda: time.time() - 10)
     pipe = pipeline_of(base_document(), encoder, cache=cache)
     plan = await pipe.route(chat(BREAD), headers={"x-vsr-cache-control": "ttl=42"})
     assert plan.cache_write is not None and plan.cache_write.ttl_seconds == 42
     await pipe.complete(plan, CompletionReport(status=200, model="small", response=completion()))
-    await asyncio.sleep(1.1)
     stale = await pipe.route(chat(BREAD), headers={"x-vsr-cache-control": "max-age=1"})
     assert stale.immediate is None and stale.response_headers["x-cache-status"] == "miss"
     fresh = await pipe.route(chat(BREAD), headers={"x-vsr-cache-control": "max-age=3600"})

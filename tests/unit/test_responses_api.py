@@ -10,13 +10,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter, ValidationError
 
-from app.upstream.responses_api import (
-    ChatToResponsesStream,
-    ResponsesInputError,
-    ResponsesRequest,
-    chat_to_response,
-    responses_to_chat,
-)
+from app.upstream.responses_api import ChatToResponsesStream, chat_to_response
+from app.upstream.responses_request import ResponsesInputError, ResponsesRequest, responses_to_chat
 from app.upstream.sse import SSEParser, encode_done, encode_sse, replay_as_sse
 
 EVENTS = TypeAdapter(ResponseStreamEvent)

@@ -13,15 +13,18 @@ from typing import Any
 import httpx
 import pytest
 
+from app.common.supervisor import RestartPolicy
 from app.config.errors import ConfigError
 from app.config.loader import parse_config
+from app.config.model_deployments import read_bindings
+from app.exchange.answer import routing_metadata
 from app.models.domain import DOMAIN_CATEGORIES
 from app.pipeline import PipelineServices, RouterPipeline
-from app.pipeline.answer import routing_metadata
 from app.pipeline.signals.jailbreak import PROMPT_GUARD_RULE
+from app.srun import client as srun_client
 from app.srun.client import RuntimeCallError
 from app.srun.hosting import BindingRuntimes, ManagedRuntimes, bound_deployments
-from app.srun.settings import SrunEnvironment, read_bindings
+from app.srun.settings import SrunEnvironment
 
 TIMEOUT = RuntimeCallError(504, "timeout", "no answer before the deadline")
 UNAVAILABLE = RuntimeCallError(503, "unavailable", "/tmp/x.sock: ConnectError")
@@ -162,12 +165,18 @@ class FakeEmbed:
         raise AssertionError("a bound family must not ask for the query vector")
 
 
+def serve_with(runtimes: ManagedRuntimes, client: FakeClient) -> None:
+    """Every deployment's calls go to `client` (the instance attribute shadows the supervisor's
+    client_for; no worker is ever started)."""
+    runtimes.supervisor.__dict__["client_for"] = lambda deployment: client
+
+
 def bound_pipeline(tmp_path, client: FakeClient, catalog: dict[str, Any] | None = None,
                    host: bool = True) -> tuple[RouterPipeline, ManagedRuntimes]:
     config = parse_config(document(catalog)).config
     env = SrunEnvironment(command=["svc-srun"], dir=tmp_path, cpu_threads=1)
     runtimes = ManagedRuntimes.from_config(config, env=env)  # never started: the fake answers
-    runtimes.supervisor.client_for = lambda deployment: client  # type: ignore[method-assign]
+    serve_with(runtimes, client)
     services = PipelineServices(embed=FakeEmbed(), model_runtimes=runtimes if host else None)
     return RouterPipeline(config, services, rng=random.Random(0)), runtimes
 
@@ -199,7 +208,8 @@ async def test_a_bound_guard_blocks_through_the_worker_and_lets_benign_text_pass
     # safety signals read everything (window, or the deployment's input), routing ones truncate
     assert sent["jailbreak-guard"] == ({"overflow": "window"}, 0.75)
     assert sent["domain-classifier"] == ({"overflow": "truncate"}, 0.75)
-    assert pipe.services.embed.calls == 0  # type: ignore[union-attr]
+    embed = pipe.services.embed
+    assert isinstance(embed, FakeEmbed) and embed.calls == 0
 
 
 async def test_the_pii_plugin_reads_spans_from_the_worker(tmp_path):
@@ -258,7 +268,7 @@ async def test_a_failed_routing_signal_resolves_by_on_error(tmp_path):
     doc["routing"]["decisions"][1]["rules"]["conditions"][0]["on_error"] = "match"
     config = parse_config(doc).config
     runtimes = ManagedRuntimes.from_config(config, env=SrunEnvironment(dir=tmp_path))
-    runtimes.supervisor.client_for = lambda deployment: FakeClient(TIMEOUT)  # type: ignore[method-assign]
+    serve_with(runtimes, FakeClient(TIMEOUT))
     matched = await RouterPipeline(config, PipelineServices(model_runtimes=runtimes)).route(chat("anything"))
     assert matched.decision == "math_route"
 
@@ -272,17 +282,39 @@ async def test_the_deadline_is_signal_timeout_ms_else_45_s(tmp_path):
     assert {deadline for _, deadline in client.calls} == {45.0}  # the pipeline sees no request deadline
 
 
-async def test_an_unreachable_worker_is_given_up_within_the_signal_deadline(tmp_path):
+class BackOffClock:
+    """Stands in for app.srun.client's `time` and `asyncio`: a back-off sleep advances a fake
+    monotonic clock at once (and is recorded), so the retry schedule is observed, not waited."""
+
+    CancelledError = asyncio.CancelledError
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    perf_counter = monotonic
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+async def test_an_unreachable_worker_is_given_up_within_the_signal_deadline(tmp_path, monkeypatch):
     """The real client against a socket nobody serves: transport retries until the deadline."""
+    clock = BackOffClock()
+    monkeypatch.setattr(srun_client, "time", clock)
+    monkeypatch.setattr(srun_client, "asyncio", clock)
     config = parse_config(document({"signal_timeout_ms": 300, "modules": {
         "prompt_guard": {"enabled": True, "deployment": "guard"}}})).config
     runtimes = ManagedRuntimes.from_config(config, env=SrunEnvironment(dir=tmp_path))  # never started
     pipe = RouterPipeline(config, PipelineServices(model_runtimes=runtimes))
-    started = asyncio.get_running_loop().time()
     plan = await pipe.route(chat("hello"))
-    elapsed = asyncio.get_running_loop().time() - started
     assert plan.immediate is not None and plan.security.unscanned == ["jailbreak"]
-    assert 0.1 <= elapsed < 1.0  # retried, and given up within the 300 ms
+    assert len(clock.sleeps) >= 2  # retried, backing off
+    assert sum(clock.sleeps) <= 0.3  # and given up within the 300 ms
     await runtimes.stop()
 
 
@@ -297,9 +329,9 @@ async def test_without_a_host_a_bound_family_errs_and_never_blocks(tmp_path):
 
 
 async def test_binding_runtimes_keep_unchanged_workers_and_retire_replaced_ones(tmp_path):
-    # a stand-in worker: the supervisor's command line goes to a sleeping interpreter
-    env = SrunEnvironment(command=[sys.executable, "-c", "import time; time.sleep(60)"], dir=tmp_path, cpu_threads=1)
-    host = BindingRuntimes("r1", env=env, grace_s=0.0, stop_timeout_s=2.0)
+    # a stand-in worker: the supervisor's command line goes to an interpreter that waits for a signal
+    env = SrunEnvironment(command=[sys.executable, "-c", "import signal; signal.pause()"], dir=tmp_path, cpu_threads=1)
+    host = BindingRuntimes("r1", env=env, grace_s=0.0, policy=RestartPolicy(stop_timeout_s=2.0))
     none = parse_config(document({})).config
     assert await host.update(none, wait=False) is None
     first = await host.update(parse_config(document()).config, wait=False)
@@ -315,11 +347,10 @@ async def test_binding_runtimes_keep_unchanged_workers_and_retire_replaced_ones(
     process = first.supervisor.replicas["guard"][0].process
     assert process is not None and process.alive()
     host.settle(second)
-    for _ in range(100):
-        if not process.alive():
-            break
-        await asyncio.sleep(0.05)
+    retiring = list(host._retiring.values())  # the retirement settle() scheduled
+    await asyncio.gather(*retiring)
     assert not process.alive()  # retired after the grace period
-    assert second.supervisor.replicas["guard"][0].process.alive()  # type: ignore[union-attr]
+    kept = second.supervisor.replicas["guard"][0].process
+    assert kept is not None and kept.alive()
     await host.stop()
-    assert not second.supervisor.replicas["guard"][0].process.alive()  # type: ignore[union-attr]
+    assert not kept.alive()

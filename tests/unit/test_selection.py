@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from app.api.errors import SvcError
+from app.common.errors import SvcError
 from app.config.models import RouterConfig
 from app.pipeline.selection import (
     ModelIndex,

@@ -28,27 +28,3 @@ def test_instances_get_their_own_files_and_ports_with_a_short_socket_path() -> N
     # Serve nests a 56-character hash directory; HAProxy refuses admin sockets over 97 characters.
     base = first["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"]
     assert len(base) + 1 + 56 + len("/admin.sock") <= 97
-
-
-def test_process_transport_follows_this_processes_serve_mode() -> None:
-    from dataclasses import dataclass, replace
-
-    from ray.serve._private.constants import RAY_SERVE_USE_GRPC_BY_DEFAULT
-
-    from deployments.serve_env import process_transport
-
-    @dataclass(frozen=True)
-    class Options:
-        _by_reference: bool
-
-    @dataclass(frozen=True)
-    class Handle:  # the two members of DeploymentHandle it uses
-        handle_options: Options
-
-        def options(self, _by_reference: bool) -> Handle:
-            return replace(self, handle_options=Options(_by_reference))
-
-    wanted = not RAY_SERVE_USE_GRPC_BY_DEFAULT
-    assert process_transport(Handle(Options(not wanted))).handle_options._by_reference is wanted
-    same = Handle(Options(wanted))
-    assert process_transport(same) is same and process_transport(None) is None

@@ -61,8 +61,10 @@ class _Busy:
 
 
 class _Slow(_Busy):
+    """Never answers: the router's deadline must."""
+
     async def decide(self, body: dict[str, Any]) -> dict[str, Any]:
-        await asyncio.sleep(5)
+        await asyncio.Event().wait()
         return {}
 
 

@@ -1,54 +1,87 @@
-"""The DecisionModel Ray Serve deployment in local testing mode (no cluster): the same engine
-as the worker, batching concurrent callers' encoder texts."""
+"""The DecisionModel deployment's logic without Ray: HostedDecisions
+(app/runtime/hosted_decisions.py) on the engine svc-srun serves, batching concurrent
+callers' encoder texts. The Serve glue is tested in tests/integration/test_model_deployments.py."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
+from app.runtime.hosted_decisions import HostedDecisions
+from app.runtime.schemas import InvalidRequest, ModelNotFound, NotReady
+from app.srun.catalog import DECISION_MODEL, load
+from app.srun.runtime_metrics import RuntimeMetrics, request_outcome
+from tests.unit.test_model_deployments import TickBatcher
+
 QUESTION = {"type": "choice", "criteria": {"billing": "payments and refunds", "shipping": "delivery and tracking"}}
+NAMES = {DECISION_MODEL, "decisions", "systemone"}
 
 
 @pytest.fixture(scope="module")
-def handle():
-    from ray import serve
-
-    from deployments.decision_model import DecisionModel
-    from tests.unit.test_model_deployments import local_replica_context, stop_local_app
-
-    with local_replica_context():
-        h = serve.run(DecisionModel.bind(), name="test-decision-model", route_prefix=None, _local_testing_mode=True)
-        h.info.remote().result()
-        yield h
-        stop_local_app(h)
+def engine() -> Any:
+    return load(DECISION_MODEL)
 
 
-def test_concurrent_decisions_through_the_deployment(handle):
+def hosted_with(engine: Any) -> tuple[HostedDecisions, RuntimeMetrics, Any]:
+    metrics = RuntimeMetrics()
+    hosted = HostedDecisions(DECISION_MODEL, NAMES, "r1", metrics, request_outcome)
+    hosted.load(lambda: engine)
+    one = TickBatcher(hosted.encode_batch)
+
+    async def encode(texts: list[str]) -> list[Any]:
+        return list(await asyncio.gather(*(one(t) for t in texts)))
+
+    return hosted, metrics, encode
+
+
+async def test_concurrent_decisions_share_encoder_batches(engine) -> None:
+    hosted, metrics, encode = hosted_with(engine)
     states = ["refund my double charge", "my parcel is lost in transit", "charge on my card is wrong",
               "tracking says delivered but nothing came"]
-    calls = [handle.decide.remote({"state": s, "questions": {"q": QUESTION}}) for s in states]
-    choices = [c.result()["answers"]["q"]["choice"] for c in calls]
-    assert choices == ["billing", "shipping", "billing", "shipping"]
-    assert handle.info.remote().result()["loaded"] is True
-    assert handle.card.remote().result()["surfaces"] == ["decisions"]
+    answers = await asyncio.gather(
+        *(hosted.decide({"state": s, "questions": {"q": QUESTION}}, encode, DECISION_MODEL) for s in states)
+    )
+    assert [a["answers"]["q"]["choice"] for a in answers] == ["billing", "shipping", "billing", "shipping"]
+    assert hosted.card()["surfaces"] == ["decisions"]
+    assert metrics.value("svc_model_runtime_ready", deployment=DECISION_MODEL) == 1.0
+    assert metrics.value("svc_model_runtime_requests_total", deployment=DECISION_MODEL, outcome="ok") == 4
+    assert metrics.value("svc_model_runtime_replica_inflight", deployment=DECISION_MODEL, replica="r1") == 0
 
 
-def test_invalid_requests_raise_the_engine_error(handle):
-    from app.runtime.schemas import InvalidRequest
-
-    with pytest.raises(InvalidRequest):
-        handle.decide.remote({"state": "x", "questions": {}}).result()
-
-
-def test_models_unknown_names_and_metrics(handle):
-    from app.runtime.schemas import InvalidRequest, ModelNotFound
-
-    assert [c["name"] for c in handle.models.remote().result()] == ["decision-model"]
-    for name in ("decision-model", "systemone", "decisions"):
-        answer = handle.decide.remote({"model": name, "state": "refund me", "questions": {"q": QUESTION}}).result()
+async def test_model_names_and_invalid_requests(engine) -> None:
+    hosted, metrics, encode = hosted_with(engine)
+    for name in sorted(NAMES):
+        answer = await hosted.decide({"model": name, "state": "refund me", "questions": {"q": QUESTION}},
+                                     encode, "dm")
         assert answer["answers"]["q"]["choice"] == "billing"
     with pytest.raises(ModelNotFound):
-        handle.decide.remote({"model": "gpt-4", "state": "x", "questions": {"q": QUESTION}}).result()
+        await hosted.decide({"model": "gpt-4", "state": "x", "questions": {"q": QUESTION}}, encode, "dm")
     with pytest.raises(InvalidRequest):
-        handle.decide.remote({"model": 7, "state": "x", "questions": {"q": QUESTION}}).result()
-    info = handle.info.remote().result()
-    assert info["deployment"] == "decision-model" and info["managed"] is False
+        await hosted.decide({"model": 7, "state": "x", "questions": {"q": QUESTION}}, encode, "dm")
+    with pytest.raises(InvalidRequest):
+        await hosted.decide({"state": "x", "questions": {}}, encode, "dm")
+    with pytest.raises(InvalidRequest):
+        await hosted.decide(["not", "an", "object"], encode, "dm")
+    assert metrics.value("svc_model_runtime_requests_total", deployment="dm", outcome="rejected") == 4
+    assert metrics.value("svc_model_runtime_requests_total", deployment="dm", outcome="ok") == len(NAMES)
+
+
+async def test_a_model_that_failed_to_load_answers_not_ready() -> None:
+    metrics = RuntimeMetrics()
+    hosted = HostedDecisions(DECISION_MODEL, NAMES, "r1", metrics, request_outcome)
+
+    def broken() -> Any:
+        raise FileNotFoundError("/srv/models/calibration.json")
+
+    hosted.load(broken)
+    assert hosted.error is not None and hosted.error.startswith("FileNotFoundError")
+    assert metrics.value("svc_model_runtime_replica_ready", deployment=DECISION_MODEL, replica="r1") == 0.0
+
+    async def encode(texts: list[str]) -> list[Any]:
+        raise AssertionError("no encoder pass without a model")
+
+    with pytest.raises(NotReady, match=r"decision model not loaded \(FileNotFoundError\)"):
+        await hosted.decide({"state": "x", "questions": {"q": QUESTION}}, encode, DECISION_MODEL)
+    assert metrics.value("svc_model_runtime_requests_total", deployment=DECISION_MODEL, outcome="unavailable") == 1

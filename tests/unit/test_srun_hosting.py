@@ -14,12 +14,12 @@ from ray.serve._private.common import DeploymentID
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 from app.api.app import StaticConfigView, create_app
-from app.api.decisions import ClientDecisionBackend
 from app.config.errors import ConfigError
 from app.config.loader import parse_config
 from app.observability.metrics import MetricsAggregator, MetricsRecorder
 from app.runtime.schemas import InvalidRequest, ModelNotFound, NotReady
 from app.srun.client import RuntimeCallError
+from app.srun.decision_backend import ClientDecisionBackend
 from app.srun.hosting import ManagedRuntimes, on_unscanned, runtime_settings
 from app.srun.models import RejectedInput
 from app.srun.runtime_metrics import RuntimeMetrics

@@ -4,6 +4,7 @@ the environment and the worker's load states, without HTTP or real models."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -56,20 +57,35 @@ def test_rank_orders_and_cuts():
 # --------------------------------------------------------------------------- bundle
 
 
-async def _handle(surface: str, body: dict[str, Any], timing: ServerTiming) -> tuple[dict[str, Any], bytes | None]:
-    if body.get("fail") == "404":
-        raise ModelNotFound("no such model")
-    if body.get("fail") == "429":
-        raise Overloaded("busy")
-    await asyncio.sleep(body.get("sleep", 0))
-    timing.add("forward", 7.0)
-    return {"surface": surface, "echo": body.get("x")}, None
+Handle = Callable[[str, dict[str, Any], ServerTiming], Awaitable[tuple[dict[str, Any], bytes | None]]]
+
+
+def _handler(held: asyncio.Event | None = None) -> Handle:
+    """A task with {"held": true} runs until `held` is set (a forward still running at the
+    deadline); {"yields": n} gives the loop n turns first, so it finishes after later tasks."""
+
+    async def handle(surface: str, body: dict[str, Any], timing: ServerTiming) -> tuple[dict[str, Any], bytes | None]:
+        if body.get("fail") == "404":
+            raise ModelNotFound("no such model")
+        if body.get("fail") == "429":
+            raise Overloaded("busy")
+        for _ in range(body.get("yields", 0)):
+            await asyncio.sleep(0)
+        if body.get("held") and held is not None:
+            await held.wait()
+        timing.add("forward", 7.0)
+        return {"surface": surface, "echo": body.get("x")}, None
+
+    return handle
+
+
+_handle = _handler()
 
 
 async def test_bundle_keeps_order_and_statuses():
     timing = ServerTiming()
     out = await run_bundle({"tasks": [
-        {"id": "a", "classify": {"x": 1, "sleep": 0.02}},
+        {"id": "a", "classify": {"x": 1, "yields": 5}},
         {"id": "b", "decisions": {"fail": "404"}},
         {"id": "c", "rerank": {"fail": "429"}},
         {"id": "d", "embeddings": {"x": 4}},
@@ -82,8 +98,13 @@ async def test_bundle_keeps_order_and_statuses():
 
 
 async def test_bundle_deadline_and_limits():
-    out = await run_bundle({"tasks": [{"id": "slow", "classify": {"sleep": 1.0}}, {"id": "fast", "classify": {"x": 2}}],
-                            "options": {"deadline_ms": 100}}, _handle, failure_status, 8, ServerTiming())
+    held = asyncio.Event()
+    try:
+        out = await run_bundle({"tasks": [{"id": "slow", "classify": {"held": True}},
+                                          {"id": "fast", "classify": {"x": 2}}],
+                                "options": {"deadline_ms": 100}}, _handler(held), failure_status, 8, ServerTiming())
+    finally:
+        held.set()  # the held forward may finish now (the deadline did not cancel it)
     assert [r.status for r in out.results] == [504, 200]
     assert out.results[0].error.code == "deadline_exceeded"
     with pytest.raises(RejectedInput) as err:

@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.common.durations import format_duration, parse_duration
+from app.config.reliability import FailureKind, FallbackConfig, ReliabilityConfig
 from app.upstream.client import (
     UnsupportedUpstreamFormat,
     UpstreamClient,
@@ -16,7 +17,6 @@ from app.upstream.client import (
     parse_retry_after,
     relay_headers,
 )
-from app.upstream.policy import FailureKind, FallbackConfig, ReliabilityConfig
 from app.upstream.sse import StreamAccumulator
 from app.upstream.targets import UpstreamTarget
 from tests.fakes.upstream import FakeUpstream, find_free_port

@@ -29,13 +29,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from app.config.model_deployments import BINDINGS, ModelBinding, OnUnscanned, on_unscanned_of, read_bindings
 from app.config.models import RouterConfig
 from app.models.pii import PIIEntity, PIIResult, mask
 from app.pipeline.signals.base import SignalEvaluator, UnscannedError
 from app.pipeline.signals.domain import DomainEvaluator
 from app.pipeline.signals.jailbreak import JailbreakEvaluator
 from app.pipeline.signals.pii import PIIEvaluator
-from app.srun.settings import BINDINGS, ModelBinding, OnUnscanned, on_unscanned_of, read_bindings
 
 
 class SignalHost(Protocol):

@@ -11,18 +11,22 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from app.api.app import StaticConfigView, create_app
+from app.common.supervisor import RestartPolicy
 from app.config.loader import parse_config
 from app.srun.hosting import ManagedRuntimes, runtime_settings
 from app.srun.settings import SrunEnvironment
 from app.upstream.client import UpstreamClient
-from tests.srun.conftest import ROOT
+from tests.srun.workers import ROOT
 
+pytestmark = pytest.mark.integration
 SRUN = [sys.executable, "-m", "app.cli.srun"]
 SUPPORT = {"type": "choice", "criteria": {
     "billing": "Invoices, charges, refunds or payment methods",
@@ -43,7 +47,7 @@ def ask(state: str, **extra: object) -> dict[str, object]:
 async def test_the_front_door_answers_through_a_managed_worker_across_a_restart(tmp_path):
     config = parse_config(CONFIG).config
     env = SrunEnvironment(command=SRUN, dir=tmp_path, cpu_threads=1)
-    runtimes = ManagedRuntimes.from_config(config, env=env, min_backoff_s=0.2, stop_timeout_s=5.0)
+    runtimes = ManagedRuntimes.from_config(config, env=env, policy=RestartPolicy(min_backoff_s=0.2, stop_timeout_s=5.0))
     app = create_app(None, UpstreamClient(), StaticConfigView(config),  # type: ignore[arg-type]
                      decisions=runtimes.decision_backend())
     metrics = runtimes.metrics
@@ -97,7 +101,7 @@ def test_the_decision_model_deployment_hosts_a_managed_runtime(tmp_path, monkeyp
 
     from app.srun.client import RuntimeCallError
     from deployments.decision_model import DecisionModel
-    from tests.unit.test_model_deployments import local_replica_context, stop_local_app
+    from tests.integration.test_model_deployments import local_replica_context, stop_local_app
 
     monkeypatch.setenv("SVC_SRUN_COMMAND", " ".join(SRUN))
     monkeypatch.setenv("SVC_SRUN_DIR", str(tmp_path))
@@ -124,14 +128,13 @@ def test_the_decision_model_deployment_hosts_a_managed_runtime(tmp_path, monkeyp
 
 
 def test_a_worker_whose_router_is_gone_stops_itself(tmp_path):
-    router = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    router = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])  # lives until killed
     env = {**os.environ, "SVC_SRUN_PARENT_PID": str(router.pid), "SVC_SR_ENCODER_THREADS": "1"}
     worker = subprocess.Popen([*SRUN, "run", "minilm-reranker", "--uds", str(tmp_path / "w.sock"),
                                "--log-level", "warning"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        time.sleep(1.0)
-        assert worker.poll() is None
+        assert _answers_live(tmp_path / "w.sock", worker)  # up, and watching its router
         router.kill()
         router.wait()
         assert worker.wait(timeout=30) is not None  # SIGTERM to itself, then a clean uvicorn exit
@@ -140,3 +143,17 @@ def test_a_worker_whose_router_is_gone_stops_itself(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def _answers_live(uds: Path, worker: subprocess.Popen[bytes], timeout_s: float = 90.0) -> bool:
+    """Wait until the worker answers /health/live on `uds` (False if it exits first or never does)."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(uds)), base_url="http://srun") as client:
+        while worker.poll() is None and time.monotonic() < deadline:
+            try:
+                if client.get("/health/live", timeout=2).status_code == 200:
+                    return True
+            except httpx.TransportError:
+                pass
+            threading.Event().wait(0.1)
+    return False

@@ -1,6 +1,6 @@
 """Reliability (timeouts, retries) and cross-model fallback policies.
 
-These models are shared by the config file (a decision's `reliability:` and
+These config shapes are shared by the config file (a decision's `reliability:` and
 `fallback:` blocks, `global.router.fallback`) and by `UpstreamClient`, so key names
 follow the reference router exactly and its users' files load unchanged.
 

@@ -1,4 +1,4 @@
-"""What the router records, in spec 1's metric names.
+"""What the router records about RoutePlans and their completions, in spec 1's metric names.
 
 `on_route` runs once per routed request (not for previews), `on_complete` once per
 answered request (immediate answers included), `on_front_door_error` for requests

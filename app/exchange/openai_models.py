@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from app.api.errors import SvcError, bad_request, validation_message
+from app.common.errors import SvcError, bad_request, validation_message
 
 # Text-bearing content part types (chat "text"; Responses-style "input_text"/"output_text").
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})

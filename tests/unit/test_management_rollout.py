@@ -1,19 +1,22 @@
-"""deployments/activation.py and deployments/versioning.py without a Ray cluster: the
-activator's stages against a fake Serve backend, the startup watcher, stable versions."""
+"""The activation of a configuration on a Serve application without Ray: GraphActivator's
+stages against a fake Serve backend on a fake clock, the startup watcher, the state
+directory and its corrupt-file handling."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
-from ray import serve
 
 from app.config.loader import config_hash, parse_config
 from app.management.activation import ActivationFailed
+from app.management.documents import candidate_of
+from app.management.rollout import GraphActivator
 from app.management.startup import StartupTracker
-from deployments import activation as act
-from deployments.activation import RayActivator, StartupWatcher, load_failure
-from deployments.versioning import graph_versions, stamp_versions
+from app.management.startup_watch import StartupWatcher, load_failure
+from app.management.state import STATE_FILE, STATE_ROOT_ENV, ConfigStore, open_store, state_dir_of
 
 
 def document(model: str = "a") -> dict[str, Any]:
@@ -71,19 +74,33 @@ class FakeBackend:
         return reports
 
 
-@pytest.fixture(autouse=True)
-def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(act, "POLL_S", 0.001)
+class FakeTime:
+    """The activator's clock: waiting between polls advances it, nothing really sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def clock(self) -> float:
+        return self.now
+
+    async def pause(self, seconds: float) -> None:
+        self.now += seconds
 
 
-async def activate(activator: RayActivator, doc: dict[str, Any]) -> None:
+def activator_for(backend: FakeBackend, document: dict[str, Any], timeout_s: float = 5.0) -> GraphActivator:
+    time = FakeTime()
+    return GraphActivator(object(), document, backend, timeout_s=timeout_s, clock=time.clock, pause=time.pause,
+                          restore_timeout_s=1.0)
+
+
+async def activate(activator: GraphActivator, doc: dict[str, Any]) -> None:
     await activator.activate(parse_config(doc).config, doc)
 
 
 async def test_activation_deploys_then_waits_for_running_and_every_router() -> None:
     old, new = document("a"), document("b")
     backend = FakeBackend(old)
-    activator = RayActivator(object(), old, backend, timeout_s=5)
+    activator = activator_for(backend, old)
     await activate(activator, new)
     assert backend.deployed == [new] and activator.document == new
     assert set(activator.last) == {"deploy_s", "running_s", "total_s"}
@@ -93,7 +110,7 @@ async def test_a_deploy_failure_restores_the_previous_document() -> None:
     old, new = document("a"), document("b")
     backend = FakeBackend(old)
     backend.status = "DEPLOY_FAILED"
-    activator = RayActivator(object(), old, backend, timeout_s=5)
+    activator = activator_for(backend, old)
     with pytest.raises(ActivationFailed) as failed:
         await activate(activator, new)
     assert (failed.value.stage, failed.value.code) == ("activate", "deploy_failed")
@@ -101,12 +118,11 @@ async def test_a_deploy_failure_restores_the_previous_document() -> None:
     assert backend.deployed == [new, old] and activator.document == old
 
 
-async def test_a_timeout_fails_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_timeout_fails_and_restores() -> None:
     old, new = document("a"), document("b")
     backend = FakeBackend(old)
     backend.stuck = True
-    activator = RayActivator(object(), old, backend, timeout_s=0.05)
-    monkeypatch.setattr(act, "RESTORE_TIMEOUT_S", 0.05)
+    activator = activator_for(backend, old, timeout_s=5.0)
     with pytest.raises(ActivationFailed) as failed:
         await activate(activator, new)
     assert (failed.value.stage, failed.value.code) == ("activate", "activation_timeout")
@@ -117,7 +133,7 @@ async def test_a_router_that_cannot_warm_the_candidate_fails_stage_warm() -> Non
     old, new = document("a"), document("b")
     backend = FakeBackend(old)
     backend.warm_error = "RuntimeError: embedding service down"
-    activator = RayActivator(object(), old, backend, timeout_s=5)
+    activator = activator_for(backend, old)
     with pytest.raises(ActivationFailed) as failed:
         await activate(activator, new)
     assert (failed.value.stage, failed.value.code) == ("warm", "warm_failed")
@@ -129,7 +145,7 @@ async def test_graph_build_errors_are_stage_compile_and_nothing_is_deployed() ->
     backend = FakeBackend(document("a"))
     backend.build_error = ValueError("bad deployment option")
     with pytest.raises(ActivationFailed) as failed:
-        await activate(RayActivator(object(), document("a"), backend), document("b"))
+        await activate(activator_for(backend, document("a")), document("b"))
     assert (failed.value.stage, failed.value.code) == ("compile", "graph_build_failed")
     assert backend.deployed == []
 
@@ -138,7 +154,7 @@ async def test_declarative_apps_refuse_changes_to_deployment_arguments() -> None
     backend = FakeBackend(document("a"))
     backend.restart = "needs a new serve deploy"
     with pytest.raises(ActivationFailed) as failed:
-        await activate(RayActivator(object(), document("a"), backend), document("b"))
+        await activate(activator_for(backend, document("a")), document("b"))
     assert (failed.value.stage, failed.value.code) == ("activate", "restart_required")
     assert backend.deployed == []
 
@@ -204,38 +220,27 @@ def test_load_failure_reads_info_shapes() -> None:
     assert load_failure({"loaded": False, "error": None}) == "model not loaded"
 
 
-# ------------------------------------------------------------------ versions
+# ------------------------------------------------------------------ state directory
 
-@serve.deployment
-class Leaf:
-    def __init__(self, setting: dict[str, Any] | None = None) -> None:
-        self.setting = setting
-
-
-@serve.deployment
-class Root:
-    def __init__(self, leaf: Any, args: dict[str, Any]) -> None:
-        self.leaf = leaf
+def test_state_dir_prefers_the_configured_one_then_the_environment_then_the_working_directory() -> None:
+    assert state_dir_of("/srv/state", "app", {STATE_ROOT_ENV: "/root"}) == Path("/srv/state")
+    assert state_dir_of(None, "app", {STATE_ROOT_ENV: "/root"}) == Path("/root/app")
+    assert state_dir_of(None, "app", {}) == Path.cwd() / ".cache" / "state" / "app"
 
 
-def graph(leaf_setting: dict[str, Any], user_config: dict[str, Any]) -> Any:
-    leaf = Leaf.options(user_config=user_config).bind(leaf_setting)
-    return stamp_versions(Root.bind(leaf, {"config_path": "x.yaml"}))
+def test_a_corrupt_state_file_is_moved_aside_and_the_history_starts_fresh(tmp_path: Path) -> None:
+    (tmp_path / STATE_FILE).write_text("{not json")
+    store = open_store(tmp_path, now=lambda: 1234.0)
+    assert (tmp_path / f"{STATE_FILE}.corrupt-1234").read_text() == "{not json"
+    store.initialize(candidate_of(parse_config(document()).config))
+    assert json.loads((tmp_path / STATE_FILE).read_text())["config_version"] == 1
 
 
-def test_versions_are_stable_and_follow_constructor_arguments_only() -> None:
-    first = graph_versions(graph({"model": "m1"}, {"config": 1}))
-    assert set(first) == {"Root", "Leaf"} and all(first.values())
-    assert graph_versions(graph({"model": "m1"}, {"config": 2})) == first  # user_config: reconfigure only
-    changed = graph_versions(graph({"model": "m2"}, {"config": 1}))
-    assert changed["Leaf"] != first["Leaf"] and changed["Root"] == first["Root"]
+def test_a_readable_state_file_is_kept(tmp_path: Path) -> None:
+    first = ConfigStore(tmp_path)
+    first.initialize(candidate_of(parse_config(document()).config))
+    store = open_store(tmp_path)
+    store.initialize(candidate_of(parse_config(document()).config))
+    assert store.active is not None and store.active.config_version == 1
+    assert not list(tmp_path.glob("*.corrupt-*"))
 
-
-def test_the_serve_builder_takes_exactly_one_parameter() -> None:
-    """`serve deploy` refuses builders with more parameters; activations use build_graph."""
-    import inspect
-
-    from deployments.graph import build_app, build_graph
-
-    assert len(inspect.signature(build_app).parameters) == 1
-    assert "document" in inspect.signature(build_graph).parameters

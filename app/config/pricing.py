@@ -1,0 +1,36 @@
+"""Per-1M-token pricing of a configured model (spec: Pricing and provider config).
+
+A wire shape of the configuration, so it lives here; app/accounting/cost.py turns it and a
+response's usage into a cost.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class Pricing(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    currency: str = "USD"
+    prompt_per_1m: float = Field(0.0, ge=0)
+    cached_input_per_1m: float | None = Field(None, ge=0)
+    cache_write_per_1m: float | None = Field(None, ge=0)
+    completion_per_1m: float = Field(0.0, ge=0)
+
+    @field_validator("currency")
+    @classmethod
+    def _currency(cls, value: str) -> str:
+        value = value.strip().upper()
+        if not value:
+            raise ValueError("currency must be a non-empty code such as USD")
+        return value
+
+    @property
+    def effective_cache_write_per_1m(self) -> float:
+        return self.prompt_per_1m if self.cache_write_per_1m is None else self.cache_write_per_1m
+
+    @property
+    def prefix_cache_checkout_per_1m(self) -> float:
+        """Session-aware routing's price of reusing a prefix cache: write minus cached read."""
+        return self.effective_cache_write_per_1m - (self.cached_input_per_1m or 0.0)

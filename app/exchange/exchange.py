@@ -1,0 +1,349 @@
+"""The exchange: one request's way from the client's bytes to the client's answer.
+
+Both front doors drive the same object and only translate their transport:
+
+    reply_or_forward = await exchange.begin(raw, headers)   # parse, route (the Router decides)
+      Reply    -> send it: a block, a fast response, a cache hit, bad input, no backend
+      Forward  -> the front door forwards `exchange.upstream_body` to the plan's candidates
+                  (the Ingress with its upstream client and fallback, Envoy to the first one)
+    head  = exchange.respond(status, headers, target)        # the upstream answered
+    body  = exchange.whole_body(raw)                         # buffered answer, or, streaming:
+    bytes = exchange.stream_chunk(raw) ... exchange.stream_end()
+    exchange.close()                                         # always: a client that left counts
+    await exchange.finish()                                  # completion, when the door chooses
+
+Translation (the backend's wire, the client's API), routing headers and `routing_metadata`,
+the completion report (cost, metrics, cache write, replay) are decided here, once. The
+completion runs when the front door calls `finish()`: the Ingress after the answer is sent,
+the bridge as soon as the exchange knows it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.accounting.cost import compute_cost
+from app.common.errors import SvcError, body_too_large, from_upstream_unavailable, upstream_unavailable
+from app.exchange.answer import client_headers, routing_metadata
+from app.exchange.client_api import ClientApi
+from app.exchange.relay import StreamRelay
+from app.pipeline.metrics import RouterMetrics
+from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.upstream.client import UpstreamUnavailable
+from app.upstream.sse import replay_as_sse
+from app.upstream.targets import UpstreamTarget
+from app.upstream.wire import UpstreamWire, json_object, wire_for
+
+log = logging.getLogger("svc_sr.exchange")
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+JSON = "application/json"
+EVENT_STREAM = "text/event-stream"
+
+
+class RouterClient(Protocol):
+    """The Router as a front door sees it (a DeploymentHandle adapter or the pipeline itself)."""
+
+    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan: ...
+
+    async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting: ...
+
+
+@dataclass
+class ExchangeSettings:
+    """`max_body_bytes`: requests over it answer 413 (None: the transport enforces it)."""
+
+    router: RouterClient
+    metrics: RouterMetrics = field(default_factory=RouterMetrics)
+    max_body_bytes: int | None = None
+    clock: Callable[[], float] = time.perf_counter
+
+
+@dataclass
+class Reply:
+    """An answer the front door sends as it is."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    content_type: str = JSON
+
+
+@dataclass
+class Forward:
+    """Routed: send `body` (a chat body) to `plan.candidates`."""
+
+    plan: RoutePlan
+    body: dict[str, Any]
+
+
+@dataclass
+class ResponseHead:
+    """What the client gets for the upstream's response head."""
+
+    status: int
+    headers: dict[str, str]
+    streaming: bool  # an event stream: relay it chunk by chunk
+
+
+class Exchange:
+    def __init__(self, settings: ExchangeSettings, api: ClientApi) -> None:
+        self.settings = settings
+        self.api = api
+        self.started = settings.clock()
+        self.request_id = ""
+        self.plan: RoutePlan | None = None
+        self.target: UpstreamTarget | None = None
+        self.status = 0
+        self.relay: StreamRelay | None = None
+        self._wire: UpstreamWire | None = None
+        self._upstream_type = JSON  # the upstream answer's content type
+        self._head_at: float | None = None
+        self._report: CompletionReport | None = None
+        self._done = False  # the outcome is known (a report is due, or nothing is to complete)
+
+    # ------------------------------------------------------------------ request
+    async def begin(self, raw: bytes, headers: Mapping[str, str]) -> Reply | Forward:
+        """Parse and route. Errors a client caused answer here (with their metrics); anything
+        else raises, after counting it, for the front door's own failure policy."""
+        self.request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        try:
+            body = self._parse(raw)
+        except SvcError as exc:
+            return self._refuse(exc, "parse_error")
+        try:
+            plan = await self.settings.router.route(body, dict(headers), self.request_id)
+        except SvcError as exc:  # unknown model, nothing to route to
+            return self._refuse(exc, "unknown" if exc.status < 500 else "classification_failed", body.get("model"))
+        except Exception:
+            self._count_error("classification_failed", 500, body.get("model"))
+            raise
+        plan.endpoint = self.api.endpoint
+        self.plan = plan
+        if plan.immediate is not None:
+            return self._immediate(plan)
+        if not plan.candidates:
+            return self._no_backend(plan)
+        return Forward(plan, self.upstream_body)
+
+    def _parse(self, raw: bytes) -> dict[str, Any]:
+        limit = self.settings.max_body_bytes
+        if limit is not None and len(raw) > limit:
+            raise body_too_large(limit)
+        return self.api.parse(raw)
+
+    @property
+    def upstream_body(self) -> dict[str, Any]:
+        """The plan's body; a stream asks for a final usage chunk (cost and TPOT for streams too)."""
+        plan = self._plan()
+        body = dict(plan.body)
+        if plan.stream:
+            options = dict(body.get("stream_options") or {})
+            options.setdefault("include_usage", True)
+            body["stream_options"] = options
+        return body
+
+    def _refuse(self, exc: SvcError, reason: str, model: Any = None) -> Reply:
+        """An error answered before anything was routed: counted here, no completion."""
+        self._done = True
+        self._count_error(reason, exc.status, model if isinstance(model, str) else None)
+        return Reply(exc.status, {"x-request-id": self.request_id, **exc.headers}, json.dumps(exc.body()).encode())
+
+    def _count_error(self, reason: str, status: int, model: str | None = None) -> None:
+        self.settings.metrics.on_front_door_error(self.api.endpoint, reason, status, model or "unknown")
+
+    # ------------------------------------------------------------------ answers without a backend
+    def _immediate(self, plan: RoutePlan) -> Reply:
+        answer = plan.immediate
+        assert answer is not None
+        headers = {**client_headers(plan, self.started), **answer.headers}
+        if plan.selected_model:
+            headers["x-selected-model"] = plan.selected_model
+        content_type = JSON
+        if answer.status != 200:
+            body = json.dumps(answer.body).encode()
+        elif plan.stream:
+            content_type = EVENT_STREAM
+            headers.update(SSE_HEADERS)
+            client = self.api.stream()
+            body = b"".join(client.feed(chunk) for chunk in replay_as_sse(answer.body)) + client.finish()
+        else:
+            completion = dict(answer.body)
+            completion["routing_metadata"] = routing_metadata(plan, self.started)
+            body = json.dumps(self.api.render(completion)).encode()
+        self.status = answer.status
+        self._settle(CompletionReport(status=answer.status, model=plan.selected_model, stream=plan.stream,
+                                      total_s=self._elapsed()))
+        return Reply(answer.status, headers, body, content_type)
+
+    def _no_backend(self, plan: RoutePlan) -> Reply:
+        error = upstream_unavailable(message="no backend serves the selected model")
+        self._done = True
+        self._count_error("unknown", error.status, plan.selected_model)
+        return Reply(error.status, {**client_headers(plan, self.started), **error.headers},
+                     json.dumps(error.body()).encode())
+
+    def upstream_failed(self, exc: UpstreamUnavailable) -> Reply:
+        """Every attempt failed (the Ingress's client): 503, or 504 when each timed out."""
+        plan = self._plan()
+        error = from_upstream_unavailable(exc)
+        kinds = {getattr(a, "error", None) or "" for a in exc.attempts}
+        reason = "timeout" if kinds & {"timeout", "deadline"} else "upstream_5xx"
+        self.status = error.status
+        tried = exc.attempts[-1].model if exc.attempts else plan.selected_model  # as Envoy: the model it tried
+        self._settle(CompletionReport(status=error.status, model=tried, stream=plan.stream, error_reason=reason,
+                                      total_s=self._elapsed()))
+        return Reply(error.status, {**client_headers(plan, self.started), **error.headers},
+                     json.dumps(error.body()).encode())
+
+    def refused_by_wire(self, status: int, body: dict[str, Any], target: UpstreamTarget) -> Reply:
+        """The backend's protocol cannot express the request (400): answered without forwarding."""
+        self.target = target
+        self.status = status
+        self._settle(self._completion(None, finished=False, reason="parse_error"))
+        headers = {**client_headers(self._plan(), self.started), "x-selected-model": target.model}
+        return Reply(status, headers, json.dumps(body).encode())
+
+    # ------------------------------------------------------------------ the upstream's answer
+    def respond(self, status: int, headers: Mapping[str, str], target: UpstreamTarget,
+                local: bool = False, first_byte_at: float | None = None) -> ResponseHead:
+        """`local`: the answer was made by the upstream client itself (already chat).
+        `first_byte_at`: when the upstream's first byte came (default: now)."""
+        plan = self._plan()
+        self.status, self.target = status, target
+        self._head_at = first_byte_at if first_byte_at is not None else self.settings.clock()
+        self._wire = None if local else wire_for(target)
+        self._upstream_type = headers.get("content-type") or JSON
+        streaming = EVENT_STREAM in self._upstream_type.lower()
+        out = {**client_headers(plan, self.started), "x-selected-model": target.model}
+        if streaming:
+            out.update({"content-type": EVENT_STREAM, **SSE_HEADERS})
+            translator = self._wire.stream_translator(target, _usage_asked(self.upstream_body)) \
+                if self._wire is not None and status < 400 else None
+            self.relay = StreamRelay(translator, self.api.stream(), self.settings.clock)
+        elif status == 200 or self._wire is not None:
+            out["content-type"] = JSON
+        return ResponseHead(status, out, streaming)
+
+    def stream_chunk(self, raw: bytes) -> bytes:
+        return self._relay().feed(raw)
+
+    def stream_end(self) -> bytes:
+        """The upstream body ended normally."""
+        relay = self._relay()
+        tail = relay.end()
+        finished = self.status < 400 and relay.completed
+        reason = None if finished or self.status >= 400 else "upstream_5xx"  # ended, but cut short or with an error
+        self._settle(self._completion(None, finished=finished, reason=reason))
+        return tail
+
+    def stream_broken(self, kind: str) -> None:
+        """The upstream broke after its first byte: the client's stream just ends there."""
+        log.warning("upstream stream for %s ended early: %s", self.request_id, kind)
+        reason = "timeout" if kind in ("idle_timeout", "deadline") else "upstream_5xx"
+        self._settle(self._completion(None, finished=False, reason=reason))
+
+    def whole_body(self, raw: bytes) -> Reply:
+        """A buffered answer, translated to chat and to the client's API. Its status may differ
+        from the upstream's (a messages backend's success that is no message: 502)."""
+        plan = self._plan()
+        target = self._target()
+        status, content = (self.status, raw) if self._wire is None else self._wire.answer(self.status, raw, target)
+        headers = {**client_headers(plan, self.started), "x-selected-model": target.model}
+        payload = json_object(content)
+        if status != 200 or payload is None:
+            self.status = status
+            # A request the client refused locally never reached a backend: the client's input.
+            self._settle(self._completion(None, reason="parse_error" if self._wire is None else None))
+            return Reply(status, headers, content, JSON if payload is not None else self._upstream_type)
+        cost = compute_cost(payload.get("usage"), plan.pricing.get(target.model))
+        payload["routing_metadata"] = routing_metadata(plan.model_copy(update={"selected_model": target.model}),
+                                                       self.started, cost)
+        self._settle(self._completion(payload))
+        return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
+
+    def end_without_body(self) -> None:
+        """The upstream's response had a head and no body."""
+        self._settle(self._completion(None))
+
+    def close(self) -> None:
+        """The front door is done with this request. A streamed answer not yet settled was cut
+        off by the client, unless the whole answer had gone through (the OpenAI SDK closes on
+        [DONE], often before the upstream's body ends): then it is a finished answer."""
+        if self._done or self.plan is None:
+            return
+        relay = self.relay
+        if relay is not None and self.status == 200 and relay.completed:
+            self._settle(self._completion(None, finished=True))
+            return
+        self.status = self.status or 499
+        self._settle(self._completion(None, finished=False, reason="cancellation"))
+
+    # ------------------------------------------------------------------ completion
+    @property
+    def completion_due(self) -> bool:
+        return self._report is not None
+
+    async def finish(self) -> Accounting | None:
+        """Run the completion (cost, metrics, cache write, replay) once; never raises."""
+        report, self._report = self._report, None
+        if report is None or self.plan is None:
+            return None
+        try:
+            return await self.settings.router.complete(self.plan, report)
+        except Exception:  # accounting must never break a served answer
+            log.exception("complete() failed for request %s", self.request_id)
+            return None
+
+    def _settle(self, report: CompletionReport) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._report = report
+
+    def _completion(self, response: dict[str, Any] | None, finished: bool = True,
+                    reason: str | None = None) -> CompletionReport:
+        plan = self._plan()
+        status = self.status or 502
+        if reason is None and status >= 400:
+            reason = "upstream_4xx" if status < 500 else "upstream_5xx"
+        streaming = self.relay is not None
+        if streaming and status == 200:
+            response = self.relay.accumulator.to_chat_completion() if self.relay is not None else response
+        first = self.relay.first_chunk_at if self.relay is not None else self._head_at
+        if status >= 400:
+            first = None  # an error answer has no first token (an Envoy local reply has no upstream byte)
+        return CompletionReport(
+            status=status, model=self.target.model if self.target is not None else plan.selected_model,
+            response=response if status == 200 else None, stream=streaming, stream_finished=finished,
+            ttft_s=None if first is None else first - self.started, total_s=self._elapsed(), error_reason=reason,
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def _elapsed(self) -> float:
+        return self.settings.clock() - self.started
+
+    def _plan(self) -> RoutePlan:
+        if self.plan is None:
+            raise RuntimeError("the exchange has no plan yet")
+        return self.plan
+
+    def _target(self) -> UpstreamTarget:
+        if self.target is None:
+            raise RuntimeError("the exchange has no upstream answer yet")
+        return self.target
+
+    def _relay(self) -> StreamRelay:
+        if self.relay is None:
+            raise RuntimeError("the upstream answer is not a stream")
+        return self.relay
+
+
+def _usage_asked(body: Mapping[str, Any]) -> bool:
+    return bool((body.get("stream_options") or {}).get("include_usage"))

@@ -1,0 +1,128 @@
+"""What every management route module shares: registering a guarded route, parsing a JSON
+body into its pydantic model, rendering a model, the request id, and the audit entries the
+HTTP layer records (mutations, 403s)."""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Callable
+from enum import Enum
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+from app.common.errors import REQUEST_ID_HEADER, validation_message
+from app.management.auth import AuthError, Principal
+from app.management.discovery import RouteGuard, Sensitivity
+from app.management.documents import DocumentRejected, Reason
+from app.management.errors import MgmtError, invalid_input
+from app.management.service import Management
+
+Responses = dict[int | str, dict[str, Any]]
+M = TypeVar("M", bound=BaseModel)
+
+ERRORS: Responses = {code: {"description": text} for code, text in (
+    (400, "invalid input"), (401, "missing or invalid bearer token"), (403, "permission missing"),
+)}
+
+
+def route_guard(mgmt: Management, permission: str | None, sensitivity: Sensitivity = "internal") -> RouteGuard:
+    """The dependency that authenticates and authorizes a route (and audits a 403)."""
+    return RouteGuard(lambda: mgmt.authenticator, permission, sensitivity, lambda r, e: record_denial(mgmt, r, e))
+
+
+def record_denial(mgmt: Management, request: Request, exc: AuthError) -> None:
+    # 401s are not recorded: an unauthenticated flood must not be able to rotate the ring.
+    if exc.status == 403:
+        mgmt.audit.record("auth.denied", request_id=request_id(request), method=request.method,
+                          path=request.url.path, status=403, detail={"code": exc.code})
+
+
+def record_mutation(mgmt: Management, action: str, request: Request, status: int, **extra: Any) -> None:
+    principal: Principal | None = getattr(request.state, "principal", None)
+    mgmt.audit.record(
+        action, request_id=request_id(request), method=request.method, path=request.url.path, status=status,
+        principal=principal.name if principal else None, role=principal.role if principal else None,
+        detail=extra or None,
+    )
+
+
+class Registrar:
+    """Adds routes to `router`, each behind the guard for its permission and sensitivity."""
+
+    def __init__(self, router: APIRouter, mgmt: Management) -> None:
+        self.router = router
+        self.mgmt = mgmt
+
+    def add(self, path: str, endpoint: Callable[..., Any], method: str, permission: str | None,
+            sensitivity: Sensitivity = "internal", *, responses: Responses | None = None,
+            tags: list[str | Enum] | None = None, **options: Any) -> None:
+        """`options`: response_model, summary, openapi_extra, deprecated (APIRouter.add_api_route's)."""
+        self.router.add_api_route(
+            path, endpoint, methods=[method], dependencies=[Depends(route_guard(self.mgmt, permission, sensitivity))],
+            responses={**ERRORS, **(responses or {})}, tags=tags or ["management"], **options,
+        )
+
+
+def principal_of(request: Request) -> Principal:
+    principal: Principal = request.state.principal  # set by RouteGuard
+    return principal
+
+
+def request_id(request: Request) -> str:
+    existing = getattr(request.state, "request_id", None)
+    if existing:
+        return str(existing)
+    value = request.headers.get(REQUEST_ID_HEADER) or uuid.uuid4().hex
+    request.state.request_id = value
+    return value
+
+
+async def maybe_await(value: Any) -> Any:
+    """ReplaySource methods may be sync (ReplayStore) or async (a Ray deployment's handle)."""
+    return await value if inspect.isawaitable(value) else value
+
+
+def json_response(model: BaseModel, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(model.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+def parse_model(model: type[M], raw: bytes) -> M:
+    if not raw.strip():
+        raise invalid_input("request body is required")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        if any(e.get("type") == "json_invalid" for e in exc.errors()):
+            raise invalid_input("request body is not valid JSON") from None
+        message, _ = validation_message([dict(e) for e in exc.errors()])
+        raise invalid_input(message) from None
+
+
+def reasons_of(reasons: list[Reason]) -> list[dict[str, Any]]:
+    return [r.as_dict() for r in reasons]
+
+
+def rejected(exc: DocumentRejected) -> MgmtError:
+    """400 INVALID_CONFIG naming the first reason (all of them in details)."""
+    first = exc.reasons[0] if exc.reasons else None
+    message = "invalid configuration"
+    if first is not None:
+        message += f": {first.path + ': ' if first.path else ''}{first.message}"
+        if len(exc.reasons) > 1:
+            message += f" (and {len(exc.reasons) - 1} more)"
+    return MgmtError(400, message, code="INVALID_CONFIG", details={"reasons": reasons_of(exc.reasons)})
+
+
+def json_body_openapi(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def json_or_yaml_openapi(content: str = "configuration document (JSON or YAML)") -> dict[str, Any]:
+    return {"requestBody": {"required": True, "description": content, "content": {
+        "application/json": {"schema": {"type": "object"}},
+        "application/yaml": {"schema": {"type": "string"}},
+    }}}

@@ -1,0 +1,118 @@
+"""Observability routes: the audit log (audit.read), replay records and aggregates
+(observability.read; content needs data.read) and outcome submission (learning.ingest)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import JSONResponse
+
+from app.management.audit import AuditPage
+from app.management.errors import MgmtError, invalid_input, not_found, unavailable
+from app.management.replays import (
+    IdempotencyConflict,
+    OutcomeIn,
+    OutcomeRecord,
+    ReplayAggregate,
+    ReplayPage,
+    ReplaySource,
+    redact_record,
+)
+from app.management.routes.common import (
+    Registrar,
+    Responses,
+    json_body_openapi,
+    json_response,
+    maybe_await,
+    parse_model,
+    principal_of,
+    record_mutation,
+)
+from app.management.service import Management
+
+MAX_IDEMPOTENCY_KEY = 255
+REPLAYS_OFF: Responses = {503: {"description": "replays not enabled"}}
+
+
+def audit_routes(mgmt: Management) -> APIRouter:
+    router = APIRouter()
+
+    async def audit(action: str | None = Query(None, max_length=128), limit: int = Query(100, ge=1, le=1000),
+                    after_sequence: int = Query(0, ge=0)) -> AuditPage:
+        return mgmt.audit.query(action=action, limit=limit, after_sequence=after_sequence)
+
+    Registrar(router, mgmt).add("/api/v1/observability/audit", audit, "GET", "audit.read", "sensitive",
+                                response_model=AuditPage, summary="audit entries (hash-chained)")
+    return router
+
+
+def replay_routes(mgmt: Management) -> APIRouter:
+    router = APIRouter()
+    add = Registrar(router, mgmt).add
+
+    async def list_replays(request: Request, limit: int = Query(100, ge=1, le=1000),
+                           after_sequence: int = Query(0, ge=0), decision: str | None = Query(None, max_length=256),
+                           model: str | None = Query(None, max_length=256)) -> JSONResponse:
+        page: ReplayPage = await maybe_await(replays_of(mgmt).list(
+            limit=limit, after_sequence=after_sequence, decision=decision, model=model))
+        principal = principal_of(request)
+        page.records = [redact_record(r, data=principal.can("data.read"), secrets=principal.can("secret_view"))
+                        for r in page.records]
+        return json_response(page)
+
+    async def aggregate(decision: str | None = Query(None, max_length=256),
+                        model: str | None = Query(None, max_length=256)) -> ReplayAggregate:
+        result: ReplayAggregate = await maybe_await(replays_of(mgmt).aggregate(decision=decision, model=model))
+        return result
+
+    async def get_replay(request: Request, replay_id: str) -> JSONResponse:
+        record = await maybe_await(replays_of(mgmt).get(replay_id))
+        if record is None:
+            raise not_found(f"no replay record {replay_id!r}")
+        principal = principal_of(request)
+        return JSONResponse(redact_record(record, data=principal.can("data.read"),
+                                          secrets=principal.can("secret_view")))
+
+    async def outcomes(request: Request, idempotency_key: str | None = Header(None)) -> JSONResponse:
+        return await submit_outcome(mgmt, request, idempotency_key)
+
+    add("/api/v1/observability/replays", list_replays, "GET", "observability.read", "sensitive",
+        response_model=ReplayPage, responses=REPLAYS_OFF, summary="replay records")
+    add("/api/v1/observability/replays/aggregate", aggregate, "GET", "observability.read",
+        response_model=ReplayAggregate, responses=REPLAYS_OFF, summary="routing and cost aggregates")
+    add("/api/v1/observability/replays/{replay_id}", get_replay, "GET", "observability.read", "sensitive",
+        responses={**REPLAYS_OFF, 404: {"description": "unknown id"}}, summary="one replay record")
+    add("/api/v1/observability/outcomes", outcomes, "POST", "learning.ingest", "sensitive",
+        response_model=OutcomeRecord, summary="submit an outcome for a replay",
+        responses={201: {"model": OutcomeRecord}, 404: {"description": "unknown replay"},
+                   409: {"description": "Idempotency-Key reused with another body"}},
+        openapi_extra=json_body_openapi(OutcomeIn.model_json_schema()))
+    return router
+
+
+def replays_of(mgmt: Management) -> ReplaySource:
+    if mgmt.replays is None:
+        raise unavailable("replay recording is not enabled (router_replay plugin)")
+    return mgmt.replays
+
+
+async def submit_outcome(mgmt: Management, request: Request, idempotency_key: str | None) -> JSONResponse:
+    """201 a new outcome, 200 its idempotent replay; the audit entry records the status (500 if none)."""
+    status = 500
+    try:
+        if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+            raise invalid_input(f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} characters")
+        body = parse_model(OutcomeIn, await request.body())
+        if mgmt.replays is not None and await maybe_await(mgmt.replays.get(body.replay_id)) is None:
+            raise not_found(f"no replay record {body.replay_id!r}")
+        try:
+            record = mgmt.outcomes.submit(body, principal_of(request).name, idempotency_key)
+        except IdempotencyConflict:
+            raise MgmtError(409, "this Idempotency-Key was used with a different body",
+                            code="IDEMPOTENCY_CONFLICT") from None
+        status = 200 if record.idempotent_replay else 201
+        return json_response(record, status)
+    except MgmtError as exc:
+        status = exc.status
+        raise
+    finally:
+        record_mutation(mgmt, "outcome.submit", request, status)

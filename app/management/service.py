@@ -1,0 +1,143 @@
+"""`Management`: the state behind the management routes (store, activation, audit, auth,
+startup, replays, outcomes, inventory, preview), one per process (per Ingress replica).
+
+No HTTP here: the route modules (app/management/routes/) parse requests, call this state
+and render its answers.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack
+
+from app.config.models import RouterConfig
+from app.management.activation import (
+    ActivationController,
+    Activator,
+    ConfigSink,
+    NoopActivator,
+    Outcome,
+    compile_pipeline,
+)
+from app.management.audit import AuditLog
+from app.management.auth import Authenticator
+from app.management.documents import candidate_of, etag_of
+from app.management.inventory import InventoryBackend, LocalInventory
+from app.management.models import MutationResponse, StatusDocument
+from app.management.replays import OutcomeStore, ReplaySource
+from app.management.startup import StartupTracker, completed_tracker
+from app.management.state import ConfigStore
+from app.management.status import conditions
+
+if TYPE_CHECKING:
+    pass
+
+PREVIEW_DEADLINE_S = 30.0
+
+
+class RoutingPreviewer(Protocol):
+    """RouterPipeline.preview, or the Router deployment handle's `preview` adapted."""
+
+    async def preview(self, request: Mapping[str, Any], headers: Mapping[str, str] | None = None,
+                      seed: int | None = None) -> dict[str, Any]: ...
+
+
+class ManagementParts(TypedDict, total=False):
+    """Everything `Management` can be given besides the configuration; each has a default."""
+
+    store: ConfigStore | None
+    activator: Activator | None
+    config_view: ConfigSink | None
+    startup: StartupTracker | None
+    audit: AuditLog | None
+    replays: ReplaySource | None
+    outcomes: OutcomeStore | None
+    previewer: RoutingPreviewer | None
+    inventory: InventoryBackend | None
+    filename: str
+    environ: Mapping[str, str] | None
+    activation_wait_s: float
+    compile_check: Callable[[RouterConfig], None]
+    preview_deadline_s: float
+
+
+def now_stamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+class Management:
+    """State behind the management routes; build one per process (per Ingress replica)."""
+
+    def __init__(self, config: RouterConfig, **parts: Unpack[ManagementParts]) -> None:
+        self.instance_id = uuid.uuid4().hex
+        self.store = parts.get("store") or ConfigStore()
+        self.store.initialize(candidate_of(config), filename=parts.get("filename", "config.yaml"))
+        self.audit = parts.get("audit") or AuditLog()
+        self.startup = parts.get("startup") or completed_tracker()
+        self.replays = parts.get("replays")
+        self.outcomes = parts.get("outcomes") or OutcomeStore()
+        self.previewer = parts.get("previewer")
+        self.preview_deadline_s = parts.get("preview_deadline_s", PREVIEW_DEADLINE_S)
+        self.inventory = parts.get("inventory") or LocalInventory(self.startup)
+        activator = parts.get("activator")
+        # Without an activator nothing can reach the routers: status reads `unknown` and
+        # mutations answer 503 instead of persisting a change that would never serve.
+        self.has_registry = activator is not None
+        self.environ = parts.get("environ")
+        self.authenticator = Authenticator.from_config(config, self.environ)
+        callbacks: list[Callable[[RouterConfig], None]] = [self._refresh_auth]
+        config_view = parts.get("config_view")
+        if config_view is not None:
+            callbacks.append(config_view.update)
+        self.activation = ActivationController(
+            self.store, self.audit, activator or NoopActivator(), config, on_active=callbacks,
+            compile_check=parts.get("compile_check", compile_pipeline),
+            wait_s=parts.get("activation_wait_s", 60.0),
+        )
+
+    @property
+    def config(self) -> RouterConfig:
+        return self.activation.active_config
+
+    def _refresh_auth(self, config: RouterConfig) -> None:
+        self.authenticator = Authenticator.from_config(config, self.environ if self.environ is not None else os.environ)
+
+    def hash_view(self) -> dict[str, Any]:
+        view = self.activation.hash_view()
+        if not self.has_registry:
+            view["activation_status"] = "unknown"
+        return view
+
+    def status_document(self) -> StatusDocument:
+        return StatusDocument(instance_id=self.instance_id, observed_at=now_stamp(),
+                              conditions=conditions(self.startup.status(), self.store.active is not None,
+                                                    self.hash_view()))
+
+    def mutation_response(self, outcome: Outcome, rollback_of: str | None = None) -> tuple[int, MutationResponse]:
+        """(HTTP status, body) of a configuration change from its activation outcome."""
+        attempt = outcome.attempt
+        assert attempt is not None
+        view = self.hash_view()
+        status: Literal["active", "pending", "activation_failed", "superseded"]
+        error = None
+        if attempt.state == "active":
+            code, status = 200, "active"
+        elif attempt.state == "failed":
+            code, status = 503, "activation_failed"
+            reason = attempt.reasons[0] if attempt.reasons else None
+            error = {"code": "ACTIVATION_FAILED", "message": (
+                f"activation failed at stage {reason.stage}: {reason.message}" if reason else "activation failed"),
+                "timestamp": now_stamp()}
+        else:  # superseded, pending
+            code, status = 202, "superseded" if attempt.state == "superseded" else "pending"
+        body = MutationResponse(
+            status=status, source_config_hash=view["source_config_hash"],
+            generated_runtime_hash=view["generated_runtime_hash"], active_runtime_hash=view["active_runtime_hash"],
+            activation_status=view["activation_status"], config_version=view["config_version"],
+            version=attempt.version, etag=etag_of(attempt.document_hash), activation=attempt.view(),
+            warnings=outcome.warnings, rollback_of=rollback_of, error=error,
+        )
+        return code, body

@@ -1,0 +1,117 @@
+"""PII candidates and what every rule shares: `Candidate` (one proposed entity), the overlap
+resolution that turns all candidates into one span per region, and the context helpers the
+rules use (the text around a match, identifier labels, arithmetic operands).
+
+Offsets are Python ``str`` indices, i.e. Unicode code points, end exclusive.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One proposed entity before thresholding and overlap resolution."""
+
+    type: str
+    start: int
+    end: int
+    score: float
+    source: str  # "rule:<name>", "presidio:<recognizer>" or "spacy:<label>"
+
+
+# Which type survives when two rule candidates (or two NER candidates) overlap: lower index wins;
+# ties: higher score, longer span. Checksummed/structured formats beat loose ones (an IP is not also a phone number or a
+# date), rules that needed explicit context beat rules that did not, and the statistical NER
+# comes last because it is the least precise on digits and symbols.
+PRECEDENCE: dict[str, int] = {
+    t: i
+    for i, t in enumerate(
+        (
+            "EMAIL_ADDRESS",
+            "IBAN_CODE",  # an IBAN's digit groups can pass Luhn; a card never contains an IBAN
+            "CREDIT_CARD",
+            "IP_ADDRESS",
+            "US_DRIVER_LICENSE",
+            "US_SSN",
+            "DOMAIN_NAME",
+            "PHONE_NUMBER",
+            "STREET_ADDRESS",
+            "ZIP_CODE",
+            "AGE",
+            "DATE_TIME",
+            "PERSON",
+            "ORGANIZATION",
+            "GPE",
+            "NRP",
+        )
+    )
+}
+_NER_SOURCES = "spacy:"
+
+
+def resolve_overlaps(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """Keep one candidate per overlapping region, greedily by precedence, score, length."""
+
+    def rank(c: Candidate) -> tuple[bool, int, float, int, int]:
+        # Every rule/recognizer candidate outranks the statistical NER: a rule only fires on a
+        # format or an explicit cue, while spaCy's small model guesses from capitalisation.
+        return (c.source.startswith(_NER_SOURCES), PRECEDENCE[c.type], -c.score, -(c.end - c.start), c.start)
+
+    kept: list[Candidate] = []
+    for cand in sorted(candidates, key=rank):
+        if cand.end <= cand.start:
+            continue
+        if all(cand.end <= k.start or cand.start >= k.end for k in kept):
+            kept.append(cand)
+    return sorted(kept, key=lambda c: (c.start, c.end))
+
+
+# --------------------------------------------------------------------------- context helpers
+
+
+def text_before(text: str, start: int, width: int) -> str:
+    return text[max(0, start - width) : start].lower()
+
+
+def text_after(text: str, end: int, width: int) -> str:
+    return text[end : end + width].lower()
+
+
+# A number directly labelled as an identifier ("order #", "invoice no.", "ISBN") is not a phone
+# number, card or SSN, however well it validates.
+_ID_LABEL = re.compile(
+    r"(?:\border|\binvoice|\bticket|\bid|\bref(?:erence)?|\btracking|\bisbn(?:-1[03])?|\bserial|"
+    r"\btransaction|\btxn|\bcase|\bsku|\bpart|\bmodel|\bversion|\bbuild|\bcommit|\bconfirmation|"
+    r"\bbooking|\breservation|\bpo|\bissue|\bpr|\bpatent|\bshipment|\bparcel|\bitem|\bproduct|"
+    r"\baccount|\bacct|\bcustomer|\bmember|\bemployee|\bstudent|\bpolicy|\bclaim)"
+    r"(?:\s*(?:number|num|no\.?|nr\.?|id|code|is|was|:|#))*\s*[:#=-]?\s*$"
+)
+
+
+def has_id_label_before(text: str, start: int) -> bool:
+    return bool(_ID_LABEL.search(text_before(text, start, 32)))
+
+
+_OPERATORS = set("=*/^+<>×÷%")
+
+
+def in_arithmetic(text: str, start: int, end: int) -> bool:
+    """A number that is an operand ("2^31 - 1 = 2147483647", "123456789 / 3") is not an identifier."""
+    if any(ch in "/*=^" for ch in text[start:end]):
+        return True
+    left = text[max(0, start - 4) : start].rstrip()
+    right = text[end : end + 4].lstrip()
+    return bool((left and left[-1] in _OPERATORS) or (right and right[0] in _OPERATORS))
+
+
+def wordset(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+def words_re(words: Iterable[str]) -> re.Pattern[str]:
+    return re.compile(r"\b(?:" + "|".join(words) + r")\b")
+

@@ -1,0 +1,85 @@
+"""`CompiledConfig`: everything route() needs that depends only on the config, built once
+per config version.
+
+The pipeline holds one version at a time and a request reads the version it started with
+throughout, so a hot reload (build and warm the new version aside, then swap) never mixes
+two configs inside one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from app.config.models import Decision, RouterConfig
+from app.config.reliability import FallbackConfig
+from app.pipeline import decisions as engine
+from app.pipeline.plugins import DecisionPlugins, GuardRule, compile_guards, compile_plugins
+from app.pipeline.selection import ModelIndex
+from app.pipeline.services import PipelineServices
+from app.pipeline.signals import BUILTIN_EVALUATORS
+from app.pipeline.signals.base import EvaluatorFactory, SignalEvaluator
+from app.pipeline.signals.jailbreak import prompt_guard_rule
+from app.pipeline.signals.runtime import bound_evaluators
+
+log = logging.getLogger("svc_sr.pipeline")
+
+EXTRA_AUTO_NAMES = frozenset({"vllm-sr/auto"})
+
+
+class CompiledConfig:
+    """One config version, compiled: decisions, model index, plugins, guards, evaluators."""
+
+    def __init__(self, config: RouterConfig, services: PipelineServices) -> None:
+        self.config = config
+        routing = config.routing
+        self.decisions: list[Decision] = list(routing.decisions)
+        self.strategy = routing.strategy
+        self.tiered = engine.uses_tiers(self.decisions)
+        self.referenced = engine.referenced_signals(self.decisions)
+        self.models = ModelIndex(config)
+        self.auto_names = frozenset(config.auto_model_names) | EXTRA_AUTO_NAMES
+        self.global_cache = config.global_.stores.response_cache
+        self.defaults = config.providers.defaults
+        self.plugins: dict[str, DecisionPlugins] = {
+            d.name: compile_plugins(d, self.global_cache) for d in self.decisions
+        }
+        # Every family is built (cheap: no model work before warm_up), so previews can show
+        # unreferenced rules; route() asks each only for the names decisions reference.
+        factories: dict[str, EvaluatorFactory] = {**BUILTIN_EVALUATORS, **services.evaluators}
+        self.evaluators: dict[str, SignalEvaluator] = {
+            family: factory(config, services) for family, factory in factories.items()
+        }
+        self.evaluators.update(bound_evaluators(config, services.model_runtimes))
+        self.global_fallback = _global_fallback(config)
+        self.prompt_guard = prompt_guard_rule(config)
+        self.guards: dict[str, list[GuardRule]] = {d.name: compile_guards(d) for d in self.decisions}
+        self.prefetch_vector = bool(self.global_cache.enabled and services.cache_lookup is not None)
+
+    def global_guards(self) -> list[GuardRule]:
+        """The guard every auto request passes: `prompt_guard` (when enabled)."""
+        return [("jailbreak", self.prompt_guard)] if self.prompt_guard is not None else []
+
+    def all_signal_names(self) -> dict[str, frozenset[str]]:
+        """Every configured rule name by family (previews evaluate them all)."""
+        out = {family: frozenset(ev.rule_names()) for family, ev in self.evaluators.items()}
+        for family, names in self.referenced.items():
+            out[family] = out.get(family, frozenset()) | names
+        return {family: names for family, names in out.items() if names}
+
+    async def warm_up(self) -> None:
+        """Embed candidate phrases, load models etc. now, not on the first request."""
+        await asyncio.gather(*(ev.warm_up() for ev in self.evaluators.values()))
+
+
+def _global_fallback(config: RouterConfig) -> FallbackConfig | None:
+    raw = getattr(config.global_.router, "fallback", None)
+    if raw is None:
+        return None
+    if isinstance(raw, FallbackConfig):
+        return raw
+    try:
+        return FallbackConfig.model_validate(raw)
+    except ValueError:
+        log.warning("ignoring invalid global.router.fallback")
+        return None

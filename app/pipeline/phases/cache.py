@@ -1,0 +1,111 @@
+"""Phase `cache`: the response-cache lookup (a hit answers the request) and the write that
+complete() performs later (`plan.cache_write`). Returns the x-cache-status.
+
+Partitions are f"{model}|{decision}" (decision "" when the default model answered).
+Requests carrying more than their last user message (a system prompt, earlier turns, tool
+results, `tools`) get a suffix "|ctx:<hash of that context>", so one conversation's
+answer is never served to another conversation that merely ends with the same question.
+Request header `x-vsr-cache-control` (name and allowed directives from the plugin's
+`request_controls`): `no-cache` skips the lookup, `no-store` the write, `bypass` both;
+`max-age=N` refuses entries older than N s, `ttl=N` sets the written entry's lifetime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from app.pipeline.compiled import CompiledConfig
+from app.pipeline.plan import CacheWrite, ImmediateResponse, RoutePlan
+from app.pipeline.plugins import (
+    CacheControl,
+    DecisionPlugins,
+    effective_cache_policy,
+    parse_cache_control,
+    refresh_cached_completion,
+)
+from app.pipeline.services import CacheLookup, PipelineServices
+from app.pipeline.signals.base import SignalContext, content_text
+
+log = logging.getLogger("svc_sr.pipeline")
+
+
+async def cache_step(
+    services: PipelineServices, state: CompiledConfig, plan: RoutePlan, ctx: SignalContext,
+    plugins: DecisionPlugins | None, headers: Mapping[str, str],
+) -> str:
+    """Lookup (hit -> plan.immediate) and/or schedule the write; returns x-cache-status."""
+    policy = effective_cache_policy(plugins, state.global_cache)
+    if not policy.enabled or not ctx.text or services.cache_lookup is None:
+        return "bypass"
+    control = parse_cache_control(headers.get(policy.control_header), policy.allowed)
+    store = control.store and services.cache_store is not None
+    if not control.lookup and not store:
+        return "bypass"
+    try:
+        vector = await ctx.query_vector()
+    except Exception as exc:  # the encoder being down must not fail the request
+        log.warning("cache skipped for %s: embedding failed: %s", plan.request_id, exc)
+        return "bypass"
+    partition = cache_partition(plan.selected_model or "", plan.decision or "", plan.body)
+    if control.lookup and await _answer_from_cache(services.cache_lookup, plan, partition, vector,
+                                                   policy.threshold, control):
+        return "hit"
+    if store:
+        plan.cache_write = CacheWrite(
+            partition=partition,
+            ttl_seconds=policy.ttl_seconds if control.ttl_seconds is None else control.ttl_seconds,
+            query_text=ctx.text,
+            vector=[float(x) for x in vector],
+        )
+    return "miss" if control.lookup else "bypass"
+
+
+async def _answer_from_cache(
+    lookup: CacheLookup, plan: RoutePlan, partition: str, vector: np.ndarray, threshold: float,
+    control: CacheControl,
+) -> bool:
+    """A fresh enough hit becomes the plan's immediate answer; True when it did."""
+    try:
+        hit = await lookup(partition, vector, threshold)
+    except Exception as exc:  # a cache outage is a miss, never a failed request
+        log.warning("cache lookup failed for %s: %s", plan.request_id, exc)
+        return False
+    response = getattr(hit, "response", None)
+    if not isinstance(response, dict) or _too_old(getattr(hit, "created_at", None), control.max_age_s):
+        return False
+    similarity = float(getattr(hit, "similarity", 1.0))
+    plan.immediate = ImmediateResponse(
+        kind="cache_hit",
+        body=refresh_cached_completion(response, plan.selected_model),
+        headers={"x-vsr-cache-hit": "true", "x-vsr-cache-similarity": f"{similarity:.4f}"},
+        similarity=similarity,
+    )
+    return True
+
+
+def _too_old(created_at: Any, max_age_s: float | None) -> bool:
+    """Older than the client accepts (`max-age=N`)."""
+    return max_age_s is not None and isinstance(created_at, int | float) and time.time() - created_at > max_age_s
+
+
+def cache_partition(model: str, decision: str, body: Mapping[str, Any]) -> str:
+    base = f"{model}|{decision}"
+    messages = body.get("messages") or []
+    last_user = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"),
+                    default=-1)
+    context = [
+        [m.get("role"), content_text(m.get("content")), m.get("tool_calls"), m.get("tool_call_id")]
+        for i, m in enumerate(messages) if i != last_user and isinstance(m, dict)
+    ]
+    tools = body.get("tools")
+    if not context and not tools:
+        return base
+    digest = hashlib.sha256(json.dumps([context, tools], sort_keys=True, default=str).encode()).hexdigest()
+    return f"{base}|ctx:{digest[:16]}"

@@ -1,0 +1,89 @@
+"""Phase `guard`: the chosen decision's `jailbreak` then `pii` plugins, the plan's security
+summary, and the 403 block when any guard fired (spec 01 "Errors").
+
+The global prompt guard already ran with the signals; the decision's guards run only when
+it did not fire. A guard that could not run (errored match) never blocks.
+"""
+
+from __future__ import annotations
+
+from app.common.errors import security_violation
+from app.config.models import Decision
+from app.pipeline.compiled import CompiledConfig
+from app.pipeline.headers import fill_routing_headers
+from app.pipeline.phases.signals import run_guards
+from app.pipeline.plan import ImmediateResponse, RoutePlan, SecurityChecks, SignalMatch
+from app.pipeline.signals.base import SignalContext
+
+
+async def check_decision_guards(
+    state: CompiledConfig, ctx: SignalContext, decision: Decision | None, guarded: list[SignalMatch]
+) -> list[SignalMatch]:
+    """`guarded` (the global guard's matches) plus the decision's guard matches."""
+    checks = state.guards.get(decision.name) if decision is not None else None
+    if not checks or blocking_match(guarded) is not None:
+        return guarded
+    return guarded + await run_guards(state.evaluators, ctx, checks)
+
+
+def record_guards(plan: RoutePlan, guarded: list[SignalMatch]) -> None:
+    """Guard matches join the plan's signals; the security summary covers them all."""
+    plan.signals.matches.extend(guarded)
+    plan.signals.errors.extend(f"{m.type}:{m.name}: {m.error}" for m in guarded if m.error)
+    plan.security = security_checks(plan.signals.matches)
+
+
+def blocking_match(guarded: list[SignalMatch]) -> SignalMatch | None:
+    return next((m for m in guarded if m.matched and not m.error), None)
+
+
+def block_if_flagged(plan: RoutePlan, guarded: list[SignalMatch]) -> bool:
+    """Turn the plan into a 403 answer when a guard fired; True when it did."""
+    match = blocking_match(guarded)
+    if match is None:
+        return False
+    block(plan, match)
+    return True
+
+
+def block(plan: RoutePlan, match: SignalMatch) -> None:
+    """403 security_violation for a guard that fired (spec 01 data-plane error body). A guard
+    whose input was not scanned (`on_unscanned: block`) blocks the same way, entities
+    `unscanned`."""
+    unscanned = bool(match.detail.get("unscanned"))
+    message = f"request blocked: the content could not be scanned ({match.type})" if unscanned else None
+    if match.type == "pii":
+        found = ["unscanned"] if unscanned else [
+            str(t) for t in match.detail.get("denied") or match.detail.get("entities") or []]
+        error = security_violation("pii_detected", found, message=message)
+        plan.reason_code = "pii_policy_denied"
+        headers = {"x-vsr-pii-violation": "true", "x-vsr-pii-types": ",".join(found)}
+    else:
+        found = ["unscanned"] if unscanned else [str(t) for t in match.detail.get("detection_types") or []]
+        error = security_violation("jailbreak_detected", found, message=message)
+        plan.reason_code = "jailbreak_block"
+        headers = {"x-vsr-jailbreak-blocked": "true", "x-vsr-jailbreak-type": ",".join(found),
+                   "x-vsr-jailbreak-confidence": f"{match.confidence:.4f}"}
+    plan.selected_model = None
+    plan.immediate = ImmediateResponse(kind="block", status=error.status, body=error.body(), headers=headers)
+    fill_routing_headers(plan, "bypass")
+
+
+def security_checks(matches: list[SignalMatch]) -> SecurityChecks:
+    """Detections, not only policy violations: PII that a rule allows still counts as found.
+    A safety signal whose input was not scanned is no detection: it is listed in `unscanned`."""
+    checks = SecurityChecks()
+    for m in matches:
+        if m.detail.get("unscanned"):
+            if m.type not in checks.unscanned:
+                checks.unscanned.append(m.type)
+            continue
+        if m.error or not (m.matched or (m.type == "pii" and m.detail.get("detected"))):
+            continue
+        if m.type == "pii":
+            checks.pii_detected = True
+            entities = m.detail.get("entities") or m.detail.get("types") or []
+            checks.pii_entities.extend(str(e) for e in entities if str(e) not in checks.pii_entities)
+        elif m.type == "jailbreak":
+            checks.jailbreak_detected = True
+    return checks

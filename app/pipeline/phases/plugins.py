@@ -1,0 +1,52 @@
+"""Phase `plugins`: the decision's plugins that act on the request itself (compiled in
+`app/pipeline/plugins.py`): `fast_response` answers before any model is chosen; after
+selection and the cache, the request mutations `system_prompt`, reasoning toggle
+(`reasoning.py`) and `request_params`, then the routing headers and `header_mutation`.
+The guard plugins (`jailbreak`, `pii`) are phase `guard`, the cache plugin phase `cache`.
+"""
+
+from __future__ import annotations
+
+from app.pipeline.compiled import CompiledConfig
+from app.pipeline.headers import fill_routing_headers
+from app.pipeline.plan import ImmediateResponse, RoutePlan
+from app.pipeline.plugins import (
+    DecisionPlugins,
+    apply_header_mutation,
+    apply_request_params,
+    apply_system_prompt,
+    completion_body,
+)
+from app.pipeline.reasoning import apply_reasoning
+from app.pipeline.selection import Selection
+
+
+def answer_fast_response(plan: RoutePlan, plugins: DecisionPlugins | None) -> bool:
+    """The router answers itself, no model needed; True when the decision has fast_response."""
+    if plugins is None or plugins.fast_response is None:
+        return False
+    plan.reason_code = "fast_response"
+    plan.immediate = ImmediateResponse(
+        kind="fast_response",
+        body=completion_body(plan.requested_model, plugins.fast_response),
+        headers={"x-vsr-fast-response": "true", "x-vsr-selected-decision": plan.decision or ""},
+    )
+    fill_routing_headers(plan, "bypass")
+    return True
+
+
+def mutate_request(
+    state: CompiledConfig, plan: RoutePlan, plugins: DecisionPlugins | None, selection: Selection, cache_status: str
+) -> None:
+    """Rewrite the body for the selected model, then set the upstream/response headers."""
+    if plugins is not None and plugins.system_prompt is not None:
+        text, mode = plugins.system_prompt
+        if apply_system_prompt(plan.body, text, mode):
+            plan.response_headers["x-vsr-injected-system-prompt"] = "true"
+    model = state.models.get(plan.selected_model)
+    plan.reasoning = apply_reasoning(plan.body, model, selection.ref, state.defaults)
+    if plugins is not None and plugins.request_params is not None:
+        apply_request_params(plan.body, plugins.request_params)
+    fill_routing_headers(plan, cache_status)
+    if plugins is not None:  # after the routing headers: a mutation may override them
+        apply_header_mutation(plugins, plan.upstream_headers, plan.upstream_headers_remove)

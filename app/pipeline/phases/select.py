@@ -1,0 +1,54 @@
+"""Phase `select`: the model that answers (`selection.py`) and what follows from it: the
+candidate targets in order, reliability and fallback policies, and pricing by model."""
+
+from __future__ import annotations
+
+import random
+
+from app.config.models import Decision, ProviderModel
+from app.config.pricing import Pricing
+from app.pipeline.compiled import CompiledConfig
+from app.pipeline.headers import fill_routing_headers
+from app.pipeline.plan import RoutePlan
+from app.pipeline.selection import (
+    ModelNotFoundError,
+    NoRouteError,
+    Selection,
+    candidates_for,
+    select_for_decision,
+)
+
+
+def select_model(state: CompiledConfig, plan: RoutePlan, decision: Decision | None, rng: random.Random) -> Selection:
+    """The decision's model (or the default model when no decision matched) into the plan."""
+    selection = select_for_decision(decision, state.defaults.default_model, state.models, rng)
+    plan.selected_model = selection.model
+    plan.candidates = selection.candidates
+    plan.reason_code = "auto_routing" if selection.source == "decision" else "default_model"
+    model = state.models.get(selection.model)
+    plan.reliability = (decision.reliability if decision else None) or (model.reliability if model else None)
+    plan.fallback = (decision.fallback if decision else None) or state.global_fallback
+    served = {t.model for t in selection.candidates}
+    plan.pricing = _pricing([m for name in served if (m := state.models.get(name)) is not None])
+    return selection
+
+
+def pass_through(state: CompiledConfig, plan: RoutePlan, rng: random.Random) -> None:
+    """An explicit model: no signals, no plugins, no cache; 404 when it is not configured."""
+    model = state.models.get(plan.requested_model)
+    if model is None:
+        raise ModelNotFoundError(plan.requested_model)
+    candidates = candidates_for([model.name], state.models, rng)
+    if not candidates:
+        raise NoRouteError(f"unable to route request: model {model.name!r} has no backend_refs")
+    plan.reason_code = "model_specified"
+    plan.selected_model = model.name
+    plan.candidates = candidates
+    plan.reliability = model.reliability
+    plan.fallback = state.global_fallback
+    plan.pricing = _pricing([model])
+    fill_routing_headers(plan, "bypass")
+
+
+def _pricing(models: list[ProviderModel]) -> dict[str, Pricing]:
+    return {m.name: m.pricing for m in models if m.pricing is not None}

@@ -1,0 +1,83 @@
+"""Phase `signals`: the signal rules decisions reference (every configured rule for a
+preview), one task per family, concurrently with the global prompt guard.
+
+A family that fails, or has no evaluator, yields errored matches (its rules' `on_error`
+decides in the engine); a guard that cannot run yields errored matches, which never block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+
+from app.config.models import JailbreakSignal, PIISignal
+from app.pipeline.compiled import CompiledConfig
+from app.pipeline.plan import SignalMatch, SignalReport
+from app.pipeline.plugins import GuardRule
+from app.pipeline.signals.base import SignalContext, SignalEvaluator, error_matches
+
+log = logging.getLogger("svc_sr.pipeline")
+
+
+async def evaluate_signals(
+    state: CompiledConfig, ctx: SignalContext, *, preview: bool
+) -> tuple[SignalReport, list[SignalMatch]]:
+    """(the signal report, the global guard's matches)."""
+    wanted = state.all_signal_names() if preview else state.referenced
+    return await asyncio.gather(
+        evaluate_families(state.evaluators, ctx, wanted), run_guards(state.evaluators, ctx, state.global_guards())
+    )
+
+
+async def evaluate_families(
+    evaluators: Mapping[str, SignalEvaluator], ctx: SignalContext, wanted: Mapping[str, frozenset[str]]
+) -> SignalReport:
+    report = SignalReport()
+    jobs = []
+    for family, names in wanted.items():
+        evaluator = evaluators.get(family)
+        if evaluator is None:
+            report.matches.extend(error_matches(family, names, f"no evaluator for signal type {family!r}"))
+        elif names:
+            jobs.append(_run_family(evaluator, ctx, names))
+    for family, matches, elapsed in await asyncio.gather(*jobs):
+        report.matches.extend(matches)
+        report.timings_ms[family] = round(elapsed, 3)
+    report.errors = [f"{m.type}:{m.name}: {m.error}" for m in report.matches if m.error]
+    return report
+
+
+async def _run_family(
+    evaluator: SignalEvaluator, ctx: SignalContext, names: frozenset[str]
+) -> tuple[str, list[SignalMatch], float]:
+    started = time.perf_counter()
+    try:
+        matches = await evaluator.evaluate(ctx, names)
+    except Exception as exc:  # one family failing must not fail routing: on_error decides
+        log.warning("signal family %s failed: %s", evaluator.family, exc)
+        matches = error_matches(evaluator.family, names, f"{type(exc).__name__}: {exc}")
+    return evaluator.family, matches, (time.perf_counter() - started) * 1000
+
+
+async def run_guards(
+    evaluators: Mapping[str, SignalEvaluator], ctx: SignalContext, checks: list[GuardRule]
+) -> list[SignalMatch]:
+    """Run guard rules (not configured signals) on their family's evaluator, concurrently."""
+    parts = await asyncio.gather(*(_run_guard(evaluators.get(family), family, rule, ctx) for family, rule in checks))
+    return [m for part in parts for m in part]
+
+
+async def _run_guard(
+    evaluator: SignalEvaluator | None, family: str, rule: PIISignal | JailbreakSignal, ctx: SignalContext
+) -> list[SignalMatch]:
+    name = rule.name
+    run = getattr(evaluator, "evaluate_rules", None)
+    if run is None:
+        return error_matches(family, {name}, f"no {family} evaluator to run the guard")
+    try:
+        return list(await run(ctx, [rule]))
+    except Exception as exc:
+        log.warning("%s guard %s failed: %s", family, name, exc)
+        return error_matches(family, {name}, f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,98 @@
+"""What the pipeline calls outside pure Python: `PipelineServices`, and adapters that build them.
+
+A plain library (no Ray): everything outside the process (encoder, response cache,
+learned classifiers) arrives as async callables here; the Ray Router deployment adapts
+DeploymentHandles to them, tests pass local implementations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from app.cache.base import CacheHit
+from app.pipeline.completion import CompletionServices
+from app.pipeline.signals.base import CountTokensFn, EmbedFn, EvaluatorFactory
+from app.pipeline.signals.runtime import SignalHost
+from app.runtime.batching import MicroBatcher
+
+Embedder = Callable[[list[str]], Awaitable[np.ndarray]]
+
+
+class CacheLookup(Protocol):
+    async def __call__(self, partition: str, vector: np.ndarray, threshold: float) -> Any: ...
+
+
+class CacheStore(Protocol):
+    async def __call__(self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int) -> Any: ...
+
+
+@dataclass
+class PipelineServices(CompletionServices):
+    """Everything route()/complete() call outside pure Python; complete()'s own services
+    (metrics, cache_store, embed, record_replay) are CompletionServices' fields.
+
+    embed: texts -> (n, 384) unit vectors. cache_lookup / cache_store: the response
+    cache (None: caching off whatever the config says). evaluators: extra signal
+    families by condition type, `(config, services) -> SignalEvaluator` (an entry for
+    a built-in type replaces it). count_tokens: exact token counter for `context`
+    signals (None: ceil(chars / 4)). phrase_cache: embedded candidate phrases, kept
+    across hot reloads. metrics: where route()/complete() record spec 1's metrics.
+    record_replay: receives the `router_replay` record of a completed request (None:
+    replays are not recorded); called inline, so it must hand the record off quickly.
+    capture_replays: route() marks replays although record_replay is unset here, because
+    another process completes the request and records it (the Ray graph's front doors).
+    model_runtimes: the host of the model-runtime deployments the config's bindings name
+    (`ManagedRuntimes`); a bound family is evaluated through it instead of `evaluators`
+    (app/pipeline/signals/runtime.py). Read when a config version is built.
+    """
+
+    cache_lookup: CacheLookup | None = None
+    evaluators: dict[str, EvaluatorFactory] = field(default_factory=dict)
+    count_tokens: CountTokensFn | None = None
+    phrase_cache: dict[str, np.ndarray] = field(default_factory=dict)
+    capture_replays: bool = False
+    model_runtimes: SignalHost | None = None
+
+
+def cache_adapters(backend: Any, offload: bool = False) -> tuple[CacheLookup, CacheStore]:
+    """(cache_lookup, cache_store) over a sync `ResponseCacheBackend` (app.cache).
+
+    The in-memory backend answers in well under a millisecond, so it is called inline;
+    `offload=True` runs calls in a worker thread (network backends: Redis, Milvus).
+    """
+
+    async def lookup(partition: str, vector: np.ndarray, threshold: float) -> CacheHit | None:
+        if offload:
+            return await asyncio.to_thread(backend.lookup, partition, vector, threshold)
+        return backend.lookup(partition, vector, threshold)
+
+    async def store(partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int) -> None:
+        if offload:
+            await asyncio.to_thread(backend.store, partition, vector, response, ttl_seconds)
+        else:
+            backend.store(partition, vector, response, ttl_seconds)
+
+    return lookup, store
+
+
+def encoder_embed(encoder: Any, max_batch_items: int = 32) -> EmbedFn:
+    """EmbedFn over an in-process MiniLMEncoder, run off the event loop. Concurrent requests
+    share calls: with no wait window a lone request runs at once, and requests arriving
+    while a call runs go together in the next one (one thread hop for the group; the
+    encoder runs their rows one by one, so a vector never depends on its batch-mates).
+    Admission is the host's job (Serve's
+    max_ongoing_requests), so the queue here is unbounded in practice."""
+    batcher: MicroBatcher[str, np.ndarray] = MicroBatcher(
+        encoder.encode, window_ms=0.0, max_batch_items=max_batch_items,
+        max_queue=1_000_000, max_queued_tokens=1_000_000_000,
+    )
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        return np.stack(await batcher.submit_many(list(texts)))
+
+    return embed

