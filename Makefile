@@ -5,6 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
+LINTED := app deployments tests scripts bench
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -32,12 +33,12 @@ llm-start: $(STAMP)
 llm-stop:
 	bash scripts/local-llm.sh stop
 
-test: $(STAMP)
-	$(VENV)/bin/ruff check app deployments tests scripts bench
+# The whole contract's proof: the structure checks (lint), then every test.
+test: lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
 unit: $(STAMP)
-	$(VENV)/bin/pytest -q tests/unit
+	$(VENV)/bin/pytest -q tests/unit tests/contract
 
 integration: $(STAMP)
 	$(VENV)/bin/pytest -q tests/integration
@@ -47,8 +48,12 @@ bench: $(STAMP)
 	$(PY) bench/bench_envoy.py --ray
 	$(PY) bench/bench_srun.py
 
+# ruff (complexity and size rules included), ruff format, mypy, the layering contract.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check app deployments tests scripts bench
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache

@@ -36,7 +36,7 @@ from app.envoy.config import EnvoyPorts, build_envoy_config  # noqa: E402
 from app.envoy.process import EnvoyProcess, write_config  # noqa: E402
 from app.extproc.bridge import BridgeSettings, ExtProcBridge  # noqa: E402
 from app.extproc.server import start_bridge_server  # noqa: E402
-from app.pipeline.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed  # noqa: E402
+from app.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed  # noqa: E402
 from app.runtime.encoder import shared_encoder  # noqa: E402
 from bench.bench_routing import bench_config, run_load, summary  # noqa: E402
 from bench.latency import percentile  # noqa: E402
@@ -66,11 +66,18 @@ class TimedRouter:
             self.complete_s.append(time.perf_counter() - started)
 
 
-def start_envoy(config: dict, work: Path, name: str, bridge_port: int, with_ext_proc: bool) -> tuple[EnvoyProcess, str]:
+def start_envoy(
+    config: dict, work: Path, name: str, bridge_port: int, with_ext_proc: bool
+) -> tuple[EnvoyProcess, str]:
     loaded = parse_config(config).config
     listener, admin = find_free_port(), find_free_port()
-    ports = EnvoyPorts.from_config(loaded, listener_port=listener, admin_port=admin, ext_proc_port=bridge_port,
-                                   management_port=find_free_port())
+    ports = EnvoyPorts.from_config(
+        loaded,
+        listener_port=listener,
+        admin_port=admin,
+        ext_proc_port=bridge_port,
+        management_port=find_free_port(),
+    )
     path = write_config(build_envoy_config(loaded, ports, with_ext_proc=with_ext_proc), work / f"{name}.yaml")
     envoy = EnvoyProcess(path, admin_port=admin, log_path=work / f"{name}.log").start()
     envoy.wait_ready()
@@ -93,15 +100,20 @@ def main() -> None:
         work = Path(tmp)
         config = bench_config(upstream)
         lookup, store = cache_adapters(InMemorySemanticCache())
-        services = PipelineServices(embed=encoder_embed(shared_encoder()), cache_lookup=lookup, cache_store=store)
+        services = PipelineServices(
+            embed=encoder_embed(shared_encoder()), cache_lookup=lookup, cache_store=store
+        )
         router = TimedRouter(RouterPipeline(parse_config(config).config, services))
         on_loop(router.pipeline.warm_up())
         bridge = ExtProcBridge(router, BridgeSettings())
         server = on_loop(start_bridge_server(bridge, port=0))
         plain, plain_url = start_envoy(config, work, "plain", server.svc_sr_port, with_ext_proc=False)
         routed, routed_url = start_envoy(config, work, "routed", server.svc_sr_port, with_ext_proc=True)
-        targets = [("direct", f"{upstream.base_url}/chat/completions", "general"),
-                   ("envoy", plain_url, "general"), ("envoy+bridge", routed_url, "MoM")]
+        targets = [
+            ("direct", f"{upstream.base_url}/chat/completions", "general"),
+            ("envoy", plain_url, "general"),
+            ("envoy+bridge", routed_url, "MoM"),
+        ]
         extra: list[Any] = []
         try:
             if args.ray:
@@ -118,8 +130,10 @@ def main() -> None:
                         on_loop(bridge.drain())
                         work_s = [r + c for r, c in zip(router.route_s, router.complete_s, strict=False)]
                         results[f"route()@c{concurrency}"] = {
-                            "p50_ms": percentile(router.route_s, 50, 1000), "p99_ms": percentile(router.route_s, 99, 1000),
-                            "route+complete_p50_ms": percentile(work_s, 50, 1000)}
+                            "p50_ms": percentile(router.route_s, 50, 1000),
+                            "p99_ms": percentile(router.route_s, 99, 1000),
+                            "route+complete_p50_ms": percentile(work_s, 50, 1000),
+                        }
         finally:
             plain.stop()
             routed.stop()
@@ -128,8 +142,10 @@ def main() -> None:
             on_loop(server.stop(0))
     for c in (1, 16):
         e, b, r = results[f"envoy@c{c}"], results[f"envoy+bridge@c{c}"], results[f"route()@c{c}"]
-        results[f"bridge_overhead@c{c}"] = {"p50_ms": b["p50_ms"] - e["p50_ms"] - r["p50_ms"],
-                                            "p99_ms": b["p99_ms"] - e["p99_ms"] - r["p99_ms"]}
+        results[f"bridge_overhead@c{c}"] = {
+            "p50_ms": b["p50_ms"] - e["p50_ms"] - r["p50_ms"],
+            "p99_ms": b["p99_ms"] - e["p99_ms"] - r["p99_ms"],
+        }
     print(json.dumps({k: {m: round(v, 2) for m, v in row.items()} for k, row in results.items()}, indent=2))
 
 
@@ -148,12 +164,27 @@ def start_ray_path(config: dict, work: Path, cleanup: list[Any]) -> tuple[str]:
     config_path.write_text(yaml.safe_dump(config))
     ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": find_free_port()})
-    serve.run(build_app(GraphArgs(config_path=str(config_path), metrics={"enabled": False})),
-              name="svc-sr", route_prefix="/")
+    serve.run(
+        build_app(GraphArgs(config_path=str(config_path), metrics={"enabled": False})),
+        name="svc-sr",
+        route_prefix="/",
+    )
     port = find_free_port()
-    sidecar = SupervisedProcess("sidecar", [
-        sys.executable, "-m", "deployments.extproc_sidecar", "--config", str(config_path), "--port", str(port),
-        "--ray-address", ray.get_runtime_context().gcs_address], log_path=work / "sidecar.log").start()
+    sidecar = SupervisedProcess(
+        "sidecar",
+        [
+            sys.executable,
+            "-m",
+            "deployments.extproc_sidecar",
+            "--config",
+            str(config_path),
+            "--port",
+            str(port),
+            "--ray-address",
+            ray.get_runtime_context().gcs_address,
+        ],
+        log_path=work / "sidecar.log",
+    ).start()
     from app.cli.gateway import wait_for_port
 
     wait_for_port("127.0.0.1", port, 90)

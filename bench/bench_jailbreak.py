@@ -66,13 +66,24 @@ def main() -> None:
         guard.detect(batch, method=args.method)
     elapsed = time.perf_counter() - t
 
-    print(json.dumps({
-        "method": args.method,
-        "batch1_end_to_end_ms": {"p50": round(percentile(single, 50, scale=1000), 2), "p99": round(percentile(single, 99, scale=1000), 2)},
-        "batch1_heads_only_ms": {"p50": round(percentile(heads, 50, scale=1000), 3), "p99": round(percentile(heads, 99, scale=1000), 3)},
-        "batch16_texts_per_s": round(rounds * len(batch) / elapsed, 1),
-        "iters": args.iters,
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "method": args.method,
+                "batch1_end_to_end_ms": {
+                    "p50": round(percentile(single, 50, scale=1000), 2),
+                    "p99": round(percentile(single, 99, scale=1000), 2),
+                },
+                "batch1_heads_only_ms": {
+                    "p50": round(percentile(heads, 50, scale=1000), 3),
+                    "p99": round(percentile(heads, 99, scale=1000), 3),
+                },
+                "batch16_texts_per_s": round(rounds * len(batch) / elapsed, 1),
+                "iters": args.iters,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

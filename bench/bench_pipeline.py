@@ -35,52 +35,98 @@ from app.runtime.encoder import shared_encoder  # noqa: E402
 from bench.latency import percentile  # noqa: E402
 
 TOPICS = [
-    "bake sourdough bread", "fix a segfault in C++", "the causes of World War I", "integrate x squared",
-    "write a haiku about autumn", "tax rules for freelancers", "train a neural network", "repair a bike chain",
-    "the French revolution", "photosynthesis in plants", "invest in index funds", "learn Spanish quickly",
+    "bake sourdough bread",
+    "fix a segfault in C++",
+    "the causes of World War I",
+    "integrate x squared",
+    "write a haiku about autumn",
+    "tax rules for freelancers",
+    "train a neural network",
+    "repair a bike chain",
+    "the French revolution",
+    "photosynthesis in plants",
+    "invest in index funds",
+    "learn Spanish quickly",
 ]
 TEMPLATES = [
-    "How do I {t}?", "Can you explain {t} in simple terms?", "What is the best way to {t}? urgent please",
-    "I need help: {t}", "Give me three tips to {t}.",
+    "How do I {t}?",
+    "Can you explain {t} in simple terms?",
+    "What is the best way to {t}? urgent please",
+    "I need help: {t}",
+    "Give me three tips to {t}.",
 ]
 
 
 def document() -> dict[str, Any]:
     decisions = [
-        {"name": f"kw_{i}", "priority": 10 + i,
-         "rules": {"operator": "AND", "conditions": [
-             {"type": "keyword", "name": f"kw_{i}"},
-             {"operator": "NOT", "conditions": [{"type": "context", "name": "long"}]}]},
-         "modelRefs": [{"model": "large"}]}
+        {
+            "name": f"kw_{i}",
+            "priority": 10 + i,
+            "rules": {
+                "operator": "AND",
+                "conditions": [
+                    {"type": "keyword", "name": f"kw_{i}"},
+                    {"operator": "NOT", "conditions": [{"type": "context", "name": "long"}]},
+                ],
+            },
+            "modelRefs": [{"model": "large"}],
+        }
         for i in range(4)
     ]
     decisions += [
-        {"name": f"emb_{i}", "priority": 5,
-         "rules": {"operator": "OR", "conditions": [{"type": "embedding", "name": f"emb_{i}"},
-                                                    {"type": "keyword", "name": "urgent"}]},
-         "modelRefs": [{"model": "small"}, {"model": "large"}],
-         "plugins": [{"type": "semantic-cache", "configuration": {"similarity_threshold": 0.9}},
-                     {"type": "system_prompt", "configuration": {"system_prompt": "Be helpful."}}]}
+        {
+            "name": f"emb_{i}",
+            "priority": 5,
+            "rules": {
+                "operator": "OR",
+                "conditions": [
+                    {"type": "embedding", "name": f"emb_{i}"},
+                    {"type": "keyword", "name": "urgent"},
+                ],
+            },
+            "modelRefs": [{"model": "small"}, {"model": "large"}],
+            "plugins": [
+                {"type": "semantic-cache", "configuration": {"similarity_threshold": 0.9}},
+                {"type": "system_prompt", "configuration": {"system_prompt": "Be helpful."}},
+            ],
+        }
         for i in range(4)
     ]
-    decisions.append({"name": "long_ctx", "priority": 1, "rules": {"type": "context", "name": "long"},
-                      "modelRefs": [{"model": "large"}]})
+    decisions.append(
+        {
+            "name": "long_ctx",
+            "priority": 1,
+            "rules": {"type": "context", "name": "long"},
+            "modelRefs": [{"model": "large"}],
+        }
+    )
     return {
         "providers": {
             "defaults": {"default_model": "small"},
             "models": [
                 {"name": "small", "backend_refs": [{"endpoint": "127.0.0.1:8000"}]},
-                {"name": "large", "backend_refs": [{"endpoint": "127.0.0.1:8001", "weight": 1},
-                                                   {"endpoint": "127.0.0.1:8002", "weight": 2}]},
+                {
+                    "name": "large",
+                    "backend_refs": [
+                        {"endpoint": "127.0.0.1:8001", "weight": 1},
+                        {"endpoint": "127.0.0.1:8002", "weight": 2},
+                    ],
+                },
             ],
         },
         "routing": {
             "signals": {
-                "keywords": [{"name": f"kw_{i}", "keywords": [w, f"{w}s", f"{w}ing"]}
-                             for i, w in enumerate(["deploy", "invoice", "refund", "compile"])]
+                "keywords": [
+                    {"name": f"kw_{i}", "keywords": [w, f"{w}s", f"{w}ing"]}
+                    for i, w in enumerate(["deploy", "invoice", "refund", "compile"])
+                ]
                 + [{"name": "urgent", "keywords": ["urgent", "asap", "now", "immediately"]}],
                 "embeddings": [
-                    {"name": f"emb_{i}", "threshold": 0.6, "candidates": [f"question about {t}" for t in group]}
+                    {
+                        "name": f"emb_{i}",
+                        "threshold": 0.6,
+                        "candidates": [f"question about {t}" for t in group],
+                    }
                     for i, group in enumerate([TOPICS[0:3], TOPICS[3:6], TOPICS[6:9], TOPICS[9:12]])
                 ],
                 "context": [{"name": "long", "min_tokens": "4K"}],
@@ -112,7 +158,8 @@ def bench_engine(n: int) -> dict[str, float]:
     samples = []
     for _ in range(n):
         signals = index_matches(
-            SignalMatch(type=t, name=nm, matched=rng.random() < 0.3, confidence=rng.random()) for t, nm in names
+            SignalMatch(type=t, name=nm, matched=rng.random() < 0.3, confidence=rng.random())
+            for t, nm in names
         )
         start = time.perf_counter()
         select_decision(decisions, signals, "priority")
@@ -131,7 +178,9 @@ async def bench_route(pipe: RouterPipeline, texts: list[str]) -> dict[str, float
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--cache-entries", type=int, default=500)
     parser.add_argument("--json", action="store_true")
@@ -144,8 +193,11 @@ async def main() -> None:
     results["engine"] = bench_engine(max(args.n * 10, 1000))
 
     keyword_doc = document()
-    keyword_doc["routing"]["decisions"] = [d for d in keyword_doc["routing"]["decisions"]
-                                           if d["name"].startswith("kw_") or d["name"] == "long_ctx"]
+    keyword_doc["routing"]["decisions"] = [
+        d
+        for d in keyword_doc["routing"]["decisions"]
+        if d["name"].startswith("kw_") or d["name"] == "long_ctx"
+    ]
     keyword_doc["global"]["stores"]["response_cache"]["enabled"] = False
     keyword_pipe = RouterPipeline(RouterConfig.model_validate(keyword_doc), PipelineServices())
     await bench_route(keyword_pipe, queries(50, seed=9))  # warm caches of regexes etc.
@@ -179,7 +231,9 @@ async def main() -> None:
     print(f"route() latency, {args.n} requests per scenario (ms)")
     for name in ("engine", "keyword", "full", "encoder"):
         r = results[name]
-        print(f"  {name:<8} p50 {r['p50']:>8.3f}  p90 {r['p90']:>8.3f}  p99 {r['p99']:>8.3f}  mean {r['mean']:>8.3f}")
+        print(
+            f"  {name:<8} p50 {r['p50']:>8.3f}  p90 {r['p90']:>8.3f}  p99 {r['p99']:>8.3f}  mean {r['mean']:>8.3f}"
+        )
     print(f"  pipeline overhead over one encode (p50): {results['full_minus_encoder_p50_ms']:.3f} ms")
     print(f"  cache hit ratio during 'full': {results['cache_hit_ratio_in_full']}")
 

@@ -26,8 +26,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.latency import percentile  # noqa: E402
 from tests.fakes.upstream import FakeUpstream, find_free_port  # noqa: E402
 
-TOPICS = ["derivative", "integral", "python function", "sql query", "french revolution", "photosynthesis",
-          "interest rates", "contract law", "neural networks", "blood pressure"]
+TOPICS = [
+    "derivative",
+    "integral",
+    "python function",
+    "sql query",
+    "french revolution",
+    "photosynthesis",
+    "interest rates",
+    "contract law",
+    "neural networks",
+    "blood pressure",
+]
 
 
 def bench_config(upstream: FakeUpstream) -> dict:
@@ -43,14 +53,27 @@ def bench_config(upstream: FakeUpstream) -> dict:
         "routing": {
             "signals": {
                 "keywords": [{"name": "math", "operator": "OR", "keywords": ["derivative", "integral"]}],
-                "embeddings": [{"name": "code", "threshold": 0.6,
-                                "candidates": ["write a python function", "fix my code"]}],
+                "embeddings": [
+                    {
+                        "name": "code",
+                        "threshold": 0.6,
+                        "candidates": ["write a python function", "fix my code"],
+                    }
+                ],
             },
             "decisions": [
-                {"name": "math", "priority": 10, "modelRefs": [{"model": "expert"}],
-                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "math"}]}},
-                {"name": "code", "priority": 5, "modelRefs": [{"model": "expert"}],
-                 "rules": {"operator": "OR", "conditions": [{"type": "embedding", "name": "code"}]}},
+                {
+                    "name": "math",
+                    "priority": 10,
+                    "modelRefs": [{"model": "expert"}],
+                    "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "math"}]},
+                },
+                {
+                    "name": "code",
+                    "priority": 5,
+                    "modelRefs": [{"model": "expert"}],
+                    "rules": {"operator": "OR", "conditions": [{"type": "embedding", "name": "code"}]},
+                },
             ],
         },
         "global": {"stores": {"response_cache": {"enabled": True, "similarity_threshold": 0.99}}},
@@ -88,8 +111,11 @@ def summary(latencies: list[float]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--embedding-hop", action="store_true",
-                        help="the Router calls the Embedding deployment instead of encoding itself")
+    parser.add_argument(
+        "--embedding-hop",
+        action="store_true",
+        help="the Router calls the Embedding deployment instead of encoding itself",
+    )
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from deployments.serve_env import apply_fast_path_env
@@ -105,14 +131,25 @@ def main() -> None:
         config_path = Path(tmp, "bench.yaml")
         config_path.write_text(yaml.safe_dump(bench_config(upstream)))
         port = find_free_port()
-        serve_path = "haproxy+throughput-optimized" if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1" \
+        serve_path = (
+            "haproxy+throughput-optimized"
+            if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1"
             else "proxy actor (Serve default)"
+        )
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})
-            serve.run(build_app(GraphArgs(config_path=str(config_path),
-                                          router_local_encoder=not args.embedding_hop,
-                                          metrics={"enabled": False})), name="svc-sr", route_prefix="/")
+            serve.run(
+                build_app(
+                    GraphArgs(
+                        config_path=str(config_path),
+                        router_local_encoder=not args.embedding_hop,
+                        metrics={"enabled": False},
+                    )
+                ),
+                name="svc-sr",
+                route_prefix="/",
+            )
             routed = f"http://127.0.0.1:{port}/v1/chat/completions"
             direct = f"{upstream.base_url}/chat/completions"
             asyncio.run(run_load(routed, "MoM", 40, 4))  # warm-up: replicas, encoder shapes, pools
@@ -126,7 +163,10 @@ def main() -> None:
             ray.shutdown()
     for concurrency in (1, 16):
         d, r = results[f"direct@c{concurrency}"], results[f"svc-sr@c{concurrency}"]
-        results[f"overhead@c{concurrency}"] = {"p50_ms": r["p50_ms"] - d["p50_ms"], "p99_ms": r["p99_ms"] - d["p99_ms"]}
+        results[f"overhead@c{concurrency}"] = {
+            "p50_ms": r["p50_ms"] - d["p50_ms"],
+            "p99_ms": r["p99_ms"] - d["p99_ms"],
+        }
     rows = {k: {m: round(v, 2) for m, v in row.items()} for k, row in results.items()}
     print(json.dumps({"serve_path": serve_path, "router_encodes": not args.embedding_hop, **rows}, indent=2))
 

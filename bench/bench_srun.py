@@ -42,9 +42,15 @@ PROMPTS = [
     "Explain the difference between TCP and UDP for a beginner.",
 ]
 QUESTIONS = {
-    "team": {"type": "choice", "criteria": {
-        "billing": "Invoices, charges, refunds or payment methods", "technical": "An error, a crash or a bug",
-        "shipping": "Delivery status, tracking or the shipping address", "other": "Anything else"}},
+    "team": {
+        "type": "choice",
+        "criteria": {
+            "billing": "Invoices, charges, refunds or payment methods",
+            "technical": "An error, a crash or a bug",
+            "shipping": "Delivery status, tracking or the shipping address",
+            "other": "Anything else",
+        },
+    },
     "refund": {"type": "noul", "instructions": "Does the customer ask for their money back?"},
     "urgency": {"type": "score", "criteria": ["not urgent", "soon", "right now"]},
 }
@@ -98,7 +104,9 @@ async def bench(port: int, n: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=160)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -106,9 +114,24 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli.srun", "run", "decision-model", "domain-classifier", "minilm-embedding",
-         "--port", str(port), "--result-cache-entries", "0", "--log-level", "warning"],
-        cwd=ROOT, env={**os.environ}, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "app.cli.srun",
+            "run",
+            "decision-model",
+            "domain-classifier",
+            "minilm-embedding",
+            "--port",
+            str(port),
+            "--result-cache-entries",
+            "0",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env={**os.environ},
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 120

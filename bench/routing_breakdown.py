@@ -69,10 +69,15 @@ def main() -> None:
         loop = asyncio.new_event_loop()
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})
-            serve.run(build_app(GraphArgs(config_path=str(config_path), metrics={"enabled": False})),
-                      name="svc-sr", route_prefix="/")
+            serve.run(
+                build_app(GraphArgs(config_path=str(config_path), metrics={"enabled": False})),
+                name="svc-sr",
+                route_prefix="/",
+            )
             url = f"http://127.0.0.1:{port}"
-            rows: dict[str, list[float]] = {k: [] for k in ("total", "ingress_processing", "signals", "health")}
+            rows: dict[str, list[float]] = {
+                k: [] for k in ("total", "ingress_processing", "signals", "health")
+            }
             with httpx.Client(timeout=30) as client:
                 for i in range(40):  # warm-up
                     client.post(f"{url}/v1/chat/completions", json=chat(i))

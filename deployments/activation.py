@@ -2,12 +2,10 @@
 `Management` here (`build_management`) with
 
 - `RayServeBackend`: the ServeBackend (app/management/rollout.py) that rebuilds and
-  redeploys this application from inside its Ingress replica, which `GraphActivator`
-  drives through the compile / activate / warm stages. Deployment versions are stable
-  (deployments/versioning.py): an unchanged deployment keeps its replicas and Serve calls
-  `reconfigure()` with the new `user_config`. An application deployed from a Serve config
-  (`serve deploy`, KubeRay) is updated the declarative way instead (`user_config`
-  overrides), and a change to a deployment's arguments there needs a new `serve deploy`;
+  redeploys this application from its Ingress replica for `GraphActivator`. Versions are
+  stable (deployments/versioning.py): an unchanged deployment keeps its replicas and gets
+  the new `user_config` through `reconfigure()`. An application deployed from a Serve
+  config is updated declaratively (`user_config` overrides, `declarative_update`);
 - `StartupWatcher` (app/management/startup_watch.py) fed by the deployments' states;
 - `ObservabilityReplays`: the replay source over the Observability deployment.
 
@@ -27,13 +25,13 @@ from ray.serve.handle import DeploymentHandle
 
 from app.config.models import RouterConfig
 from app.management.activation import ActivationFailed
-from app.management.replays import ReplayAggregate, ReplayPage
-from app.management.rollout import AppState, GraphActivator
+from app.management.rollout import AppState, GraphActivator, declarative_update
 from app.management.service import Management, ManagementParts
 from app.management.startup import StartupTracker
 from app.management.startup_watch import READY_STATES, InfoFn, StartupWatcher
 from app.management.state import ConfigStore, open_store, state_dir_of
 from deployments import ray_compat
+from deployments.handles import ObservabilityReplays
 
 log = logging.getLogger("svc_sr.activation")
 
@@ -58,8 +56,9 @@ class RayServeBackend:
     def _details(self) -> dict[str, Any]:
         app = (ray_compat.serve_details().get("applications") or {}).get(self.app_name)
         if app is None:
-            raise ActivationFailed("activate", "application_missing", None,
-                                   f"Serve application {self.app_name!r} not found")
+            raise ActivationFailed(
+                "activate", "application_missing", None, f"Serve application {self.app_name!r} not found"
+            )
         return dict(app)
 
     def restart_required(self, graph_args: Any, old: dict[str, Any], new: dict[str, Any]) -> str | None:
@@ -67,11 +66,16 @@ class RayServeBackend:
             return None
         from deployments.versioning import graph_versions
 
-        before, after = graph_versions(self.build(graph_args, old)), graph_versions(self.build(graph_args, new))
+        before, after = (
+            graph_versions(self.build(graph_args, old)),
+            graph_versions(self.build(graph_args, new)),
+        )
         changed = sorted(name for name in set(before) | set(after) if before.get(name) != after.get(name))
         if changed:
-            return (f"this application was deployed from a Serve config: the change alters deployment(s) "
-                    f"{', '.join(changed)}, which needs a new `serve deploy`")
+            return (
+                f"this application was deployed from a Serve config: the change alters deployment(s) "
+                f"{', '.join(changed)}, which needs a new `serve deploy`"
+            )
         return None
 
     def build(self, graph_args: Any, document: dict[str, Any]) -> Any:
@@ -92,28 +96,17 @@ class RayServeBackend:
 
         bound = [ray_compat.bound_deployment(node) for node in graph_nodes(app)]
         user_configs = {d.name: d.user_config for d in bound if d.user_config is not None}
-        details = ray_compat.serve_details()
-        applications = []
-        for name, entry in (details.get("applications") or {}).items():
-            config = entry.get("deployed_app_config")
-            if config is None:
-                continue
-            config = dict(config)
-            if name == self.app_name:
-                overrides = {d["name"]: dict(d) for d in config.get("deployments") or []}
-                for deployment, user_config in user_configs.items():
-                    overrides.setdefault(deployment, {"name": deployment})["user_config"] = user_config
-                config["deployments"] = list(overrides.values())
-            applications.append(config)
-        keys = ("proxy_location", "http_options", "grpc_options", "target_capacity")
-        return {"applications": applications} | {k: details[k] for k in keys if details.get(k) is not None}
+        return declarative_update(ray_compat.serve_details(), self.app_name, user_configs)
 
     def app_state(self) -> AppState:
         app = serve.status().applications.get(self.app_name)
         if app is None:
             return "NOT_STARTED", "", {}
         deployments = {
-            name: (_value(d.status), int({_value(k): v for k, v in d.replica_states.items()}.get("RUNNING", 0)))
+            name: (
+                _value(d.status),
+                int({_value(k): v for k, v in d.replica_states.items()}.get("RUNNING", 0)),
+            )
             for name, d in app.deployments.items()
         }
         return _value(app.status), app.message or "", deployments
@@ -131,35 +124,18 @@ class RayServeBackend:
     async def router_generations(self, calls: int) -> list[dict[str, Any]]:
         if self.router is None:
             return []
-        results = await asyncio.gather(*(self.router.generation.remote() for _ in range(calls)),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self.router.generation.remote() for _ in range(calls)), return_exceptions=True
+        )
         return [r for r in results if isinstance(r, dict)]
-
-
-class ObservabilityReplays:
-    """ReplaySource over the Observability deployment (shared by every Router replica)."""
-
-    def __init__(self, handle: DeploymentHandle) -> None:
-        self._handle = handle
-
-    async def list(self, limit: int = 100, after_sequence: int = 0, decision: str | None = None,
-                   model: str | None = None) -> ReplayPage:
-        page = await self._handle.list_replays.remote(limit, after_sequence, decision, model)
-        return ReplayPage.model_validate(page)
-
-    async def get(self, replay_id: str) -> dict[str, Any] | None:
-        record: dict[str, Any] | None = await self._handle.get_replay.remote(replay_id)
-        return record
-
-    async def aggregate(self, decision: str | None = None, model: str | None = None) -> ReplayAggregate:
-        return ReplayAggregate.model_validate(await self._handle.aggregate_replays.remote(decision, model))
 
 
 def _deployment_info(app_name: str) -> InfoFn:
     def info(name: str) -> dict[str, Any] | None:
         try:
-            result: dict[str, Any] | None = serve.get_deployment_handle(name, app_name=app_name).info.remote().result(
-                timeout_s=10)
+            result: dict[str, Any] | None = (
+                serve.get_deployment_handle(name, app_name=app_name).info.remote().result(timeout_s=10)
+            )
             return result
         except Exception as exc:
             log.warning("info() of %s failed: %s", name, exc)
@@ -169,22 +145,43 @@ def _deployment_info(app_name: str) -> InfoFn:
 
 
 def build_management(
-    config: RouterConfig, graph_args: Any, *, router: DeploymentHandle, observability: DeploymentHandle | None,
-    config_view: Any, previewer: Any, compile_check: Callable[[RouterConfig], None],
+    config: RouterConfig,
+    graph_args: Any,
+    *,
+    router: DeploymentHandle,
+    observability: DeploymentHandle | None,
+    config_view: Any,
+    previewer: Any,
+    compile_check: Callable[[RouterConfig], None],
 ) -> Management:
     """The Ingress replica's Management: persistent store, graph activator, real startup status."""
     context = serve.get_replica_context()
     app_name = context.app_name
     tracker = StartupTracker()
     backend = RayServeBackend(app_name, router)
-    StartupWatcher(tracker, backend.app_state, _deployment_info(app_name),
-                   exclude=frozenset({context.deployment}), health=backend.app_health).start()
-    activator = GraphActivator(graph_args, config.to_document(), backend,
-                               timeout_s=float(getattr(graph_args, "activation_timeout_s", 120.0)))
-    filename = "inline" if getattr(graph_args, "config", None) is not None else Path(graph_args.config_path).name
+    StartupWatcher(
+        tracker,
+        backend.app_state,
+        _deployment_info(app_name),
+        exclude=frozenset({context.deployment}),
+        health=backend.app_health,
+    ).start()
+    activator = GraphActivator(
+        graph_args,
+        config.to_document(),
+        backend,
+        timeout_s=float(getattr(graph_args, "activation_timeout_s", 120.0)),
+    )
+    filename = (
+        "inline" if getattr(graph_args, "config", None) is not None else Path(graph_args.config_path).name
+    )
     parts: ManagementParts = {
-        "activator": activator, "config_view": config_view, "startup": tracker, "previewer": previewer,
-        "filename": filename, "compile_check": compile_check,
+        "activator": activator,
+        "config_view": config_view,
+        "startup": tracker,
+        "previewer": previewer,
+        "filename": filename,
+        "compile_check": compile_check,
         "replays": ObservabilityReplays(observability) if observability is not None else None,
     }
     state_dir = state_dir_of(getattr(graph_args, "state_dir", None), app_name)
@@ -193,6 +190,9 @@ def build_management(
     except OSError as exc:  # an unwritable state directory must not keep the router down
         log.error("management state directory %s unusable (%s); keeping versions in memory", state_dir, exc)
         management = Management(config, **(parts | {"store": ConfigStore()}))
-    log.info("management API: state in %s, configuration version %s", state_dir,
-             management.store.active.config_version if management.store.active else None)
+    log.info(
+        "management API: state in %s, configuration version %s",
+        state_dir,
+        management.store.active.config_version if management.store.active else None,
+    )
     return management

@@ -62,14 +62,19 @@ class DecisionModel:
     # watch then live on the loop that serves the calls. Assigned as `__init__` below, since a
     # coroutine `__init__` is not something a type checker accepts written out.
     async def _construct(
-        self, engine: str = "auto", device: str = "cpu", runtime: dict[str, Any] | None = None,
+        self,
+        engine: str = "auto",
+        device: str = "cpu",
+        runtime: dict[str, Any] | None = None,
         observability: DeploymentHandle | None = None,
     ) -> None:
         self._runtimes: Any = None
         self._backend: Any = None
         self._metrics = RuntimeMetrics()
         settings = RuntimeSettings.model_validate(runtime or {})
-        self._deployment = DECISION_MODEL if settings.decision_model is None else settings.decision_model.deployment
+        self._deployment = (
+            DECISION_MODEL if settings.decision_model is None else settings.decision_model.deployment
+        )
         names = {DECISION_MODEL, self._deployment, *(k for k, v in ALIASES.items() if v == DECISION_MODEL)}
         self._hosted = HostedDecisions(DECISION_MODEL, names, _replica_id(), self._metrics, request_outcome)
         if settings.decision_model is not None:
@@ -89,8 +94,9 @@ class DecisionModel:
 
         replica = self._hosted.replica
         env = SrunEnvironment.from_env().for_replica(replica)  # replicas on one node share no sockets
-        self._runtimes = ManagedRuntimes(settings, env, self._metrics, deployments=[self._deployment],
-                                         replica_prefix=f"{replica}/")
+        self._runtimes = ManagedRuntimes(
+            settings, env, self._metrics, deployments=[self._deployment], replica_prefix=f"{replica}/"
+        )
         if not await self._runtimes.start(wait=True):
             self._hosted.error = "NotReady: the managed runtime did not become ready in time"
         self._backend = self._runtimes.decision_backend()
@@ -120,8 +126,13 @@ class DecisionModel:
 
     async def info(self) -> dict[str, Any]:
         managed = self._runtimes is not None
-        return {"name": DECISION_MODEL, "deployment": self._deployment, "managed": managed,
-                "loaded": self._hosted.model is not None or managed, "error": self._hosted.error}
+        return {
+            "name": DECISION_MODEL,
+            "deployment": self._deployment,
+            "managed": managed,
+            "loaded": self._hosted.model is not None or managed,
+            "error": self._hosted.error,
+        }
 
     async def check_health(self) -> None:
         """Serve's periodic probe: a managed worker is restarted by its supervisor, not by
@@ -155,7 +166,10 @@ class HandleDecisionBackend:
 
     async def _call(self, method: str, *args: Any) -> Any:
         return await call(
-            self._handle, method, *args, keep=_has_status,
+            self._handle,
+            method,
+            *args,
+            keep=_has_status,
             unavailable=lambda exc: NotReady(f"decision model unavailable ({type(exc).__name__})"),
             overloaded=lambda _: Overloaded("the decision model's queue is full"),
         )

@@ -42,7 +42,9 @@ class Embedding:
     def __init__(self, engine: str = "auto", device: str = "cpu") -> None:
         self._hosted = HostedEmbedding.load(engine, device)
         tuning = self._hosted.tuning
-        batch = serve.batch(max_batch_size=tuning.max_batch_size, batch_wait_timeout_s=tuning.batch_wait_timeout_s)
+        batch = serve.batch(
+            max_batch_size=tuning.max_batch_size, batch_wait_timeout_s=tuning.batch_wait_timeout_s
+        )
         self._encode_one = cast(TunableBatch, batch(self._hosted.encode_batch))
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:

@@ -43,7 +43,7 @@ async def run(args: argparse.Namespace) -> None:
 
     from app.common.background import BackgroundTasks
     from app.observability.push import LoopMetricsPusher
-    from deployments.ingress import HandleRouterClient, front_door_completion
+    from deployments.handles import HandleRouterClient, front_door_completion
     from deployments.observability import handle_pusher
 
     config = load_config(args.config).config
@@ -57,13 +57,17 @@ async def run(args: argparse.Namespace) -> None:
     pusher = observability = cache = None
     if "Observability" in application.deployments:
         observability = serve.get_deployment_handle("Observability", app_name=args.app)
-        pusher = handle_pusher(metrics.recorder, observability, f"ExtProc/{socket.gethostname()}:{os.getpid()}")
+        pusher = handle_pusher(
+            metrics.recorder, observability, f"ExtProc/{socket.gethostname()}:{os.getpid()}"
+        )
     if "ResponseCache" in application.deployments:
         cache = serve.get_deployment_handle("ResponseCache", app_name=args.app)
     replay_sends = BackgroundTasks()
-    settings = BridgeSettings(failure_mode=services.ext_proc.failure_mode,
-                              clear_route_cache=config.global_.router.clear_route_cache,
-                              max_body_bytes=services.data_plane.max_body_bytes)
+    settings = BridgeSettings(
+        failure_mode=services.ext_proc.failure_mode,
+        clear_route_cache=config.global_.router.clear_route_cache,
+        max_body_bytes=services.data_plane.max_body_bytes,
+    )
     # Requests are completed here (accounting, cache write, replay), like the Ingress does.
     completion = front_door_completion(cache, observability, metrics, replay_sends)
     bridge = ExtProcBridge(HandleRouterClient(router, completion), settings, metrics)

@@ -79,7 +79,9 @@ def build_app(args: dict[str, Any] | GraphArgs | None = None) -> Application:
     return build_graph(args)
 
 
-def build_graph(args: dict[str, Any] | GraphArgs | None = None, document: dict[str, Any] | None = None) -> Application:
+def build_graph(
+    args: dict[str, Any] | GraphArgs | None = None, document: dict[str, Any] | None = None
+) -> Application:
     """`document`: the configuration to build with instead of the one GraphArgs names (an
     activation rebuilds the running graph with the same GraphArgs and the new document)."""
     graph_args = args if isinstance(args, GraphArgs) else GraphArgs.model_validate(args or {})
@@ -93,29 +95,49 @@ def build_graph(args: dict[str, Any] | GraphArgs | None = None, document: dict[s
     cache_settings = loaded.config.global_.stores.response_cache.model_dump(mode="json")
     options = graph_args.deployments
 
-    metrics = {**loaded.config.global_.services.observability.metrics.model_dump(mode="json"),
-               **graph_args.metrics}
+    metrics = {
+        **loaded.config.global_.services.observability.metrics.model_dump(mode="json"),
+        **graph_args.metrics,
+    }
     # Always deployed (it binds the metrics port only when metrics are enabled): it also holds
     # the replay records, and deployment arguments must not depend on the document.
-    observability = _deployment(Observability).options(
-        **{"user_config": {"metrics": metrics}, **options.get("Observability", {})}
-    ).bind()
+    observability = (
+        _deployment(Observability)
+        .options(**{"user_config": {"metrics": metrics}, **options.get("Observability", {})})
+        .bind()
+    )
 
     embedding = _deployment(Embedding).options(**options.get("Embedding", {})).bind()
-    cache = _deployment(ResponseCache).options(
-        **{"user_config": {"response_cache": cache_settings}, **options.get("ResponseCache", {})}
-    ).bind(observability)
+    cache = (
+        _deployment(ResponseCache)
+        .options(**{"user_config": {"response_cache": cache_settings}, **options.get("ResponseCache", {})})
+        .bind(observability)
+    )
     domain = _deployment(DomainClassifier).options(**options.get("DomainClassifier", {})).bind(embedding)
     guard = _deployment(Guard).options(**options.get("Guard", {})).bind(embedding)
-    router = _deployment(Router).options(
-        **{"user_config": {"config": document}, **options.get("Router", {})}
-    ).bind(embedding, cache, domain, guard, local_encoder=graph_args.router_local_encoder,
-           observability=observability)
+    router = (
+        _deployment(Router)
+        .options(**{"user_config": {"config": document}, **options.get("Router", {})})
+        .bind(
+            embedding,
+            cache,
+            domain,
+            guard,
+            local_encoder=graph_args.router_local_encoder,
+            observability=observability,
+        )
+    )
     decision = None
     if graph_args.decision_model:
         runtime = runtime_settings(loaded.config).model_dump(mode="json", exclude_none=True)
-        decision = _deployment(DecisionModel).options(**options.get("DecisionModel", {})).bind(
-            runtime=runtime, observability=observability)
-    ingress = _deployment(Ingress).options(**{"user_config": {"config": document}, **options.get("Ingress", {})}).bind(
-        router, graph_args, domain, guard, observability, decision_model=decision, cache=cache)
+        decision = (
+            _deployment(DecisionModel)
+            .options(**options.get("DecisionModel", {}))
+            .bind(runtime=runtime, observability=observability)
+        )
+    ingress = (
+        _deployment(Ingress)
+        .options(**{"user_config": {"config": document}, **options.get("Ingress", {})})
+        .bind(router, graph_args, domain, guard, observability, decision_model=decision, cache=cache)
+    )
     return stamp_versions(ingress)

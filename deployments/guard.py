@@ -30,11 +30,16 @@ from deployments.domain_classifier import embedding_encoder
 @serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.2})
 class Guard:
     def __init__(
-        self, embedding: DeploymentHandle | None = None, pii_threshold: float | None = None, use_ner: bool = True
+        self,
+        embedding: DeploymentHandle | None = None,
+        pii_threshold: float | None = None,
+        use_ner: bool = True,
     ) -> None:
         """`pii_threshold`: the PII cutoff for calls that pass none (None: the detector's default)."""
         self._hosted = HostedGuard.load(embedding_encoder(embedding), pii_threshold, use_ner)
-        batch = serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_TIMEOUT_S)
+        batch = serve.batch(
+            max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_TIMEOUT_S
+        )
         self._pii_one = batch(self._hosted.pii_batch)
         self._jailbreak_one = batch(self._hosted.jailbreak_batch)
 

@@ -12,113 +12,29 @@ from ray.serve.handle import DeploymentHandle
 
 from app.api.app import StaticConfigView, create_app
 from app.common.background import BackgroundTasks
-from app.common.errors import SvcError
 from app.common.heap import freeze_startup_heap
 from app.config.loader import load_config, parse_config
 from app.config.models import RouterConfig
-from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.metrics import RouterMetrics
-from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
-from app.runtime.schemas import ModelNotLoadedError
 from app.upstream.client import UpstreamClient
 from deployments import ray_compat
 from deployments.activation import build_management
 from deployments.decision_model import HandleDecisionBackend
-from deployments.observability import replay_sender, replica_pusher
-from deployments.response_cache import cache_lane
-
-
-class HandleRouterClient:
-    """Adapts the Router DeploymentHandle to the front door's RouterClient protocol: route()
-    on a Router replica, complete() here (app/pipeline/completion.py). One Ray hop per request
-    fewer, and the answer body is not shipped to a Router replica (on 2 cores, leaving out
-    completion altogether cut the c=1 p50 by 2.3 ms; that work used to compete with the next
-    request, docs/performance.md)."""
-
-    def __init__(self, handle: DeploymentHandle, completion: CompletionServices) -> None:
-        self._handle = handle
-        self._completion = completion
-
-    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
-        plan: RoutePlan = await ray_compat.call(self._handle, "route", body, headers, request_id, keep=_is_svc_error)
-        return plan
-
-    async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
-        return await complete_request(self._completion, plan, report)
-
-    async def preview(self, request: Any, headers: Any = None, seed: int | None = None) -> dict[str, Any]:
-        """The management API's routing preview (RoutingPreviewer) on a Router replica."""
-        preview: dict[str, Any] = await ray_compat.call(
-            self._handle, "preview", dict(request), dict(headers or {}), seed, keep=_is_svc_error)
-        return preview
-
-
-def front_door_completion(
-    cache: DeploymentHandle | None, observability: DeploymentHandle | None, metrics: RouterMetrics,
-    tasks: BackgroundTasks,
-) -> CompletionServices:
-    """Completion at a front door: cache writes over the ResponseCache's lane, replay records
-    to Observability, completion metrics into the front door's own recorder (pushed and summed
-    with every other replica's)."""
-    return CompletionServices(
-        metrics=metrics,
-        cache_store=cache_lane(cache).store if cache is not None else None,
-        record_replay=replay_sender(observability, tasks) if observability is not None else None,
-    )
-
-
-def _is_svc_error(exc: BaseException) -> bool:
-    """A routing error raised in the Router replica reaches the client as itself (its
-    status and error body), not as an opaque Ray task failure."""
-    return isinstance(exc, SvcError)
-
-
-class HandleClassifiers:
-    """The diagnostics' ClassifierBackend over the model deployments and the Router."""
-
-    def __init__(
-        self, domain: DeploymentHandle | None, guard: DeploymentHandle | None, router: DeploymentHandle
-    ) -> None:
-        self._domain = domain
-        self._guard = guard
-        self._router = router
-
-    @staticmethod
-    async def _call(handle: DeploymentHandle | None, method: str, *args: Any) -> Any:
-        if handle is None:
-            raise ModelNotLoadedError(f"no deployment serves {method}")
-
-        def unavailable(exc: BaseException) -> BaseException:
-            return ModelNotLoadedError(f"{method}: deployment unavailable ({type(exc).__name__})")
-
-        # The replica's own exception (ModelNotLoadedError, ValueError, ...) reaches the diagnostics as itself.
-        return await ray_compat.call(handle, method, *args, unavailable=unavailable, overloaded=unavailable)
-
-    async def classify_domain(self, texts: list[str], threshold: float | None, fallback_category: str) -> list[Any]:
-        return await self._call(self._domain, "classify", texts, None, threshold, fallback_category)
-
-    async def detect_pii(self, texts: list[str], entity_types: list[str] | None, threshold: float | None) -> list[Any]:
-        return await self._call(self._guard, "detect_pii", texts, entity_types, threshold)
-
-    async def detect_jailbreak(
-        self, texts: list[str], method: str, threshold: float | None,
-        jailbreak_patterns: list[str], benign_patterns: list[str],
-    ) -> list[Any]:
-        return await self._call(self._guard, "detect_jailbreak", texts, None, method, threshold,
-                                jailbreak_patterns, benign_patterns)
-
-    async def preview(self, text: str) -> dict[str, Any] | None:
-        body = {"model": "MoM", "messages": [{"role": "user", "content": text}]}
-        return await self._call(self._router, "preview", body, {})
+from deployments.handles import HandleClassifiers, HandleRouterClient, front_door_completion
+from deployments.observability import replica_pusher
 
 
 @serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25})
 @serve.ingress()
 class Ingress:
     def __init__(
-        self, router: DeploymentHandle, graph_args: Any,
-        domain: DeploymentHandle | None = None, guard: DeploymentHandle | None = None,
-        observability: DeploymentHandle | None = None, decision_model: DeploymentHandle | None = None,
+        self,
+        router: DeploymentHandle,
+        graph_args: Any,
+        domain: DeploymentHandle | None = None,
+        guard: DeploymentHandle | None = None,
+        observability: DeploymentHandle | None = None,
+        decision_model: DeploymentHandle | None = None,
         cache: DeploymentHandle | None = None,
     ) -> None:
         # The configuration arrives as user_config (hot reload without restarting this replica,
@@ -134,20 +50,34 @@ class Ingress:
         self._metrics = RouterMetrics()
         self._replay_sends = BackgroundTasks()
         self._router = HandleRouterClient(
-            router, front_door_completion(cache, observability, self._metrics, self._replay_sends))
+            router, front_door_completion(cache, observability, self._metrics, self._replay_sends)
+        )
         self._upstream = UpstreamClient()
         self._classifiers = HandleClassifiers(domain, guard, router)
         self._pusher = replica_pusher(self._metrics.recorder, observability)
         # The management API (spec 1): persistent versions, activation through Serve, startup status.
         self._management = build_management(
-            config, graph_args, router=router, observability=observability, config_view=self._config,
-            previewer=self._router, compile_check=_compile_check(domain, guard),
+            config,
+            graph_args,
+            router=router,
+            observability=observability,
+            config_view=self._config,
+            previewer=self._router,
+            compile_check=_compile_check(domain, guard),
         )
 
     def __serve_build_asgi_app__(self) -> Any:
-        app = create_app(self._router, self._upstream, self._config, self._classifiers, decisions=self._decisions,
-                         management=self._management)
-        app.state.plane.metrics = self._metrics  # front-door errors and completions, summed with the Routers' metrics
+        app = create_app(
+            self._router,
+            self._upstream,
+            self._config,
+            self._classifiers,
+            decisions=self._decisions,
+            management=self._management,
+        )
+        app.state.plane.metrics = (
+            self._metrics
+        )  # front-door errors and completions, summed with the Routers' metrics
         freeze_startup_heap()
         return app
 
@@ -171,7 +101,7 @@ def _current_document(graph_args: Any) -> dict[str, Any]:
 def _compile_check(domain: DeploymentHandle | None, guard: DeploymentHandle | None) -> Any:
     """Stage compile: build the routing pipeline with the Router's own signal evaluators
     (no model is called; that is the Routers' warm stage)."""
-    from app.pipeline.pipeline import PipelineServices, RouterPipeline
+    from app.pipeline import PipelineServices, RouterPipeline
     from deployments.router import classifier_evaluators
 
     def check(config: RouterConfig) -> None:

@@ -88,15 +88,19 @@ class Observability:
     async def record_replay(self, record: dict[str, Any]) -> str:
         return self._replays.record(record)
 
-    async def list_replays(self, limit: int = 100, after_sequence: int = 0, decision: str | None = None,
-                           model: str | None = None) -> dict[str, Any]:
-        return self._replays.list(limit=limit, after_sequence=after_sequence, decision=decision,
-                                  model=model).model_dump(mode="json")
+    async def list_replays(
+        self, limit: int = 100, after_sequence: int = 0, decision: str | None = None, model: str | None = None
+    ) -> dict[str, Any]:
+        return self._replays.list(
+            limit=limit, after_sequence=after_sequence, decision=decision, model=model
+        ).model_dump(mode="json")
 
     async def get_replay(self, replay_id: str) -> dict[str, Any] | None:
         return self._replays.get(replay_id)
 
-    async def aggregate_replays(self, decision: str | None = None, model: str | None = None) -> dict[str, Any]:
+    async def aggregate_replays(
+        self, decision: str | None = None, model: str | None = None
+    ) -> dict[str, Any]:
         return self._replays.aggregate(decision=decision, model=model).model_dump(mode="json")
 
     def __del__(self) -> None:
@@ -121,6 +125,7 @@ def handle_pusher(
     try:
         asyncio.get_running_loop()
     except RuntimeError:
+
         def send(snapshot: MetricsSnapshot) -> None:
             observability.push.remote(snapshot).result(timeout_s=5)
 
@@ -132,9 +137,12 @@ def handle_pusher(
     return LoopMetricsPusher(recorder, send_async, source).start()
 
 
-def replay_sender(observability: DeploymentHandle, tasks: BackgroundTasks) -> Callable[[dict[str, Any]], None]:
+def replay_sender(
+    observability: DeploymentHandle, tasks: BackgroundTasks
+) -> Callable[[dict[str, Any]], None]:
     """PipelineServices/CompletionServices.record_replay over the Observability deployment:
     hands the record to a background send and returns at once."""
+
     async def send(record: dict[str, Any]) -> None:
         try:
             await observability.record_replay.remote(record)

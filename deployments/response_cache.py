@@ -54,7 +54,9 @@ class ResponseCache:
             return None
         if self._channel is None:
             self._channel = await CacheChannelServer(self._backend, _socket_path(), self._record_size).start()
-        return ChannelInfo(node_id=ray.get_runtime_context().get_node_id(), path=self._channel.path).model_dump()
+        return ChannelInfo(
+            node_id=ray.get_runtime_context().get_node_id(), path=self._channel.path
+        ).model_dump()
 
     def __del__(self) -> None:
         channel = getattr(self, "_channel", None)
@@ -103,6 +105,7 @@ def _socket_path() -> str:
 def cache_lane(cache: DeploymentHandle) -> CacheLane:
     """Calls to the ResponseCache over its replica's same-node channel, else its handle (the
     Router's lookups, the front doors' writes)."""
+
     async def discover() -> ChannelInfo | None:
         info = await cache.channel.remote()
         return None if info is None else ChannelInfo.model_validate(info)
@@ -111,8 +114,14 @@ def cache_lane(cache: DeploymentHandle) -> CacheLane:
         hit = await cache.lookup.remote(partition, vector, threshold)
         return None if hit is None else CacheHit.model_validate(hit)
 
-    async def store(partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int | None) -> None:
+    async def store(
+        partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int | None
+    ) -> None:
         await cache.store.remote(partition, vector, response, ttl_seconds)
 
-    return CacheLane(node_id=ray.get_runtime_context().get_node_id(), discover=discover,
-                     handle_lookup=lookup, handle_store=store)
+    return CacheLane(
+        node_id=ray.get_runtime_context().get_node_id(),
+        discover=discover,
+        handle_lookup=lookup,
+        handle_store=store,
+    )

@@ -28,7 +28,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.common.heap import freeze_startup_heap
-from app.pipeline.pipeline import PipelineServices, encoder_embed
+from app.pipeline import PipelineServices, encoder_embed
 from app.pipeline.plan import RoutePlan
 from app.pipeline.reload import ReloadingPipeline
 from app.pipeline.signals.base import EvaluatorFactory
@@ -51,17 +51,28 @@ def classifier_evaluators(
     """Evaluator factories of the learned families over the model deployments' handles."""
     evaluators: dict[str, EvaluatorFactory] = {}
     if domain is not None:
-        async def classify(texts: list[str], vectors: np.ndarray | None, threshold: float | None,
-                           fallback: str) -> list[Any]:
+
+        async def classify(
+            texts: list[str], vectors: np.ndarray | None, threshold: float | None, fallback: str
+        ) -> list[Any]:
             return await domain.classify.remote(texts, vectors, threshold, fallback)
 
         evaluators["domain"] = domain_factory(classify)
     if guard is not None:
-        async def detect_pii(texts: list[str], entity_types: list[str] | None, threshold: float | None) -> list[Any]:
+
+        async def detect_pii(
+            texts: list[str], entity_types: list[str] | None, threshold: float | None
+        ) -> list[Any]:
             return await guard.detect_pii.remote(texts, entity_types, threshold)
 
-        async def detect_jailbreak(texts: list[str], vectors: np.ndarray | None, method: str, threshold: float,
-                                   patterns: list[str], benign: list[str]) -> list[Any]:
+        async def detect_jailbreak(
+            texts: list[str],
+            vectors: np.ndarray | None,
+            method: str,
+            threshold: float,
+            patterns: list[str],
+            benign: list[str],
+        ) -> list[Any]:
             return await guard.detect_jailbreak.remote(texts, vectors, method, threshold, patterns, benign)
 
         evaluators["pii"] = pii_factory(detect_pii)
@@ -70,26 +81,39 @@ def classifier_evaluators(
 
 
 def handle_services(
-    embedding: DeploymentHandle, cache: DeploymentHandle,
-    domain: DeploymentHandle | None = None, guard: DeploymentHandle | None = None,
+    embedding: DeploymentHandle,
+    cache: DeploymentHandle,
+    domain: DeploymentHandle | None = None,
+    guard: DeploymentHandle | None = None,
 ) -> PipelineServices:
     async def embed(texts: list[str]) -> np.ndarray:
         return await embedding.embed.remote(texts)
 
     lane = cache_lane(cache)
-    return PipelineServices(embed=embed, cache_lookup=lane.lookup, cache_store=lane.store,
-                            count_tokens=token_counter(), evaluators=classifier_evaluators(domain, guard))
+    return PipelineServices(
+        embed=embed,
+        cache_lookup=lane.lookup,
+        cache_store=lane.store,
+        count_tokens=token_counter(),
+        evaluators=classifier_evaluators(domain, guard),
+    )
 
 
 @serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25})
 class Router:
     def __init__(
-        self, embedding: DeploymentHandle, cache: DeploymentHandle,
-        domain: DeploymentHandle | None = None, guard: DeploymentHandle | None = None,
-        local_encoder: bool = False, observability: DeploymentHandle | None = None,
+        self,
+        embedding: DeploymentHandle,
+        cache: DeploymentHandle,
+        domain: DeploymentHandle | None = None,
+        guard: DeploymentHandle | None = None,
+        local_encoder: bool = False,
+        observability: DeploymentHandle | None = None,
     ) -> None:
         transport = ray_compat.process_transport
-        services = handle_services(transport(embedding), transport(cache), transport(domain), transport(guard))
+        services = handle_services(
+            transport(embedding), transport(cache), transport(domain), transport(guard)
+        )
         observability = transport(observability)
         self._pusher = replica_pusher(services.metrics.recorder, observability)
         if local_encoder:
@@ -138,7 +162,8 @@ class Router:
         plan.router_replica = self._replica  # replay records name it (the front door completes)
         return plan
 
-    async def preview(self, body: dict[str, Any], headers: dict[str, str] | None = None,
-                      seed: int | None = None) -> dict[str, Any]:
+    async def preview(
+        self, body: dict[str, Any], headers: dict[str, str] | None = None, seed: int | None = None
+    ) -> dict[str, Any]:
         """Routing preview (no backend call, no cache access); see RouterPipeline.preview."""
         return await self._host.pipeline.preview(body, headers, seed=seed)

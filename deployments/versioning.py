@@ -71,8 +71,10 @@ def _canonical(value: Any) -> Any:
         blob = pickle.dumps(value, protocol=5)
     except Exception:  # not picklable here: its repr is the best identity there is
         blob = repr(value).encode()
-    return {"$object": f"{type(value).__module__}.{type(value).__qualname__}",
-            "sha256": hashlib.sha256(blob).hexdigest()}
+    return {
+        "$object": f"{type(value).__module__}.{type(value).__qualname__}",
+        "sha256": hashlib.sha256(blob).hexdigest(),
+    }
 
 
 def deployment_version(app: Application) -> str:

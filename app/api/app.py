@@ -8,7 +8,8 @@ from fastapi import Depends, FastAPI
 
 from app.api.dataplane import ConfigView, DataPlane, dataplane_router
 from app.api.decisions import DecisionBackend, NoDecisionBackend, decisions_router
-from app.api.diagnostics import ClassifierBackend, Diagnostics, diagnostics_router
+from app.api.diagnostics import diagnostics_router
+from app.api.diagnostics_service import ClassifierBackend, Diagnostics
 from app.api.errors import BodySizeLimitMiddleware, install_error_handlers
 from app.config.models import RouterConfig
 from app.exchange.exchange import RouterClient
@@ -32,8 +33,12 @@ class StaticConfigView:
 
 
 def create_app(
-    router: RouterClient, upstream: UpstreamClient, config: ConfigView, classifiers: ClassifierBackend | None = None,
-    management: Management | None = None, decisions: DecisionBackend | None = None,
+    router: RouterClient,
+    upstream: UpstreamClient,
+    config: ConfigView,
+    classifiers: ClassifierBackend | None = None,
+    management: Management | None = None,
+    decisions: DecisionBackend | None = None,
 ) -> FastAPI:
     """`classifiers`: the models behind the classification diagnostics (None: they answer 503).
     `management`: the management API state (None: an in-memory one over `config`, whose
@@ -56,10 +61,16 @@ def create_app(
     # The data plane (chat, responses, /v1/models) is not behind management auth: listeners own its access.
     app.include_router(dataplane_router(plane))
     # The native decision API (spec 2), like the data plane not behind management auth.
-    app.include_router(decisions_router(decisions or NoDecisionBackend(),
-                                        max_body_bytes=config.current().global_.services.data_plane.max_body_bytes))
-    app.include_router(diagnostics_router(Diagnostics(classifiers, config)),
-                       dependencies=[Depends(route_guard(management, "classify.invoke", "sensitive"))])
+    app.include_router(
+        decisions_router(
+            decisions or NoDecisionBackend(),
+            max_body_bytes=config.current().global_.services.data_plane.max_body_bytes,
+        )
+    )
+    app.include_router(
+        diagnostics_router(Diagnostics(classifiers, config)),
+        dependencies=[Depends(route_guard(management, "classify.invoke", "sensitive"))],
+    )
     install(app, management)
 
     @app.get("/health")

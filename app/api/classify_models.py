@@ -12,8 +12,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# Temporary re-export (issue 14): the error moved below app.api; the lead removes this.
-
 
 class _Options(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -24,6 +22,7 @@ class _Request(BaseModel):
 
 
 # ---------------------------------------------------------------- requests
+
 
 class IntentOptions(_Options):
     return_probabilities: bool = False
@@ -95,6 +94,7 @@ class BatchRequest(_Request):
 
 
 # ---------------------------------------------------------------- responses
+
 
 class IntentClassification(BaseModel):
     category: str

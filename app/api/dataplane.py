@@ -22,7 +22,9 @@ from app.config.models import RouterConfig
 from app.exchange.client_api import ChatApi, ClientApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Reply, RouterClient
 from app.pipeline.metrics import RouterMetrics
-from app.upstream.client import UpstreamClient, UpstreamStream, UpstreamStreamError, UpstreamUnavailable
+from app.upstream.client import UpstreamClient
+from app.upstream.results import UpstreamStreamError, UpstreamUnavailable
+from app.upstream.transport import UpstreamStream
 
 
 class ConfigView(Protocol):
@@ -31,7 +33,10 @@ class ConfigView(Protocol):
 
 class DataPlane:
     def __init__(
-        self, router: RouterClient, upstream: UpstreamClient, config: ConfigView,
+        self,
+        router: RouterClient,
+        upstream: UpstreamClient,
+        config: ConfigView,
         metrics: RouterMetrics | None = None,
     ) -> None:
         self.router = router
@@ -42,7 +47,13 @@ class DataPlane:
 
     async def handle(self, api: ClientApi, raw: bytes, headers: dict[str, str]) -> Response:
         exchange = Exchange(ExchangeSettings(self.router, self.metrics), api)
-        step = await exchange.begin(raw, headers)
+        try:
+            step = await exchange.begin(raw, headers)
+        except Exception:  # the router failed: counted here, answered 500 by the error handler
+            self.metrics.on_front_door_error(
+                api.endpoint, "classification_failed", 500, exchange.requested_model or "unknown"
+            )
+            raise
         if isinstance(step, Reply):
             return _response(step, exchange)
         if step.plan.stream:
@@ -54,8 +65,13 @@ class DataPlane:
         assert plan is not None
         called = time.perf_counter()
         try:
-            result = await self.upstream.complete(plan.candidates, exchange.upstream_body, plan.upstream_headers,
-                                                  plan.reliability, plan.fallback)
+            result = await self.upstream.complete(
+                plan.candidates,
+                exchange.upstream_body,
+                plan.upstream_headers,
+                plan.reliability,
+                plan.fallback,
+            )
         except UpstreamUnavailable as exc:
             return _response(exchange.upstream_failed(exc), exchange)
         first_byte = None if result.first_byte_s is None else called + result.first_byte_s
@@ -66,15 +82,24 @@ class DataPlane:
         plan = exchange.plan
         assert plan is not None
         try:
-            stream = await self.upstream.stream(plan.candidates, exchange.upstream_body, plan.upstream_headers,
-                                                plan.reliability, plan.fallback)
+            stream = await self.upstream.stream(
+                plan.candidates,
+                exchange.upstream_body,
+                plan.upstream_headers,
+                plan.reliability,
+                plan.fallback,
+            )
         except UpstreamUnavailable as exc:
             return _response(exchange.upstream_failed(exc), exchange)
         head = exchange.respond(stream.status, stream.headers, stream.target, stream.local)
         if not head.streaming:  # an error document answers the stream request
             return _response(exchange.whole_body(await _read_all(stream)), exchange)
-        return StreamingResponse(self._relay(exchange, stream), status_code=head.status, headers=head.headers,
-                                 media_type=head.headers["content-type"])
+        return StreamingResponse(
+            self._relay(exchange, stream),
+            status_code=head.status,
+            headers=head.headers,
+            media_type=head.headers["content-type"],
+        )
 
     async def _relay(self, exchange: Exchange, stream: UpstreamStream) -> AsyncIterator[bytes]:
         try:
@@ -99,14 +124,21 @@ class DataPlane:
         if config.global_.router.include_config_models_in_list:
             names += [m.name for m in config.providers.models]
         listed = list(dict.fromkeys(["MoM", *names]))
-        return {"object": "list",
-                "data": [{"id": n, "object": "model", "created": created, "owned_by": "svc-sr"} for n in listed]}
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "created": created, "owned_by": "svc-sr"} for n in listed],
+        }
 
 
 def _response(reply: Reply, exchange: Exchange) -> Response:
     """The reply, with the completion after it has been sent."""
-    return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=reply.content_type,
-                    background=BackgroundTask(exchange.finish))
+    return Response(
+        reply.body,
+        status_code=reply.status,
+        headers=reply.headers,
+        media_type=reply.content_type,
+        background=BackgroundTask(exchange.finish),
+    )
 
 
 async def _read_all(stream: UpstreamStream) -> bytes:

@@ -76,8 +76,9 @@ def _error(status: int) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": words}}, status_code=status, headers=headers)
 
 
-def decisions_router(backend: DecisionBackend, *, max_body_bytes: int = DEFAULT_MAX_BODY,
-                     deadline_s: float = DEADLINE_S) -> APIRouter:
+def decisions_router(
+    backend: DecisionBackend, *, max_body_bytes: int = DEFAULT_MAX_BODY, deadline_s: float = DEADLINE_S
+) -> APIRouter:
     router = APIRouter(tags=["native"])
 
     async def answer(request: Request) -> JSONResponse:
@@ -107,9 +108,22 @@ def decisions_router(backend: DecisionBackend, *, max_body_bytes: int = DEFAULT_
 
     for path in ("/v1/decisions", "/v1/systemone"):
         router.add_api_route(
-            path, answer, methods=["POST"], response_model=DecisionResponse,
-            openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                "schema": DecisionRequest.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
+            path,
+            answer,
+            methods=["POST"],
+            response_model=DecisionResponse,
+            openapi_extra={
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": DecisionRequest.model_json_schema(
+                                ref_template="#/components/schemas/{model}"
+                            )
+                        }
+                    },
+                }
+            },
         )
 
     @router.get("/v1/systemone/models")
@@ -117,7 +131,9 @@ def decisions_router(backend: DecisionBackend, *, max_body_bytes: int = DEFAULT_
         try:
             cards = await asyncio.wait_for(backend.models(), deadline_s)
         except Exception as exc:
-            return _error(int(getattr(exc, "status", 503)) if isinstance(getattr(exc, "status", None), int) else 503)
+            return _error(
+                int(getattr(exc, "status", 503)) if isinstance(getattr(exc, "status", None), int) else 503
+            )
         return JSONResponse({"object": "list", "data": cards})
 
     return router

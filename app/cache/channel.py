@@ -79,7 +79,9 @@ class CacheChannelServer:
     ResponseCache deployment's own methods). `on_store` runs after each store (the replica
     updates its size gauge)."""
 
-    def __init__(self, backend: ResponseCacheBackend, path: str, on_store: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, backend: ResponseCacheBackend, path: str, on_store: Callable[[], None] | None = None
+    ) -> None:
         self.backend = backend
         self.path = path
         self._on_store = on_store
@@ -129,7 +131,9 @@ class CacheChannelServer:
         try:
             if call.op == "lookup":
                 vector = np.asarray(call.vector, dtype=np.float32)
-                return CacheReply(ok=True, hit=self.backend.lookup(call.partition, vector, call.threshold or 0.0))
+                return CacheReply(
+                    ok=True, hit=self.backend.lookup(call.partition, vector, call.threshold or 0.0)
+                )
             if call.op == "store":
                 vector = np.asarray(call.vector, dtype=np.float32)
                 self.backend.store(call.partition, vector, call.response or {}, call.ttl_seconds)
@@ -150,13 +154,23 @@ class CacheChannelClient:
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def lookup(self, partition: str, vector: np.ndarray, threshold: float) -> CacheHit | None:
-        reply = await self._call(CacheCall(op="lookup", partition=partition, vector=_floats(vector),
-                                           threshold=threshold))
+        reply = await self._call(
+            CacheCall(op="lookup", partition=partition, vector=_floats(vector), threshold=threshold)
+        )
         return reply.hit
 
-    async def store(self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int | None) -> None:
-        await self._call(CacheCall(op="store", partition=partition, vector=_floats(vector),
-                                   response=response, ttl_seconds=ttl_seconds))
+    async def store(
+        self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int | None
+    ) -> None:
+        await self._call(
+            CacheCall(
+                op="store",
+                partition=partition,
+                vector=_floats(vector),
+                response=response,
+                ttl_seconds=ttl_seconds,
+            )
+        )
 
     async def ping(self) -> None:
         await self._call(CacheCall(op="ping"))
@@ -168,8 +182,11 @@ class CacheChannelClient:
 
     async def _call(self, call: CacheCall) -> CacheReply:
         try:
-            reader, writer = self._idle.pop() if self._idle else await asyncio.wait_for(
-                asyncio.open_unix_connection(self.path), self.timeout_s)
+            reader, writer = (
+                self._idle.pop()
+                if self._idle
+                else await asyncio.wait_for(asyncio.open_unix_connection(self.path), self.timeout_s)
+            )
         except (OSError, TimeoutError) as exc:
             raise ChannelError(f"cache channel {self.path}: {exc}") from exc
         try:

@@ -33,8 +33,13 @@ class CacheLane:
     """The lane from one caller to the ResponseCache: channel when reachable, handle otherwise."""
 
     def __init__(
-        self, *, node_id: str, discover: Callable[[], Awaitable[ChannelInfo | None]],
-        handle_lookup: Lookup, handle_store: Store, retry_s: float = 2.0,
+        self,
+        *,
+        node_id: str,
+        discover: Callable[[], Awaitable[ChannelInfo | None]],
+        handle_lookup: Lookup,
+        handle_store: Store,
+        retry_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node_id = node_id
@@ -49,15 +54,24 @@ class CacheLane:
         self.handle_calls = 0
 
     async def lookup(self, partition: str, vector: np.ndarray, threshold: float) -> CacheHit | None:
-        return await self._call(lambda client: client.lookup(partition, vector, threshold),
-                                lambda: self._handle_lookup(partition, vector, threshold))
+        return await self._call(
+            lambda client: client.lookup(partition, vector, threshold),
+            lambda: self._handle_lookup(partition, vector, threshold),
+        )
 
-    async def store(self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int | None) -> None:
-        await self._call(lambda client: client.store(partition, vector, response, ttl_seconds),
-                         lambda: self._handle_store(partition, vector, response, ttl_seconds))
+    async def store(
+        self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int | None
+    ) -> None:
+        await self._call(
+            lambda client: client.store(partition, vector, response, ttl_seconds),
+            lambda: self._handle_store(partition, vector, response, ttl_seconds),
+        )
 
-    async def _call(self, over_channel: Callable[[CacheChannelClient], Awaitable[T]],
-                    over_handle: Callable[[], Awaitable[T]]) -> T:
+    async def _call(
+        self,
+        over_channel: Callable[[CacheChannelClient], Awaitable[T]],
+        over_handle: Callable[[], Awaitable[T]],
+    ) -> T:
         client = await self._channel()
         if client is not None:
             try:

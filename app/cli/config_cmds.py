@@ -81,14 +81,21 @@ def _read_document(path: Path) -> dict[str, Any]:
 def _print_reasons(reasons: list[dict[str, Any]]) -> None:
     for reason in reasons:
         where = reason.get("path") or "(document)"
-        click.echo(f"  - [{reason.get('stage')}] {where}: {reason.get('message')} ({reason.get('code')})", err=True)
+        click.echo(
+            f"  - [{reason.get('stage')}] {where}: {reason.get('message')} ({reason.get('code')})", err=True
+        )
 
 
 # ---------------------------------------------------------------------- init
 @click.command("init")
 @click.argument("path", default=DEFAULT_FILE, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--endpoint", "backend", default="127.0.0.1:8000", show_default=True,
-              help="host:port of the OpenAI-compatible backend the starter model points at.")
+@click.option(
+    "--endpoint",
+    "backend",
+    default="127.0.0.1:8000",
+    show_default=True,
+    help="host:port of the OpenAI-compatible backend the starter model points at.",
+)
 @click.option("--model-id", default="my-model", show_default=True, help="Model name the backend serves.")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def config_init(path: Path, backend: str, model_id: str, force: bool) -> None:
@@ -136,8 +143,15 @@ def config_validate(path: Path, remote: Remote) -> None:
         click.echo(f"invalid configuration {path}:", err=True)
         _print_reasons(body.get("reasons", []))
         sys.exit(EXIT_INVALID)
-    click.echo(json.dumps({"valid": True, "hash": body["source_config_hash"],
-                           "restart_required": body.get("restart_required", False)}))
+    click.echo(
+        json.dumps(
+            {
+                "valid": True,
+                "hash": body["source_config_hash"],
+                "restart_required": body.get("restart_required", False),
+            }
+        )
+    )
 
 
 @click.command("schema")
@@ -166,9 +180,14 @@ def config_get(fmt: str, output: Path | None, remote: Remote) -> None:
     with remote.client() as client:
         response = client.request("GET", "/api/v1/config", params={"format": fmt})
     check(response)
-    console.print(f"etag {response.headers.get('etag')}  serving config_version "
-                  f"{response.headers.get('x-svc-config-version')}", highlight=False)
-    text = response.text if fmt == "yaml" else json.dumps(response.json(), indent=2, ensure_ascii=False) + "\n"
+    console.print(
+        f"etag {response.headers.get('etag')}  serving config_version "
+        f"{response.headers.get('x-svc-config-version')}",
+        highlight=False,
+    )
+    text = (
+        response.text if fmt == "yaml" else json.dumps(response.json(), indent=2, ensure_ascii=False) + "\n"
+    )
     if output is None:
         click.echo(text, nl=False)
         return
@@ -180,14 +199,24 @@ def config_get(fmt: str, output: Path | None, remote: Remote) -> None:
 
 # ---------------------------------------------------------------------- plan, apply
 def _mode_option(func: Any) -> Any:
-    return click.option("--mode", type=click.Choice(["replace", "merge"]), default="replace", show_default=True,
-                        help="replace: the file is the whole document; merge: a JSON merge patch.")(func)
+    return click.option(
+        "--mode",
+        type=click.Choice(["replace", "merge"]),
+        default="replace",
+        show_default=True,
+        help="replace: the file is the whole document; merge: a JSON merge patch.",
+    )(func)
 
 
 def _config_option(func: Any) -> Any:
-    return click.option("--config", "config_path", default=DEFAULT_FILE, show_default=True,
-                        type=click.Path(dir_okay=False, path_type=Path),
-                        help="Document (or merge patch) to send; - reads stdin.")(func)
+    return click.option(
+        "--config",
+        "config_path",
+        default=DEFAULT_FILE,
+        show_default=True,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Document (or merge patch) to send; - reads stdin.",
+    )(func)
 
 
 @click.command("plan")
@@ -227,13 +256,25 @@ def config_apply(config_path: Path, mode: str, if_match: str | None, remote: Rem
     code = status_exit_code(response.status_code)
     if response.status_code in (200, 202, 503):
         body = response.json()
-        echo_json({k: body.get(k) for k in ("status", "config_version", "version", "etag", "source_config_hash",
-                                             "activation_status")})
+        echo_json(
+            {
+                k: body.get(k)
+                for k in (
+                    "status",
+                    "config_version",
+                    "version",
+                    "etag",
+                    "source_config_hash",
+                    "activation_status",
+                )
+            }
+        )
         for warning in body.get("warnings", []):
             click.echo(f"warning: {warning}", err=True)
         if response.status_code == 503:
-            click.echo("activation failed (the document is persisted; the previous configuration serves):",
-                       err=True)
+            click.echo(
+                "activation failed (the document is persisted; the previous configuration serves):", err=True
+            )
             _print_reasons((body.get("activation") or {}).get("reasons", []))
         sys.exit(code)
     fail(error_text(response), code if code != EXIT_OK else EXIT_FAILURE)
@@ -256,8 +297,10 @@ def config_versions(limit: int, as_json: bool, remote: Remote) -> None:
     click.echo(f"{'VERSION':<29} {'CFG':>4} {'RESULT':<10} {'SOURCE':<10} {'HASH':<12} ACTIVE")
     for entry in body["versions"]:
         cfg = "" if entry["config_version"] is None else str(entry["config_version"])
-        click.echo(f"{entry['version']:<29} {cfg:>4} {entry['result']:<10} {entry['source']:<10} "
-                   f"{entry['hash'][:12]:<12} {'*' if entry['active'] else ''}")
+        click.echo(
+            f"{entry['version']:<29} {cfg:>4} {entry['result']:<10} {entry['source']:<10} "
+            f"{entry['hash'][:12]:<12} {'*' if entry['active'] else ''}"
+        )
 
 
 @click.command("rollback")
@@ -309,6 +352,15 @@ def config_import(source: Path, output: Path | None) -> None:
 
 def register(group: click.Group) -> None:
     """Add the commands to `svc-sr config` (validate and schema gain their remote forms)."""
-    for command in (config_init, config_validate, config_schema, config_get, config_plan, config_apply,
-                    config_versions, config_rollback, config_import):
+    for command in (
+        config_init,
+        config_validate,
+        config_schema,
+        config_get,
+        config_plan,
+        config_apply,
+        config_versions,
+        config_rollback,
+        config_import,
+    ):
         group.add_command(command)

@@ -34,8 +34,15 @@ def wait_for_port(host: str, port: int, timeout_s: float) -> None:
 
 
 class Gateway:
-    def __init__(self, config_path: Path, config: RouterConfig, state_dir: Path, ray_address: str,
-                 app_name: str, management_port: int) -> None:
+    def __init__(
+        self,
+        config_path: Path,
+        config: RouterConfig,
+        state_dir: Path,
+        ray_address: str,
+        app_name: str,
+        management_port: int,
+    ) -> None:
         self.config_path = config_path
         self.config = config
         self.state_dir = state_dir
@@ -58,9 +65,19 @@ class Gateway:
         logs.mkdir(parents=True, exist_ok=True)
         self.sidecar = SupervisedProcess(
             "ext_proc sidecar",
-            [sys.executable, "-m", "deployments.extproc_sidecar", "--config", str(self.config_path),
-             "--ray-address", self.ray_address, "--app", self.app_name],
-            log_path=logs / "extproc.log").start()
+            [
+                sys.executable,
+                "-m",
+                "deployments.extproc_sidecar",
+                "--config",
+                str(self.config_path),
+                "--ray-address",
+                self.ray_address,
+                "--app",
+                self.app_name,
+            ],
+            log_path=logs / "extproc.log",
+        ).start()
         wait_for_port(self.ports.ext_proc_address, self.ports.ext_proc_port, 60)
         envoy = EnvoyProcess(envoy_yaml, admin_port=self.ports.admin_port, log_path=logs / "envoy.log")
         self.envoy = SupervisedProcess("envoy", envoy.command(), log_path=logs / "envoy.log").start()

@@ -32,18 +32,35 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--config", "config_path", default=DEFAULT_CONFIG, show_default=True,
-              type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--config",
+    "config_path",
+    default=DEFAULT_CONFIG,
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=int)
-@click.option("--dashboard/--no-dashboard", default=True, show_default=True,
-              help="Start the Ray dashboard on 127.0.0.1:8265.")
-@click.option("--serve-config", type=click.Path(dir_okay=False, path_type=Path),
-              default="cluster/serve-config.yaml", show_default=True,
-              help="Serve config whose per-deployment options (replicas, num_cpus, autoscaling) apply.")
-@click.option("--envoy/--no-envoy", default=True, show_default=True,
-              help="Also run Envoy (listener from the config, 8801) and the ext_proc sidecar (50051); "
-                   "--no-envoy keeps the standalone data plane on --port only.")
+@click.option(
+    "--dashboard/--no-dashboard",
+    default=True,
+    show_default=True,
+    help="Start the Ray dashboard on 127.0.0.1:8265.",
+)
+@click.option(
+    "--serve-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default="cluster/serve-config.yaml",
+    show_default=True,
+    help="Serve config whose per-deployment options (replicas, num_cpus, autoscaling) apply.",
+)
+@click.option(
+    "--envoy/--no-envoy",
+    default=True,
+    show_default=True,
+    help="Also run Envoy (listener from the config, 8801) and the ext_proc sidecar (50051); "
+    "--no-envoy keeps the standalone data plane on --port only.",
+)
 def serve(config_path: Path, host: str, port: int, dashboard: bool, serve_config: Path, envoy: bool) -> None:
     """Start a local Ray instance and serve the router graph (Ctrl-C stops it)."""
     state = ServeState.read()
@@ -58,10 +75,18 @@ def serve(config_path: Path, host: str, port: int, dashboard: bool, serve_config
 
 
 @cli.command()
-@click.option("--endpoint", envvar="SVC_MGMT_ENDPOINT", default=None,
-              help="Management API to ask (env SVC_MGMT_ENDPOINT; default: the local `svc-sr serve`).")
-@click.option("--token-env", default="SVC_MGMT_TOKEN", show_default=True,
-              help="Environment variable holding the management bearer token.")
+@click.option(
+    "--endpoint",
+    envvar="SVC_MGMT_ENDPOINT",
+    default=None,
+    help="Management API to ask (env SVC_MGMT_ENDPOINT; default: the local `svc-sr serve`).",
+)
+@click.option(
+    "--token-env",
+    default="SVC_MGMT_TOKEN",
+    show_default=True,
+    help="Environment variable holding the management bearer token.",
+)
 def status(endpoint: str | None, token_env: str) -> None:
     """Show whether svc-sr is running, ready and on which configuration (JSON).
 
@@ -73,8 +98,15 @@ def status(endpoint: str | None, token_env: str) -> None:
         sys.exit(3)
     report: dict[str, object] = {"running": True}
     if local and state is not None:
-        report.update({"pid": state.pid, "phase": state.phase, "endpoint": state.http,
-                       "config": state.config_path, "uptime_s": round(time.time() - state.started_at)})
+        report.update(
+            {
+                "pid": state.pid,
+                "phase": state.phase,
+                "endpoint": state.http,
+                "config": state.config_path,
+                "uptime_s": round(time.time() - state.started_at),
+            }
+        )
     url = (endpoint or (state.http if state else "")).rstrip("/")
     report["endpoint"] = url
     remote = _remote_status(url, os.environ.get(token_env, ""))
@@ -95,9 +127,16 @@ def _remote_status(url: str, token: str) -> dict[str, object]:
         except (httpx.HTTPError, ValueError) as exc:
             return {"health": {"status": "unreachable", "error": type(exc).__name__}}
         for key, path, fields in (
-            ("ready", "/ready", ("phase", "ready", "ready_models", "total_models", "pending_models", "reason")),
-            ("active_config", "/api/v1/config/hash", ("config_version", "activation_status", "source_config_hash",
-                                               "active_version")),
+            (
+                "ready",
+                "/ready",
+                ("phase", "ready", "ready_models", "total_models", "pending_models", "reason"),
+            ),
+            (
+                "active_config",
+                "/api/v1/config/hash",
+                ("config_version", "activation_status", "source_config_hash", "active_version"),
+            ),
         ):
             try:
                 response = client.get(path)

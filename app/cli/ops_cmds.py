@@ -29,8 +29,14 @@ from app.cli.remote import (
 
 console = Console(stderr=True)
 DEFAULT_PROXY = "http://127.0.0.1:8801"
-ROUTING_HEADERS = ("x-selected-model", "x-routing-confidence", "x-request-id", "x-cache-status",
-                   "x-processing-time", "x-security-checks")
+ROUTING_HEADERS = (
+    "x-selected-model",
+    "x-routing-confidence",
+    "x-request-id",
+    "x-cache-status",
+    "x-processing-time",
+    "x-security-checks",
+)
 
 
 def _messages(text: str, system: str | None) -> list[dict[str, str]]:
@@ -48,12 +54,24 @@ def route() -> None:
 @click.option("--model", default="MoM", show_default=True)
 @click.option("--system", default=None, help="Optional system message.")
 @click.option("--seed", type=int, default=None, help="Sampling seed for weighted selection.")
-@click.option("--local", "local_config", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Preview in-process against this config file instead of a running router.")
+@click.option(
+    "--local",
+    "local_config",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Preview in-process against this config file instead of a running router.",
+)
 @click.option("--full", is_flag=True, help="Print the whole preview (signals, candidates, rewritten body).")
 @remote_options
-def route_preview(text: str, model: str, system: str | None, seed: int | None, local_config: Path | None,
-                  full: bool, remote: Remote) -> None:
+def route_preview(
+    text: str,
+    model: str,
+    system: str | None,
+    seed: int | None,
+    local_config: Path | None,
+    full: bool,
+    remote: Remote,
+) -> None:
     """Evaluate signals, decision and model selection for TEXT without calling any backend."""
     body: dict[str, Any] = {"model": model, "messages": _messages(text, system)}
     if local_config is not None:
@@ -61,18 +79,32 @@ def route_preview(text: str, model: str, system: str | None, seed: int | None, l
     else:
         if seed is not None:
             body["preview_context"] = {"seed": seed}
-        with remote.client() as client, \
-                console.status("routing preview..."):
+        with remote.client() as client, console.status("routing preview..."):
             response = client.request("POST", "/api/v1/routing/preview", json=body)
         check(response)
         result = response.json()
     if full:
         echo_json(result)
         return
-    echo_json({k: result.get(k) for k in ("decision", "selected_model", "selection_status", "selection_method",
-                                           "selection_provenance", "confidence", "reason_code")}
-              | {"matched_signals": [f"{s['type']}:{s['name']}" for s in result.get("signals", [])
-                                     if s.get("matched")]})
+    echo_json(
+        {
+            k: result.get(k)
+            for k in (
+                "decision",
+                "selected_model",
+                "selection_status",
+                "selection_method",
+                "selection_provenance",
+                "confidence",
+                "reason_code",
+            )
+        }
+        | {
+            "matched_signals": [
+                f"{s['type']}:{s['name']}" for s in result.get("signals", []) if s.get("matched")
+            ]
+        }
+    )
 
 
 def _local_preview(path: Path, body: dict[str, Any], seed: int | None) -> dict[str, Any]:
@@ -80,7 +112,7 @@ def _local_preview(path: Path, body: dict[str, Any], seed: int | None) -> dict[s
 
     from app.config.errors import ConfigError
     from app.config.loader import load_config
-    from app.pipeline.pipeline import PipelineServices, RouterPipeline, encoder_embed
+    from app.pipeline import PipelineServices, RouterPipeline, encoder_embed
 
     try:
         config = load_config(path).config
@@ -97,7 +129,10 @@ def _local_preview(path: Path, body: dict[str, Any], seed: int | None) -> dict[s
             return asyncio.run(pipeline.preview(body, {}, seed=seed))
         except Exception as exc:
             status = getattr(exc, "status", None)
-            fail(f"preview failed: {exc}", EXIT_INVALID if isinstance(status, int) and status < 500 else EXIT_FAILURE)
+            fail(
+                f"preview failed: {exc}",
+                EXIT_INVALID if isinstance(status, int) and status < 500 else EXIT_FAILURE,
+            )
 
 
 @click.group("request")
@@ -119,12 +154,22 @@ class Proxy:
 
 
 proxy_options = option_group(
-    "proxy", Proxy,
-    click.option("--endpoint", envvar="SVC_SR_PROXY", default=DEFAULT_PROXY, show_default=True,
-                 help="Data-plane base URL (env SVC_SR_PROXY)."),
+    "proxy",
+    Proxy,
+    click.option(
+        "--endpoint",
+        envvar="SVC_SR_PROXY",
+        default=DEFAULT_PROXY,
+        show_default=True,
+        help="Data-plane base URL (env SVC_SR_PROXY).",
+    ),
     click.option("--timeout", default=300.0, show_default=True, type=float),
-    click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
-                 help="Environment variable with the listener API key (sent as Bearer when set)."),
+    click.option(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        show_default=True,
+        help="Environment variable with the listener API key (sent as Bearer when set).",
+    ),
 )
 
 
@@ -136,8 +181,15 @@ proxy_options = option_group(
 @click.option("--stream", is_flag=True, help="Stream the answer as it is generated.")
 @proxy_options
 @click.option("--json", "as_json", is_flag=True, help="Print the whole JSON answer.")
-def request_chat(text: str, model: str, system: str | None, max_tokens: int | None, stream: bool, proxy: Proxy,
-                 as_json: bool) -> None:
+def request_chat(
+    text: str,
+    model: str,
+    system: str | None,
+    max_tokens: int | None,
+    stream: bool,
+    proxy: Proxy,
+    as_json: bool,
+) -> None:
     """One-shot chat completion through the proxy; routing headers go to stderr."""
     body: dict[str, Any] = {"model": model, "messages": _messages(text, system), "stream": stream}
     if max_tokens is not None:

@@ -55,14 +55,21 @@ def fail(message: str, code: int) -> NoReturn:
 
 
 class MgmtClient:
-    def __init__(self, endpoint: str = DEFAULT_ENDPOINT, timeout: float = DEFAULT_TIMEOUT,
-                 token_env: str = DEFAULT_TOKEN_ENV, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        timeout: float = DEFAULT_TIMEOUT,
+        token_env: str = DEFAULT_TOKEN_ENV,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         headers = {"user-agent": "svc-sr-cli/0.1"}
         token = os.environ.get(token_env, "")
         if token:
             headers["authorization"] = f"Bearer {token}"
         self.endpoint = endpoint.rstrip("/")
-        self._client = httpx.Client(base_url=self.endpoint, timeout=timeout, headers=headers, transport=transport)
+        self._client = httpx.Client(
+            base_url=self.endpoint, timeout=timeout, headers=headers, transport=transport
+        )
 
     def __enter__(self) -> MgmtClient:
         return self
@@ -121,7 +128,9 @@ class Remote:
         return MgmtClient(self.endpoint or DEFAULT_ENDPOINT, self.timeout, self.token_env)
 
 
-def option_group(target: str, build: Callable[..., Any], *options: Callable[[Any], Any]) -> Callable[..., Any]:
+def option_group(
+    target: str, build: Callable[..., Any], *options: Callable[[Any], Any]
+) -> Callable[..., Any]:
     """A decorator adding click `options` whose values reach the command as one argument,
     `target=build(**their values)` (a settings object instead of a long parameter list)."""
     names = [param.name for option in options for param in option(lambda: None).__click_params__]
@@ -141,12 +150,22 @@ def option_group(target: str, build: Callable[..., Any], *options: Callable[[Any
 
 
 remote_options = option_group(
-    "remote", Remote,
-    click.option("--endpoint", envvar="SVC_MGMT_ENDPOINT", default=None,
-                 help=f"Management API base URL (env SVC_MGMT_ENDPOINT; default {DEFAULT_ENDPOINT})."),
-    click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, type=float,
-                 help="Seconds per HTTP request."),
-    click.option("--token-env", default=DEFAULT_TOKEN_ENV, show_default=True,
-                 help="Environment variable holding the management bearer token."),
+    "remote",
+    Remote,
+    click.option(
+        "--endpoint",
+        envvar="SVC_MGMT_ENDPOINT",
+        default=None,
+        help=f"Management API base URL (env SVC_MGMT_ENDPOINT; default {DEFAULT_ENDPOINT}).",
+    ),
+    click.option(
+        "--timeout", default=DEFAULT_TIMEOUT, show_default=True, type=float, help="Seconds per HTTP request."
+    ),
+    click.option(
+        "--token-env",
+        default=DEFAULT_TOKEN_ENV,
+        show_default=True,
+        help="Environment variable holding the management bearer token.",
+    ),
 )
 """--endpoint, --timeout, --token-env (spec 2 "config": remote forms) as `remote: Remote`."""

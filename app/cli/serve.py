@@ -67,8 +67,10 @@ def deployment_overrides(serve_config: Path | None, app_name: str = APP_NAME) ->
     document = yaml.safe_load(serve_config.read_text()) or {}
     for application in document.get("applications", []):
         if application.get("name") == app_name:
-            return {d["name"]: {k: v for k, v in d.items() if k != "name"}
-                    for d in application.get("deployments", [])}
+            return {
+                d["name"]: {k: v for k, v in d.items() if k != "name"}
+                for d in application.get("deployments", [])
+            }
     return {}
 
 
@@ -99,12 +101,21 @@ def _deployment_states() -> dict[str, str]:
     app = status.applications.get(APP_NAME)
     if app is None:
         return {}
-    return {name: str(dep.status.value if hasattr(dep.status, "value") else dep.status)
-            for name, dep in app.deployments.items()}
+    return {
+        name: str(dep.status.value if hasattr(dep.status, "value") else dep.status)
+        for name, dep in app.deployments.items()
+    }
 
 
-def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, console: Console,
-                  serve_config: Path | None = None, with_envoy: bool = True) -> int:
+def serve_forever(
+    config_path: Path,
+    host: str,
+    port: int,
+    dashboard: bool,
+    console: Console,
+    serve_config: Path | None = None,
+    with_envoy: bool = True,
+) -> int:
     """Start Ray + the graph, show progress, block until Ctrl-C / SIGTERM, then stop cleanly."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from app.config.loader import ConfigError, load_config
@@ -130,18 +141,27 @@ def serve_forever(config_path: Path, host: str, port: int, dashboard: bool, cons
     ready = False
     console.print(f"[bold]svc-sr[/bold] starting a local Ray instance (config {config_path})")
     http = f"http://{host}:{port}"
-    _start_ray(ServeState(os.getpid(), str(config_path), http, time.time(), phase="starting"), dashboard, stop)
+    _start_ray(
+        ServeState(os.getpid(), str(config_path), http, time.time(), phase="starting"), dashboard, stop
+    )
     try:
         serve.start(http_options={"host": host, "port": port})
         code = _deploy(config_path, serve_config, stop, console)
         if code is not None:
             return code
         if with_envoy and config.global_.services.envoy.enabled:
-            gateway = Gateway(config_path, config, STATE_DIR, ray.get_runtime_context().gcs_address, APP_NAME, port)
+            gateway = Gateway(
+                config_path, config, STATE_DIR, ray.get_runtime_context().gcs_address, APP_NAME, port
+            )
             if not _start_gateway(gateway, console):
                 return 1
-        ServeState(os.getpid(), str(config_path), http, time.time(),
-                   ray.get_runtime_context().gcs_address if dashboard else None).write()
+        ServeState(
+            os.getpid(),
+            str(config_path),
+            http,
+            time.time(),
+            ray.get_runtime_context().gcs_address if dashboard else None,
+        ).write()
         ready = True
         _print_ready(console, http, config, gateway.url if gateway is not None else None, dashboard)
         stop.wait()
@@ -158,8 +178,13 @@ def _start_ray(starting: ServeState, dashboard: bool, stop: threading.Event) -> 
 
     starting.write()
     try:
-        ray.init(include_dashboard=dashboard, dashboard_host="127.0.0.1", logging_level=logging.WARNING,
-                 log_to_driver=False, configure_logging=True)
+        ray.init(
+            include_dashboard=dashboard,
+            dashboard_host="127.0.0.1",
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+            configure_logging=True,
+        )
     except BaseException:
         ServeState.clear()
         raise
@@ -169,7 +194,9 @@ def _start_ray(starting: ServeState, dashboard: bool, stop: threading.Event) -> 
         signal.signal(sig, lambda *_: stop.set())
 
 
-def _deploy(config_path: Path, serve_config: Path | None, stop: threading.Event, console: Console) -> int | None:
+def _deploy(
+    config_path: Path, serve_config: Path | None, stop: threading.Event, console: Console
+) -> int | None:
     """Deploy the graph with progress; the exit code when it failed or was stopped, else None."""
     from ray import serve
 
@@ -205,7 +232,9 @@ def _start_gateway(gateway: Gateway, console: Console) -> bool:
     return True
 
 
-def _print_ready(console: Console, http: str, config: RouterConfig, envoy_url: str | None, dashboard: bool) -> None:
+def _print_ready(
+    console: Console, http: str, config: RouterConfig, envoy_url: str | None, dashboard: bool
+) -> None:
     console.print(f"[green]ready[/green]  OpenAI-compatible endpoint: {http}/v1  (model: MoM)")
     console.print(f"  decisions (svc-srun API): {http}/v1/decisions")
     console.print(f"  management API: {http}/api/v1  (svc-sr status | config get|apply|versions|rollback)")
@@ -214,8 +243,10 @@ def _print_ready(console: Console, http: str, config: RouterConfig, envoy_url: s
     metrics = config.global_.services.observability.metrics
     if metrics.enabled:
         console.print(f"  metrics: http://{metrics.bind_address}:{metrics.port}/metrics")
-    console.print(f"  try: curl {http}/v1/chat/completions -H 'content-type: application/json' "
-                  "-d '{\"model\":\"MoM\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}'")
+    console.print(
+        f"  try: curl {http}/v1/chat/completions -H 'content-type: application/json' "
+        '-d \'{"model":"MoM","messages":[{"role":"user","content":"hello"}]}\''
+    )
     if dashboard:
         console.print("  Ray dashboard: http://127.0.0.1:8265")
     console.print("  stop with Ctrl-C or `svc-sr stop`")
@@ -238,8 +269,13 @@ def _shut_down(gateway: Gateway | None, ready: bool) -> None:
 
 
 def _show_progress(worker: threading.Thread, stop: threading.Event, console: Console) -> None:
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TimeElapsedColumn())
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("loading models and deployments", total=None)
         while worker.is_alive() and not stop.is_set():
@@ -247,8 +283,12 @@ def _show_progress(worker: threading.Thread, stop: threading.Event, console: Con
             if states:
                 ready = sum(1 for s in states.values() if s == "HEALTHY")
                 pending = ", ".join(sorted(n for n, s in states.items() if s != "HEALTHY"))
-                progress.update(task, total=len(states), completed=ready,
-                                description=f"waiting for: {pending}" if pending else "deployments ready")
+                progress.update(
+                    task,
+                    total=len(states),
+                    completed=ready,
+                    description=f"waiting for: {pending}" if pending else "deployments ready",
+                )
             worker.join(timeout=0.5)
 
 

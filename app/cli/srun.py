@@ -54,14 +54,20 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("model", nargs=-1)
-@click.option("--models", "models_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="models file (YAML `models:` list)")
+@click.option(
+    "--models",
+    "models_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="models file (YAML `models:` list)",
+)
 @click.option("--revision", default=None, help="pin for a single model (digest prefix or recorded revision)")
 @click.option("--served-model-name", default=None, help="reported id, single model")
 @click.option("--device", default="auto", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8100, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--uds", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Unix socket instead of TCP")
+@click.option(
+    "--uds", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Unix socket instead of TCP"
+)
 @click.option("--profile", default="exact", show_default=True, type=click.Choice(PROFILES))
 @click.option("--engine", default="auto", show_default=True, type=click.Choice(ENGINES))
 @click.option("--threads", type=click.IntRange(1, 256), default=None, help="CPU threads per engine")
@@ -75,8 +81,9 @@ def cli() -> None:
 @click.option("--load-retry-seconds", default=5.0, show_default=True, type=click.FloatRange(0))
 @click.option("--result-cache-entries", default=16_384, show_default=True, type=click.IntRange(0))
 @click.option("--offline", is_flag=True, help="cached files only (always the case: nothing is fetched)")
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option(
+    "--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
+)
 def run(model: tuple[str, ...], **options: Any) -> None:
     """Serve MODEL... (built-in names, MODEL@REVISION pins) over HTTP."""
     opts = RunOptions(**options)
@@ -85,8 +92,11 @@ def run(model: tuple[str, ...], **options: Any) -> None:
         # Read when the encoder session is created, i.e. after this point.
         os.environ["SVC_SR_ENCODER_THREADS"] = str(opts.threads)
         os.environ.setdefault("OMP_NUM_THREADS", str(opts.threads))
-    logging.basicConfig(level=opts.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=opts.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     import uvicorn
 
     from app.srun.server import create_app
@@ -101,7 +111,9 @@ def run(model: tuple[str, ...], **options: Any) -> None:
         if opts.uds.exists():
             opts.uds.unlink()  # a stale socket of a previous run
         listen = {"uds": str(opts.uds)}
-    uvicorn.Server(uvicorn.Config(app, log_level=opts.log_level, access_log=False, lifespan="on", **listen)).run()
+    uvicorn.Server(
+        uvicorn.Config(app, log_level=opts.log_level, access_log=False, lifespan="on", **listen)
+    ).run()
 
 
 @dataclass(frozen=True)
@@ -131,9 +143,20 @@ class RunOptions:
     log_level: str
 
 
-WORKER_TUNING = ("device", "engine", "profile", "max_queue", "max_queued_tokens", "batch_window_ms",
-                 "max_batch_tokens", "max_request_bytes", "max_bundle_tasks", "load_attempts",
-                 "load_retry_seconds", "result_cache_entries")
+WORKER_TUNING = (
+    "device",
+    "engine",
+    "profile",
+    "max_queue",
+    "max_queued_tokens",
+    "batch_window_ms",
+    "max_batch_tokens",
+    "max_request_bytes",
+    "max_bundle_tasks",
+    "load_attempts",
+    "load_retry_seconds",
+    "result_cache_entries",
+)
 
 
 def _model_entries(model: tuple[str, ...], opts: RunOptions) -> list[ModelEntry]:
@@ -149,7 +172,9 @@ def _model_entries(model: tuple[str, ...], opts: RunOptions) -> list[ModelEntry]
         try:
             entries += ModelsFile.model_validate(yaml.safe_load(opts.models_file.read_text())).models
         except (yaml.YAMLError, ValidationError) as exc:
-            raise click.BadParameter(str(exc).splitlines()[0] if str(exc) else "invalid", param_hint="--models") from exc
+            raise click.BadParameter(
+                str(exc).splitlines()[0] if str(exc) else "invalid", param_hint="--models"
+            ) from exc
     if not entries:
         raise click.UsageError("name at least one MODEL or a --models file")
     if (opts.revision or opts.served_model_name) and len(entries) != 1:
@@ -193,8 +218,18 @@ def plugins() -> None:
     from app.srun.catalog import catalogue
 
     families = sorted({c.task for c in catalogue()})
-    click.echo(json.dumps({"families": families, "engines": list(ENGINES[1:]), "profiles": list(PROFILES),
-                           "devices": ["cpu", "cuda[:N]"], "external_plugins": []}, indent=2))
+    click.echo(
+        json.dumps(
+            {
+                "families": families,
+                "engines": list(ENGINES[1:]),
+                "profiles": list(PROFILES),
+                "devices": ["cpu", "cuda[:N]"],
+                "external_plugins": [],
+            },
+            indent=2,
+        )
+    )
 
 
 @cli.command()

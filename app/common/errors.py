@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -193,7 +193,7 @@ def internal_error(request_id: str) -> SvcError:
 
 
 # -- FastAPI wiring --------------------------------------------------------------------
-def validation_message(errors: Iterable[dict[str, Any]]) -> tuple[str, str | None]:
+def validation_message(errors: Iterable[Mapping[str, Any]]) -> tuple[str, str | None]:
     """("<field.path>: <reason>", "field.path") for the first pydantic/FastAPI error."""
     for error in errors:
         loc = [str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path", "header")]
@@ -201,5 +201,3 @@ def validation_message(errors: Iterable[dict[str, Any]]) -> tuple[str, str | Non
         reason = str(error.get("msg") or "invalid value")
         return (f"{path}: {reason}" if path else reason), path
     return "invalid request", None
-
-

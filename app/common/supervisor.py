@@ -28,8 +28,13 @@ class RestartPolicy:
 
 class SupervisedProcess:
     def __init__(
-        self, name: str, command: Sequence[str], log_path: Path | None = None, env: dict[str, str] | None = None,
-        policy: RestartPolicy | None = None, on_restart: Callable[[int], None] | None = None,
+        self,
+        name: str,
+        command: Sequence[str],
+        log_path: Path | None = None,
+        env: dict[str, str] | None = None,
+        policy: RestartPolicy | None = None,
+        on_restart: Callable[[int], None] | None = None,
     ) -> None:
         self.name = name
         self.command = list(command)
@@ -46,8 +51,14 @@ class SupervisedProcess:
     def _spawn(self) -> None:
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         env = {**os.environ, **(self.env or {})}
-        self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=env, start_new_session=True)
+        self.process = subprocess.Popen(
+            self.command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
 
     def start(self) -> SupervisedProcess:
         with self._lock:

@@ -171,14 +171,16 @@ def issues_from_validation_error(
         message = error["msg"]
         for lead in _MSG_PREFIXES:
             if message.startswith(lead):
-                message = message[len(lead):]
+                message = message[len(lead) :]
         extra = hint(parts, error) if hint is not None else ""
         if kind == "extra_forbidden" and parts:
             suggestion = "" if extra else did_you_mean(str(parts[-1]), allowed_keys(root, parts[:-1]))
             message = "unknown key" + suggestion
         elif kind == "missing":
             message = "required key is missing"
-        elif kind not in ("value_error", "assertion_error") and not isinstance(error.get("input"), dict | list):
+        elif kind not in ("value_error", "assertion_error") and not isinstance(
+            error.get("input"), dict | list
+        ):
             message += f" (got {_short(error.get('input'))})"
         message += extra
         issues.append(ConfigIssue(path=join_path(prefix, *parts), message=message, code=kind, stage=stage))

@@ -109,10 +109,24 @@ LEGACY_KEY_HOME: dict[str, str] = {
 }
 
 # Per-model keys of `model_config` that describe the model: they go to routing.modelCards.
-_MODEL_CARD_KEYS = ("description", "param_size", "context_window_size", "capabilities", "loras",
-                    "quality_score", "modality", "tags")
-_MODEL_PASSTHROUGH = ("reasoning_family", "pricing", "provider_model_id", "api_format",
-                      "external_model_ids", "reliability")
+_MODEL_CARD_KEYS = (
+    "description",
+    "param_size",
+    "context_window_size",
+    "capabilities",
+    "loras",
+    "quality_score",
+    "modality",
+    "tags",
+)
+_MODEL_PASSTHROUGH = (
+    "reasoning_family",
+    "pricing",
+    "provider_model_id",
+    "api_format",
+    "external_model_ids",
+    "reliability",
+)
 _ENDPOINT_KEYS = frozenset({"name", "address", "port", "weight", "models", "protocol"})
 
 
@@ -139,7 +153,7 @@ class Migration:
                 best is None or len(new) > len(best[0])
             ):
                 best = (new, old)
-        return None if best is None else best[1] + canonical[len(best[0]):]
+        return None if best is None else best[1] + canonical[len(best[0]) :]
 
 
 def migrate_legacy(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -268,7 +282,9 @@ class _Migrator:
             if card:
                 cards.append({"name": name, **card})
             if name in model_config:
-                self.path_map.append((f"providers.models[{len(models)}]", format_path(("model_config", name))))
+                self.path_map.append(
+                    (f"providers.models[{len(models)}]", format_path(("model_config", name)))
+                )
             models.append(entry)
 
         defaults: dict[str, Any] = {}
@@ -337,7 +353,8 @@ class _Migrator:
                     )
         if not chosen:
             chosen = [
-                ep_name for ep_name, ep in endpoints.items()
+                ep_name
+                for ep_name, ep in endpoints.items()
                 if isinstance(ep["models"], list) and name in map(str, ep["models"])
             ]
         if not chosen and unassigned:
@@ -385,7 +402,9 @@ class _Migrator:
             synthesizing = not self.src.get("decisions") and bool(rule.get("model_scores"))
             dropped = [k for k in extra if not (synthesizing and k in USED_BY_SYNTHESIS)]
             if dropped:
-                self.warnings.append(f"{where}: {', '.join(dropped)} dropped (no per-domain equivalent in v0.3)")
+                self.warnings.append(
+                    f"{where}: {', '.join(dropped)} dropped (no per-domain equivalent in v0.3)"
+                )
             rule = {k: v for k, v in rule.items() if k in keep}
         return rule
 
@@ -421,7 +440,9 @@ class _Migrator:
             if key not in self.src:
                 continue
             if key == "response_cache" and "semantic_cache" in self.src:
-                self.warnings.append("response_cache: ignored, semantic_cache already set global.stores.response_cache")
+                self.warnings.append(
+                    "response_cache: ignored, semantic_cache already set global.stores.response_cache"
+                )
                 continue
             value = self.src[key]
             if key == "decisions" and not isinstance(value, list):

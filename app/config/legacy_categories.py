@@ -11,11 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 # Per-category keys the synthesized decision carries; without synthesis they are dropped.
-USED_BY_SYNTHESIS = frozenset({
-    "system_prompt", "use_reasoning", "reasoning_effort", "reasoning_description",
-    "semantic_cache_enabled", "semantic_cache_similarity_threshold",
-    "jailbreak_enabled", "jailbreak_threshold", "pii_enabled",
-})
+USED_BY_SYNTHESIS = frozenset(
+    {
+        "system_prompt",
+        "use_reasoning",
+        "reasoning_effort",
+        "reasoning_description",
+        "semantic_cache_enabled",
+        "semantic_cache_similarity_threshold",
+        "jailbreak_enabled",
+        "jailbreak_threshold",
+        "pii_enabled",
+    }
+)
 
 
 def decision_from_category(category: dict[str, Any]) -> dict[str, Any] | None:
@@ -57,7 +65,9 @@ def _best_score(scores: list[Any]) -> dict[str, Any] | None:
 def _category_plugins(category: dict[str, Any]) -> list[dict[str, Any]]:
     plugins: list[dict[str, Any]] = []
     if category.get("system_prompt"):
-        plugins.append({"type": "system_prompt", "configuration": {"system_prompt": category["system_prompt"]}})
+        plugins.append(
+            {"type": "system_prompt", "configuration": {"system_prompt": category["system_prompt"]}}
+        )
     if category.get("semantic_cache_enabled") is not None:
         cache: dict[str, Any] = {"enabled": bool(category["semantic_cache_enabled"])}
         if category.get("semantic_cache_similarity_threshold") is not None:

@@ -44,8 +44,10 @@ class _StrictLoader(_BaseLoader):
                 continue  # keys brought in by `<<:` merges may be overridden on purpose
             if key_node.value in seen:
                 raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark,
-                    f"found duplicate key {key_node.value!r}", key_node.start_mark,
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key_node.value!r}",
+                    key_node.start_mark,
                 )
             seen.add(key_node.value)
         return super().construct_mapping(node, deep=deep)
@@ -77,7 +79,9 @@ def to_yaml(config: RouterConfig, *, compact: bool = True) -> str:
     """
     if compact:
         document = {"version": config.version}
-        document.update(config.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True, mode="json"))
+        document.update(
+            config.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True, mode="json")
+        )
     else:
         document = config.to_document()
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
@@ -89,7 +93,9 @@ def load_config(path: str | Path) -> LoadedConfig:
         raw = Path(path).read_bytes()
     except OSError as exc:
         reason = exc.strerror or exc.__class__.__name__
-        raise ConfigError([_parse_issue(f"cannot read {source}: {reason}", "unreadable")], source=source) from None
+        raise ConfigError(
+            [_parse_issue(f"cannot read {source}: {reason}", "unreadable")], source=source
+        ) from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -105,7 +111,9 @@ def parse_config(data: dict[str, Any] | str | bytes, *, source: str = "<memory>"
         try:
             data = data.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
-            raise ConfigError([_parse_issue(f"not UTF-8 text: {exc.reason}", "not_utf8")], source=source) from None
+            raise ConfigError(
+                [_parse_issue(f"not UTF-8 text: {exc.reason}", "not_utf8")], source=source
+            ) from None
     if isinstance(data, str):
         document = parse_text(data, source=source)
     elif isinstance(data, dict):
@@ -183,8 +191,9 @@ def _check_size(document: Any, source: str) -> None:
         if key in sizes:
             return sizes[key]
         if key in active:
-            raise ConfigError([_parse_issue("recursive alias: a node contains itself", "recursive_alias")],
-                              source=source)
+            raise ConfigError(
+                [_parse_issue("recursive alias: a node contains itself", "recursive_alias")], source=source
+            )
         active.add(key)
         children = node.values() if isinstance(node, dict) else node
         total = 1
@@ -192,7 +201,8 @@ def _check_size(document: Any, source: str) -> None:
             total += count(child)
             if total > MAX_NODES:
                 raise ConfigError(
-                    [_parse_issue(f"document expands to more than {MAX_NODES} nodes", "too_large")], source=source
+                    [_parse_issue(f"document expands to more than {MAX_NODES} nodes", "too_large")],
+                    source=source,
                 )
         active.discard(key)
         sizes[key] = total
@@ -211,7 +221,9 @@ def _build(document: dict[str, Any], source: str) -> LoadedConfig:
         except ConfigError as exc:
             raise ConfigError(exc.issues, source=source) from None
         document = migration.document
-        warnings.append("legacy flat layout (v0.1) converted to v0.3; `svc-sr config migrate` writes the v0.3 file")
+        warnings.append(
+            "legacy flat layout (v0.1) converted to v0.3; `svc-sr config migrate` writes the v0.3 file"
+        )
         warnings.extend(migration.warnings)
     try:
         config = RouterConfig.model_validate(document)
@@ -225,15 +237,18 @@ def _build(document: dict[str, Any], source: str) -> LoadedConfig:
     if errors:
         raise ConfigError(_with_legacy_paths(errors, migration), source=source)
     warnings.extend(more)
-    return LoadedConfig(config=config, warnings=warnings, source_hash=config_hash(config), legacy=legacy,
-                        source=source)
+    return LoadedConfig(
+        config=config, warnings=warnings, source_hash=config_hash(config), legacy=legacy, source=source
+    )
 
 
 def _hint(parts: list[str | int], error: ErrorDetails) -> str:
     if len(parts) == 1 and error["type"] == "extra_forbidden" and parts[0] in LEGACY_KEY_HOME:
         key = parts[0]
-        return (f"; {key!r} is a flat-layout (v0.1) key, in v0.3 it lives at {LEGACY_KEY_HOME[key]} "
-                "(a file mixing both layouts is not converted)")
+        return (
+            f"; {key!r} is a flat-layout (v0.1) key, in v0.3 it lives at {LEGACY_KEY_HOME[key]} "
+            "(a file mixing both layouts is not converted)"
+        )
     if parts == ["version"]:
         return "; svc-sr reads canonical v0.3 documents, or the flat layout without v0.3 sections"
     return ""

@@ -82,7 +82,9 @@ class ModelDeployment(StrictSettings):
             if self.input.overflow not in (None, "window"):
                 raise ValueError("input.overflow: a deployment that answers questions takes only window")
             if self.input.max_tokens is None:
-                raise ValueError("input.max_tokens: required (the scan budget) for a question-answering deployment")
+                raise ValueError(
+                    "input.max_tokens: required (the scan budget) for a question-answering deployment"
+                )
         return self
 
     @property
@@ -138,10 +140,17 @@ class BindingSpec:
 # reference layout keeps that module's settings (legacy `prompt_guard`, `classifier.category_model`,
 # `classifier.pii_model` migrate there unchanged).
 BINDINGS: dict[str, BindingSpec] = {
-    "domain_classifier": BindingSpec(("modules", "classifier", "domain"), ("label_probabilities",), "domain", False),
+    "domain_classifier": BindingSpec(
+        ("modules", "classifier", "domain"), ("label_probabilities",), "domain", False
+    ),
     "pii_classifier": BindingSpec(("modules", "classifier", "pii"), ("token_spans",), "pii", True),
-    "prompt_guard": BindingSpec(("modules", "prompt_guard"), ("label_scores", "label_probabilities"), "jailbreak",
-                                True, head="jailbreak"),
+    "prompt_guard": BindingSpec(
+        ("modules", "prompt_guard"),
+        ("label_scores", "label_probabilities"),
+        "jailbreak",
+        True,
+        head="jailbreak",
+    ),
 }
 
 
@@ -170,8 +179,9 @@ def read_bindings(catalog: Mapping[str, Any]) -> dict[str, ModelBinding]:
             field = ".".join(str(p) for p in first["loc"]) or "deployment"
             raise ValueError(f"{where}.{field}: {first['msg']}") from None
         if binding.contract is not None and binding.contract not in spec.contracts:
-            raise ValueError(f"{where}.contract: {name} reads {' or '.join(spec.contracts)}, "
-                             f"got {binding.contract!r}")
+            raise ValueError(
+                f"{where}.contract: {name} reads {' or '.join(spec.contracts)}, got {binding.contract!r}"
+            )
         if binding.head is not None and spec.head is None:
             raise ValueError(f"{where}.head: {name} reads no head (head applies to prompt_guard)")
         out[name] = binding
@@ -180,25 +190,34 @@ def read_bindings(catalog: Mapping[str, Any]) -> dict[str, ModelBinding]:
 
 def on_unscanned_of(catalog: Mapping[str, Any], binding: str) -> OnUnscanned:
     """`on_unscanned` of a safety binding's module (default `block`)."""
-    return "allow" if catalog_node(catalog, BINDINGS[binding].path).get("on_unscanned") == "allow" else "block"
+    return (
+        "allow" if catalog_node(catalog, BINDINGS[binding].path).get("on_unscanned") == "allow" else "block"
+    )
 
 
 def check_references(
-    model_deployments: Mapping[str, ModelDeployment], decision_model: DecisionModelRef | None,
+    model_deployments: Mapping[str, ModelDeployment],
+    decision_model: DecisionModelRef | None,
     bindings: Mapping[str, ModelBinding] | None = None,
 ) -> None:
     """ValueError unless decision_model and every binding name a deployment and shared processes
     share a device (also checked by the router config, app/config/models.py)."""
     if decision_model is not None and decision_model.deployment not in model_deployments:
-        raise ValueError(f"decision_model.deployment: {decision_model.deployment!r} is not a key of model_deployments")
+        raise ValueError(
+            f"decision_model.deployment: {decision_model.deployment!r} is not a key of model_deployments"
+        )
     for name, binding in (bindings or {}).items():
         if binding.deployment not in model_deployments:
             where = ".".join(("global", "model_catalog", *BINDINGS[name].path, "deployment"))
-            raise ValueError(f"{where}: {binding.deployment!r} is not a key of model_deployments ({name} binding)")
+            raise ValueError(
+                f"{where}: {binding.deployment!r} is not a key of model_deployments ({name} binding)"
+            )
     processes: dict[str, str | None] = {}
     for name, dep in model_deployments.items():
         if dep.process is None:
             continue
         device = dep.device or "auto"
         if processes.setdefault(dep.process, device) != device:
-            raise ValueError(f"model_deployments.{name}: process {dep.process!r} is shared by different devices")
+            raise ValueError(
+                f"model_deployments.{name}: process {dep.process!r} is shared by different devices"
+            )

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.config.models import PLUGIN_TYPES, REFERENCE_ONLY_PLUGIN_TYPES, Plugin
+from app.config.routing import PLUGIN_TYPES, REFERENCE_ONLY_PLUGIN_TYPES, Plugin
 
 # RFC 9110 token: what a header name may contain.
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -21,8 +21,16 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 # upstream request instead of annotating it.
 PROTECTED_HEADERS = frozenset(
     {
-        "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade",
-        "te", "trailer", "proxy-connection", "content-encoding",
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-connection",
+        "content-encoding",
     }
 )
 

@@ -26,7 +26,8 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 def config_json_schema() -> dict[str, Any]:
     plugin_models = sorted(set(PLUGIN_MODELS.values()), key=lambda model: model.__name__)
     models: list[tuple[type[BaseModel], JsonSchemaMode]] = [
-        (RouterConfig, "validation"), *((model, "validation") for model in plugin_models)
+        (RouterConfig, "validation"),
+        *((model, "validation") for model in plugin_models),
     ]
     keys, top = models_json_schema(models, by_alias=True, ref_template="#/$defs/{model}")
     defs: dict[str, Any] = top["$defs"]

@@ -19,30 +19,47 @@ from pydantic import BaseModel, ValidationError
 from app.config.builtin_models import builtin_task
 from app.config.errors import ConfigIssue, did_you_mean, issues_from_validation_error
 from app.config.model_deployments import BINDINGS, read_bindings
-from app.config.models import (
-    PLUGIN_TYPES,
-    REFERENCE_ONLY_PLUGIN_TYPES,
-    REFERENCE_ONLY_SIGNAL_TYPES,
-    SIGNAL_FAMILIES,
-    Condition,
-    Decision,
-    DomainSignal,
-    ProviderModel,
-    RouterConfig,
-)
+from app.config.models import RouterConfig
 from app.config.plugins import PLUGIN_KIND, PLUGIN_MODELS, plugin_payload
+from app.config.providers import ProviderModel
+from app.config.routing import PLUGIN_TYPES, REFERENCE_ONLY_PLUGIN_TYPES, Condition, Decision
+from app.config.signals import REFERENCE_ONLY_SIGNAL_TYPES, SIGNAL_FAMILIES, DomainSignal
 
 # The labels of the domain classifier (MMLU-Pro's 14 categories).
 MMLU_PRO_CATEGORIES: tuple[str, ...] = (
-    "biology", "business", "chemistry", "computer science", "economics", "engineering", "health",
-    "history", "law", "math", "other", "philosophy", "physics", "psychology",
+    "biology",
+    "business",
+    "chemistry",
+    "computer science",
+    "economics",
+    "engineering",
+    "health",
+    "history",
+    "law",
+    "math",
+    "other",
+    "philosophy",
+    "physics",
+    "psychology",
 )
 
 # routing.signals families of the reference router that svc-sr keeps as data only.
 REFERENCE_SIGNAL_FAMILY_KEYS = frozenset(
     {
-        "fact_check", "user_feedbacks", "reasks", "preferences", "language", "structure", "complexity",
-        "modality", "role_bindings", "kb", "conversation", "events", "metadata", "classifiers",
+        "fact_check",
+        "user_feedbacks",
+        "reasks",
+        "preferences",
+        "language",
+        "structure",
+        "complexity",
+        "modality",
+        "role_bindings",
+        "kb",
+        "conversation",
+        "events",
+        "metadata",
+        "classifiers",
     }
 )
 
@@ -100,21 +117,30 @@ class _Checker:
             used.add(config.decision_model.deployment)
         for name in config.model_deployments:
             if name not in used:
-                self.warn(f"model_deployments.{name}", "accepted but not applied: neither decision_model nor a "
-                          "binding (modules.prompt_guard, modules.classifier.domain / .pii) names it")
+                self.warn(
+                    f"model_deployments.{name}",
+                    "accepted but not applied: neither decision_model nor a "
+                    "binding (modules.prompt_guard, modules.classifier.domain / .pii) names it",
+                )
         for name, binding in bindings.items():
             spec = BINDINGS[name]
             path = ".".join(("global", "model_catalog", *spec.path))
             task = builtin_task(config.model_deployments[binding.deployment].artifact)
             wanted = binding.contract or spec.contracts[0]
             if task is not None and task != wanted:
-                self.error(f"{path}.deployment", f"{binding.deployment!r} serves {task}; the {name} binding "
-                           f"reads {wanted}", "binding_contract")
+                self.error(
+                    f"{path}.deployment",
+                    f"{binding.deployment!r} serves {task}; the {name} binding reads {wanted}",
+                    "binding_contract",
+                )
         if "prompt_guard" in bindings:
             for index, rule in enumerate(config.routing.signals.jailbreak):
                 if rule.method != "classifier" or rule.jailbreak_patterns or rule.benign_patterns:
-                    self.warn(f"routing.signals.jailbreak[{index}]", "method and pattern lists are not applied: "
-                              "the bound prompt_guard deployment's score decides")
+                    self.warn(
+                        f"routing.signals.jailbreak[{index}]",
+                        "method and pattern lists are not applied: "
+                        "the bound prompt_guard deployment's score decides",
+                    )
 
     # ---------------------------------------------------------------- listeners / services
     def _listeners(self) -> None:
@@ -145,7 +171,9 @@ class _Checker:
             else:
                 seen_ports[listener.port] = index
             if listener.port in reserved:
-                self.error(f"{path}.port", f"port {listener.port} is also {reserved[listener.port]}", "port_conflict")
+                self.error(
+                    f"{path}.port", f"port {listener.port} is also {reserved[listener.port]}", "port_conflict"
+                )
 
     # ---------------------------------------------------------------- providers
     def _providers(self) -> None:
@@ -169,9 +197,12 @@ class _Checker:
                 "reserved_name",
             )
         if not model.backend_refs:
-            self.error(f"{path}.backend_refs",
-                       f"model {model.name!r} has no backend_refs: nothing to send its requests to "
-                       "(add one with `endpoint: host:port` or `base_url`)", "no_backends")
+            self.error(
+                f"{path}.backend_refs",
+                f"model {model.name!r} has no backend_refs: nothing to send its requests to "
+                "(add one with `endpoint: host:port` or `base_url`)",
+                "no_backends",
+            )
         for name in sorted(_duplicates(ref.name for ref in model.backend_refs if ref.name)):
             self.error(f"{path}.backend_refs", f"duplicate backend_ref name {name!r}", "duplicate_name")
         if model.reasoning_family is not None and model.reasoning_family not in families:
@@ -186,8 +217,11 @@ class _Checker:
         if model.pricing is not None:
             for key, value in model.pricing.model_dump().items():
                 if isinstance(value, int | float) and (value < 0 or not math.isfinite(value)):
-                    self.error(f"{path}.pricing.{key}", f"price must be a finite number >= 0, got {value}",
-                               "invalid_pricing")
+                    self.error(
+                        f"{path}.pricing.{key}",
+                        f"price must be a finite number >= 0, got {value}",
+                        "invalid_pricing",
+                    )
         for key, alias in model.external_model_ids.items():
             if alias in self.model_names and alias != model.name:
                 self.error(
@@ -202,8 +236,10 @@ class _Checker:
         all_names = set(self.model_names)
         if default is None:
             if providers.models:
-                self.warn("providers.defaults.default_model",
-                          "not set: requests that match no decision have no model to go to")
+                self.warn(
+                    "providers.defaults.default_model",
+                    "not set: requests that match no decision have no model to go to",
+                )
         elif default not in all_names:
             self.error(
                 "providers.defaults.default_model",
@@ -228,13 +264,20 @@ class _Checker:
         for key, value in (signals.model_extra or {}).items():
             if key not in REFERENCE_SIGNAL_FAMILY_KEYS:
                 known = [*SIGNAL_FAMILIES.values(), *REFERENCE_SIGNAL_FAMILY_KEYS]
-                self.error(f"{SIGNALS}.{key}", "unknown signal family" + did_you_mean(key, known), "unknown_family")
+                self.error(
+                    f"{SIGNALS}.{key}", "unknown signal family" + did_you_mean(key, known), "unknown_family"
+                )
                 continue
             if value:
-                self.warn(f"{SIGNALS}.{key}", "signal family of the reference router that svc-sr does not "
-                                              "evaluate; kept as data, no decision may reference it")
+                self.warn(
+                    f"{SIGNALS}.{key}",
+                    "signal family of the reference router that svc-sr does not "
+                    "evaluate; kept as data, no decision may reference it",
+                )
             if isinstance(value, list):
-                rule_names = [str(item.get("name")) for item in value if isinstance(item, dict) and "name" in item]
+                rule_names = [
+                    str(item.get("name")) for item in value if isinstance(item, dict) and "name" in item
+                ]
                 self._duplicate_names(f"{SIGNALS}.{key}", rule_names)
 
     def _context_signals(self) -> None:
@@ -242,10 +285,16 @@ class _Checker:
             path = f"{SIGNALS}.context[{index}]"
             if rule.min_tokens is None and rule.max_tokens is None:
                 self.error(path, "a context signal needs min_tokens and/or max_tokens", "empty_range")
-            elif rule.min_tokens is not None and rule.max_tokens is not None and rule.min_tokens > rule.max_tokens:
-                self.error(f"{path}.min_tokens",
-                           f"min_tokens ({rule.min_tokens}) is greater than max_tokens ({rule.max_tokens})",
-                           "invalid_range")
+            elif (
+                rule.min_tokens is not None
+                and rule.max_tokens is not None
+                and rule.min_tokens > rule.max_tokens
+            ):
+                self.error(
+                    f"{path}.min_tokens",
+                    f"min_tokens ({rule.min_tokens}) is greater than max_tokens ({rule.max_tokens})",
+                    "invalid_range",
+                )
 
     def _keyword_signals(self) -> None:
         for index, rule in enumerate(self.config.routing.signals.keywords):
@@ -263,28 +312,42 @@ class _Checker:
         for index, rule in enumerate(self.config.routing.signals.embeddings):
             for k, candidate in enumerate(rule.candidates):
                 if not candidate.strip():
-                    self.error(f"{SIGNALS}.embeddings[{index}].candidates[{k}]", "empty candidate", "empty_candidate")
+                    self.error(
+                        f"{SIGNALS}.embeddings[{index}].candidates[{k}]", "empty candidate", "empty_candidate"
+                    )
 
     def _domain_signal(self, path: str, domain: DomainSignal) -> None:
         known_models = set(self.model_names)
         labels = [domain.name, *domain.mmlu_categories]
         if not any(label in MMLU_PRO_CATEGORIES for label in labels):
-            self.warn(path, f"domain {domain.name!r} never matches: the domain classifier emits only "
-                            f"the 14 MMLU-Pro categories; list some in mmlu_categories")
+            self.warn(
+                path,
+                f"domain {domain.name!r} never matches: the domain classifier emits only "
+                f"the 14 MMLU-Pro categories; list some in mmlu_categories",
+            )
         for k, category in enumerate(domain.mmlu_categories):
             if category not in MMLU_PRO_CATEGORIES:
-                self.warn(f"{path}.mmlu_categories[{k}]",
-                          f"{category!r} is not an MMLU-Pro category" + did_you_mean(category, MMLU_PRO_CATEGORIES))
+                self.warn(
+                    f"{path}.mmlu_categories[{k}]",
+                    f"{category!r} is not an MMLU-Pro category" + did_you_mean(category, MMLU_PRO_CATEGORIES),
+                )
         for k, score in enumerate(domain.model_scores):
             model = score.get("model")
             if not isinstance(model, str):
-                self.error(f"{path}.model_scores[{k}].model", "a model score needs `model` (a model name)",
-                           "missing" if model is None else "string_type")
+                self.error(
+                    f"{path}.model_scores[{k}].model",
+                    "a model score needs `model` (a model name)",
+                    "missing" if model is None else "string_type",
+                )
             elif model not in known_models:
-                self.error(f"{path}.model_scores[{k}].model",
-                           f"{model!r} is not a configured model" + did_you_mean(str(model), known_models),
-                           "unknown_model")
-            if "score" in score and (isinstance(score["score"], bool) or not isinstance(score["score"], int | float)):
+                self.error(
+                    f"{path}.model_scores[{k}].model",
+                    f"{model!r} is not a configured model" + did_you_mean(str(model), known_models),
+                    "unknown_model",
+                )
+            if "score" in score and (
+                isinstance(score["score"], bool) or not isinstance(score["score"], int | float)
+            ):
                 self.error(f"{path}.model_scores[{k}].score", "score must be a number", "float_type")
 
     def _duplicate_names(self, path: str, names: list[str]) -> None:
@@ -298,34 +361,47 @@ class _Checker:
         names = [decision.name for decision in decisions]
         for name in sorted(_duplicates(names)):
             index = len(names) - 1 - names[::-1].index(name)
-            self.error(f"routing.decisions[{index}].name", f"duplicate decision name {name!r}", "duplicate_name")
+            self.error(
+                f"routing.decisions[{index}].name", f"duplicate decision name {name!r}", "duplicate_name"
+            )
         for index, decision in enumerate(decisions):
             self._decision(f"routing.decisions[{index}]", decision)
 
     def _decision(self, path: str, decision: Decision) -> None:
         known = set(self.model_names)
         if not decision.modelRefs:
-            self.warn(f"{path}.modelRefs", f"decision {decision.name!r} has no modelRefs; it uses default_model")
+            self.warn(
+                f"{path}.modelRefs", f"decision {decision.name!r} has no modelRefs; it uses default_model"
+            )
             if self.config.default_model is None:
-                self.error(f"{path}.modelRefs", "no modelRefs and no providers.defaults.default_model",
-                           "no_model")
+                self.error(
+                    f"{path}.modelRefs", "no modelRefs and no providers.defaults.default_model", "no_model"
+                )
         for k, ref in enumerate(decision.modelRefs):
             model = self.config.model(ref.model) if ref.model in known else None
             if model is None:
-                self.error(f"{path}.modelRefs[{k}].model",
-                           f"unknown model {ref.model!r}" + did_you_mean(ref.model, known), "unknown_model")
+                self.error(
+                    f"{path}.modelRefs[{k}].model",
+                    f"unknown model {ref.model!r}" + did_you_mean(ref.model, known),
+                    "unknown_model",
+                )
             elif ref.use_reasoning and model.reasoning_family is None:
-                self.warn(f"{path}.modelRefs[{k}].use_reasoning",
-                          f"model {ref.model!r} has no reasoning_family; use_reasoning has no effect")
+                self.warn(
+                    f"{path}.modelRefs[{k}].use_reasoning",
+                    f"model {ref.model!r} has no reasoning_family; use_reasoning has no effect",
+                )
         if decision.preferred_endpoints:
             refs = {m.name: m for m in self.config.providers.models}
             targets = [refs[r.model] for r in decision.modelRefs if r.model in refs] or list(refs.values())
             endpoint_names = {ref.name for model in targets for ref in model.backend_refs if ref.name}
             for k, endpoint in enumerate(decision.preferred_endpoints):
                 if endpoint not in endpoint_names:
-                    self.error(f"{path}.preferred_endpoints[{k}]",
-                               f"no backend_ref named {endpoint!r} serves this decision's models"
-                               + did_you_mean(endpoint, endpoint_names), "unknown_endpoint")
+                    self.error(
+                        f"{path}.preferred_endpoints[{k}]",
+                        f"no backend_ref named {endpoint!r} serves this decision's models"
+                        + did_you_mean(endpoint, endpoint_names),
+                        "unknown_endpoint",
+                    )
         if decision.rules is not None:
             self._condition(f"{path}.rules", decision.rules)
         self._plugins(path, decision)
@@ -338,20 +414,28 @@ class _Checker:
         kind, name = condition.type or "", condition.name or ""
         if kind not in SIGNAL_FAMILIES:
             if kind in REFERENCE_ONLY_SIGNAL_TYPES:
-                self.error(f"{path}.type", f"signal type {kind!r} is not supported by svc-sr", "unsupported_signal")
+                self.error(
+                    f"{path}.type", f"signal type {kind!r} is not supported by svc-sr", "unsupported_signal"
+                )
             else:
-                self.error(f"{path}.type",
-                           f"unknown condition type {kind!r} (svc-sr evaluates: {', '.join(SIGNAL_FAMILIES)})"
-                           + did_you_mean(kind, SIGNAL_FAMILIES), "unknown_signal_type")
+                self.error(
+                    f"{path}.type",
+                    f"unknown condition type {kind!r} (svc-sr evaluates: {', '.join(SIGNAL_FAMILIES)})"
+                    + did_you_mean(kind, SIGNAL_FAMILIES),
+                    "unknown_signal_type",
+                )
             return
         family = SIGNAL_FAMILIES[kind]
         defined = {rule.name for rule in getattr(self.config.routing.signals, family)}
         allowed = domain_names(self.config) if kind == "domain" else defined
         if name not in allowed:
             listing = ", ".join(sorted(defined)) or "none defined"
-            self.error(f"{path}.name",
-                       f"no {kind} signal named {name!r} (routing.signals.{family}: {listing})"
-                       + did_you_mean(name, allowed), "unknown_signal")
+            self.error(
+                f"{path}.name",
+                f"no {kind} signal named {name!r} (routing.signals.{family}: {listing})"
+                + did_you_mean(name, allowed),
+                "unknown_signal",
+            )
 
     def _plugins(self, path: str, decision: Decision) -> None:
         kinds: dict[str, int] = {}
@@ -359,24 +443,32 @@ class _Checker:
             where = f"{path}.plugins[{index}]"
             kind = PLUGIN_KIND.get(plugin.type, plugin.type)
             if kind in kinds:
-                self.error(f"{where}.type",
-                           f"plugin {plugin.type!r} repeats plugins[{kinds[kind]}] of the same kind", "duplicate_plugin")
+                self.error(
+                    f"{where}.type",
+                    f"plugin {plugin.type!r} repeats plugins[{kinds[kind]}] of the same kind",
+                    "duplicate_plugin",
+                )
             kinds.setdefault(kind, index)
             if plugin.type in PLUGIN_TYPES:
-                parse_plugin_issues(plugin_payload(plugin), plugin.type, f"{where}.configuration", self.errors)
+                parse_plugin_issues(
+                    plugin_payload(plugin), plugin.type, f"{where}.configuration", self.errors
+                )
             elif plugin.type in REFERENCE_ONLY_PLUGIN_TYPES:
                 self.warn(f"{where}.type", f"plugin {plugin.type!r} accepted but not applied by svc-sr")
             else:
-                self.error(f"{where}.type",
-                           f"unknown plugin type {plugin.type!r}" + did_you_mean(plugin.type, PLUGIN_TYPES),
-                           "unknown_plugin")
+                self.error(
+                    f"{where}.type",
+                    f"unknown plugin type {plugin.type!r}" + did_you_mean(plugin.type, PLUGIN_TYPES),
+                    "unknown_plugin",
+                )
 
 
-def parse_plugin_issues(payload: dict, plugin_type: str, path: str, out: list[ConfigIssue]) -> BaseModel | None:
+def parse_plugin_issues(
+    payload: dict, plugin_type: str, path: str, out: list[ConfigIssue]
+) -> BaseModel | None:
     model = PLUGIN_MODELS[plugin_type]
     try:
         return model.model_validate(payload)
     except ValidationError as exc:
         out.extend(issues_from_validation_error(exc, document=payload, prefix=path, root=model))
         return None
-

@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
-from app.config.models import BackendRef, ProviderModel, RouterConfig
+from app.config.models import RouterConfig
+from app.config.providers import BackendRef, ProviderModel
 
 ROUTER_HEADER = "x-selected-model"
 EXT_PROC_CLUSTER = "svc_sr_ext_proc"
@@ -74,8 +75,9 @@ def _reply_mapper(flags: list[str], status: int, message: str, error_type: str, 
     return {
         "filter": {"response_flag_filter": {"flags": flags}},
         "status_code": status,
-        "headers_to_add": [{"header": {"key": "retry-after", "value": "1"},
-                            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
+        "headers_to_add": [
+            {"header": {"key": "retry-after", "value": "1"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+        ],
         "body_format_override": {
             "json_format": {"error": {"message": message, "type": error_type, "code": code}},
             "content_type": "application/json",
@@ -84,16 +86,29 @@ def _reply_mapper(flags: list[str], status: int, message: str, error_type: str, 
 
 
 def upstream_failure_replies() -> dict[str, Any]:
-    return {"mappers": [
-        _reply_mapper(UPSTREAM_TIMEOUT_FLAGS, 504, "upstream model backend timed out", "timeout_error",
-                      "upstream_timeout"),
-        _reply_mapper(UPSTREAM_DOWN_FLAGS, 503, "upstream model backends are unavailable; retry later",
-                      "service_unavailable_error", "upstream_unavailable"),
-    ]}
+    return {
+        "mappers": [
+            _reply_mapper(
+                UPSTREAM_TIMEOUT_FLAGS,
+                504,
+                "upstream model backend timed out",
+                "timeout_error",
+                "upstream_timeout",
+            ),
+            _reply_mapper(
+                UPSTREAM_DOWN_FLAGS,
+                503,
+                "upstream model backends are unavailable; retry later",
+                "service_unavailable_error",
+                "upstream_unavailable",
+            ),
+        ]
+    }
 
 
-def build_envoy_config(config: RouterConfig, ports: EnvoyPorts | None = None,
-                       with_ext_proc: bool = True) -> dict[str, Any]:
+def build_envoy_config(
+    config: RouterConfig, ports: EnvoyPorts | None = None, with_ext_proc: bool = True
+) -> dict[str, Any]:
     """`with_ext_proc=False`: the same Envoy without the router (a benchmark baseline)."""
     ports = ports or EnvoyPorts.from_config(config)
     services = config.global_.services
@@ -107,25 +122,44 @@ def build_envoy_config(config: RouterConfig, ports: EnvoyPorts | None = None,
         }
         for m in models
     ]
-    routes.append({
-        "name": "model-list",
-        "match": {"path": "/v1/models", "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]},
-        "route": {"cluster": MANAGEMENT_CLUSTER, "timeout": "15s"},
-    })
+    routes.append(
+        {
+            "name": "model-list",
+            "match": {
+                "path": "/v1/models",
+                "headers": [{"name": ":method", "string_match": {"exact": "GET"}}],
+            },
+            "route": {"cluster": MANAGEMENT_CLUSTER, "timeout": "15s"},
+        }
+    )
     if with_ext_proc:
         routes[-1]["typed_per_filter_config"] = {
-            "envoy.filters.http.ext_proc": {"@type": EXT_PROC_PER_ROUTE, "disabled": True}}
+            "envoy.filters.http.ext_proc": {"@type": EXT_PROC_PER_ROUTE, "disabled": True}
+        }
     default = config.default_model
     default_model = next((m for m in models if m.name == default), None)
     if default_model is not None:
-        routes.append({"name": "default-model", "match": {"prefix": "/"},
-                       "route": _route_action(default_model, timeout)})
+        routes.append(
+            {
+                "name": "default-model",
+                "match": {"prefix": "/"},
+                "route": _route_action(default_model, timeout),
+            }
+        )
     else:
-        routes.append({"name": "unrouted", "match": {"prefix": "/"}, "direct_response": {
-            "status": 503,
-            "body": {"inline_string": '{"error":{"message":"no route: the router did not select a model",'
-                                      '"type":"service_unavailable","code":"no_route"}}'},
-        }})
+        routes.append(
+            {
+                "name": "unrouted",
+                "match": {"prefix": "/"},
+                "direct_response": {
+                    "status": 503,
+                    "body": {
+                        "inline_string": '{"error":{"message":"no route: the router did not select a model",'
+                        '"type":"service_unavailable","code":"no_route"}}'
+                    },
+                },
+            }
+        )
 
     ext_proc = {
         "name": "envoy.filters.http.ext_proc",
@@ -136,9 +170,12 @@ def build_envoy_config(config: RouterConfig, ports: EnvoyPorts | None = None,
             "message_timeout": f"{services.ext_proc.message_timeout_ms / 1000:g}s",
             "allow_mode_override": True,
             "processing_mode": {
-                "request_header_mode": "SEND", "request_body_mode": "BUFFERED",
-                "response_header_mode": "SEND", "response_body_mode": "BUFFERED",
-                "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP",
+                "request_header_mode": "SEND",
+                "request_body_mode": "BUFFERED",
+                "response_header_mode": "SEND",
+                "response_body_mode": "BUFFERED",
+                "request_trailer_mode": "SKIP",
+                "response_trailer_mode": "SKIP",
             },
             "mutation_rules": {"allow_all_routing": True},
         },
@@ -147,26 +184,41 @@ def build_envoy_config(config: RouterConfig, ports: EnvoyPorts | None = None,
         "name": "svc_sr_http",
         "address": {"socket_address": {"address": ports.listener_address, "port_value": ports.listener_port}},
         "per_connection_buffer_limit_bytes": BUFFER_LIMIT_BYTES,
-        "filter_chains": [{"filters": [{
-            "name": "envoy.filters.network.http_connection_manager",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3"
-                         ".HttpConnectionManager",
-                "stat_prefix": "svc_sr",
-                "stream_idle_timeout": "300s",
-                "request_timeout": "0s",
-                "route_config": {"name": "svc_sr_routes",
-                                 "virtual_hosts": [{"name": "models", "domains": ["*"], "routes": routes}]},
-                "local_reply_config": upstream_failure_replies(),
-                "http_filters": [*([ext_proc] if with_ext_proc else []), {
-                    "name": "envoy.filters.http.router",
-                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
-                }],
-            },
-        }]}],
+        "filter_chains": [
+            {
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3"
+                            ".HttpConnectionManager",
+                            "stat_prefix": "svc_sr",
+                            "stream_idle_timeout": "300s",
+                            "request_timeout": "0s",
+                            "route_config": {
+                                "name": "svc_sr_routes",
+                                "virtual_hosts": [{"name": "models", "domains": ["*"], "routes": routes}],
+                            },
+                            "local_reply_config": upstream_failure_replies(),
+                            "http_filters": [
+                                *([ext_proc] if with_ext_proc else []),
+                                {
+                                    "name": "envoy.filters.http.router",
+                                    "typed_config": {
+                                        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                                    },
+                                },
+                            ],
+                        },
+                    }
+                ]
+            }
+        ],
     }
     clusters = [_model_cluster(m) for m in models]
-    clusters.append(_static_cluster(EXT_PROC_CLUSTER, ports.ext_proc_address, ports.ext_proc_port, http2=True))
+    clusters.append(
+        _static_cluster(EXT_PROC_CLUSTER, ports.ext_proc_address, ports.ext_proc_port, http2=True)
+    )
     clusters.append(_static_cluster(MANAGEMENT_CLUSTER, ports.management_address, ports.management_port))
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": ports.admin_port}}},
@@ -182,8 +234,10 @@ def _route_action(model: ProviderModel, timeout: str) -> dict[str, Any]:
     if reliability is not None and reliability.retry_count:
         # The model's own reliability, enforced by Envoy (the bridge cannot retry what Envoy sends).
         action["retry_policy"] = {
-            "retry_on": ",".join(reliability.retry_on or
-                                 ["connect-failure", "refused-stream", "reset", "retriable-status-codes"]),
+            "retry_on": ",".join(
+                reliability.retry_on
+                or ["connect-failure", "refused-stream", "reset", "retriable-status-codes"]
+            ),
             "num_retries": reliability.retry_count,
             "retriable_status_codes": reliability.retriable_status_codes or [429, 502, 503, 504],
         }
@@ -214,7 +268,9 @@ def _model_cluster(model: ProviderModel) -> dict[str, Any]:
         named_host |= not _is_ip(host)
         if scheme == "https":
             tls_host = host
-        endpoint: dict[str, Any] = {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
+        endpoint: dict[str, Any] = {
+            "endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}
+        }
         if ref.weight and len(model.backend_refs) > 1:
             endpoint["load_balancing_weight"] = max(1, int(round(ref.weight * 100)))
         endpoints.append(endpoint)
@@ -223,15 +279,20 @@ def _model_cluster(model: ProviderModel) -> dict[str, Any]:
         "type": "STRICT_DNS" if named_host else "STATIC",
         "connect_timeout": "5s",
         "per_connection_buffer_limit_bytes": BUFFER_LIMIT_BYTES,
-        "load_assignment": {"cluster_name": cluster_name(model.name), "endpoints": [{"lb_endpoints": endpoints}]},
+        "load_assignment": {
+            "cluster_name": cluster_name(model.name),
+            "endpoints": [{"lb_endpoints": endpoints}],
+        },
     }
     if named_host:
         cluster["dns_lookup_family"] = "V4_PREFERRED"
     if tls_host is not None:
         cluster["transport_socket"] = {
             "name": "envoy.transport_sockets.tls",
-            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
-                             "sni": tls_host},
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "sni": tls_host,
+            },
         }
     return cluster
 
@@ -241,8 +302,20 @@ def _static_cluster(name: str, address: str, port: int, http2: bool = False) -> 
         "name": name,
         "type": "STATIC" if _is_ip(address) else "STRICT_DNS",
         "connect_timeout": "1s",
-        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
-            {"endpoint": {"address": {"socket_address": {"address": address, "port_value": port}}}}]}]},
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [
+                {
+                    "lb_endpoints": [
+                        {
+                            "endpoint": {
+                                "address": {"socket_address": {"address": address, "port_value": port}}
+                            }
+                        }
+                    ]
+                }
+            ],
+        },
     }
     if http2:
         cluster["typed_extension_protocol_options"] = {

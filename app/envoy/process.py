@@ -30,11 +30,16 @@ def write_config(document: dict[str, Any], path: Path) -> Path:
 
 def validate_config(path: Path) -> str | None:
     """None when Envoy accepts the file, else its complaint."""
-    result = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(path)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [envoy_binary(), "--mode", "validate", "-c", str(path)], capture_output=True, text=True, timeout=60
+    )
     if result.returncode == 0:
         return None
-    return (result.stderr or result.stdout).strip().splitlines()[-1] if (result.stderr or result.stdout) else "invalid"
+    return (
+        (result.stderr or result.stdout).strip().splitlines()[-1]
+        if (result.stderr or result.stdout)
+        else "invalid"
+    )
 
 
 def wait_admin_ready(admin_port: int, timeout_s: float, exited: Callable[[], bool] = lambda: False) -> None:
@@ -53,8 +58,14 @@ def wait_admin_ready(admin_port: int, timeout_s: float, exited: Callable[[], boo
 
 
 class EnvoyProcess:
-    def __init__(self, config_path: Path, admin_port: int, base_id: int | None = None,
-                 log_path: Path | None = None, log_level: str = "warning") -> None:
+    def __init__(
+        self,
+        config_path: Path,
+        admin_port: int,
+        base_id: int | None = None,
+        log_path: Path | None = None,
+        log_level: str = "warning",
+    ) -> None:
         self.config_path = config_path
         self.admin_port = admin_port
         # Several Envoys on one machine need distinct shared-memory ids.
@@ -64,17 +75,32 @@ class EnvoyProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
-        return [envoy_binary(), "-c", str(self.config_path), "--base-id", str(self.base_id),
-                "--log-level", self.log_level, "--disable-hot-restart"]
+        return [
+            envoy_binary(),
+            "-c",
+            str(self.config_path),
+            "--base-id",
+            str(self.base_id),
+            "--log-level",
+            self.log_level,
+            "--disable-hot-restart",
+        ]
 
     def start(self) -> EnvoyProcess:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         return self
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
-        wait_admin_ready(self.admin_port, timeout_s, lambda: self.process is not None and self.process.poll() is not None)
+        wait_admin_ready(
+            self.admin_port, timeout_s, lambda: self.process is not None and self.process.poll() is not None
+        )
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

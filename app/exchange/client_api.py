@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from app.common.errors import bad_request
+from pydantic import ValidationError
+
+from app.common.errors import bad_request, validation_message
 from app.exchange.openai_models import parse_chat_request
 from app.upstream.responses_api import ChatToResponsesStream, chat_to_response
-from app.upstream.responses_request import ResponsesInputError, ResponsesRequest, responses_to_chat
+from app.upstream.responses_request import ResponsesRequest, responses_to_chat
 from app.upstream.sse import SSEParser
 
 CHAT_PATH = "/v1/chat/completions"
@@ -95,8 +97,8 @@ class ResponsesApi:
         try:
             self._request = ResponsesRequest.model_validate_json(raw)
             body = responses_to_chat(self._request)
-        except (ValueError, ResponsesInputError) as exc:
-            message = str(exc) if isinstance(exc, ResponsesInputError) else _first_error(exc)
+        except ValueError as exc:  # a ValidationError, or ResponsesInputError for input chat cannot hold
+            message = validation_message(exc.errors())[0] if isinstance(exc, ValidationError) else str(exc)
             raise bad_request(f"invalid Responses request: {message}") from exc
         return chat_body(json.dumps(body).encode())
 
@@ -122,13 +124,3 @@ def client_api(path: str) -> ClientApi | None:
     if path == RESPONSES_PATH:
         return ResponsesApi()
     return None
-
-
-def _first_error(exc: Exception) -> str:
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        items = errors()
-        if items:
-            loc = ".".join(str(p) for p in items[0].get("loc", ()))
-            return f"{loc}: {items[0].get('msg')}" if loc else str(items[0].get("msg"))
-    return str(exc)

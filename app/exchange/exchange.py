@@ -35,10 +35,10 @@ from app.exchange.client_api import ClientApi
 from app.exchange.relay import StreamRelay
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
-from app.upstream.client import UpstreamUnavailable
+from app.upstream.results import UpstreamUnavailable
 from app.upstream.sse import replay_as_sse
 from app.upstream.targets import UpstreamTarget
-from app.upstream.wire import UpstreamWire, json_object, wire_for
+from app.upstream.wire import ChatWire, UpstreamWire, json_object, wire_for
 
 log = logging.getLogger("svc_sr.exchange")
 
@@ -98,6 +98,7 @@ class Exchange:
         self.api = api
         self.started = settings.clock()
         self.request_id = ""
+        self.requested_model: str | None = None
         self.plan: RoutePlan | None = None
         self.target: UpstreamTarget | None = None
         self.status = 0
@@ -111,19 +112,18 @@ class Exchange:
     # ------------------------------------------------------------------ request
     async def begin(self, raw: bytes, headers: Mapping[str, str]) -> Reply | Forward:
         """Parse and route. Errors a client caused answer here (with their metrics); anything
-        else raises, after counting it, for the front door's own failure policy."""
+        else raises, for the front door's own failure policy (and its own count of it)."""
         self.request_id = headers.get("x-request-id") or uuid.uuid4().hex
         try:
             body = self._parse(raw)
         except SvcError as exc:
             return self._refuse(exc, "parse_error")
+        model = body.get("model")
+        self.requested_model = model if isinstance(model, str) else None
         try:
             plan = await self.settings.router.route(body, dict(headers), self.request_id)
         except SvcError as exc:  # unknown model, nothing to route to
-            return self._refuse(exc, "unknown" if exc.status < 500 else "classification_failed", body.get("model"))
-        except Exception:
-            self._count_error("classification_failed", 500, body.get("model"))
-            raise
+            return self._refuse(exc, "unknown" if exc.status < 500 else "classification_failed", model)
         plan.endpoint = self.api.endpoint
         self.plan = plan
         if plan.immediate is not None:
@@ -153,7 +153,9 @@ class Exchange:
         """An error answered before anything was routed: counted here, no completion."""
         self._done = True
         self._count_error(reason, exc.status, model if isinstance(model, str) else None)
-        return Reply(exc.status, {"x-request-id": self.request_id, **exc.headers}, json.dumps(exc.body()).encode())
+        return Reply(
+            exc.status, {"x-request-id": self.request_id, **exc.headers}, json.dumps(exc.body()).encode()
+        )
 
     def _count_error(self, reason: str, status: int, model: str | None = None) -> None:
         self.settings.metrics.on_front_door_error(self.api.endpoint, reason, status, model or "unknown")
@@ -178,16 +180,22 @@ class Exchange:
             completion["routing_metadata"] = routing_metadata(plan, self.started)
             body = json.dumps(self.api.render(completion)).encode()
         self.status = answer.status
-        self._settle(CompletionReport(status=answer.status, model=plan.selected_model, stream=plan.stream,
-                                      total_s=self._elapsed()))
+        self._settle(
+            CompletionReport(
+                status=answer.status, model=plan.selected_model, stream=plan.stream, total_s=self._elapsed()
+            )
+        )
         return Reply(answer.status, headers, body, content_type)
 
     def _no_backend(self, plan: RoutePlan) -> Reply:
         error = upstream_unavailable(message="no backend serves the selected model")
         self._done = True
         self._count_error("unknown", error.status, plan.selected_model)
-        return Reply(error.status, {**client_headers(plan, self.started), **error.headers},
-                     json.dumps(error.body()).encode())
+        return Reply(
+            error.status,
+            {**client_headers(plan, self.started), **error.headers},
+            json.dumps(error.body()).encode(),
+        )
 
     def upstream_failed(self, exc: UpstreamUnavailable) -> Reply:
         """Every attempt failed (the Ingress's client): 503, or 504 when each timed out."""
@@ -196,11 +204,23 @@ class Exchange:
         kinds = {getattr(a, "error", None) or "" for a in exc.attempts}
         reason = "timeout" if kinds & {"timeout", "deadline"} else "upstream_5xx"
         self.status = error.status
-        tried = exc.attempts[-1].model if exc.attempts else plan.selected_model  # as Envoy: the model it tried
-        self._settle(CompletionReport(status=error.status, model=tried, stream=plan.stream, error_reason=reason,
-                                      total_s=self._elapsed()))
-        return Reply(error.status, {**client_headers(plan, self.started), **error.headers},
-                     json.dumps(error.body()).encode())
+        tried = (
+            exc.attempts[-1].model if exc.attempts else plan.selected_model
+        )  # as Envoy: the model it tried
+        self._settle(
+            CompletionReport(
+                status=error.status,
+                model=tried,
+                stream=plan.stream,
+                error_reason=reason,
+                total_s=self._elapsed(),
+            )
+        )
+        return Reply(
+            error.status,
+            {**client_headers(plan, self.started), **error.headers},
+            json.dumps(error.body()).encode(),
+        )
 
     def refused_by_wire(self, status: int, body: dict[str, Any], target: UpstreamTarget) -> Reply:
         """The backend's protocol cannot express the request (400): answered without forwarding."""
@@ -211,8 +231,14 @@ class Exchange:
         return Reply(status, headers, json.dumps(body).encode())
 
     # ------------------------------------------------------------------ the upstream's answer
-    def respond(self, status: int, headers: Mapping[str, str], target: UpstreamTarget,
-                local: bool = False, first_byte_at: float | None = None) -> ResponseHead:
+    def respond(
+        self,
+        status: int,
+        headers: Mapping[str, str],
+        target: UpstreamTarget,
+        local: bool = False,
+        first_byte_at: float | None = None,
+    ) -> ResponseHead:
         """`local`: the answer was made by the upstream client itself (already chat).
         `first_byte_at`: when the upstream's first byte came (default: now)."""
         plan = self._plan()
@@ -224,11 +250,14 @@ class Exchange:
         out = {**client_headers(plan, self.started), "x-selected-model": target.model}
         if streaming:
             out.update({"content-type": EVENT_STREAM, **SSE_HEADERS})
-            translator = self._wire.stream_translator(target, _usage_asked(self.upstream_body)) \
-                if self._wire is not None and status < 400 else None
+            translator = (
+                self._wire.stream_translator(target, _usage_asked(self.upstream_body))
+                if self._wire is not None and status < 400
+                else None
+            )
             self.relay = StreamRelay(translator, self.api.stream(), self.settings.clock)
-        elif status == 200 or self._wire is not None:
-            out["content-type"] = JSON
+        elif status == 200 or (self._wire is not None and not isinstance(self._wire, ChatWire)):
+            out["content-type"] = JSON  # a translated answer is chat JSON; a chat error page keeps its type
         return ResponseHead(status, out, streaming)
 
     def stream_chunk(self, raw: bytes) -> bytes:
@@ -239,7 +268,9 @@ class Exchange:
         relay = self._relay()
         tail = relay.end()
         finished = self.status < 400 and relay.completed
-        reason = None if finished or self.status >= 400 else "upstream_5xx"  # ended, but cut short or with an error
+        reason = (
+            None if finished or self.status >= 400 else "upstream_5xx"
+        )  # ended, but cut short or with an error
         self._settle(self._completion(None, finished=finished, reason=reason))
         return tail
 
@@ -254,7 +285,9 @@ class Exchange:
         from the upstream's (a messages backend's success that is no message: 502)."""
         plan = self._plan()
         target = self._target()
-        status, content = (self.status, raw) if self._wire is None else self._wire.answer(self.status, raw, target)
+        status, content = (
+            (self.status, raw) if self._wire is None else self._wire.answer(self.status, raw, target)
+        )
         headers = {**client_headers(plan, self.started), "x-selected-model": target.model}
         payload = json_object(content)
         if status != 200 or payload is None:
@@ -263,8 +296,9 @@ class Exchange:
             self._settle(self._completion(None, reason="parse_error" if self._wire is None else None))
             return Reply(status, headers, content, JSON if payload is not None else self._upstream_type)
         cost = compute_cost(payload.get("usage"), plan.pricing.get(target.model))
-        payload["routing_metadata"] = routing_metadata(plan.model_copy(update={"selected_model": target.model}),
-                                                       self.started, cost)
+        payload["routing_metadata"] = routing_metadata(
+            plan.model_copy(update={"selected_model": target.model}), self.started, cost
+        )
         self._settle(self._completion(payload))
         return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
 
@@ -307,8 +341,9 @@ class Exchange:
         self._done = True
         self._report = report
 
-    def _completion(self, response: dict[str, Any] | None, finished: bool = True,
-                    reason: str | None = None) -> CompletionReport:
+    def _completion(
+        self, response: dict[str, Any] | None, finished: bool = True, reason: str | None = None
+    ) -> CompletionReport:
         plan = self._plan()
         status = self.status or 502
         if reason is None and status >= 400:
@@ -320,9 +355,14 @@ class Exchange:
         if status >= 400:
             first = None  # an error answer has no first token (an Envoy local reply has no upstream byte)
         return CompletionReport(
-            status=status, model=self.target.model if self.target is not None else plan.selected_model,
-            response=response if status == 200 else None, stream=streaming, stream_finished=finished,
-            ttft_s=None if first is None else first - self.started, total_s=self._elapsed(), error_reason=reason,
+            status=status,
+            model=self.target.model if self.target is not None else plan.selected_model,
+            response=response if status == 200 else None,
+            stream=streaming,
+            stream_finished=finished,
+            ttft_s=None if first is None else first - self.started,
+            total_s=self._elapsed(),
+            error_reason=reason,
         )
 
     # ------------------------------------------------------------------ helpers

@@ -24,7 +24,9 @@ TRANSLATION_FAILED = "the upstream stream could not be translated"
 
 class StreamRelay:
     def __init__(
-        self, translator: StreamTranslator | None, client: ClientStream,
+        self,
+        translator: StreamTranslator | None,
+        client: ClientStream,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """`translator` None: the bytes are chat already (a chat backend's error stream, a local answer)."""

@@ -31,57 +31,82 @@ def header_option(name: str, value: str) -> base_pb2.HeaderValueOption:
     )
 
 
-def header_mutation(set_headers: Mapping[str, str] | None = None,
-                    remove: Iterable[str] = ()) -> pb.HeaderMutation:
+def header_mutation(
+    set_headers: Mapping[str, str] | None = None, remove: Iterable[str] = ()
+) -> pb.HeaderMutation:
     return pb.HeaderMutation(
         set_headers=[header_option(k, v) for k, v in (set_headers or {}).items()],
         remove_headers=list(remove),
     )
 
 
-def continue_request_headers(set_headers: Mapping[str, str] | None = None,
-                             skip_bodies: bool = False) -> pb.ProcessingResponse:
-    response = pb.ProcessingResponse(request_headers=pb.HeadersResponse(
-        response=pb.CommonResponse(header_mutation=header_mutation(set_headers))))
+def continue_request_headers(
+    set_headers: Mapping[str, str] | None = None, skip_bodies: bool = False
+) -> pb.ProcessingResponse:
+    response = pb.ProcessingResponse(
+        request_headers=pb.HeadersResponse(
+            response=pb.CommonResponse(header_mutation=header_mutation(set_headers))
+        )
+    )
     if skip_bodies:  # not an API the router handles: let the rest of the exchange pass untouched
-        response.mode_override.CopyFrom(pm.ProcessingMode(
-            request_body_mode=pm.ProcessingMode.NONE, response_header_mode=pm.ProcessingMode.SKIP,
-            response_body_mode=pm.ProcessingMode.NONE))
+        response.mode_override.CopyFrom(
+            pm.ProcessingMode(
+                request_body_mode=pm.ProcessingMode.NONE,
+                response_header_mode=pm.ProcessingMode.SKIP,
+                response_body_mode=pm.ProcessingMode.NONE,
+            )
+        )
     return response
 
 
-def request_body_response(body: bytes | None = None, set_headers: Mapping[str, str] | None = None,
-                          remove: Iterable[str] = (), clear_route_cache: bool = False) -> pb.ProcessingResponse:
-    common = pb.CommonResponse(header_mutation=header_mutation(set_headers, remove),
-                               clear_route_cache=clear_route_cache)
+def request_body_response(
+    body: bytes | None = None,
+    set_headers: Mapping[str, str] | None = None,
+    remove: Iterable[str] = (),
+    clear_route_cache: bool = False,
+) -> pb.ProcessingResponse:
+    common = pb.CommonResponse(
+        header_mutation=header_mutation(set_headers, remove), clear_route_cache=clear_route_cache
+    )
     if body is not None:
         common.body_mutation.CopyFrom(pb.BodyMutation(body=body))
     return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
 
 
-def response_headers_response(set_headers: Mapping[str, str] | None = None, remove: Iterable[str] = (),
-                              stream_body: bool = False) -> pb.ProcessingResponse:
-    response = pb.ProcessingResponse(response_headers=pb.HeadersResponse(
-        response=pb.CommonResponse(header_mutation=header_mutation(set_headers, remove))))
+def response_headers_response(
+    set_headers: Mapping[str, str] | None = None, remove: Iterable[str] = (), stream_body: bool = False
+) -> pb.ProcessingResponse:
+    response = pb.ProcessingResponse(
+        response_headers=pb.HeadersResponse(
+            response=pb.CommonResponse(header_mutation=header_mutation(set_headers, remove))
+        )
+    )
     if stream_body:  # SSE: chunks pass through one by one instead of being buffered whole
         response.mode_override.CopyFrom(pm.ProcessingMode(response_body_mode=pm.ProcessingMode.STREAMED))
     return response
 
 
-def response_body_response(body: bytes | None = None,
-                           set_headers: Mapping[str, str] | None = None) -> pb.ProcessingResponse:
+def response_body_response(
+    body: bytes | None = None, set_headers: Mapping[str, str] | None = None
+) -> pb.ProcessingResponse:
     common = pb.CommonResponse(header_mutation=header_mutation(set_headers))
     if body is not None:
         common.body_mutation.CopyFrom(pb.BodyMutation(body=body))
     return pb.ProcessingResponse(response_body=pb.BodyResponse(response=common))
 
 
-def immediate(status: int, body: bytes, headers: Mapping[str, str] | None = None,
-              content_type: str = "application/json") -> pb.ProcessingResponse:
+def immediate(
+    status: int, body: bytes, headers: Mapping[str, str] | None = None, content_type: str = "application/json"
+) -> pb.ProcessingResponse:
     all_headers = {"content-type": content_type, **(headers or {})}
-    return pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(
-        status=http_status_pb2.HttpStatus(code=status),
-        headers=header_mutation(all_headers), body=body, details="svc-sr"))
+    return pb.ProcessingResponse(
+        immediate_response=pb.ImmediateResponse(
+            status=http_status_pb2.HttpStatus(code=status),
+            headers=header_mutation(all_headers),
+            body=body,
+            details="svc-sr",
+        )
+    )
 
 
 def passthrough(kind: str) -> pb.ProcessingResponse:

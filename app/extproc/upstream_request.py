@@ -34,11 +34,13 @@ def envoy_request(exchange: Exchange, client_path: str | None) -> EnvoyRequest |
     except MessagesTranslationError as exc:
         return exchange.refused_by_wire(exc.status, exc.body(), target)
     set_headers = _lower(plan.upstream_headers, wire.request_headers(target))
-    set_headers.update({
-        "x-selected-model": target.model,
-        "content-type": "application/json",
-        "content-length": str(len(body)),  # Envoy answers 500 without it after a rewrite
-    })
+    set_headers.update(
+        {
+            "x-selected-model": target.model,
+            "content-type": "application/json",
+            "content-length": str(len(body)),  # Envoy answers 500 without it after a rewrite
+        }
+    )
     remove = list(plan.upstream_headers_remove)
     if "x-api-key" in set_headers and "authorization" not in set_headers:
         remove.append("authorization")

@@ -133,9 +133,14 @@ class Attempt:
 
     def view(self) -> dict[str, Any]:
         return {
-            "attempt": self.attempt, "version": self.version, "document_hash": self.document_hash,
-            "state": self.state, "stage": self.stage, "started_at": self.started_at,
-            "finished_at": self.finished_at, "reasons": [r.as_dict() for r in self.reasons],
+            "attempt": self.attempt,
+            "version": self.version,
+            "document_hash": self.document_hash,
+            "state": self.state,
+            "stage": self.stage,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "reasons": [r.as_dict() for r in self.reasons],
         }
 
 
@@ -149,7 +154,11 @@ class Outcome:
 
 class ActivationController:
     def __init__(
-        self, store: ConfigStore, audit: AuditLog, activator: Activator, initial: RouterConfig,
+        self,
+        store: ConfigStore,
+        audit: AuditLog,
+        activator: Activator,
+        initial: RouterConfig,
         on_active: list[Callable[[RouterConfig], None]] | None = None,
         compile_check: Callable[[RouterConfig], None] = compile_pipeline,
         wait_s: float = DEFAULT_WAIT_S,
@@ -195,8 +204,14 @@ class ActivationController:
 
     # ------------------------------------------------------------------ mutation
     async def mutate(
-        self, if_match: str | None, build: Callable[[dict[str, Any]], Candidate], source: str, *,
-        request_id: str | None = None, role: str | None = None, rollback_of: str | None = None,
+        self,
+        if_match: str | None,
+        build: Callable[[dict[str, Any]], Candidate],
+        source: str,
+        *,
+        request_id: str | None = None,
+        role: str | None = None,
+        rollback_of: str | None = None,
     ) -> Outcome:
         """Check If-Match, build the candidate from the persisted document, persist, activate.
 
@@ -204,18 +219,25 @@ class ActivationController:
         async with self._mutation_lock:
             current_etag = self.etag
             if if_match is None or not if_match.strip():
-                raise PreconditionFailed(428, "PRECONDITION_REQUIRED",
-                                         "If-Match with the current ETag is required", current_etag)
+                raise PreconditionFailed(
+                    428, "PRECONDITION_REQUIRED", "If-Match with the current ETag is required", current_etag
+                )
             if not _etag_matches(if_match, current_etag):
-                raise PreconditionFailed(412, "CONFIG_CHANGED",
-                                         "the configuration changed since it was read (stale If-Match)", current_etag)
+                raise PreconditionFailed(
+                    412,
+                    "CONFIG_CHANGED",
+                    "the configuration changed since it was read (stale If-Match)",
+                    current_etag,
+                )
             try:
                 candidate = build(self.store.document)
                 issues = auth_issues(candidate.config)
                 if issues:
                     raise DocumentRejected(issues)
             except DocumentRejected as exc:
-                self._reject(exc.reasons, source, request_id, role, secrets=secret_values(self.store.document))
+                self._reject(
+                    exc.reasons, source, request_id, role, secrets=secret_values(self.store.document)
+                )
                 raise
             restart = restart_required(self.active_config, candidate.config)
             if restart:
@@ -227,15 +249,31 @@ class ActivationController:
             await asyncio.wait_for(asyncio.shield(attempt.done.wait()), self.wait_s)
         return Outcome(attempt=attempt, warnings=candidate.warnings)
 
-    def _persist(self, candidate: Candidate, source: str, request_id: str | None, role: str | None,
-                 rollback_of: str | None) -> Attempt:
-        record: VersionRecord = self.store.persist(candidate, source, rollback_of=rollback_of, request_id=request_id)
+    def _persist(
+        self,
+        candidate: Candidate,
+        source: str,
+        request_id: str | None,
+        role: str | None,
+        rollback_of: str | None,
+    ) -> Attempt:
+        record: VersionRecord = self.store.persist(
+            candidate, source, rollback_of=rollback_of, request_id=request_id
+        )
         previous = self.current
-        if previous is not None and (previous.state == "failed" or (previous.state == "pending"
-                                                                     and not previous.running)):
+        if previous is not None and (
+            previous.state == "failed" or (previous.state == "pending" and not previous.running)
+        ):
             self._supersede(previous, by=record.attempt)
-        attempt = Attempt(attempt=record.attempt, version=record.version, document_hash=record.hash,
-                          runtime_hash=record.runtime_hash, source=source, request_id=request_id, role=role)
+        attempt = Attempt(
+            attempt=record.attempt,
+            version=record.version,
+            document_hash=record.hash,
+            runtime_hash=record.runtime_hash,
+            source=source,
+            request_id=request_id,
+            role=role,
+        )
         self.current = attempt
         return attempt
 
@@ -244,26 +282,49 @@ class ActivationController:
         attempt.state = "superseded"
         attempt.finished_at = attempt.finished_at or _now()
         self.store.mark_result(attempt.version, "superseded")
-        self.audit.record("config.supersede", request_id=attempt.request_id, role=attempt.role, config={
-            "attempt": attempt.attempt, "result": "superseded", "previous_state": was, "superseded_by": by,
-            "source": attempt.source, "version": attempt.version, "document_hash": attempt.document_hash,
-        })
+        self.audit.record(
+            "config.supersede",
+            request_id=attempt.request_id,
+            role=attempt.role,
+            config={
+                "attempt": attempt.attempt,
+                "result": "superseded",
+                "previous_state": was,
+                "superseded_by": by,
+                "source": attempt.source,
+                "version": attempt.version,
+                "document_hash": attempt.document_hash,
+            },
+        )
         if was == "pending":
             attempt.done.set()
 
-    def _reject(self, reasons: list[Reason], source: str, request_id: str | None, role: str | None,
-                secrets: set[str]) -> None:
+    def _reject(
+        self, reasons: list[Reason], source: str, request_id: str | None, role: str | None, secrets: set[str]
+    ) -> None:
         redacted = [Reason(r.stage, r.code, scrub(r.message, secrets), r.path) for r in reasons]
         reasons[:] = redacted
         stage = redacted[0].stage if redacted else "validate"
         self.last_rejection = {
-            "timestamp": _now(), "source": source, "stage": stage, "reasons": [r.as_dict() for r in redacted],
+            "timestamp": _now(),
+            "source": source,
+            "stage": stage,
+            "reasons": [r.as_dict() for r in redacted],
             "persisted": False,
         }
-        self.audit.record("config.reject", request_id=request_id, role=role, config={
-            "attempt": None, "result": "rejected", "source": source, "stage": stage,
-            "reason_codes": sorted({r.code for r in redacted}), "persisted": False,
-        })
+        self.audit.record(
+            "config.reject",
+            request_id=request_id,
+            role=role,
+            config={
+                "attempt": None,
+                "result": "rejected",
+                "source": source,
+                "stage": stage,
+                "reason_codes": sorted({r.code for r in redacted}),
+                "persisted": False,
+            },
+        )
 
     # ------------------------------------------------------------------ activation
     async def _activate(self, attempt: Attempt, candidate: Candidate) -> None:
@@ -277,7 +338,9 @@ class ActivationController:
                 try:
                     self.compile_check(candidate.config)
                 except Exception as exc:
-                    raise ActivationFailed("compile", "compile_failed", None, f"{type(exc).__name__}: {exc}") from exc
+                    raise ActivationFailed(
+                        "compile", "compile_failed", None, f"{type(exc).__name__}: {exc}"
+                    ) from exc
                 attempt.stage = "activate"
                 await self.activator.activate(candidate.config, candidate.config.to_document())
             except ActivationFailed as exc:
@@ -285,8 +348,10 @@ class ActivationController:
                 return
             except Exception as exc:  # an activator bug must not leave the attempt pending forever
                 log.exception("activation attempt %d failed unexpectedly", attempt.attempt)
-                self._fail(attempt, Reason("activate", "activation_error", scrub(f"{type(exc).__name__}: {exc}",
-                                                                                 secrets)))
+                self._fail(
+                    attempt,
+                    Reason("activate", "activation_error", scrub(f"{type(exc).__name__}: {exc}", secrets)),
+                )
                 return
             self._succeed(attempt, candidate)
 
@@ -303,10 +368,19 @@ class ActivationController:
                 callback(candidate.config)
             except Exception:
                 log.exception("on_active callback failed")
-        self.audit.record("config.activate", request_id=attempt.request_id, role=attempt.role, config={
-            "attempt": attempt.attempt, "result": "active", "source": attempt.source, "version": attempt.version,
-            "config_version": attempt.config_version, "document_hash": attempt.document_hash,
-        })
+        self.audit.record(
+            "config.activate",
+            request_id=attempt.request_id,
+            role=attempt.role,
+            config={
+                "attempt": attempt.attempt,
+                "result": "active",
+                "source": attempt.source,
+                "version": attempt.version,
+                "config_version": attempt.config_version,
+                "document_hash": attempt.document_hash,
+            },
+        )
         attempt.done.set()
 
     def _fail(self, attempt: Attempt, reason: Reason) -> None:
@@ -316,14 +390,29 @@ class ActivationController:
         attempt.finished_at = _now()
         self.store.mark_result(attempt.version, "failed")
         self.last_rejection = {
-            "timestamp": attempt.finished_at, "source": attempt.source, "stage": reason.stage,
-            "attempt": attempt.attempt, "version": attempt.version, "reasons": [reason.as_dict()], "persisted": True,
-        }
-        self.audit.record("config.reject", request_id=attempt.request_id, role=attempt.role, config={
-            "attempt": attempt.attempt, "result": "failed", "source": attempt.source, "version": attempt.version,
-            "document_hash": attempt.document_hash, "stage": reason.stage, "reason_codes": [reason.code],
+            "timestamp": attempt.finished_at,
+            "source": attempt.source,
+            "stage": reason.stage,
+            "attempt": attempt.attempt,
+            "version": attempt.version,
+            "reasons": [reason.as_dict()],
             "persisted": True,
-        })
+        }
+        self.audit.record(
+            "config.reject",
+            request_id=attempt.request_id,
+            role=attempt.role,
+            config={
+                "attempt": attempt.attempt,
+                "result": "failed",
+                "source": attempt.source,
+                "version": attempt.version,
+                "document_hash": attempt.document_hash,
+                "stage": reason.stage,
+                "reason_codes": [reason.code],
+                "persisted": True,
+            },
+        )
         attempt.done.set()
 
     async def drain(self) -> None:

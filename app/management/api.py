@@ -35,8 +35,16 @@ __all__ = ["install", "management_router"]
 
 def management_router(mgmt: Management) -> APIRouter:
     router = APIRouter()
-    for family in (system_routes, config_read_routes, config_write_routes, audit_routes, routing_routes,
-                   inventory_routes, older_info_routes, replay_routes):
+    for family in (
+        system_routes,
+        config_read_routes,
+        config_write_routes,
+        audit_routes,
+        routing_routes,
+        inventory_routes,
+        older_info_routes,
+        replay_routes,
+    ):
         router.include_router(family(mgmt))
     return router
 

@@ -44,7 +44,9 @@ class AuditEntry(BaseModel):
 
 class AuditPage(BaseModel):
     entries: list[AuditEntry]
-    next_sequence: int = Field(description="pass as after_sequence to continue (also to poll for new entries)")
+    next_sequence: int = Field(
+        description="pass as after_sequence to continue (also to poll for new entries)"
+    )
     has_more: bool
     truncated: bool = Field(description="entries after `after_sequence` were dropped from the ring")
     oldest_sequence: int | None
@@ -73,8 +75,9 @@ class AuditLog:
     def record(self, action: str, **fields: Any) -> AuditEntry:
         with self._lock:
             self._sequence += 1
-            entry = AuditEntry(sequence=self._sequence, timestamp=_now(), action=action,
-                               prev_hash=self._last_hash, **fields)
+            entry = AuditEntry(
+                sequence=self._sequence, timestamp=_now(), action=action, prev_hash=self._last_hash, **fields
+            )
             entry.hash = entry.digest()
             self._last_hash = entry.hash
             self._entries.append(entry)
@@ -92,12 +95,17 @@ class AuditLog:
             entries = list(self._entries)
         oldest = entries[0].sequence if entries else None
         truncated = oldest is not None and after_sequence < oldest - 1
-        matching = [e for e in entries if e.sequence > after_sequence and (action is None or e.action == action)]
+        matching = [
+            e for e in entries if e.sequence > after_sequence and (action is None or e.action == action)
+        ]
         page = matching[:limit]
         has_more = len(matching) > limit
         return AuditPage(
-            entries=page, next_sequence=page[-1].sequence if page else max(after_sequence, 0), has_more=has_more,
-            truncated=truncated, oldest_sequence=oldest,
+            entries=page,
+            next_sequence=page[-1].sequence if page else max(after_sequence, 0),
+            has_more=has_more,
+            truncated=truncated,
+            oldest_sequence=oldest,
         )
 
     def verify(self) -> AuditVerification:
@@ -112,13 +120,22 @@ def verify_chain(entries: list[AuditEntry]) -> AuditVerification:
     for entry in entries:
         if previous is not None:
             if entry.sequence != previous.sequence + 1:
-                return AuditVerification(ok=False, checked=len(entries), first_bad_sequence=entry.sequence,
-                                         reason="sequence gap")
+                return AuditVerification(
+                    ok=False, checked=len(entries), first_bad_sequence=entry.sequence, reason="sequence gap"
+                )
             if entry.prev_hash != previous.hash:
-                return AuditVerification(ok=False, checked=len(entries), first_bad_sequence=entry.sequence,
-                                         reason="prev_hash does not match the previous entry")
+                return AuditVerification(
+                    ok=False,
+                    checked=len(entries),
+                    first_bad_sequence=entry.sequence,
+                    reason="prev_hash does not match the previous entry",
+                )
         if entry.digest() != entry.hash:
-            return AuditVerification(ok=False, checked=len(entries), first_bad_sequence=entry.sequence,
-                                     reason="entry hash does not match its content")
+            return AuditVerification(
+                ok=False,
+                checked=len(entries),
+                first_bad_sequence=entry.sequence,
+                reason="entry hash does not match its content",
+            )
         previous = entry
     return AuditVerification(ok=True, checked=len(entries))

@@ -58,8 +58,14 @@ PERMISSIONS: dict[str, str] = {
 }
 
 _VIEWER = {"ready.read", "config.read", "inventory.read", "cache.read"}
-_OPERATOR = _VIEWER | {"config.write", "audit.read", "classify.invoke", "learning.ingest",
-                       "observability.read", "cache.invalidate"}
+_OPERATOR = _VIEWER | {
+    "config.write",
+    "audit.read",
+    "classify.invoke",
+    "learning.ingest",
+    "observability.read",
+    "cache.invalidate",
+}
 BUILTIN_ROLES: dict[str, frozenset[str]] = {
     "viewer": frozenset(_VIEWER),
     "operator": frozenset(_OPERATOR),
@@ -137,8 +143,9 @@ class Principal:
 
 # Auth off: every route is open, but secrets stay redacted (a redacted document sent back
 # keeps its secrets, see redaction.restore_redacted); turn bearer auth on to read them.
-ANONYMOUS_ALL = Principal(name="anonymous", role=None, permissions=frozenset(PERMISSIONS) - {"secret_view"},
-                          authenticated=False)
+ANONYMOUS_ALL = Principal(
+    name="anonymous", role=None, permissions=frozenset(PERMISSIONS) - {"secret_view"}, authenticated=False
+)
 
 
 class AuthError(Exception):
@@ -175,8 +182,11 @@ class Authenticator:
         for spec in specs:
             secret = env.get(spec.token_env, "")
             if not secret:
-                log.warning("management token %r: environment variable %s is unset; token ignored",
-                            spec.name, spec.token_env)
+                log.warning(
+                    "management token %r: environment variable %s is unset; token ignored",
+                    spec.name,
+                    spec.token_env,
+                )
                 continue
             permissions = set(spec.permissions)
             if spec.role is not None:

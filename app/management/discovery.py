@@ -20,9 +20,13 @@ Sensitivity = Literal["public", "internal", "sensitive", "secret"]
 
 
 class RouteGuard:
-    def __init__(self, authenticator: Callable[[], Authenticator], permission: str | None,
-                 sensitivity: Sensitivity = "internal",
-                 on_denied: Callable[[Request, AuthError], None] | None = None) -> None:
+    def __init__(
+        self,
+        authenticator: Callable[[], Authenticator],
+        permission: str | None,
+        sensitivity: Sensitivity = "internal",
+        on_denied: Callable[[Request, AuthError], None] | None = None,
+    ) -> None:
         self.authenticator = authenticator
         self.permission = permission
         self.sensitivity = sensitivity
@@ -65,12 +69,15 @@ def describe_routes(app: FastAPI) -> list[dict[str, Any]]:
         methods = sorted((route.methods or set()) - {"HEAD"})
         for method in methods:
             sensitivity: Sensitivity = guard.sensitivity if guard else "public"
-            out.append({
-                "method": method, "path": route.path,
-                "permission": guard.permission if guard else None,
-                "sensitivity": sensitivity,
-                "summary": getattr(route, "summary", None) or getattr(route, "name", None),
-                "deprecated": bool(getattr(route, "deprecated", False)),
-                "authenticated": guard is not None,
-            })
+            out.append(
+                {
+                    "method": method,
+                    "path": route.path,
+                    "permission": guard.permission if guard else None,
+                    "sensitivity": sensitivity,
+                    "summary": getattr(route, "summary", None) or getattr(route, "name", None),
+                    "deprecated": bool(getattr(route, "deprecated", False)),
+                    "authenticated": guard is not None,
+                }
+            )
     return sorted(out, key=lambda r: (r["path"], r["method"]))

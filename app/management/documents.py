@@ -100,16 +100,20 @@ def check_document(document: dict[str, Any]) -> Candidate:
         raise DocumentRejected(reasons_from_config_error(exc)) from None
     compact = compact_document(loaded.config)
     return Candidate(
-        config=loaded.config, document=compact, source_hash=document_hash(compact),
-        runtime_hash=config_hash(loaded.config), warnings=list(loaded.warnings),
+        config=loaded.config,
+        document=compact,
+        source_hash=document_hash(compact),
+        runtime_hash=config_hash(loaded.config),
+        warnings=list(loaded.warnings),
     )
 
 
 def candidate_of(config: RouterConfig) -> Candidate:
     """A config already loaded elsewhere (the file the process started with) as a Candidate."""
     compact = compact_document(config)
-    return Candidate(config=config, document=compact, source_hash=document_hash(compact),
-                     runtime_hash=config_hash(config))
+    return Candidate(
+        config=config, document=compact, source_hash=document_hash(compact), runtime_hash=config_hash(config)
+    )
 
 
 def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
@@ -152,19 +156,37 @@ def restart_required(old: RouterConfig, new: RouterConfig) -> list[Reason]:
     if set(before) != set(after):
         added = sorted(set(after) - set(before))
         removed = sorted(set(before) - set(after))
-        reasons.append(Reason("validate", "restart_required",
-                              f"the listener set changes (added {added}, removed {removed})", "listeners"))
+        reasons.append(
+            Reason(
+                "validate",
+                "restart_required",
+                f"the listener set changes (added {added}, removed {removed})",
+                "listeners",
+            )
+        )
     for index, listener in enumerate(new.listeners):
         prior = before.get(listener.name)
         if prior is None:
             continue
         for attr in ("address", "port", "timeout"):
             if getattr(prior, attr) != getattr(listener, attr):
-                reasons.append(Reason("validate", "restart_required",
-                                      f"listener {listener.name!r} changes its {attr}", f"listeners[{index}].{attr}"))
+                reasons.append(
+                    Reason(
+                        "validate",
+                        "restart_required",
+                        f"listener {listener.name!r} changes its {attr}",
+                        f"listeners[{index}].{attr}",
+                    )
+                )
     old_tracing = (old.global_.services.observability.model_extra or {}).get("tracing")
     new_tracing = (new.global_.services.observability.model_extra or {}).get("tracing")
     if old_tracing != new_tracing:
-        reasons.append(Reason("validate", "restart_required", "tracing settings change",
-                              "global.services.observability.tracing"))
+        reasons.append(
+            Reason(
+                "validate",
+                "restart_required",
+                "tracing settings change",
+                "global.services.observability.tracing",
+            )
+        )
     return reasons

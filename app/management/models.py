@@ -108,7 +108,9 @@ class PlanResponse(BaseModel):
 class RollbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: int | str | None = Field(default=None, description="version id/timestamp, or a config_version number")
+    version: int | str | None = Field(
+        default=None, description="version id/timestamp, or a config_version number"
+    )
     config_version: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")

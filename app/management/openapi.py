@@ -43,7 +43,7 @@ def _nullable_options(out: dict[str, Any]) -> None:
 
 
 def _type_list(out: dict[str, Any]) -> None:
-    """"type": [..., "null"] -> one type (or anyOf of them) plus nullable."""
+    """ "type": [..., "null"] -> one type (or anyOf of them) plus nullable."""
     kind = out.get("type")
     if not isinstance(kind, list):
         return

@@ -16,8 +16,11 @@ import re
 from typing import Any
 
 REDACTED = "***REDACTED***"
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|password|passwd|secret|authorization|credential|private[_-]?key|"
-                         r"access[_-]?key|cookie)", re.IGNORECASE)
+_SECRET_KEY = re.compile(
+    r"(api[_-]?key|token|password|passwd|secret|authorization|credential|private[_-]?key|"
+    r"access[_-]?key|cookie)",
+    re.IGNORECASE,
+)
 _HEADER_MAPS = frozenset({"extra_headers", "headers", "upstream_headers"})
 _MIN_SCRUB_LEN = 4  # shorter values would blank out ordinary words in messages
 
@@ -81,8 +84,10 @@ def restore_redacted(submitted: Any, current: Any) -> Any:
         return {key: restore_redacted(item, base.get(key)) for key, item in submitted.items()}
     if isinstance(submitted, list):
         base_list = current if isinstance(current, list) else []
-        return [restore_redacted(item, base_list[i] if i < len(base_list) else None)
-                for i, item in enumerate(submitted)]
+        return [
+            restore_redacted(item, base_list[i] if i < len(base_list) else None)
+            for i, item in enumerate(submitted)
+        ]
     if submitted == REDACTED and current is not None:
         return current
     return submitted

@@ -24,8 +24,22 @@ from pydantic import BaseModel, Field
 from app.management.redaction import REDACTED, redact
 
 DEFAULT_REPLAY_CAPACITY = 10_000
-CONTENT_KEYS = frozenset({"request", "response", "messages", "prompt", "body", "input", "output", "content",
-                          "text", "completion", "choices", "query"})
+CONTENT_KEYS = frozenset(
+    {
+        "request",
+        "response",
+        "messages",
+        "prompt",
+        "body",
+        "input",
+        "output",
+        "content",
+        "text",
+        "completion",
+        "choices",
+        "query",
+    }
+)
 
 
 class ReplayPage(BaseModel):
@@ -60,13 +74,15 @@ class ReplaySource(Protocol):
     """What the API reads; each method may also return an awaitable of its result (the Ray
     graph's adapter over the Observability deployment does)."""
 
-    def list(self, limit: int = 100, after_sequence: int = 0, decision: str | None = None,
-             model: str | None = None) -> ReplayPage | Awaitable[ReplayPage]: ...
+    def list(
+        self, limit: int = 100, after_sequence: int = 0, decision: str | None = None, model: str | None = None
+    ) -> ReplayPage | Awaitable[ReplayPage]: ...
 
     def get(self, replay_id: str) -> dict[str, Any] | None | Awaitable[dict[str, Any] | None]: ...
 
-    def aggregate(self, decision: str | None = None,
-                  model: str | None = None) -> ReplayAggregate | Awaitable[ReplayAggregate]: ...
+    def aggregate(
+        self, decision: str | None = None, model: str | None = None
+    ) -> ReplayAggregate | Awaitable[ReplayAggregate]: ...
 
 
 def _now() -> str:
@@ -113,18 +129,26 @@ class ReplayStore:
     def _matching(self, decision: str | None, model: str | None) -> list[dict[str, Any]]:
         with self._lock:
             records = list(self._records)
-        return [r for r in records if (decision is None or r.get("decision") == decision)
-                and (model is None or _model_of(r) == model)]
+        return [
+            r
+            for r in records
+            if (decision is None or r.get("decision") == decision)
+            and (model is None or _model_of(r) == model)
+        ]
 
-    def list(self, limit: int = 100, after_sequence: int = 0, decision: str | None = None,
-             model: str | None = None) -> ReplayPage:
+    def list(
+        self, limit: int = 100, after_sequence: int = 0, decision: str | None = None, model: str | None = None
+    ) -> ReplayPage:
         with self._lock:
             oldest = self._records[0]["sequence"] if self._records else None
         matching = [r for r in self._matching(decision, model) if r["sequence"] > after_sequence]
         page = matching[:limit]
-        return ReplayPage(records=copy.deepcopy(page), has_more=len(matching) > limit,
-                          next_sequence=page[-1]["sequence"] if page else max(after_sequence, 0),
-                          oldest_sequence=oldest)
+        return ReplayPage(
+            records=copy.deepcopy(page),
+            has_more=len(matching) > limit,
+            next_sequence=page[-1]["sequence"] if page else max(after_sequence, 0),
+            oldest_sequence=oldest,
+        )
 
     def get(self, replay_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -166,7 +190,11 @@ class ReplayStore:
         for name, values in latency.items():
             by_model[name].mean_latency_ms = round(sum(values) / len(values), 3)
         return ReplayAggregate(
-            total=len(records), by_model=by_model, by_decision=by_decision, by_reason_code=by_reason, cost=cost,
+            total=len(records),
+            by_model=by_model,
+            by_decision=by_decision,
+            by_reason_code=by_reason,
+            cost=cost,
             cache_hit_rate=round(hits / len(records), 6) if records else None,
             first_timestamp=records[0].get("timestamp") if records else None,
             last_timestamp=records[-1].get("timestamp") if records else None,
@@ -184,11 +212,15 @@ def redact_record(record: dict[str, Any], *, data: bool, secrets: bool) -> dict[
     """Request/response content hidden without `data`, credentials and header values without `secrets`."""
     out = record if secrets else redact(record)
     if not data:
-        out = {key: (REDACTED if key in CONTENT_KEYS and value is not None else value) for key, value in out.items()}
+        out = {
+            key: (REDACTED if key in CONTENT_KEYS and value is not None else value)
+            for key, value in out.items()
+        }
     return out
 
 
 # ---------------------------------------------------------------- outcomes
+
 
 class OutcomeIn(BaseModel):
     replay_id: str = Field(min_length=1, max_length=256)
@@ -224,8 +256,9 @@ class OutcomeStore:
         self._lock = threading.Lock()
 
     def submit(self, outcome: OutcomeIn, principal: str, idempotency_key: str | None = None) -> OutcomeRecord:
-        fingerprint = hashlib.sha256(json.dumps(
-            [outcome.model_dump(exclude={"source"}), principal], sort_keys=True).encode()).hexdigest()
+        fingerprint = hashlib.sha256(
+            json.dumps([outcome.model_dump(exclude={"source"}), principal], sort_keys=True).encode()
+        ).hexdigest()
         with self._lock:
             if idempotency_key is not None:
                 seen = self._keys.get(idempotency_key)
@@ -234,8 +267,13 @@ class OutcomeStore:
                         raise IdempotencyConflict(idempotency_key)
                     return seen[1].model_copy(update={"idempotent_replay": True})
             record = OutcomeRecord(
-                outcome_id=uuid.uuid4().hex, replay_id=outcome.replay_id, target=outcome.target,
-                verdict=outcome.verdict, score=outcome.score, source=principal, recorded_at=_now(),
+                outcome_id=uuid.uuid4().hex,
+                replay_id=outcome.replay_id,
+                target=outcome.target,
+                verdict=outcome.verdict,
+                score=outcome.score,
+                source=principal,
+                recorded_at=_now(),
             )
             self._outcomes.append(record)
             if idempotency_key is not None:

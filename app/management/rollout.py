@@ -64,10 +64,18 @@ class ServeBackend(Protocol):
 class GraphActivator:
     """Activator (app/management/activation.py) over a Serve application."""
 
-    def __init__(self, graph_args: Any, document: dict[str, Any], backend: ServeBackend, timeout_s: float = 120.0,
-                 *, clock: Callable[[], float] = time.monotonic,
-                 pause: Callable[[float], Awaitable[None]] = asyncio.sleep, poll_s: float = POLL_S,
-                 restore_timeout_s: float = RESTORE_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        graph_args: Any,
+        document: dict[str, Any],
+        backend: ServeBackend,
+        timeout_s: float = 120.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        pause: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        poll_s: float = POLL_S,
+        restore_timeout_s: float = RESTORE_TIMEOUT_S,
+    ) -> None:
         self.graph_args = graph_args
         self.document = document  # the document the replicas serve
         self.backend = backend
@@ -93,18 +101,25 @@ class GraphActivator:
             await self._restore()
             raise
         self.document = document
-        self.last = {"deploy_s": round(deployed - started, 3), "running_s": round(running - started, 3),
-                     "total_s": round(self.clock() - started, 3)}
+        self.last = {
+            "deploy_s": round(deployed - started, 3),
+            "running_s": round(running - started, 3),
+            "total_s": round(self.clock() - started, 3),
+        }
         log.info("configuration %s active on every replica in %.2f s", expected[:12], self.last["total_s"])
 
     async def _build(self, document: dict[str, Any]) -> Any:
         try:
             app = await asyncio.to_thread(self.backend.build, self.graph_args, document)
-            reason = await asyncio.to_thread(self.backend.restart_required, self.graph_args, self.document, document)
+            reason = await asyncio.to_thread(
+                self.backend.restart_required, self.graph_args, self.document, document
+            )
         except ActivationFailed:
             raise
         except Exception as exc:
-            raise ActivationFailed("compile", "graph_build_failed", None, f"{type(exc).__name__}: {exc}") from exc
+            raise ActivationFailed(
+                "compile", "graph_build_failed", None, f"{type(exc).__name__}: {exc}"
+            ) from exc
         if reason:
             raise ActivationFailed("activate", "restart_required", None, reason)
         return app
@@ -123,11 +138,16 @@ class GraphActivator:
             if status == "RUNNING":
                 return
             if status in ("DEPLOY_FAILED", "UNHEALTHY"):
-                raise ActivationFailed("activate", "deploy_failed", None,
-                                       f"application {status}: {first_line(message)}")
+                raise ActivationFailed(
+                    "activate", "deploy_failed", None, f"application {status}: {first_line(message)}"
+                )
             if self.clock() > deadline:
-                raise ActivationFailed("activate", "activation_timeout", None,
-                                       f"the application was still {status} after {self.timeout_s:.0f} s")
+                raise ActivationFailed(
+                    "activate",
+                    "activation_timeout",
+                    None,
+                    f"the application was still {status} after {self.timeout_s:.0f} s",
+                )
             await self.pause(self.poll_s)
 
     async def _wait_routers(self, expected: str, deadline: float) -> None:
@@ -140,17 +160,26 @@ class GraphActivator:
                 return
             for report in await self.backend.router_generations(max(4, 3 * replicas)):
                 seen[str(report.get("replica"))] = report
-            failed = [r for r in seen.values() if r.get("failed_hash") == expected and r.get("hash") != expected]
+            failed = [
+                r for r in seen.values() if r.get("failed_hash") == expected and r.get("hash") != expected
+            ]
             if failed:
-                raise ActivationFailed("warm", "warm_failed", None,
-                                       f"a Router replica could not load the configuration: "
-                                       f"{first_line(failed[0].get('error'))}")
+                raise ActivationFailed(
+                    "warm",
+                    "warm_failed",
+                    None,
+                    f"a Router replica could not load the configuration: "
+                    f"{first_line(failed[0].get('error'))}",
+                )
             if sum(1 for r in seen.values() if r.get("hash") == expected) >= replicas:
                 return
             if self.clock() > deadline:
-                raise ActivationFailed("activate", "activation_timeout", None,
-                                       f"Router replicas did not report the new configuration within "
-                                       f"{self.timeout_s:.0f} s")
+                raise ActivationFailed(
+                    "activate",
+                    "activation_timeout",
+                    None,
+                    f"Router replicas did not report the new configuration within {self.timeout_s:.0f} s",
+                )
             await self.pause(self.poll_s)
 
     async def _restore(self) -> None:
@@ -161,3 +190,30 @@ class GraphActivator:
             await self._wait_running(self.clock() + self.restore_timeout_s)
         except Exception:
             log.exception("could not restore the previous configuration after a failed activation")
+
+
+# Top-level keys of a declarative Serve config that a redeploy carries over as they are.
+SERVE_CONFIG_KEYS = ("proxy_location", "http_options", "grpc_options", "target_capacity")
+
+
+def declarative_update(
+    details: dict[str, Any], app_name: str, user_configs: dict[str, Any]
+) -> dict[str, Any]:
+    """The declarative Serve config the cluster runs (`details`: the controller's view of every
+    application), with `user_configs` ({deployment: user_config}) applied to `app_name`'s
+    deployments. Applications deployed imperatively (no `deployed_app_config`) are left out:
+    a declarative deploy would not touch them anyway."""
+    applications = []
+    for name, entry in (details.get("applications") or {}).items():
+        config = entry.get("deployed_app_config")
+        if config is None:
+            continue
+        config = dict(config)
+        if name == app_name:
+            overrides = {d["name"]: dict(d) for d in config.get("deployments") or []}
+            for deployment, user_config in user_configs.items():
+                overrides.setdefault(deployment, {"name": deployment})["user_config"] = user_config
+            config["deployments"] = list(overrides.values())
+        applications.append(config)
+    carried = {key: details[key] for key in SERVE_CONFIG_KEYS if details.get(key) is not None}
+    return {"applications": applications} | carried

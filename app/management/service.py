@@ -41,8 +41,9 @@ PREVIEW_DEADLINE_S = 30.0
 class RoutingPreviewer(Protocol):
     """RouterPipeline.preview, or the Router deployment handle's `preview` adapted."""
 
-    async def preview(self, request: Mapping[str, Any], headers: Mapping[str, str] | None = None,
-                      seed: int | None = None) -> dict[str, Any]: ...
+    async def preview(
+        self, request: Mapping[str, Any], headers: Mapping[str, str] | None = None, seed: int | None = None
+    ) -> dict[str, Any]: ...
 
 
 class ManagementParts(TypedDict, total=False):
@@ -93,7 +94,11 @@ class Management:
         if config_view is not None:
             callbacks.append(config_view.update)
         self.activation = ActivationController(
-            self.store, self.audit, activator or NoopActivator(), config, on_active=callbacks,
+            self.store,
+            self.audit,
+            activator or NoopActivator(),
+            config,
+            on_active=callbacks,
             compile_check=parts.get("compile_check", compile_pipeline),
             wait_s=parts.get("activation_wait_s", 60.0),
         )
@@ -103,7 +108,9 @@ class Management:
         return self.activation.active_config
 
     def _refresh_auth(self, config: RouterConfig) -> None:
-        self.authenticator = Authenticator.from_config(config, self.environ if self.environ is not None else os.environ)
+        self.authenticator = Authenticator.from_config(
+            config, self.environ if self.environ is not None else os.environ
+        )
 
     def hash_view(self) -> dict[str, Any]:
         view = self.activation.hash_view()
@@ -112,11 +119,15 @@ class Management:
         return view
 
     def status_document(self) -> StatusDocument:
-        return StatusDocument(instance_id=self.instance_id, observed_at=now_stamp(),
-                              conditions=conditions(self.startup.status(), self.store.active is not None,
-                                                    self.hash_view()))
+        return StatusDocument(
+            instance_id=self.instance_id,
+            observed_at=now_stamp(),
+            conditions=conditions(self.startup.status(), self.store.active is not None, self.hash_view()),
+        )
 
-    def mutation_response(self, outcome: Outcome, rollback_of: str | None = None) -> tuple[int, MutationResponse]:
+    def mutation_response(
+        self, outcome: Outcome, rollback_of: str | None = None
+    ) -> tuple[int, MutationResponse]:
         """(HTTP status, body) of a configuration change from its activation outcome."""
         attempt = outcome.attempt
         assert attempt is not None
@@ -128,16 +139,29 @@ class Management:
         elif attempt.state == "failed":
             code, status = 503, "activation_failed"
             reason = attempt.reasons[0] if attempt.reasons else None
-            error = {"code": "ACTIVATION_FAILED", "message": (
-                f"activation failed at stage {reason.stage}: {reason.message}" if reason else "activation failed"),
-                "timestamp": now_stamp()}
+            error = {
+                "code": "ACTIVATION_FAILED",
+                "message": (
+                    f"activation failed at stage {reason.stage}: {reason.message}"
+                    if reason
+                    else "activation failed"
+                ),
+                "timestamp": now_stamp(),
+            }
         else:  # superseded, pending
             code, status = 202, "superseded" if attempt.state == "superseded" else "pending"
         body = MutationResponse(
-            status=status, source_config_hash=view["source_config_hash"],
-            generated_runtime_hash=view["generated_runtime_hash"], active_runtime_hash=view["active_runtime_hash"],
-            activation_status=view["activation_status"], config_version=view["config_version"],
-            version=attempt.version, etag=etag_of(attempt.document_hash), activation=attempt.view(),
-            warnings=outcome.warnings, rollback_of=rollback_of, error=error,
+            status=status,
+            source_config_hash=view["source_config_hash"],
+            generated_runtime_hash=view["generated_runtime_hash"],
+            active_runtime_hash=view["active_runtime_hash"],
+            activation_status=view["activation_status"],
+            config_version=view["config_version"],
+            version=attempt.version,
+            etag=etag_of(attempt.document_hash),
+            activation=attempt.view(),
+            warnings=outcome.warnings,
+            rollback_of=rollback_of,
+            error=error,
         )
         return code, body

@@ -91,9 +91,13 @@ class StartupTracker:
         else:
             phase = "loading_model_deployments"
         return StartupStatus(
-            phase=phase, ready=complete, pending_models=[m.name for m in models if not m.ready],
-            ready_models=sum(1 for m in models if m.ready), total_models=len(models),
-            reason=reason if phase == "error" else None, model_deployments=models if detail else None,
+            phase=phase,
+            ready=complete,
+            pending_models=[m.name for m in models if not m.ready],
+            ready_models=sum(1 for m in models if m.ready),
+            total_models=len(models),
+            reason=reason if phase == "error" else None,
+            model_deployments=models if detail else None,
         )
 
 

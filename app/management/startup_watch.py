@@ -20,8 +20,12 @@ log = logging.getLogger("svc_sr.activation")
 
 READY_STATES = frozenset({"HEALTHY", "UPSCALING", "DOWNSCALING"})
 # Which model each deployment loads (inventory and /startup-status `artifact`).
-ARTIFACTS = {"Embedding": "minilm-embedding", "DomainClassifier": "domain-classifier",
-             "Guard": "pii-detector,jailbreak-guard", "DecisionModel": "decision-model"}
+ARTIFACTS = {
+    "Embedding": "minilm-embedding",
+    "DomainClassifier": "domain-classifier",
+    "Guard": "pii-detector,jailbreak-guard",
+    "DecisionModel": "decision-model",
+}
 
 StatusFn = Callable[[], AppState]
 InfoFn = Callable[[str], dict[str, Any] | None]
@@ -41,9 +45,16 @@ def load_failure(info: dict[str, Any] | None) -> str | None:
 class StartupWatcher:
     """Polls `status` (then, once startup completed, the cheaper `health`) on a daemon thread."""
 
-    def __init__(self, tracker: StartupTracker, status: StatusFn, info: InfoFn | None = None,
-                 exclude: frozenset[str] = frozenset(), interval_s: float = 0.5, idle_interval_s: float = 5.0,
-                 health: StatusFn | None = None) -> None:
+    def __init__(
+        self,
+        tracker: StartupTracker,
+        status: StatusFn,
+        info: InfoFn | None = None,
+        exclude: frozenset[str] = frozenset(),
+        interval_s: float = 0.5,
+        idle_interval_s: float = 5.0,
+        health: StatusFn | None = None,
+    ) -> None:
         self.tracker = tracker
         self.status = status
         # Once started, the cheap status (no replica counts) keeps watching: the full one

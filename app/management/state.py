@@ -87,8 +87,12 @@ def _now() -> str:
 
 
 class ConfigStore:
-    def __init__(self, state_dir: Path | str | None = None, history_limit: int = DEFAULT_HISTORY_LIMIT,
-                 mirror_file: Path | str | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path | str | None = None,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
+        mirror_file: Path | str | None = None,
+    ) -> None:
         if history_limit < 1:
             raise ValueError("history_limit must be >= 1")
         self.state_dir = Path(state_dir) if state_dir is not None else None
@@ -128,7 +132,9 @@ class ConfigStore:
         stamp = _now()
         if stamp <= self._last_stamp:  # two persists within one microsecond stay ordered and unique
             last = datetime.fromisoformat(self._last_stamp.replace("Z", "+00:00"))
-            stamp = (last + timedelta(microseconds=1)).isoformat(timespec="microseconds").replace("+00:00", "Z")
+            stamp = (
+                (last + timedelta(microseconds=1)).isoformat(timespec="microseconds").replace("+00:00", "Z")
+            )
         self._last_stamp = stamp
         return stamp
 
@@ -140,8 +146,11 @@ class ConfigStore:
             stored = self._load()
             state = stored or StoreState(filename=filename)
             self._last_stamp = max((v.version for v in state.versions), default="")
-            if state.active is not None and state.active.source_hash == serving.source_hash \
-                    and state.source_hash == serving.source_hash:
+            if (
+                state.active is not None
+                and state.active.source_hash == serving.source_hash
+                and state.source_hash == serving.source_hash
+            ):
                 self._state = state
                 return
             state = state.model_copy(deep=True)
@@ -151,13 +160,26 @@ class ConfigStore:
             state = self._activated(state, record.version)
             self._commit(state)
 
-    def _new_record(self, state: StoreState, candidate: Candidate, source: str, rollback_of: str | None,
-                    request_id: str | None) -> VersionRecord:
+    def _new_record(
+        self,
+        state: StoreState,
+        candidate: Candidate,
+        source: str,
+        rollback_of: str | None,
+        request_id: str | None,
+    ) -> VersionRecord:
         stamp = self._stamp()
         return VersionRecord(
-            version=stamp, timestamp=stamp, source=source, filename=state.filename, attempt=state.attempt + 1,
-            hash=candidate.source_hash, runtime_hash=candidate.runtime_hash, rollback_of=rollback_of,
-            request_id=request_id, document=copy.deepcopy(candidate.document),
+            version=stamp,
+            timestamp=stamp,
+            source=source,
+            filename=state.filename,
+            attempt=state.attempt + 1,
+            hash=candidate.source_hash,
+            runtime_hash=candidate.runtime_hash,
+            rollback_of=rollback_of,
+            request_id=request_id,
+            document=copy.deepcopy(candidate.document),
         )
 
     def _append(self, state: StoreState, record: VersionRecord, candidate: Candidate) -> StoreState:
@@ -166,7 +188,7 @@ class ConfigStore:
         state.source_hash = candidate.source_hash
         state.runtime_hash = candidate.runtime_hash
         state.latest_version = record.version
-        state.versions = [*state.versions, record][-self.history_limit:]
+        state.versions = [*state.versions, record][-self.history_limit :]
         return state
 
     def _activated(self, state: StoreState, version: str) -> StoreState:
@@ -175,14 +197,19 @@ class ConfigStore:
         record.config_version = state.config_version
         record.result = "active"
         state.active = ActiveRecord(
-            version=record.version, config_version=state.config_version, source_hash=record.hash,
-            runtime_hash=record.runtime_hash, activated_at=_now(), document=copy.deepcopy(record.document),
+            version=record.version,
+            config_version=state.config_version,
+            source_hash=record.hash,
+            runtime_hash=record.runtime_hash,
+            activated_at=_now(),
+            document=copy.deepcopy(record.document),
         )
         return state
 
     # ------------------------------------------------------------------ mutations
-    def persist(self, candidate: Candidate, source: str, rollback_of: str | None = None,
-                request_id: str | None = None) -> VersionRecord:
+    def persist(
+        self, candidate: Candidate, source: str, rollback_of: str | None = None, request_id: str | None = None
+    ) -> VersionRecord:
         """The candidate becomes the persisted document (result pending)."""
         with self._lock:
             state = self._state.model_copy(deep=True)
@@ -253,9 +280,16 @@ class ConfigStore:
         active = self._state.active
         if active is not None and (version == active.version or config_version == active.config_version):
             return VersionRecord(
-                version=active.version, timestamp=active.version, source="active", filename=self.filename,
-                attempt=0, hash=active.source_hash, runtime_hash=active.runtime_hash,
-                config_version=active.config_version, result="active", document=copy.deepcopy(active.document),
+                version=active.version,
+                timestamp=active.version,
+                source="active",
+                filename=self.filename,
+                attempt=0,
+                hash=active.source_hash,
+                runtime_hash=active.runtime_hash,
+                config_version=active.config_version,
+                result="active",
+                document=copy.deepcopy(active.document),
             )
         return None
 
@@ -266,7 +300,9 @@ class ConfigStore:
 STATE_ROOT_ENV = "SVC_SR_MANAGEMENT_STATE_DIR"
 
 
-def state_dir_of(configured: str | Path | None, app_name: str, environ: Mapping[str, str] | None = None) -> Path:
+def state_dir_of(
+    configured: str | Path | None, app_name: str, environ: Mapping[str, str] | None = None
+) -> Path:
     """`configured` (GraphArgs.state_dir), else <$SVC_SR_MANAGEMENT_STATE_DIR>/<app>, else
     <working directory>/.cache/state/<app> (each application keeps its own history)."""
     if configured:

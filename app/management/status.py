@@ -20,8 +20,11 @@ def startup_condition(startup: StartupStatus) -> Condition:
 
 
 def active_condition(has_active: bool) -> Condition:
-    return Condition(type="ActiveConfigAvailable", status="True" if has_active else "False",
-                     reason="ActiveConfigAvailable" if has_active else "NoActiveConfig")
+    return Condition(
+        type="ActiveConfigAvailable",
+        status="True" if has_active else "False",
+        reason="ActiveConfigAvailable" if has_active else "NoActiveConfig",
+    )
 
 
 def converged_condition(view: dict[str, Any]) -> Condition:
@@ -33,7 +36,8 @@ def converged_condition(view: dict[str, Any]) -> Condition:
     if generated == active and state in (None, "active"):
         return Condition(type="ConfigConverged", status="True", reason="ConfigHashesMatch")
     reason = {"failed": "ConfigActivationFailed", "superseded": "ConfigActivationSuperseded"}.get(
-        str(state), "ConfigActivationPending")
+        str(state), "ConfigActivationPending"
+    )
     return Condition(type="ConfigConverged", status="False", reason=reason)
 
 

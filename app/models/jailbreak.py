@@ -36,8 +36,6 @@ from pydantic import BaseModel, Field
 
 from app.models.jailbreak_features import JAILBREAK_REGEXES, match_patterns, ngram_tf
 
-# Temporary re-export (issue 14): scripts/train_jailbreak.py imports it from here.
-
 if TYPE_CHECKING:
     from app.models.encoding import Encoder
 
@@ -113,7 +111,9 @@ class JailbreakGuard:
         meta_path = self.artifact_dir / META_FILE
         weights_path = self.artifact_dir / WEIGHTS_FILE
         if not meta_path.is_file() or not weights_path.is_file():
-            raise FileNotFoundError(f"jailbreak artifact missing in {self.artifact_dir}; run scripts/train_jailbreak.py")
+            raise FileNotFoundError(
+                f"jailbreak artifact missing in {self.artifact_dir}; run scripts/train_jailbreak.py"
+            )
         self.meta: dict[str, Any] = json.loads(meta_path.read_text())
         with np.load(weights_path, allow_pickle=False) as npz:
             arrays = {k: npz[k].astype(np.float32) for k in npz.files}
@@ -267,7 +267,9 @@ class JailbreakGuard:
         if vectors.ndim != 2 or vectors.shape[0] != len(texts) or (texts and vectors.shape[1] != self.dim):
             raise ValueError(f"vectors must have shape ({len(texts)}, {self.dim}), got {vectors.shape}")
         if not any(t.strip() for t in texts):  # nothing to score: skip the pattern encoder pass too
-            return [JailbreakResult(is_jailbreak=False, score=0.0, confidence=1.0, method=method) for _ in texts]
+            return [
+                JailbreakResult(is_jailbreak=False, score=0.0, confidence=1.0, method=method) for _ in texts
+            ]
 
         logits, hits = self.classifier_logits(vectors, texts)
         clf = _sigmoid(logits)

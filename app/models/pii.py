@@ -339,7 +339,9 @@ class PIIDetector:
             for ent in doc.ents:
                 spacy_type = _SPACY_LABELS.get(ent.label_)
                 if spacy_type and pii_rules.keep_ner_entity(spacy_type, ent.text, text, ent.start_char):
-                    ner.append(Candidate(spacy_type, ent.start_char, ent.end_char, 0.85, f"spacy:{ent.label_}"))
+                    ner.append(
+                        Candidate(spacy_type, ent.start_char, ent.end_char, 0.85, f"spacy:{ent.label_}")
+                    )
         return cands + _merge_places(pii_rules.find_places(text), ner)
 
     def _detect_one(self, text: str, doc: Any, wanted: frozenset[str], cutoff: float) -> PIIResult:

@@ -114,4 +114,3 @@ def wordset(words: str) -> frozenset[str]:
 
 def words_re(words: Iterable[str]) -> re.Pattern[str]:
     return re.compile(r"\b(?:" + "|".join(words) + r")\b")
-

@@ -150,5 +150,3 @@ def find_ages(text: str) -> list[Candidate]:
             if 0 < value <= 125:
                 out.append(Candidate("AGE", m.start(idx), m.end(idx), score, "rule:age"))
     return out
-
-

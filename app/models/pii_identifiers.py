@@ -61,7 +61,9 @@ _PHONE_AFTER = re.compile(r"^\s*[-(]?\s*(?:office|fax|mobile|cell|home|work|desk
 
 
 def _phone_context(text: str, start: int, end: int) -> bool:
-    return bool(_PHONE_CONTEXT.search(text_before(text, start, 48)) or _PHONE_AFTER.search(text_after(text, end, 12)))
+    return bool(
+        _PHONE_CONTEXT.search(text_before(text, start, 48)) or _PHONE_AFTER.search(text_after(text, end, 12))
+    )
 
 
 _EXTENSION = re.compile(r"\s*(?:x|ext\.?|extension)\s*\d{1,5}$", re.IGNORECASE)
@@ -254,7 +256,6 @@ def ip_is_identifying(value: str) -> bool:
     return not (len(octets) == 4 and octets[0] == "255" and all(o in _NETMASK_OCTETS for o in octets))
 
 
-
 # --------------------------------------------------------------------------- domains / URLs
 
 # Extensions that are also ccTLDs/gTLDs; "main.py" or "README.md" is a file, not a host.
@@ -330,5 +331,3 @@ def _host_score(host: str, suffix_of: Callable[[str], tuple[str, str]]) -> float
     if labels[0] == "www" or len(labels) >= 3 or tld in _COMMON_GTLDS or len(tld) == 2:
         return 0.85
     return 0.45
-
-

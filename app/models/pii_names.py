@@ -55,8 +55,6 @@ def find_person_cues(text: str) -> list[Candidate]:
     return out
 
 
-
-
 # --------------------------------------------------------------------------- NER post-filter
 
 # Acronyms of PII *kinds*, units and tech terms that spaCy's small model tags as ORG/PERSON/GPE
@@ -138,4 +136,3 @@ def keep_ner_entity(label: str, value: str, text: str = "", start: int = 0) -> b
 def _sentence_initial(text: str, start: int) -> bool:
     head = text[:start].rstrip(" \t\"'“‘(*-")
     return not head or head[-1] in ".!?:;\n"
-

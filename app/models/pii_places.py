@@ -198,7 +198,6 @@ def find_zip_codes(text: str) -> list[Candidate]:
     return out
 
 
-
 _COUNTRIES = (
     "Afghanistan|Albania|Algeria|Andorra|Angola|Antigua and Barbuda|Argentina|Armenia|Australia|Austria|"
     "Azerbaijan|Bahamas|Bahrain|Bangladesh|Barbados|Belarus|Belgium|Belize|Benin|Bhutan|Bolivia|"
@@ -228,6 +227,3 @@ _PLACES = re.compile(r"(?<![\w-])(?:" + _COUNTRIES + r"|" + _STATE_NAMES + r")(?
 
 def find_places(text: str) -> list[Candidate]:
     return [Candidate("GPE", m.start(), m.end(), 0.85, "gazetteer:place") for m in _PLACES.finditer(text)]
-
-
-

@@ -47,66 +47,181 @@ _DR = ("deployment", "replica")
 # Spec 2 "Router metrics": calls to model runtimes, recorded by app/srun/runtime_metrics.py
 # (managed or attached workers, and the DecisionModel deployment's in-process engine).
 RUNTIME_CATALOG: dict[str, MetricDef] = _defs(
-    MetricDef("svc_model_runtime_replica_ready", "gauge", "1 when the runtime replica answers ready.", _DR,
-              aggregate="max"),
+    MetricDef(
+        "svc_model_runtime_replica_ready",
+        "gauge",
+        "1 when the runtime replica answers ready.",
+        _DR,
+        aggregate="max",
+    ),
     MetricDef("svc_model_runtime_replica_inflight", "gauge", "Calls in flight to the runtime replica.", _DR),
-    MetricDef("svc_model_runtime_replica_admitted_bytes", "gauge", "Request bytes admitted to the runtime replica.",
-              _DR),
-    MetricDef("svc_model_runtime_replica_requests_total", "counter", "Calls per runtime replica by outcome.",
-              (*_DR, "outcome")),
-    MetricDef("svc_model_runtime_ready", "gauge", "1 when some replica of the deployment is ready.",
-              ("deployment",), aggregate="max"),
-    MetricDef("svc_model_runtime_requests_total", "counter", "Calls per model deployment by outcome.",
-              ("deployment", "outcome")),
-    MetricDef("svc_model_runtime_request_duration_seconds", "histogram", "Call latency seen by the router.",
-              ("deployment", "surface"), RUNTIME_BUCKETS),
-    MetricDef("svc_model_runtime_transport_seconds", "histogram",
-              "Call latency less the runtime's Server-Timing total.", ("deployment", "surface"), RUNTIME_BUCKETS),
-    MetricDef("svc_model_runtime_server_seconds", "histogram", "Runtime-side time per Server-Timing phase.",
-              ("deployment", "surface", "phase"), RUNTIME_BUCKETS),
-    MetricDef("svc_model_runtime_unknown_answers_total", "counter", "Answers the router could not read.",
-              ("deployment", "reason")),
-    MetricDef("svc_model_runtime_restarts_total", "counter", "Managed runtime process restarts.", ("deployment",)),
-    MetricDef("svc_model_runtime_stage_decision_calls_total", "counter", "Decision calls per routing stage round.",
-              ("deployment", "round")),
-    MetricDef("svc_model_runtime_bundle_question_wait_seconds", "histogram",
-              "Wait of a question for its bundle to be sent.", (), RUNTIME_BUCKETS),
-    MetricDef("svc_model_runtime_bundle_wait_seconds", "histogram", "Wait of a bundle before it is sent.", (),
-              RUNTIME_BUCKETS),
+    MetricDef(
+        "svc_model_runtime_replica_admitted_bytes",
+        "gauge",
+        "Request bytes admitted to the runtime replica.",
+        _DR,
+    ),
+    MetricDef(
+        "svc_model_runtime_replica_requests_total",
+        "counter",
+        "Calls per runtime replica by outcome.",
+        (*_DR, "outcome"),
+    ),
+    MetricDef(
+        "svc_model_runtime_ready",
+        "gauge",
+        "1 when some replica of the deployment is ready.",
+        ("deployment",),
+        aggregate="max",
+    ),
+    MetricDef(
+        "svc_model_runtime_requests_total",
+        "counter",
+        "Calls per model deployment by outcome.",
+        ("deployment", "outcome"),
+    ),
+    MetricDef(
+        "svc_model_runtime_request_duration_seconds",
+        "histogram",
+        "Call latency seen by the router.",
+        ("deployment", "surface"),
+        RUNTIME_BUCKETS,
+    ),
+    MetricDef(
+        "svc_model_runtime_transport_seconds",
+        "histogram",
+        "Call latency less the runtime's Server-Timing total.",
+        ("deployment", "surface"),
+        RUNTIME_BUCKETS,
+    ),
+    MetricDef(
+        "svc_model_runtime_server_seconds",
+        "histogram",
+        "Runtime-side time per Server-Timing phase.",
+        ("deployment", "surface", "phase"),
+        RUNTIME_BUCKETS,
+    ),
+    MetricDef(
+        "svc_model_runtime_unknown_answers_total",
+        "counter",
+        "Answers the router could not read.",
+        ("deployment", "reason"),
+    ),
+    MetricDef(
+        "svc_model_runtime_restarts_total", "counter", "Managed runtime process restarts.", ("deployment",)
+    ),
+    MetricDef(
+        "svc_model_runtime_stage_decision_calls_total",
+        "counter",
+        "Decision calls per routing stage round.",
+        ("deployment", "round"),
+    ),
+    MetricDef(
+        "svc_model_runtime_bundle_question_wait_seconds",
+        "histogram",
+        "Wait of a question for its bundle to be sent.",
+        (),
+        RUNTIME_BUCKETS,
+    ),
+    MetricDef(
+        "svc_model_runtime_bundle_wait_seconds",
+        "histogram",
+        "Wait of a bundle before it is sent.",
+        (),
+        RUNTIME_BUCKETS,
+    ),
 )
 
 # Spec 1 "Events" metrics, plus the counters the cache hit ratio is derived from.
 CATALOG: dict[str, MetricDef] = _defs(
-    MetricDef("svc_router_requests_total", "counter", "Requests by endpoint, category and HTTP status.",
-              ("endpoint", "category", "status")),
-    MetricDef("svc_router_request_duration_seconds", "histogram", "Request latency seen by the router.",
-              ("endpoint",), LATENCY_BUCKETS),
-    MetricDef("svc_router_classification_accuracy", "gauge",
-              "Share of correct domain classifications among submitted outcomes.", ("category",)),
-    MetricDef("svc_router_classification_duration_seconds", "histogram",
-              "Signal evaluation and decision time per routed request.", (), LATENCY_BUCKETS),
-    MetricDef("svc_router_cache_lookups_total", "counter", "Response-cache lookups by result (hit, miss).",
-              ("result",)),
+    MetricDef(
+        "svc_router_requests_total",
+        "counter",
+        "Requests by endpoint, category and HTTP status.",
+        ("endpoint", "category", "status"),
+    ),
+    MetricDef(
+        "svc_router_request_duration_seconds",
+        "histogram",
+        "Request latency seen by the router.",
+        ("endpoint",),
+        LATENCY_BUCKETS,
+    ),
+    MetricDef(
+        "svc_router_classification_accuracy",
+        "gauge",
+        "Share of correct domain classifications among submitted outcomes.",
+        ("category",),
+    ),
+    MetricDef(
+        "svc_router_classification_duration_seconds",
+        "histogram",
+        "Signal evaluation and decision time per routed request.",
+        (),
+        LATENCY_BUCKETS,
+    ),
+    MetricDef(
+        "svc_router_cache_lookups_total",
+        "counter",
+        "Response-cache lookups by result (hit, miss).",
+        ("result",),
+    ),
     MetricDef("svc_router_cache_hit_ratio", "gauge", "Response-cache hits / lookups since start."),
     MetricDef("svc_router_cache_size", "gauge", "Entries held by the response cache."),
-    MetricDef("svc_router_pii_detections_total", "counter", "Requests with PII detected, by action taken.",
-              ("action",)),
-    MetricDef("svc_router_jailbreak_attempts_total", "counter", "Jailbreak attempts detected, by action taken.",
-              ("action",)),
-    MetricDef("llm_request_errors_total", "counter", "Failed requests by model and reason.", ("model", "reason")),
-    MetricDef("llm_model_requests_total", "counter", "Requests by model (error-rate denominator).", ("model",)),
-    MetricDef("llm_reasoning_decisions_total", "counter", "Reasoning decisions.",
-              ("category", "model", "enabled", "effort")),
-    MetricDef("llm_reasoning_template_usage_total", "counter", "Reasoning template parameters applied.",
-              ("family", "param")),
-    MetricDef("llm_reasoning_effort_usage_total", "counter", "Reasoning efforts applied.", ("family", "effort")),
-    MetricDef("llm_model_cost_total", "counter", "Cumulative cost from token usage and pricing.",
-              ("model", "currency")),
+    MetricDef(
+        "svc_router_pii_detections_total",
+        "counter",
+        "Requests with PII detected, by action taken.",
+        ("action",),
+    ),
+    MetricDef(
+        "svc_router_jailbreak_attempts_total",
+        "counter",
+        "Jailbreak attempts detected, by action taken.",
+        ("action",),
+    ),
+    MetricDef(
+        "llm_request_errors_total", "counter", "Failed requests by model and reason.", ("model", "reason")
+    ),
+    MetricDef(
+        "llm_model_requests_total", "counter", "Requests by model (error-rate denominator).", ("model",)
+    ),
+    MetricDef(
+        "llm_reasoning_decisions_total",
+        "counter",
+        "Reasoning decisions.",
+        ("category", "model", "enabled", "effort"),
+    ),
+    MetricDef(
+        "llm_reasoning_template_usage_total",
+        "counter",
+        "Reasoning template parameters applied.",
+        ("family", "param"),
+    ),
+    MetricDef(
+        "llm_reasoning_effort_usage_total", "counter", "Reasoning efforts applied.", ("family", "effort")
+    ),
+    MetricDef(
+        "llm_model_cost_total",
+        "counter",
+        "Cumulative cost from token usage and pricing.",
+        ("model", "currency"),
+    ),
     MetricDef("llm_routing_reason_codes_total", "counter", "Routing reason codes.", ("reason_code", "model")),
-    MetricDef("llm_model_ttft_seconds", "histogram", "Time to first token since the router began the request.",
-              ("model",), LATENCY_BUCKETS),
-    MetricDef("llm_model_tpot_seconds", "histogram", "Completion latency per completion token.",
-              ("model",), TOKEN_TIME_BUCKETS),
+    MetricDef(
+        "llm_model_ttft_seconds",
+        "histogram",
+        "Time to first token since the router began the request.",
+        ("model",),
+        LATENCY_BUCKETS,
+    ),
+    MetricDef(
+        "llm_model_tpot_seconds",
+        "histogram",
+        "Completion latency per completion token.",
+        ("model",),
+        TOKEN_TIME_BUCKETS,
+    ),
     *RUNTIME_CATALOG.values(),
 )
 
@@ -184,7 +299,9 @@ class MetricsRecorder:
         if not math.isfinite(value):
             return
         key = _label_key(definition, labels)
-        index = next((i for i, bound in enumerate(definition.buckets) if value <= bound), len(definition.buckets))
+        index = next(
+            (i for i, bound in enumerate(definition.buckets) if value <= bound), len(definition.buckets)
+        )
         with self._lock:
             series = self._histograms.setdefault(name, {})
             state = series.get(key)
@@ -209,8 +326,9 @@ class MetricsRecorder:
                 source=source,
                 counters={n: dict(s) for n, s in self._counters.items()},
                 gauges={n: dict(s) for n, s in self._gauges.items()},
-                histograms={n: {k: v.model_copy(deep=True) for k, v in s.items()}
-                            for n, s in self._histograms.items()},
+                histograms={
+                    n: {k: v.model_copy(deep=True) for k, v in s.items()} for n, s in self._histograms.items()
+                },
             )
 
 
@@ -289,7 +407,9 @@ def _merge_histograms(
             if current is None or len(current.bucket_counts) != len(state.bucket_counts):
                 merged[key] = state.model_copy(deep=True)
                 continue
-            current.bucket_counts = [a + b for a, b in zip(current.bucket_counts, state.bucket_counts, strict=True)]
+            current.bucket_counts = [
+                a + b for a, b in zip(current.bucket_counts, state.bucket_counts, strict=True)
+            ]
             current.sum += state.sum
             current.count += state.count
 

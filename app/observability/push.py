@@ -95,8 +95,14 @@ class MetricsPusher:
 class LoopMetricsPusher:
     """The same pushes as a task on the running event loop (see the module docstring)."""
 
-    def __init__(self, recorder: MetricsRecorder, send: AsyncSendFn, source: str, interval_s: float = 1.0,
-                 send_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        recorder: MetricsRecorder,
+        send: AsyncSendFn,
+        source: str,
+        interval_s: float = 1.0,
+        send_timeout_s: float = 5.0,
+    ) -> None:
         self.recorder = recorder
         self._send = send
         self.source = source
@@ -109,7 +115,9 @@ class LoopMetricsPusher:
     def start(self) -> LoopMetricsPusher:
         """Idempotent; must be called with the loop running (a replica constructor, a coroutine)."""
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"metrics-push-{self.source}")
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"metrics-push-{self.source}"
+            )
         return self
 
     async def flush(self) -> bool:

@@ -7,7 +7,6 @@ Public API (imported lazily so `import app.pipeline.plan` stays light):
 - `PipelineServices`: embed / cache_lookup / cache_store / evaluators / count_tokens.
 - Errors (all `RoutingError`, with `.status`, `.code`, `.to_body()`):
   `InvalidRequestError` 400, `ModelNotFoundError` 404, `NoRouteError` 400.
-`app.pipeline.pipeline` re-exports all of these (its long-standing import path).
 
 Layout: pipeline.py orchestrates the request phases in phases/ (parse, signals, decide,
 guard, plugins, select, cache) over one compiled config version (compiled.py), with the

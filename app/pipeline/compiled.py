@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from app.config.models import Decision, RouterConfig
+from app.config.models import RouterConfig
 from app.config.reliability import FallbackConfig
+from app.config.routing import Decision
 from app.pipeline import decisions as engine
 from app.pipeline.plugins import DecisionPlugins, GuardRule, compile_guards, compile_plugins
 from app.pipeline.selection import ModelIndex

@@ -38,7 +38,9 @@ class CompletionServices:
     record_replay: Callable[[dict[str, Any]], Any] | None = None
 
 
-async def complete_request(services: CompletionServices, plan: RoutePlan, report: CompletionReport) -> Accounting:
+async def complete_request(
+    services: CompletionServices, plan: RoutePlan, report: CompletionReport
+) -> Accounting:
     """TPOT: streams (total - ttft) / max(completion_tokens - 1, 1) (the first token's time
     is TTFT); non-streaming total / completion_tokens (no first-token time)."""
     model = report.model or plan.selected_model
@@ -56,8 +58,9 @@ async def complete_request(services: CompletionServices, plan: RoutePlan, report
     return accounting
 
 
-async def _account(services: CompletionServices, plan: RoutePlan, report: CompletionReport,
-                   model: str | None) -> Accounting:
+async def _account(
+    services: CompletionServices, plan: RoutePlan, report: CompletionReport, model: str | None
+) -> Accounting:
     pricing = plan.pricing.get(model or "")
     currency = getattr(pricing, "currency", None) or "USD"
     if plan.immediate is not None:
@@ -81,8 +84,13 @@ async def _account(services: CompletionServices, plan: RoutePlan, report: Comple
     return accounting
 
 
-async def _cache_write(services: CompletionServices, plan: RoutePlan, report: CompletionReport,
-                       response: dict[str, Any] | None, model: str | None) -> bool:
+async def _cache_write(
+    services: CompletionServices,
+    plan: RoutePlan,
+    report: CompletionReport,
+    response: dict[str, Any] | None,
+    model: str | None,
+) -> bool:
     write = plan.cache_write
     store = services.cache_store
     if write is None or store is None or report.status != 200 or response is None:

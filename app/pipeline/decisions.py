@@ -27,7 +27,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from app.config.models import Condition, Decision
+from app.config.routing import Condition, Decision
 from app.pipeline.plan import SignalMatch
 
 SignalKey = tuple[str, str]  # (type, name)
@@ -89,18 +89,24 @@ def uses_tiers(decisions: Iterable[Decision]) -> bool:
     return any(d.tier > 0 for d in decisions)
 
 
-def rank(matches: Sequence[DecisionMatch], strategy: str = "priority", tiered: bool = False) -> list[DecisionMatch]:
+def rank(
+    matches: Sequence[DecisionMatch], strategy: str = "priority", tiered: bool = False
+) -> list[DecisionMatch]:
     """Matching decisions, best first."""
     if tiered:
+
         def key(m: DecisionMatch) -> tuple:
             tier = m.decision.tier if m.decision.tier > 0 else math.inf
             return (tier, -m.confidence, -m.decision.priority, m.decision.name)
     elif strategy == "confidence":
+
         def key(m: DecisionMatch) -> tuple:
             return (-m.confidence, -m.decision.priority, m.decision.name)
     else:
+
         def key(m: DecisionMatch) -> tuple:
             return (-m.decision.priority, -m.confidence, m.decision.name)
+
     return sorted(matches, key=key)
 
 

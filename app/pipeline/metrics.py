@@ -65,7 +65,9 @@ class RouterMetrics:
             r.inc("svc_router_pii_detections_total", action=_guard_action(plan, "pii_policy_denied"))
         if plan.security.jailbreak_detected:
             r.inc("svc_router_jailbreak_attempts_total", action=_guard_action(plan, "jailbreak_block"))
-        cache_status = plan.response_headers.get("x-cache-status") or plan.upstream_headers.get("x-cache-status")
+        cache_status = plan.response_headers.get("x-cache-status") or plan.upstream_headers.get(
+            "x-cache-status"
+        )
         if cache_status in ("hit", "miss"):
             r.inc("svc_router_cache_lookups_total", result=cache_status)
         reasoning = plan.reasoning
@@ -73,18 +75,29 @@ class RouterMetrics:
             enabled = bool(reasoning.get("enabled"))
             effort = str(reasoning.get("effort") or "none")
             family = str(reasoning.get("family") or "unknown")
-            r.inc("llm_reasoning_decisions_total", category=request_category(plan), model=plan.selected_model,
-                  enabled=str(enabled).lower(), effort=effort)
+            r.inc(
+                "llm_reasoning_decisions_total",
+                category=request_category(plan),
+                model=plan.selected_model,
+                enabled=str(enabled).lower(),
+                effort=effort,
+            )
             if reasoning.get("applied"):
-                r.inc("llm_reasoning_template_usage_total", family=family, param=str(reasoning.get("parameter")))
+                r.inc(
+                    "llm_reasoning_template_usage_total", family=family, param=str(reasoning.get("parameter"))
+                )
                 if enabled:
                     r.inc("llm_reasoning_effort_usage_total", family=family, effort=effort)
 
     def _on_complete(self, plan: RoutePlan, report: CompletionReport, accounting: Accounting) -> None:
         r = self.recorder
         model = report.model or plan.selected_model or plan.requested_model or "unknown"
-        r.inc("svc_router_requests_total", endpoint=plan.endpoint, category=request_category(plan),
-              status=report.status)
+        r.inc(
+            "svc_router_requests_total",
+            endpoint=plan.endpoint,
+            category=request_category(plan),
+            status=report.status,
+        )
         if report.total_s is not None and report.total_s >= 0:
             r.observe("svc_router_request_duration_seconds", report.total_s, endpoint=plan.endpoint)
         r.inc("llm_model_requests_total", model=model)

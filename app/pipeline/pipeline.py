@@ -37,14 +37,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.cache.base import CacheHit
 from app.config.models import RouterConfig
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.completion import complete_request
 from app.pipeline.decisions import DecisionMatch
 from app.pipeline.headers import fill_routing_headers
 from app.pipeline.phases import guard, parse
-from app.pipeline.phases.cache import cache_partition, cache_step
+from app.pipeline.phases.cache import cache_step
 from app.pipeline.phases.decide import decide
 from app.pipeline.phases.plugins import answer_fast_response, mutate_request
 from app.pipeline.phases.select import pass_through, select_model
@@ -52,15 +51,8 @@ from app.pipeline.phases.signals import evaluate_signals
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.preview import no_route_preview, preview_of
 from app.pipeline.replay import REPLAY_ID_HEADER, new_capture
-from app.pipeline.selection import InvalidRequestError, ModelNotFoundError, NoRouteError, RoutingError
-from app.pipeline.services import (
-    CacheLookup,
-    CacheStore,
-    Embedder,
-    PipelineServices,
-    cache_adapters,
-    encoder_embed,
-)
+from app.pipeline.selection import NoRouteError
+from app.pipeline.services import PipelineServices
 from app.pipeline.signals.base import SignalContext
 
 Ranked = list[DecisionMatch]
@@ -101,7 +93,9 @@ class RouterPipeline:
         return plan
 
     async def preview(
-        self, request: BaseModel | Mapping[str, Any], headers: Mapping[str, str] | None = None,
+        self,
+        request: BaseModel | Mapping[str, Any],
+        headers: Mapping[str, str] | None = None,
         seed: int | None = None,
     ) -> dict[str, Any]:
         """Routing preview (no backend call, no cache access): every configured signal is
@@ -137,7 +131,9 @@ class RouterPipeline:
             pass_through(state, plan, rng)
             return plan, []
         started = time.perf_counter()
-        ctx = parse.signal_context(plan, lowered, self.services, prefetch_vector=state.prefetch_vector and not preview)
+        ctx = parse.signal_context(
+            plan, lowered, self.services, prefetch_vector=state.prefetch_vector and not preview
+        )
         try:
             ranked = await self._route_auto(state, plan, ctx, lowered, rng, preview=preview, started=started)
         finally:
@@ -145,8 +141,15 @@ class RouterPipeline:
         return plan, ranked
 
     async def _route_auto(
-        self, state: CompiledConfig, plan: RoutePlan, ctx: SignalContext, headers: Mapping[str, str],
-        rng: random.Random, *, preview: bool, started: float,
+        self,
+        state: CompiledConfig,
+        plan: RoutePlan,
+        ctx: SignalContext,
+        headers: Mapping[str, str],
+        rng: random.Random,
+        *,
+        preview: bool,
+        started: float,
     ) -> Ranked:
         """An auto request's phases; each answer given on the way (block, fast_response, cache
         hit) ends the request there, as `plan.immediate`."""
@@ -180,18 +183,4 @@ class RouterPipeline:
         plan.response_headers[REPLAY_ID_HEADER] = plan.replay.replay_id
 
 
-__all__ = [
-    "CacheHit",
-    "CacheLookup",
-    "CacheStore",
-    "Embedder",
-    "cache_adapters",
-    "InvalidRequestError",
-    "ModelNotFoundError",
-    "NoRouteError",
-    "PipelineServices",
-    "RouterPipeline",
-    "RoutingError",
-    "cache_partition",
-    "encoder_embed",
-]
+__all__ = ["RouterPipeline"]

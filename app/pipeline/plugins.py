@@ -21,8 +21,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.config.models import Decision, JailbreakSignal, PIISignal, Plugin, ResponseCacheConfig
+from app.config.global_config import ResponseCacheConfig
 from app.config.plugins import PROTECTED_HEADERS, parse_plugin
+from app.config.routing import Decision, Plugin
+from app.config.signals import JailbreakSignal, PIISignal
 
 CACHE_TYPES = frozenset({"semantic-cache", "response_cache"})
 EXACT_MODE_THRESHOLD = 0.999  # "exact" cache mode: the same text embeds to cosine ~1.0
@@ -32,11 +34,37 @@ CACHE_DIRECTIVES = frozenset({"no-cache", "no-store", "bypass", "max-age", "ttl"
 # Parameters of the OpenAI chat-completions request: `request_params.strip_unknown` keeps only these.
 KNOWN_CHAT_PARAMS = frozenset(
     {
-        "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
-        "temperature", "top_p", "n", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
-        "logprobs", "top_logprobs", "user", "seed", "tools", "tool_choice", "parallel_tool_calls",
-        "response_format", "reasoning_effort", "chat_template_kwargs", "modalities", "audio",
-        "prediction", "service_tier", "store", "metadata", "functions", "function_call",
+        "model",
+        "messages",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "n",
+        "stop",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "user",
+        "seed",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "reasoning_effort",
+        "chat_template_kwargs",
+        "modalities",
+        "audio",
+        "prediction",
+        "service_tier",
+        "store",
+        "metadata",
+        "functions",
+        "function_call",
     }
 )
 
@@ -50,6 +78,7 @@ def plugin_settings(plugin: Plugin) -> dict[str, Any] | None:
 
 
 # ------------------------------------------------------------------ compiled per decision
+
 
 @dataclass(frozen=True)
 class CachePolicy:
@@ -127,7 +156,9 @@ def compile_plugins(decision: Decision, global_cache: ResponseCacheConfig) -> De
         try:
             settings = plugin_settings(plugin)
         except ValueError as exc:
-            raise ValueError(f"routing.decisions[{decision.name}].plugins[{index}] ({plugin.type}): {exc}") from exc
+            raise ValueError(
+                f"routing.decisions[{decision.name}].plugins[{index}] ({plugin.type}): {exc}"
+            ) from exc
         if settings is None:
             continue
         enabled = settings.get("enabled") is not False
@@ -150,8 +181,11 @@ def compile_plugins(decision: Decision, global_cache: ResponseCacheConfig) -> De
         elif kind == "request_params":
             out.request_params = settings
         elif kind == "router_replay":
-            out.replay = ReplayPolicy(bool(settings.get("capture_request_body")),
-                                      bool(settings.get("capture_response_body")), settings.get("max_body_bytes"))
+            out.replay = ReplayPolicy(
+                bool(settings.get("capture_request_body")),
+                bool(settings.get("capture_response_body")),
+                settings.get("max_body_bytes"),
+            )
     return out
 
 
@@ -214,6 +248,7 @@ def effective_cache_policy(plugins: DecisionPlugins | None, global_cache: Respon
 
 # ------------------------------------------------------------------ request mutations
 
+
 def completion_body(model: str | None, content: str, finish_reason: str = "stop") -> dict[str, Any]:
     """An OpenAI `chat.completion` answered by the router itself."""
     return {
@@ -221,7 +256,9 @@ def completion_body(model: str | None, content: str, finish_reason: str = "stop"
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model or "MoM",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}],
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}
+        ],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
 
@@ -265,9 +302,7 @@ def apply_system_prompt(body: dict[str, Any], text: str, mode: str) -> bool:
     return True
 
 
-def apply_header_mutation(
-    plugins: DecisionPlugins, upstream: dict[str, str], remove: list[str]
-) -> None:
+def apply_header_mutation(plugins: DecisionPlugins, upstream: dict[str, str], remove: list[str]) -> None:
     """delete, then add, then update (so a file can drop a client header and set its own)."""
     for name in plugins.header_delete:
         if name in PROTECTED_HEADERS or name.startswith(":"):

@@ -13,8 +13,12 @@ from app.pipeline.selection import NoRouteError
 
 
 def no_route_preview(exc: NoRouteError) -> dict[str, Any]:
-    return {"selection_status": "no_route", "selection_method": None, "selected_model": None,
-            "error": exc.to_body()["error"]}
+    return {
+        "selection_status": "no_route",
+        "selection_method": None,
+        "selected_model": None,
+        "error": exc.to_body()["error"],
+    }
 
 
 def preview_of(state: CompiledConfig, plan: RoutePlan, ranked: list[DecisionMatch]) -> dict[str, Any]:
@@ -32,8 +36,13 @@ def preview_of(state: CompiledConfig, plan: RoutePlan, ranked: list[DecisionMatc
         "selection_method": method,
         "selection_provenance": "preview",
         "matched_decisions": [
-            {"name": m.name, "confidence": round(m.confidence, 4), "priority": m.decision.priority,
-             "tier": m.decision.tier} for m in ranked
+            {
+                "name": m.name,
+                "confidence": round(m.confidence, 4),
+                "priority": m.decision.priority,
+                "tier": m.decision.tier,
+            }
+            for m in ranked
         ],
         "candidates": [{"model": t.model, "target": t.label} for t in plan.candidates],
         "signals": [m.model_dump() for m in plan.signals.matches],

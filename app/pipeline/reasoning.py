@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.config.models import ModelRef, ProviderDefaults, ProviderModel
+from app.config.providers import ProviderDefaults, ProviderModel
+from app.config.routing import ModelRef
 
 DEFAULT_EFFORT = "medium"
 

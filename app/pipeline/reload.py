@@ -58,8 +58,10 @@ class ReloadingPipeline:
         except Exception as exc:
             self.services.model_runtimes = previous
             self.bindings.settle(previous)
-            log.exception("reload to configuration %s failed; the previous generation keeps serving",
-                          (digest or "(unparsed)")[:12])
+            log.exception(
+                "reload to configuration %s failed; the previous generation keeps serving",
+                (digest or "(unparsed)")[:12],
+            )
             self._state = {**self._state, "error": f"{type(exc).__name__}: {exc}", "failed_hash": digest}
             return
         self.bindings.settle(runtimes)

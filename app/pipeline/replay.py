@@ -27,8 +27,12 @@ REPLAY_ID_HEADER = "x-vsr-replay-id"
 
 
 def new_capture(policy: ReplayPolicy) -> ReplayCapture:
-    return ReplayCapture(replay_id=f"replay-{uuid.uuid4().hex}", capture_request_body=policy.capture_request_body,
-                         capture_response_body=policy.capture_response_body, max_body_bytes=policy.max_body_bytes)
+    return ReplayCapture(
+        replay_id=f"replay-{uuid.uuid4().hex}",
+        capture_request_body=policy.capture_request_body,
+        capture_response_body=policy.capture_response_body,
+        max_body_bytes=policy.max_body_bytes,
+    )
 
 
 def _iso(seconds: float) -> str:
@@ -46,13 +50,19 @@ def clip_body(body: Any, max_bytes: int | None) -> Any:
     size = len(text.encode("utf-8"))
     if size <= limit:
         return body
-    return {"truncated": True, "bytes": size, "preview": text.encode("utf-8")[:limit].decode("utf-8", "ignore")}
+    return {
+        "truncated": True,
+        "bytes": size,
+        "preview": text.encode("utf-8")[:limit].decode("utf-8", "ignore"),
+    }
 
 
 def response_path(plan: RoutePlan, report: CompletionReport) -> str:
     """The reference router's x-vsr-response-path values."""
     if plan.immediate is not None:
-        return {"cache_hit": "cache", "fast_response": "fast_response", "block": "blocked"}[plan.immediate.kind]
+        return {"cache_hit": "cache", "fast_response": "fast_response", "block": "blocked"}[
+            plan.immediate.kind
+        ]
     return "upstream" if report.status < 400 and not report.error_reason else "error"
 
 
@@ -78,8 +88,10 @@ def replay_record(plan: RoutePlan, report: CompletionReport, accounting: Account
         "stream": report.stream,
         "matched_signals": [f"{m.type}:{m.name}" for m in plan.signals.matches if m.matched and not m.error],
         "signal_errors": list(plan.signals.errors),
-        "security_checks": {"pii_detected": plan.security.pii_detected,
-                            "jailbreak_detected": plan.security.jailbreak_detected},
+        "security_checks": {
+            "pii_detected": plan.security.pii_detected,
+            "jailbreak_detected": plan.security.jailbreak_detected,
+        },
         "reasoning": dict(plan.reasoning),
         "usage": dict(accounting.usage),
         "cost": {"amount": accounting.cost, "currency": accounting.currency},

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.common.errors import SvcError, bad_request, model_not_found, no_route
-from app.config.models import BackendRef, Decision, ModelRef, ProviderModel, RouterConfig
+from app.config.models import RouterConfig
+from app.config.providers import BackendRef, ProviderModel
+from app.config.routing import Decision, ModelRef
 from app.upstream.targets import ANTHROPIC_VERSION, MESSAGES_API_FORMATS, UpstreamTarget
 
 

@@ -28,7 +28,9 @@ class CacheLookup(Protocol):
 
 
 class CacheStore(Protocol):
-    async def __call__(self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int) -> Any: ...
+    async def __call__(
+        self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int
+    ) -> Any: ...
 
 
 @dataclass
@@ -88,8 +90,11 @@ def encoder_embed(encoder: Any, max_batch_items: int = 32) -> EmbedFn:
     Admission is the host's job (Serve's
     max_ongoing_requests), so the queue here is unbounded in practice."""
     batcher: MicroBatcher[str, np.ndarray] = MicroBatcher(
-        encoder.encode, window_ms=0.0, max_batch_items=max_batch_items,
-        max_queue=1_000_000, max_queued_tokens=1_000_000_000,
+        encoder.encode,
+        window_ms=0.0,
+        max_batch_items=max_batch_items,
+        max_queue=1_000_000,
+        max_queued_tokens=1_000_000_000,
     )
 
     async def embed(texts: list[str]) -> np.ndarray:

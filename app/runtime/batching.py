@@ -246,7 +246,9 @@ class MicroBatcher(Generic[T, R]):
             if self._is_async:
                 produced = await cast(Callable[[list[Any]], Awaitable[Sequence[Any]]], self._fn)(items)
             else:
-                produced = await asyncio.to_thread(cast(Callable[[list[Any]], Sequence[Any]], self._fn), items)
+                produced = await asyncio.to_thread(
+                    cast(Callable[[list[Any]], Sequence[Any]], self._fn), items
+                )
             results = list(produced)
             if len(results) != len(batch):
                 raise RuntimeError(f"batch function returned {len(results)} results for {len(batch)} items")

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from app.models.encoding import Encoder
+
 ASSETS = Path(__file__).parent / "assets"
 TOKENIZER_PATH = ASSETS / "minilm-tokenizer.json"
 EMBEDDING_DIM = 384
@@ -120,13 +122,19 @@ class MiniLMEncoder:
         states: list[np.ndarray] = []
         for enc in encodings:
             ids = np.asarray([enc.ids], dtype=np.int64)
-            feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+            feeds = {
+                "input_ids": ids,
+                "attention_mask": np.ones_like(ids),
+                "token_type_ids": np.zeros_like(ids),
+            }
             with self._lock:
                 states.append(self._session.run(None, feeds)[0][0])  # (tokens, 384)
         pooled = np.stack([row.mean(axis=0) for row in states])
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         vectors = (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
-        return EncodedBatch(vectors, states, [list(enc.offsets) for enc in encodings], [len(s) for s in states])
+        return EncodedBatch(
+            vectors, states, [list(enc.offsets) for enc in encodings], [len(s) for s in states]
+        )
 
     def warm_up(self) -> None:
         warm_up_encoder(self.encode)
@@ -143,6 +151,37 @@ def shared_encoder() -> MiniLMEncoder:
         if _shared is None:
             _shared = MiniLMEncoder()
         return _shared
+
+
+class LazyEncoder:
+    """An encoder whose session is built on first use. The graph's DomainClassifier and Guard
+    are handed the Router's query vector with every text, so they run heads only: their
+    replicas should not pay an encoder session (memory, start time) they rarely touch."""
+
+    def __init__(self, build: Callable[[], Encoder], max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+        self.max_tokens = max_tokens
+        self._build = build
+        self._encoder: Encoder | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> bool:
+        return self._encoder is not None
+
+    def _get(self) -> Encoder:
+        with self._lock:
+            if self._encoder is None:
+                self._encoder = self._build()
+            return self._encoder
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return self._get().encode(texts)
+
+    def count_tokens(self, text: str) -> int:
+        return self._get().count_tokens(text)
+
+    def warm_up(self) -> None:
+        self._get().warm_up()
 
 
 def token_counter() -> Callable[[str], int]:

@@ -6,7 +6,7 @@ shared batch, load state and `info()`. The deployment files keep only Ray Serve 
 decorator, the per-instance `@serve.batch` queues (whose batch functions call `*_batch`
 here), handles and `reconfigure`.
 
-Batching is per text: a method enqueues each text on its own (`one`, the deployment's
+Batching is per text: a method enqueues each text on its own (`batched`, the deployment's
 batched function), so one batch mixes texts of many callers and the rows come back in each
 caller's order. A model that fails to load does not fail its host: calls raise
 ModelNotLoadedError with the failure's kind (paths stay in the log and `info()`).
@@ -106,13 +106,15 @@ class Loaded(Generic[M]):
         return self.model
 
 
-def typed(model: Any, kind: type[M]) -> M:
+def expect_type(model: Any, kind: type[M]) -> M:
     if not isinstance(model, kind):
         raise TypeError(f"expected a {kind.__name__}, the registry gave {type(model).__name__}")
     return model
 
 
-async def encode_texts(texts: list[str], encode: Encode | None, local: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+async def encode_texts(
+    texts: list[str], encode: Encode | None, local: Callable[[list[str]], np.ndarray]
+) -> np.ndarray:
     """Vectors for texts that came without any: the bound Embedding deployment (`encode`), else
     the model's own encoder in a thread."""
     if encode is not None:
@@ -157,7 +159,7 @@ class HostedEmbedding:
     @classmethod
     def load(cls, engine: str = "auto", device: str = "cpu") -> HostedEmbedding:
         """Raises (NotReady, InvalidRequest) when the encoder cannot load: nothing to serve then."""
-        return cls(typed(load_model("minilm-embedding", engine=engine, device=device), EmbeddingModel))
+        return cls(expect_type(load_model("minilm-embedding", engine=engine, device=device), EmbeddingModel))
 
     @staticmethod
     def tuning_from(user_config: dict[str, Any] | None) -> EmbeddingTuning:
@@ -172,12 +174,12 @@ class HostedEmbedding:
         self.largest_batch = max(self.largest_batch, len(texts))
         return rows
 
-    async def embed(self, texts: Any, one: Batched) -> np.ndarray:
+    async def embed(self, texts: Any, batched: Batched) -> np.ndarray:
         """Unit-length float32 vectors, shape (len(texts), dim). TypeError on non-string input."""
         items = check_texts(texts, "embed()")
         if not items:
             return np.zeros((0, self.model.dim), dtype=np.float32)
-        rows = await asyncio.gather(*(one(text) for text in items))
+        rows = await asyncio.gather(*(batched(text) for text in items))
         return np.stack(rows).astype(np.float32, copy=False)
 
     async def count_tokens(self, text: Any) -> int:
@@ -220,7 +222,8 @@ class HostedDomain:
     @classmethod
     def load(cls, encode: Encode | None = None) -> HostedDomain:
         def build() -> LabelProbabilityModel:
-            return typed(load_model("domain-classifier"), LabelProbabilityModel)
+            # The Router hands this host a vector with every text: no encoder unless one is missing.
+            return expect_type(load_model("domain-classifier", lazy_encoder=True), LabelProbabilityModel)
 
         return cls(Loaded.load("domain classifier", build), encode)
 
@@ -230,7 +233,7 @@ class HostedDomain:
         return model.classify_vectors(np.stack([vector for _, vector in items]), [text for text, _ in items])
 
     async def classify(
-        self, texts: Any, vectors: Any, threshold: Any, fallback_category: str, one: Batched
+        self, texts: Any, vectors: Any, threshold: Any, fallback_category: str, batched: Batched
     ) -> list[dict[str, Any]]:
         """DomainResult dicts {category, confidence, probabilities}, one per text; below
         `threshold` (or for a blank text) the category is `fallback_category`. TypeError or
@@ -244,13 +247,15 @@ class HostedDomain:
             return []
         if given is None:
             given = await encode_texts(items, self.encode, model.encoder.encode)
-        results = await asyncio.gather(*(one((t, v)) for t, v in zip(items, given, strict=True)))
+        results = await asyncio.gather(*(batched((t, v)) for t, v in zip(items, given, strict=True)))
         out = []
         for text, result in zip(items, results, strict=True):
             category = result.category
             if not text.strip() or (threshold is not None and result.confidence < threshold):
                 category = fallback_category
-            out.append({"category": category, "confidence": result.confidence, "probabilities": result.probabilities})
+            out.append(
+                {"category": category, "confidence": result.confidence, "probabilities": result.probabilities}
+            )
         return out
 
     def info(self) -> dict[str, Any]:

@@ -50,7 +50,12 @@ class RuntimeRecorder(Protocol):
     def observe(self, name: str, seconds: float, **label_values: str) -> None: ...
 
     def record_call(
-        self, deployment: str, replica: str, surface: str, outcome: str, seconds: float,
+        self,
+        deployment: str,
+        replica: str,
+        surface: str,
+        outcome: str,
+        seconds: float,
         replica_outcome: str | None = None,
     ) -> None: ...
 
@@ -84,7 +89,9 @@ class HostedDecisions:
             self.error = f"{type(exc).__name__}: {exc}"
             log.error("decision model not loaded: %s", self.error)
         ready = 1.0 if self.model is not None else 0.0
-        self.metrics.set("svc_model_runtime_replica_ready", ready, deployment=self.model_name, replica=self.replica)
+        self.metrics.set(
+            "svc_model_runtime_replica_ready", ready, deployment=self.model_name, replica=self.replica
+        )
         self.metrics.set("svc_model_runtime_ready", ready, deployment=self.model_name)
 
     def require(self) -> DecisionEngine:
@@ -121,8 +128,13 @@ class HostedDecisions:
             answer = (await self.require().decide(body, encode, timings)).to_wire()
             outcome = "ok"
             for phase, field in PHASES:
-                self.metrics.observe("svc_model_runtime_server_seconds", getattr(timings, field) / 1000.0,
-                                     deployment=deployment, surface=SURFACE, phase=phase)
+                self.metrics.observe(
+                    "svc_model_runtime_server_seconds",
+                    getattr(timings, field) / 1000.0,
+                    deployment=deployment,
+                    surface=SURFACE,
+                    phase=phase,
+                )
             return answer
         except RuntimeFailure as exc:
             outcome = self.outcome_of(exc.status, exc.code)
@@ -132,8 +144,9 @@ class HostedDecisions:
             raise
         finally:
             self.metrics.add("svc_model_runtime_replica_inflight", -1, **inflight)
-            self.metrics.record_call(deployment, self.replica, SURFACE, outcome,
-                                     time.perf_counter() - started, replica_outcome)
+            self.metrics.record_call(
+                deployment, self.replica, SURFACE, outcome, time.perf_counter() - started, replica_outcome
+            )
 
     def card(self) -> dict[str, Any]:
         return self.require().card.to_wire()

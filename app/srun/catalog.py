@@ -88,8 +88,14 @@ def to_worker_card(card: ModelCard) -> WorkerCard:
 
 def _spec_card(spec: registry.Builtin, engine: str | None = None, device: str = "cpu") -> WorkerCard:
     return WorkerCard(
-        name=spec.name, description=spec.description, task=str(spec.task), surfaces=list(spec.surfaces),
-        engines=list(spec.engines), engine=engine, limits=spec.limits, device=device,
+        name=spec.name,
+        description=spec.description,
+        task=str(spec.task),
+        surfaces=list(spec.surfaces),
+        engines=list(spec.engines),
+        engine=engine,
+        limits=spec.limits,
+        device=device,
     )
 
 
@@ -118,7 +124,8 @@ class Reranker:
         return [EncodedRow(v) for v in self.encoder.encode(texts)] if texts else []
 
     async def rerank(
-        self, body: RerankRequest | dict[str, Any],
+        self,
+        body: RerankRequest | dict[str, Any],
         encode: Callable[[list[str]], Awaitable[list[EncodedRow]]] | None = None,
         timings: Timings | None = None,
     ) -> RerankResponse:
@@ -126,7 +133,9 @@ class Reranker:
         request = body if isinstance(body, RerankRequest) else parse_request(RerankRequest, body)
         docs = [d if isinstance(d, str) else d.text for d in request.documents]
         started = time.perf_counter()
-        budget = resolve_budget(ClassifyOptions(overflow="truncate"), self.card.limits, self.tokenizer.special_tokens)
+        budget = resolve_budget(
+            ClassifyOptions(overflow="truncate"), self.card.limits, self.tokenizer.special_tokens
+        )
         plans = [plan_input(i, t, budget, self.tokenizer) for i, t in enumerate([request.query, *docs])]
         reads = [p.segments[0].text if p.segments else "" for p in plans]
         timings.tokenize_ms += (time.perf_counter() - started) * 1000.0
@@ -136,7 +145,10 @@ class Reranker:
         ranked = rank(vectors[0], vectors[1:], request.query, docs, request.top_n)
         results = [
             RerankItem(
-                index=i, relevance_score=round(score, 6), similarity=round(cos, 6), bm25=round(bm, 6),
+                index=i,
+                relevance_score=round(score, 6),
+                similarity=round(cos, 6),
+                bm25=round(bm, 6),
                 document=docs[i] if request.return_documents else None,
             )
             for i, score, cos, bm in ranked
@@ -146,7 +158,9 @@ class Reranker:
         return RerankResponse(
             model=self.card.served_name or self.card.name,
             results=results,
-            usage=RerankUsage(tokens=sum(p.tokens for p in plans), tokens_lower_bound=True if partial else None),
+            usage=RerankUsage(
+                tokens=sum(p.tokens for p in plans), tokens_lower_bound=True if partial else None
+            ),
         )
 
 
@@ -201,16 +215,36 @@ def _run(coro: Any) -> Any:
 
 def _self_check(model: DecisionModel | Reranker) -> None:
     if isinstance(model, DecisionModel):
-        answer = _run(model.decide({
-            "state": "I was charged twice on my credit card this month, please refund one payment.",
-            "questions": {"q": {"type": "choice", "criteria": {
-                "billing": "charges, payments and refunds", "weather": "rain, sun and temperature forecasts"}}},
-        }))
+        answer = _run(
+            model.decide(
+                {
+                    "state": "I was charged twice on my credit card this month, please refund one payment.",
+                    "questions": {
+                        "q": {
+                            "type": "choice",
+                            "criteria": {
+                                "billing": "charges, payments and refunds",
+                                "weather": "rain, sun and temperature forecasts",
+                            },
+                        }
+                    },
+                }
+            )
+        )
         got = answer.answers["q"]
         if getattr(got, "choice", None) != "billing":
             raise RuntimeError(f"decision self-check answered {got}")
         return
-    result = _run(model.rerank({"query": "how to bake bread", "documents": [
-        "The stock market fell sharply today.", "Knead the dough and bake the loaf for 40 minutes."]}))
+    result = _run(
+        model.rerank(
+            {
+                "query": "how to bake bread",
+                "documents": [
+                    "The stock market fell sharply today.",
+                    "Knead the dough and bake the loaf for 40 minutes.",
+                ],
+            }
+        )
+    )
     if result.results[0].index != 1:
         raise RuntimeError(f"rerank self-check ranked {result.results}")

@@ -23,8 +23,14 @@ DEFAULT_TIMEOUT_S = 45.0
 RETRY_STEP_S = 0.05
 RETRY_MAX_STEP_S = 0.5
 PHASES = ("parse", "tokenize", "queue", "forward", "post", "serialize")
-_TRANSPORT_ERRORS = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
-                     httpx.PoolTimeout, httpx.ConnectTimeout)
+_TRANSPORT_ERRORS = (
+    httpx.ConnectError,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.PoolTimeout,
+    httpx.ConnectTimeout,
+)
 
 
 class RuntimeCallError(Exception):
@@ -46,8 +52,14 @@ class RuntimeCallError(Exception):
 
 class SrunClient:
     def __init__(
-        self, *, uds: str | None = None, base_url: str | None = None, deployment: str = "default",
-        replica: str = "0", timeout_s: float = DEFAULT_TIMEOUT_S, metrics: RuntimeMetrics | None = None,
+        self,
+        *,
+        uds: str | None = None,
+        base_url: str | None = None,
+        deployment: str = "default",
+        replica: str = "0",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        metrics: RuntimeMetrics | None = None,
     ) -> None:
         if (uds is None) == (base_url is None):
             raise ValueError("give exactly one of uds or base_url")
@@ -58,7 +70,9 @@ class SrunClient:
         self.timeout_s = timeout_s
         self.metrics = metrics or RuntimeMetrics()
         self._http = httpx.AsyncClient(
-            base_url=base_url or "http://srun", transport=transport, timeout=timeout_s,
+            base_url=base_url or "http://srun",
+            transport=transport,
+            timeout=timeout_s,
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
         )
 
@@ -105,7 +119,13 @@ class SrunClient:
     # -- the call ------------------------------------------------------------------------
 
     async def call(
-        self, method: str, path: str, body: Any = None, *, surface: str, deadline_s: float | None = None,
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        surface: str,
+        deadline_s: float | None = None,
     ) -> dict[str, Any]:
         deadline = time.monotonic() + (deadline_s if deadline_s is not None else self.timeout_s)
         started = time.perf_counter()
@@ -118,11 +138,20 @@ class SrunClient:
             m.observe("svc_model_runtime_request_duration_seconds", elapsed, deployment=dep, surface=surface)
             timing = parse_server_timing(response.headers.get("server-timing"))
             if "total" in timing:
-                m.observe("svc_model_runtime_transport_seconds", max(0.0, elapsed - timing["total"] / 1000),
-                          deployment=dep, surface=surface)
+                m.observe(
+                    "svc_model_runtime_transport_seconds",
+                    max(0.0, elapsed - timing["total"] / 1000),
+                    deployment=dep,
+                    surface=surface,
+                )
                 for phase in PHASES:
-                    m.observe("svc_model_runtime_server_seconds", timing.get(phase, 0.0) / 1000, deployment=dep,
-                              surface=surface, phase=phase)
+                    m.observe(
+                        "svc_model_runtime_server_seconds",
+                        timing.get(phase, 0.0) / 1000,
+                        deployment=dep,
+                        surface=surface,
+                        phase=phase,
+                    )
             if response.status_code >= 400:
                 raise _error(response)
             outcome = "ok"
@@ -135,10 +164,17 @@ class SrunClient:
             raise
         finally:
             m.add("svc_model_runtime_replica_inflight", -1, deployment=dep, replica=rep)
-            m.inc("svc_model_runtime_requests_total", deployment=dep,
-                  outcome="timeout" if outcome == "canceled" else outcome)
-            m.inc("svc_model_runtime_replica_requests_total", deployment=dep, replica=rep,
-                  outcome=REPLICA_OUTCOMES.get(outcome, outcome))
+            m.inc(
+                "svc_model_runtime_requests_total",
+                deployment=dep,
+                outcome="timeout" if outcome == "canceled" else outcome,
+            )
+            m.inc(
+                "svc_model_runtime_replica_requests_total",
+                deployment=dep,
+                replica=rep,
+                outcome=REPLICA_OUTCOMES.get(outcome, outcome),
+            )
 
     async def _send(self, method: str, path: str, body: Any, deadline: float) -> httpx.Response:
         step = RETRY_STEP_S
@@ -149,7 +185,9 @@ class SrunClient:
             try:
                 response = await self._http.request(method, path, json=body, timeout=left)
             except httpx.ReadTimeout:
-                raise RuntimeCallError(504, "timeout", f"{self.target}{path}: no answer before the deadline") from None
+                raise RuntimeCallError(
+                    504, "timeout", f"{self.target}{path}: no answer before the deadline"
+                ) from None
             except _TRANSPORT_ERRORS as exc:
                 last: Any = RuntimeCallError(503, "unavailable", f"{self.target}: {type(exc).__name__}")
             else:
@@ -171,6 +209,8 @@ def _error(response: httpx.Response) -> RuntimeCallError:
         detail = {}
     retry = response.headers.get("retry-after")
     return RuntimeCallError(
-        response.status_code, str(detail.get("code", "error")), str(detail.get("message", response.reason_phrase)),
+        response.status_code,
+        str(detail.get("code", "error")),
+        str(detail.get("message", response.reason_phrase)),
         float(retry) if retry and retry.replace(".", "", 1).isdigit() else None,
     )

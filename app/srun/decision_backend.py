@@ -21,8 +21,14 @@ class ClientDecisionBackend:
     over ready replicas). A request naming no model, or one of `names` (the deployment's key),
     goes to `served_name`. `deadline_s` bounds each call, retries over a restart included."""
 
-    def __init__(self, client: Any, served_name: str | None = None, *, deadline_s: float = DEADLINE_S,
-                 names: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        client: Any,
+        served_name: str | None = None,
+        *,
+        deadline_s: float = DEADLINE_S,
+        names: tuple[str, ...] = (),
+    ) -> None:
         self.client = client
         self.served_name = served_name
         self.deadline_s = deadline_s

@@ -63,7 +63,76 @@ EncodeFn = Callable[[list[str]], Awaitable[list[EncodedRow]]]
 
 _WORD = re.compile(r"\w+(?:[-'.&]\w+)*")
 _STOPWORDS = frozenset(
-    ["a", "an", "the", "and", "or", "but", "of", "in", "on", "at", "to", "for", "from", "by", "with", "about", "as", "is", "are", "was", "were", "be", "been", "it", "its", "this", "that", "these", "those", "i", "you", "he", "she", "we", "they", "me", "my", "your", "our", "their", "his", "her", "them", "us", "do", "does", "did", "not", "no", "so", "if", "then", "than", "can", "could", "would", "should", "will", "shall", "may", "might", "must", "have", "has", "had", "my", "mine", "yours"]
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "for",
+        "from",
+        "by",
+        "with",
+        "about",
+        "as",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "i",
+        "you",
+        "he",
+        "she",
+        "we",
+        "they",
+        "me",
+        "my",
+        "your",
+        "our",
+        "their",
+        "his",
+        "her",
+        "them",
+        "us",
+        "do",
+        "does",
+        "did",
+        "not",
+        "no",
+        "so",
+        "if",
+        "then",
+        "than",
+        "can",
+        "could",
+        "would",
+        "should",
+        "will",
+        "shall",
+        "may",
+        "might",
+        "must",
+        "have",
+        "has",
+        "had",
+        "my",
+        "mine",
+        "yours",
+    ]
 )
 MAX_SPAN_WORDS = 4
 MAX_SPAN_CANDIDATES = 64
@@ -102,7 +171,9 @@ class DecisionModel:
 
     VECTOR_CACHE = 8192  # option texts repeat across requests: cache their vectors
 
-    def __init__(self, card: WorkerCard, tokenizer: TextTokenizer, encoder: Any, calibration: Calibration) -> None:
+    def __init__(
+        self, card: WorkerCard, tokenizer: TextTokenizer, encoder: Any, calibration: Calibration
+    ) -> None:
         self.card = card
         self.tokenizer = tokenizer
         self.encoder = encoder
@@ -126,7 +197,9 @@ class DecisionModel:
     # -- a request -----------------------------------------------------------------------
 
     async def decide(
-        self, body: DecisionRequest | dict[str, Any], encode: EncodeFn | None = None,
+        self,
+        body: DecisionRequest | dict[str, Any],
+        encode: EncodeFn | None = None,
         timings: Timings | None = None,
     ) -> DecisionResponse:
         """InvalidRequest for a malformed body, an unsupported modality or no valid question."""
@@ -142,7 +215,9 @@ class DecisionModel:
         for name, nested in (request.states or {}).items():
             units.append(self._unit(name, nested.state, nested.questions))
         if not any(u.questions for u in units):
-            first = next((a.message for u in units for a in u.invalid.values()), "the request has no questions")
+            first = next(
+                (a.message for u in units for a in u.invalid.values()), "the request has no questions"
+            )
             raise InvalidRequest(f"no valid question: {first}")
         self._read(units, request.options.max_tokens)
         timings.tokenize_ms += (time.perf_counter() - started) * 1000.0
@@ -155,7 +230,7 @@ class DecisionModel:
         rows = await encode([u.read for u in live] + missing)
         for unit, row in zip(live, rows[: len(live)], strict=True):
             unit.row = row
-        self._remember(missing, [r.vector for r in rows[len(live):]])
+        self._remember(missing, [r.vector for r in rows[len(live) :]])
         vectors = self._lookup(wanted)
 
         # Round two: span candidates as phrases of their own.
@@ -182,9 +257,12 @@ class DecisionModel:
         timings.post_ms += (time.perf_counter() - post) * 1000.0
         if request.options.return_meta:
             root.meta = {
-                "revision": self.card.revision or "unknown", "digest": self.card.digest or "unknown",
-                "profile": self.card.profile, "engine": self.card.engine or "onnxruntime",
-                "device": self.card.device, "calibration": self.calibration.version,
+                "revision": self.card.revision or "unknown",
+                "digest": self.card.digest or "unknown",
+                "profile": self.card.profile,
+                "engine": self.card.engine or "onnxruntime",
+                "device": self.card.device,
+                "calibration": self.calibration.version,
                 "timings": timings.to_wire(),
             }
         return root
@@ -198,8 +276,14 @@ class DecisionModel:
         for qid, spec in raw.items():
             try:
                 question = parse_question(qid, spec)
-                if isinstance(question, NoulQuestion) and not question.options() and not question.instructions:
-                    raise QuestionError("noul", f"questions.{qid}: a noul question needs instructions or criteria")
+                if (
+                    isinstance(question, NoulQuestion)
+                    and not question.options()
+                    and not question.instructions
+                ):
+                    raise QuestionError(
+                        "noul", f"questions.{qid}: a noul question needs instructions or criteria"
+                    )
                 valid[qid] = question
             except QuestionError as exc:
                 invalid[qid] = InvalidAnswer(type=exc.qtype, message=prefix + exc.message)
@@ -243,9 +327,9 @@ class DecisionModel:
                 spans.append((words[i][0], words[j][1]))
         if len(spans) <= MAX_SPAN_CANDIDATES:
             return spans
-        labels = np.stack([
-            vectors[t] for q in unit.questions.values() if q.type == "span" for t in question_texts(q)
-        ])
+        labels = np.stack(
+            [vectors[t] for q in unit.questions.values() if q.type == "span" for t in question_texts(q)]
+        )
         context = self._context(unit, spans) @ labels.T
         keep = np.argsort(-context.max(axis=1))[:MAX_SPAN_CANDIDATES]
         return [spans[i] for i in sorted(keep)]
@@ -295,12 +379,16 @@ class DecisionModel:
                 )
             elif q.type == "noul":
                 by_key = dict(zip([k for k, _ in options], cos, strict=True)) if options else {"true": cos[0]}
-                answers[qid] = NoulAnswer(noul=round(noul_prob(by_key.get("true"), by_key.get("false"), cal), 6))
+                answers[qid] = NoulAnswer(
+                    noul=round(noul_prob(by_key.get("true"), by_key.get("false"), cal), 6)
+                )
             elif q.type == "score":
                 probs = score_probs(cos, cal)
                 confidence = float(probs.max())
                 answers[qid] = ScoreAnswer(
-                    score=round(float(np.dot(np.arange(len(probs)), probs)), 6) if confidence >= threshold else None,
+                    score=round(float(np.dot(np.arange(len(probs)), probs)), 6)
+                    if confidence >= threshold
+                    else None,
                     confidence=round(confidence, 6),
                     legend={k: d for k, d in options},
                     probabilities={k: round(float(p), 6) for (k, _), p in zip(options, probs, strict=True)},
@@ -310,7 +398,9 @@ class DecisionModel:
                 by_label = {k: round(float(p), 6) for (k, _), p in zip(options, probs, strict=True)}
                 for key, p in by_label.items():
                     answers[f"{qid}.{key}"] = NoulAnswer(noul=p)
-                sets[qid] = SetResult(selected=[k for k, p in by_label.items() if p >= threshold], probabilities=by_label)
+                sets[qid] = SetResult(
+                    selected=[k for k, p in by_label.items() if p >= threshold], probabilities=by_label
+                )
             else:
                 found, any_p = self._spans(unit, q, vectors, phrase_vectors, threshold)
                 spans[qid] = found
@@ -321,7 +411,11 @@ class DecisionModel:
         return result
 
     def _spans(
-        self, unit: _Unit, q: Question, vectors: dict[str, np.ndarray], phrase_vectors: list[np.ndarray],
+        self,
+        unit: _Unit,
+        q: Question,
+        vectors: dict[str, np.ndarray],
+        phrase_vectors: list[np.ndarray],
         threshold: float,
     ) -> tuple[list[SpanOut], float]:
         if not unit.candidates:
@@ -342,7 +436,9 @@ class DecisionModel:
             a, b = unit.candidates[i]
             if any(s.start < b and a < s.end for s in taken):
                 continue
-            taken.append(SpanOut(label=options[j][0], start=a, end=b, text=unit.read[a:b], probability=round(p, 6)))
+            taken.append(
+                SpanOut(label=options[j][0], start=a, end=b, text=unit.read[a:b], probability=round(p, 6))
+            )
         taken.sort(key=lambda s: s.start)
         return taken, float(probs.max())
 

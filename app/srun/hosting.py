@@ -86,8 +86,13 @@ class ManagedRuntimes:
     `supervisor_options` go to RuntimeSupervisor (policy: back-off and stop timeout; launch; replica_prefix)."""
 
     def __init__(
-        self, settings: RuntimeSettings, env: SrunEnvironment | None = None, metrics: RuntimeMetrics | None = None,
-        *, deployments: list[str] | None = None, **supervisor_options: Any,
+        self,
+        settings: RuntimeSettings,
+        env: SrunEnvironment | None = None,
+        metrics: RuntimeMetrics | None = None,
+        *,
+        deployments: list[str] | None = None,
+        **supervisor_options: Any,
     ) -> None:
         self.settings = settings
         hosted = settings
@@ -122,8 +127,11 @@ class ManagedRuntimes:
             self._started = True
         ready = await self.supervisor.wait_ready(timeout_s) if wait else False
         if wait and not ready:
-            log.error("model runtimes not ready after %.0f s: %s", timeout_s or self.supervisor.env.ready_timeout_s,
-                      ", ".join(sorted(self.supervisor.replicas)))
+            log.error(
+                "model runtimes not ready after %.0f s: %s",
+                timeout_s or self.supervisor.env.ready_timeout_s,
+                ", ".join(sorted(self.supervisor.replicas)),
+            )
         self.supervisor.start_watch()
         return ready
 
@@ -138,14 +146,18 @@ class ManagedRuntimes:
         if deployment is None:
             return None
         return ClientDecisionBackend(
-            lambda: self.supervisor.client_for(deployment), self.supervisor.served_name(deployment),
-            deadline_s=min(budget_s, signal_timeout_s(budget_s)), names=(deployment,),
+            lambda: self.supervisor.client_for(deployment),
+            self.supervisor.served_name(deployment),
+            deadline_s=min(budget_s, signal_timeout_s(budget_s)),
+            names=(deployment,),
         )
 
     def signal_deadline_s(self, remaining_s: float | None) -> float:
         return signal_timeout_s(remaining_s, self.settings.signal_timeout_ms)
 
-    def signal_body(self, deployment: str, surface: str, body: dict[str, Any], safety: bool) -> dict[str, Any]:
+    def signal_body(
+        self, deployment: str, surface: str, body: dict[str, Any], safety: bool
+    ) -> dict[str, Any]:
         """`body` with the deployment's served model and, for classify, its input options: the
         deployment's `input` settings, else `window` for a safety signal (read everything up to
         the scan budget) and `truncate` for a routing signal."""
@@ -155,16 +167,26 @@ class ManagedRuntimes:
             out["model"] = served
         if surface == "classify" and "options" not in out:
             limits = self.settings.model_deployments[deployment].input
-            options: dict[str, Any] = {"overflow": (limits.overflow if limits and limits.overflow else
-                                                    "window" if safety else "truncate")}
+            options: dict[str, Any] = {
+                "overflow": (
+                    limits.overflow if limits and limits.overflow else "window" if safety else "truncate"
+                )
+            }
             if limits is not None and limits.max_tokens is not None:
                 options["max_tokens"] = limits.max_tokens
             out["options"] = options
         return out
 
     async def signal(
-        self, deployment: str, surface: str, body: dict[str, Any], remaining_s: float | None, *,
-        safety: bool = False, on_error_matches: bool = False, unscanned: OnUnscanned = "block",
+        self,
+        deployment: str,
+        surface: str,
+        body: dict[str, Any],
+        remaining_s: float | None,
+        *,
+        safety: bool = False,
+        on_error_matches: bool = False,
+        unscanned: OnUnscanned = "block",
     ) -> SignalResult:
         """One signal call with the signal deadline. A safety signal whose input was not read in
         full (no answer: a deadline missed, the worker down or refusing; or `tokens_lower_bound`
@@ -172,17 +194,25 @@ class ManagedRuntimes:
         `error` and matches as on_error says."""
         try:
             client = self.supervisor.client_for(deployment)
-            answer = await client.call("POST", f"/v1/{surface}", self.signal_body(deployment, surface, body, safety),
-                                       surface=surface, deadline_s=self.signal_deadline_s(remaining_s))
+            answer = await client.call(
+                "POST",
+                f"/v1/{surface}",
+                self.signal_body(deployment, surface, body, safety),
+                surface=surface,
+                deadline_s=self.signal_deadline_s(remaining_s),
+            )
         except Exception as exc:  # RuntimeCallError, or a transport or decoding failure
             code = exc.code if isinstance(exc, RuntimeCallError) else type(exc).__name__
             if safety:
-                return SignalResult("unscanned", matches=unscanned_matches(unscanned, on_error_matches), error=code)
+                return SignalResult(
+                    "unscanned", matches=unscanned_matches(unscanned, on_error_matches), error=code
+                )
             return SignalResult("error", matches=on_error_matches, error=code)
         usage = answer.get("usage") if isinstance(answer, dict) else None
         if safety and isinstance(usage, dict) and usage.get("tokens_lower_bound"):
-            return SignalResult("unscanned", answer, unscanned_matches(unscanned, on_error_matches),
-                                error="read_in_part")
+            return SignalResult(
+                "unscanned", answer, unscanned_matches(unscanned, on_error_matches), error="read_in_part"
+            )
         return SignalResult("ok", answer)
 
 
@@ -196,8 +226,13 @@ class BindingRuntimes:
     so requests still on the previous generation finish their calls."""
 
     def __init__(
-        self, replica: str = "local", metrics: RuntimeMetrics | None = None, env: SrunEnvironment | None = None,
-        *, grace_s: float = RETIRE_GRACE_S, **supervisor_options: Any,
+        self,
+        replica: str = "local",
+        metrics: RuntimeMetrics | None = None,
+        env: SrunEnvironment | None = None,
+        *,
+        grace_s: float = RETIRE_GRACE_S,
+        **supervisor_options: Any,
     ) -> None:
         self.replica = replica
         self.metrics = metrics or RuntimeMetrics()
@@ -211,7 +246,9 @@ class BindingRuntimes:
 
     @staticmethod
     def _key(settings: RuntimeSettings, deployments: list[str]) -> str:
-        return repr([(name, settings.model_deployments[name].model_dump(mode="json")) for name in sorted(deployments)])
+        return repr(
+            [(name, settings.model_deployments[name].model_dump(mode="json")) for name in sorted(deployments)]
+        )
 
     async def update(self, config: RouterConfig, wait: bool = True) -> ManagedRuntimes | None:
         deployments = bound_deployments(config)
@@ -228,8 +265,14 @@ class BindingRuntimes:
             return runtimes
         self._generation += 1
         env = (self.env or SrunEnvironment.from_env()).for_replica(self.replica, f"b{self._generation}")
-        runtimes = ManagedRuntimes(settings, env, self.metrics, deployments=deployments,
-                                   replica_prefix=f"{self.replica}/", **self.options)
+        runtimes = ManagedRuntimes(
+            settings,
+            env,
+            self.metrics,
+            deployments=deployments,
+            replica_prefix=f"{self.replica}/",
+            **self.options,
+        )
         self._live[key] = runtimes
         await runtimes.start(wait=wait)
         return runtimes

@@ -164,7 +164,9 @@ class BundleTask(_Strict):
 
     @property
     def surface(self) -> str:
-        return next(k for k in ("classify", "decisions", "embeddings", "rerank") if getattr(self, k) is not None)
+        return next(
+            k for k in ("classify", "decisions", "embeddings", "rerank") if getattr(self, k) is not None
+        )
 
     @property
     def body(self) -> dict[str, Any]:

@@ -134,7 +134,11 @@ class SpanQuestion(_LabelQuestion):
 
 Question = ChoiceQuestion | NoulQuestion | ScoreQuestion | SetQuestion | SpanQuestion
 _BY_TYPE: dict[str, type[Question]] = {
-    "choice": ChoiceQuestion, "noul": NoulQuestion, "score": ScoreQuestion, "set": SetQuestion, "span": SpanQuestion,
+    "choice": ChoiceQuestion,
+    "noul": NoulQuestion,
+    "score": ScoreQuestion,
+    "set": SetQuestion,
+    "span": SpanQuestion,
 }
 
 
@@ -152,7 +156,9 @@ def parse_question(qid: str, raw: Any) -> Question:
         raise QuestionError("unknown", f"questions.{qid}: must be an object")
     qtype = raw.get("type")
     if qtype not in _BY_TYPE:
-        raise QuestionError(str(qtype or "unknown"), f"questions.{qid}.type: must be one of {', '.join(QUESTION_TYPES)}")
+        raise QuestionError(
+            str(qtype or "unknown"), f"questions.{qid}.type: must be one of {', '.join(QUESTION_TYPES)}"
+        )
     try:
         return _BY_TYPE[qtype].model_validate(raw)
     except ValidationError as exc:

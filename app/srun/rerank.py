@@ -56,7 +56,11 @@ def fuse(cosines: np.ndarray, bm25: np.ndarray, alpha: float = ALPHA) -> np.ndar
 
 
 def rank(
-    query_vector: np.ndarray, doc_vectors: np.ndarray, query: str, documents: Sequence[str], top_n: int | None = None
+    query_vector: np.ndarray,
+    doc_vectors: np.ndarray,
+    query: str,
+    documents: Sequence[str],
+    top_n: int | None = None,
 ) -> list[tuple[int, float, float, float]]:
     """(index, relevance, cosine, bm25) best first; ties keep document order."""
     cos = np.asarray(doc_vectors, np.float64) @ np.asarray(query_vector, np.float64)

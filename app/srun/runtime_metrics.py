@@ -90,13 +90,26 @@ class RuntimeMetrics:
             self._values[name + "_sum"][key] += seconds
         self.recorder.observe(name, seconds, **label_values)
 
-    def record_call(self, deployment: str, replica: str, surface: str, outcome: str, seconds: float,
-                    replica_outcome: str | None = None) -> None:
+    def record_call(
+        self,
+        deployment: str,
+        replica: str,
+        surface: str,
+        outcome: str,
+        seconds: float,
+        replica_outcome: str | None = None,
+    ) -> None:
         """One finished call of an in-process host (no transport, no Server-Timing)."""
         self.inc("svc_model_runtime_requests_total", deployment=deployment, outcome=outcome)
-        self.inc("svc_model_runtime_replica_requests_total", deployment=deployment, replica=replica,
-                 outcome=replica_outcome or REPLICA_OUTCOMES.get(outcome, outcome))
-        self.observe("svc_model_runtime_request_duration_seconds", seconds, deployment=deployment, surface=surface)
+        self.inc(
+            "svc_model_runtime_replica_requests_total",
+            deployment=deployment,
+            replica=replica,
+            outcome=replica_outcome or REPLICA_OUTCOMES.get(outcome, outcome),
+        )
+        self.observe(
+            "svc_model_runtime_request_duration_seconds", seconds, deployment=deployment, surface=surface
+        )
 
     def snapshot(self) -> dict[str, dict[Labels, float]]:
         with self._lock:

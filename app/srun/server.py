@@ -82,8 +82,9 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def error_body(exc: BaseException) -> tuple[int, bytes]:
     status, code, message = failure_status(exc)
-    detail = WorkerErrorDetail(code=code, message=message, reason=getattr(exc, "reason", None),
-                               limit=getattr(exc, "limit", None))
+    detail = WorkerErrorDetail(
+        code=code, message=message, reason=getattr(exc, "reason", None), limit=getattr(exc, "limit", None)
+    )
     return status, dumps(WorkerErrorBody(error=detail).to_wire())
 
 
@@ -128,8 +129,9 @@ class SurfaceAnswers:
     async def _bundle(self, body: Any, timing: ServerTiming) -> dict[str, Any]:
         if isinstance(body, dict) and isinstance(body.get("tasks"), list):
             self.worker.metrics.bundle_tasks.observe(len(body["tasks"]))
-        result = await run_bundle(body, self.worker.handle, failure_status, self.worker.settings.max_bundle_tasks,
-                                  timing)
+        result = await run_bundle(
+            body, self.worker.handle, failure_status, self.worker.settings.max_bundle_tasks, timing
+        )
         return result.to_wire()
 
 
@@ -148,8 +150,14 @@ def create_app(worker: Worker, *, load_on_startup: bool = True) -> FastAPI:
         yield
         await worker.aclose()
 
-    app = FastAPI(title="svc-srun worker", version=API_VERSION, lifespan=lifespan, docs_url=None,
-                  redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="svc-srun worker",
+        version=API_VERSION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     _add_surface_routes(app, SurfaceAnswers(worker))
     _add_state_routes(app, worker)
     _add_error_handlers(app)
@@ -165,10 +173,17 @@ def _add_surface_routes(app: FastAPI, answers: SurfaceAnswers) -> None:
 
     for path, (_, req_model, resp_model) in SURFACES.items():
         app.add_api_route(
-            path, route(path), methods=["POST"], name=path.rsplit("/", 1)[-1],
+            path,
+            route(path),
+            methods=["POST"],
+            name=path.rsplit("/", 1)[-1],
             openapi_extra={
-                "requestBody": {"required": True, "content": {"application/json": {
-                    "schema": {"$ref": f"#/components/schemas/{req_model.__name__}"}}}},
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"$ref": f"#/components/schemas/{req_model.__name__}"}}
+                    },
+                },
                 "responses": _responses(resp_model),
             },
         )
@@ -184,8 +199,11 @@ def _add_state_routes(app: FastAPI, worker: Worker) -> None:
     @app.get("/health", responses=_responses(HealthResponse, errors=False))
     async def health() -> Response:
         state = worker.health()
-        return Response(dumps(state.to_wire()), status_code=200 if state.status == "ready" else 503,
-                        media_type="application/json")
+        return Response(
+            dumps(state.to_wire()),
+            status_code=200 if state.status == "ready" else 503,
+            media_type="application/json",
+        )
 
     @app.get("/health/live", responses=_responses(LiveResponse, errors=False))
     async def live() -> Response:
@@ -207,7 +225,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(405)
     async def not_allowed(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": {"code": "method_not_allowed", "message": f"{request.method} not allowed"}}, 405)
+        return JSONResponse(
+            {"error": {"code": "method_not_allowed", "message": f"{request.method} not allowed"}}, 405
+        )
 
 
 def _responses(model: Any, errors: bool = True) -> dict[Any, Any]:
@@ -215,23 +235,47 @@ def _responses(model: Any, errors: bool = True) -> dict[Any, Any]:
     out: dict[Any, Any] = {"200": {"description": "OK", **ref}}
     if errors:
         err = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/WorkerErrorBody"}}}}
-        for status, text in (("400", "invalid_request"), ("404", "model_not_found"), ("413", "request_too_large"),
-                             ("422", "unsupported_surface"), ("429", "overloaded (Retry-After: 1)"),
-                             ("503", "not_ready (Retry-After: 5)")):
+        for status, text in (
+            ("400", "invalid_request"),
+            ("404", "model_not_found"),
+            ("413", "request_too_large"),
+            ("422", "unsupported_surface"),
+            ("429", "overloaded (Retry-After: 1)"),
+            ("503", "not_ready (Retry-After: 5)"),
+        ):
             out[status] = {"description": text, **err}
     return out
 
 
-_MODELS = (DecisionRequest, DecisionResponse, ClassifyRequest, ClassifyResult, EmbeddingsRequest, EmbeddingsResult,
-           RerankRequest, RerankResponse, BundleRequest, BundleResponse, ModelsResponse, HealthResponse, LiveResponse,
-           WorkerErrorBody)
+_MODELS = (
+    DecisionRequest,
+    DecisionResponse,
+    ClassifyRequest,
+    ClassifyResult,
+    EmbeddingsRequest,
+    EmbeddingsResult,
+    RerankRequest,
+    RerankResponse,
+    BundleRequest,
+    BundleResponse,
+    ModelsResponse,
+    HealthResponse,
+    LiveResponse,
+    WorkerErrorBody,
+)
 
 
 def openapi_document(app: FastAPI) -> dict[str, Any]:
     """The worker contract: routes from FastAPI, bodies from the pydantic wire models."""
-    doc = get_openapi(title="svc-srun worker", version=API_VERSION, routes=app.routes,
-                      description="svc-sr model-runtime worker API (spec 2)")
+    doc = get_openapi(
+        title="svc-srun worker",
+        version=API_VERSION,
+        routes=app.routes,
+        description="svc-sr model-runtime worker API (spec 2)",
+    )
     doc["info"]["x-api-version"] = API_VERSION
-    _, defs = models_json_schema([(m, "validation") for m in _MODELS], ref_template="#/components/schemas/{model}")
+    _, defs = models_json_schema(
+        [(m, "validation") for m in _MODELS], ref_template="#/components/schemas/{model}"
+    )
     doc.setdefault("components", {}).setdefault("schemas", {}).update(defs.get("$defs", {}))
     return doc

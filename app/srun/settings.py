@@ -104,13 +104,17 @@ class SrunEnvironment(BaseModel):
             ready = 600.0
         raw_cache = env.get("SVC_SRUN_RESULT_CACHE", "").strip()
         return cls(
-            command=shlex.split(env["SVC_SRUN_COMMAND"]) if env.get("SVC_SRUN_COMMAND") else default_command(),
+            command=shlex.split(env["SVC_SRUN_COMMAND"])
+            if env.get("SVC_SRUN_COMMAND")
+            else default_command(),
             dir=Path(env["SVC_SRUN_DIR"]) if env.get("SVC_SRUN_DIR") else None,
             cache_dir=Path(env["SVC_SRUN_CACHE_DIR"]) if env.get("SVC_SRUN_CACHE_DIR") else None,
             cpu_threads=threads,
             ready_timeout_s=ready,
             result_cache=int(raw_cache) if raw_cache.isdigit() else 4096,
-            autotune_cache=Path(env["SVC_SRUN_AUTOTUNE_CACHE"]) if env.get("SVC_SRUN_AUTOTUNE_CACHE") else None,
+            autotune_cache=Path(env["SVC_SRUN_AUTOTUNE_CACHE"])
+            if env.get("SVC_SRUN_AUTOTUNE_CACHE")
+            else None,
             hub_token=env.get("HUB_TOKEN") or None,
         )
 

@@ -39,8 +39,12 @@ class RuntimeProcess(SupervisedProcess):
     """SupervisedProcess whose forced stop is logged as `runtime_process_killed`."""
 
     def _on_kill(self, process: subprocess.Popen[bytes]) -> None:
-        log.warning("runtime_process_killed name=%s pid=%s after %.0f s", self.name, process.pid,
-                    self.policy.stop_timeout_s)
+        log.warning(
+            "runtime_process_killed name=%s pid=%s after %.0f s",
+            self.name,
+            process.pid,
+            self.policy.stop_timeout_s,
+        )
 
 
 @dataclass
@@ -72,20 +76,43 @@ class WorkerLaunch:
     extra_args: tuple[str, ...] = ()
 
 
-def worker_command(spec: ManagedProcessSpec, env: SrunEnvironment, launch: WorkerLaunch | None = None) -> list[str]:
+def worker_command(
+    spec: ManagedProcessSpec, env: SrunEnvironment, launch: WorkerLaunch | None = None
+) -> list[str]:
     launch = launch or WorkerLaunch()
     return [
-        *env.command, "run", *spec.models, "--uds", str(spec.socket), "--device", spec.device,
-        "--threads", str(env.cpu_threads), "--result-cache-entries", str(env.result_cache),
-        "--max-request-bytes", str(MANAGED_MAX_REQUEST_BYTES), "--load-attempts", str(launch.load_attempts),
-        "--load-retry-seconds", str(launch.load_retry_seconds), "--offline", *launch.extra_args,
+        *env.command,
+        "run",
+        *spec.models,
+        "--uds",
+        str(spec.socket),
+        "--device",
+        spec.device,
+        "--threads",
+        str(env.cpu_threads),
+        "--result-cache-entries",
+        str(env.result_cache),
+        "--max-request-bytes",
+        str(MANAGED_MAX_REQUEST_BYTES),
+        "--load-attempts",
+        str(launch.load_attempts),
+        "--load-retry-seconds",
+        str(launch.load_retry_seconds),
+        "--offline",
+        *launch.extra_args,
     ]
 
 
 class RuntimeSupervisor:
     def __init__(
-        self, settings: RuntimeSettings, env: SrunEnvironment | None = None, metrics: RuntimeMetrics | None = None,
-        *, policy: RestartPolicy | None = None, launch: WorkerLaunch | None = None, replica_prefix: str = "",
+        self,
+        settings: RuntimeSettings,
+        env: SrunEnvironment | None = None,
+        metrics: RuntimeMetrics | None = None,
+        *,
+        policy: RestartPolicy | None = None,
+        launch: WorkerLaunch | None = None,
+        replica_prefix: str = "",
     ) -> None:
         self.settings = settings
         # Prefixes the `replica` metric label, so that several hosts (Ray replicas) each running
@@ -118,7 +145,9 @@ class RuntimeSupervisor:
                     continue
                 device = placement.device or "auto"
                 key = f"{dep.process or name}-{index}" if dep.replicas else (dep.process or name)
-                spec = specs.setdefault(key, ManagedProcessSpec(key, [], device, self.dir / f"{_safe(key)}.sock"))
+                spec = specs.setdefault(
+                    key, ManagedProcessSpec(key, [], device, self.dir / f"{_safe(key)}.sock")
+                )
                 artifact = dep.artifact if not dep.revision else f"{dep.artifact}@{dep.revision}"
                 if artifact not in spec.models:
                     spec.models.append(artifact)
@@ -128,11 +157,13 @@ class RuntimeSupervisor:
     def _plan(self) -> None:
         for spec in self.process_specs():
             process = RuntimeProcess(
-                f"srun-{spec.key}", worker_command(spec, self.env, self._launch),
+                f"srun-{spec.key}",
+                worker_command(spec, self.env, self._launch),
                 log_path=self.dir / f"{_safe(spec.key)}.log",
                 # The worker exits when this process is gone (killed hard, no stop()): no orphans.
                 env={"SVC_SRUN_PARENT_PID": str(os.getpid())},
-                policy=self._policy, on_restart=self._on_restart(spec.key),
+                policy=self._policy,
+                on_restart=self._on_restart(spec.key),
             )
             self._processes[spec.key] = (process, SrunClient(uds=str(spec.socket), metrics=self.metrics))
         for name, dep in self.settings.model_deployments.items():
@@ -193,8 +224,12 @@ class RuntimeSupervisor:
                 models = body.get("models", {}) if body else {}
                 mine = (models or {}).get(replica.served_name or "", {}) if isinstance(models, dict) else {}
                 replica.ready = status == "ready" or (status == "degraded" and mine.get("status") == "ready")
-                self.metrics.set("svc_model_runtime_replica_ready", 1.0 if replica.ready else 0.0,
-                                 deployment=name, replica=replica.index)
+                self.metrics.set(
+                    "svc_model_runtime_replica_ready",
+                    1.0 if replica.ready else 0.0,
+                    deployment=name,
+                    replica=replica.index,
+                )
                 if status == "failed" and replica.process is not None and replica.process.alive():
                     log.warning("runtime %s: every model failed to load; restarting the process", name)
                     process = replica.process.process
@@ -237,8 +272,13 @@ class RuntimeSupervisor:
         if self._watch is not None:
             self._watch.cancel()
         await asyncio.gather(*(asyncio.to_thread(p.stop) for p, _ in self._processes.values()))
-        clients = {id(c): c for c in [*(r.client for reps in self.replicas.values() for r in reps),
-                                      *(c for _, c in self._processes.values())]}
+        clients = {
+            id(c): c
+            for c in [
+                *(r.client for reps in self.replicas.values() for r in reps),
+                *(c for _, c in self._processes.values()),
+            ]
+        }
         for client in clients.values():
             await client.aclose()
         if self._own_dir is not None:
@@ -260,7 +300,9 @@ def _served(dep: ModelDeployment) -> str:
 
 def _attach(endpoint: str, metrics: RuntimeMetrics, deployment: str, replica: str) -> SrunClient:
     if endpoint.startswith("unix://"):
-        return SrunClient(uds=endpoint.removeprefix("unix://"), metrics=metrics, deployment=deployment, replica=replica)
+        return SrunClient(
+            uds=endpoint.removeprefix("unix://"), metrics=metrics, deployment=deployment, replica=replica
+        )
     return SrunClient(base_url=endpoint.rstrip("/"), metrics=metrics, deployment=deployment, replica=replica)
 
 

@@ -162,8 +162,11 @@ class Worker:
             slot.attempts += 1
             slot.status, slot.message = "loading", None
             try:
-                model = self.loader(name, entry.engine or self.settings.engine,
-                                    resolve_device(entry.device or self.settings.device))
+                model = self.loader(
+                    name,
+                    entry.engine or self.settings.engine,
+                    resolve_device(entry.device or self.settings.device),
+                )
                 self._check_revision(model, entry.revision)
                 slot.status = "warming"
                 _warm(model)
@@ -179,7 +182,9 @@ class Worker:
                 slot.message = f"{type(exc).__name__}: {exc}"
                 if slot.attempts >= self.settings.load_attempts:
                     slot.status = "failed"
-                    log.error("model %s failed after %d attempts: %s", slot.served, slot.attempts, slot.message)
+                    log.error(
+                        "model %s failed after %d attempts: %s", slot.served, slot.attempts, slot.message
+                    )
                     return
                 log.warning("model %s load failed (%s); retrying in %.1f s", slot.served, slot.message, wait)
                 if self._stop.wait(wait):
@@ -195,7 +200,9 @@ class Worker:
         digest = (card.digest or "").removeprefix("sha256:")
         if revision == card.revision or (len(revision) >= 7 and digest.startswith(revision.lower())):
             return
-        raise NotReady(f"revision {revision!r} does not match the installed artifacts ({card.revision}, {card.digest})")
+        raise NotReady(
+            f"revision {revision!r} does not match the installed artifacts ({card.revision}, {card.digest})"
+        )
 
     def _host(self, slot: Slot, model: Loaded) -> None:
         card = catalog.card_of(model).model_copy()
@@ -227,7 +234,9 @@ class Worker:
         slot.aliases |= {k for k, v in RUNTIME_ALIASES.items() if v == card.name}
         slot.card = card
         slot.model = model
-        self.metrics.info.labels(slot.served, card.task, card.engine or "", card.device, card.revision or "").set(1)
+        self.metrics.info.labels(
+            slot.served, card.task, card.engine or "", card.device, card.revision or ""
+        ).set(1)
         self.metrics.memory.labels(slot.served).set(_artifact_bytes(card))
 
     # -- state ---------------------------------------------------------------------------
@@ -248,7 +257,10 @@ class Worker:
             status = "degraded"  # some ready, some failed
         return HealthResponse(
             status=status,
-            models={s.served: ModelHealth(status=s.status, message=s.message, attempts=s.attempts) for s in self.slots},
+            models={
+                s.served: ModelHealth(status=s.status, message=s.message, attempts=s.attempts)
+                for s in self.slots
+            },
         )
 
     def models(self) -> ModelsResponse:
@@ -258,20 +270,39 @@ class Worker:
                 card = slot.card
             else:
                 try:
-                    base = next(c for c in catalog.catalogue() if c.name == catalog.canonical(slot.entry.model.partition("@")[0]))
+                    base = next(
+                        c
+                        for c in catalog.catalogue()
+                        if c.name == catalog.canonical(slot.entry.model.partition("@")[0])
+                    )
                     card = base.model_copy()
                 except (ModelNotFound, StopIteration):
-                    card = WorkerCard(name=slot.served, description="unknown model", task="unknown", surfaces=[],
-                                      limits={"max_input_tokens": 0, "max_scan_tokens": 0, "truncate_tokens": 0,
-                                              "max_chars_per_token": 0})
+                    card = WorkerCard(
+                        name=slot.served,
+                        description="unknown model",
+                        task="unknown",
+                        surfaces=[],
+                        limits={
+                            "max_input_tokens": 0,
+                            "max_scan_tokens": 0,
+                            "truncate_tokens": 0,
+                            "max_chars_per_token": 0,
+                        },
+                    )
                 card.served_name = slot.served if slot.served != card.name else None
                 card.status, card.status_message = slot.status, slot.message
             cards.append(card)
         s = self.settings
-        return ModelsResponse(data=cards, process_limits=ProcessLimits(
-            max_bundle_tasks=s.max_bundle_tasks, max_request_bytes=s.max_request_bytes, max_queue=s.max_queue,
-            max_queued_tokens=s.max_queued_tokens, max_batch_tokens=s.max_batch_tokens,
-        ))
+        return ModelsResponse(
+            data=cards,
+            process_limits=ProcessLimits(
+                max_bundle_tasks=s.max_bundle_tasks,
+                max_request_bytes=s.max_request_bytes,
+                max_queue=s.max_queue,
+                max_queued_tokens=s.max_queued_tokens,
+                max_batch_tokens=s.max_batch_tokens,
+            ),
+        )
 
     def _refresh_metrics(self) -> None:
         for slot in self.slots:
@@ -287,16 +318,22 @@ class Worker:
         if name is not None and not isinstance(name, str):
             raise InvalidRequest("model: must be a string")
         if name is None:
-            serving = self.slots if len(self.slots) == 1 else [s for s in self.slots if surface in s.surfaces()]
+            serving = (
+                self.slots if len(self.slots) == 1 else [s for s in self.slots if surface in s.surfaces()]
+            )
             if len(serving) != 1:
                 raise InvalidRequest("model: required when the process serves several models")
             slot = serving[0]
         else:
             slot = self._named_slot(name)
         if slot.status != "ready" or slot.model is None:
-            raise NotReady(f"model {slot.served!r} is {slot.status}" + (f": {slot.message}" if slot.message else ""))
+            raise NotReady(
+                f"model {slot.served!r} is {slot.status}" + (f": {slot.message}" if slot.message else "")
+            )
         if surface not in slot.surfaces():
-            raise UnsupportedSurface(f"model {slot.served!r} serves {', '.join(slot.surfaces())}, not {surface}")
+            raise UnsupportedSurface(
+                f"model {slot.served!r} serves {', '.join(slot.surfaces())}, not {surface}"
+            )
         return slot
 
     def _named_slot(self, name: str) -> Slot:
@@ -309,10 +346,14 @@ class Worker:
                 canonical = None
             slot = next((s for s in self.slots if catalog_name(s) == canonical), None) if canonical else None
         if slot is None:
-            raise ModelNotFound(f"model {name!r} is not served here; serving: {', '.join(s.served for s in self.slots)}")
+            raise ModelNotFound(
+                f"model {name!r} is not served here; serving: {', '.join(s.served for s in self.slots)}"
+            )
         return slot
 
-    async def handle(self, surface: str, body: Any, timing: ServerTiming) -> tuple[dict[str, Any], bytes | None]:
+    async def handle(
+        self, surface: str, body: Any, timing: ServerTiming
+    ) -> tuple[dict[str, Any], bytes | None]:
         """(answer dict, or None with cached JSON bytes) for one task; raises RuntimeFailure."""
         if not isinstance(body, dict):
             raise InvalidRequest("body: must be a JSON object")
@@ -348,7 +389,11 @@ class Worker:
             result = await slot.batched.embed(ereq.input, ereq.options, ereq.dimensions, ereq.layer)
         t = result.timings
         timings.tokenize_ms, timings.queue_ms, timings.forward_ms, timings.post_ms = (
-            t.tokenize_ms, t.queue_ms, t.forward_ms, t.post_ms)
+            t.tokenize_ms,
+            t.queue_ms,
+            t.forward_ms,
+            t.post_ms,
+        )
         wire = result.to_wire()
         if slot.served != result.model:
             wire["model"] = slot.served
@@ -401,7 +446,9 @@ def _artifact_bytes(card: WorkerCard) -> int:
 
     try:
         spec = registry.BUILTINS.get(card.name) or catalog.SPECS[card.name]
-        return sum(f.stat().st_size for _, _, files in spec.artifacts(card.engine or "onnxruntime") for f in files)
+        return sum(
+            f.stat().st_size for _, _, files in spec.artifacts(card.engine or "onnxruntime") for f in files
+        )
     except (KeyError, OSError, ImportError):
         return 0
 

@@ -1,6 +1,6 @@
 """The upstream side of the data plane: calling chat backends and translating protocols.
 
-- `policy`: ReliabilityConfig / FallbackConfig (config file and client share them)
+- reliability and fallback settings: `app.config.reliability` (config file and client share them)
 - `targets`: UpstreamTarget (where a candidate model is served)
 - `client`: UpstreamClient, the facade: `transport` (pooled httpx, one attempt's phases,
   UpstreamStream), `retry` (attempt loop, fallback, back-off, deadlines), `breaker`

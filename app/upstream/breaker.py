@@ -46,7 +46,9 @@ class CircuitBreakers:
         state.probes += 1
         return True
 
-    def record(self, config: CircuitBreakerConfig | None, target: UpstreamTarget, *, ok: bool, probe: bool) -> None:
+    def record(
+        self, config: CircuitBreakerConfig | None, target: UpstreamTarget, *, ok: bool, probe: bool
+    ) -> None:
         if config is None:
             return
         state = self._states.setdefault((target.model, target.base_url), _State())

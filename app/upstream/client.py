@@ -35,19 +35,12 @@ import httpx
 
 from app.config.reliability import FallbackConfig, ReliabilityConfig
 from app.upstream.deadlines import resolve_timeout
-from app.upstream.headers import HOP_BY_HOP_HEADERS, parse_retry_after, relay_headers
 from app.upstream.results import (
-    AttemptRecord,
-    UnsupportedUpstreamFormat,
-    UpstreamError,
     UpstreamResponse,
-    UpstreamStreamError,
-    UpstreamUnavailable,
 )
 from app.upstream.retry import AttemptLoop, make_plan
 from app.upstream.targets import UpstreamTarget
 from app.upstream.transport import (
-    DEFAULT_CONNECT_TIMEOUT_S,
     PoolSettings,
     StreamLimits,
     Transport,
@@ -148,19 +141,4 @@ class UpstreamClient:
         return UpstreamStream(opened, target, plan.attempts, started_at=plan.start, limits=limits)
 
 
-__all__ = [
-    "AttemptRecord",
-    "DEFAULT_CONNECT_TIMEOUT_S",
-    "DEFAULT_TOTAL_TIMEOUT_S",
-    "HOP_BY_HOP_HEADERS",
-    "PoolSettings",
-    "UnsupportedUpstreamFormat",
-    "UpstreamClient",
-    "UpstreamError",
-    "UpstreamResponse",
-    "UpstreamStream",
-    "UpstreamStreamError",
-    "UpstreamUnavailable",
-    "parse_retry_after",
-    "relay_headers",
-]
+__all__ = ["DEFAULT_TOTAL_TIMEOUT_S", "UpstreamClient"]

@@ -1,4 +1,4 @@
-"""Which headers cross the proxy, each way, and the Retry-After header."""
+"""Which headers the upstream client forwards, and the Retry-After header."""
 
 from __future__ import annotations
 
@@ -28,13 +28,6 @@ HOP_BY_HOP_HEADERS = frozenset(
         "expect",
     }
 )
-# Dropped from relayed response headers: the body is re-framed and already decoded.
-_RESPONSE_DROP_HEADERS = HOP_BY_HOP_HEADERS | {"content-encoding", "server", "date"}
-
-
-def relay_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """Upstream response headers that are safe to copy onto the client's response."""
-    return {k: v for k, v in headers.items() if k.lower() not in _RESPONSE_DROP_HEADERS}
 
 
 def upstream_request_headers(caller: Mapping[str, str], protocol: Mapping[str, str]) -> httpx.Headers:

@@ -95,6 +95,7 @@ class MessagesErrorBody(_Lenient):
     type: Literal["error"] = "error"
     error: MessagesErrorDetail = Field(default_factory=MessagesErrorDetail)
 
+
 # -- response: messages -> chat ------------------------------------------------------------
 def chat_usage(usage: MessagesUsage) -> dict[str, Any]:
     """OpenAI usage; cached and cache-write tokens are counted inside prompt_tokens."""
@@ -126,7 +127,9 @@ def messages_to_chat(resp: dict[str, Any], model: str) -> dict[str, Any]:
         try:
             return error_to_chat(MessagesErrorBody.model_validate(resp).error)
         except ValidationError as exc:
-            raise MessagesTranslationError(f"malformed messages error: {exc.errors()[0]['msg']}", 502) from exc
+            raise MessagesTranslationError(
+                f"malformed messages error: {exc.errors()[0]['msg']}", 502
+            ) from exc
     if resp.get("type") != "message":
         return resp
     try:

@@ -30,7 +30,6 @@ _DATA_URL = re.compile(
 )
 
 
-
 # -- wire shapes: request ------------------------------------------------------------
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")

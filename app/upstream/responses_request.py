@@ -75,7 +75,9 @@ def responses_to_chat(
     return body
 
 
-def _conversation(req: ResponsesRequest, previous_messages: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def _conversation(
+    req: ResponsesRequest, previous_messages: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
     """instructions, the previous turns, then the input, as chat messages."""
     if req.previous_response_id and previous_messages is None:
         raise ResponsesInputError(

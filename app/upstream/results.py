@@ -7,7 +7,6 @@ from typing import Any
 
 import httpx
 
-from app.upstream.headers import relay_headers
 from app.upstream.targets import UpstreamTarget
 
 
@@ -52,9 +51,6 @@ class UpstreamResponse:
         """The body's `usage` object, in the upstream's own shape."""
         usage = (self.json_body or {}).get("usage")
         return usage if isinstance(usage, dict) else None
-
-    def relay_headers(self) -> dict[str, str]:
-        return relay_headers(self.headers)
 
 
 class UpstreamError(Exception):

@@ -218,7 +218,13 @@ class AttemptLoop:
         if plan.chain_deadline is not None and self._clock() >= plan.chain_deadline:
             plan.attempts.append(
                 AttemptRecord(
-                    first.model, first.label, None, FailureKind.DEADLINE.value, 0.0, retry, "time budget spent"
+                    first.model,
+                    first.label,
+                    None,
+                    FailureKind.DEADLINE.value,
+                    0.0,
+                    retry,
+                    "time budget spent",
                 )
             )
             raise self.unavailable(plan, timed_out=True)
@@ -373,5 +379,9 @@ class AttemptLoop:
         failed = [a for a in plan.attempts if a.error]
         timeouts = (FailureKind.TIMEOUT.value, FailureKind.DEADLINE.value)
         timed_out = timed_out or (bool(failed) and all(a.error in timeouts for a in failed))
-        retry_after = next((a.retry_after for a in reversed(plan.attempts) if a.retry_after is not None), None)
-        return UpstreamUnavailable(plan.attempts, retry_after, timed_out=timed_out, last_response=plan.last_failed)
+        retry_after = next(
+            (a.retry_after for a in reversed(plan.attempts) if a.retry_after is not None), None
+        )
+        return UpstreamUnavailable(
+            plan.attempts, retry_after, timed_out=timed_out, last_response=plan.last_failed
+        )

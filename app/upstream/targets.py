@@ -12,7 +12,7 @@ URL resolution (`UpstreamTarget.chat_url`):
 
 Messages-style targets (`api_format` "anthropic" or "messages", any case) follow the
 same rules with "/messages" ("/v1/messages" on a bare host) instead of
-"/chat/completions"; `request_url` is the one the client posts to either way.
+"/chat/completions"; `wire_for(target).url(target)` (app/upstream/wire.py) picks one.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # "openai": chat completions, relayed as they are. The messages formats (the reference
-# router spells it "anthropic") are translated from/to chat by UpstreamClient.
+# router spells it "anthropic") are translated from/to chat once, in app/upstream/wire.py.
 CHAT_API_FORMATS = frozenset({"openai"})
 MESSAGES_API_FORMATS = frozenset({"anthropic", "messages"})
 SUPPORTED_API_FORMATS = CHAT_API_FORMATS | MESSAGES_API_FORMATS
@@ -97,11 +97,6 @@ class UpstreamTarget(BaseModel):
     @property
     def messages_url(self) -> str:
         return self._url(DEFAULT_MESSAGES_PATH, HOST_ONLY_MESSAGES_PATH)
-
-    @property
-    def request_url(self) -> str:
-        """Where a completion request for this target is posted (depends on `wire_format`)."""
-        return self.messages_url if self.wire_format == "messages" else self.chat_url
 
     def _url(self, with_path: str, host_only: str) -> str:
         if self.chat_path:

@@ -22,7 +22,6 @@ from typing import NoReturn
 import httpx
 
 from app.upstream.deadlines import min_deadline, time_left
-from app.upstream.headers import relay_headers
 from app.upstream.results import AttemptRecord, UpstreamStreamError
 from app.upstream.targets import UpstreamTarget
 
@@ -88,7 +87,11 @@ class Transport:
         # Read/write are bounded by our own asyncio deadlines (they differ per phase).
         timeout = httpx.Timeout(None, connect=pool.connect_timeout, pool=pool.connect_timeout)
         self._http = httpx.AsyncClient(
-            limits=limits, timeout=timeout, transport=transport, follow_redirects=False, trust_env=pool.trust_env
+            limits=limits,
+            timeout=timeout,
+            transport=transport,
+            follow_redirects=False,
+            trust_env=pool.trust_env,
         )
         self.clock = clock
         self.max_bytes = pool.max_response_bytes
@@ -202,9 +205,6 @@ class UpstreamStream:
     @property
     def is_event_stream(self) -> bool:
         return "text/event-stream" in self.headers.get("content-type", "").lower()
-
-    def relay_headers(self) -> dict[str, str]:
-        return relay_headers(self.headers)
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """Yield the body chunk by chunk; raises UpstreamStreamError if it breaks."""

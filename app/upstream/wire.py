@@ -152,7 +152,9 @@ class MessagesWire:
         try:
             if parsed is None:
                 if 200 <= status < 300:  # a success that is no message cannot become a chat answer
-                    raise MessagesTranslationError("the messages upstream answered a body that is not JSON", 502)
+                    raise MessagesTranslationError(
+                        "the messages upstream answered a body that is not JSON", 502
+                    )
                 return status, content  # an error page (a proxy's HTML...): relayed as it is
             chat = messages_to_chat(parsed, target.model)
         except MessagesTranslationError as exc:

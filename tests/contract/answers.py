@@ -16,16 +16,34 @@ from openai.types.chat import ChatCompletionMessageParam
 from app.upstream.sse import SSEParser
 
 # Transport headers, ids and timing values: they may differ between two correct answers.
-UNCOMPARED_HEADERS = frozenset({
-    "date", "server", "content-length", "transfer-encoding", "connection", "keep-alive",
-    "x-envoy-upstream-service-time", "x-request-id", "x-processing-time", "x-classification-time",
-    "x-vsr-replay-id",
-})
+UNCOMPARED_HEADERS = frozenset(
+    {
+        "date",
+        "server",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "x-envoy-upstream-service-time",
+        "x-request-id",
+        "x-processing-time",
+        "x-classification-time",
+        "x-vsr-replay-id",
+    }
+)
 # Ids, creation times and timings inside bodies (at any depth).
-VOLATILE_FIELDS = frozenset({
-    "id", "item_id", "response_id", "created", "created_at", "completed_at", "system_fingerprint",
-    "processing_time_ms",
-})
+VOLATILE_FIELDS = frozenset(
+    {
+        "id",
+        "item_id",
+        "response_id",
+        "created",
+        "created_at",
+        "completed_at",
+        "system_fingerprint",
+        "processing_time_ms",
+    }
+)
 EVENT_STREAM = "text/event-stream"
 
 
@@ -71,7 +89,9 @@ def client_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 def normalized_body(response: HttpResponse, raw: bytes) -> Any:
     if EVENT_STREAM in response.headers.get("content-type", ""):
-        return [event.data if event.is_done else without_volatile(event.json()) for event in SSEParser().feed(raw)]
+        return [
+            event.data if event.is_done else without_volatile(event.json()) for event in SSEParser().feed(raw)
+        ]
     try:
         return without_volatile(json.loads(raw))
     except ValueError:
@@ -98,8 +118,12 @@ def answer_text(body: Any) -> str:
                 parts.append((choice.get("delta") or {}).get("content") or "")
         return "".join(parts)
     if isinstance(body, dict) and body.get("object") == "response":
-        return "".join(part.get("text", "") for item in body.get("output") or [] if item.get("type") == "message"
-                       for part in item.get("content") or [])
+        return "".join(
+            part.get("text", "")
+            for item in body.get("output") or []
+            if item.get("type") == "message"
+            for part in item.get("content") or []
+        )
     if isinstance(body, dict) and body.get("choices"):
         return body["choices"][0]["message"].get("content") or ""
     return ""
@@ -119,6 +143,7 @@ def user(text: str) -> list[ChatCompletionMessageParam]:
 
 def chat(text: str, model: str = "MoM") -> Call:
     """A chat completion with the OpenAI SDK (an error status is the same answer, raised)."""
+
     def call(url: str) -> Answer:
         try:
             raw = sdk(url).chat.completions.with_raw_response.create(model=model, messages=user(text))
@@ -126,6 +151,7 @@ def chat(text: str, model: str = "MoM") -> Call:
             return Answer.of(exc.response)
         raw.parse()  # the SDK reads the answer
         return Answer.of(raw.http_response)
+
     return call
 
 
@@ -133,10 +159,12 @@ def chat_stream(text: str, model: str = "MoM") -> Call:
     def call(url: str) -> Answer:
         try:
             with sdk(url).chat.completions.with_streaming_response.create(
-                    model=model, messages=user(text), stream=True) as response:
+                model=model, messages=user(text), stream=True
+            ) as response:
                 return Answer.of(response.http_response, response.read())
         except openai.APIStatusError as exc:
             return Answer.of(exc.response)
+
     return call
 
 
@@ -148,22 +176,27 @@ def responses(text: str, model: str = "MoM") -> Call:
             return Answer.of(exc.response)
         raw.parse()
         return Answer.of(raw.http_response)
+
     return call
 
 
 def responses_stream(text: str, model: str = "MoM") -> Call:
     def call(url: str) -> Answer:
         try:
-            with sdk(url).responses.with_streaming_response.create(model=model, input=text, stream=True) as response:
+            with sdk(url).responses.with_streaming_response.create(
+                model=model, input=text, stream=True
+            ) as response:
                 return Answer.of(response.http_response, response.read())
         except openai.APIStatusError as exc:
             return Answer.of(exc.response)
+
     return call
 
 
 def leave_mid_stream(text: str, model: str = "MoM") -> Call:
     """Raw httpx: read the stream's first event, then close the connection. The answer's
     body is that first event."""
+
     def call(url: str) -> Answer:
         body = {"model": model, "stream": True, "messages": user(text)}
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as response:
@@ -174,4 +207,5 @@ def leave_mid_stream(text: str, model: str = "MoM") -> Call:
                     break
         first = read.split(b"\n\n", 1)[0] + b"\n\n"
         return Answer.of(response, first)
+
     return call

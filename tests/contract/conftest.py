@@ -39,7 +39,7 @@ from app.config.loader import parse_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
 from app.observability.metrics import MetricsRecorder
-from app.pipeline.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed
+from app.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.pii import pii_factory
@@ -85,8 +85,16 @@ class CompletionRecord:
         booked["cost"] = round(booked["cost"], 9)
         for timing in ("ttft_s", "tpot_s"):
             booked[timing] = booked[timing] is not None
-        return cls(plan.decision, plan.selected_model, report.status, report.model, report.stream,
-                   report.stream_finished, report.error_reason, booked)
+        return cls(
+            plan.decision,
+            plan.selected_model,
+            report.status,
+            report.model,
+            report.stream,
+            report.stream_finished,
+            report.error_reason,
+            booked,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,7 +142,9 @@ class DoorMetrics:
 def _series(recorder: MetricsRecorder, name: str, key: str, defined_as: str | None = None) -> str:
     labels = recorder.catalog[defined_as or name].labels
     values = json.loads(key)
-    return name + "{" + ",".join(f"{label}={value}" for label, value in zip(labels, values, strict=True)) + "}"
+    return (
+        name + "{" + ",".join(f"{label}={value}" for label, value in zip(labels, values, strict=True)) + "}"
+    )
 
 
 def metrics_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -165,7 +175,10 @@ class Upstreams:
 
 @pytest.fixture(scope="session")
 def upstreams() -> Iterator[Upstreams]:
-    with FakeUpstream(name="a") as chat, FakeMessagesUpstream(name="claude", api_key=MESSAGES_KEY) as messages:
+    with (
+        FakeUpstream(name="a") as chat,
+        FakeMessagesUpstream(name="claude", api_key=MESSAGES_KEY) as messages,
+    ):
         yield Upstreams(chat, messages, f"http://127.0.0.1:{find_free_port()}")
 
 
@@ -220,12 +233,17 @@ def _guard_evaluators() -> dict[str, Any]:
     async def one_jailbreak(item: Any) -> Any:
         return (await guard.jailbreak_batch([item]))[0]
 
-    async def detect_pii(texts: list[str], entity_types: list[str] | None, threshold: float | None) -> list[Any]:
+    async def detect_pii(
+        texts: list[str], entity_types: list[str] | None, threshold: float | None
+    ) -> list[Any]:
         return await guard.detect_pii(texts, entity_types, threshold, one_pii)
 
-    async def detect_jailbreak(texts: list[str], vectors: Any, method: str, threshold: float,
-                               patterns: list[str], benign: list[str]) -> list[Any]:
-        return await guard.detect_jailbreak(texts, vectors, method, threshold, patterns, benign, one_jailbreak)
+    async def detect_jailbreak(
+        texts: list[str], vectors: Any, method: str, threshold: float, patterns: list[str], benign: list[str]
+    ) -> list[Any]:
+        return await guard.detect_jailbreak(
+            texts, vectors, method, threshold, patterns, benign, one_jailbreak
+        )
 
     return {"pii": pii_factory(detect_pii), "jailbreak": jailbreak_factory(detect_jailbreak)}
 
@@ -261,8 +279,9 @@ class _Stack:
         config = parse_config(document).config
         cache = InMemorySemanticCache()
         lookup, store = cache_adapters(cache)
-        services = PipelineServices(embed=encoder_embed(shared_encoder()), cache_lookup=lookup, cache_store=store,
-                                    evaluators=guards)
+        services = PipelineServices(
+            embed=encoder_embed(shared_encoder()), cache_lookup=lookup, cache_store=store, evaluators=guards
+        )
         pipeline = RouterPipeline(config, services)
         loop.run(pipeline.warm_up())
         ingress_router, envoy_router = RecordingRouter(pipeline), RecordingRouter(pipeline)
@@ -297,8 +316,10 @@ class _Stack:
             ingress_url=f"http://127.0.0.1:{ingress_port}",
             envoy_url=f"http://127.0.0.1:{listener}",
             completions={INGRESS: ingress_router.completions, ENVOY: envoy_router.completions},
-            metrics={INGRESS: DoorMetrics((plane.metrics.recorder, pipeline_recorder)),
-                     ENVOY: DoorMetrics((bridge.metrics.recorder, pipeline_recorder))},
+            metrics={
+                INGRESS: DoorMetrics((plane.metrics.recorder, pipeline_recorder)),
+                ENVOY: DoorMetrics((bridge.metrics.recorder, pipeline_recorder)),
+            },
             cache=cache,
             _settle={INGRESS: settle_ingress, ENVOY: settle_envoy},
         )

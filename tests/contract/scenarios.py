@@ -69,8 +69,10 @@ class Observed:
     def routing(self) -> dict[str, Any]:
         """What both doors must agree on even where their answers differ by design."""
         return {
-            "headers": [{k: v for k, v in a.headers.items() if k.startswith("x-vsr-") or k == "x-security-checks"}
-                        for a in self.answers],
+            "headers": [
+                {k: v for k, v in a.headers.items() if k.startswith("x-vsr-") or k == "x-security-checks"}
+                for a in self.answers
+            ],
             "plans": [(c["decision"], c["selected_model"]) for c in self.completions],
         }
 
@@ -88,8 +90,13 @@ def play(scenario: Scenario, doors: FrontDoors, upstreams: Upstreams, door: str)
             doors.settle(door)
     finally:
         upstreams.chat.release()
-    return Observed(answers, [c.as_dict() for c in recorded[seen:]],
-                    metrics_delta(before, doors.metrics[door].snapshot()), upstreams.calls(), len(doors.cache))
+    return Observed(
+        answers,
+        [c.as_dict() for c in recorded[seen:]],
+        metrics_delta(before, doors.metrics[door].snapshot()),
+        upstreams.calls(),
+        len(doors.cache),
+    )
 
 
 def unmet(expected: Outcome, seen: Observed) -> list[str]:
@@ -101,7 +108,9 @@ def unmet(expected: Outcome, seen: Observed) -> list[str]:
         where = f"step {n}"
         if answer.status != step.status:
             problems.append(f"{where}: status {answer.status}, expected {step.status}: {answer.body}")
-        problems += [f"{where}: header {problem}" for problem in subset_problems(step.headers, answer.headers)]
+        problems += [
+            f"{where}: header {problem}" for problem in subset_problems(step.headers, answer.headers)
+        ]
         if step.body is not None:
             problems += [f"{where}: body {problem}" for problem in subset_problems(step.body, answer.body)]
         if step.text is not None and answer.text != step.text:
@@ -109,8 +118,10 @@ def unmet(expected: Outcome, seen: Observed) -> list[str]:
         if step.last_event is not None and last_event(answer.body) != step.last_event:
             problems.append(f"{where}: last event {last_event(answer.body)!r}, expected {step.last_event!r}")
     if len(seen.completions) != len(expected.completions):
-        problems.append(f"{len(seen.completions)} completions recorded, expected {len(expected.completions)}: "
-                        f"{seen.completions}")
+        problems.append(
+            f"{len(seen.completions)} completions recorded, expected {len(expected.completions)}: "
+            f"{seen.completions}"
+        )
     for n, (want, got) in enumerate(zip(expected.completions, seen.completions, strict=False)):
         problems += [f"completion {n}: {problem}" for problem in subset_problems(want, got)]
     problems += [f"metrics: {problem}" for problem in subset_problems(expected.metrics, seen.metrics)]
@@ -150,10 +161,14 @@ def differences(scenario: Scenario, ingress: Observed, envoy: Observed) -> list[
     if scenario.envoy_differs:
         if ingress.routing() == envoy.routing():
             return []
-        return [f"routing differs ({scenario.envoy_differs}):\n  ingress: {ingress.routing()}\n"
-                f"  envoy:   {envoy.routing()}"]
+        return [
+            f"routing differs ({scenario.envoy_differs}):\n  ingress: {ingress.routing()}\n"
+            f"  envoy:   {envoy.routing()}"
+        ]
     out = []
     for part in ("answers", "completions", "metrics", "upstream_calls", "cache_entries"):
         if getattr(ingress, part) != getattr(envoy, part):
-            out.append(f"{part} differ:\n  ingress: {getattr(ingress, part)}\n  envoy:   {getattr(envoy, part)}")
+            out.append(
+                f"{part} differ:\n  ingress: {getattr(ingress, part)}\n  envoy:   {getattr(envoy, part)}"
+            )
     return out

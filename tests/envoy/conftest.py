@@ -25,7 +25,7 @@ from app.envoy.config import EnvoyPorts, build_envoy_config
 from app.envoy.process import EnvoyProcess, write_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
-from app.pipeline.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed
+from app.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed
 from app.runtime.encoder import shared_encoder
 from tests.fakes.messages_upstream import FakeMessagesUpstream
 from tests.fakes.upstream import FakeUpstream, find_free_port
@@ -53,32 +53,57 @@ def bridge_config(a: FakeUpstream, b: FakeUpstream, failure_mode: str) -> dict[s
         "providers": {
             "defaults": {"default_model": "model-b"},
             "models": [
-                {"name": "model-a", "provider_model_id": "served-a",
-                 "pricing": {"currency": "USD", "prompt_per_1m": 1.0, "completion_per_1m": 2.0},
-                 "backend_refs": [{"base_url": a.host_url}]},
+                {
+                    "name": "model-a",
+                    "provider_model_id": "served-a",
+                    "pricing": {"currency": "USD", "prompt_per_1m": 1.0, "completion_per_1m": 2.0},
+                    "backend_refs": [{"base_url": a.host_url}],
+                },
                 {"name": "model-b", "backend_refs": [{"base_url": b.host_url}]},
             ],
         },
         "routing": {
-            "signals": {"keywords": [
-                {"name": "math_words", "operator": "OR", "keywords": ["derivative", "integral", "equation"]},
-                {"name": "hello_words", "operator": "OR", "keywords": ["fastanswer"]},
-            ]},
+            "signals": {
+                "keywords": [
+                    {
+                        "name": "math_words",
+                        "operator": "OR",
+                        "keywords": ["derivative", "integral", "equation"],
+                    },
+                    {"name": "hello_words", "operator": "OR", "keywords": ["fastanswer"]},
+                ]
+            },
             "decisions": [
-                {"name": "math", "priority": 100,
-                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "math_words"}]},
-                 "modelRefs": [{"model": "model-a"}],
-                 "plugins": [
-                     {"type": "system_prompt", "configuration": {"system_prompt": "You are a math expert."}},
-                     {"type": "semantic-cache", "configuration": {"enabled": True, "similarity_threshold": 0.9}},
-                 ]},
-                {"name": "fast", "priority": 90,
-                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "hello_words"}]},
-                 "plugins": [{"type": "fast_response", "configuration": {"message": "Answered by the router."}}]},
+                {
+                    "name": "math",
+                    "priority": 100,
+                    "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "math_words"}]},
+                    "modelRefs": [{"model": "model-a"}],
+                    "plugins": [
+                        {
+                            "type": "system_prompt",
+                            "configuration": {"system_prompt": "You are a math expert."},
+                        },
+                        {
+                            "type": "semantic-cache",
+                            "configuration": {"enabled": True, "similarity_threshold": 0.9},
+                        },
+                    ],
+                },
+                {
+                    "name": "fast",
+                    "priority": 90,
+                    "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "hello_words"}]},
+                    "plugins": [
+                        {"type": "fast_response", "configuration": {"message": "Answered by the router."}}
+                    ],
+                },
             ],
         },
-        "global": {"stores": {"response_cache": {"enabled": True}},
-                   "services": {"ext_proc": {"failure_mode": failure_mode}}},
+        "global": {
+            "stores": {"response_cache": {"enabled": True}},
+            "services": {"ext_proc": {"failure_mode": failure_mode}},
+        },
     }
 
 
@@ -100,12 +125,22 @@ class EnvoyStack:
         self.loop.run(self.bridge.drain())
 
 
-def start_envoy(config: dict[str, Any], work: Path, bridge_port: int, failure_mode: str,
-                management_port: int | None = None) -> tuple[EnvoyProcess, int]:
+def start_envoy(
+    config: dict[str, Any],
+    work: Path,
+    bridge_port: int,
+    failure_mode: str,
+    management_port: int | None = None,
+) -> tuple[EnvoyProcess, int]:
     loaded = parse_config(config).config
     listener, admin = find_free_port(), find_free_port()
-    ports = EnvoyPorts.from_config(loaded, listener_port=listener, ext_proc_port=bridge_port, admin_port=admin,
-                                   management_port=management_port or find_free_port())
+    ports = EnvoyPorts.from_config(
+        loaded,
+        listener_port=listener,
+        ext_proc_port=bridge_port,
+        admin_port=admin,
+        management_port=management_port or find_free_port(),
+    )
     path = write_config(build_envoy_config(loaded, ports), work / f"envoy-{failure_mode}.yaml")
     envoy = EnvoyProcess(path, admin_port=admin, log_path=work / f"envoy-{failure_mode}.log").start()
     envoy.wait_ready()
@@ -113,8 +148,9 @@ def start_envoy(config: dict[str, Any], work: Path, bridge_port: int, failure_mo
 
 
 @contextlib.contextmanager
-def bridged_envoy(config: dict[str, Any], work: Path, loop: LoopThread) -> Iterator[tuple[int, ExtProcBridge,
-                                                                                         RouterPipeline, Any]]:
+def bridged_envoy(
+    config: dict[str, Any], work: Path, loop: LoopThread
+) -> Iterator[tuple[int, ExtProcBridge, RouterPipeline, Any]]:
     """Real Envoy in front of an in-process bridge and pipeline (fail-closed); closes the loop after."""
     lookup, store = cache_adapters(InMemorySemanticCache())
     services = PipelineServices(embed=encoder_embed(shared_encoder()), cache_lookup=lookup, cache_store=store)
@@ -135,8 +171,11 @@ def bridged_envoy(config: dict[str, Any], work: Path, loop: LoopThread) -> Itera
 def envoy_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyStack]:
     work = tmp_path_factory.mktemp("envoy")
     loop = LoopThread()
-    with (FakeUpstream(name="a") as a, FakeUpstream(name="b") as b,
-          bridged_envoy(bridge_config(a, b, "closed"), work, loop) as (listener, bridge, pipeline, server)):
+    with (
+        FakeUpstream(name="a") as a,
+        FakeUpstream(name="b") as b,
+        bridged_envoy(bridge_config(a, b, "closed"), work, loop) as (listener, bridge, pipeline, server),
+    ):
         yield EnvoyStack(f"http://127.0.0.1:{listener}", a, b, bridge, pipeline, loop, server)
 
 
@@ -156,25 +195,43 @@ def messages_config(m: FakeMessagesUpstream, gpt: FakeUpstream) -> dict[str, Any
         "providers": {
             "defaults": {"default_model": "gpt"},
             "models": [
-                {"name": "claude", "api_format": "messages", "provider_model_id": "claude-test-1",
-                 "pricing": pricing, "backend_refs": [{"base_url": m.base_url, "api_key": MESSAGES_KEY}]},
-                {"name": "claude-env", "api_format": "Anthropic", "provider_model_id": "claude-test-2",
-                 "backend_refs": [{"base_url": m.base_url, "api_key_env": MESSAGES_KEY_ENV}]},
+                {
+                    "name": "claude",
+                    "api_format": "messages",
+                    "provider_model_id": "claude-test-1",
+                    "pricing": pricing,
+                    "backend_refs": [{"base_url": m.base_url, "api_key": MESSAGES_KEY}],
+                },
+                {
+                    "name": "claude-env",
+                    "api_format": "Anthropic",
+                    "provider_model_id": "claude-test-2",
+                    "backend_refs": [{"base_url": m.base_url, "api_key_env": MESSAGES_KEY_ENV}],
+                },
                 {"name": "gpt", "backend_refs": [{"base_url": gpt.host_url, "api_key": CHAT_KEY}]},
             ],
         },
         "routing": {
             "signals": {"keywords": [{"name": "cache_words", "operator": "OR", "keywords": ["cachemsg"]}]},
             "decisions": [
-                {"name": "cached-claude", "priority": 100,
-                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "cache_words"}]},
-                 "modelRefs": [{"model": "claude"}],
-                 "plugins": [{"type": "semantic-cache",
-                              "configuration": {"enabled": True, "similarity_threshold": 0.99}}]},
+                {
+                    "name": "cached-claude",
+                    "priority": 100,
+                    "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "cache_words"}]},
+                    "modelRefs": [{"model": "claude"}],
+                    "plugins": [
+                        {
+                            "type": "semantic-cache",
+                            "configuration": {"enabled": True, "similarity_threshold": 0.99},
+                        }
+                    ],
+                },
             ],
         },
-        "global": {"stores": {"response_cache": {"enabled": True}},
-                   "services": {"ext_proc": {"failure_mode": "closed"}}},
+        "global": {
+            "stores": {"response_cache": {"enabled": True}},
+            "services": {"ext_proc": {"failure_mode": "closed"}},
+        },
     }
 
 

@@ -19,7 +19,8 @@ def client(stack: EnvoyStack) -> openai.OpenAI:
 def test_routed_request_is_rewritten_forwarded_and_annotated(envoy_stack: EnvoyStack) -> None:
     before = envoy_stack.a.request_count
     raw = client(envoy_stack).chat.completions.with_raw_response.create(
-        model="MoM", messages=[{"role": "user", "content": "What is the derivative of x^3?"}])
+        model="MoM", messages=[{"role": "user", "content": "What is the derivative of x^3?"}]
+    )
     completion = raw.parse()
     assert envoy_stack.a.request_count == before + 1
     seen = envoy_stack.a.last_request
@@ -38,7 +39,8 @@ def test_routed_request_is_rewritten_forwarded_and_annotated(envoy_stack: EnvoyS
 def test_stream_is_relayed_and_its_answer_cached_then_served_by_the_router(envoy_stack: EnvoyStack) -> None:
     question = "Compute the integral of sin(x) from 0 to pi, step by step."
     stream = client(envoy_stack).chat.completions.create(
-        model="MoM", stream=True, messages=[{"role": "user", "content": question}])
+        model="MoM", stream=True, messages=[{"role": "user", "content": question}]
+    )
     chunks = [c for c in stream]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text
@@ -47,7 +49,8 @@ def test_stream_is_relayed_and_its_answer_cached_then_served_by_the_router(envoy
     envoy_stack.drain()  # complete() wrote the finished stream to the cache
     before = envoy_stack.a.request_count
     raw = client(envoy_stack).chat.completions.with_raw_response.create(
-        model="MoM", messages=[{"role": "user", "content": question}])
+        model="MoM", messages=[{"role": "user", "content": question}]
+    )
     assert envoy_stack.a.request_count == before  # answered by the bridge as an immediate response
     assert raw.headers["x-cache-status"] == "hit"
     assert raw.parse().choices[0].message.content == text
@@ -57,11 +60,13 @@ def test_stream_is_relayed_and_its_answer_cached_then_served_by_the_router(envoy
 def test_explicit_model_and_fast_response(envoy_stack: EnvoyStack) -> None:
     b_before = envoy_stack.b.request_count
     out = client(envoy_stack).chat.completions.create(
-        model="model-b", messages=[{"role": "user", "content": "hello there"}])
+        model="model-b", messages=[{"role": "user", "content": "hello there"}]
+    )
     assert envoy_stack.b.request_count == b_before + 1
     assert out.choices[0].message.content
     fast = client(envoy_stack).chat.completions.with_raw_response.create(
-        model="MoM", messages=[{"role": "user", "content": "fastanswer please"}])
+        model="MoM", messages=[{"role": "user", "content": "fastanswer please"}]
+    )
     assert fast.parse().choices[0].message.content == "Answered by the router."
     assert fast.headers["x-vsr-fast-response"] == "true"
     assert envoy_stack.b.request_count == b_before + 1
@@ -79,8 +84,9 @@ def test_bad_input_gets_the_spec_errors(envoy_stack: EnvoyStack) -> None:
     assert unknown.value.body["code"] == "model_not_found"
 
 
-def test_a_failing_route_answers_503_and_the_bridge_keeps_serving(envoy_stack: EnvoyStack,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_route_answers_503_and_the_bridge_keeps_serving(
+    envoy_stack: EnvoyStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pipeline = envoy_stack.pipeline
     original = pipeline.route
     calls = {"n": 0}
@@ -92,12 +98,15 @@ def test_a_failing_route_answers_503_and_the_bridge_keeps_serving(envoy_stack: E
         return await original(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "route", broken_once)
-    failed = httpx.post(f"{envoy_stack.v1}/chat/completions",
-                        json={"model": "MoM", "messages": [{"role": "user", "content": "an equation"}]})
+    failed = httpx.post(
+        f"{envoy_stack.v1}/chat/completions",
+        json={"model": "MoM", "messages": [{"role": "user", "content": "an equation"}]},
+    )
     assert failed.status_code == 503  # failure_mode closed
     assert failed.json()["error"]["type"]
     ok = client(envoy_stack).chat.completions.create(
-        model="MoM", messages=[{"role": "user", "content": "another equation to solve"}])
+        model="MoM", messages=[{"role": "user", "content": "another equation to solve"}]
+    )
     assert ok.choices[0].message.content
 
 
@@ -106,8 +115,11 @@ def test_bridge_down(mode: str, tmp_path: Path) -> None:
     with FakeUpstream(name="a") as a, FakeUpstream(name="b") as b:
         envoy, listener = start_envoy(bridge_config(a, b, mode), tmp_path, find_free_port(), mode)
         try:
-            response = httpx.post(f"http://127.0.0.1:{listener}/v1/chat/completions", timeout=30,
-                                  json={"model": "MoM", "messages": [{"role": "user", "content": "an equation"}]})
+            response = httpx.post(
+                f"http://127.0.0.1:{listener}/v1/chat/completions",
+                timeout=30,
+                json={"model": "MoM", "messages": [{"role": "user", "content": "an equation"}]},
+            )
         finally:
             envoy.stop()
         if mode == "open":  # unrouted but served: the default model's route
@@ -127,8 +139,11 @@ def test_no_backend_answering_gets_the_spec_error_body(tmp_path: Path) -> None:
         config["providers"]["models"][1]["backend_refs"] = [{"base_url": f"http://127.0.0.1:{dead}"}]
         envoy, listener = start_envoy(config, tmp_path, find_free_port(), "open")  # bridge down, fail-open
         try:
-            response = httpx.post(f"http://127.0.0.1:{listener}/v1/chat/completions", timeout=30,
-                                  json={"model": "MoM", "messages": [{"role": "user", "content": "hello"}]})
+            response = httpx.post(
+                f"http://127.0.0.1:{listener}/v1/chat/completions",
+                timeout=30,
+                json={"model": "MoM", "messages": [{"role": "user", "content": "hello"}]},
+            )
         finally:
             envoy.stop()
     assert response.status_code == 503

@@ -24,7 +24,11 @@ WEATHER_TOOL = {
     "function": {
         "name": "get_weather",
         "description": "Current weather for a city",
-        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"location": {"type": "string"}},
+            "required": ["location"],
+        },
     },
 }
 
@@ -34,7 +38,9 @@ def client(stack: MessagesStack) -> openai.OpenAI:
 
 
 def post(stack: MessagesStack, body: dict[str, Any], path: str = "/chat/completions") -> httpx.Response:
-    return httpx.post(f"{stack.v1}{path}", json=body, headers={"authorization": "Bearer client-key"}, timeout=30)
+    return httpx.post(
+        f"{stack.v1}{path}", json=body, headers={"authorization": "Bearer client-key"}, timeout=30
+    )
 
 
 def sse_events(raw: bytes) -> list[Any]:
@@ -55,7 +61,8 @@ def words(text: str) -> int:
 # -- (a) non-stream -----------------------------------------------------------------------------
 def test_non_stream_answer_is_a_chat_completion_with_usage_and_cost(messages: MessagesStack) -> None:
     raw = client(messages).chat.completions.with_raw_response.create(
-        model="claude", messages=[SYSTEM, {"role": "user", "content": "hello there"}])
+        model="claude", messages=[SYSTEM, {"role": "user", "content": "hello there"}]
+    )
     completion = raw.parse()
     assert raw.headers["x-selected-model"] == "claude"
     assert completion.object == "chat.completion" and completion.model == "claude"
@@ -83,7 +90,8 @@ def test_non_stream_answer_is_a_chat_completion_with_usage_and_cost(messages: Me
 
 def test_key_from_the_environment_and_chat_models_keep_bearer_auth(messages: MessagesStack) -> None:
     out = client(messages).chat.completions.create(
-        model="claude-env", messages=[{"role": "user", "content": "hi"}])
+        model="claude-env", messages=[{"role": "user", "content": "hi"}]
+    )
     assert out.choices[0].message.content == "[claude] model=claude-test-2 echo: hi"
     seen = messages.m.last_request
     assert seen.headers["x-api-key"] == MESSAGES_KEY and seen.headers["anthropic-version"] == "2023-06-01"
@@ -105,8 +113,11 @@ def test_tool_call_round_trip(messages: MessagesStack) -> None:
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == {"location": "New York", "unit": "celsius"}
     assert messages.m.last_request.body["tools"][0]["input_schema"]["required"] == ["location"]
-    follow = [*ask, first.choices[0].message.model_dump(exclude_none=True),
-              {"role": "tool", "tool_call_id": call.id, "content": "21C and sunny"}]
+    follow = [
+        *ask,
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "21C and sunny"},
+    ]
     second = client(messages).chat.completions.create(model="claude", messages=follow, tools=[WEATHER_TOOL])
     assert second.choices[0].message.content == "[claude] tool result: 21C and sunny"
     turns = messages.m.last_request.body["messages"]
@@ -125,8 +136,11 @@ def test_upstream_error_status_is_relayed_in_chat_shape(messages: MessagesStack)
 # -- (b) streams ---------------------------------------------------------------------------------
 def test_stream_is_chat_chunks_with_tool_call_deltas_and_finish_reason(messages: MessagesStack) -> None:
     stream = client(messages).chat.completions.create(
-        model="claude", stream=True, tools=[WEATHER_TOOL],
-        messages=[SYSTEM, {"role": "user", "content": "weather in Rome please"}])
+        model="claude",
+        stream=True,
+        tools=[WEATHER_TOOL],
+        messages=[SYSTEM, {"role": "user", "content": "weather in Rome please"}],
+    )
     chunks = list(stream)
     assert chunks and {c.object for c in chunks} == {"chat.completion.chunk"}
     assert {c.model for c in chunks} == {"claude"}
@@ -138,8 +152,10 @@ def test_stream_is_chat_chunks_with_tool_call_deltas_and_finish_reason(messages:
     assert calls[0].index == 0 and calls[0].id.startswith("toolu_")
     assert calls[0].function.name == "get_weather" and calls[0].function.arguments == ""
     assert all(tc.index == 0 for tc in calls)
-    assert json.loads("".join(tc.function.arguments or "" for tc in calls)) == {"location": "Rome",
-                                                                                "unit": "celsius"}
+    assert json.loads("".join(tc.function.arguments or "" for tc in calls)) == {
+        "location": "Rome",
+        "unit": "celsius",
+    }
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == ["tool_calls"]
     usage = [c.usage for c in chunks if c.usage is not None]
@@ -150,9 +166,16 @@ def test_stream_is_chat_chunks_with_tool_call_deltas_and_finish_reason(messages:
 
 
 def test_stream_wire_format_never_leaks(messages: MessagesStack) -> None:
-    with httpx.stream("POST", f"{messages.v1}/chat/completions", timeout=30,
-                      json={"model": "claude", "stream": True,
-                            "messages": [{"role": "user", "content": "one two three four"}]}) as response:
+    with httpx.stream(
+        "POST",
+        f"{messages.v1}/chat/completions",
+        timeout=30,
+        json={
+            "model": "claude",
+            "stream": True,
+            "messages": [{"role": "user", "content": "one two three four"}],
+        },
+    ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         assert response.headers["x-selected-model"] == "claude"
@@ -167,13 +190,15 @@ def test_stream_wire_format_never_leaks(messages: MessagesStack) -> None:
 def test_only_finished_streams_are_cached(messages: MessagesStack) -> None:
     finished_q = "cachemsg: describe the water cycle of the amazon rainforest"
     streamed = client(messages).chat.completions.create(
-        model="MoM", stream=True, messages=[{"role": "user", "content": finished_q}])
+        model="MoM", stream=True, messages=[{"role": "user", "content": finished_q}]
+    )
     text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
     assert text.endswith(finished_q)
     messages.drain()  # complete() ran: a finished stream is written to the cache
     before = len(messages.m.requests)
     hit = client(messages).chat.completions.with_raw_response.create(
-        model="MoM", messages=[{"role": "user", "content": finished_q}])
+        model="MoM", messages=[{"role": "user", "content": finished_q}]
+    )
     assert len(messages.m.requests) == before and hit.headers["x-cache-status"] == "hit"
     assert hit.parse().choices[0].message.content == text
 
@@ -186,7 +211,9 @@ def test_only_finished_streams_are_cached(messages: MessagesStack) -> None:
     # ... and an error event mid-stream: the same.
     error_q = "cachemsg: explain how volcanoes form islands in the pacific"
     messages.m.configure(end_after_events=None, stream_error_after_events=4)
-    errored = post(messages, {"model": "MoM", "stream": True, "messages": [{"role": "user", "content": error_q}]})
+    errored = post(
+        messages, {"model": "MoM", "stream": True, "messages": [{"role": "user", "content": error_q}]}
+    )
     events = sse_events(errored.content)
     assert events[-1] == "[DONE]" and events[-2]["error"]["type"] == "overloaded_error"
     messages.drain()
@@ -194,7 +221,8 @@ def test_only_finished_streams_are_cached(messages: MessagesStack) -> None:
     for question in (cut_q, error_q):
         before = len(messages.m.requests)
         again = client(messages).chat.completions.with_raw_response.create(
-            model="MoM", messages=[{"role": "user", "content": question}])
+            model="MoM", messages=[{"role": "user", "content": question}]
+        )
         assert len(messages.m.requests) == before + 1, question  # not answered from the cache
         assert again.headers["x-cache-status"] == "miss"
         assert again.parse().choices[0].message.content.endswith(question)
@@ -202,7 +230,9 @@ def test_only_finished_streams_are_cached(messages: MessagesStack) -> None:
 
 # -- (c) the Responses API front door ------------------------------------------------------------
 def test_responses_api_to_a_messages_model(messages: MessagesStack) -> None:
-    response = client(messages).responses.create(model="claude", instructions="Be brief.", input="hello there")
+    response = client(messages).responses.create(
+        model="claude", instructions="Be brief.", input="hello there"
+    )
     assert response.object == "response" and response.status == "completed"
     assert response.output_text == "[claude] model=claude-test-1 echo: hello there"
     assert response.usage is not None and response.usage.input_tokens == words("Be brief. hello there")
@@ -221,8 +251,9 @@ def test_responses_api_to_a_messages_model(messages: MessagesStack) -> None:
 
 def test_responses_api_tool_call_stream(messages: MessagesStack) -> None:
     tool = {"type": "function", "name": "get_weather", "parameters": WEATHER_TOOL["function"]["parameters"]}
-    events = list(client(messages).responses.create(
-        model="claude", input="weather in Oslo?", tools=[tool], stream=True))  # type: ignore[list-item]
+    events = list(
+        client(messages).responses.create(model="claude", input="weather in Oslo?", tools=[tool], stream=True)
+    )  # type: ignore[list-item]
     done = events[-1]
     assert done.type == "response.completed"
     calls = [item for item in done.response.output if item.type == "function_call"]
@@ -244,23 +275,33 @@ def test_untranslatable_request_is_a_400_and_nothing_is_sent(messages: MessagesS
         assert "n > 1" in error["message"]
     with pytest.raises(openai.BadRequestError) as info:
         client(messages).chat.completions.create(
-            model="claude", messages=[{"role": "user", "content": "hi"}],
-            response_format={"type": "json_object"})
+            model="claude",
+            messages=[{"role": "user", "content": "hi"}],
+            response_format={"type": "json_object"},
+        )
     assert info.value.code == "unsupported_for_upstream_format"
-    responses = post(messages, {"model": "claude", "input": "hi", "text": {"format": {"type": "json_object"}}},
-                     "/responses")
+    responses = post(
+        messages,
+        {"model": "claude", "input": "hi", "text": {"format": {"type": "json_object"}}},
+        "/responses",
+    )
     assert responses.status_code == 400
     assert responses.json()["error"]["code"] == "unsupported_for_upstream_format"
     assert messages.m.requests == []  # nothing reached the upstream
-    ok = client(messages).chat.completions.create(model="claude", messages=[{"role": "user", "content": "hi"}])
+    ok = client(messages).chat.completions.create(
+        model="claude", messages=[{"role": "user", "content": "hi"}]
+    )
     assert ok.choices[0].message.content == "[claude] model=claude-test-1 echo: hi"
 
 
-@pytest.mark.parametrize("answer, content_type", [
-    ('{"type": "message", "content": "not a list of blocks"}', "application/json"),
-    ('{"type": "error", "error": {"type": 5}}', "application/json"),
-    ("<html>upstream proxy page</html>", "text/html"),
-])
+@pytest.mark.parametrize(
+    "answer, content_type",
+    [
+        ('{"type": "message", "content": "not a list of blocks"}', "application/json"),
+        ('{"type": "error", "error": {"type": 5}}', "application/json"),
+        ("<html>upstream proxy page</html>", "text/html"),
+    ],
+)
 def test_untranslatable_answer_is_a_502(messages: MessagesStack, answer: str, content_type: str) -> None:
     messages.m.configure(answer_body=answer, answer_content_type=content_type)
     bad = post(messages, {"model": "claude", "messages": [{"role": "user", "content": "hi"}]})
@@ -274,26 +315,37 @@ def test_untranslatable_answer_is_a_502(messages: MessagesStack, answer: str, co
         client(messages).responses.create(model="claude", input="hi")
     assert info.value.status_code == 502
     messages.m.configure(answer_body=None)
-    ok = client(messages).chat.completions.create(model="claude", messages=[{"role": "user", "content": "hi"}])
+    ok = client(messages).chat.completions.create(
+        model="claude", messages=[{"role": "user", "content": "hi"}]
+    )
     assert ok.choices[0].message.content == "[claude] model=claude-test-1 echo: hi"
 
 
-@pytest.mark.parametrize("stream_body, message", [
-    # an error event the translator cannot read
-    ('event: message_start\ndata: {"type": "message_start", "message": {"id": "msg_1", "usage": {}}}\n\n'
-     'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
-     '"delta": {"type": "text_delta", "text": "partial"}}\n\n'
-     'event: error\ndata: {"type": "error", "error": {"type": 5}}\n\n'
-     'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
-     '"delta": {"type": "text_delta", "text": " never shown"}}\n\n', "cannot translate"),
-    # not an event stream at all
-    ("this is not an event stream\n\nat all\n\n", "ended before its stop_reason"),
-])
+@pytest.mark.parametrize(
+    "stream_body, message",
+    [
+        # an error event the translator cannot read
+        (
+            'event: message_start\ndata: {"type": "message_start", "message": {"id": "msg_1", "usage": {}}}\n\n'
+            'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+            '"delta": {"type": "text_delta", "text": "partial"}}\n\n'
+            'event: error\ndata: {"type": "error", "error": {"type": 5}}\n\n'
+            'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+            '"delta": {"type": "text_delta", "text": " never shown"}}\n\n',
+            "cannot translate",
+        ),
+        # not an event stream at all
+        ("this is not an event stream\n\nat all\n\n", "ended before its stop_reason"),
+    ],
+)
 def test_untranslatable_stream_ends_cleanly(messages: MessagesStack, stream_body: str, message: str) -> None:
     messages.m.configure(stream_body=stream_body)
-    with httpx.stream("POST", f"{messages.v1}/chat/completions", timeout=30,
-                      json={"model": "claude", "stream": True,
-                            "messages": [{"role": "user", "content": "hi"}]}) as response:
+    with httpx.stream(
+        "POST",
+        f"{messages.v1}/chat/completions",
+        timeout=30,
+        json={"model": "claude", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+    ) as response:
         assert response.status_code == 200
         raw = response.read()  # returns: the stream ends, it does not hang
     events = sse_events(raw)
@@ -304,6 +356,9 @@ def test_untranslatable_stream_ends_cleanly(messages: MessagesStack, stream_body
     events = list(client(messages).responses.create(model="claude", input="hi", stream=True))
     assert events[-1].type in ("response.failed", "error")
     messages.m.configure(stream_body=None)
-    ok = list(client(messages).chat.completions.create(
-        model="claude", stream=True, messages=[{"role": "user", "content": "still there?"}]))
+    ok = list(
+        client(messages).chat.completions.create(
+            model="claude", stream=True, messages=[{"role": "user", "content": "still there?"}]
+        )
+    )
     assert "".join(c.choices[0].delta.content or "" for c in ok if c.choices).endswith("still there?")

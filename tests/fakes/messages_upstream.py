@@ -96,8 +96,6 @@ class MessagesBehavior:
     stream_body: str | None = None
 
 
-
-
 class InvalidRequest(Exception):
     pass
 
@@ -353,7 +351,9 @@ class FakeMessagesUpstream(ServedApp):
                     error_body(kind, f"{self.name} failing with {status}"), status, headers=extra
                 )
             if body.get("stream") and behavior.stream_body is not None:
-                return StreamingResponse(_pieces(behavior.stream_body.encode()), media_type="text/event-stream")
+                return StreamingResponse(
+                    _pieces(behavior.stream_body.encode()), media_type="text/event-stream"
+                )
             if not body.get("stream") and behavior.answer_body is not None:
                 return Response(behavior.answer_body, media_type=behavior.answer_content_type)
             message = self._message(body)

@@ -67,7 +67,9 @@ class ServedApp:
         config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name=f"{type(self).__name__}-{self.name}",
+            target=self._server.run,
+            kwargs={"sockets": [sock]},
+            name=f"{type(self).__name__}-{self.name}",
             daemon=True,
         )
         self._thread.start()

@@ -30,7 +30,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -57,8 +57,6 @@ class Behavior:
     hold_after_chunks: int | None = None
     abort_after_chunks: int | None = None
     finish_reason: str = "stop"
-
-
 
 
 @dataclass
@@ -143,43 +141,7 @@ class FakeUpstream(ServedApp):
         for path in models_paths:
             app.add_api_route(path, models, methods=["GET"])
 
-        @app.post(f"{self.prefix}/chat/completions")
-        async def chat(request: Request) -> Response:
-            raw = await request.body()
-            try:
-                body: Any = json.loads(raw)
-            except ValueError:
-                body = raw
-            with self._lock:
-                self.requests.append(
-                    RecordedRequest(
-                        request.url.path, {k.lower(): v for k, v in request.headers.items()}, body
-                    )
-                )
-            behavior = self.behavior
-            if behavior.delay_s:
-                await asyncio.sleep(behavior.delay_s)
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                return JSONResponse(
-                    {"error": {"message": "messages is required", "type": "invalid_request_error"}},
-                    status_code=400,
-                )
-            if behavior.fail_status is not None and (
-                behavior.fail_times is None or self.failures_sent < behavior.fail_times
-            ):
-                with self._lock:
-                    self.failures_sent += 1
-                headers = {"retry-after": behavior.retry_after} if behavior.retry_after else None
-                error = behavior.fail_body or {
-                    "error": {
-                        "message": f"{self.name} failing with {behavior.fail_status}",
-                        "type": "fake_error",
-                    }
-                }
-                return JSONResponse(error, status_code=behavior.fail_status, headers=headers)
-            if body.get("stream"):
-                return StreamingResponse(self._stream(body, behavior), media_type="text/event-stream")
-            return JSONResponse(self._completion(body, behavior))
+        app.add_api_route(f"{self.prefix}/chat/completions", self._chat, methods=["POST"], name="chat")
 
         @app.post("/_admin/configure")
         async def admin_configure(request: Request) -> dict[str, Any]:
@@ -208,6 +170,47 @@ class FakeUpstream(ServedApp):
             }
 
         return app
+
+    async def _chat(self, request: Request) -> Response:
+        raw = await request.body()
+        body = self._record(request.url.path, request.headers.items(), raw)
+        behavior = self.behavior
+        if behavior.delay_s:
+            await asyncio.sleep(behavior.delay_s)
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return JSONResponse(
+                {"error": {"message": "messages is required", "type": "invalid_request_error"}},
+                status_code=400,
+            )
+        if behavior.fail_status is not None and (
+            behavior.fail_times is None or self.failures_sent < behavior.fail_times
+        ):
+            return self._failure(behavior, behavior.fail_status)
+        if body.get("stream"):
+            return StreamingResponse(self._stream(body, behavior), media_type="text/event-stream")
+        return JSONResponse(self._completion(body, behavior))
+
+    def _record(self, path: str, headers: Iterable[tuple[str, str]], raw: bytes) -> Any:
+        """Remember the request; returns its body, parsed as JSON when it is JSON."""
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = raw
+        with self._lock:
+            self.requests.append(RecordedRequest(path, {k.lower(): v for k, v in headers}, body))
+        return body
+
+    def _failure(self, behavior: Behavior, status: int) -> JSONResponse:
+        with self._lock:
+            self.failures_sent += 1
+        headers = {"retry-after": behavior.retry_after} if behavior.retry_after else None
+        error = behavior.fail_body or {
+            "error": {
+                "message": f"{self.name} failing with {status}",
+                "type": "fake_error",
+            }
+        }
+        return JSONResponse(error, status_code=status, headers=headers)
 
     # -- answers -------------------------------------------------------------------
     def _reply_text(self, body: dict[str, Any], behavior: Behavior) -> str:

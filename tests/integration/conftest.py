@@ -42,9 +42,12 @@ def routed_config(a: FakeUpstream, b: FakeUpstream, dead_port: int) -> dict:
         "providers": {
             "defaults": {"default_model": "model-b"},
             "models": [
-                {"name": "model-a", "provider_model_id": "served-a",
-                 "pricing": {"currency": "USD", "prompt_per_1m": 1.0, "completion_per_1m": 2.0},
-                 "backend_refs": [{"base_url": a.host_url}]},
+                {
+                    "name": "model-a",
+                    "provider_model_id": "served-a",
+                    "pricing": {"currency": "USD", "prompt_per_1m": 1.0, "completion_per_1m": 2.0},
+                    "backend_refs": [{"base_url": a.host_url}],
+                },
                 {"name": "model-b", "backend_refs": [{"base_url": b.host_url}]},
                 {"name": "model-dead", "backend_refs": [{"endpoint": f"127.0.0.1:{dead_port}"}]},
             ],
@@ -53,7 +56,11 @@ def routed_config(a: FakeUpstream, b: FakeUpstream, dead_port: int) -> dict:
             "strategy": "priority",
             "signals": {
                 "keywords": [
-                    {"name": "math_words", "operator": "OR", "keywords": ["derivative", "integral", "equation"]},
+                    {
+                        "name": "math_words",
+                        "operator": "OR",
+                        "keywords": ["derivative", "integral", "equation"],
+                    },
                     {"name": "fallback_words", "operator": "OR", "keywords": ["fallbacktest"]},
                     {"name": "down_words", "operator": "OR", "keywords": ["alldowntest"]},
                     # tests/integration/test_security.py
@@ -64,48 +71,100 @@ def routed_config(a: FakeUpstream, b: FakeUpstream, dead_port: int) -> dict:
                 "domains": [{"name": "math", "mmlu_categories": ["math"]}],
                 "pii": [{"name": "any_pii", "threshold": 0.5}],
                 "embeddings": [
-                    {"name": "code_help", "threshold": 0.5, "aggregation_method": "max",
-                     "candidates": ["write a python function", "help me debug my code"]},
+                    {
+                        "name": "code_help",
+                        "threshold": 0.5,
+                        "aggregation_method": "max",
+                        "candidates": ["write a python function", "help me debug my code"],
+                    },
                 ],
             },
             "decisions": [
-                {"name": "math", "priority": 100,
-                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "math_words"}]},
-                 "modelRefs": [{"model": "model-a"}],
-                 "plugins": [
-                     {"type": "system_prompt", "configuration": {"system_prompt": "You are a math expert."}},
-                     {"type": "semantic-cache", "configuration": {"enabled": True, "similarity_threshold": 0.85}},
-                     {"type": "header_mutation",
-                      "configuration": {"add": [{"name": "x-route-source", "value": "svc-sr"}]}},
-                 ]},
-                {"name": "code", "priority": 90,
-                 "rules": {"operator": "OR", "conditions": [{"type": "embedding", "name": "code_help"}]},
-                 "modelRefs": [{"model": "model-b"}]},
-                {"name": "fallback", "priority": 80,
-                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "fallback_words"}]},
-                 "modelRefs": [{"model": "model-dead"}, {"model": "model-a"}],
-                 "fallback": {"enabled": True, "max_attempts": 2}},
-                {"name": "down", "priority": 70,
-                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "down_words"}]},
-                 "modelRefs": [{"model": "model-dead"}]},
+                {
+                    "name": "math",
+                    "priority": 100,
+                    "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "math_words"}]},
+                    "modelRefs": [{"model": "model-a"}],
+                    "plugins": [
+                        {
+                            "type": "system_prompt",
+                            "configuration": {"system_prompt": "You are a math expert."},
+                        },
+                        {
+                            "type": "semantic-cache",
+                            "configuration": {"enabled": True, "similarity_threshold": 0.85},
+                        },
+                        {
+                            "type": "header_mutation",
+                            "configuration": {"add": [{"name": "x-route-source", "value": "svc-sr"}]},
+                        },
+                    ],
+                },
+                {
+                    "name": "code",
+                    "priority": 90,
+                    "rules": {"operator": "OR", "conditions": [{"type": "embedding", "name": "code_help"}]},
+                    "modelRefs": [{"model": "model-b"}],
+                },
+                {
+                    "name": "fallback",
+                    "priority": 80,
+                    "rules": {
+                        "operator": "OR",
+                        "conditions": [{"type": "keyword", "name": "fallback_words"}],
+                    },
+                    "modelRefs": [{"model": "model-dead"}, {"model": "model-a"}],
+                    "fallback": {"enabled": True, "max_attempts": 2},
+                },
+                {
+                    "name": "down",
+                    "priority": 70,
+                    "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "down_words"}]},
+                    "modelRefs": [{"model": "model-dead"}],
+                },
                 # test_security.py: below every keyword decision, so it only takes otherwise unmatched requests
-                {"name": "math_domain", "priority": 50,
-                 "rules": {"operator": "OR", "conditions": [{"type": "domain", "name": "math"}]},
-                 "modelRefs": [{"model": "model-a"}]},
-                {"name": "secure", "priority": 60,
-                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "secure_words"}]},
-                 "modelRefs": [{"model": "model-b"}],
-                 "plugins": [{"type": "pii", "configuration": {"enabled": True,
-                                                               "pii_types_allowed": ["EMAIL_ADDRESS"]}}]},
-                {"name": "guarded", "priority": 60,
-                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "guarded_words"}]},
-                 "modelRefs": [{"model": "model-b"}],
-                 "plugins": [{"type": "jailbreak", "configuration": {"enabled": True, "threshold": 0.5}}]},
-                {"name": "block_pii_fast", "priority": 1000,
-                 "rules": {"operator": "AND", "conditions": [{"type": "keyword", "name": "fastguard_words"},
-                                                             {"type": "pii", "name": "any_pii"}]},
-                 "plugins": [{"type": "fast_response",
-                              "configuration": {"message": "Please remove personal data and ask again."}}]},
+                {
+                    "name": "math_domain",
+                    "priority": 50,
+                    "rules": {"operator": "OR", "conditions": [{"type": "domain", "name": "math"}]},
+                    "modelRefs": [{"model": "model-a"}],
+                },
+                {
+                    "name": "secure",
+                    "priority": 60,
+                    "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "secure_words"}]},
+                    "modelRefs": [{"model": "model-b"}],
+                    "plugins": [
+                        {
+                            "type": "pii",
+                            "configuration": {"enabled": True, "pii_types_allowed": ["EMAIL_ADDRESS"]},
+                        }
+                    ],
+                },
+                {
+                    "name": "guarded",
+                    "priority": 60,
+                    "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "guarded_words"}]},
+                    "modelRefs": [{"model": "model-b"}],
+                    "plugins": [{"type": "jailbreak", "configuration": {"enabled": True, "threshold": 0.5}}],
+                },
+                {
+                    "name": "block_pii_fast",
+                    "priority": 1000,
+                    "rules": {
+                        "operator": "AND",
+                        "conditions": [
+                            {"type": "keyword", "name": "fastguard_words"},
+                            {"type": "pii", "name": "any_pii"},
+                        ],
+                    },
+                    "plugins": [
+                        {
+                            "type": "fast_response",
+                            "configuration": {"message": "Please remove personal data and ask again."},
+                        }
+                    ],
+                },
             ],
         },
         "global": {
@@ -164,8 +223,10 @@ def _start_ray(attempts: int = 2) -> None:
             ray.init(num_cpus=6, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
             return
         except Exception:
-            print(f"ray.init attempt {attempt} failed after {time.monotonic() - started:.1f}s:",
-                  file=sys.__stderr__)
+            print(
+                f"ray.init attempt {attempt} failed after {time.monotonic() - started:.1f}s:",
+                file=sys.__stderr__,
+            )
             traceback.print_exc(file=sys.__stderr__)
             ray.shutdown()
             # Only a session this attempt created is ours to report and stop (its name ends in
@@ -196,8 +257,10 @@ def _kill_processes_of(session: str) -> None:
 def _print_session_log_tails(session: str, out: object) -> None:
     import glob
 
-    print(f"--- {session}: {sorted(os.listdir(session + '/logs')) if os.path.isdir(session + '/logs') else 'no logs'}",
-          file=out)
+    print(
+        f"--- {session}: {sorted(os.listdir(session + '/logs')) if os.path.isdir(session + '/logs') else 'no logs'}",
+        file=out,
+    )
     for log in sorted(glob.glob(f"{session}/logs/*.err")) + sorted(glob.glob(f"{session}/logs/raylet.out")):
         _print_tail(log, 20, out)
 
@@ -250,24 +313,52 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 serve.start(http_options={"host": "127.0.0.1", "port": port})
                 metrics_port = find_free_port()
                 # Two Router replicas: metric totals must not depend on which one served.
-                serve.run(build_app(GraphArgs(config_path=str(routed_path), metrics={"port": metrics_port},
-                                              deployments={"Router": {"num_replicas": 2}})),
-                          name="svc-sr", route_prefix="/")
+                serve.run(
+                    build_app(
+                        GraphArgs(
+                            config_path=str(routed_path),
+                            metrics={"port": metrics_port},
+                            deployments={"Router": {"num_replicas": 2}},
+                        )
+                    ),
+                    name="svc-sr",
+                    route_prefix="/",
+                )
                 no_metrics = {"enabled": False}
                 # One DecisionModel (MiniLM) is enough for the session: the other apps leave it out.
-                serve.run(build_app(GraphArgs(config_path=str(routed_path), router_local_encoder=True,
-                                              metrics=no_metrics, decision_model=False)),
-                          name="local-encoder", route_prefix="/local")
-                serve.run(build_app(GraphArgs(config_path=str(noroute_path), metrics=no_metrics,
-                                              decision_model=False)),
-                          name="noroute", route_prefix="/noroute")
+                serve.run(
+                    build_app(
+                        GraphArgs(
+                            config_path=str(routed_path),
+                            router_local_encoder=True,
+                            metrics=no_metrics,
+                            decision_model=False,
+                        )
+                    ),
+                    name="local-encoder",
+                    route_prefix="/local",
+                )
+                serve.run(
+                    build_app(
+                        GraphArgs(config_path=str(noroute_path), metrics=no_metrics, decision_model=False)
+                    ),
+                    name="noroute",
+                    route_prefix="/noroute",
+                )
                 base = f"http://127.0.0.1:{port}"
                 _wait_ready(f"{base}/health")
             except BaseException:
                 _report_startup_failure()
                 raise
-            yield Stack(base, a, b, dead_port, f"http://127.0.0.1:{metrics_port}/metrics", routed_path,
-                        routed_config(a, b, dead_port))
+            yield Stack(
+                base,
+                a,
+                b,
+                dead_port,
+                f"http://127.0.0.1:{metrics_port}/metrics",
+                routed_path,
+                routed_config(a, b, dead_port),
+            )
         finally:
             serve.shutdown()
             ray.shutdown()

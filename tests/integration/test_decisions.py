@@ -13,9 +13,13 @@ from tests.integration.test_metrics import eventually, scrape, value
 
 pytestmark = pytest.mark.integration
 
-SUPPORT = {"type": "choice", "criteria": {
-    "billing": "Invoices, charges, refunds or payment methods",
-    "shipping": "Delivery status, tracking or the shipping address of an order"}}
+SUPPORT = {
+    "type": "choice",
+    "criteria": {
+        "billing": "Invoices, charges, refunds or payment methods",
+        "shipping": "Delivery status, tracking or the shipping address of an order",
+    },
+}
 DEPLOYMENT = "decision-model"
 
 
@@ -27,9 +31,11 @@ def test_decisions_and_systemone_are_answered_by_the_decision_model(stack: Stack
     before = scrape(stack.metrics_url)
     body = {
         "state": "I was charged twice for my order this month, please refund one of the payments.",
-        "questions": {"team": SUPPORT,
-                      "refund": {"type": "noul", "instructions": "Does the customer ask for money back?"},
-                      "mood": {"type": "score", "criteria": ["calm", "annoyed", "furious"]}},
+        "questions": {
+            "team": SUPPORT,
+            "refund": {"type": "noul", "instructions": "Does the customer ask for money back?"},
+            "mood": {"type": "score", "criteria": ["calm", "annoyed", "furious"]},
+        },
         "options": {"return_meta": True},
     }
     answer = post(stack, "/v1/decisions", body)
@@ -40,8 +46,11 @@ def test_decisions_and_systemone_are_answered_by_the_decision_model(stack: Stack
     assert out["answers"]["mood"]["type"] == "score" and out["usage"]["tokens"] > 0
     assert out["meta"]["engine"] and out["meta"]["timings"]
 
-    same = post(stack, "/v1/systemone", {"model": "systemone", "state": "my parcel never arrived",
-                                         "questions": {"team": SUPPORT}})
+    same = post(
+        stack,
+        "/v1/systemone",
+        {"model": "systemone", "state": "my parcel never arrived", "questions": {"team": SUPPORT}},
+    )
     assert same.status_code == 200 and same.json()["answers"]["team"]["choice"] == "shipping"
 
     models = httpx.get(f"{stack.base_url}/v1/systemone/models", timeout=30)
@@ -74,8 +83,12 @@ def test_errors_use_the_public_words(stack: Stack) -> None:
     unknown = post(stack, "/v1/systemone", {"model": "gpt-4o", "state": "x", "questions": {"team": SUPPORT}})
     assert unknown.status_code == 404
     assert unknown.json() == {"error": {"code": "model_not_found", "message": "model not found"}}
-    not_json = httpx.post(f"{stack.base_url}/v1/decisions", content=b"{nope", timeout=30,
-                          headers={"content-type": "application/json"})
+    not_json = httpx.post(
+        f"{stack.base_url}/v1/decisions",
+        content=b"{nope",
+        timeout=30,
+        headers={"content-type": "application/json"},
+    )
     assert not_json.status_code == 400 and not_json.json()["error"]["code"] == "invalid_request"
     # An app built without the DecisionModel deployment still publishes the routes.
     absent = post(stack, "/noroute/v1/decisions", {"state": "x", "questions": {"team": SUPPORT}})

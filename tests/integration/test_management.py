@@ -37,7 +37,9 @@ def api(stack: Stack) -> Iterator[httpx.Client]:
         yield client
         # Restore the stack's configuration (a new version with the original document).
         current = client.get("/api/v1/config")
-        restored = client.put("/api/v1/config", json=stack.routed_config, headers={"If-Match": current.headers["etag"]})
+        restored = client.put(
+            "/api/v1/config", json=stack.routed_config, headers={"If-Match": current.headers["etag"]}
+        )
         assert restored.status_code == 200, restored.text
         assert client.get("/api/v1/config/hash").json()["activation_status"] == "active"
 
@@ -57,8 +59,12 @@ def router_generations(calls: int = 16) -> dict[str, dict[str, Any]]:
 
 
 def chat(stack: Stack, text: str) -> httpx.Response:
-    return httpx.post(f"{stack.v1}/chat/completions", headers=BYPASS, timeout=60,
-                      json={"model": "MoM", "messages": [{"role": "user", "content": text}]})
+    return httpx.post(
+        f"{stack.v1}/chat/completions",
+        headers=BYPASS,
+        timeout=60,
+        json={"model": "MoM", "messages": [{"role": "user", "content": text}]},
+    )
 
 
 def decisions_with(document: dict[str, Any], name: str, **changes: Any) -> list[dict[str, Any]]:
@@ -86,8 +92,10 @@ def test_ready_and_startup_status(api: httpx.Client) -> None:
 
 
 def test_routing_preview_runs_on_a_router_replica(api: httpx.Client) -> None:
-    response = api.post("/api/v1/routing/preview",
-                        json={"model": "MoM", "messages": [{"role": "user", "content": MATH.format("preview")}]})
+    response = api.post(
+        "/api/v1/routing/preview",
+        json={"model": "MoM", "messages": [{"role": "user", "content": MATH.format("preview")}]},
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["decision"] == "math" and body["selected_model"] == "model-a" and body["backend_calls"] == 0
@@ -102,12 +110,18 @@ def test_config_read_and_if_match_preconditions(api: httpx.Client) -> None:
     assert got.json()["routing"]["decisions"]
     missing = api.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}})
     assert missing.status_code == 428 and missing.json()["error"]["code"] == "PRECONDITION_REQUIRED"
-    stale = api.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}},
-                      headers={"If-Match": '"' + "0" * 64 + '"'})
+    stale = api.patch(
+        "/api/v1/config",
+        json={"routing": {"strategy": "confidence"}},
+        headers={"If-Match": '"' + "0" * 64 + '"'},
+    )
     assert stale.status_code == 412 and stale.headers["etag"] == etag
     assert api.get("/api/v1/config").headers["etag"] == etag  # nothing persisted
-    listener = api.patch("/api/v1/config", headers={"If-Match": etag},
-                         json={"listeners": [{"name": "extra", "address": "127.0.0.1", "port": 18999}]})
+    listener = api.patch(
+        "/api/v1/config",
+        headers={"If-Match": etag},
+        json={"listeners": [{"name": "extra", "address": "127.0.0.1", "port": 18999}]},
+    )
     assert listener.status_code == 409 and listener.json()["error"]["code"] == "RESTART_REQUIRED"
     assert api.get("/api/v1/config").headers["etag"] == etag
 
@@ -131,82 +145,116 @@ def test_concurrent_patches_one_wins(api: httpx.Client) -> None:
     assert api.get("/api/v1/config/hash").json()["activation_status"] == "active"
 
 
-def test_routing_change_reaches_both_router_replicas_under_load(api: httpx.Client, stack: Stack) -> None:
-    before = router_generations()
-    assert len(before) == 2
-    instance = api.get("/api/v1/status").json()["instance_id"]  # changes if the Ingress restarts
-    got = api.get("/api/v1/config")
-    version_before = int(got.headers["x-svc-config-version"])
-    document = got.json()
-    assert chat(stack, MATH.format("before")).headers["x-selected-model"] == "model-a"
+# Requests the load answers before the activation starts, and again after it ends.
+LOAD_AROUND_PATCH = 5
 
-    # a client sending requests back to back while the change activates: none may fail
-    client = openai.OpenAI(base_url=stack.v1, api_key="unused", max_retries=0, timeout=60)
-    stop = threading.Event()
-    seen: list[str] = []
-    failures: list[str] = []
 
-    def load() -> None:
+class ChatLoad:
+    """A client sending chat requests back to back on a thread until stopped; records the model
+    that answered each one and every failure."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.client = openai.OpenAI(base_url=stack.v1, api_key="unused", max_retries=0, timeout=60)
+        self.stop = threading.Event()
+        self.seen: list[str] = []
+        self.failures: list[str] = []
+        self.worker = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
         i = 0
-        while not stop.is_set():
+        while not self.stop.is_set():
             i += 1
             try:
-                response = client.chat.completions.with_raw_response.create(
-                    model="MoM", messages=[{"role": "user", "content": MATH.format(f"load {i}")}],
-                    extra_headers=BYPASS)
-                seen.append(response.headers["x-selected-model"])
+                response = self.client.chat.completions.with_raw_response.create(
+                    model="MoM",
+                    messages=[{"role": "user", "content": MATH.format(f"load {i}")}],
+                    extra_headers=BYPASS,
+                )
+                self.seen.append(response.headers["x-selected-model"])
             except Exception as exc:  # any failure counts
-                failures.append(f"{type(exc).__name__}: {exc}")
+                self.failures.append(f"{type(exc).__name__}: {exc}")
 
-    worker = threading.Thread(target=load, daemon=True)
-    worker.start()
-    time.sleep(1.0)
-    plugins = [p for d in document["routing"]["decisions"] if d["name"] == "math" for p in d.get("plugins", [])]
-    patch = {"routing": {"decisions": decisions_with(
-        document, "math", modelRefs=[{"model": "model-b"}],
-        plugins=[*plugins, {"type": "router_replay", "configuration": {"capture_request_body": False}}])}}
+    def wait_for(self, answered: int, timeout_s: float = 60.0) -> None:
+        """Until `answered` requests (served or failed) have completed."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.seen) + len(self.failures) < answered and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def math_to_model_b_with_replay(document: dict[str, Any]) -> dict[str, Any]:
+    """A patch routing the math decision to model-b, with router replay on (request bodies not captured)."""
+    plugins = [
+        p for d in document["routing"]["decisions"] if d["name"] == "math" for p in d.get("plugins", [])
+    ]
+    return {
+        "routing": {
+            "decisions": decisions_with(
+                document,
+                "math",
+                modelRefs=[{"model": "model-b"}],
+                plugins=[
+                    *plugins,
+                    {"type": "router_replay", "configuration": {"capture_request_body": False}},
+                ],
+            )
+        }
+    }
+
+
+def patch_under_load(
+    api: httpx.Client, stack: Stack, patch: dict[str, Any], etag: str
+) -> tuple[httpx.Response, ChatLoad, float]:
+    """Apply the patch while a client sends requests back to back (a few answered before the
+    activation and a few after it); also returns how long the PATCH took, in seconds."""
+    load = ChatLoad(stack)
+    load.worker.start()
+    load.wait_for(LOAD_AROUND_PATCH)
     started = time.monotonic()
-    response = api.patch("/api/v1/config", json=patch, headers={"If-Match": got.headers["etag"]})
+    response = api.patch("/api/v1/config", json=patch, headers={"If-Match": etag})
     activation_s = time.monotonic() - started
-    time.sleep(1.0)
-    stop.set()
-    worker.join(timeout=60)
+    load.wait_for(len(load.seen) + len(load.failures) + LOAD_AROUND_PATCH)
+    load.stop.set()
+    load.worker.join(timeout=60)
+    return response, load, activation_s
 
-    assert response.status_code == 200, response.text
-    body = response.json()
-    assert body["status"] == "active" and body["activation_status"] == "active"
-    assert body["config_version"] == version_before + 1
-    assert failures == [], failures[:3]
-    assert "model-a" in seen and seen[-1] == "model-b"
-    print(f"\nactivation {activation_s:.2f} s; {len(seen)} requests during the reload window, 0 failed")
 
-    # both replicas serve the new generation; no replica was restarted (nor the Ingress)
+def assert_new_generation_served_in_place(
+    api: httpx.Client, before: dict[str, dict[str, Any]], instance: str, version: int, etag: str
+) -> None:
+    """Both replicas serve the new generation; no replica was restarted (nor the Ingress)."""
     after = router_generations()
     assert set(after) == set(before)
     assert api.get("/api/v1/status").json()["instance_id"] == instance
     view = api.get("/api/v1/config/hash").json()
     assert view["generated_runtime_hash"] == view["active_runtime_hash"]
     assert {g["hash"] for g in after.values()} == {view["active_runtime_hash"]}
-    assert view["activation"]["state"] == "active" and view["config_version"] == version_before + 1
+    assert view["activation"]["state"] == "active" and view["config_version"] == version
     read = api.get("/api/v1/config")
-    assert int(read.headers["x-svc-config-version"]) == version_before + 1
-    assert read.headers["etag"] == body["etag"]
+    assert int(read.headers["x-svc-config-version"]) == version
+    assert read.headers["etag"] == etag
 
+
+def chats_routed_to_model_b(stack: Stack, count: int) -> list[str]:
+    """Send `count` math requests, check each reached model-b; returns their replay ids."""
     upstream_b = stack.upstream_b.request_count
     replay_ids = []
-    for i in range(12):
+    for i in range(count):
         answer = chat(stack, MATH.format(f"after {i}"))
         assert answer.status_code == 200 and answer.headers["x-selected-model"] == "model-b"
         assert answer.headers["x-vsr-selected-decision"] == "math"
         replay_ids.append(answer.headers["x-vsr-replay-id"])
-    assert stack.upstream_b.request_count == upstream_b + 12
+    assert stack.upstream_b.request_count == upstream_b + count
     assert stack.upstream_b.last_request.headers.get("x-route-source") == "svc-sr"
+    return replay_ids
 
-    # replays of requests routed by either replica, in the one shared store (recorded by
-    # complete(), which runs after the answer was sent)
+
+def assert_replays_recorded(api: httpx.Client, replay_ids: list[str], replicas: set[str]) -> None:
+    """Replays of requests routed by either replica, in the one shared store (recorded by
+    complete(), which runs after the answer was sent)."""
     deadline = time.monotonic() + 10
-    while (record := api.get(f"/api/v1/observability/replays/{replay_ids[-1]}")).status_code == 404 \
-            and time.monotonic() < deadline:
+    while (
+        record := api.get(f"/api/v1/observability/replays/{replay_ids[-1]}")
+    ).status_code == 404 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert record.status_code == 200
     assert record.json()["decision"] == "math" and record.json()["selected_model"] == "model-b"
@@ -219,10 +267,38 @@ def test_routing_change_reaches_both_router_replicas_under_load(api: httpx.Clien
             break
         time.sleep(0.2)
     assert set(replay_ids) <= ids
-    assert {r["router_replica"] for r in page["records"]} == set(before)  # (load requests included)
+    assert {r["router_replica"] for r in page["records"]} == replicas  # (load requests included)
     aggregate = api.get("/api/v1/observability/replays/aggregate", params={"decision": "math"}).json()
-    assert aggregate["by_model"]["model-b"]["requests"] >= 12 and aggregate["total"] >= 12
+    assert aggregate["by_model"]["model-b"]["requests"] >= len(replay_ids) and aggregate["total"] >= len(
+        replay_ids
+    )
     assert api.get("/api/v1/observability/replays/replay-unknown").status_code == 404
+
+
+def test_routing_change_reaches_both_router_replicas_under_load(api: httpx.Client, stack: Stack) -> None:
+    before = router_generations()
+    assert len(before) == 2
+    instance = api.get("/api/v1/status").json()["instance_id"]  # changes if the Ingress restarts
+    got = api.get("/api/v1/config")
+    version_before = int(got.headers["x-svc-config-version"])
+    document = got.json()
+    assert chat(stack, MATH.format("before")).headers["x-selected-model"] == "model-a"
+
+    # a client sending requests back to back while the change activates: none may fail
+    response, load, activation_s = patch_under_load(
+        api, stack, math_to_model_b_with_replay(document), got.headers["etag"]
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] == "active" and body["activation_status"] == "active"
+    assert body["config_version"] == version_before + 1
+    assert load.failures == [], load.failures[:3]
+    assert "model-a" in load.seen and load.seen[-1] == "model-b"
+    print(f"\nactivation {activation_s:.2f} s; {len(load.seen)} requests during the reload window, 0 failed")
+
+    assert_new_generation_served_in_place(api, before, instance, version_before + 1, body["etag"])
+    replay_ids = chats_routed_to_model_b(stack, 12)
+    assert_replays_recorded(api, replay_ids, set(before))
 
 
 def serving_replicas(deployment: str) -> set[str]:
@@ -239,8 +315,10 @@ def test_a_model_deployment_change_rolls_out_a_new_version(api: httpx.Client, st
     instance = api.get("/api/v1/status").json()["instance_id"]
     stop = threading.Event()
     codes: list[int] = []
-    question = {"state": "I was charged twice, please refund one payment.",
-                "questions": {"refund": {"type": "noul", "instructions": "Does the customer ask for money back?"}}}
+    question = {
+        "state": "I was charged twice, please refund one payment.",
+        "questions": {"refund": {"type": "noul", "instructions": "Does the customer ask for money back?"}},
+    }
 
     def ask() -> None:
         while not stop.is_set():
@@ -249,8 +327,11 @@ def test_a_model_deployment_change_rolls_out_a_new_version(api: httpx.Client, st
     worker = threading.Thread(target=ask, daemon=True)
     worker.start()
     etag = api.get("/api/v1/config").headers["etag"]
-    response = api.patch("/api/v1/config", json={"global": {"model_catalog": {"signal_timeout_ms": 4321}}},
-                         headers={"If-Match": etag})
+    response = api.patch(
+        "/api/v1/config",
+        json={"global": {"model_catalog": {"signal_timeout_ms": 4321}}},
+        headers={"If-Match": etag},
+    )
     stop.set()
     worker.join(timeout=60)
     assert response.status_code == 200 and response.json()["status"] == "active", response.text
@@ -261,7 +342,9 @@ def test_a_model_deployment_change_rolls_out_a_new_version(api: httpx.Client, st
     assert codes and set(codes) == {200}, codes
 
 
-def test_invalid_candidate_is_rejected_and_the_previous_generation_serves(api: httpx.Client, stack: Stack) -> None:
+def test_invalid_candidate_is_rejected_and_the_previous_generation_serves(
+    api: httpx.Client, stack: Stack
+) -> None:
     got = api.get("/api/v1/config")
     etag, document = got.headers["etag"], got.json()
     bad = {"routing": {"decisions": decisions_with(document, "math", modelRefs=[{"model": "model-missing"}])}}
@@ -278,11 +361,20 @@ def test_invalid_candidate_is_rejected_and_the_previous_generation_serves(api: h
 def test_rollback_reactivates_a_recorded_version(api: httpx.Client, stack: Stack) -> None:
     versions = api.get("/api/v1/config/versions").json()["versions"]
     active = next(v for v in versions if v["active"])
-    target = next(v for v in versions if v["config_version"] is not None and v["config_version"] < active["config_version"]
-                  and v["result"] == "active" and v["source"] != "api.patch")  # the version the stack started with
+    target = next(
+        v
+        for v in versions
+        if v["config_version"] is not None
+        and v["config_version"] < active["config_version"]
+        and v["result"] == "active"
+        and v["source"] != "api.patch"
+    )  # the version the stack started with
     etag = api.get("/api/v1/config").headers["etag"]
-    response = api.post("/api/v1/config/rollback", json={"config_version": target["config_version"]},
-                        headers={"If-Match": etag})
+    response = api.post(
+        "/api/v1/config/rollback",
+        json={"config_version": target["config_version"]},
+        headers={"If-Match": etag},
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["status"] == "active" and body["rollback_of"] == target["version"]
@@ -290,8 +382,9 @@ def test_rollback_reactivates_a_recorded_version(api: httpx.Client, stack: Stack
     assert chat(stack, MATH.format("after rollback")).headers["x-selected-model"] == "model-a"
     newest = api.get("/api/v1/config/versions").json()["versions"][0]
     assert newest["active"] and newest["rollback_of"] == target["version"] and newest["source"] == "rollback"
-    assert {g["hash"] for g in router_generations().values()} == {api.get("/api/v1/config/hash").json()[
-        "active_runtime_hash"]}
+    assert {g["hash"] for g in router_generations().values()} == {
+        api.get("/api/v1/config/hash").json()["active_runtime_hash"]
+    }
 
 
 def test_cli_status_and_config_commands(api: httpx.Client, stack: Stack, tmp_path: Path) -> None:
@@ -322,7 +415,9 @@ def test_cli_status_and_config_commands(api: httpx.Client, stack: Stack, tmp_pat
     assert rolled.exit_code == 0, rolled.output
     assert json.loads(rolled.stdout)["status"] == "active"
     assert api.get("/api/v1/config").json()["routing"].get("strategy", "priority") == "priority"
-    replaced = runner.invoke(cli, ["config", "apply", "--config", str(saved), *endpoint])  # PUT of what `get` wrote
+    replaced = runner.invoke(
+        cli, ["config", "apply", "--config", str(saved), *endpoint]
+    )  # PUT of what `get` wrote
     assert replaced.exit_code == 0, replaced.output
 
 
@@ -348,11 +443,25 @@ def test_an_app_deployed_from_a_serve_config_reloads_in_place(stack: Stack) -> N
 
     name = "decl-mgmt"
     client = _get_global_client()
-    client.deploy_apps(ServeDeploySchema.model_validate({"applications": [{
-        "name": name, "route_prefix": f"/{name}", "import_path": "deployments.graph:build_app",
-        "args": {"config_path": str(stack.config_path), "metrics": {"enabled": False}, "decision_model": False},
-        "deployments": [{"name": "Router", "num_replicas": 1}],
-    }]}))
+    client.deploy_apps(
+        ServeDeploySchema.model_validate(
+            {
+                "applications": [
+                    {
+                        "name": name,
+                        "route_prefix": f"/{name}",
+                        "import_path": "deployments.graph:build_app",
+                        "args": {
+                            "config_path": str(stack.config_path),
+                            "metrics": {"enabled": False},
+                            "decision_model": False,
+                        },
+                        "deployments": [{"name": "Router", "num_replicas": 1}],
+                    }
+                ]
+            }
+        )
+    )
     try:
         deadline = time.monotonic() + 240
         while str(getattr(serve.status().applications.get(name), "status", "")).split(".")[-1] != "RUNNING":
@@ -364,11 +473,17 @@ def test_an_app_deployed_from_a_serve_config_reloads_in_place(stack: Stack) -> N
                 time.sleep(0.5)
             instance = mgmt.get("/api/v1/status").json()["instance_id"]
             got = mgmt.get("/api/v1/config")
-            patch = {"routing": {"decisions": decisions_with(got.json(), "math", modelRefs=[{"model": "model-b"}])}}
+            patch = {
+                "routing": {"decisions": decisions_with(got.json(), "math", modelRefs=[{"model": "model-b"}])}
+            }
             response = mgmt.patch("/api/v1/config", json=patch, headers={"If-Match": got.headers["etag"]})
             assert response.status_code == 200 and response.json()["status"] == "active", response.text
-            answer = httpx.post(f"{stack.base_url}/{name}/v1/chat/completions", headers=BYPASS, timeout=60,
-                                json={"model": "MoM", "messages": [{"role": "user", "content": MATH.format("decl")}]})
+            answer = httpx.post(
+                f"{stack.base_url}/{name}/v1/chat/completions",
+                headers=BYPASS,
+                timeout=60,
+                json={"model": "MoM", "messages": [{"role": "user", "content": MATH.format("decl")}]},
+            )
             assert answer.status_code == 200 and answer.headers["x-selected-model"] == "model-b"
             assert mgmt.get("/api/v1/status").json()["instance_id"] == instance  # the Ingress kept running
         deployed = client.get_serve_details()["applications"][name]["deployed_app_config"]

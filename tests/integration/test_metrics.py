@@ -54,27 +54,41 @@ def test_totals_over_two_router_replicas_after_a_known_mix(stack: Stack) -> None
     client = openai.OpenAI(base_url=stack.v1, api_key="unused", max_retries=0)
     # math decision -> model-a (priced: prompt 1/1M, completion 2/1M USD); distinct questions, so the
     # decision's semantic cache answers none of them
-    questions = ["Solve the quadratic equation x^2 - 5x + 6 = 0 for x.",
-                 "What is the equation of a circle centred at the origin with radius 3?",
-                 "Balance the chemical equation for burning methane in oxygen.",
-                 "Which differential equation describes radioactive decay over time?",
-                 "Derive the Schrodinger equation for a free particle in one dimension.",
-                 "In economics, what does the quantity equation of money say about inflation?"]
+    questions = [
+        "Solve the quadratic equation x^2 - 5x + 6 = 0 for x.",
+        "What is the equation of a circle centred at the origin with radius 3?",
+        "Balance the chemical equation for burning methane in oxygen.",
+        "Which differential equation describes radioactive decay over time?",
+        "Derive the Schrodinger equation for a free particle in one dimension.",
+        "In economics, what does the quantity equation of money say about inflation?",
+    ]
     for question in questions:
         client.chat.completions.create(model="MoM", messages=[{"role": "user", "content": question}])
     stream = client.chat.completions.create(
-        model="MoM", stream=True, messages=[{"role": "user", "content": "metricsmix: take the derivative"}])
+        model="MoM", stream=True, messages=[{"role": "user", "content": "metricsmix: take the derivative"}]
+    )
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     for _ in range(2):
         client.chat.completions.create(model="model-b", messages=[{"role": "user", "content": "hello"}])
     with pytest.raises(openai.PermissionDeniedError):
-        client.chat.completions.create(model="MoM", messages=[
-            {"role": "user", "content": "securechat: my social security number is 536-22-8451, file my taxes"}])
+        client.chat.completions.create(
+            model="MoM",
+            messages=[
+                {
+                    "role": "user",
+                    "content": "securechat: my social security number is 536-22-8451, file my taxes",
+                }
+            ],
+        )
     with pytest.raises(openai.APIStatusError) as down:
         client.chat.completions.create(model="MoM", messages=[{"role": "user", "content": "alldowntest now"}])
     assert down.value.status_code in (503, 504)
-    bad = httpx.post(f"{stack.v1}/chat/completions", content=b"{not json", timeout=10,
-                     headers={"content-type": "application/json"})
+    bad = httpx.post(
+        f"{stack.v1}/chat/completions",
+        content=b"{not json",
+        timeout=10,
+        headers={"content-type": "application/json"},
+    )
     assert bad.status_code == 400
 
     def check() -> None:

@@ -33,19 +33,9 @@ from deployments.domain_classifier import DomainClassifier
 from deployments.embedding import Embedding
 from deployments.guard import Guard
 from deployments.response_cache import ResponseCache
+from tests.unit.test_model_deployments import TEXTS
 
 pytestmark = pytest.mark.integration
-
-TEXTS = [
-    "What is the derivative of x squared?",
-    "Write a haiku about autumn leaves.",
-    "How do I reverse a linked list in Python?",
-    "Explain the causes of the French Revolution.",
-    "What is the capital of Australia?",
-    "Summarise the theory of relativity in two sentences.",
-    "Which enzymes break down starch?",
-    "Translate 'good morning' into German.",
-]
 
 
 @contextlib.contextmanager
@@ -268,6 +258,7 @@ def test_cache_bad_input_is_a_clean_error(fresh_cache) -> None:
 
 # ------------------------------------------------------------------ Guard deployment (Ray local testing mode)
 
+
 @pytest.fixture(scope="module")
 def guard_handle():
     with local_replica_context():
@@ -279,9 +270,11 @@ def guard_handle():
 
 def test_guard_detects_pii_for_concurrent_callers_with_their_own_settings(guard_handle):
     texts = ["Mail jane@example.com or call 212-555-0187", "nothing to see here"]
-    calls = [guard_handle.detect_pii.remote(texts),
-             guard_handle.detect_pii.remote(texts[:1], ["PHONE_NUMBER"]),
-             guard_handle.detect_pii.remote(texts[:1], None, 0.99)]
+    calls = [
+        guard_handle.detect_pii.remote(texts),
+        guard_handle.detect_pii.remote(texts[:1], ["PHONE_NUMBER"]),
+        guard_handle.detect_pii.remote(texts[:1], None, 0.99),
+    ]
     everything, phones, strict = (c.result() for c in calls)
     assert {e["type"] for e in everything[0]["entities"]} == {"EMAIL_ADDRESS", "PHONE_NUMBER"}
     assert everything[1]["has_pii"] is False
@@ -298,7 +291,9 @@ def test_guard_rejects_bad_input_cleanly(guard_handle):
         guard_handle.detect_pii.remote("a bare string").result()
     with pytest.raises(ValueError):
         guard_handle.detect_jailbreak.remote(["x"], None, "astrology").result()
-    assert guard_handle.detect_pii.remote(["jane@example.com"]).result()[0]["has_pii"] is True  # still serving
+    assert (
+        guard_handle.detect_pii.remote(["jane@example.com"]).result()[0]["has_pii"] is True
+    )  # still serving
 
 
 def test_guard_jailbreak_with_and_without_vectors_agree(guard_handle):
@@ -313,10 +308,13 @@ def test_guard_jailbreak_with_and_without_vectors_agree(guard_handle):
 
 # ------------------------------------------------------------------ DomainClassifier deployment (local testing mode)
 
+
 @pytest.fixture(scope="module")
 def domain_handle():
     with local_replica_context():
-        handle = serve.run(DomainClassifier.bind(), name="test-domain", route_prefix=None, _local_testing_mode=True)
+        handle = serve.run(
+            DomainClassifier.bind(), name="test-domain", route_prefix=None, _local_testing_mode=True
+        )
         assert handle.info.remote().result()["loaded"]
         yield handle
         stop_local_app(handle)
@@ -332,7 +330,10 @@ def test_domain_deployment_reuses_vectors_and_applies_per_caller_settings(domain
     assert given[0]["category"] == "law" and given[1]["category"] == "math"
     assert own[2]["category"] == "other"  # blank text: the fallback
     assert sum(given[0]["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
-    expected = [r["category"] if r["confidence"] >= 0.995 and text else "general" for r, text in zip(given, texts, strict=True)]
+    expected = [
+        r["category"] if r["confidence"] >= 0.995 and text else "general"
+        for r, text in zip(given, texts, strict=True)
+    ]
     assert [r["category"] for r in strict] == expected and "general" in expected
     with pytest.raises(ValueError):
         domain_handle.classify.remote(texts, vectors[:1]).result()
@@ -342,21 +343,30 @@ def test_domain_deployment_reuses_vectors_and_applies_per_caller_settings(domain
 
 # ---------------------------------------------------------------- DecisionModel
 
-QUESTION = {"type": "choice", "criteria": {"billing": "payments and refunds", "shipping": "delivery and tracking"}}
+QUESTION = {
+    "type": "choice",
+    "criteria": {"billing": "payments and refunds", "shipping": "delivery and tracking"},
+}
 
 
 @pytest.fixture(scope="module")
 def decision_handle():
     with local_replica_context():
-        h = serve.run(DecisionModel.bind(), name="test-decision-model", route_prefix=None, _local_testing_mode=True)
+        h = serve.run(
+            DecisionModel.bind(), name="test-decision-model", route_prefix=None, _local_testing_mode=True
+        )
         h.info.remote().result()
         yield h
         stop_local_app(h)
 
 
 def test_concurrent_decisions_through_the_deployment(decision_handle):
-    states = ["refund my double charge", "my parcel is lost in transit", "charge on my card is wrong",
-              "tracking says delivered but nothing came"]
+    states = [
+        "refund my double charge",
+        "my parcel is lost in transit",
+        "charge on my card is wrong",
+        "tracking says delivered but nothing came",
+    ]
     calls = [decision_handle.decide.remote({"state": s, "questions": {"q": QUESTION}}) for s in states]
     choices = [c.result()["answers"]["q"]["choice"] for c in calls]
     assert choices == ["billing", "shipping", "billing", "shipping"]
@@ -372,7 +382,9 @@ def test_invalid_requests_raise_the_engine_error(decision_handle):
 def test_models_unknown_names_and_metrics(decision_handle):
     assert [c["name"] for c in decision_handle.models.remote().result()] == ["decision-model"]
     for name in ("decision-model", "systemone", "decisions"):
-        answer = decision_handle.decide.remote({"model": name, "state": "refund me", "questions": {"q": QUESTION}}).result()
+        answer = decision_handle.decide.remote(
+            {"model": name, "state": "refund me", "questions": {"q": QUESTION}}
+        ).result()
         assert answer["answers"]["q"]["choice"] == "billing"
     with pytest.raises(ModelNotFound):
         decision_handle.decide.remote({"model": "gpt-4", "state": "x", "questions": {"q": QUESTION}}).result()

@@ -24,8 +24,9 @@ def tight_worker(worker_factory):
 
 async def test_a_burst_over_max_queue_is_answered_429(tight_worker):
     async with tight_worker.async_client(timeout=30.0) as client:
-        responses = await asyncio.gather(*(
-            client.post("/v1/embeddings", json={"input": f"burst {i}"}) for i in range(8)))
+        responses = await asyncio.gather(
+            *(client.post("/v1/embeddings", json={"input": f"burst {i}"}) for i in range(8))
+        )
     statuses = sorted(r.status_code for r in responses)
     assert statuses.count(200) >= 1 and statuses.count(429) >= 1
     rejected = next(r for r in responses if r.status_code == 429)
@@ -54,7 +55,9 @@ async def test_max_queued_tokens_rejects_a_request_too_big_for_the_queue(worker_
 
 
 async def test_supervisor_restarts_a_killed_worker_while_a_client_keeps_answering(tmp_path):
-    settings = RuntimeSettings.model_validate({"model_deployments": {"emb": {"artifact": "minilm-embedding"}}})
+    settings = RuntimeSettings.model_validate(
+        {"model_deployments": {"emb": {"artifact": "minilm-embedding"}}}
+    )
     env = SrunEnvironment(command=[sys.executable, "-m", "app.cli.srun"], dir=tmp_path, cpu_threads=1)
     supervisor = RuntimeSupervisor(settings, env, policy=RestartPolicy(min_backoff_s=0.2, stop_timeout_s=5.0))
     supervisor.start()
@@ -74,7 +77,9 @@ async def test_supervisor_restarts_a_killed_worker_while_a_client_keeps_answerin
         assert process.restarts >= 1
         await supervisor.check_health()
         assert supervisor.metrics.value("svc_model_runtime_restarts_total", deployment="emb") >= 1
-        assert supervisor.metrics.value("svc_model_runtime_requests_total", deployment="emb", outcome="ok") >= 7
+        assert (
+            supervisor.metrics.value("svc_model_runtime_requests_total", deployment="emb", outcome="ok") >= 7
+        )
         with pytest.raises(RuntimeCallError) as err:
             await client.embeddings({"input": "x", "dimensions": 3})
         assert err.value.status == 400 and err.value.outcome == "rejected"

@@ -33,17 +33,25 @@ class WorkerProcess:
         env = {**os.environ, "SVC_SR_ENCODER_THREADS": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "app.cli.srun", "run", *args, *where, "--log-level", "warning"],
-            cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            cwd=ROOT,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
 
     def client(self, **kw: Any) -> httpx.Client:
         if self.uds:
-            return httpx.Client(transport=httpx.HTTPTransport(uds=str(self.uds)), base_url="http://srun", **kw)
+            return httpx.Client(
+                transport=httpx.HTTPTransport(uds=str(self.uds)), base_url="http://srun", **kw
+            )
         return httpx.Client(base_url=f"http://127.0.0.1:{self.port}", **kw)
 
     def async_client(self, **kw: Any) -> httpx.AsyncClient:
         if self.uds:
-            return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(self.uds)), base_url="http://srun", **kw)
+            return httpx.AsyncClient(
+                transport=httpx.AsyncHTTPTransport(uds=str(self.uds)), base_url="http://srun", **kw
+            )
         return httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}", **kw)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:

@@ -19,8 +19,11 @@ from app.cache.channel import CacheChannelClient, CacheChannelServer, ChannelErr
 from app.cache.lane import CacheLane
 
 DIM = 384
-ANSWER = {"id": "c1", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant",
-                                                                                        "content": "4"}}]}
+ANSWER = {
+    "id": "c1",
+    "object": "chat.completion",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}}],
+}
 
 
 def unit(seed: int) -> np.ndarray:
@@ -59,7 +62,9 @@ async def test_socket_is_private_to_the_user(server: CacheChannelServer, socket_
 
 async def test_concurrent_calls_use_pooled_connections(server: CacheChannelServer, socket_path: str) -> None:
     client = CacheChannelClient(socket_path, max_idle=4)
-    await asyncio.gather(*(client.store(f"m|{i}", unit(i), {**ANSWER, "id": str(i)}, None) for i in range(20)))
+    await asyncio.gather(
+        *(client.store(f"m|{i}", unit(i), {**ANSWER, "id": str(i)}, None) for i in range(20))
+    )
     hits = await asyncio.gather(*(client.lookup(f"m|{i}", unit(i), 0.99) for i in range(20)))
     assert [h.response["id"] for h in hits if h is not None] == [str(i) for i in range(20)]
     assert len(client._idle) <= 4  # the rest were closed, not leaked
@@ -77,7 +82,9 @@ async def test_refused_values_are_the_callers_error(server: CacheChannelServer, 
     client.close()
 
 
-async def test_a_malformed_frame_is_answered_not_dropped(server: CacheChannelServer, socket_path: str) -> None:
+async def test_a_malformed_frame_is_answered_not_dropped(
+    server: CacheChannelServer, socket_path: str
+) -> None:
     reader, writer = await asyncio.open_unix_connection(socket_path)
     for payload in (b"not json", b'{"op": "drop_table"}'):
         writer.write(struct.pack(">I", len(payload)) + payload)
@@ -88,7 +95,9 @@ async def test_a_malformed_frame_is_answered_not_dropped(server: CacheChannelSer
     writer.close()
 
 
-async def test_an_oversized_frame_closes_that_connection_only(server: CacheChannelServer, socket_path: str) -> None:
+async def test_an_oversized_frame_closes_that_connection_only(
+    server: CacheChannelServer, socket_path: str
+) -> None:
     reader, writer = await asyncio.open_unix_connection(socket_path)
     writer.write(struct.pack(">I", 2**31))
     await writer.drain()
@@ -115,7 +124,9 @@ class Handle:
         self.calls += 1
         return self.backend.lookup(partition, vector, threshold)
 
-    async def store(self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl: int | None) -> None:
+    async def store(
+        self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl: int | None
+    ) -> None:
         self.calls += 1
         self.backend.store(partition, vector, response, ttl)
 
@@ -124,8 +135,9 @@ def lane_for(handle: Handle, info: ChannelInfo | None, node: str = "node-a", **k
     async def discover() -> ChannelInfo | None:
         return info
 
-    return CacheLane(node_id=node, discover=discover, handle_lookup=handle.lookup, handle_store=handle.store,
-                     **kwargs)
+    return CacheLane(
+        node_id=node, discover=discover, handle_lookup=handle.lookup, handle_store=handle.store, **kwargs
+    )
 
 
 async def test_lane_uses_the_channel_on_the_same_node(server: CacheChannelServer, socket_path: str) -> None:
@@ -136,8 +148,9 @@ async def test_lane_uses_the_channel_on_the_same_node(server: CacheChannelServer
     assert (lane.channel_calls, handle.calls) == (2, 0) and lane.connected
 
 
-async def test_lane_uses_the_handle_for_a_replica_on_another_node(server: CacheChannelServer,
-                                                                  socket_path: str) -> None:
+async def test_lane_uses_the_handle_for_a_replica_on_another_node(
+    server: CacheChannelServer, socket_path: str
+) -> None:
     handle = Handle(server.backend)  # type: ignore[arg-type]
     lane = lane_for(handle, ChannelInfo(node_id="node-b", path=socket_path))
     await lane.store("m|math", unit(1), ANSWER, None)
@@ -149,7 +162,9 @@ async def test_lane_falls_back_to_the_handle_when_the_channel_dies(socket_path: 
     backend = InMemorySemanticCache()
     handle = Handle(backend)
     now = [0.0]
-    lane = lane_for(handle, ChannelInfo(node_id="node-a", path=socket_path), retry_s=5.0, clock=lambda: now[0])
+    lane = lane_for(
+        handle, ChannelInfo(node_id="node-a", path=socket_path), retry_s=5.0, clock=lambda: now[0]
+    )
     server = await CacheChannelServer(backend, socket_path).start()
     await lane.store("m|math", unit(1), ANSWER, None)
     await server.close()  # the replica restarted: its socket is gone
@@ -172,6 +187,8 @@ async def test_lane_without_a_channel_or_with_a_failing_discovery_uses_the_handl
     async def broken() -> ChannelInfo | None:
         raise RuntimeError("replica starting")
 
-    lane = CacheLane(node_id="node-a", discover=broken, handle_lookup=handle.lookup, handle_store=handle.store)
+    lane = CacheLane(
+        node_id="node-a", discover=broken, handle_lookup=handle.lookup, handle_store=handle.store
+    )
     await lane.store("m|math", unit(1), ANSWER, None)
     assert handle.calls == 2 and backend.stats().entries == 1

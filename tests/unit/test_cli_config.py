@@ -126,8 +126,15 @@ def test_apply_exit_codes(server: Server, tmp_path: Path):
     bad["routing"]["decisions"][0]["modelRefs"][0]["model"] = "ghost"
     invalid = run("config", "apply", *ep, "--config", str(write(tmp_path / "bad.yaml", bad)))
     assert invalid.exit_code == EXIT_INVALID and "routing.decisions[0].modelRefs[0]" in invalid.stderr
-    stale = run("config", "apply", *ep, "--config", str(write(tmp_path / "ok.yaml", base_document())),
-                "--if-match", '"0000"')
+    stale = run(
+        "config",
+        "apply",
+        *ep,
+        "--config",
+        str(write(tmp_path / "ok.yaml", base_document())),
+        "--if-match",
+        '"0000"',
+    )
     assert stale.exit_code == EXIT_CONFLICT
     remote_invalid = run("config", "validate", str(tmp_path / "bad.yaml"), *ep)
     assert remote_invalid.exit_code == EXIT_INVALID
@@ -151,7 +158,9 @@ def test_token_from_environment_and_auth_failures(upstream: FakeUpstream):
     document = with_auth(base_document(upstream.base_url), {"mode": "bearer"})
     with Server(Harness(document, environ={"SVC_MGMT_TOKEN": TOKEN})) as srv:
         ok = run("config", "get", "--endpoint", srv.url, env={"SVC_MGMT_TOKEN": TOKEN})
-        custom = run("config", "get", "--endpoint", srv.url, "--token-env", "MY_TOKEN", env={"MY_TOKEN": TOKEN})
+        custom = run(
+            "config", "get", "--endpoint", srv.url, "--token-env", "MY_TOKEN", env={"MY_TOKEN": TOKEN}
+        )
         denied = run("config", "get", "--endpoint", srv.url, env={"SVC_MGMT_TOKEN": "wrong"})
     assert ok.exit_code == 0 and custom.exit_code == 0
     assert denied.exit_code == EXIT_AUTH and TOKEN not in denied.stderr + denied.stdout
@@ -171,7 +180,9 @@ def test_route_preview_remote_and_local(server: Server, tmp_path: Path):
     body = json.loads(remote.stdout)
     assert (body["decision"], body["selected_model"]) == ("math", "big")
     assert body["matched_signals"] == ["keyword:math_kw"]
-    local = run("route", "preview", "hello", "--local", str(write(tmp_path / "c.yaml", base_document())), "--full")
+    local = run(
+        "route", "preview", "hello", "--local", str(write(tmp_path / "c.yaml", base_document())), "--full"
+    )
     assert local.exit_code == 0 and json.loads(local.stdout)["selected_model"] == "small"
 
 

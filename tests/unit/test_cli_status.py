@@ -36,7 +36,10 @@ def test_status_of_a_remote_endpoint(server: Server) -> None:
     assert report["running"] is True and report["endpoint"] == server.url
     assert report["health"] == {"status": "ok"}
     assert report["ready"]["phase"] == "complete" and report["ready"]["ready"] is True
-    assert report["active_config"]["config_version"] == 1 and report["active_config"]["activation_status"] == "active"
+    assert (
+        report["active_config"]["config_version"] == 1
+        and report["active_config"]["activation_status"] == "active"
+    )
 
 
 def test_status_exit_3_when_nothing_answers(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,7 +24,14 @@ ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "cluster"
 SERVE_CONFIGS = ["serve-config.yaml", "serve-config-gpu.yaml"]
 EXPECTED_DEPLOYMENTS = {
-    "Observability", "Ingress", "Router", "Embedding", "ResponseCache", "DomainClassifier", "Guard", "DecisionModel",
+    "Observability",
+    "Ingress",
+    "Router",
+    "Embedding",
+    "ResponseCache",
+    "DomainClassifier",
+    "Guard",
+    "DecisionModel",
 }
 MODEL_DEPLOYMENTS = {"Embedding"}
 LAPTOP_CPUS = 2.0
@@ -194,8 +201,8 @@ def test_every_ray_start_gets_the_serve_fast_path() -> None:
         assert wanted <= set(start.replace(";", " ").split())
     cluster = _rayservice()["spec"]["rayClusterConfig"]
     containers = [cluster["headGroupSpec"]["template"]["spec"]["containers"][0]] + [
-        g["template"]["spec"]["containers"][0] for g in cluster["workerGroupSpecs"]]
+        g["template"]["spec"]["containers"][0] for g in cluster["workerGroupSpecs"]
+    ]
     for container in containers:
         env = {f"{e['name']}={e['value']}" for e in container.get("env", [])}
         assert wanted <= env
-

@@ -50,11 +50,19 @@ def test_reference_example_converts_to_the_canonical_structure() -> None:
     assert providers["defaults"]["default_model"] == "qwen3-8b"
     assert providers["defaults"]["default_reasoning_effort"] == "high"
     assert providers["defaults"]["reasoning_families"]["qwen3"] == {
-        "type": "chat_template_kwargs", "parameter": "enable_thinking"}
+        "type": "chat_template_kwargs",
+        "parameter": "enable_thinking",
+    }
     models = {m["name"]: m for m in providers["models"]}
     assert set(models) == {"qwen3-8b", "qwen3-32b"}
-    assert models["qwen3-32b"]["backend_refs"] == [{"name": "local", "endpoint": "127.0.0.1:18082", "weight": 1}]
-    assert models["qwen3-32b"]["pricing"] == {"currency": "USD", "prompt_per_1m": 1.2, "completion_per_1m": 3.4}
+    assert models["qwen3-32b"]["backend_refs"] == [
+        {"name": "local", "endpoint": "127.0.0.1:18082", "weight": 1}
+    ]
+    assert models["qwen3-32b"]["pricing"] == {
+        "currency": "USD",
+        "prompt_per_1m": 1.2,
+        "completion_per_1m": 3.4,
+    }
     assert models["qwen3-8b"]["reasoning_family"] == "qwen3"
 
     routing = document["routing"]
@@ -126,14 +134,18 @@ def test_endpoints_are_assigned_by_preference_then_models_list() -> None:
 
 def test_model_without_preference_uses_endpoints_without_models_list() -> None:
     doc = {
-        "vllm_endpoints": [{"name": "a", "address": "10.0.0.1", "port": 8000},
-                           {"name": "b", "address": "10.0.0.2", "port": 8000}],
+        "vllm_endpoints": [
+            {"name": "a", "address": "10.0.0.1", "port": 8000},
+            {"name": "b", "address": "10.0.0.2", "port": 8000},
+        ],
         "model_config": {"m": {}},
         "default_model": "m",
     }
     document, warnings = migrate_legacy(doc)
     assert [r["endpoint"] for r in document["providers"]["models"][0]["backend_refs"]] == [
-        "10.0.0.1:8000", "10.0.0.2:8000"]
+        "10.0.0.1:8000",
+        "10.0.0.2:8000",
+    ]
     assert any("every endpoint" in w for w in warnings)
 
 
@@ -141,13 +153,19 @@ def test_model_without_preference_uses_endpoints_without_models_list() -> None:
     ("endpoint", "ref"),
     [
         ({"address": "10.1.2.3", "port": 8000}, {"endpoint": "10.1.2.3:8000"}),
-        ({"address": "https://api.example.com", "port": 443}, {"endpoint": "api.example.com:443", "protocol": "https"}),
+        (
+            {"address": "https://api.example.com", "port": 443},
+            {"endpoint": "api.example.com:443", "protocol": "https"},
+        ),
         ({"address": "http://gpu:9000/v1"}, {"base_url": "http://gpu:9000/v1"}),
         ({"address": "::1", "port": 8001}, {"base_url": "http://[::1]:8001"}),
     ],
 )
 def test_endpoint_address_forms(endpoint, ref) -> None:
-    doc = {"vllm_endpoints": [{"name": "e", **endpoint}], "model_config": {"m": {"preferred_endpoints": ["e"]}}}
+    doc = {
+        "vllm_endpoints": [{"name": "e", **endpoint}],
+        "model_config": {"m": {"preferred_endpoints": ["e"]}},
+    }
     document, _ = migrate_legacy(doc)
     got = document["providers"]["models"][0]["backend_refs"][0]
     assert {k: v for k, v in got.items() if k != "name"} == ref
@@ -203,8 +221,10 @@ def test_access_key_becomes_backend_api_key_with_a_warning() -> None:
         (lambda d: d["vllm_endpoints"].append("oops"), "vllm_endpoints[1]"),
         (lambda d: d["vllm_endpoints"][0].pop("address"), "vllm_endpoints[0].address"),
         (lambda d: d["vllm_endpoints"][0].update(port="http"), "vllm_endpoints[0].port"),
-        (lambda d: d["model_config"]["qwen3-8b"].update(preferred_endpoints=["gpu9"]),
-         "model_config.qwen3-8b.preferred_endpoints[0]"),
+        (
+            lambda d: d["model_config"]["qwen3-8b"].update(preferred_endpoints=["gpu9"]),
+            "model_config.qwen3-8b.preferred_endpoints[0]",
+        ),
         (lambda d: d.update(keyword_rules=[5]), "keyword_rules[0]"),
         (lambda d: d.update(decisions={"a": 1}), "decisions"),
     ],

@@ -10,7 +10,8 @@ import yaml
 
 from app.config import ConfigError, LoadedConfig, load_config, parse_config, to_yaml
 from app.config.loader import MAX_NODES, config_hash
-from app.config.models import ContextSignal, RouterConfig, parse_token_count
+from app.config.models import RouterConfig
+from app.config.signals import ContextSignal, parse_token_count
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "config.yaml"
@@ -23,6 +24,7 @@ def _issues(exc: pytest.ExceptionInfo[ConfigError]) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- the shipped configs
+
 
 def test_default_config_loads_without_warnings() -> None:
     loaded = load_config(DEFAULT)
@@ -48,8 +50,13 @@ def test_default_config_loads_without_warnings() -> None:
     assert {"system_prompt", "semantic-cache"} <= {p.type for p in decisions["math"].plugins}
     assert {"semantic-cache", "header_mutation"} <= {p.type for p in decisions["general"].plugins}
     cache = config.global_.stores.response_cache
-    assert (cache.enabled, cache.backend_type, cache.similarity_threshold, cache.ttl_seconds, cache.max_entries) == (
-        True, "memory", 0.9, 3600, 1000)
+    assert (
+        cache.enabled,
+        cache.backend_type,
+        cache.similarity_threshold,
+        cache.ttl_seconds,
+        cache.max_entries,
+    ) == (True, "memory", 0.9, 3600, 1000)
     assert config.global_.router.auto_model_name == "MoM"
     assert config.global_.services.management_api.port == 8080
     assert config.global_.services.observability.metrics.port == 9190
@@ -83,6 +90,7 @@ def test_domains_example_routes_on_domains() -> None:
 
 
 # ---------------------------------------------------------------- parse stage
+
 
 def test_yaml_syntax_error_names_the_line() -> None:
     with pytest.raises(ConfigError) as exc:
@@ -121,7 +129,9 @@ def test_duplicate_key_reports_line() -> None:
 
 
 def test_yaml_merge_keys_may_be_overridden() -> None:
-    text = (DATA / "minimal.yaml").read_text() + "listeners:\n  - &l {name: a, port: 9001}\n  - <<: *l\n    name: b\n    port: 9002\n"
+    text = (
+        DATA / "minimal.yaml"
+    ).read_text() + "listeners:\n  - &l {name: a, port: 9001}\n  - <<: *l\n    name: b\n    port: 9002\n"
     config = parse_config(text).config
     assert [(lis.name, lis.port) for lis in config.listeners] == [("a", 9001), ("b", 9002)]
 
@@ -184,6 +194,7 @@ def test_parse_config_does_not_mutate_its_input() -> None:
 
 
 # ---------------------------------------------------------------- schema stage paths
+
 
 def test_every_issue_is_reported_with_its_path() -> None:
     with pytest.raises(ConfigError) as exc:
@@ -248,7 +259,10 @@ def test_wrong_version_is_rejected() -> None:
 def test_condition_shape_errors_have_paths() -> None:
     document = yaml.safe_load(DEFAULT.read_text())
     document["routing"]["decisions"][0]["rules"] = {"operator": "NOT", "conditions": []}
-    document["routing"]["decisions"][1]["rules"] = {"operator": "XOR", "conditions": [{"type": "keyword", "name": "urgent"}]}
+    document["routing"]["decisions"][1]["rules"] = {
+        "operator": "XOR",
+        "conditions": [{"type": "keyword", "name": "urgent"}],
+    }
     with pytest.raises(ConfigError) as exc:
         parse_config(document)
     assert set(_issues(exc)) == {"routing.decisions[0].rules", "routing.decisions[1].rules.operator"}
@@ -256,8 +270,10 @@ def test_condition_shape_errors_have_paths() -> None:
 
 # ---------------------------------------------------------------- hashing / round trip
 
-@pytest.mark.parametrize("path", [DEFAULT, *EXAMPLES, DATA / "minimal.yaml", DATA / "pre-decision.yaml"],
-                         ids=lambda p: p.name)
+
+@pytest.mark.parametrize(
+    "path", [DEFAULT, *EXAMPLES, DATA / "minimal.yaml", DATA / "pre-decision.yaml"], ids=lambda p: p.name
+)
 def test_round_trip_keeps_the_hash(path: Path) -> None:
     loaded = load_config(path)
     again = parse_config(loaded.config.to_document())
@@ -287,10 +303,19 @@ def test_legacy_source_hash_equals_its_migrated_document() -> None:
 
 # ---------------------------------------------------------------- token counts
 
+
 @pytest.mark.parametrize(
     ("value", "tokens"),
-    [(4096, 4096), ("4096", 4096), ("2K", 2048), ("32k", 32768), ("1M", 1048576), ("1.5K", 1536), (" 8 K ", 8192),
-     (None, None)],
+    [
+        (4096, 4096),
+        ("4096", 4096),
+        ("2K", 2048),
+        ("32k", 32768),
+        ("1M", 1048576),
+        ("1.5K", 1536),
+        (" 8 K ", 8192),
+        (None, None),
+    ],
 )
 def test_token_count_suffixes(value, tokens) -> None:
     assert parse_token_count(value) == tokens

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.config.models import PLUGIN_TYPES, REFERENCE_ONLY_PLUGIN_TYPES, Plugin
 from app.config.plugins import (
     PLUGIN_MODELS,
     FastResponsePlugin,
@@ -19,6 +18,7 @@ from app.config.plugins import (
     UnknownPluginError,
     parse_plugin,
 )
+from app.config.routing import PLUGIN_TYPES, REFERENCE_ONLY_PLUGIN_TYPES, Plugin
 
 
 def _plugin(type_: str, enabled: bool | None = None, **configuration) -> Plugin:
@@ -40,7 +40,9 @@ def test_system_prompt() -> None:
 
 
 def test_plugin_level_enabled_overrides_configuration() -> None:
-    plugin = Plugin(type="system_prompt", enabled=False, configuration={"system_prompt": "x", "enabled": True})
+    plugin = Plugin(
+        type="system_prompt", enabled=False, configuration={"system_prompt": "x", "enabled": True}
+    )
     assert parse_plugin(plugin).enabled is False
     assert parse_plugin(_plugin("jailbreak")).enabled is True  # a listed plugin is on by default
 
@@ -59,8 +61,15 @@ def test_response_cache_aliases(type_: str) -> None:
 
 @pytest.mark.parametrize(
     "configuration",
-    [{"similarity_threshold": -0.1}, {"similarity_threshold": 1.01}, {"ttl_seconds": -5}, {"mode": "fuzzy"},
-     {"semantic": {"similarity_threshold": 2}}, {"scope": "tenant"}, {"threshold": 0.9}],
+    [
+        {"similarity_threshold": -0.1},
+        {"similarity_threshold": 1.01},
+        {"ttl_seconds": -5},
+        {"mode": "fuzzy"},
+        {"semantic": {"similarity_threshold": 2}},
+        {"scope": "tenant"},
+        {"threshold": 0.9},
+    ],
 )
 def test_response_cache_rejects(configuration: dict) -> None:
     with pytest.raises(ValidationError):
@@ -68,8 +77,14 @@ def test_response_cache_rejects(configuration: dict) -> None:
 
 
 def test_header_mutation() -> None:
-    parsed = parse_plugin(_plugin("header_mutation", add=[{"name": "X-A", "value": "1"}],
-                                  update=[{"name": "X-B", "value": "2"}], delete=["X-C"]))
+    parsed = parse_plugin(
+        _plugin(
+            "header_mutation",
+            add=[{"name": "X-A", "value": "1"}],
+            update=[{"name": "X-B", "value": "2"}],
+            delete=["X-C"],
+        )
+    )
     assert isinstance(parsed, HeaderMutationPlugin)
     assert [(h.name, h.value) for h in parsed.add] == [("X-A", "1")]
     assert parsed.delete == ["X-C"]
@@ -102,8 +117,11 @@ def test_fast_response_pii_jailbreak_params_replay() -> None:
     assert isinstance(jail, JailbreakPlugin) and jail.threshold == 0.7
     with pytest.raises(ValidationError):
         parse_plugin(_plugin("jailbreak", threshold=7))
-    params = parse_plugin(_plugin("request_params", blocked_params=["logit_bias"], max_tokens_limit=512, max_n=1,
-                                  strip_unknown=True))
+    params = parse_plugin(
+        _plugin(
+            "request_params", blocked_params=["logit_bias"], max_tokens_limit=512, max_n=1, strip_unknown=True
+        )
+    )
     assert isinstance(params, RequestParamsPlugin) and params.max_tokens_limit == 512
     with pytest.raises(ValidationError):
         parse_plugin(_plugin("request_params", max_tokens_limit=0))

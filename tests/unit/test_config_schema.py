@@ -52,4 +52,6 @@ def test_committed_schema_file_is_current(schema: dict, tmp_path: Path) -> None:
     written = write_schema(tmp_path / "sub" / "config.schema.json")
     assert json.loads(written.read_text()) == schema
     committed = ROOT / "docs" / "config.schema.json"
-    assert json.loads(committed.read_text()) == schema, "regenerate docs/config.schema.json with write_schema()"
+    assert json.loads(committed.read_text()) == schema, (
+        "regenerate docs/config.schema.json with write_schema()"
+    )

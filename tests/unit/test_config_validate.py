@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from app.config import ConfigError, parse_config
-from app.config.models import REFERENCE_ONLY_PLUGIN_TYPES, REFERENCE_ONLY_SIGNAL_TYPES, RouterConfig
+from app.config.models import RouterConfig
+from app.config.routing import REFERENCE_ONLY_PLUGIN_TYPES
+from app.config.signals import REFERENCE_ONLY_SIGNAL_TYPES
 from app.config.validate import MMLU_PRO_CATEGORIES, semantic_issues
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,117 +40,230 @@ def _accept(mutate: Callable[[dict], object]) -> list[str]:
 
 
 REJECTIONS: list[tuple[str, Callable[[dict], object], str, str]] = [
-    ("unknown modelRef",
-     lambda d: _decision(d, "math")["modelRefs"][1].update(model="gpt-5"),
-     f"routing.decisions[{D['math']}].modelRefs[1].model", "unknown_model"),
-    ("unknown default model",
-     lambda d: d["providers"]["defaults"].update(default_model="gemma-generall"),
-     "providers.defaults.default_model", "unknown_model"),
-    ("duplicate decision name",
-     lambda d: _decision(d, "general").update(name="code"),
-     f"routing.decisions[{D['general']}].name", "duplicate_name"),
-    ("duplicate provider model",
-     lambda d: d["providers"]["models"][1].update(name="gemma-general"),
-     "providers.models[1].name", "duplicate_name"),
-    ("duplicate keyword signal",
-     lambda d: d["routing"]["signals"]["keywords"][2].update(name="urgent"),
-     "routing.signals.keywords[2].name", "duplicate_name"),
-    ("duplicate embedding signal",
-     lambda d: d["routing"]["signals"]["embeddings"][1].update(name="math_help"),
-     "routing.signals.embeddings[1].name", "duplicate_name"),
-    ("duplicate domain signal",
-     lambda d: d["routing"]["signals"]["domains"][13].update(name="biology"),
-     "routing.signals.domains[13].name", "duplicate_name"),
-    ("unknown condition type",
-     lambda d: _decision(d, "code")["rules"]["conditions"][0].update(type="keywords"),
-     f"routing.decisions[{D['code']}].rules.conditions[0].type", "unknown_signal_type"),
-    ("reference-only condition type",
-     lambda d: _decision(d, "code")["rules"]["conditions"][0].update(type="complexity", name="hard"),
-     f"routing.decisions[{D['code']}].rules.conditions[0].type", "unsupported_signal"),
-    ("undefined signal name (nested)",
-     lambda d: _decision(d, "greeting")["rules"]["conditions"][1]["conditions"][0].update(name="huge_context"),
-     f"routing.decisions[{D['greeting']}].rules.conditions[1].conditions[0].name", "unknown_signal"),
-    ("undefined domain name",
-     lambda d: _decision(d, "code")["rules"]["conditions"][1].update(type="domain", name="astrology"),
-     f"routing.decisions[{D['code']}].rules.conditions[1].name", "unknown_signal"),
-    ("pii condition with no pii signals",
-     lambda d: _decision(d, "code")["rules"]["conditions"].append({"type": "pii", "name": "any_pii"}),
-     f"routing.decisions[{D['code']}].rules.conditions[2].name", "unknown_signal"),
-    ("unknown plugin type",
-     lambda d: _decision(d, "code")["plugins"].append({"type": "teleport"}),
-     f"routing.decisions[{D['code']}].plugins[2].type", "unknown_plugin"),
-    ("bad system_prompt mode",
-     lambda d: _decision(d, "math")["plugins"][0]["configuration"].update(mode="append"),
-     f"routing.decisions[{D['math']}].plugins[0].configuration.mode", "literal_error"),
-    ("system_prompt without text",
-     lambda d: _decision(d, "math")["plugins"][0]["configuration"].pop("system_prompt"),
-     f"routing.decisions[{D['math']}].plugins[0].configuration.system_prompt", "missing"),
-    ("cache threshold out of range",
-     lambda d: _decision(d, "math")["plugins"][1]["configuration"].update(similarity_threshold=1.2),
-     f"routing.decisions[{D['math']}].plugins[1].configuration.similarity_threshold", "less_than_equal"),
-    ("cache negative ttl",
-     lambda d: _decision(d, "general")["plugins"][0]["configuration"].update(ttl_seconds=-1),
-     f"routing.decisions[{D['general']}].plugins[0].configuration.ttl_seconds", "greater_than_equal"),
-    ("typo in a plugin configuration",
-     lambda d: _decision(d, "greeting")["plugins"][0]["configuration"].update(mesage="hi"),
-     f"routing.decisions[{D['greeting']}].plugins[0].configuration.mesage", "extra_forbidden"),
-    ("header_mutation on a transport header",
-     lambda d: _decision(d, "general")["plugins"][1]["configuration"].update(delete=["Content-Length"]),
-     f"routing.decisions[{D['general']}].plugins[1].configuration.delete", "value_error"),
-    ("header_mutation bad header name",
-     lambda d: _decision(d, "general")["plugins"][1]["configuration"]["add"][0].update(name="X Bad"),
-     f"routing.decisions[{D['general']}].plugins[1].configuration.add[0].name", "value_error"),
-    ("request_params zero limit",
-     lambda d: _decision(d, "code")["plugins"][1]["configuration"].update(max_n=0),
-     f"routing.decisions[{D['code']}].plugins[1].configuration.max_n", "greater_than_equal"),
-    ("two cache plugins in one decision",
-     lambda d: _decision(d, "general")["plugins"].append({"type": "response_cache", "configuration": {}}),
-     f"routing.decisions[{D['general']}].plugins[2].type", "duplicate_plugin"),
-    ("model without backend_refs",
-     lambda d: d["providers"]["models"][1].update(backend_refs=[]),
-     "providers.models[1].backend_refs", "no_backends"),
-    ("unknown reasoning family",
-     lambda d: d["providers"]["models"][0].update(reasoning_family="llama"),
-     "providers.models[0].reasoning_family", "unknown_reasoning_family"),
-    ("negative price",
-     lambda d: d["providers"]["models"][1]["pricing"].update(completion_per_1m=-0.1),
-     "providers.models[1].pricing.completion_per_1m", "greater_than_equal"),
-    ("context min > max",
-     lambda d: d["routing"]["signals"]["context"][0].update(max_tokens="1K"),
-     "routing.signals.context[0].min_tokens", "invalid_range"),
-    ("context without bounds",
-     lambda d: d["routing"]["signals"]["context"][0].pop("min_tokens"),
-     "routing.signals.context[0]", "empty_range"),
-    ("duplicate listener port",
-     lambda d: d["listeners"].append({"name": "second", "port": 8801}),
-     "listeners[1].port", "duplicate_port"),
-    ("listener on the metrics port",
-     lambda d: d["listeners"][0].update(port=9190),
-     "listeners[0].port", "port_conflict"),
-    ("unknown signal family",
-     lambda d: d["routing"]["signals"].update(keyword=[{"name": "x", "keywords": ["y"]}]),
-     "routing.signals.keyword", "unknown_family"),
-    ("invalid regex keyword",
-     lambda d: d["routing"]["signals"]["keywords"][0].update(method="regex", keywords=["(unclosed"]),
-     "routing.signals.keywords[0].keywords[0]", "invalid_regex"),
-    ("model named like the auto model",
-     lambda d: d["providers"]["models"][0].update(name="MoM"),
-     "providers.models[0].name", "reserved_name"),
-    ("domain model_scores naming an unknown model",
-     lambda d: d["routing"]["signals"]["domains"][0].update(model_scores=[{"model": "nope", "score": 1}]),
-     "routing.signals.domains[0].model_scores[0].model", "unknown_model"),
-    ("preferred endpoint not serving the decision",
-     lambda d: _decision(d, "code").update(preferred_endpoints=["gpu-farm"]),
-     f"routing.decisions[{D['code']}].preferred_endpoints[0]", "unknown_endpoint"),
-    ("bad backend endpoint",
-     lambda d: d["providers"]["models"][0]["backend_refs"][0].update(endpoint="127.0.0.1"),
-     "providers.models[0].backend_refs[0]", "value_error"),
-    ("bad retry_on",
-     lambda d: d["providers"]["models"][0]["reliability"].update(retry_on="sometimes"),
-     "providers.models[0].reliability.retry_on", "value_error"),
-    ("unknown api_format",
-     lambda d: d["providers"]["models"][0].update(api_format="bedrock"),
-     "providers.models[0].api_format", "literal_error"),
+    (
+        "unknown modelRef",
+        lambda d: _decision(d, "math")["modelRefs"][1].update(model="gpt-5"),
+        f"routing.decisions[{D['math']}].modelRefs[1].model",
+        "unknown_model",
+    ),
+    (
+        "unknown default model",
+        lambda d: d["providers"]["defaults"].update(default_model="gemma-generall"),
+        "providers.defaults.default_model",
+        "unknown_model",
+    ),
+    (
+        "duplicate decision name",
+        lambda d: _decision(d, "general").update(name="code"),
+        f"routing.decisions[{D['general']}].name",
+        "duplicate_name",
+    ),
+    (
+        "duplicate provider model",
+        lambda d: d["providers"]["models"][1].update(name="gemma-general"),
+        "providers.models[1].name",
+        "duplicate_name",
+    ),
+    (
+        "duplicate keyword signal",
+        lambda d: d["routing"]["signals"]["keywords"][2].update(name="urgent"),
+        "routing.signals.keywords[2].name",
+        "duplicate_name",
+    ),
+    (
+        "duplicate embedding signal",
+        lambda d: d["routing"]["signals"]["embeddings"][1].update(name="math_help"),
+        "routing.signals.embeddings[1].name",
+        "duplicate_name",
+    ),
+    (
+        "duplicate domain signal",
+        lambda d: d["routing"]["signals"]["domains"][13].update(name="biology"),
+        "routing.signals.domains[13].name",
+        "duplicate_name",
+    ),
+    (
+        "unknown condition type",
+        lambda d: _decision(d, "code")["rules"]["conditions"][0].update(type="keywords"),
+        f"routing.decisions[{D['code']}].rules.conditions[0].type",
+        "unknown_signal_type",
+    ),
+    (
+        "reference-only condition type",
+        lambda d: _decision(d, "code")["rules"]["conditions"][0].update(type="complexity", name="hard"),
+        f"routing.decisions[{D['code']}].rules.conditions[0].type",
+        "unsupported_signal",
+    ),
+    (
+        "undefined signal name (nested)",
+        lambda d: _decision(d, "greeting")["rules"]["conditions"][1]["conditions"][0].update(
+            name="huge_context"
+        ),
+        f"routing.decisions[{D['greeting']}].rules.conditions[1].conditions[0].name",
+        "unknown_signal",
+    ),
+    (
+        "undefined domain name",
+        lambda d: _decision(d, "code")["rules"]["conditions"][1].update(type="domain", name="astrology"),
+        f"routing.decisions[{D['code']}].rules.conditions[1].name",
+        "unknown_signal",
+    ),
+    (
+        "pii condition with no pii signals",
+        lambda d: _decision(d, "code")["rules"]["conditions"].append({"type": "pii", "name": "any_pii"}),
+        f"routing.decisions[{D['code']}].rules.conditions[2].name",
+        "unknown_signal",
+    ),
+    (
+        "unknown plugin type",
+        lambda d: _decision(d, "code")["plugins"].append({"type": "teleport"}),
+        f"routing.decisions[{D['code']}].plugins[2].type",
+        "unknown_plugin",
+    ),
+    (
+        "bad system_prompt mode",
+        lambda d: _decision(d, "math")["plugins"][0]["configuration"].update(mode="append"),
+        f"routing.decisions[{D['math']}].plugins[0].configuration.mode",
+        "literal_error",
+    ),
+    (
+        "system_prompt without text",
+        lambda d: _decision(d, "math")["plugins"][0]["configuration"].pop("system_prompt"),
+        f"routing.decisions[{D['math']}].plugins[0].configuration.system_prompt",
+        "missing",
+    ),
+    (
+        "cache threshold out of range",
+        lambda d: _decision(d, "math")["plugins"][1]["configuration"].update(similarity_threshold=1.2),
+        f"routing.decisions[{D['math']}].plugins[1].configuration.similarity_threshold",
+        "less_than_equal",
+    ),
+    (
+        "cache negative ttl",
+        lambda d: _decision(d, "general")["plugins"][0]["configuration"].update(ttl_seconds=-1),
+        f"routing.decisions[{D['general']}].plugins[0].configuration.ttl_seconds",
+        "greater_than_equal",
+    ),
+    (
+        "typo in a plugin configuration",
+        lambda d: _decision(d, "greeting")["plugins"][0]["configuration"].update(mesage="hi"),
+        f"routing.decisions[{D['greeting']}].plugins[0].configuration.mesage",
+        "extra_forbidden",
+    ),
+    (
+        "header_mutation on a transport header",
+        lambda d: _decision(d, "general")["plugins"][1]["configuration"].update(delete=["Content-Length"]),
+        f"routing.decisions[{D['general']}].plugins[1].configuration.delete",
+        "value_error",
+    ),
+    (
+        "header_mutation bad header name",
+        lambda d: _decision(d, "general")["plugins"][1]["configuration"]["add"][0].update(name="X Bad"),
+        f"routing.decisions[{D['general']}].plugins[1].configuration.add[0].name",
+        "value_error",
+    ),
+    (
+        "request_params zero limit",
+        lambda d: _decision(d, "code")["plugins"][1]["configuration"].update(max_n=0),
+        f"routing.decisions[{D['code']}].plugins[1].configuration.max_n",
+        "greater_than_equal",
+    ),
+    (
+        "two cache plugins in one decision",
+        lambda d: _decision(d, "general")["plugins"].append({"type": "response_cache", "configuration": {}}),
+        f"routing.decisions[{D['general']}].plugins[2].type",
+        "duplicate_plugin",
+    ),
+    (
+        "model without backend_refs",
+        lambda d: d["providers"]["models"][1].update(backend_refs=[]),
+        "providers.models[1].backend_refs",
+        "no_backends",
+    ),
+    (
+        "unknown reasoning family",
+        lambda d: d["providers"]["models"][0].update(reasoning_family="llama"),
+        "providers.models[0].reasoning_family",
+        "unknown_reasoning_family",
+    ),
+    (
+        "negative price",
+        lambda d: d["providers"]["models"][1]["pricing"].update(completion_per_1m=-0.1),
+        "providers.models[1].pricing.completion_per_1m",
+        "greater_than_equal",
+    ),
+    (
+        "context min > max",
+        lambda d: d["routing"]["signals"]["context"][0].update(max_tokens="1K"),
+        "routing.signals.context[0].min_tokens",
+        "invalid_range",
+    ),
+    (
+        "context without bounds",
+        lambda d: d["routing"]["signals"]["context"][0].pop("min_tokens"),
+        "routing.signals.context[0]",
+        "empty_range",
+    ),
+    (
+        "duplicate listener port",
+        lambda d: d["listeners"].append({"name": "second", "port": 8801}),
+        "listeners[1].port",
+        "duplicate_port",
+    ),
+    (
+        "listener on the metrics port",
+        lambda d: d["listeners"][0].update(port=9190),
+        "listeners[0].port",
+        "port_conflict",
+    ),
+    (
+        "unknown signal family",
+        lambda d: d["routing"]["signals"].update(keyword=[{"name": "x", "keywords": ["y"]}]),
+        "routing.signals.keyword",
+        "unknown_family",
+    ),
+    (
+        "invalid regex keyword",
+        lambda d: d["routing"]["signals"]["keywords"][0].update(method="regex", keywords=["(unclosed"]),
+        "routing.signals.keywords[0].keywords[0]",
+        "invalid_regex",
+    ),
+    (
+        "model named like the auto model",
+        lambda d: d["providers"]["models"][0].update(name="MoM"),
+        "providers.models[0].name",
+        "reserved_name",
+    ),
+    (
+        "domain model_scores naming an unknown model",
+        lambda d: d["routing"]["signals"]["domains"][0].update(model_scores=[{"model": "nope", "score": 1}]),
+        "routing.signals.domains[0].model_scores[0].model",
+        "unknown_model",
+    ),
+    (
+        "preferred endpoint not serving the decision",
+        lambda d: _decision(d, "code").update(preferred_endpoints=["gpu-farm"]),
+        f"routing.decisions[{D['code']}].preferred_endpoints[0]",
+        "unknown_endpoint",
+    ),
+    (
+        "bad backend endpoint",
+        lambda d: d["providers"]["models"][0]["backend_refs"][0].update(endpoint="127.0.0.1"),
+        "providers.models[0].backend_refs[0]",
+        "value_error",
+    ),
+    (
+        "bad retry_on",
+        lambda d: d["providers"]["models"][0]["reliability"].update(retry_on="sometimes"),
+        "providers.models[0].reliability.retry_on",
+        "value_error",
+    ),
+    (
+        "unknown api_format",
+        lambda d: d["providers"]["models"][0].update(api_format="bedrock"),
+        "providers.models[0].api_format",
+        "literal_error",
+    ),
 ]
 
 
@@ -160,7 +275,9 @@ def test_rejections_name_the_path(case, mutate, path, code) -> None:
 
 def test_reference_only_signal_types_say_not_supported() -> None:
     for kind in sorted(REFERENCE_ONLY_SIGNAL_TYPES):
-        issues = _reject(lambda d, kind=kind: _decision(d, "code")["rules"]["conditions"][0].update(type=kind))
+        issues = _reject(
+            lambda d, kind=kind: _decision(d, "code")["rules"]["conditions"][0].update(type=kind)
+        )
         assert f"signal type {kind!r} is not supported by svc-sr" in issues[0].message
 
 
@@ -194,7 +311,9 @@ def test_mmlu_categories_match_the_domain_classifier_labels() -> None:
 
 @pytest.mark.parametrize("plugin", sorted(REFERENCE_ONLY_PLUGIN_TYPES))
 def test_reference_only_plugins_warn(plugin: str) -> None:
-    warnings = _accept(lambda d: _decision(d, "code")["plugins"].append({"type": plugin, "configuration": {"x": 1}}))
+    warnings = _accept(
+        lambda d: _decision(d, "code")["plugins"].append({"type": plugin, "configuration": {"x": 1}})
+    )
     assert any(f"plugin {plugin!r} accepted but not applied" in w for w in warnings)
 
 
@@ -240,12 +359,17 @@ def test_semantic_issues_on_a_model_built_in_code() -> None:
     broken = config.model_copy(deep=True)
     broken.routing.decisions[0].modelRefs[0].model = "ghost"
     errors, _ = semantic_issues(broken)
-    assert [(e.path, e.code) for e in errors] == [("routing.decisions[0].modelRefs[0].model", "unknown_model")]
+    assert [(e.path, e.code) for e in errors] == [
+        ("routing.decisions[0].modelRefs[0].model", "unknown_model")
+    ]
 
 
 def test_model_scores_with_odd_values_are_rejected_cleanly() -> None:
-    issues = _reject(lambda d: d["routing"]["signals"]["domains"][0].update(
-        model_scores=[{"model": {"x": 1}, "score": 1}, {"model": "gemma-general", "score": "high"}]))
+    issues = _reject(
+        lambda d: d["routing"]["signals"]["domains"][0].update(
+            model_scores=[{"model": {"x": 1}, "score": 1}, {"model": "gemma-general", "score": "high"}]
+        )
+    )
     assert {(i.path, i.code) for i in issues} == {
         ("routing.signals.domains[0].model_scores[0].model", "string_type"),
         ("routing.signals.domains[0].model_scores[1].score", "float_type"),
@@ -301,7 +425,8 @@ def _bind_guard(artifact: str) -> Callable[[dict], object]:
 def test_a_binding_to_a_built_in_of_another_task_is_rejected() -> None:
     issues = _reject(_bind_guard("pii@main"))
     assert [(i.path, i.code) for i in issues] == [
-        ("global.model_catalog.modules.prompt_guard.deployment", "binding_contract")]
+        ("global.model_catalog.modules.prompt_guard.deployment", "binding_contract")
+    ]
     assert issues[0].message == "'guard' serves token_spans; the prompt_guard binding reads label_scores"
     _accept(_bind_guard("jailbreak-guard"))
     _accept(_bind_guard("my-org/some-hub-guard"))  # not a built-in: its task is learned when it loads

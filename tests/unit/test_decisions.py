@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.config.models import Condition, Decision
+from app.config.routing import Condition, Decision
 from app.pipeline.decisions import (
     evaluate_rule,
     index_matches,
@@ -35,8 +35,15 @@ def signals(*matches: tuple) -> dict:
     out = []
     for item in matches:
         type_, name, matched, confidence, *error = item
-        out.append(SignalMatch(type=type_, name=name, matched=matched, confidence=confidence,
-                               error=error[0] if error else None))
+        out.append(
+            SignalMatch(
+                type=type_,
+                name=name,
+                matched=matched,
+                confidence=confidence,
+                error=error[0] if error else None,
+            )
+        )
     return index_matches(out)
 
 
@@ -66,15 +73,20 @@ def test_and_is_all_with_mean_confidence():
     result = evaluate_rule(cond(tree("AND", leaf("keyword", "urgent"), leaf("embedding", "code"))), SIGS)
     assert result.matched
     assert result.confidence == pytest.approx((0.625 + 0.8) / 2)
-    assert not evaluate_rule(cond(tree("AND", leaf("keyword", "urgent"), leaf("keyword", "calm"))), SIGS).matched
+    assert not evaluate_rule(
+        cond(tree("AND", leaf("keyword", "urgent"), leaf("keyword", "calm"))), SIGS
+    ).matched
 
 
 def test_or_is_any_with_max_of_matching_confidences():
     result = evaluate_rule(
-        cond(tree("OR", leaf("keyword", "urgent"), leaf("embedding", "cooking"), leaf("embedding", "code"))), SIGS
+        cond(tree("OR", leaf("keyword", "urgent"), leaf("embedding", "cooking"), leaf("embedding", "code"))),
+        SIGS,
     )
     assert result.matched and result.confidence == pytest.approx(0.8)
-    assert not evaluate_rule(cond(tree("OR", leaf("keyword", "calm"), leaf("embedding", "cooking"))), SIGS).matched
+    assert not evaluate_rule(
+        cond(tree("OR", leaf("keyword", "calm"), leaf("embedding", "cooking"))), SIGS
+    ).matched
 
 
 def test_not_negates_its_child():
@@ -185,7 +197,10 @@ def test_referenced_signals_walks_every_tree():
         decision("b", tree("OR", leaf("keyword", "k2"), leaf("keyword", "k1"))),
         decision("c"),
     ]
-    assert referenced_signals(decisions) == {"keyword": frozenset({"k1", "k2"}), "embedding": frozenset({"e1"})}
+    assert referenced_signals(decisions) == {
+        "keyword": frozenset({"k1", "k2"}),
+        "embedding": frozenset({"e1"}),
+    }
 
 
 def test_rank_is_stable_for_equal_keys_by_name():

@@ -72,9 +72,7 @@ def test_an_unusable_cache_dir_falls_back_to_a_temp_folder(
 
 
 def test_processes_starting_together_build_one_model_and_leave_no_partial_files(fresh_cache: Path) -> None:
-    code = (
-        "from app.runtime.encoder import onnx_model_path; print(onnx_model_path())"
-    )
+    code = "from app.runtime.encoder import onnx_model_path; print(onnx_model_path())"
     procs = [
         subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
         for _ in range(3)

@@ -32,7 +32,7 @@ from app.exchange.openai_models import (
     system_text,
     user_texts,
 )
-from app.upstream.client import AttemptRecord, UpstreamUnavailable
+from app.upstream.results import AttemptRecord, UpstreamUnavailable
 
 LIMIT = 64
 

@@ -39,8 +39,12 @@ class RecordingRouter:
 
 
 def chunk(content: str, finish: str | None = None) -> bytes:
-    delta = {"id": "c", "object": "chat.completion.chunk", "model": "small",
-             "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish}]}
+    delta = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "model": "small",
+        "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish}],
+    }
     return f"data: {json.dumps(delta)}\n\n".encode()
 
 
@@ -48,8 +52,12 @@ def raw(text: str, **extra: Any) -> bytes:
     return json.dumps({**body(text), **extra}).encode()
 
 
-BLOCK = ImmediateResponse(kind="block", status=403, headers={"x-vsr-pii-violation": "true"},
-                          body={"error": {"message": "blocked", "type": "security_violation", "code": "pii_detected"}})
+BLOCK = ImmediateResponse(
+    kind="block",
+    status=403,
+    headers={"x-vsr-pii-violation": "true"},
+    body={"error": {"message": "blocked", "type": "security_violation", "code": "pii_detected"}},
+)
 
 
 async def streaming_exchange(router: RecordingRouter) -> Exchange:
@@ -102,7 +110,9 @@ async def test_a_stream_that_ends_without_its_finish_is_counted_as_an_upstream_f
 async def test_a_blocked_responses_request_keeps_its_headers_and_is_completed() -> None:
     router = RecordingRouter(immediate=BLOCK)
     exchange = Exchange(ExchangeSettings(router), ResponsesApi())
-    reply = await exchange.begin(json.dumps({"model": "MoM", "input": "urgent: my card is 4111"}).encode(), {})
+    reply = await exchange.begin(
+        json.dumps({"model": "MoM", "input": "urgent: my card is 4111"}).encode(), {}
+    )
     assert isinstance(reply, Reply) and reply.status == 403
     assert reply.headers["x-vsr-pii-violation"] == "true" and "x-request-id" in reply.headers
     assert json.loads(reply.body)["error"]["code"] == "pii_detected"
@@ -135,9 +145,13 @@ async def test_a_buffered_answer_gets_routing_metadata_with_its_cost() -> None:
     step = await exchange.begin(raw("urgent: price it"), {})
     assert isinstance(step, Forward)
     exchange.respond(200, {"content-type": "application/json"}, step.plan.candidates[0])
-    answer = {"id": "x", "object": "chat.completion", "model": "small",
-              "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-              "usage": {"prompt_tokens": 1_000_000, "completion_tokens": 0, "total_tokens": 1_000_000}}
+    answer = {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "small",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1_000_000, "completion_tokens": 0, "total_tokens": 1_000_000},
+    }
     reply = exchange.whole_body(json.dumps(answer).encode())
     meta = json.loads(reply.body)["routing_metadata"]
     assert reply.status == 200 and meta["selected_model"] == "small" and meta["cost"] == 1.0
@@ -152,7 +166,13 @@ async def test_a_responses_request_is_answered_as_a_response_object() -> None:
     step = await exchange.begin(json.dumps({"model": "MoM", "input": "urgent: hi"}).encode(), {})
     assert isinstance(step, Forward)
     exchange.respond(200, {"content-type": "application/json"}, step.plan.candidates[0])
-    answer = {"id": "x", "object": "chat.completion", "model": "small",
-              "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}
+    answer = {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "small",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}
+        ],
+    }
     out = json.loads(exchange.whole_body(json.dumps(answer).encode()).body)
     assert out["object"] == "response" and out["routing_metadata"]["selected_model"] == "small"

@@ -60,15 +60,23 @@ async def _abandoned_stream(body: bytes) -> RecordingRouter:
     bridge = ExtProcBridge(router)
     items = [
         pb.ProcessingRequest(request_headers=headers({":method": "POST", ":path": "/v1/chat/completions"})),
-        pb.ProcessingRequest(request_body=pb.HttpBody(body=raw("urgent: stream it", stream=True), end_of_stream=True)),
-        pb.ProcessingRequest(response_headers=headers({":status": "200", "content-type": "text/event-stream"})),
+        pb.ProcessingRequest(
+            request_body=pb.HttpBody(body=raw("urgent: stream it", stream=True), end_of_stream=True)
+        ),
+        pb.ProcessingRequest(
+            response_headers=headers({":status": "200", "content-type": "text/event-stream"})
+        ),
         pb.ProcessingRequest(response_body=pb.HttpBody(body=body)),
     ]
     closed = asyncio.Event()
     closed.set()  # Envoy closes the stream right after the last message it sent
     answers = [answer async for answer in bridge.Process(_messages(items, closed), context=None)]
     assert [a.WhichOneof("response") for a in answers] == [
-        "request_headers", "request_body", "response_headers", "response_body"]
+        "request_headers",
+        "request_body",
+        "response_headers",
+        "response_body",
+    ]
     await bridge.drain()
     return router
 

@@ -70,7 +70,11 @@ def _type_ignores(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def test_type_ignores_are_few_and_explained() -> None:
-    found = [(path, line, rest) for path in _python_files("app", "deployments") for line, rest in _type_ignores(path)]
+    found = [
+        (path, line, rest)
+        for path in _python_files("app", "deployments")
+        for line, rest in _type_ignores(path)
+    ]
     problems = [
         f"{_where(path, line)}: `# type: ignore` without a reason after it"
         for path, line, rest in found
@@ -78,7 +82,9 @@ def test_type_ignores_are_few_and_explained() -> None:
     ]
     if len(found) > MAX_TYPE_IGNORES:
         listing = "\n".join(_where(path, line) for path, line, _ in found)
-        problems.append(f"{len(found)} `# type: ignore` (at most {MAX_TYPE_IGNORES}); fix the types:\n{listing}")
+        problems.append(
+            f"{len(found)} `# type: ignore` (at most {MAX_TYPE_IGNORES}); fix the types:\n{listing}"
+        )
     assert not problems, "\n".join(problems)
 
 
@@ -129,7 +135,11 @@ def _local_testing(call: ast.Call) -> bool:
 def _starts_ray_cli(call: ast.Call) -> bool:
     """A `ray start` command line: "ray start ..." or ["ray", "start", ...]."""
     for arg in call.args:
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and re.search(r"\bray start\b", arg.value):
+        if (
+            isinstance(arg, ast.Constant)
+            and isinstance(arg.value, str)
+            and re.search(r"\bray start\b", arg.value)
+        ):
             return True
         if isinstance(arg, ast.List | ast.Tuple) and len(arg.elts) >= 2:
             head = [e.value for e in arg.elts[:2] if isinstance(e, ast.Constant)]
@@ -147,9 +157,13 @@ def test_unit_tests_never_start_ray() -> None:
                 continue
             name = _dotted(node.func, imported)
             if name in _RAY_STARTERS and not (name == "ray.serve.run" and _local_testing(node)):
-                offenders.append(f"{_where(path, node.lineno)}: calls {name} (move the test to tests/integration)")
+                offenders.append(
+                    f"{_where(path, node.lineno)}: calls {name} (move the test to tests/integration)"
+                )
             elif _starts_ray_cli(node):
-                offenders.append(f"{_where(path, node.lineno)}: runs `ray start` (move the test to tests/integration)")
+                offenders.append(
+                    f"{_where(path, node.lineno)}: runs `ray start` (move the test to tests/integration)"
+                )
     assert not offenders, "\n".join(offenders)
 
 
@@ -185,6 +199,8 @@ def test_unit_tests_wait_for_conditions_not_fixed_sleeps() -> None:
                 continue
             name = _dotted(node.func, imported)
             if name in _SLEEPS and _positive_number(node):
-                offenders.append(f"{_where(path, node.lineno)}: fixed {name}({ast.unparse(node.args[0])}); "
-                                 "inject a clock or wait for the condition")
+                offenders.append(
+                    f"{_where(path, node.lineno)}: fixed {name}({ast.unparse(node.args[0])}); "
+                    "inject a clock or wait for the condition"
+                )
     assert not offenders, "\n".join(offenders)

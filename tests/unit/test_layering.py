@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTRACTS: list[dict] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+CONTRACTS: list[dict] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+    "contracts"
+]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
@@ -24,7 +26,10 @@ def report() -> str:
     """lint-imports' report over every contract (one graph build for all of them)."""
     result = subprocess.run(
         [str(LINT_IMPORTS), "--no-cache", "--no-logo"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     output = result.stdout + result.stderr
     assert "Contracts:" in output, f"lint-imports did not run its contracts:\n{output}"
@@ -37,7 +42,7 @@ def _broken_section(report: str, name: str) -> str:
     start = details.find(f"\n{name}\n")
     if start < 0:
         return report
-    rest = details[start + 1:]
+    rest = details[start + 1 :]
     ends = [rest.find(f"\n{other['name']}\n") for other in CONTRACTS if other["name"] != name]
     end = min((e for e in ends if e > 0), default=len(rest))
     return rest[:end]

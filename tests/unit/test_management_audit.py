@@ -41,14 +41,29 @@ async def test_http_audit_shows_mutations_and_activations_without_bodies():
     h = Harness()
     async with h.client() as c:
         tag = await etag(c)
-        await c.patch("/api/v1/config", json={"providers": {"models": [{"name": "small", "backend_refs": [
-            {"base_url": "http://127.0.0.1:9/v1", "api_key": SECRET}]}], "defaults": {"default_model": "small"}},
-            "routing": {"decisions": []}}, headers={"If-Match": tag, "x-request-id": "req-42"})
+        await c.patch(
+            "/api/v1/config",
+            json={
+                "providers": {
+                    "models": [
+                        {
+                            "name": "small",
+                            "backend_refs": [{"base_url": "http://127.0.0.1:9/v1", "api_key": SECRET}],
+                        }
+                    ],
+                    "defaults": {"default_model": "small"},
+                },
+                "routing": {"decisions": []},
+            },
+            headers={"If-Match": tag, "x-request-id": "req-42"},
+        )
         page = await c.get("/api/v1/observability/audit")
         activate = await c.get("/api/v1/observability/audit", params={"action": "config.activate"})
         small = await c.get("/api/v1/observability/audit", params={"limit": 1})
-        bad = [await c.get("/api/v1/observability/audit", params=p)
-               for p in ({"limit": 0}, {"limit": 1001}, {"after_sequence": -1}, {"limit": "x"})]
+        bad = [
+            await c.get("/api/v1/observability/audit", params=p)
+            for p in ({"limit": 0}, {"limit": 1001}, {"after_sequence": -1}, {"limit": "x"})
+        ]
     body = page.json()
     assert SECRET not in page.text
     actions = [e["action"] for e in body["entries"]]

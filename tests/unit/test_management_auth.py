@@ -10,15 +10,23 @@ import pytest
 from app.management.redaction import REDACTED
 from tests.unit.test_management_support import SECRET, Harness, base_document, error_code, etag, with_auth
 
-ADMIN, VIEWER, OPERATOR, AUDITOR = "admin-tok-1111", "viewer-tok-2222", "operator-tok-3333", "auditor-tok-4444"
+ADMIN, VIEWER, OPERATOR, AUDITOR = (
+    "admin-tok-1111",
+    "viewer-tok-2222",
+    "operator-tok-3333",
+    "auditor-tok-4444",
+)
 ENV = {"SVC_MGMT_TOKEN": ADMIN, "T_VIEW": VIEWER, "T_OP": OPERATOR, "T_AUDIT": AUDITOR}
-TOKENS = {"mode": "bearer", "tokens": [
-    {"name": "root", "token_env": "SVC_MGMT_TOKEN", "role": "admin"},
-    {"name": "dash", "token_env": "T_VIEW", "role": "viewer"},
-    {"name": "ci", "token_env": "T_OP", "role": "operator"},
-    {"name": "auditor", "token_env": "T_AUDIT", "permissions": ["audit.read"]},
-    {"name": "ghost", "token_env": "T_UNSET", "role": "admin"},
-]}
+TOKENS = {
+    "mode": "bearer",
+    "tokens": [
+        {"name": "root", "token_env": "SVC_MGMT_TOKEN", "role": "admin"},
+        {"name": "dash", "token_env": "T_VIEW", "role": "viewer"},
+        {"name": "ci", "token_env": "T_OP", "role": "operator"},
+        {"name": "auditor", "token_env": "T_AUDIT", "permissions": ["audit.read"]},
+        {"name": "ghost", "token_env": "T_UNSET", "role": "admin"},
+    ],
+}
 
 
 def bearer(tokens: dict | None = None) -> Harness:
@@ -30,12 +38,26 @@ async def test_auth_off_everything_open_but_secrets_redacted():
     async with h.client() as c:
         config = await c.get("/api/v1/config")
         discovery = (await c.get("/api/v1")).json()
-    assert config.status_code == 200 and config.json()["providers"]["models"][1]["backend_refs"][0]["api_key"] == REDACTED
+    assert (
+        config.status_code == 200
+        and config.json()["providers"]["models"][1]["backend_refs"][0]["api_key"] == REDACTED
+    )
     assert discovery["auth_mode"] == "none"
 
 
-@pytest.mark.parametrize("path", ["/api/v1/config", "/ready", "/api/v1", "/openapi.json", "/docs",
-                                  "/api/v1/observability/audit", "/api/v1/inventory/models", "/startup-status"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/config",
+        "/ready",
+        "/api/v1",
+        "/openapi.json",
+        "/docs",
+        "/api/v1/observability/audit",
+        "/api/v1/inventory/models",
+        "/startup-status",
+    ],
+)
 async def test_bearer_requires_a_token_everywhere_but_health(path: str):
     h = bearer()
     async with h.client() as anonymous, h.client("wrong-token") as wrong, h.client(ADMIN) as admin:
@@ -61,13 +83,19 @@ async def test_data_plane_model_list_stays_public_and_diagnostics_need_classify_
 
 async def test_roles_and_permissions():
     h = bearer()
-    async with h.client(VIEWER) as viewer, h.client(OPERATOR) as operator, h.client(AUDITOR) as auditor, \
-            h.client(ADMIN) as admin:
+    async with (
+        h.client(VIEWER) as viewer,
+        h.client(OPERATOR) as operator,
+        h.client(AUDITOR) as auditor,
+        h.client(ADMIN) as admin,
+    ):
         tag = await etag(viewer)
-        denied = await viewer.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}},
-                                    headers={"If-Match": tag})
-        allowed = await operator.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}},
-                                       headers={"If-Match": tag})
+        denied = await viewer.patch(
+            "/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag}
+        )
+        allowed = await operator.patch(
+            "/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag}
+        )
         audit_by_viewer = await viewer.get("/api/v1/observability/audit")
         audit_by_auditor = await auditor.get("/api/v1/observability/audit")
         config_by_auditor = await auditor.get("/api/v1/config")
@@ -99,8 +127,11 @@ async def test_tokens_never_reach_the_logs(caplog: pytest.LogCaptureFixture):
     async with h.client(ADMIN) as admin, h.client("not-a-token-9999") as wrong:
         await admin.get("/api/v1/config")
         await wrong.get("/api/v1/config")
-        await admin.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}},
-                          headers={"If-Match": await etag(admin)})
+        await admin.patch(
+            "/api/v1/config",
+            json={"routing": {"strategy": "confidence"}},
+            headers={"If-Match": await etag(admin)},
+        )
     text = caplog.text + str([e.model_dump() for e in h.management.audit.query(limit=1000).entries])
     for secret in (ADMIN, "not-a-token-9999", SECRET):
         assert secret not in text
@@ -109,8 +140,11 @@ async def test_tokens_never_reach_the_logs(caplog: pytest.LogCaptureFixture):
 async def test_enabling_bearer_by_patch_takes_effect_after_activation():
     h = Harness(environ={"SVC_MGMT_TOKEN": ADMIN})
     async with h.client() as anonymous, h.client(ADMIN) as admin:
-        r = await anonymous.patch("/api/v1/config", json={"global": {"services": {"management_api": {
-            "auth": {"mode": "bearer"}}}}}, headers={"If-Match": await etag(anonymous)})
+        r = await anonymous.patch(
+            "/api/v1/config",
+            json={"global": {"services": {"management_api": {"auth": {"mode": "bearer"}}}}},
+            headers={"If-Match": await etag(anonymous)},
+        )
         assert r.status_code == 200, r.text
         assert (await anonymous.get("/api/v1/config")).status_code == 401
         assert (await admin.get("/api/v1")).json()["auth_mode"] == "bearer"
@@ -119,13 +153,33 @@ async def test_enabling_bearer_by_patch_takes_effect_after_activation():
 async def test_bad_auth_section_is_rejected_with_its_path():
     h = Harness()
     async with h.client() as c:
-        r = await c.patch("/api/v1/config", json={"global": {"services": {"management_api": {"auth": {
-            "mode": "bearer", "tokens": [{"name": "x", "token_env": "X", "role": "superuser"}]}}}}},
-            headers={"If-Match": await etag(c)})
-        v = await c.post("/api/v1/config/validate", json=with_auth(base_document(), {
-            "mode": "bearer", "tokens": [{"name": "x", "token_env": "X", "permissions": ["root"]}]}))
+        r = await c.patch(
+            "/api/v1/config",
+            json={
+                "global": {
+                    "services": {
+                        "management_api": {
+                            "auth": {
+                                "mode": "bearer",
+                                "tokens": [{"name": "x", "token_env": "X", "role": "superuser"}],
+                            }
+                        }
+                    }
+                }
+            },
+            headers={"If-Match": await etag(c)},
+        )
+        v = await c.post(
+            "/api/v1/config/validate",
+            json=with_auth(
+                base_document(),
+                {"mode": "bearer", "tokens": [{"name": "x", "token_env": "X", "permissions": ["root"]}]},
+            ),
+        )
     assert r.status_code == 400
-    assert r.json()["error"]["details"]["reasons"][0]["path"].startswith("global.services.management_api.auth")
+    assert r.json()["error"]["details"]["reasons"][0]["path"].startswith(
+        "global.services.management_api.auth"
+    )
     assert v.json()["valid"] is False
 
 
@@ -134,7 +188,9 @@ async def test_discovery_reports_the_enforced_permission_of_each_route():
     async with h.client(ADMIN) as admin:
         routes = (await admin.get("/api/v1")).json()["routes"]
     by_key = {(r["method"], r["path"]): r for r in routes}
-    assert by_key[("GET", "/health")]["permission"] is None and not by_key[("GET", "/health")]["authenticated"]
+    assert (
+        by_key[("GET", "/health")]["permission"] is None and not by_key[("GET", "/health")]["authenticated"]
+    )
     assert by_key[("PATCH", "/api/v1/config")]["permission"] == "config.write"
     assert by_key[("GET", "/api/v1/observability/audit")]["permission"] == "audit.read"
     assert by_key[("POST", "/api/v1/diagnostics/classify/intent")]["permission"] == "classify.invoke"

@@ -64,13 +64,17 @@ async def test_validate_reports_paths_and_normalizes_without_writing():
         before = await etag(c)
         ok = await c.post("/api/v1/config/validate", json=base_document())
         invalid = await c.post("/api/v1/config/validate", json=bad)
-        broken = await c.post("/api/v1/config/validate", content=b"routing: [", headers={"content-type": "application/yaml"})
+        broken = await c.post(
+            "/api/v1/config/validate", content=b"routing: [", headers={"content-type": "application/yaml"}
+        )
         after = await etag(c)
     assert ok.json()["valid"] is True and ok.json()["source_config_hash"] == before.strip('"')
     body = invalid.json()
     assert body["valid"] is False
-    assert any(r["path"].startswith("routing.decisions[0].modelRefs[0]") and r["stage"] == "validate"
-               for r in body["reasons"])
+    assert any(
+        r["path"].startswith("routing.decisions[0].modelRefs[0]") and r["stage"] == "validate"
+        for r in body["reasons"]
+    )
     assert broken.json()["valid"] is False and broken.json()["reasons"][0]["stage"] == "parse"
     assert before == after
 
@@ -79,7 +83,9 @@ async def test_plan_merge_lists_changes_and_candidate_etag_without_writing():
     h = Harness()
     async with h.client() as c:
         before = await etag(c)
-        r = await c.post("/api/v1/config/plan", json={"mode": "merge", "document": {"routing": {"strategy": "confidence"}}})
+        r = await c.post(
+            "/api/v1/config/plan", json={"mode": "merge", "document": {"routing": {"strategy": "confidence"}}}
+        )
         same = await c.post("/api/v1/config/plan", json={"mode": "replace", "document": base_document()})
         bad = await c.post("/api/v1/config/plan", json={"mode": "sideways", "document": {}})
         after = await etag(c)
@@ -117,9 +123,13 @@ async def test_missing_if_match_is_428_and_stale_is_412_with_current_etag():
     async with h.client() as c:
         tag = await etag(c)
         missing = await c.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}})
-        ok = await c.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag})
+        ok = await c.patch(
+            "/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag}
+        )
         stale = await c.put("/api/v1/config", json=base_document(), headers={"If-Match": tag})
-        weak = await c.put("/api/v1/config", json=base_document(), headers={"If-Match": "W/" + ok.headers["etag"]})
+        weak = await c.put(
+            "/api/v1/config", json=base_document(), headers={"If-Match": "W/" + ok.headers["etag"]}
+        )
     assert missing.status_code == 428 and error_code(missing) == "PRECONDITION_REQUIRED"
     assert missing.headers["etag"] == tag
     assert ok.status_code == 200
@@ -133,9 +143,14 @@ async def test_two_concurrent_patches_one_wins_the_other_is_412():
     async with h.client() as c:
         tag = await etag(c)
         a, b = await asyncio.gather(
-            c.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag}),
-            c.patch("/api/v1/config", json={"providers": {"defaults": {"default_model": "big"}}},
-                    headers={"If-Match": tag}),
+            c.patch(
+                "/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag}
+            ),
+            c.patch(
+                "/api/v1/config",
+                json={"providers": {"defaults": {"default_model": "big"}}},
+                headers={"If-Match": tag},
+            ),
         )
         versions = (await c.get("/api/v1/config/versions")).json()
     assert sorted([a.status_code, b.status_code]) == [200, 412]
@@ -198,8 +213,12 @@ class FailingActivator:
 
     async def activate(self, config: RouterConfig, document: dict[str, Any]) -> None:
         self.calls += 1
-        raise ActivationFailed(self.stage, "replica_refused", "routing.decisions[0]",  # type: ignore[arg-type]
-                               f"replica said no (key {SECRET})")
+        raise ActivationFailed(
+            self.stage,
+            "replica_refused",
+            "routing.decisions[0]",  # type: ignore[arg-type]
+            f"replica said no (key {SECRET})",
+        )
 
 
 async def test_activation_failure_is_503_document_persisted_previous_generation_serves():
@@ -207,7 +226,9 @@ async def test_activation_failure_is_503_document_persisted_previous_generation_
     h = Harness(activator=activator)
     async with h.client() as c:
         tag = await etag(c)
-        r = await c.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag})
+        r = await c.patch(
+            "/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag}
+        )
         got = await c.get("/api/v1/config")
         view = (await c.get("/api/v1/config/hash")).json()
         status = (await c.get("/api/v1/status")).json()
@@ -234,8 +255,11 @@ async def test_compile_failure_is_reported_at_stage_compile():
 
     h = Harness(compile_check=refuse)
     async with h.client() as c:
-        r = await c.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}},
-                          headers={"If-Match": await etag(c)})
+        r = await c.patch(
+            "/api/v1/config",
+            json={"routing": {"strategy": "confidence"}},
+            headers={"If-Match": await etag(c)},
+        )
     assert r.status_code == 503 and r.json()["activation"]["reasons"][0]["stage"] == "compile"
 
 
@@ -261,9 +285,13 @@ async def test_pending_then_superseded_by_a_newer_candidate():
 
     async with h.client() as c:
         first = await c.patch("/api/v1/config", json=patch("big"), headers={"If-Match": await etag(c)})
-        second = await c.patch("/api/v1/config", json=patch("small"), headers={"If-Match": first.headers["etag"]})
+        second = await c.patch(
+            "/api/v1/config", json=patch("small"), headers={"If-Match": first.headers["etag"]}
+        )
         status = (await c.get("/api/v1/status")).json()
-        third = await c.patch("/api/v1/config", json=patch("big"), headers={"If-Match": second.headers["etag"]})
+        third = await c.patch(
+            "/api/v1/config", json=patch("big"), headers={"If-Match": second.headers["etag"]}
+        )
         assert h.management.activation.hash_view()["activation_status"] == "pending"
         activator.gate.set()
         await h.management.activation.drain()
@@ -287,9 +315,22 @@ async def test_versions_newest_first_limited_to_history():
     async with h.client() as c:
         tag = await etag(c)
         for i in range(12):
-            r = await c.patch("/api/v1/config", json={"routing": {"decisions": [{
-                "name": "math", "priority": i + 1, "rules": {"type": "keyword", "name": "math_kw"},
-                "modelRefs": [{"model": "big"}]}]}}, headers={"If-Match": tag})
+            r = await c.patch(
+                "/api/v1/config",
+                json={
+                    "routing": {
+                        "decisions": [
+                            {
+                                "name": "math",
+                                "priority": i + 1,
+                                "rules": {"type": "keyword", "name": "math_kw"},
+                                "modelRefs": [{"model": "big"}],
+                            }
+                        ]
+                    }
+                },
+                headers={"If-Match": tag},
+            )
             assert r.status_code == 200
             tag = r.headers["etag"]
         default = (await c.get("/api/v1/config/versions")).json()
@@ -306,16 +347,27 @@ async def test_rollback_reactivates_a_recorded_version_as_a_new_one():
     h = Harness()
     async with h.client() as c:
         tag = await etag(c)
-        r = await c.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag})
+        r = await c.patch(
+            "/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag}
+        )
         no_match = await c.post("/api/v1/config/rollback", json={"config_version": 1})
-        unknown = await c.post("/api/v1/config/rollback", json={"config_version": 99},
-                               headers={"If-Match": r.headers["etag"]})
-        both = await c.post("/api/v1/config/rollback", json={"config_version": 1, "version": 1},
-                            headers={"If-Match": r.headers["etag"]})
-        back = await c.post("/api/v1/config/rollback", json={"config_version": 1}, headers={"If-Match": r.headers["etag"]})
+        unknown = await c.post(
+            "/api/v1/config/rollback", json={"config_version": 99}, headers={"If-Match": r.headers["etag"]}
+        )
+        both = await c.post(
+            "/api/v1/config/rollback",
+            json={"config_version": 1, "version": 1},
+            headers={"If-Match": r.headers["etag"]},
+        )
+        back = await c.post(
+            "/api/v1/config/rollback", json={"config_version": 1}, headers={"If-Match": r.headers["etag"]}
+        )
         first = (await c.get("/api/v1/config/versions")).json()["versions"][-1]
-        by_stamp = await c.post("/api/v1/config/rollback", json={"version": first["version"]},
-                                headers={"If-Match": back.headers["etag"]})
+        by_stamp = await c.post(
+            "/api/v1/config/rollback",
+            json={"version": first["version"]},
+            headers={"If-Match": back.headers["etag"]},
+        )
     assert no_match.status_code == 428 and unknown.status_code == 404 and both.status_code == 400
     assert back.status_code == 200, back.text
     body = back.json()
@@ -338,16 +390,19 @@ async def test_reload_under_load_fails_no_request():
 
             async def chat(i: int) -> None:
                 text = "an integral" if i % 2 else "hello there"
-                r = await c.post("/v1/chat/completions", json={
-                    "model": "MoM", "messages": [{"role": "user", "content": f"{text} {i}"}]})
+                r = await c.post(
+                    "/v1/chat/completions",
+                    json={"model": "MoM", "messages": [{"role": "user", "content": f"{text} {i}"}]},
+                )
                 statuses.append(r.status_code)
 
             async def reload() -> list[int]:
                 codes = []
                 for i in range(6):
                     tag = await etag(c)
-                    r = await c.put("/api/v1/config", json=other if i % 2 == 0 else document,
-                                    headers={"If-Match": tag})
+                    r = await c.put(
+                        "/api/v1/config", json=other if i % 2 == 0 else document, headers={"If-Match": tag}
+                    )
                     codes.append(r.status_code)
                     await asyncio.sleep(0)
                 return codes

@@ -18,15 +18,29 @@ from app.management import ReplayStore
 from tests.unit.test_management_support import Harness
 
 # Data-plane operations call upstream backends (connection refused here: 503 by design).
-SKIP = {"/v1/chat/completions", "/v1/responses", "/v1/responses/{response_id}",
-        "/v1/responses/{response_id}/input_items"}
+SKIP = {
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/responses/{response_id}",
+    "/v1/responses/{response_id}/input_items",
+}
 ALLOWED_5XX = {501, 503, 504}
 
-json_scalars = st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False) | \
-    st.text(max_size=20)
-json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4) |
-                           st.dictionaries(st.text(string.ascii_letters + "_", max_size=12), inner, max_size=5),
-                           max_leaves=20)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(string.ascii_letters + "_", max_size=12), inner, max_size=5)
+    ),
+    max_leaves=20,
+)
 
 
 def _harness() -> tuple[Harness, dict[str, Any]]:
@@ -39,8 +53,12 @@ def _harness() -> tuple[Harness, dict[str, Any]]:
 
 HARNESS, SPEC = _harness()
 CLIENT = TestClient(HARNESS.app, raise_server_exceptions=False)
-OPERATIONS = sorted((path, method) for path, ops in SPEC["paths"].items() for method in ops
-                    if path not in SKIP and method in {"get", "post", "put", "patch", "delete"})
+OPERATIONS = sorted(
+    (path, method)
+    for path, ops in SPEC["paths"].items()
+    for method in ops
+    if path not in SKIP and method in {"get", "post", "put", "patch", "delete"}
+)
 
 
 def _param_value(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
@@ -56,7 +74,9 @@ def _param_value(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
 
 def _body(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     props = schema.get("properties") or {}
-    shaped = st.fixed_dictionaries({}, optional={name: json_values for name in props}) if props else st.nothing()
+    shaped = (
+        st.fixed_dictionaries({}, optional={name: json_values for name in props}) if props else st.nothing()
+    )
     return shaped | json_values
 
 
@@ -90,7 +110,9 @@ def requests(draw: st.DrawFn, path: str, method: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("path", "method"), OPERATIONS)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
 @given(data=st.data())
 def test_no_operation_answers_500(path: str, method: str, data: st.DataObject) -> None:
     request = data.draw(requests(path, method))
@@ -102,5 +124,9 @@ def test_no_operation_answers_500(path: str, method: str, data: st.DataObject) -
 
 def test_operations_cover_the_management_api():
     paths = {path for path, _ in OPERATIONS}
-    assert {"/api/v1/config", "/api/v1/config/rollback", "/api/v1/observability/outcomes",
-            "/api/v1/routing/preview"} <= paths
+    assert {
+        "/api/v1/config",
+        "/api/v1/config/rollback",
+        "/api/v1/observability/outcomes",
+        "/api/v1/routing/preview",
+    } <= paths

@@ -13,18 +13,22 @@ import pytest
 from app.config.loader import config_hash, parse_config
 from app.management.activation import ActivationFailed
 from app.management.documents import candidate_of
-from app.management.rollout import GraphActivator
+from app.management.rollout import GraphActivator, declarative_update
 from app.management.startup import StartupTracker
 from app.management.startup_watch import StartupWatcher, load_failure
 from app.management.state import STATE_FILE, STATE_ROOT_ENV, ConfigStore, open_store, state_dir_of
 
 
 def document(model: str = "a") -> dict[str, Any]:
-    return parse_config({
-        "providers": {"defaults": {"default_model": model},
-                      "models": [{"name": m, "backend_refs": [{"endpoint": "127.0.0.1:9"}]} for m in ("a", "b")]},
-        "routing": {"decisions": []},
-    }).config.to_document()
+    return parse_config(
+        {
+            "providers": {
+                "defaults": {"default_model": model},
+                "models": [{"name": m, "backend_refs": [{"endpoint": "127.0.0.1:9"}]} for m in ("a", "b")],
+            },
+            "routing": {"decisions": []},
+        }
+    ).config.to_document()
 
 
 def digest(doc: dict[str, Any]) -> str:
@@ -67,10 +71,18 @@ class FakeBackend:
         reports = []
         for replica in ("r1", "r2"):
             if replica == "r2" and self.warm_error and len(self.deployed) == 1:
-                reports.append({"replica": replica, "hash": digest(self.serving), "error": self.warm_error,
-                                "failed_hash": digest(target)})
+                reports.append(
+                    {
+                        "replica": replica,
+                        "hash": digest(self.serving),
+                        "error": self.warm_error,
+                        "failed_hash": digest(target),
+                    }
+                )
             else:
-                reports.append({"replica": replica, "hash": digest(target), "error": None, "failed_hash": None})
+                reports.append(
+                    {"replica": replica, "hash": digest(target), "error": None, "failed_hash": None}
+                )
         return reports
 
 
@@ -89,8 +101,15 @@ class FakeTime:
 
 def activator_for(backend: FakeBackend, document: dict[str, Any], timeout_s: float = 5.0) -> GraphActivator:
     time = FakeTime()
-    return GraphActivator(object(), document, backend, timeout_s=timeout_s, clock=time.clock, pause=time.pause,
-                          restore_timeout_s=1.0)
+    return GraphActivator(
+        object(),
+        document,
+        backend,
+        timeout_s=timeout_s,
+        clock=time.clock,
+        pause=time.pause,
+        restore_timeout_s=1.0,
+    )
 
 
 async def activate(activator: GraphActivator, doc: dict[str, Any]) -> None:
@@ -161,10 +180,15 @@ async def test_declarative_apps_refuse_changes_to_deployment_arguments() -> None
 
 def test_startup_watcher_registers_deployments_and_waits_for_every_one() -> None:
     tracker = StartupTracker()
-    states: dict[str, tuple[str, int]] = {"Ingress": ("HEALTHY", 1), "Router": ("UPDATING", 0),
-                                          "Embedding": ("HEALTHY", 1)}
+    states: dict[str, tuple[str, int]] = {
+        "Ingress": ("HEALTHY", 1),
+        "Router": ("UPDATING", 0),
+        "Embedding": ("HEALTHY", 1),
+    }
     infos = {"Embedding": {"loaded": True}}
-    watcher = StartupWatcher(tracker, lambda: ("DEPLOYING", "", states), infos.get, exclude=frozenset({"Ingress"}))
+    watcher = StartupWatcher(
+        tracker, lambda: ("DEPLOYING", "", states), infos.get, exclude=frozenset({"Ingress"})
+    )
     watcher.poll()
     status = tracker.status(detail=True)
     assert status.phase == "loading_model_deployments" and status.pending_models == ["Router"]
@@ -200,8 +224,13 @@ def test_startup_watcher_switches_to_the_cheap_health_status_once_started() -> N
 def test_startup_watcher_reports_a_model_that_did_not_load() -> None:
     tracker = StartupTracker()
     states = {"Guard": ("HEALTHY", 1), "Router": ("HEALTHY", 1)}
-    info = {"Guard": {"name": "guard", "pii": {"loaded": False, "error": "spaCy model missing\ndetails"},
-                      "jailbreak": {"loaded": True}}}
+    info = {
+        "Guard": {
+            "name": "guard",
+            "pii": {"loaded": False, "error": "spaCy model missing\ndetails"},
+            "jailbreak": {"loaded": True},
+        }
+    }
     StartupWatcher(tracker, lambda: ("RUNNING", "", states), info.get).poll()
     status = tracker.status(detail=True)
     assert status.phase == "error" and "spaCy model missing" in (status.reason or "")
@@ -221,6 +250,7 @@ def test_load_failure_reads_info_shapes() -> None:
 
 
 # ------------------------------------------------------------------ state directory
+
 
 def test_state_dir_prefers_the_configured_one_then_the_environment_then_the_working_directory() -> None:
     assert state_dir_of("/srv/state", "app", {STATE_ROOT_ENV: "/root"}) == Path("/srv/state")
@@ -244,3 +274,36 @@ def test_a_readable_state_file_is_kept(tmp_path: Path) -> None:
     assert store.active is not None and store.active.config_version == 1
     assert not list(tmp_path.glob("*.corrupt-*"))
 
+
+def test_a_declarative_update_overrides_only_this_apps_user_configs() -> None:
+    details = {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": "127.0.0.1", "port": 8080},
+        "grpc_options": None,
+        "applications": {
+            "svc-sr": {
+                "deployed_app_config": {
+                    "name": "svc-sr",
+                    "import_path": "deployments.graph:build_app",
+                    "deployments": [{"name": "Router", "num_replicas": 2}],
+                }
+            },
+            "other": {"deployed_app_config": {"name": "other", "import_path": "x:y"}},
+            "imperative": {"deployed_app_config": None},
+        },
+    }
+    schema = declarative_update(
+        details, "svc-sr", {"Router": {"config": {"v": 2}}, "Ingress": {"config": {"v": 2}}}
+    )
+    apps = {app["name"]: app for app in schema["applications"]}
+    assert set(apps) == {"svc-sr", "other"}  # an imperatively deployed app is not part of the config
+    assert apps["svc-sr"]["deployments"] == [
+        {"name": "Router", "num_replicas": 2, "user_config": {"config": {"v": 2}}},  # its own options kept
+        {"name": "Ingress", "user_config": {"config": {"v": 2}}},
+    ]
+    assert apps["other"] == {"name": "other", "import_path": "x:y"}
+    assert schema["proxy_location"] == "EveryNode" and schema["http_options"]["port"] == 8080
+    assert "grpc_options" not in schema
+    assert details["applications"]["svc-sr"]["deployed_app_config"]["deployments"] == [
+        {"name": "Router", "num_replicas": 2}
+    ]  # the controller's view is not modified

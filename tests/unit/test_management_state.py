@@ -46,7 +46,9 @@ def test_a_changed_file_at_restart_becomes_a_new_active_version(tmp_path: Path):
     assert reopened.versions()[0].source == "file"
 
 
-def test_exception_during_write_leaves_file_and_memory_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_exception_during_write_leaves_file_and_memory_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     store = ConfigStore(tmp_path)
     store.initialize(candidate())
     before_bytes = (tmp_path / "state.json").read_bytes()
@@ -63,12 +65,16 @@ def test_exception_during_write_leaves_file_and_memory_unchanged(tmp_path: Path,
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # the temp file is gone
 
 
-async def test_failed_write_answers_500_and_the_old_document_stays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+async def test_failed_write_answers_500_and_the_old_document_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     h = Harness(state_dir=tmp_path)
     async with h.client() as c:
         tag = await etag(c)
         monkeypatch.setattr(persist.os, "replace", lambda *_: (_ for _ in ()).throw(OSError(5, "I/O error")))
-        r = await c.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag})
+        r = await c.patch(
+            "/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag}
+        )
         monkeypatch.undo()
         assert await etag(c) == tag
     assert r.status_code == 500
@@ -95,7 +101,9 @@ def test_kill_during_writes_never_leaves_a_torn_file(tmp_path: Path):
     persist.atomic_write_json(target, {"generation": 0, "payload": "", "check": 0})
     root = Path(__file__).resolve().parents[2]
     for _ in range(3):
-        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(target)], cwd=root, stdout=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(target)], cwd=root, stdout=subprocess.PIPE
+        )
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"writing"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)

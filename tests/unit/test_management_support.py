@@ -33,14 +33,27 @@ def base_document(base_url: str = "http://127.0.0.1:9/v1") -> dict[str, Any]:
             "defaults": {"default_model": "small"},
             "models": [
                 {"name": "small", "backend_refs": [{"base_url": base_url}]},
-                {"name": "big", "backend_refs": [{"base_url": base_url, "api_key": SECRET,
-                                                  "extra_headers": {"x-tenant": "tenant-secret-value"}}]},
+                {
+                    "name": "big",
+                    "backend_refs": [
+                        {
+                            "base_url": base_url,
+                            "api_key": SECRET,
+                            "extra_headers": {"x-tenant": "tenant-secret-value"},
+                        }
+                    ],
+                },
             ],
         },
         "routing": {
             "signals": {"keywords": [{"name": "math_kw", "keywords": ["integral", "derivative"]}]},
-            "decisions": [{"name": "math", "rules": {"type": "keyword", "name": "math_kw"},
-                           "modelRefs": [{"model": "big"}]}],
+            "decisions": [
+                {
+                    "name": "math",
+                    "rules": {"type": "keyword", "name": "math_kw"},
+                    "modelRefs": [{"model": "big"}],
+                }
+            ],
         },
     }
 
@@ -54,24 +67,39 @@ def with_auth(document: dict[str, Any], auth: dict[str, Any]) -> dict[str, Any]:
 class Harness:
     """create_app + Management over one in-process pipeline."""
 
-    def __init__(self, document: dict[str, Any] | None = None, *, state_dir: Path | None = None,
-                 activator: Activator | None = None, environ: Mapping[str, str] | None = None,
-                 replays: ReplayStore | None = None, activation_wait_s: float = 30.0, **management: Any) -> None:
+    def __init__(
+        self,
+        document: dict[str, Any] | None = None,
+        *,
+        state_dir: Path | None = None,
+        activator: Activator | None = None,
+        environ: Mapping[str, str] | None = None,
+        replays: ReplayStore | None = None,
+        activation_wait_s: float = 30.0,
+        **management: Any,
+    ) -> None:
         self.config: RouterConfig = parse_config(document or base_document()).config
         self.pipeline = RouterPipeline(self.config)
         self.view = StaticConfigView(self.config)
         self.replays = replays
         self.management = Management(
-            self.config, store=ConfigStore(state_dir), activator=activator or InProcessActivator(self.pipeline),
-            config_view=self.view, previewer=self.pipeline, environ=environ or {}, replays=replays,
-            activation_wait_s=activation_wait_s, **management,
+            self.config,
+            store=ConfigStore(state_dir),
+            activator=activator or InProcessActivator(self.pipeline),
+            config_view=self.view,
+            previewer=self.pipeline,
+            environ=environ or {},
+            replays=replays,
+            activation_wait_s=activation_wait_s,
+            **management,
         )
         self.app: FastAPI = create_app(self.pipeline, UpstreamClient(), self.view, management=self.management)
 
     def client(self, token: str | None = None) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://mgmt",
-                                 headers=headers, timeout=30)
+        return httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=self.app), base_url="http://mgmt", headers=headers, timeout=30
+        )
 
 
 async def etag(client: httpx.AsyncClient) -> str:

@@ -70,9 +70,11 @@ async def test_status_document_shape():
         second = (await c.get("/api/v1/status")).json()
     assert first["schema_version"] == "v1" and first["instance_id"] == second["instance_id"]
     assert conditions(first) == {
-        "Live": ("True", "ProcessRunning"), "StartupComplete": ("True", "StartupComplete"),
+        "Live": ("True", "ProcessRunning"),
+        "StartupComplete": ("True", "StartupComplete"),
         "ActiveConfigAvailable": ("True", "ActiveConfigAvailable"),
-        "ConfigConverged": ("True", "ConfigHashesMatch"), "Ready": ("Unknown", "RequiredDependenciesUnobserved"),
+        "ConfigConverged": ("True", "ConfigHashesMatch"),
+        "Ready": ("Unknown", "RequiredDependenciesUnobserved"),
     }
     assert Harness().management.instance_id != h.management.instance_id
 
@@ -83,9 +85,17 @@ async def test_discovery_lists_every_route_with_permission_and_sensitivity():
     async with h.client() as c:
         body = (await c.get("/api/v1")).json()
     keys = {(r["method"], r["path"]) for r in body["routes"]}
-    for key in [("GET", "/health"), ("GET", "/ready"), ("GET", "/api/v1/config"), ("PUT", "/api/v1/config"),
-                ("POST", "/api/v1/config/rollback"), ("GET", "/api/v1/observability/replays/{replay_id}"),
-                ("POST", "/api/v1/routing/preview"), ("GET", "/openapi.json"), ("GET", "/docs")]:
+    for key in [
+        ("GET", "/health"),
+        ("GET", "/ready"),
+        ("GET", "/api/v1/config"),
+        ("PUT", "/api/v1/config"),
+        ("POST", "/api/v1/config/rollback"),
+        ("GET", "/api/v1/observability/replays/{replay_id}"),
+        ("POST", "/api/v1/routing/preview"),
+        ("GET", "/openapi.json"),
+        ("GET", "/docs"),
+    ]:
         assert key in keys
     config_get = next(r for r in body["routes"] if (r["method"], r["path"]) == ("GET", "/api/v1/config"))
     assert config_get["sensitivity"] == "secret" and "secret_view" in body["permissions"]
@@ -99,11 +109,15 @@ async def test_openapi_is_3_0_and_narrows_to_one_operation():
         one = await c.get("/openapi.json", params={"path": "/api/v1/config", "method": "PATCH"})
         path_only = (await c.get("/openapi.json", params={"path": "/api/v1/config"})).json()
         unknown = await c.get("/openapi.json", params={"path": "/nope"})
-        wrong_method = await c.get("/openapi.json", params={"path": "/api/v1/config/hash", "method": "delete"})
+        wrong_method = await c.get(
+            "/openapi.json", params={"path": "/api/v1/config/hash", "method": "delete"}
+        )
         docs = await c.get("/docs")
     assert full["openapi"].startswith("3.0")
     assert "/api/v1/config/versions" in full["paths"] and "/v1/chat/completions" in full["paths"]
-    assert list(one.json()["paths"]) == ["/api/v1/config"] and list(one.json()["paths"]["/api/v1/config"]) == ["patch"]
+    assert list(one.json()["paths"]) == ["/api/v1/config"] and list(
+        one.json()["paths"]["/api/v1/config"]
+    ) == ["patch"]
     assert set(path_only["paths"]["/api/v1/config"]) == {"get", "patch", "put"}
     assert unknown.status_code == 404 and wrong_method.status_code == 404
     assert docs.status_code == 200 and "/openapi.json" in docs.text
@@ -133,8 +147,16 @@ async def test_inventory_and_older_views():
     encoder = next(m for m in models if m["name"] == "minilm-embedding")
     assert encoder["input_max_tokens"] > 0 and encoder["max_sequence_length"] == encoder["input_max_tokens"]
     assert [m["name"] for m in embeddings] == ["minilm-embedding"] and embeddings[0]["dimensions"] == [384]
-    assert runtime == [{"name": "Embedding", "artifact": "minilm-embedding", "process": None, "state": "ready",
-                        "ready": True, "reason": None}]
+    assert runtime == [
+        {
+            "name": "Embedding",
+            "artifact": "minilm-embedding",
+            "process": None,
+            "state": "ready",
+            "ready": True,
+            "reason": None,
+        }
+    ]
     assert classifier.status_code == 200 and classifier.json()["decisions"][0]["name"] == "math"
     assert {"models", "system"} <= set(info_models) and "gpu_available" in info_models["system"]
     assert info_classifier["status"] == "active" and info_classifier["decisions"][0]["name"] == "math"
@@ -147,14 +169,29 @@ async def test_inventory_and_older_views():
 async def test_routing_preview_evaluates_signals_and_selection_without_backend_calls():
     h = Harness()
     async with h.client() as c:
-        math = await c.post("/api/v1/routing/preview", json={
-            "messages": [{"role": "user", "content": "solve this integral"}], "preview_context": {"seed": 3}})
-        plain = (await c.post("/api/v1/routing/preview", json={
-            "model": "auto", "messages": [{"role": "user", "content": "hello"}]})).json()
-        explicit = (await c.post("/api/v1/routing/preview", json={
-            "model": "small", "messages": [{"role": "user", "content": "hello"}]})).json()
-        unknown = await c.post("/api/v1/routing/preview", json={
-            "model": "nope", "messages": [{"role": "user", "content": "hello"}]})
+        math = await c.post(
+            "/api/v1/routing/preview",
+            json={
+                "messages": [{"role": "user", "content": "solve this integral"}],
+                "preview_context": {"seed": 3},
+            },
+        )
+        plain = (
+            await c.post(
+                "/api/v1/routing/preview",
+                json={"model": "auto", "messages": [{"role": "user", "content": "hello"}]},
+            )
+        ).json()
+        explicit = (
+            await c.post(
+                "/api/v1/routing/preview",
+                json={"model": "small", "messages": [{"role": "user", "content": "hello"}]},
+            )
+        ).json()
+        unknown = await c.post(
+            "/api/v1/routing/preview",
+            json={"model": "nope", "messages": [{"role": "user", "content": "hello"}]},
+        )
         empty = await c.post("/api/v1/routing/preview", json={"messages": []})
     body = math.json()
     assert math.status_code == 200
@@ -189,10 +226,18 @@ async def test_routing_preview_unavailable_and_deadline():
 
 # ------------------------------------------------------------------ replays and outcomes
 def replay(i: int, model: str, decision: str, **extra: Any) -> dict[str, Any]:
-    return {"request_id": f"r{i}", "selected_model": model, "decision": decision, "reason_code": "auto_routing",
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5}, "cost": {"amount": 0.5, "currency": "USD"},
-            "latency_ms": 100.0 + i, "request": {"messages": [{"role": "user", "content": f"private text {i}"}]},
-            "upstream_headers": {"authorization": f"Bearer {SECRET}"}, **extra}
+    return {
+        "request_id": f"r{i}",
+        "selected_model": model,
+        "decision": decision,
+        "reason_code": "auto_routing",
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+        "cost": {"amount": 0.5, "currency": "USD"},
+        "latency_ms": 100.0 + i,
+        "request": {"messages": [{"role": "user", "content": f"private text {i}"}]},
+        "upstream_headers": {"authorization": f"Bearer {SECRET}"},
+        **extra,
+    }
 
 
 def test_replay_store_is_bounded_and_aggregates():
@@ -240,12 +285,18 @@ async def test_outcomes_with_idempotency_key():
     async with h.client() as c:
         first = await c.post("/api/v1/observability/outcomes", json=body, headers={"Idempotency-Key": "k1"})
         again = await c.post("/api/v1/observability/outcomes", json=body, headers={"Idempotency-Key": "k1"})
-        conflict = await c.post("/api/v1/observability/outcomes", json={**body, "verdict": "bad"},
-                                headers={"Idempotency-Key": "k1"})
+        conflict = await c.post(
+            "/api/v1/observability/outcomes",
+            json={**body, "verdict": "bad"},
+            headers={"Idempotency-Key": "k1"},
+        )
         unknown = await c.post("/api/v1/observability/outcomes", json={**body, "replay_id": "nope"})
         invalid = await c.post("/api/v1/observability/outcomes", json={"replay_id": rid})
-        nan = await c.post("/api/v1/observability/outcomes", content=b'{"replay_id":"%s","target":"a","verdict":"b",'
-                           b'"score":NaN}' % rid.encode(), headers={"content-type": "application/json"})
+        nan = await c.post(
+            "/api/v1/observability/outcomes",
+            content=b'{"replay_id":"%s","target":"a","verdict":"b","score":NaN}' % rid.encode(),
+            headers={"content-type": "application/json"},
+        )
         audit = (await c.get("/api/v1/observability/audit", params={"action": "outcome.submit"})).json()
     assert first.status_code == 201 and first.json()["source"] == "anonymous"
     assert again.status_code == 200 and again.json()["outcome_id"] == first.json()["outcome_id"]
@@ -267,9 +318,14 @@ async def test_default_management_of_create_app_is_read_only():
 
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://m") as c:
         view = (await c.get("/api/v1/config/hash")).json()
-        r = await c.patch("/api/v1/config", json={"routing": {"strategy": "confidence"}},
-                          headers={"If-Match": await etag(c)})
-        preview = await c.post("/api/v1/routing/preview", json={"messages": [{"role": "user", "content": "x"}]})
+        r = await c.patch(
+            "/api/v1/config",
+            json={"routing": {"strategy": "confidence"}},
+            headers={"If-Match": await etag(c)},
+        )
+        preview = await c.post(
+            "/api/v1/routing/preview", json={"messages": [{"role": "user", "content": "x"}]}
+        )
     assert view["activation_status"] == "unknown"
     assert r.status_code == 503 and error_code(r) == "ACTIVATION_UNAVAILABLE"
     assert preview.status_code == 503

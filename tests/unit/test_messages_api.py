@@ -557,7 +557,7 @@ def test_nothing_after_done_and_noise_is_ignored():
 )
 def test_messages_url_rules(base_url, chat_path, expected):
     target = UpstreamTarget(model="c", base_url=base_url, chat_path=chat_path, api_format="anthropic")
-    assert target.messages_url == expected and target.request_url == expected
+    assert target.messages_url == expected and wire_for(target).url(target) == expected
 
 
 @pytest.mark.parametrize("api_format", ["anthropic", "Anthropic", " MESSAGES ", "messages"])
@@ -570,7 +570,10 @@ def test_messages_formats_are_case_insensitive(api_format):
 def test_messages_auth_headers(monkeypatch):
     monkeypatch.setenv("MSG_KEY", "sk-ant-1")
     keyed = UpstreamTarget(model="c", base_url="http://h", api_format="anthropic", api_key_env="MSG_KEY")
-    assert wire_for(keyed).request_headers(keyed) == {"anthropic-version": "2023-06-01", "x-api-key": "sk-ant-1"}
+    assert wire_for(keyed).request_headers(keyed) == {
+        "anthropic-version": "2023-06-01",
+        "x-api-key": "sk-ant-1",
+    }
     unkeyed = keyed.model_copy(update={"api_key_env": None})
     assert wire_for(unkeyed).request_headers(unkeyed) == {}
     chat = UpstreamTarget(model="c", base_url="http://h", api_key_env="MSG_KEY")
@@ -620,7 +623,9 @@ def test_oversized_event_and_fail_end_the_stream_cleanly():
     assert translator.feed(text_stream()) == b"" and translator.finish() == b"" and not translator.completed
     cut_short = MessagesStreamTranslator("claude")
     out = cut_short.feed(text_stream()[:40]) + cut_short.fail("client went away")
-    assert chunks(out)[-2] == {"error": {"message": "client went away", "type": "upstream_error", "code": None}}
+    assert chunks(out)[-2] == {
+        "error": {"message": "client went away", "type": "upstream_error", "code": None}
+    }
     assert cut_short.fail("again") == b"" and not cut_short.completed
 
 
@@ -632,7 +637,11 @@ def test_malformed_error_body_is_a_502():
 
 def test_translation_error_bodies():
     assert MessagesTranslationError("n > 1").body() == {
-        "error": {"message": "n > 1", "type": "invalid_request_error", "code": "unsupported_for_upstream_format"}
+        "error": {
+            "message": "n > 1",
+            "type": "invalid_request_error",
+            "code": "unsupported_for_upstream_format",
+        }
     }
     assert MessagesTranslationError("bad answer", 502).body() == {
         "error": {"message": "bad answer", "type": "upstream_error", "code": None}

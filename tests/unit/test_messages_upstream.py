@@ -11,8 +11,9 @@ import pytest
 from app.api.app import StaticConfigView, create_app
 from app.config.loader import parse_config
 from app.config.reliability import FallbackConfig, ReliabilityConfig
-from app.pipeline.pipeline import PipelineServices, RouterPipeline
-from app.upstream.client import UpstreamClient, UpstreamUnavailable
+from app.pipeline import PipelineServices, RouterPipeline
+from app.upstream.client import UpstreamClient
+from app.upstream.results import UpstreamUnavailable
 from app.upstream.sse import StreamAccumulator
 from app.upstream.targets import UpstreamTarget
 from tests.fakes.messages_upstream import FakeMessagesUpstream
@@ -100,7 +101,10 @@ async def test_error_status_is_relayed_raw(fakes, client):
     m.configure(fail_status=400)  # 4xx: not retried, relayed
     result = await client.complete([messages_target(m)], BODY)
     assert result.status == 400 and not result.local
-    assert result.json_body == {"type": "error", "error": {"type": "invalid_request_error", "message": "claude failing with 400"}}
+    assert result.json_body == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "claude failing with 400"},
+    }
 
 
 # -- non-stream ---------------------------------------------------------------------------------
@@ -227,14 +231,23 @@ async def test_data_plane_error_mapping_for_messages_models(fakes):
     ask = {"model": "claude", "messages": [{"role": "user", "content": "hello there"}]}
     async with httpx.AsyncClient(transport=transport, base_url="http://svc") as http:
         refused = await http.post("/v1/chat/completions", json={**ask, "stream": True, "n": 2})
-        refused_responses = await http.post("/v1/responses", json={
-            "model": "claude", "input": "hi", "stream": True, "text": {"format": {"type": "json_object"}}})
+        refused_responses = await http.post(
+            "/v1/responses",
+            json={
+                "model": "claude",
+                "input": "hi",
+                "stream": True,
+                "text": {"format": {"type": "json_object"}},
+            },
+        )
         assert m.requests == []  # refused locally: nothing was sent
         m.configure(answer_body='{"type": "message", "content": "not blocks"}')
         malformed = await http.post("/v1/chat/completions", json=ask)
         m.configure(answer_body="<html>proxy page</html>", answer_content_type="text/html")
         not_json = await http.post("/v1/chat/completions", json=ask)
-        m.configure(answer_body=None, stream_body='event: error\ndata: {"type": "error", "error": {"type": 5}}\n\n')
+        m.configure(
+            answer_body=None, stream_body='event: error\ndata: {"type": "error", "error": {"type": 5}}\n\n'
+        )
         broken_stream = await http.post("/v1/chat/completions", json={**ask, "stream": True})
         m.configure(stream_body=None)
         ok = await http.post("/v1/chat/completions", json=ask)
@@ -276,7 +289,7 @@ def hashed_embed():
 async def test_data_plane_caches_only_finished_messages_streams(fakes):
 
     from app.cache.memory import InMemorySemanticCache
-    from app.pipeline.pipeline import cache_adapters
+    from app.pipeline import cache_adapters
 
     m, o = fakes
     document = {
@@ -290,18 +303,28 @@ async def test_data_plane_caches_only_finished_messages_streams(fakes):
         },
         "routing": {
             "signals": {"keywords": [{"name": "c", "operator": "OR", "keywords": ["cachemsg"]}]},
-            "decisions": [{
-                "name": "cached", "priority": 100,
-                "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "c"}]},
-                "modelRefs": [{"model": "claude"}],
-                "plugins": [{"type": "semantic-cache", "configuration": {"enabled": True, "similarity_threshold": 0.99}}],
-            }],
+            "decisions": [
+                {
+                    "name": "cached",
+                    "priority": 100,
+                    "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "c"}]},
+                    "modelRefs": [{"model": "claude"}],
+                    "plugins": [
+                        {
+                            "type": "semantic-cache",
+                            "configuration": {"enabled": True, "similarity_threshold": 0.99},
+                        }
+                    ],
+                }
+            ],
         },
         "global": {"stores": {"response_cache": {"enabled": True}}},
     }
     config = parse_config(document).config
     lookup, store = cache_adapters(InMemorySemanticCache())
-    pipeline = RouterPipeline(config, PipelineServices(embed=hashed_embed(), cache_lookup=lookup, cache_store=store))
+    pipeline = RouterPipeline(
+        config, PipelineServices(embed=hashed_embed(), cache_lookup=lookup, cache_store=store)
+    )
     app = create_app(router=pipeline, upstream=UpstreamClient(), config=StaticConfigView(config))
     plane = app.state.plane
 

@@ -13,7 +13,7 @@ from app.config.loader import parse_config
 from app.observability.exposition import MetricsHTTPServer
 from app.observability.metrics import MetricsAggregator, MetricsRecorder, MetricsSnapshot, UnknownMetric
 from app.observability.push import LoopMetricsPusher, MetricsPusher
-from app.pipeline.pipeline import PipelineServices, RouterPipeline
+from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.plan import CompletionReport
 
 
@@ -146,20 +146,30 @@ def test_http_exposition_serves_metrics_and_rejects_other_paths() -> None:
 CONFIG = {
     "version": "v0.3",
     "providers": {
-        "defaults": {"default_model": "b", "reasoning_families": {
-            "qwen3": {"type": "chat_template_kwargs", "parameter": "enable_thinking"}}},
+        "defaults": {
+            "default_model": "b",
+            "reasoning_families": {"qwen3": {"type": "chat_template_kwargs", "parameter": "enable_thinking"}},
+        },
         "models": [
-            {"name": "a", "reasoning_family": "qwen3",
-             "pricing": {"currency": "EUR", "prompt_per_1m": 1_000_000, "completion_per_1m": 2_000_000},
-             "backend_refs": [{"endpoint": "127.0.0.1:9"}]},
+            {
+                "name": "a",
+                "reasoning_family": "qwen3",
+                "pricing": {"currency": "EUR", "prompt_per_1m": 1_000_000, "completion_per_1m": 2_000_000},
+                "backend_refs": [{"endpoint": "127.0.0.1:9"}],
+            },
             {"name": "b", "backend_refs": [{"endpoint": "127.0.0.1:9"}]},
         ],
     },
     "routing": {
         "signals": {"keywords": [{"name": "m", "operator": "OR", "keywords": ["integral"]}]},
-        "decisions": [{"name": "math", "priority": 1,
-                       "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "m"}]},
-                       "modelRefs": [{"model": "a", "use_reasoning": True, "reasoning_effort": "high"}]}],
+        "decisions": [
+            {
+                "name": "math",
+                "priority": 1,
+                "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "m"}]},
+                "modelRefs": [{"model": "a", "use_reasoning": True, "reasoning_effort": "high"}],
+            }
+        ],
     },
 }
 
@@ -172,21 +182,26 @@ async def test_pipeline_records_spec_metrics_for_a_request_mix() -> None:
     answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}], "usage": usage}
 
     routed = await pipeline.route({"model": "MoM", "messages": [{"role": "user", "content": "an integral"}]})
-    await pipeline.complete(routed, CompletionReport(status=200, model="a", response=answer, ttft_s=0.1,
-                                                     total_s=0.3))
+    await pipeline.complete(
+        routed, CompletionReport(status=200, model="a", response=answer, ttft_s=0.1, total_s=0.3)
+    )
     explicit = await pipeline.route({"model": "b", "messages": [{"role": "user", "content": "hi"}]})
     explicit.endpoint = "responses"
     await pipeline.complete(explicit, CompletionReport(status=503, model="b", error_reason="upstream_5xx"))
 
-    assert rec.value("svc_router_requests_total", endpoint="chat_completions", category="math", status=200) == 1
+    assert (
+        rec.value("svc_router_requests_total", endpoint="chat_completions", category="math", status=200) == 1
+    )
     assert rec.value("svc_router_requests_total", endpoint="responses", category="none", status=503) == 1
     assert rec.value("llm_model_requests_total", model="a") == 1
     assert rec.value("llm_routing_reason_codes_total", reason_code="auto_routing", model="a") == 1
     assert rec.value("llm_routing_reason_codes_total", reason_code="model_specified", model="b") == 1
     assert rec.value("llm_request_errors_total", model="b", reason="upstream_5xx") == 1
     assert rec.value("llm_model_cost_total", model="a", currency="EUR") == pytest.approx(3 + 4)
-    assert rec.value("llm_reasoning_decisions_total", category="math", model="a", enabled="true",
-                     effort="high") == 1
+    assert (
+        rec.value("llm_reasoning_decisions_total", category="math", model="a", enabled="true", effort="high")
+        == 1
+    )
     assert rec.value("llm_reasoning_template_usage_total", family="qwen3", param="enable_thinking") == 1
     assert rec.value("llm_reasoning_effort_usage_total", family="qwen3", effort="high") == 1
     agg = MetricsAggregator()

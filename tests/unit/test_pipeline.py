@@ -54,14 +54,23 @@ def base_document(**overrides: Any) -> dict[str, Any]:
             "defaults": {
                 "default_model": "small",
                 "default_reasoning_effort": "high",
-                "reasoning_families": {"qwen3": {"type": "chat_template_kwargs", "parameter": "enable_thinking"}},
+                "reasoning_families": {
+                    "qwen3": {"type": "chat_template_kwargs", "parameter": "enable_thinking"}
+                },
             },
             "models": [
-                {"name": "small", "backend_refs": [{"endpoint": "127.0.0.1:8000"}],
-                 "pricing": {"currency": "USD", "prompt_per_1m": 1.0, "completion_per_1m": 2.0}},
-                {"name": "large", "reasoning_family": "qwen3", "provider_model_id": "org/large",
-                 "backend_refs": [{"base_url": "http://127.0.0.1:9000/v1"}],
-                 "pricing": {"currency": "EUR", "prompt_per_1m": 10.0, "completion_per_1m": 30.0}},
+                {
+                    "name": "small",
+                    "backend_refs": [{"endpoint": "127.0.0.1:8000"}],
+                    "pricing": {"currency": "USD", "prompt_per_1m": 1.0, "completion_per_1m": 2.0},
+                },
+                {
+                    "name": "large",
+                    "reasoning_family": "qwen3",
+                    "provider_model_id": "org/large",
+                    "backend_refs": [{"base_url": "http://127.0.0.1:9000/v1"}],
+                    "pricing": {"currency": "EUR", "prompt_per_1m": 10.0, "completion_per_1m": 30.0},
+                },
                 {"name": "backup", "backend_refs": [{"endpoint": "127.0.0.1:8001"}]},
             ],
         },
@@ -69,37 +78,71 @@ def base_document(**overrides: Any) -> dict[str, Any]:
             "strategy": "priority",
             "signals": {
                 "keywords": [
-                    {"name": "urgent", "operator": "OR", "keywords": ["urgent", "asap", "immediately", "now"]},
+                    {
+                        "name": "urgent",
+                        "operator": "OR",
+                        "keywords": ["urgent", "asap", "immediately", "now"],
+                    },
                     {"name": "unused", "keywords": ["never referenced"]},
                     {"name": "blocked_words", "keywords": ["forbidden"]},
                 ],
                 "embeddings": [
-                    {"name": "cooking", "threshold": 0.55,
-                     "candidates": ["how do I bake bread", "recipe for sourdough", "cooking pasta at home"]},
+                    {
+                        "name": "cooking",
+                        "threshold": 0.55,
+                        "candidates": [
+                            "how do I bake bread",
+                            "recipe for sourdough",
+                            "cooking pasta at home",
+                        ],
+                    },
                 ],
                 "context": [{"name": "long_prompt", "min_tokens": 2000}],
             },
             "decisions": [
-                {"name": "blocked", "priority": 1000,
-                 "rules": {"type": "keyword", "name": "blocked_words"},
-                 "plugins": [{"type": "fast_response", "configuration": {"message": "I can't help with that."}}]},
-                {"name": "urgent_route", "priority": 100,
-                 "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "urgent"}]},
-                 "modelRefs": [{"model": "large", "use_reasoning": True}, {"model": "backup"}],
-                 "plugins": [
-                     {"type": "system_prompt", "configuration": {"system_prompt": "Be quick."}},
-                     {"type": "header_mutation", "configuration": {
-                         "add": [{"name": "X-Route-Source", "value": "svc-sr"}], "delete": ["x-debug"]}},
-                     {"type": "request_params", "configuration": {"max_tokens_limit": 256}},
-                 ]},
-                {"name": "cooking_route", "priority": 50,
-                 "rules": {"operator": "AND", "conditions": [{"type": "embedding", "name": "cooking"}]},
-                 "modelRefs": [{"model": "small"}],
-                 "plugins": [{"type": "semantic-cache",
-                              "configuration": {"enabled": True, "similarity_threshold": 0.85}}]},
-                {"name": "long_route", "priority": 10,
-                 "rules": {"type": "context", "name": "long_prompt"},
-                 "modelRefs": [{"model": "large", "use_reasoning": False}]},
+                {
+                    "name": "blocked",
+                    "priority": 1000,
+                    "rules": {"type": "keyword", "name": "blocked_words"},
+                    "plugins": [
+                        {"type": "fast_response", "configuration": {"message": "I can't help with that."}}
+                    ],
+                },
+                {
+                    "name": "urgent_route",
+                    "priority": 100,
+                    "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "urgent"}]},
+                    "modelRefs": [{"model": "large", "use_reasoning": True}, {"model": "backup"}],
+                    "plugins": [
+                        {"type": "system_prompt", "configuration": {"system_prompt": "Be quick."}},
+                        {
+                            "type": "header_mutation",
+                            "configuration": {
+                                "add": [{"name": "X-Route-Source", "value": "svc-sr"}],
+                                "delete": ["x-debug"],
+                            },
+                        },
+                        {"type": "request_params", "configuration": {"max_tokens_limit": 256}},
+                    ],
+                },
+                {
+                    "name": "cooking_route",
+                    "priority": 50,
+                    "rules": {"operator": "AND", "conditions": [{"type": "embedding", "name": "cooking"}]},
+                    "modelRefs": [{"model": "small"}],
+                    "plugins": [
+                        {
+                            "type": "semantic-cache",
+                            "configuration": {"enabled": True, "similarity_threshold": 0.85},
+                        }
+                    ],
+                },
+                {
+                    "name": "long_route",
+                    "priority": 10,
+                    "rules": {"type": "context", "name": "long_prompt"},
+                    "modelRefs": [{"model": "large", "use_reasoning": False}],
+                },
             ],
         },
     }
@@ -112,11 +155,18 @@ def config_of(doc: dict[str, Any]) -> RouterConfig:
     return RouterConfig.model_validate(doc)
 
 
-def pipeline_of(doc: dict[str, Any], encoder, cache: InMemorySemanticCache | None = None,
-                embed: CountingEmbed | None = None, **services: Any) -> RouterPipeline:
+def pipeline_of(
+    doc: dict[str, Any],
+    encoder,
+    cache: InMemorySemanticCache | None = None,
+    embed: CountingEmbed | None = None,
+    **services: Any,
+) -> RouterPipeline:
     cache = cache if cache is not None else InMemorySemanticCache()
     lookup, store = cache_adapters(cache)
-    svc = PipelineServices(embed=embed or CountingEmbed(encoder), cache_lookup=lookup, cache_store=store, **services)
+    svc = PipelineServices(
+        embed=embed or CountingEmbed(encoder), cache_lookup=lookup, cache_store=store, **services
+    )
     return RouterPipeline(config_of(doc), svc, rng=random.Random(0))
 
 
@@ -126,14 +176,23 @@ def chat(text: str, model: str = "MoM", **extra: Any) -> dict[str, Any]:
 
 def completion(content: str = "Mix flour and water.", prompt: int = 20, completion_tokens: int = 10) -> dict:
     return {
-        "id": "chatcmpl-upstream", "object": "chat.completion", "created": 1, "model": "small",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt + completion_tokens},
+        "id": "chatcmpl-upstream",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "small",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt + completion_tokens,
+        },
     }
 
 
 # ------------------------------------------------------------------ explicit model
+
 
 async def test_explicit_model_is_a_pass_through(encoder):
     embed = CountingEmbed(encoder)
@@ -167,8 +226,13 @@ async def test_unknown_model_is_404(encoder):
 
 @pytest.mark.parametrize(
     "body",
-    [{"messages": [{"role": "user", "content": "x"}]}, {"model": "MoM"}, {"model": "MoM", "messages": "x"},
-     {"model": "MoM", "messages": []}, {"model": "  ", "messages": [{"role": "user", "content": "x"}]}],
+    [
+        {"messages": [{"role": "user", "content": "x"}]},
+        {"model": "MoM"},
+        {"model": "MoM", "messages": "x"},
+        {"model": "MoM", "messages": []},
+        {"model": "  ", "messages": [{"role": "user", "content": "x"}]},
+    ],
 )
 async def test_malformed_request_is_400(encoder, body):
     with pytest.raises(InvalidRequestError) as info:
@@ -186,10 +250,12 @@ async def test_pydantic_request_is_accepted(encoder):
 
 # ------------------------------------------------------------------ auto routing
 
+
 async def test_auto_route_by_keyword_with_all_mutations(encoder):
     pipe = pipeline_of(base_document(), encoder)
-    plan = await pipe.route(chat("urgent: the server is down", max_tokens=4096),
-                            headers={"X-Request-Id": "abc"})
+    plan = await pipe.route(
+        chat("urgent: the server is down", max_tokens=4096), headers={"X-Request-Id": "abc"}
+    )
     assert plan.auto and plan.decision == "urgent_route" and plan.reason_code == "auto_routing"
     assert plan.confidence == pytest.approx(0.625)  # 1 of 4 keywords
     assert plan.selected_model == "large"
@@ -219,8 +285,12 @@ async def test_only_referenced_signals_are_evaluated(encoder):
     plan = await pipeline_of(base_document(), encoder).route(chat("never referenced words here"))
     evaluated = {(m.type, m.name) for m in plan.signals.matches}
     assert ("keyword", "unused") not in evaluated
-    assert evaluated == {("keyword", "urgent"), ("keyword", "blocked_words"), ("embedding", "cooking"),
-                         ("context", "long_prompt")}
+    assert evaluated == {
+        ("keyword", "urgent"),
+        ("keyword", "blocked_words"),
+        ("embedding", "cooking"),
+        ("context", "long_prompt"),
+    }
     assert set(plan.signals.timings_ms) == {"keyword", "embedding", "context"}
 
 
@@ -257,7 +327,9 @@ async def test_tiers_override_priority(encoder):
 
 async def test_catch_all_decision(encoder):
     doc = base_document()
-    doc["routing"]["decisions"].append({"name": "everything", "priority": 0, "modelRefs": [{"model": "backup"}]})
+    doc["routing"]["decisions"].append(
+        {"name": "everything", "priority": 0, "modelRefs": [{"model": "backup"}]}
+    )
     plan = await pipeline_of(doc, encoder).route(chat("tell me about the weather"))
     assert plan.decision == "everything" and plan.selected_model == "backup"
     assert plan.reason_code == "auto_routing" and plan.confidence == 1.0
@@ -288,6 +360,7 @@ async def test_auto_aliases(encoder, alias):
 
 # ------------------------------------------------------------------ fast_response
 
+
 async def test_fast_response_answers_without_a_model(encoder):
     doc = base_document()
     doc["providers"]["defaults"]["default_model"] = None
@@ -302,13 +375,16 @@ async def test_fast_response_answers_without_a_model(encoder):
 
 # ------------------------------------------------------------------ response cache
 
+
 async def test_cache_miss_then_hit_on_paraphrase(encoder):
     cache = InMemorySemanticCache()
     pipe = pipeline_of(base_document(), encoder, cache=cache)
     first = await pipe.route(chat(BREAD))
     assert first.response_headers["x-cache-status"] == "miss"
     assert first.cache_write is not None and first.cache_write.partition == "small|cooking_route"
-    accounting = await pipe.complete(first, CompletionReport(status=200, model="small", response=completion()))
+    accounting = await pipe.complete(
+        first, CompletionReport(status=200, model="small", response=completion())
+    )
     assert accounting.cache_written and len(cache) == 1
 
     second = await pipe.route(chat(BREAD_PARAPHRASE))
@@ -330,7 +406,9 @@ async def test_cache_miss_then_hit_on_paraphrase(encoder):
 
 
 async def test_global_cache_applies_to_decisions_without_plugin(encoder):
-    doc = base_document(**{"global": {"stores": {"response_cache": {"enabled": True, "similarity_threshold": 0.9}}}})
+    doc = base_document(
+        **{"global": {"stores": {"response_cache": {"enabled": True, "similarity_threshold": 0.9}}}}
+    )
     pipe = pipeline_of(doc, encoder)
     plan = await pipe.route(chat("the weather today in Paris"))
     assert plan.reason_code == "default_model"
@@ -351,11 +429,14 @@ async def test_conversation_context_separates_cache_entries(encoder):
     pipe = pipeline_of(base_document(), encoder, cache=cache)
     single = await pipe.route(chat(BREAD))
     await pipe.complete(single, CompletionReport(status=200, model="small", response=completion()))
-    multi_turn = {"model": "MoM", "messages": [
-        {"role": "user", "content": "I only have rye flour."},
-        {"role": "assistant", "content": "Rye works differently."},
-        {"role": "user", "content": BREAD},
-    ]}
+    multi_turn = {
+        "model": "MoM",
+        "messages": [
+            {"role": "user", "content": "I only have rye flour."},
+            {"role": "assistant", "content": "Rye works differently."},
+            {"role": "user", "content": BREAD},
+        ],
+    }
     plan = await pipe.route(multi_turn)
     assert plan.immediate is None  # a different conversation: no cross-conversation hit
     assert plan.cache_write is not None and plan.cache_write.partition.startswith("small|cooking_route|ctx:")
@@ -391,11 +472,17 @@ async def test_cache_failure_never_fails_the_request(encoder):
 
 # ------------------------------------------------------------------ complete()
 
+
 async def test_complete_cost_and_tpot_non_stream(encoder):
     pipe = pipeline_of(base_document(), encoder)
     plan = await pipe.route(chat("urgent help"))
-    report = CompletionReport(status=200, model="large", response=completion(prompt=1000, completion_tokens=500),
-                              ttft_s=0.9, total_s=1.0)
+    report = CompletionReport(
+        status=200,
+        model="large",
+        response=completion(prompt=1000, completion_tokens=500),
+        ttft_s=0.9,
+        total_s=1.0,
+    )
     accounting = await pipe.complete(plan, report)
     assert accounting.model == "large" and accounting.currency == "EUR"
     assert accounting.cost == pytest.approx((1000 * 10 + 500 * 30) / 1e6)
@@ -407,8 +494,15 @@ async def test_complete_cost_and_tpot_non_stream(encoder):
 async def test_complete_stream_tpot_and_fallback_model_pricing(encoder):
     pipe = pipeline_of(base_document(), encoder)
     plan = await pipe.route(chat("urgent help", stream=True))
-    report = CompletionReport(status=200, model="backup", stream=True, stream_finished=True,
-                              response=completion(completion_tokens=11), ttft_s=0.2, total_s=1.2)
+    report = CompletionReport(
+        status=200,
+        model="backup",
+        stream=True,
+        stream_finished=True,
+        response=completion(completion_tokens=11),
+        ttft_s=0.2,
+        total_s=1.2,
+    )
     accounting = await pipe.complete(plan, report)
     assert accounting.model == "backup" and accounting.cost == 0.0  # backup has no pricing
     assert accounting.tpot_s == pytest.approx(1.0 / 10)
@@ -418,12 +512,18 @@ async def test_cache_write_only_for_finished_streams(encoder):
     cache = InMemorySemanticCache()
     pipe = pipeline_of(base_document(), encoder, cache=cache)
     plan = await pipe.route(chat(BREAD, stream=True))
-    aborted = await pipe.complete(plan, CompletionReport(
-        status=200, model="small", stream=True, stream_finished=False, response=completion("Mix fl")))
+    aborted = await pipe.complete(
+        plan,
+        CompletionReport(
+            status=200, model="small", stream=True, stream_finished=False, response=completion("Mix fl")
+        ),
+    )
     assert not aborted.cache_written and len(cache) == 0
     assert (await pipe.route(chat(BREAD))).immediate is None
-    finished = await pipe.complete(plan, CompletionReport(
-        status=200, model="small", stream=True, stream_finished=True, response=completion()))
+    finished = await pipe.complete(
+        plan,
+        CompletionReport(status=200, model="small", stream=True, stream_finished=True, response=completion()),
+    )
     assert finished.cache_written and len(cache) == 1
 
 
@@ -431,30 +531,41 @@ async def test_no_cache_write_on_error_or_other_model(encoder):
     cache = InMemorySemanticCache()
     pipe = pipeline_of(base_document(), encoder, cache=cache)
     plan = await pipe.route(chat(BREAD))
-    assert not (await pipe.complete(plan, CompletionReport(status=502, model="small", response=completion()))
-                ).cache_written
-    assert not (await pipe.complete(plan, CompletionReport(status=200, model="backup", response=completion()))
-                ).cache_written
-    assert not (await pipe.complete(plan, CompletionReport(status=200, model="small", response={"choices": []}))
-                ).cache_written
+    assert not (
+        await pipe.complete(plan, CompletionReport(status=502, model="small", response=completion()))
+    ).cache_written
+    assert not (
+        await pipe.complete(plan, CompletionReport(status=200, model="backup", response=completion()))
+    ).cache_written
+    assert not (
+        await pipe.complete(plan, CompletionReport(status=200, model="small", response={"choices": []}))
+    ).cache_written
     assert len(cache) == 0
 
 
 @pytest.mark.parametrize(
     "response",
-    [None, {}, {"usage": "lots"}, {"usage": {"prompt_tokens": -4, "completion_tokens": True}},
-     {"usage": {"prompt_tokens": 3.0}, "choices": "x"}],
+    [
+        None,
+        {},
+        {"usage": "lots"},
+        {"usage": {"prompt_tokens": -4, "completion_tokens": True}},
+        {"usage": {"prompt_tokens": 3.0}, "choices": "x"},
+    ],
 )
 async def test_complete_tolerates_odd_input(encoder, response):
     pipe = pipeline_of(base_document(), encoder)
     plan = await pipe.route(chat("urgent"))
-    accounting = await pipe.complete(plan, CompletionReport(
-        status=200, model="large", response=response, ttft_s=float("nan"), total_s=-1.0))
+    accounting = await pipe.complete(
+        plan,
+        CompletionReport(status=200, model="large", response=response, ttft_s=float("nan"), total_s=-1.0),
+    )
     assert accounting.model == "large" and accounting.cost >= 0.0
     assert accounting.tpot_s is None and accounting.ttft_s is None
 
 
 # ------------------------------------------------------------------ extension points
+
 
 class DomainStub:
     """A learned-signal evaluator as the next issue will plug it in (keyed by condition type)."""
@@ -476,15 +587,23 @@ class DomainStub:
         vector = await ctx.query_vector()  # shares the request's single embedding
         assert vector.shape == (384,)
         is_math = "integral" in ctx.text
-        return [SignalMatch(type="domain", name=n, matched=(n == "math") == is_math, confidence=0.9) for n in names]
+        return [
+            SignalMatch(type="domain", name=n, matched=(n == "math") == is_math, confidence=0.9)
+            for n in names
+        ]
 
 
 def domain_document() -> dict[str, Any]:
     doc = base_document()
     doc["routing"]["signals"]["domains"] = [{"name": "math"}, {"name": "other"}]
-    doc["routing"]["decisions"].append({
-        "name": "math_route", "priority": 500, "rules": {"type": "domain", "name": "math"},
-        "modelRefs": [{"model": "large"}]})
+    doc["routing"]["decisions"].append(
+        {
+            "name": "math_route",
+            "priority": 500,
+            "rules": {"type": "domain", "name": "math"},
+            "modelRefs": [{"model": "large"}],
+        }
+    )
     return doc
 
 
@@ -534,14 +653,25 @@ async def test_security_signals_fill_security_checks(encoder):
 
         async def evaluate(self, ctx, names):
             found = "@" in ctx.text
-            return [SignalMatch(type="pii", name="any_pii", matched=found,
-                                detail={"entities": ["EMAIL_ADDRESS"] if found else []})]
+            return [
+                SignalMatch(
+                    type="pii",
+                    name="any_pii",
+                    matched=found,
+                    detail={"entities": ["EMAIL_ADDRESS"] if found else []},
+                )
+            ]
 
     doc = base_document()
     doc["routing"]["signals"]["pii"] = [{"name": "any_pii"}]
-    doc["routing"]["decisions"].append({
-        "name": "pii_block", "priority": 2000, "rules": {"type": "pii", "name": "any_pii"},
-        "plugins": [{"type": "fast_response", "configuration": {"message": "No PII please."}}]})
+    doc["routing"]["decisions"].append(
+        {
+            "name": "pii_block",
+            "priority": 2000,
+            "rules": {"type": "pii", "name": "any_pii"},
+            "plugins": [{"type": "fast_response", "configuration": {"message": "No PII please."}}],
+        }
+    )
     pipe = pipeline_of(doc, encoder, evaluators={"pii": PIIStub})
     plan = await pipe.route(chat("mail me at a@b.co"))
     assert plan.security.pii_detected and plan.security.pii_entities == ["EMAIL_ADDRESS"]
@@ -550,6 +680,7 @@ async def test_security_signals_fill_security_checks(encoder):
 
 
 # ------------------------------------------------------------------ config updates, preview, selection
+
 
 async def test_update_config_hot_swaps_and_embeds_only_new_phrases(encoder):
     embed = CountingEmbed(encoder)
@@ -581,10 +712,15 @@ async def test_preview_reports_every_signal_without_touching_the_cache(encoder):
 async def test_weighted_decision_is_reproducible_with_seeded_rng(encoder):
     doc = base_document()
     doc["routing"]["decisions"][1]["algorithm"] = {"type": "weighted"}
-    doc["routing"]["decisions"][1]["modelRefs"] = [{"model": "large", "weight": 1}, {"model": "backup", "weight": 1}]
+    doc["routing"]["decisions"][1]["modelRefs"] = [
+        {"model": "large", "weight": 1},
+        {"model": "backup", "weight": 1},
+    ]
 
     async def picks(seed: int) -> list[str]:
-        pipe = RouterPipeline(config_of(doc), PipelineServices(embed=CountingEmbed(encoder)), rng=random.Random(seed))
+        pipe = RouterPipeline(
+            config_of(doc), PipelineServices(embed=CountingEmbed(encoder)), rng=random.Random(seed)
+        )
         return [(await pipe.route(chat("urgent"))).selected_model for _ in range(12)]
 
     first = await picks(42)

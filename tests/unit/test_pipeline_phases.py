@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from app.config.loader import parse_config
-from app.config.models import JailbreakSignal, RouterConfig
+from app.config.models import RouterConfig
+from app.config.signals import JailbreakSignal
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.phases import guard, parse
 from app.pipeline.phases.cache import _too_old, cache_partition
@@ -26,23 +27,41 @@ from app.pipeline.signals.base import SignalContext
 
 
 def config() -> RouterConfig:
-    return parse_config({
-        "version": "v0.3",
-        "providers": {"defaults": {"default_model": "small"},
-                      "models": [{"name": "small", "backend_refs": [{"endpoint": "127.0.0.1:8000"}]},
-                                 {"name": "large", "backend_refs": [{"endpoint": "127.0.0.1:8001"}]}]},
-        "routing": {
-            "signals": {"keywords": [{"name": "urgent", "keywords": ["urgent"]},
-                                     {"name": "hello", "keywords": ["hello"]}]},
-            "decisions": [
-                {"name": "urgent_route", "priority": 10, "rules": {"type": "keyword", "name": "urgent"},
-                 "modelRefs": [{"model": "large"}]},
-                {"name": "greeting", "priority": 5, "rules": {"type": "keyword", "name": "hello"},
-                 "modelRefs": [{"model": "small"}],
-                 "plugins": [{"type": "fast_response", "configuration": {"message": "hi there"}}]},
-            ],
-        },
-    }).config
+    return parse_config(
+        {
+            "version": "v0.3",
+            "providers": {
+                "defaults": {"default_model": "small"},
+                "models": [
+                    {"name": "small", "backend_refs": [{"endpoint": "127.0.0.1:8000"}]},
+                    {"name": "large", "backend_refs": [{"endpoint": "127.0.0.1:8001"}]},
+                ],
+            },
+            "routing": {
+                "signals": {
+                    "keywords": [
+                        {"name": "urgent", "keywords": ["urgent"]},
+                        {"name": "hello", "keywords": ["hello"]},
+                    ]
+                },
+                "decisions": [
+                    {
+                        "name": "urgent_route",
+                        "priority": 10,
+                        "rules": {"type": "keyword", "name": "urgent"},
+                        "modelRefs": [{"model": "large"}],
+                    },
+                    {
+                        "name": "greeting",
+                        "priority": 5,
+                        "rules": {"type": "keyword", "name": "hello"},
+                        "modelRefs": [{"model": "small"}],
+                        "plugins": [{"type": "fast_response", "configuration": {"message": "hi there"}}],
+                    },
+                ],
+            },
+        }
+    ).config
 
 
 @pytest.fixture
@@ -64,12 +83,16 @@ def context(plan: RoutePlan) -> SignalContext:
 
 # -- parse ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("body", "message"), [
-    ({"messages": [{"role": "user", "content": "x"}]}, "model field is required"),
-    ({"model": "MoM"}, "messages field is required"),
-    ({"model": "MoM", "messages": "x"}, "messages field must be an array"),
-    ({"model": "MoM", "messages": []}, "messages must contain at least one message"),
-])
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"messages": [{"role": "user", "content": "x"}]}, "model field is required"),
+        ({"model": "MoM"}, "messages field is required"),
+        ({"model": "MoM", "messages": "x"}, "messages field must be an array"),
+        ({"model": "MoM", "messages": []}, "messages must contain at least one message"),
+    ],
+)
 def test_parse_rejects_what_is_not_a_chat_body(body, message):
     with pytest.raises(InvalidRequestError, match=message):
         parse.chat_body(body)
@@ -83,12 +106,17 @@ def test_parse_starts_the_plan(state):
 
 # -- signals and decide -----------------------------------------------------------------------
 
+
 async def test_signals_then_decide_pick_the_matching_decision(state):
     plan = plan_of(state, chat("this is urgent"))
     plan.signals, guarded = await evaluate_signals(state, context(plan), preview=False)
     assert guarded == []  # no prompt guard configured
     winner, ranked = decide(state, plan)
-    assert winner is not None and plan.decision == "urgent_route" and [m.name for m in ranked] == ["urgent_route"]
+    assert (
+        winner is not None
+        and plan.decision == "urgent_route"
+        and [m.name for m in ranked] == ["urgent_route"]
+    )
 
 
 async def test_no_matching_decision_has_zero_confidence(state):
@@ -112,26 +140,36 @@ class Failing:
 
 async def test_a_failing_or_missing_family_yields_errored_matches(state):
     ctx = context(plan_of(state, chat("x")))
-    report = await evaluate_families({"keyword": Failing()}, ctx,
-                                     {"keyword": frozenset({"urgent"}), "domain": frozenset({"math"})})
-    assert sorted(report.errors) == ["domain:math: no evaluator for signal type 'domain'",
-                                     "keyword:urgent: RuntimeError: boom"]
+    report = await evaluate_families(
+        {"keyword": Failing()}, ctx, {"keyword": frozenset({"urgent"}), "domain": frozenset({"math"})}
+    )
+    assert sorted(report.errors) == [
+        "domain:math: no evaluator for signal type 'domain'",
+        "keyword:urgent: RuntimeError: boom",
+    ]
     assert "keyword" in report.timings_ms and not any(m.matched for m in report.matches)
 
 
 async def test_a_guard_without_its_evaluator_errs_and_never_blocks(state):
-    guarded = await run_guards({}, context(plan_of(state, chat("x"))), [("jailbreak", JailbreakSignal(name="g"))])
+    guarded = await run_guards(
+        {}, context(plan_of(state, chat("x"))), [("jailbreak", JailbreakSignal(name="g"))]
+    )
     assert [m.error for m in guarded] == ["no jailbreak evaluator to run the guard"]
     assert guard.blocking_match(guarded) is None
 
 
 # -- guard ------------------------------------------------------------------------------------
 
+
 def test_security_counts_allowed_pii_and_lists_unscanned_families():
-    checks = guard.security_checks([
-        SignalMatch(type="pii", name="p", matched=False, detail={"detected": True, "entities": ["EMAIL_ADDRESS"]}),
-        SignalMatch(type="jailbreak", name="j", matched=False, detail={"unscanned": True}),
-    ])
+    checks = guard.security_checks(
+        [
+            SignalMatch(
+                type="pii", name="p", matched=False, detail={"detected": True, "entities": ["EMAIL_ADDRESS"]}
+            ),
+            SignalMatch(type="jailbreak", name="j", matched=False, detail={"unscanned": True}),
+        ]
+    )
     assert checks.pii_detected and checks.pii_entities == ["EMAIL_ADDRESS"]
     assert not checks.jailbreak_detected and checks.unscanned == ["jailbreak"]
 
@@ -140,19 +178,26 @@ def test_a_fired_pii_guard_blocks_with_403(state):
     plan = plan_of(state, chat("mail me at a@b.c"))
     fired = SignalMatch(type="pii", name="plugin:x", matched=True, detail={"denied": ["EMAIL_ADDRESS"]})
     assert guard.block_if_flagged(plan, [fired])
-    assert plan.immediate is not None and plan.immediate.status == 403 and plan.reason_code == "pii_policy_denied"
+    assert (
+        plan.immediate is not None
+        and plan.immediate.status == 403
+        and plan.reason_code == "pii_policy_denied"
+    )
     assert plan.immediate.body["error"]["code"] == "pii_detected" and plan.selected_model is None
     assert plan.immediate.headers["x-vsr-pii-types"] == "EMAIL_ADDRESS"
 
 
 # -- plugins, select ----------------------------------------------------------------------------
 
+
 async def test_fast_response_answers_before_selection(state):
     plan = plan_of(state, chat("hello"))
     plan.signals, _ = await evaluate_signals(state, context(plan), preview=False)
     winner, _ = decide(state, plan)
     assert winner is not None and answer_fast_response(plan, state.plugins[winner.name])
-    assert plan.immediate is not None and plan.immediate.body["choices"][0]["message"]["content"] == "hi there"
+    assert (
+        plan.immediate is not None and plan.immediate.body["choices"][0]["message"]["content"] == "hi there"
+    )
     assert plan.response_headers["x-cache-status"] == "bypass"
 
 
@@ -171,10 +216,12 @@ def test_pass_through_refuses_an_unknown_model(state):
 
 # -- cache --------------------------------------------------------------------------------------
 
+
 def test_cache_partition_separates_conversations():
     alone = cache_partition("m", "d", chat("q"))
-    with_system = cache_partition("m", "d", {"messages": [{"role": "system", "content": "s"},
-                                                          {"role": "user", "content": "q"}]})
+    with_system = cache_partition(
+        "m", "d", {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]}
+    )
     assert alone == "m|d" and with_system.startswith("m|d|ctx:") and len(with_system) == len("m|d|ctx:") + 16
 
 
@@ -185,6 +232,7 @@ def test_max_age_refuses_only_older_entries():
 
 
 # -- preview ------------------------------------------------------------------------------------
+
 
 async def test_preview_names_the_selection_method(state):
     plan = plan_of(state, chat("urgent"))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.config.models import Decision, ModelRef, ProviderDefaults, ProviderModel, ResponseCacheConfig
+from app.config.global_config import ResponseCacheConfig
+from app.config.providers import ProviderDefaults, ProviderModel
+from app.config.routing import Decision, ModelRef
 from app.pipeline.headers import header_value
 from app.pipeline.plugins import (
     CACHE_DIRECTIVES,
@@ -32,6 +34,7 @@ def compiled(*plugins: dict) -> DecisionPlugins:
 
 # ------------------------------------------------------------------ system_prompt
 
+
 def test_insert_adds_a_system_message_first():
     body = {"messages": [{"role": "user", "content": "hi"}]}
     original = body["messages"]
@@ -53,7 +56,10 @@ def test_insert_prepends_to_existing_system_message():
 def test_insert_into_multipart_system_content():
     body = {"messages": [{"role": "system", "content": [{"type": "text", "text": "old"}]}]}
     apply_system_prompt(body, "new", "insert")
-    assert body["messages"][0]["content"] == [{"type": "text", "text": "new"}, {"type": "text", "text": "old"}]
+    assert body["messages"][0]["content"] == [
+        {"type": "text", "text": "new"},
+        {"type": "text", "text": "old"},
+    ]
 
 
 def test_replace_overwrites_existing_system_message():
@@ -69,14 +75,26 @@ def test_replace_without_system_message_inserts_one():
 
 
 def test_system_prompt_plugin_compiles_with_mode_and_skips_disabled():
-    assert compiled({"type": "system_prompt", "configuration": {"system_prompt": "x", "mode": "replace"}}
-                    ).system_prompt == ("x", "replace")
-    assert compiled({"type": "system_prompt", "configuration": {"system_prompt": "x", "enabled": False}}
-                    ).system_prompt is None
-    assert compiled({"type": "system_prompt", "enabled": False, "configuration": {"system_prompt": "x"}}
-                    ).system_prompt is None
+    assert compiled(
+        {"type": "system_prompt", "configuration": {"system_prompt": "x", "mode": "replace"}}
+    ).system_prompt == ("x", "replace")
+    assert (
+        compiled(
+            {"type": "system_prompt", "configuration": {"system_prompt": "x", "enabled": False}}
+        ).system_prompt
+        is None
+    )
+    assert (
+        compiled(
+            {"type": "system_prompt", "enabled": False, "configuration": {"system_prompt": "x"}}
+        ).system_prompt
+        is None
+    )
     # the canonical plugin model's default mode is `replace`
-    assert compiled({"type": "system_prompt", "configuration": {"system_prompt": "x"}}).system_prompt == ("x", "replace")
+    assert compiled({"type": "system_prompt", "configuration": {"system_prompt": "x"}}).system_prompt == (
+        "x",
+        "replace",
+    )
     with pytest.raises(ValueError):
         compiled({"type": "system_prompt", "configuration": {"system_prompt": ""}})
 
@@ -88,16 +106,26 @@ def test_invalid_plugin_configuration_names_the_decision():
 
 # ------------------------------------------------------------------ header_mutation
 
+
 def test_header_mutation_delete_add_update():
-    plugins = compiled({"type": "header_mutation", "configuration": {
-        "add": [{"name": "X-Route-Source", "value": "semantic-router"}],
-        "update": [{"name": "x-selected-model", "value": "override"}],
-        "delete": ["X-Client-Secret"],
-    }})
+    plugins = compiled(
+        {
+            "type": "header_mutation",
+            "configuration": {
+                "add": [{"name": "X-Route-Source", "value": "semantic-router"}],
+                "update": [{"name": "x-selected-model", "value": "override"}],
+                "delete": ["X-Client-Secret"],
+            },
+        }
+    )
     upstream = {"x-selected-model": "m", "x-request-id": "r"}
     remove: list[str] = []
     apply_header_mutation(plugins, upstream, remove)
-    assert upstream == {"x-selected-model": "override", "x-request-id": "r", "x-route-source": "semantic-router"}
+    assert upstream == {
+        "x-selected-model": "override",
+        "x-request-id": "r",
+        "x-route-source": "semantic-router",
+    }
     assert remove == ["x-client-secret"]
 
 
@@ -112,8 +140,12 @@ def test_transport_headers_are_never_mutated():
 
 
 def test_header_added_after_delete_is_not_removed():
-    plugins = compiled({"type": "header_mutation", "configuration": {
-        "delete": ["x-tenant"], "add": [{"name": "x-tenant", "value": "ours"}]}})
+    plugins = compiled(
+        {
+            "type": "header_mutation",
+            "configuration": {"delete": ["x-tenant"], "add": [{"name": "x-tenant", "value": "ours"}]},
+        }
+    )
     upstream: dict[str, str] = {}
     remove: list[str] = []
     apply_header_mutation(plugins, upstream, remove)
@@ -125,6 +157,7 @@ def test_header_values_are_made_printable():
 
 
 # ------------------------------------------------------------------ fast_response
+
 
 def test_fast_response_compiles_message():
     plugins = compiled({"type": "fast_response", "configuration": {"message": "Blocked."}})
@@ -144,24 +177,41 @@ def test_refresh_cached_completion_gives_fresh_identity():
 
 # ------------------------------------------------------------------ cache policy
 
+
 def test_cache_plugin_threshold_precedence():
-    semantic = compiled({"type": "semantic-cache", "configuration": {
-        "similarity_threshold": 0.7, "semantic": {"similarity_threshold": 0.95}, "ttl_seconds": 5}})
+    semantic = compiled(
+        {
+            "type": "semantic-cache",
+            "configuration": {
+                "similarity_threshold": 0.7,
+                "semantic": {"similarity_threshold": 0.95},
+                "ttl_seconds": 5,
+            },
+        }
+    )
     assert semantic.cache == CachePolicy(True, 0.95, 5)
-    flat = compiled({"type": "response_cache", "configuration": {"enabled": True, "similarity_threshold": 0.75}})
+    flat = compiled(
+        {"type": "response_cache", "configuration": {"enabled": True, "similarity_threshold": 0.75}}
+    )
     assert flat.cache == CachePolicy(True, 0.75, 600)
     bare = compiled({"type": "semantic-cache", "configuration": {}})
     assert bare.cache == CachePolicy(True, 0.8, 600)
 
 
 def test_exact_cache_mode_needs_near_identical_text():
-    plugins = compiled({"type": "response_cache", "configuration": {"mode": "exact", "similarity_threshold": 0.5}})
+    plugins = compiled(
+        {"type": "response_cache", "configuration": {"mode": "exact", "similarity_threshold": 0.5}}
+    )
     assert plugins.cache is not None and plugins.cache.threshold >= 0.999
 
 
 def test_cache_request_controls():
-    plugins = compiled({"type": "response_cache", "configuration": {
-        "request_controls": {"header": "X-My-Cache", "allowed": ["no-store", "ttl"]}}})
+    plugins = compiled(
+        {
+            "type": "response_cache",
+            "configuration": {"request_controls": {"header": "X-My-Cache", "allowed": ["no-store", "ttl"]}},
+        }
+    )
     assert plugins.cache is not None
     assert plugins.cache.control_header == "x-my-cache"
     assert plugins.cache.allowed == frozenset({"no-store", "ttl"})
@@ -189,8 +239,12 @@ def test_cache_control_ignores_directives_not_allowed():
 
 def test_disabled_cache_plugin_overrides_global_cache():
     global_on = ResponseCacheConfig(enabled=True, similarity_threshold=0.9, ttl_seconds=60)
-    off = compile_plugins(Decision.model_validate(
-        {"name": "d", "plugins": [{"type": "semantic-cache", "configuration": {"enabled": False}}]}), global_on)
+    off = compile_plugins(
+        Decision.model_validate(
+            {"name": "d", "plugins": [{"type": "semantic-cache", "configuration": {"enabled": False}}]}
+        ),
+        global_on,
+    )
     assert effective_cache_policy(off, global_on).enabled is False
     assert effective_cache_policy(DecisionPlugins(), global_on) == CachePolicy(True, 0.9, 60)
     assert effective_cache_policy(None, GLOBAL_CACHE).enabled is False
@@ -198,11 +252,27 @@ def test_disabled_cache_plugin_overrides_global_cache():
 
 # ------------------------------------------------------------------ request_params
 
+
 def test_request_params_strip_and_clamp():
-    plugins = compiled({"type": "request_params", "configuration": {
-        "blocked_params": ["logprobs", "top_logprobs"], "max_tokens_limit": 512, "max_n": 1}})
-    body = {"model": "m", "messages": [], "logprobs": True, "top_logprobs": 5, "max_tokens": 4096, "n": 3,
-            "max_completion_tokens": 100}
+    plugins = compiled(
+        {
+            "type": "request_params",
+            "configuration": {
+                "blocked_params": ["logprobs", "top_logprobs"],
+                "max_tokens_limit": 512,
+                "max_n": 1,
+            },
+        }
+    )
+    body = {
+        "model": "m",
+        "messages": [],
+        "logprobs": True,
+        "top_logprobs": 5,
+        "max_tokens": 4096,
+        "n": 3,
+        "max_completion_tokens": 100,
+    }
     changed = apply_request_params(body, plugins.request_params or {})
     assert body == {"model": "m", "messages": [], "max_tokens": 512, "n": 1, "max_completion_tokens": 100}
     assert set(changed) == {"-logprobs", "-top_logprobs", "max_tokens", "n"}
@@ -226,22 +296,27 @@ def test_unhandled_plugin_types_are_ignored():
 
 
 def test_router_replay_compiles_to_a_replay_policy():
-    plugins = compiled({"type": "router_replay", "configuration": {"capture_request_body": True,
-                                                                   "max_body_bytes": 100}})
-    assert plugins.replay == ReplayPolicy(capture_request_body=True, capture_response_body=False, max_body_bytes=100)
+    plugins = compiled(
+        {"type": "router_replay", "configuration": {"capture_request_body": True, "max_body_bytes": 100}}
+    )
+    assert plugins.replay == ReplayPolicy(
+        capture_request_body=True, capture_response_body=False, max_body_bytes=100
+    )
     assert compiled({"type": "router_replay", "configuration": {"enabled": False}}).replay is None
 
 
 # ------------------------------------------------------------------ reasoning
 
-DEFAULTS = ProviderDefaults.model_validate({
-    "default_reasoning_effort": "high",
-    "reasoning_families": {
-        "qwen3": {"type": "chat_template_kwargs", "parameter": "enable_thinking"},
-        "deepseek": {"type": "chat_template_kwargs", "parameter": "thinking"},
-        "gpt-oss": {"type": "reasoning_effort", "parameter": "reasoning_effort"},
-    },
-})
+DEFAULTS = ProviderDefaults.model_validate(
+    {
+        "default_reasoning_effort": "high",
+        "reasoning_families": {
+            "qwen3": {"type": "chat_template_kwargs", "parameter": "enable_thinking"},
+            "deepseek": {"type": "chat_template_kwargs", "parameter": "thinking"},
+            "gpt-oss": {"type": "reasoning_effort", "parameter": "reasoning_effort"},
+        },
+    }
+)
 
 
 def model(family: str | None) -> ProviderModel:
@@ -259,8 +334,9 @@ def test_chat_template_kwargs_families(family, param, on):
 
 def test_reasoning_effort_family_uses_ref_effort_then_default():
     body: dict = {}
-    record = apply_reasoning(body, model("gpt-oss"), ModelRef(model="m", use_reasoning=True,
-                                                              reasoning_effort="low"), DEFAULTS)
+    record = apply_reasoning(
+        body, model("gpt-oss"), ModelRef(model="m", use_reasoning=True, reasoning_effort="low"), DEFAULTS
+    )
     assert body == {"reasoning_effort": "low"} and record["effort"] == "low"
     body = {}
     apply_reasoning(body, model("gpt-oss"), ModelRef(model="m", use_reasoning=True), DEFAULTS)

@@ -74,8 +74,11 @@ async def test_call_raises_the_replicas_own_error() -> None:
 async def test_call_maps_backpressure_and_unavailable_to_the_callers_errors() -> None:
     options = {"unavailable": Unreachable, "overloaded": Overloaded}
     with pytest.raises(Overloaded):
-        await ray_compat.call(FailingHandle(BackPressureError(num_queued_requests=3, max_queued_requests=2)),
-                              "lookup", **options)
+        await ray_compat.call(
+            FailingHandle(BackPressureError(num_queued_requests=3, max_queued_requests=2)),
+            "lookup",
+            **options,
+        )
     with pytest.raises(Unreachable):
         await ray_compat.call(FailingHandle(ActorUnavailableError("restarting", None)), "lookup", **options)
     with pytest.raises(ActorUnavailableError):  # left as Ray's when no mapping is given
@@ -109,7 +112,9 @@ def test_process_transport_follows_this_processes_serve_mode() -> None:
     assert ray_compat.process_transport(same) is same and ray_compat.process_transport(None) is None
 
 
-def test_replica_user_config_reads_the_replica_contexts_deployment_config(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replica_user_config_reads_the_replica_contexts_deployment_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from ray.serve.context import ReplicaContext
 
     assert "_deployment_config" in {field.name for field in dataclasses.fields(ReplicaContext)}
@@ -187,8 +192,17 @@ def test_deploy_declarative_validates_a_serve_deploy_schema(monkeypatch: pytest.
 
     client = FakeClient()
     monkeypatch.setattr(ray.serve.context, "_get_global_client", lambda: client)
-    ray_compat.deploy_declarative({"applications": [{"name": "svc-sr", "import_path": "deployments.graph:build_app",
-                                                     "args": {"config_path": "configs/config.yaml"}}]})
+    ray_compat.deploy_declarative(
+        {
+            "applications": [
+                {
+                    "name": "svc-sr",
+                    "import_path": "deployments.graph:build_app",
+                    "args": {"config_path": "configs/config.yaml"},
+                }
+            ]
+        }
+    )
     (schema,) = client.deployed
     assert isinstance(schema, ServeDeploySchema)
     assert schema.applications[0].name == "svc-sr"

@@ -13,31 +13,52 @@ from app.pipeline.replay import REPLAY_ID_HEADER, clip_body
 
 
 def config(plugin: dict[str, Any] | None) -> RouterConfig:
-    decision: dict[str, Any] = {"name": "urgent", "priority": 10, "modelRefs": [{"model": "small"}],
-                                "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "urgent"}]}}
+    decision: dict[str, Any] = {
+        "name": "urgent",
+        "priority": 10,
+        "modelRefs": [{"model": "small"}],
+        "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "urgent"}]},
+    }
     if plugin is not None:
         decision["plugins"] = [plugin]
-    return RouterConfig.model_validate({
-        "providers": {"defaults": {"default_model": "small"}, "models": [
-            {"name": "small", "backend_refs": [{"endpoint": "127.0.0.1:8000"}],
-             "pricing": {"currency": "USD", "prompt_per_1m": 1.0, "completion_per_1m": 2.0}}]},
-        "routing": {"signals": {"keywords": [{"name": "urgent", "keywords": ["urgent"]}]}, "decisions": [decision]},
-    })
+    return RouterConfig.model_validate(
+        {
+            "providers": {
+                "defaults": {"default_model": "small"},
+                "models": [
+                    {
+                        "name": "small",
+                        "backend_refs": [{"endpoint": "127.0.0.1:8000"}],
+                        "pricing": {"currency": "USD", "prompt_per_1m": 1.0, "completion_per_1m": 2.0},
+                    }
+                ],
+            },
+            "routing": {
+                "signals": {"keywords": [{"name": "urgent", "keywords": ["urgent"]}]},
+                "decisions": [decision],
+            },
+        }
+    )
 
 
 def body(text: str) -> dict[str, Any]:
     return {"model": "MoM", "messages": [{"role": "user", "content": text}]}
 
 
-ANSWER = {"id": "x", "object": "chat.completion", "model": "small",
-          "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}],
-          "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+ANSWER = {
+    "id": "x",
+    "object": "chat.completion",
+    "model": "small",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+}
 
 
 async def test_decision_with_router_replay_is_recorded_once_completed() -> None:
     store = ReplayStore()
-    pipeline = RouterPipeline(config({"type": "router_replay", "configuration": {}}),
-                              PipelineServices(record_replay=store.record))
+    pipeline = RouterPipeline(
+        config({"type": "router_replay", "configuration": {}}), PipelineServices(record_replay=store.record)
+    )
     plan = await pipeline.route(body("urgent: fix it"), {"authorization": "Bearer secret-token"}, "req-1")
     replay_id = plan.response_headers[REPLAY_ID_HEADER]
     assert plan.replay is not None and plan.replay.replay_id == replay_id
@@ -58,8 +79,10 @@ async def test_decision_with_router_replay_is_recorded_once_completed() -> None:
 
 async def test_bodies_are_captured_only_when_configured_and_hidden_without_data_read() -> None:
     store = ReplayStore()
-    plugin = {"type": "router_replay", "configuration": {"capture_request_body": True,
-                                                          "capture_response_body": True}}
+    plugin = {
+        "type": "router_replay",
+        "configuration": {"capture_request_body": True, "capture_response_body": True},
+    }
     pipeline = RouterPipeline(config(plugin), PipelineServices(record_replay=store.record))
     plan = await pipeline.route(body("urgent: my question"), {}, "req-2")
     await pipeline.complete(plan, CompletionReport(status=200, model="small", response=ANSWER))
@@ -79,21 +102,27 @@ async def test_no_plugin_or_no_recorder_means_no_replay() -> None:
     await plain.complete(plan, CompletionReport(status=200, response=ANSWER))
     unrecorded = RouterPipeline(config({"type": "router_replay", "configuration": {}}), PipelineServices())
     assert (await unrecorded.route(body("urgent"), {}, "b")).replay is None
-    disabled = RouterPipeline(config({"type": "router_replay", "configuration": {"enabled": False}}),
-                              PipelineServices(record_replay=store.record))
+    disabled = RouterPipeline(
+        config({"type": "router_replay", "configuration": {"enabled": False}}),
+        PipelineServices(record_replay=store.record),
+    )
     assert (await disabled.route(body("urgent"), {}, "c")).replay is None
     assert len(store) == 0
 
 
 async def test_routing_in_one_process_and_recording_in_another() -> None:
     # The Ray graph: a Router replica marks the request, the front door completes and records.
-    router = RouterPipeline(config({"type": "router_replay", "configuration": {}}),
-                            PipelineServices(capture_replays=True))
+    router = RouterPipeline(
+        config({"type": "router_replay", "configuration": {}}), PipelineServices(capture_replays=True)
+    )
     plan = await router.route(body("urgent: fix it"), {}, "req-3")
     assert plan.replay is not None and plan.response_headers[REPLAY_ID_HEADER] == plan.replay.replay_id
     store = ReplayStore()
-    await complete_request(CompletionServices(record_replay=store.record), plan,
-                           CompletionReport(status=200, model="small", response=ANSWER))
+    await complete_request(
+        CompletionServices(record_replay=store.record),
+        plan,
+        CompletionReport(status=200, model="small", response=ANSWER),
+    )
     record = store.get(plan.replay.replay_id)
     assert record is not None and record["decision"] == "urgent" and record["usage"]["total_tokens"] == 15
 
@@ -102,8 +131,9 @@ async def test_a_failing_recorder_never_breaks_complete() -> None:
     def broken(record: dict[str, Any]) -> None:
         raise RuntimeError("store down")
 
-    pipeline = RouterPipeline(config({"type": "router_replay", "configuration": {}}),
-                              PipelineServices(record_replay=broken))
+    pipeline = RouterPipeline(
+        config({"type": "router_replay", "configuration": {}}), PipelineServices(record_replay=broken)
+    )
     plan = await pipeline.route(body("urgent"), {}, "d")
     accounting = await pipeline.complete(plan, CompletionReport(status=200, model="small", response=ANSWER))
     assert accounting.usage["total_tokens"] == 15

@@ -33,19 +33,32 @@ UNAVAILABLE = RuntimeCallError(503, "unavailable", "/tmp/x.sock: ConnectError")
 def document(catalog: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     return {
         "version": "v0.3",
-        "providers": {"defaults": {"default_model": "small"},
-                      "models": [{"name": "small", "backend_refs": [{"endpoint": "127.0.0.1:8000"}]},
-                                 {"name": "large", "backend_refs": [{"endpoint": "127.0.0.1:8001"}]}]},
+        "providers": {
+            "defaults": {"default_model": "small"},
+            "models": [
+                {"name": "small", "backend_refs": [{"endpoint": "127.0.0.1:8000"}]},
+                {"name": "large", "backend_refs": [{"endpoint": "127.0.0.1:8001"}]},
+            ],
+        },
         "routing": {
-            "signals": {"keywords": [{"name": "secure", "keywords": ["securechat"]}],
-                        "domains": [{"name": "math", "mmlu_categories": ["math"]}]},
+            "signals": {
+                "keywords": [{"name": "secure", "keywords": ["securechat"]}],
+                "domains": [{"name": "math", "mmlu_categories": ["math"]}],
+            },
             "decisions": [
-                {"name": "secure_route", "priority": 100, "rules": {"type": "keyword", "name": "secure"},
-                 "modelRefs": [{"model": "large"}],
-                 "plugins": [{"type": "pii", "configuration": {"pii_types_allowed": ["EMAIL_ADDRESS"]}}]},
-                {"name": "math_route", "priority": 10,
-                 "rules": {"operator": "OR", "conditions": [{"type": "domain", "name": "math"}]},
-                 "modelRefs": [{"model": "large"}]},
+                {
+                    "name": "secure_route",
+                    "priority": 100,
+                    "rules": {"type": "keyword", "name": "secure"},
+                    "modelRefs": [{"model": "large"}],
+                    "plugins": [{"type": "pii", "configuration": {"pii_types_allowed": ["EMAIL_ADDRESS"]}}],
+                },
+                {
+                    "name": "math_route",
+                    "priority": 10,
+                    "rules": {"operator": "OR", "conditions": [{"type": "domain", "name": "math"}]},
+                    "modelRefs": [{"model": "large"}],
+                },
             ],
         },
         "model_deployments": {
@@ -63,8 +76,10 @@ CATALOG: dict[str, Any] = {
     "signal_timeout_ms": 750,
     "modules": {
         "prompt_guard": {"enabled": True, "threshold": 0.5, "deployment": "guard"},
-        "classifier": {"domain": {"deployment": "domain", "threshold": 0.3},
-                       "pii": {"deployment": "pii", "contract": "token_spans"}},
+        "classifier": {
+            "domain": {"deployment": "domain", "threshold": 0.3},
+            "pii": {"deployment": "pii", "contract": "token_spans"},
+        },
     },
 }
 
@@ -76,23 +91,37 @@ def test_bindings_name_deployments_and_silence_their_unused_warning():
     loaded = parse_config(document())
     bindings = read_bindings(loaded.config.global_.model_catalog)
     assert {n: b.deployment for n, b in bindings.items()} == {
-        "domain_classifier": "domain", "pii_classifier": "pii", "prompt_guard": "guard"}
+        "domain_classifier": "domain",
+        "pii_classifier": "pii",
+        "prompt_guard": "guard",
+    }
     assert bound_deployments(loaded.config) == ["domain", "pii", "guard"]
     unused = [w.split(":")[0] for w in loaded.warnings if w.startswith("model_deployments.")]
     assert unused == ["model_deployments.spare"]
 
 
-@pytest.mark.parametrize(("modules", "path"), [
-    ({"prompt_guard": {"deployment": "nope"}}, "global.model_catalog.modules.prompt_guard.deployment"),
-    ({"classifier": {"pii": {"deployment": "absent"}}}, "global.model_catalog.modules.classifier.pii.deployment"),
-    ({"classifier": {"domain": {"deployment": "domain", "contract": "token_spans"}}},
-     "modules.classifier.domain.contract"),
-    ({"classifier": {"domain": {"deployment": "domain", "head": "math"}}}, "modules.classifier.domain.head"),
-    ({"prompt_guard": {"contract": "label_scores"}}, "modules.prompt_guard.deployment"),
-    ({"prompt_guard": {"deployment": "guard", "contract": "bits"}}, "modules.prompt_guard.contract"),
-    # a built-in that answers another task than the binding reads
-    ({"prompt_guard": {"deployment": "pii"}}, "global.model_catalog.modules.prompt_guard.deployment"),
-])
+@pytest.mark.parametrize(
+    ("modules", "path"),
+    [
+        ({"prompt_guard": {"deployment": "nope"}}, "global.model_catalog.modules.prompt_guard.deployment"),
+        (
+            {"classifier": {"pii": {"deployment": "absent"}}},
+            "global.model_catalog.modules.classifier.pii.deployment",
+        ),
+        (
+            {"classifier": {"domain": {"deployment": "domain", "contract": "token_spans"}}},
+            "modules.classifier.domain.contract",
+        ),
+        (
+            {"classifier": {"domain": {"deployment": "domain", "head": "math"}}},
+            "modules.classifier.domain.head",
+        ),
+        ({"prompt_guard": {"contract": "label_scores"}}, "modules.prompt_guard.deployment"),
+        ({"prompt_guard": {"deployment": "guard", "contract": "bits"}}, "modules.prompt_guard.contract"),
+        # a built-in that answers another task than the binding reads
+        ({"prompt_guard": {"deployment": "pii"}}, "global.model_catalog.modules.prompt_guard.deployment"),
+    ],
+)
 def test_bad_bindings_are_rejected_with_their_path(modules, path):
     with pytest.raises(ConfigError) as err:
         parse_config(document({"modules": modules}))
@@ -100,12 +129,14 @@ def test_bad_bindings_are_rejected_with_their_path(modules, path):
 
 
 def test_the_flat_layout_binds_through_the_moved_modules():
-    loaded = parse_config({
-        "vllm_endpoints": [{"name": "e", "address": "127.0.0.1", "port": 8000, "models": ["m"]}],
-        "default_model": "m",
-        "model_deployments": {"guard": {"artifact": "jailbreak-guard"}},
-        "prompt_guard": {"enabled": True, "deployment": "guard", "on_unscanned": "allow"},
-    })
+    loaded = parse_config(
+        {
+            "vllm_endpoints": [{"name": "e", "address": "127.0.0.1", "port": 8000, "models": ["m"]}],
+            "default_model": "m",
+            "model_deployments": {"guard": {"artifact": "jailbreak-guard"}},
+            "prompt_guard": {"enabled": True, "deployment": "guard", "on_unscanned": "allow"},
+        }
+    )
     assert bound_deployments(loaded.config) == ["guard"]
     assert not any(w.startswith("model_deployments.") for w in loaded.warnings)
 
@@ -128,8 +159,9 @@ class FakeClient:
         self.partial = partial
         self.calls: list[tuple[dict[str, Any], float | None]] = []
 
-    async def call(self, method: str, path: str, body: Any = None, *, surface: str,
-                   deadline_s: float | None = None) -> dict[str, Any]:
+    async def call(
+        self, method: str, path: str, body: Any = None, *, surface: str, deadline_s: float | None = None
+    ) -> dict[str, Any]:
         self.calls.append((body, deadline_s))
         if self.failure is not None:
             raise self.failure
@@ -146,8 +178,19 @@ class FakeClient:
             return {"scores": {"jailbreak": 0.93 if "ignore previous instructions" in text else 0.04}}
         if model == "pii-detector":
             start = text.find("123-45-6789")
-            spans = [] if start < 0 else [{"label": "US_SSN", "start": start, "end": start + 11,
-                                           "text": "123-45-6789", "probability": 0.85}]
+            spans = (
+                []
+                if start < 0
+                else [
+                    {
+                        "label": "US_SSN",
+                        "start": start,
+                        "end": start + 11,
+                        "text": "123-45-6789",
+                        "probability": 0.85,
+                    }
+                ]
+            )
             return {"spans": spans}
         probs = {c: 0.01 for c in DOMAIN_CATEGORIES}
         if "integral" in text:
@@ -171,8 +214,9 @@ def serve_with(runtimes: ManagedRuntimes, client: FakeClient) -> None:
     runtimes.supervisor.__dict__["client_for"] = lambda deployment: client
 
 
-def bound_pipeline(tmp_path, client: FakeClient, catalog: dict[str, Any] | None = None,
-                   host: bool = True) -> tuple[RouterPipeline, ManagedRuntimes]:
+def bound_pipeline(
+    tmp_path, client: FakeClient, catalog: dict[str, Any] | None = None, host: bool = True
+) -> tuple[RouterPipeline, ManagedRuntimes]:
     config = parse_config(document(catalog)).config
     env = SrunEnvironment(command=["svc-srun"], dir=tmp_path, cpu_threads=1)
     runtimes = ManagedRuntimes.from_config(config, env=env)  # never started: the fake answers
@@ -249,8 +293,11 @@ async def test_on_unscanned_allow_follows_on_error(tmp_path):
     assert plan.security.unscanned == ["jailbreak", "pii"]
     both_allow = with_modules(
         prompt_guard={"enabled": True, "deployment": "guard", "on_unscanned": "allow"},
-        classifier={"domain": {"deployment": "domain"},
-                    "pii": {"deployment": "pii", "on_unscanned": "allow"}})
+        classifier={
+            "domain": {"deployment": "domain"},
+            "pii": {"deployment": "pii", "on_unscanned": "allow"},
+        },
+    )
     pipe, _ = bound_pipeline(tmp_path, FakeClient(UNAVAILABLE), both_allow)
     plan = await pipe.route(chat("securechat hello"))
     assert plan.immediate is None and plan.decision == "secure_route" and plan.selected_model == "large"
@@ -307,8 +354,11 @@ async def test_an_unreachable_worker_is_given_up_within_the_signal_deadline(tmp_
     clock = BackOffClock()
     monkeypatch.setattr(srun_client, "time", clock)
     monkeypatch.setattr(srun_client, "asyncio", clock)
-    config = parse_config(document({"signal_timeout_ms": 300, "modules": {
-        "prompt_guard": {"enabled": True, "deployment": "guard"}}})).config
+    config = parse_config(
+        document(
+            {"signal_timeout_ms": 300, "modules": {"prompt_guard": {"enabled": True, "deployment": "guard"}}}
+        )
+    ).config
     runtimes = ManagedRuntimes.from_config(config, env=SrunEnvironment(dir=tmp_path))  # never started
     pipe = RouterPipeline(config, PipelineServices(model_runtimes=runtimes))
     plan = await pipe.route(chat("hello"))
@@ -330,7 +380,9 @@ async def test_without_a_host_a_bound_family_errs_and_never_blocks(tmp_path):
 
 async def test_binding_runtimes_keep_unchanged_workers_and_retire_replaced_ones(tmp_path):
     # a stand-in worker: the supervisor's command line goes to an interpreter that waits for a signal
-    env = SrunEnvironment(command=[sys.executable, "-c", "import signal; signal.pause()"], dir=tmp_path, cpu_threads=1)
+    env = SrunEnvironment(
+        command=[sys.executable, "-c", "import signal; signal.pause()"], dir=tmp_path, cpu_threads=1
+    )
     host = BindingRuntimes("r1", env=env, grace_s=0.0, policy=RestartPolicy(stop_timeout_s=2.0))
     none = parse_config(document({})).config
     assert await host.update(none, wait=False) is None
@@ -338,7 +390,9 @@ async def test_binding_runtimes_keep_unchanged_workers_and_retire_replaced_ones(
     assert first is not None and sorted(first.supervisor.replicas) == ["domain", "guard", "pii"]
     assert {spec.socket.parent for spec in first.supervisor.process_specs()} == {tmp_path / "r1" / "b1"}
     host.settle(first)
-    retimed = await host.update(parse_config(document({**CATALOG, "signal_timeout_ms": 2000})).config, wait=False)
+    retimed = await host.update(
+        parse_config(document({**CATALOG, "signal_timeout_ms": 2000})).config, wait=False
+    )
     assert retimed is first and first.signal_deadline_s(None) == 2.0
     changed = document()
     changed["model_deployments"]["guard"]["process"] = "guard-only"

@@ -22,18 +22,33 @@ from app.pipeline.selection import (
 def config(decisions=(), default_model=None, models=None) -> RouterConfig:
     models = models or [
         {"name": "small", "backend_refs": [{"endpoint": "10.0.0.1:8000"}]},
-        {"name": "large", "provider_model_id": "org/large-70b",
-         "backend_refs": [{"base_url": "https://api.example.com/v1", "api_key_env": "LARGE_KEY",
-                           "extra_headers": {"x-tenant": "t1"}}]},
-        {"name": "mid", "external_model_ids": {"openai": "mid-alias"},
-         "backend_refs": [{"name": "a", "endpoint": "10.0.0.2:8000", "weight": 1},
-                          {"name": "b", "endpoint": "10.0.0.3:8000", "weight": 3}]},
+        {
+            "name": "large",
+            "provider_model_id": "org/large-70b",
+            "backend_refs": [
+                {
+                    "base_url": "https://api.example.com/v1",
+                    "api_key_env": "LARGE_KEY",
+                    "extra_headers": {"x-tenant": "t1"},
+                }
+            ],
+        },
+        {
+            "name": "mid",
+            "external_model_ids": {"openai": "mid-alias"},
+            "backend_refs": [
+                {"name": "a", "endpoint": "10.0.0.2:8000", "weight": 1},
+                {"name": "b", "endpoint": "10.0.0.3:8000", "weight": 3},
+            ],
+        },
         {"name": "nobackend"},
     ]
-    return RouterConfig.model_validate({
-        "providers": {"defaults": {"default_model": default_model}, "models": models},
-        "routing": {"decisions": list(decisions)},
-    })
+    return RouterConfig.model_validate(
+        {
+            "providers": {"defaults": {"default_model": default_model}, "models": models},
+            "routing": {"decisions": list(decisions)},
+        }
+    )
 
 
 def decision(cfg: RouterConfig, name: str):
@@ -61,23 +76,55 @@ def test_target_fields_come_from_provider_and_backend():
 
 
 def test_literal_api_key_becomes_an_auth_header():
-    cfg = config(models=[{"name": "m", "backend_refs": [
-        {"base_url": "https://x.example", "api_key": "sk-1", "auth_header": "api-key", "auth_prefix": "Key"}]}])
+    cfg = config(
+        models=[
+            {
+                "name": "m",
+                "backend_refs": [
+                    {
+                        "base_url": "https://x.example",
+                        "api_key": "sk-1",
+                        "auth_header": "api-key",
+                        "auth_prefix": "Key",
+                    }
+                ],
+            }
+        ]
+    )
     (target,) = candidates_for(["m"], ModelIndex(cfg), random.Random(0))
     assert target.extra_headers == {"api-key": "Key sk-1"}
 
 
 @pytest.mark.parametrize("api_format", ["messages", "Anthropic"])
 def test_literal_api_key_of_a_messages_model_is_sent_as_x_api_key(api_format):
-    cfg = config(models=[
-        {"name": "c", "api_format": api_format, "backend_refs": [{"base_url": "https://x.example", "api_key": "sk-1"}]},
-        {"name": "o", "backend_refs": [{"base_url": "https://y.example", "api_key": "sk-2"}]},
-        {"name": "pinned", "api_format": "messages", "backend_refs": [{
-            "base_url": "https://z.example", "api_key": "sk-3",
-            "extra_headers": {"Anthropic-Version": "2024-01-01"}}]},
-        {"name": "custom", "api_format": "messages", "backend_refs": [{
-            "base_url": "https://w.example", "api_key": "sk-4", "auth_header": "Authorization"}]},
-    ])
+    cfg = config(
+        models=[
+            {
+                "name": "c",
+                "api_format": api_format,
+                "backend_refs": [{"base_url": "https://x.example", "api_key": "sk-1"}],
+            },
+            {"name": "o", "backend_refs": [{"base_url": "https://y.example", "api_key": "sk-2"}]},
+            {
+                "name": "pinned",
+                "api_format": "messages",
+                "backend_refs": [
+                    {
+                        "base_url": "https://z.example",
+                        "api_key": "sk-3",
+                        "extra_headers": {"Anthropic-Version": "2024-01-01"},
+                    }
+                ],
+            },
+            {
+                "name": "custom",
+                "api_format": "messages",
+                "backend_refs": [
+                    {"base_url": "https://w.example", "api_key": "sk-4", "auth_header": "Authorization"}
+                ],
+            },
+        ]
+    )
     index = ModelIndex(cfg)
     (messages,) = candidates_for(["c"], index, random.Random(0))
     assert messages.extra_headers == {"x-api-key": "sk-1", "anthropic-version": "2023-06-01"}
@@ -90,10 +137,15 @@ def test_literal_api_key_of_a_messages_model_is_sent_as_x_api_key(api_format):
 
 
 def test_weighted_selection_follows_weights_with_seeded_rng():
-    cfg = config([{
-        "name": "d", "algorithm": {"type": "weighted"},
-        "modelRefs": [{"model": "small", "weight": 1}, {"model": "large", "weight": 3}],
-    }])
+    cfg = config(
+        [
+            {
+                "name": "d",
+                "algorithm": {"type": "weighted"},
+                "modelRefs": [{"model": "small", "weight": 1}, {"model": "large", "weight": 3}],
+            }
+        ]
+    )
     d = decision(cfg, "d")
     rng = random.Random(1234)
     firsts = Counter(order_model_refs(d, rng)[0].model for _ in range(4000))
@@ -106,10 +158,19 @@ def test_weighted_selection_follows_weights_with_seeded_rng():
 
 
 def test_weighted_remaining_refs_follow_in_config_order():
-    cfg = config([{
-        "name": "d", "algorithm": {"type": "weighted"},
-        "modelRefs": [{"model": "small", "weight": 0}, {"model": "mid", "weight": 0}, {"model": "large", "weight": 5}],
-    }])
+    cfg = config(
+        [
+            {
+                "name": "d",
+                "algorithm": {"type": "weighted"},
+                "modelRefs": [
+                    {"model": "small", "weight": 0},
+                    {"model": "mid", "weight": 0},
+                    {"model": "large", "weight": 5},
+                ],
+            }
+        ]
+    )
     refs = order_model_refs(decision(cfg, "d"), random.Random(3))
     assert [r.model for r in refs] == ["large", "small", "mid"]
 
@@ -122,7 +183,9 @@ def test_weighted_pick_edge_cases():
 
 
 def test_static_ignores_weights():
-    cfg = config([{"name": "d", "modelRefs": [{"model": "small", "weight": 0}, {"model": "large", "weight": 9}]}])
+    cfg = config(
+        [{"name": "d", "modelRefs": [{"model": "small", "weight": 0}, {"model": "large", "weight": 9}]}]
+    )
     assert [r.model for r in order_model_refs(decision(cfg, "d"), random.Random(0))] == ["small", "large"]
 
 
@@ -158,7 +221,9 @@ def test_no_decision_uses_default_model():
 
 
 def test_decision_with_unusable_models_falls_back_to_default():
-    cfg = config([{"name": "d", "modelRefs": [{"model": "nobackend"}, {"model": "ghost"}]}], default_model="small")
+    cfg = config(
+        [{"name": "d", "modelRefs": [{"model": "nobackend"}, {"model": "ghost"}]}], default_model="small"
+    )
     sel = select_for_decision(decision(cfg, "d"), cfg.default_model, ModelIndex(cfg), random.Random(0))
     assert sel.model == "small" and sel.source == "default_model"
 

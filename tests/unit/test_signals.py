@@ -7,7 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from app.config.models import ContextSignal, EmbeddingSignal, KeywordSignal, RouterConfig
+from app.config.models import RouterConfig
+from app.config.signals import ContextSignal, EmbeddingSignal, KeywordSignal
 from app.pipeline.signals import BUILTIN_EVALUATORS, ContextEvaluator, EmbeddingEvaluator, KeywordEvaluator
 from app.pipeline.signals.base import SignalContext, content_text, estimate_tokens
 from app.runtime.encoder import shared_encoder
@@ -46,6 +47,7 @@ def ctx_of(text: str, **kwargs) -> SignalContext:
 
 
 # ------------------------------------------------------------------ keyword
+
 
 @pytest.mark.parametrize(
     ("text", "confidence"),
@@ -153,18 +155,23 @@ def test_keyword_evaluator_only_answers_requested_rules_and_flags_unknown_names(
 
 async def test_keyword_evaluator_reads_last_user_message():
     evaluator = KeywordEvaluator([kw("u", ["urgent"])])
-    ctx = SignalContext([
-        {"role": "user", "content": "urgent!"},
-        {"role": "assistant", "content": "ok"},
-        {"role": "user", "content": "thanks"},
-    ])
+    ctx = SignalContext(
+        [
+            {"role": "user", "content": "urgent!"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "thanks"},
+        ]
+    )
     (match,) = await evaluator.evaluate(ctx, frozenset({"u"}))
     assert not match.matched  # only the last user turn is the query
 
 
 # ------------------------------------------------------------------ embedding
 
-def emb(name="cooking", candidates=("how do I bake bread", "a recipe for pasta sauce"), **extra) -> EmbeddingSignal:
+
+def emb(
+    name="cooking", candidates=("how do I bake bread", "a recipe for pasta sauce"), **extra
+) -> EmbeddingSignal:
     return EmbeddingSignal.model_validate({"name": name, "candidates": list(candidates), **extra})
 
 
@@ -182,8 +189,9 @@ async def test_embedding_max_matches_paraphrase_with_similarity_as_confidence(en
 
 async def test_embedding_unrelated_query_does_not_match(encoder):
     evaluator = EmbeddingEvaluator([emb(threshold=0.6)], CountingEmbed(encoder))
-    (match,) = await evaluator.evaluate(ctx_of("Explain quantum chromodynamics", embed=CountingEmbed(encoder)),
-                                        frozenset({"cooking"}))
+    (match,) = await evaluator.evaluate(
+        ctx_of("Explain quantum chromodynamics", embed=CountingEmbed(encoder)), frozenset({"cooking"})
+    )
     assert not match.matched
     assert match.confidence < 0.6
 
@@ -202,7 +210,10 @@ async def test_embedding_mean_vs_max_vs_any(encoder):
         emb("by_any", candidates, threshold=threshold, aggregation_method="any"),
     ]
     evaluator = EmbeddingEvaluator(rules, embed)
-    matches = {m.name: m for m in await evaluator.evaluate(ctx_of(query, embed=embed), frozenset(r.name for r in rules))}
+    matches = {
+        m.name: m
+        for m in await evaluator.evaluate(ctx_of(query, embed=embed), frozenset(r.name for r in rules))
+    }
     assert matches["by_max"].matched and matches["by_any"].matched
     assert not matches["by_mean"].matched and not matches["by_avg"].matched
     assert matches["by_mean"].confidence == pytest.approx(float(sims.mean()), abs=1e-4)
@@ -248,12 +259,15 @@ async def test_embedding_without_user_text_is_a_clean_non_match(encoder):
 
 # ------------------------------------------------------------------ context
 
+
 def test_context_bounds_are_inclusive_and_accept_suffixes():
-    evaluator = ContextEvaluator([
-        ContextSignal.model_validate({"name": "short", "max_tokens": 100}),
-        ContextSignal.model_validate({"name": "long", "min_tokens": "1K"}),
-        ContextSignal.model_validate({"name": "mid", "min_tokens": 101, "max_tokens": "1k"}),
-    ])
+    evaluator = ContextEvaluator(
+        [
+            ContextSignal.model_validate({"name": "short", "max_tokens": 100}),
+            ContextSignal.model_validate({"name": "long", "min_tokens": "1K"}),
+            ContextSignal.model_validate({"name": "mid", "min_tokens": 101, "max_tokens": "1k"}),
+        ]
+    )
     names = {"short", "long", "mid"}
 
     def matched(tokens):
@@ -282,6 +296,7 @@ async def test_context_prefers_injected_token_counter(encoder):
 
 # ------------------------------------------------------------------ SignalContext
 
+
 async def test_query_vector_is_computed_once_for_concurrent_users(encoder):
     embed = CountingEmbed(encoder)
     ctx = ctx_of("one encoder pass please", embed=embed)
@@ -293,11 +308,16 @@ async def test_query_vector_is_computed_once_for_concurrent_users(encoder):
 
 
 def test_context_reads_multipart_content_and_history():
-    ctx = SignalContext([
-        {"role": "user", "content": "first"},
-        {"role": "assistant", "content": "answer"},
-        {"role": "user", "content": [{"type": "text", "text": "second"}, {"type": "image_url", "image_url": {}}]},
-    ])
+    ctx = SignalContext(
+        [
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "answer"},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "second"}, {"type": "image_url", "image_url": {}}],
+            },
+        ]
+    )
     assert ctx.text == "second"
     assert ctx.history_text == "first\nsecond"
     assert ctx.message_count == 3
@@ -305,15 +325,21 @@ def test_context_reads_multipart_content_and_history():
 
 
 def test_builtin_registry_builds_each_family_from_config():
-    config = RouterConfig.model_validate({
-        "routing": {"signals": {
-            "keywords": [{"name": "k", "keywords": ["a"]}],
-            "embeddings": [{"name": "e", "candidates": ["b"]}],
-            "context": [{"name": "c", "max_tokens": 10}],
-        }},
-    })
+    config = RouterConfig.model_validate(
+        {
+            "routing": {
+                "signals": {
+                    "keywords": [{"name": "k", "keywords": ["a"]}],
+                    "embeddings": [{"name": "e", "candidates": ["b"]}],
+                    "context": [{"name": "c", "max_tokens": 10}],
+                }
+            },
+        }
+    )
     built = {family: factory(config, None) for family, factory in BUILTIN_EVALUATORS.items()}
     assert {family: ev.rule_names() for family, ev in built.items()} == {
-        "keyword": ["k"], "embedding": ["e"], "context": ["c"],
+        "keyword": ["k"],
+        "embedding": ["e"],
+        "context": ["c"],
     }
     assert all(ev.family == family for family, ev in built.items())

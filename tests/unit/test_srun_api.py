@@ -14,7 +14,10 @@ from app.api.decisions import LocalDecisionBackend, decisions_router
 from app.runtime.schemas import Overloaded
 from app.srun.catalog import DECISION_MODEL, load
 
-QUESTION = {"type": "choice", "criteria": {"billing": "payments and refunds", "shipping": "delivery and tracking"}}
+QUESTION = {
+    "type": "choice",
+    "criteria": {"billing": "payments and refunds", "shipping": "delivery and tracking"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +34,9 @@ async def test_decisions_and_systemone_answer(model):
     app.include_router(decisions_router(LocalDecisionBackend(model)))
     async with client_for(app) as client:
         for path in ("/v1/decisions", "/v1/systemone"):
-            response = await client.post(path, json={"state": "where is my parcel", "questions": {"q": QUESTION}})
+            response = await client.post(
+                path, json={"state": "where is my parcel", "questions": {"q": QUESTION}}
+            )
             assert response.status_code == 200
             assert response.json()["answers"]["q"]["choice"] == "shipping"
         models = (await client.get("/v1/systemone/models")).json()

@@ -15,7 +15,10 @@ from app.srun.catalog import DECISION_MODEL, load
 from app.srun.runtime_metrics import RuntimeMetrics, request_outcome
 from tests.unit.test_model_deployments import TickBatcher
 
-QUESTION = {"type": "choice", "criteria": {"billing": "payments and refunds", "shipping": "delivery and tracking"}}
+QUESTION = {
+    "type": "choice",
+    "criteria": {"billing": "payments and refunds", "shipping": "delivery and tracking"},
+}
 NAMES = {DECISION_MODEL, "decisions", "systemone"}
 
 
@@ -38,8 +41,12 @@ def hosted_with(engine: Any) -> tuple[HostedDecisions, RuntimeMetrics, Any]:
 
 async def test_concurrent_decisions_share_encoder_batches(engine) -> None:
     hosted, metrics, encode = hosted_with(engine)
-    states = ["refund my double charge", "my parcel is lost in transit", "charge on my card is wrong",
-              "tracking says delivered but nothing came"]
+    states = [
+        "refund my double charge",
+        "my parcel is lost in transit",
+        "charge on my card is wrong",
+        "tracking says delivered but nothing came",
+    ]
     answers = await asyncio.gather(
         *(hosted.decide({"state": s, "questions": {"q": QUESTION}}, encode, DECISION_MODEL) for s in states)
     )
@@ -53,8 +60,9 @@ async def test_concurrent_decisions_share_encoder_batches(engine) -> None:
 async def test_model_names_and_invalid_requests(engine) -> None:
     hosted, metrics, encode = hosted_with(engine)
     for name in sorted(NAMES):
-        answer = await hosted.decide({"model": name, "state": "refund me", "questions": {"q": QUESTION}},
-                                     encode, "dm")
+        answer = await hosted.decide(
+            {"model": name, "state": "refund me", "questions": {"q": QUESTION}}, encode, "dm"
+        )
         assert answer["answers"]["q"]["choice"] == "billing"
     with pytest.raises(ModelNotFound):
         await hosted.decide({"model": "gpt-4", "state": "x", "questions": {"q": QUESTION}}, encode, "dm")
@@ -84,4 +92,7 @@ async def test_a_model_that_failed_to_load_answers_not_ready() -> None:
 
     with pytest.raises(NotReady, match=r"decision model not loaded \(FileNotFoundError\)"):
         await hosted.decide({"state": "x", "questions": {"q": QUESTION}}, encode, DECISION_MODEL)
-    assert metrics.value("svc_model_runtime_requests_total", deployment=DECISION_MODEL, outcome="unavailable") == 1
+    assert (
+        metrics.value("svc_model_runtime_requests_total", deployment=DECISION_MODEL, outcome="unavailable")
+        == 1
+    )

@@ -27,9 +27,16 @@ from app.srun.settings import SrunEnvironment
 from app.upstream.client import UpstreamClient
 from deployments.decision_model import HandleDecisionBackend
 
-QUESTION = {"type": "choice", "criteria": {"billing": "payments and refunds", "shipping": "delivery and tracking"}}
+QUESTION = {
+    "type": "choice",
+    "criteria": {"billing": "payments and refunds", "shipping": "delivery and tracking"},
+}
 MODELS = {"providers": {"models": [{"name": "m", "backend_refs": [{"endpoint": "127.0.0.1:9"}]}]}}
-ANSWER = {"model": "decision-model", "answers": {"q": {"type": "choice", "choice": "billing"}}, "usage": {"tokens": 3}}
+ANSWER = {
+    "model": "decision-model",
+    "answers": {"q": {"type": "choice", "choice": "billing"}},
+    "usage": {"tokens": 3},
+}
 
 
 def document(**extra: Any) -> dict[str, Any]:
@@ -66,8 +73,12 @@ def replica_error(cause: Exception) -> RayTaskError:
 
 def frontend(handle: FakeHandle | None) -> httpx.AsyncClient:
     config = StaticConfigView(parse_config(document()).config)
-    app = create_app(None, UpstreamClient(), config,  # type: ignore[arg-type]
-                     decisions=HandleDecisionBackend(handle) if handle is not None else None)  # type: ignore[arg-type]
+    app = create_app(
+        None,
+        UpstreamClient(),
+        config,  # type: ignore[arg-type]
+        decisions=HandleDecisionBackend(handle) if handle is not None else None,
+    )  # type: ignore[arg-type]
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://router")
 
 
@@ -80,18 +91,28 @@ async def test_the_frontend_publishes_the_native_decision_api_over_the_handle():
         assert models.json() == {"object": "list", "data": [{"name": "decision-model"}]}
 
 
-@pytest.mark.parametrize(("error", "status", "code"), [
-    (replica_error(InvalidRequest("questions.q.criteria: 1 option; needs 2")), 400, "invalid_request"),
-    (replica_error(RejectedInput("images unsupported", "modality_not_supported")), 400, "invalid_request"),
-    (replica_error(ModelNotFound("model 'x' is not served here")), 404, "model_not_found"),
-    (replica_error(RuntimeCallError(429, "overloaded", "queue of 256 full", 1.0)), 429, "overloaded"),
-    (replica_error(NotReady("decision model not loaded (FileNotFoundError)")), 503, "not_ready"),
-    (replica_error(RuntimeCallError(504, "timeout", "no answer before the deadline")), 504,
-     "systemone_deadline_exceeded"),
-    (BackPressureError(num_queued_requests=10, max_queued_requests=10), 429, "overloaded"),
-    (DeploymentUnavailableError(DeploymentID(name="DecisionModel", app_name="svc-sr")), 503, "not_ready"),
-    (replica_error(ZeroDivisionError("a bug")), 500, "internal_error"),
-])
+@pytest.mark.parametrize(
+    ("error", "status", "code"),
+    [
+        (replica_error(InvalidRequest("questions.q.criteria: 1 option; needs 2")), 400, "invalid_request"),
+        (
+            replica_error(RejectedInput("images unsupported", "modality_not_supported")),
+            400,
+            "invalid_request",
+        ),
+        (replica_error(ModelNotFound("model 'x' is not served here")), 404, "model_not_found"),
+        (replica_error(RuntimeCallError(429, "overloaded", "queue of 256 full", 1.0)), 429, "overloaded"),
+        (replica_error(NotReady("decision model not loaded (FileNotFoundError)")), 503, "not_ready"),
+        (
+            replica_error(RuntimeCallError(504, "timeout", "no answer before the deadline")),
+            504,
+            "systemone_deadline_exceeded",
+        ),
+        (BackPressureError(num_queued_requests=10, max_queued_requests=10), 429, "overloaded"),
+        (DeploymentUnavailableError(DeploymentID(name="DecisionModel", app_name="svc-sr")), 503, "not_ready"),
+        (replica_error(ZeroDivisionError("a bug")), 500, "internal_error"),
+    ],
+)
 async def test_replica_errors_keep_their_status_and_only_public_words(error, status, code):
     async with frontend(FakeHandle(error)) as client:
         response = await client.post("/v1/decisions", json={"state": "x", "questions": {"q": QUESTION}})
@@ -115,20 +136,35 @@ def test_errors_cross_process_boundaries_intact():
     call = pickle.loads(pickle.dumps(RuntimeCallError(429, "overloaded", "busy", 1.0)))
     assert (call.status, call.code, call.message, call.retry_after) == (429, "overloaded", "busy", 1.0)
     rejected = pickle.loads(pickle.dumps(RejectedInput("too long", "video_too_long", 30)))
-    assert (rejected.status, rejected.reason, rejected.limit, rejected.message) == (400, "video_too_long", 30, "too long")
+    assert (rejected.status, rejected.reason, rejected.limit, rejected.message) == (
+        400,
+        "video_too_long",
+        30,
+        "too long",
+    )
 
 
 # -- configuration -------------------------------------------------------------------------
 
 RUNTIME = {
     "model_deployments": {
-        "dm": {"provider": "model_runtime", "artifact": "decision-model", "process": "shared",
-               "input": {"overflow": "window", "max_tokens": 4096}},
+        "dm": {
+            "provider": "model_runtime",
+            "artifact": "decision-model",
+            "process": "shared",
+            "input": {"overflow": "window", "max_tokens": 4096},
+        },
         "guard": {"artifact": "jailbreak-guard", "process": "shared"},
-        "remote": {"artifact": "domain-classifier", "endpoint": "http://10.0.0.5:8100", "served_name": "domain"},
+        "remote": {
+            "artifact": "domain-classifier",
+            "endpoint": "http://10.0.0.5:8100",
+            "served_name": "domain",
+        },
     },
     "decision_model": {"deployment": "dm"},
-    "global": {"model_catalog": {"signal_timeout_ms": 750, "modules": {"prompt_guard": {"on_unscanned": "allow"}}}},
+    "global": {
+        "model_catalog": {"signal_timeout_ms": 750, "modules": {"prompt_guard": {"on_unscanned": "allow"}}}
+    },
 }
 
 
@@ -142,17 +178,37 @@ def test_the_canonical_config_takes_spec_2_runtime_keys():
     assert again.model_deployments == config.model_deployments
 
 
-@pytest.mark.parametrize(("change", "path"), [
-    ({"decision_model": {"deployment": "nope"}}, "decision_model.deployment"),
-    ({"model_deployments": {"dm": {"artifact": "decision-model", "process": "p", "endpoint": "http://x"}}},
-     "model_deployments.dm"),
-    ({"model_deployments": {"dm": {"artifact": "decision-model", "revision": "main"}}}, "model_deployments.dm.revision"),
-    ({"model_deployments": {"dm": {"artifact": "decision-model", "colour": "blue"}}}, "model_deployments.dm.colour"),
-    ({"model_deployments": {"dm": {"artifact": "x", "provider": "openai"}}}, "model_deployments.dm.provider"),
-    ({"global": {"model_catalog": {"signal_timeout_ms": "soon"}}}, "signal_timeout_ms"),
-    ({"global": {"model_catalog": {"modules": {"classifier": {"pii": {"on_unscanned": "ignore"}}}}}},
-     "modules.classifier.pii.on_unscanned"),
-])
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ({"decision_model": {"deployment": "nope"}}, "decision_model.deployment"),
+        (
+            {
+                "model_deployments": {
+                    "dm": {"artifact": "decision-model", "process": "p", "endpoint": "http://x"}
+                }
+            },
+            "model_deployments.dm",
+        ),
+        (
+            {"model_deployments": {"dm": {"artifact": "decision-model", "revision": "main"}}},
+            "model_deployments.dm.revision",
+        ),
+        (
+            {"model_deployments": {"dm": {"artifact": "decision-model", "colour": "blue"}}},
+            "model_deployments.dm.colour",
+        ),
+        (
+            {"model_deployments": {"dm": {"artifact": "x", "provider": "openai"}}},
+            "model_deployments.dm.provider",
+        ),
+        ({"global": {"model_catalog": {"signal_timeout_ms": "soon"}}}, "signal_timeout_ms"),
+        (
+            {"global": {"model_catalog": {"modules": {"classifier": {"pii": {"on_unscanned": "ignore"}}}}}},
+            "modules.classifier.pii.on_unscanned",
+        ),
+    ],
+)
 def test_bad_runtime_keys_are_rejected_with_their_path(change, path):
     with pytest.raises(ConfigError) as err:
         parse_config(document(**change))
@@ -160,9 +216,14 @@ def test_bad_runtime_keys_are_rejected_with_their_path(change, path):
 
 
 def test_the_flat_layout_keeps_runtime_keys_in_place():
-    loaded = parse_config({"vllm_endpoints": [{"name": "e", "address": "127.0.0.1", "port": 8000, "models": ["m"]}],
-                           "default_model": "m", "model_deployments": {"dm": {"artifact": "decision-model"}},
-                           "decision_model": {"deployment": "dm"}})
+    loaded = parse_config(
+        {
+            "vllm_endpoints": [{"name": "e", "address": "127.0.0.1", "port": 8000, "models": ["m"]}],
+            "default_model": "m",
+            "model_deployments": {"dm": {"artifact": "decision-model"}},
+            "decision_model": {"deployment": "dm"},
+        }
+    )
     assert loaded.legacy and loaded.config.decision_model is not None
     assert list(loaded.config.model_deployments) == ["dm"]
     assert not any("model_deployments" in w or "decision_model" in w for w in loaded.warnings)
@@ -182,15 +243,24 @@ def test_runtime_metrics_reach_the_router_aggregator_with_ready_as_max():
     aggregator = MetricsAggregator()
     aggregator.push(first.recorder.snapshot("DecisionModel/a"))
     aggregator.push(second.recorder.snapshot("DecisionModel/b"))
-    assert aggregator.value("svc_model_runtime_ready", deployment="dm") == 1.0  # not 2: either replica is ready
+    assert (
+        aggregator.value("svc_model_runtime_ready", deployment="dm") == 1.0
+    )  # not 2: either replica is ready
     assert aggregator.value("svc_model_runtime_replica_inflight", deployment="dm", replica="0") == 2.0
     assert aggregator.value("svc_model_runtime_requests_total", deployment="dm", outcome="ok") == 2.0
-    assert aggregator.value("svc_model_runtime_replica_requests_total", deployment="dm", replica="a/0",
-                            outcome="canceled") == 1.0
+    assert (
+        aggregator.value(
+            "svc_model_runtime_replica_requests_total", deployment="dm", replica="a/0", outcome="canceled"
+        )
+        == 1.0
+    )
     text = aggregator.render()
     assert 'svc_model_runtime_request_duration_seconds_count{deployment="dm",surface="decisions"} 3' in text
     assert "# TYPE svc_model_runtime_restarts_total counter" in text
-    assert first.value("svc_model_runtime_request_duration_seconds_count", deployment="dm", surface="decisions") == 2
+    assert (
+        first.value("svc_model_runtime_request_duration_seconds_count", deployment="dm", surface="decisions")
+        == 2
+    )
 
 
 def test_recorder_gauges_move_both_ways():
@@ -208,8 +278,9 @@ class FakeClient:
         self.outcome = outcome
         self.calls: list[tuple[str, Any, float | None]] = []
 
-    async def call(self, method: str, path: str, body: Any = None, *, surface: str,
-                   deadline_s: float | None = None) -> dict[str, Any]:
+    async def call(
+        self, method: str, path: str, body: Any = None, *, surface: str, deadline_s: float | None = None
+    ) -> dict[str, Any]:
         self.calls.append((path, body, deadline_s))
         if isinstance(self.outcome, Exception):
             raise self.outcome
@@ -219,8 +290,12 @@ class FakeClient:
         return await self.call("POST", "/v1/decisions", body, surface="decisions", deadline_s=deadline_s)
 
     async def models(self) -> dict[str, Any]:
-        return {"data": [{"name": "decision-model", "surfaces": ["decisions"]},
-                         {"name": "jailbreak-guard", "surfaces": ["classify"]}]}
+        return {
+            "data": [
+                {"name": "decision-model", "surfaces": ["decisions"]},
+                {"name": "jailbreak-guard", "surfaces": ["classify"]},
+            ]
+        }
 
 
 @pytest.fixture()
@@ -259,12 +334,24 @@ async def test_signals_honour_signal_timeout_and_on_unscanned(runtimes):
     cases = [
         (FakeClient({"usage": {"tokens": 4}}), {"safety": True}, ("ok", None)),
         (FakeClient(timeout), {"safety": True}, ("unscanned", True)),  # on_unscanned block
-        (FakeClient(timeout), {"safety": True, "unscanned": "allow"}, ("unscanned", False)),  # follows on_error
-        (FakeClient(timeout), {"safety": True, "unscanned": "allow", "on_error_matches": True}, ("unscanned", True)),
+        (
+            FakeClient(timeout),
+            {"safety": True, "unscanned": "allow"},
+            ("unscanned", False),
+        ),  # follows on_error
+        (
+            FakeClient(timeout),
+            {"safety": True, "unscanned": "allow", "on_error_matches": True},
+            ("unscanned", True),
+        ),
         (FakeClient(partial), {"safety": True}, ("unscanned", True)),  # read only in part
         (FakeClient(partial), {}, ("ok", None)),  # a routing signal uses what it read
         (FakeClient(timeout), {}, ("error", False)),  # routing signal: on_error decides
-        (FakeClient(RuntimeCallError(503, "not_ready", "loading")), {"on_error_matches": True}, ("error", True)),
+        (
+            FakeClient(RuntimeCallError(503, "not_ready", "loading")),
+            {"on_error_matches": True},
+            ("error", True),
+        ),
     ]
     for fake, options, (state, matches) in cases:
         runtimes.supervisor.client_for = lambda deployment, fake=fake: fake  # type: ignore[method-assign]
@@ -272,7 +359,9 @@ async def test_signals_honour_signal_timeout_and_on_unscanned(runtimes):
         assert (result.state, result.matches) == (state, matches), options
         assert fake.calls[0][2] == 0.75  # signal_timeout_ms wins over the request's remaining time
     runtimes.settings.model_catalog.signal_timeout_ms = None
-    assert runtimes.signal_deadline_s(20.0) == pytest.approx(18.0) and runtimes.signal_deadline_s(None) == 45.0
+    assert (
+        runtimes.signal_deadline_s(20.0) == pytest.approx(18.0) and runtimes.signal_deadline_s(None) == 45.0
+    )
 
 
 async def test_a_client_backend_takes_a_client_or_a_picker():

@@ -64,7 +64,9 @@ def _handler(held: asyncio.Event | None = None) -> Handle:
     """A task with {"held": true} runs until `held` is set (a forward still running at the
     deadline); {"yields": n} gives the loop n turns first, so it finishes after later tasks."""
 
-    async def handle(surface: str, body: dict[str, Any], timing: ServerTiming) -> tuple[dict[str, Any], bytes | None]:
+    async def handle(
+        surface: str, body: dict[str, Any], timing: ServerTiming
+    ) -> tuple[dict[str, Any], bytes | None]:
         if body.get("fail") == "404":
             raise ModelNotFound("no such model")
         if body.get("fail") == "429":
@@ -84,12 +86,20 @@ _handle = _handler()
 
 async def test_bundle_keeps_order_and_statuses():
     timing = ServerTiming()
-    out = await run_bundle({"tasks": [
-        {"id": "a", "classify": {"x": 1, "yields": 5}},
-        {"id": "b", "decisions": {"fail": "404"}},
-        {"id": "c", "rerank": {"fail": "429"}},
-        {"id": "d", "embeddings": {"x": 4}},
-    ]}, _handle, failure_status, 8, timing)
+    out = await run_bundle(
+        {
+            "tasks": [
+                {"id": "a", "classify": {"x": 1, "yields": 5}},
+                {"id": "b", "decisions": {"fail": "404"}},
+                {"id": "c", "rerank": {"fail": "429"}},
+                {"id": "d", "embeddings": {"x": 4}},
+            ]
+        },
+        _handle,
+        failure_status,
+        8,
+        timing,
+    )
     assert [r.id for r in out.results] == ["a", "b", "c", "d"]
     assert [r.status for r in out.results] == [200, 404, 429, 200]
     assert out.results[0].body == {"surface": "classify", "echo": 1}
@@ -100,19 +110,36 @@ async def test_bundle_keeps_order_and_statuses():
 async def test_bundle_deadline_and_limits():
     held = asyncio.Event()
     try:
-        out = await run_bundle({"tasks": [{"id": "slow", "classify": {"held": True}},
-                                          {"id": "fast", "classify": {"x": 2}}],
-                                "options": {"deadline_ms": 100}}, _handler(held), failure_status, 8, ServerTiming())
+        out = await run_bundle(
+            {
+                "tasks": [{"id": "slow", "classify": {"held": True}}, {"id": "fast", "classify": {"x": 2}}],
+                "options": {"deadline_ms": 100},
+            },
+            _handler(held),
+            failure_status,
+            8,
+            ServerTiming(),
+        )
     finally:
         held.set()  # the held forward may finish now (the deadline did not cancel it)
     assert [r.status for r in out.results] == [504, 200]
     assert out.results[0].error.code == "deadline_exceeded"
     with pytest.raises(RejectedInput) as err:
-        await run_bundle({"tasks": [{"id": str(i), "classify": {}} for i in range(3)]}, _handle, failure_status, 2,
-                         ServerTiming())
+        await run_bundle(
+            {"tasks": [{"id": str(i), "classify": {}} for i in range(3)]},
+            _handle,
+            failure_status,
+            2,
+            ServerTiming(),
+        )
     assert err.value.limit == 2
-    for bad in ({"tasks": []}, {"tasks": [{"id": "a"}]}, {"tasks": [{"id": "a", "classify": {}, "rerank": {}}]},
-                {"tasks": [{"id": "a", "classify": {}}, {"id": "a", "classify": {}}]}, []):
+    for bad in (
+        {"tasks": []},
+        {"tasks": [{"id": "a"}]},
+        {"tasks": [{"id": "a", "classify": {}, "rerank": {}}]},
+        {"tasks": [{"id": "a", "classify": {}}, {"id": "a", "classify": {}}]},
+        [],
+    ):
         with pytest.raises(InvalidRequest):
             await run_bundle(bad, _handle, failure_status, 8, ServerTiming())
 
@@ -154,27 +181,43 @@ def test_failure_status():
 
 
 def test_deployment_settings_validation():
-    ok = RuntimeSettings.model_validate({
-        "model_deployments": {
-            "guard": {"artifact": "jailbreak-guard", "process": "p", "device": "cpu"},
-            "emb": {"artifact": "minilm-embedding", "process": "p", "device": "cpu"},
-            "dm": {"artifact": "decision-model", "input": {"overflow": "window", "max_tokens": 4096}},
-            "remote": {"artifact": "x", "replicas": [{"endpoint": "http://10.0.0.2:8100", "served_name": "x"},
-                                                     {"device": "cpu"}]},
-        },
-        "decision_model": {"deployment": "dm"},
-        "model_catalog": {"signal_timeout_ms": 2000},
-    })
+    ok = RuntimeSettings.model_validate(
+        {
+            "model_deployments": {
+                "guard": {"artifact": "jailbreak-guard", "process": "p", "device": "cpu"},
+                "emb": {"artifact": "minilm-embedding", "process": "p", "device": "cpu"},
+                "dm": {"artifact": "decision-model", "input": {"overflow": "window", "max_tokens": 4096}},
+                "remote": {
+                    "artifact": "x",
+                    "replicas": [{"endpoint": "http://10.0.0.2:8100", "served_name": "x"}, {"device": "cpu"}],
+                },
+            },
+            "decision_model": {"deployment": "dm"},
+            "model_catalog": {"signal_timeout_ms": 2000},
+        }
+    )
     assert ok.model_deployments["remote"].managed and ok.model_deployments["dm"].answers_questions
     bad = [
         {"model_deployments": {"d": {"artifact": "x", "revision": "main"}}},
         {"model_deployments": {"d": {"artifact": "x", "device": "cpu", "replicas": [{"device": "cpu"}]}}},
-        {"model_deployments": {"d": {"artifact": "x", "replicas": [{"device": "cpu", "endpoint": "http://h"}]}}},
-        {"model_deployments": {"d": {"artifact": "decision-model", "input": {"overflow": "truncate", "max_tokens": 9}}}},
+        {
+            "model_deployments": {
+                "d": {"artifact": "x", "replicas": [{"device": "cpu", "endpoint": "http://h"}]}
+            }
+        },
+        {
+            "model_deployments": {
+                "d": {"artifact": "decision-model", "input": {"overflow": "truncate", "max_tokens": 9}}
+            }
+        },
         {"model_deployments": {"d": {"artifact": "decision-model", "input": {"overflow": "window"}}}},
         {"model_deployments": {}, "decision_model": {"deployment": "missing"}},
-        {"model_deployments": {"a": {"artifact": "x", "process": "p", "device": "cpu"},
-                               "b": {"artifact": "y", "process": "p", "device": "cuda:0"}}},
+        {
+            "model_deployments": {
+                "a": {"artifact": "x", "process": "p", "device": "cpu"},
+                "b": {"artifact": "y", "process": "p", "device": "cuda:0"},
+            }
+        },
         {"model_deployments": {"d": {"artifact": "x", "provider": "openai"}}},
     ]
     for doc in bad:
@@ -196,13 +239,24 @@ def test_environment_parsing():
     # svc-srun from PATH, else the one installed next to this interpreter (a venv's bin/)
     assert len(env.command) == 1 and env.command[0].endswith("svc-srun")
     assert env.cpu_threads == 4 and env.ready_timeout_s == 600 and env.result_cache == 4096
-    env = SrunEnvironment.from_env({"SVC_SRUN_CPU_THREADS": "64", "SVC_SRUN_READY_TIMEOUT": "30m",
-                                    "SVC_SRUN_RESULT_CACHE": "0", "SVC_SRUN_COMMAND": "python -m app.cli.srun",
-                                    "HUB_TOKEN": "hf_secret"}, cpu_budget=8)
+    env = SrunEnvironment.from_env(
+        {
+            "SVC_SRUN_CPU_THREADS": "64",
+            "SVC_SRUN_READY_TIMEOUT": "30m",
+            "SVC_SRUN_RESULT_CACHE": "0",
+            "SVC_SRUN_COMMAND": "python -m app.cli.srun",
+            "HUB_TOKEN": "hf_secret",
+        },
+        cpu_budget=8,
+    )
     assert env.cpu_threads == 8 and env.ready_timeout_s == 1800 and env.result_cache == 0
     assert env.command == ["python", "-m", "app.cli.srun"]
-    assert env.hub_token == "hf_secret" and "hf_secret" not in repr(env) and "hub_token" not in env.model_dump()
-    fallback = SrunEnvironment.from_env({"SVC_SRUN_CPU_THREADS": "lots", "SVC_SRUN_READY_TIMEOUT": "soon"}, cpu_budget=1)
+    assert (
+        env.hub_token == "hf_secret" and "hf_secret" not in repr(env) and "hub_token" not in env.model_dump()
+    )
+    fallback = SrunEnvironment.from_env(
+        {"SVC_SRUN_CPU_THREADS": "lots", "SVC_SRUN_READY_TIMEOUT": "soon"}, cpu_budget=1
+    )
     assert fallback.cpu_threads == 1 and fallback.ready_timeout_s == 600
 
 
@@ -213,7 +267,10 @@ def test_runtime_metrics_snapshot():
     m.observe("svc_model_runtime_server_seconds", 0.5, deployment="d", surface="decisions", phase="forward")
     snap = m.snapshot()
     assert snap["svc_model_runtime_requests_total"][(("deployment", "d"), ("outcome", "ok"))] == 1
-    assert m.value("svc_model_runtime_server_seconds_sum", deployment="d", surface="decisions", phase="forward") == 0.5
+    assert (
+        m.value("svc_model_runtime_server_seconds_sum", deployment="d", surface="decisions", phase="forward")
+        == 0.5
+    )
     with pytest.raises(AssertionError):
         m.inc("svc_made_up_total")
 
@@ -259,10 +316,17 @@ def test_attempts_run_out_and_damaged_models_are_not_retried():
 
 
 def test_degraded_when_some_models_fail_and_revision_pins():
-    settings = WorkerSettings(models=[ModelEntry(model="minilm-reranker"), ModelEntry(model="no-such-model"),
-                                      ModelEntry(model="minilm-reranker@deadbeefcafe", name="pinned")],
-                              load_retry_seconds=0)
-    worker = Worker(settings, lambda n, e, d: __import__("app.srun.catalog", fromlist=["load"]).load(n, e, d, warm=False))
+    settings = WorkerSettings(
+        models=[
+            ModelEntry(model="minilm-reranker"),
+            ModelEntry(model="no-such-model"),
+            ModelEntry(model="minilm-reranker@deadbeefcafe", name="pinned"),
+        ],
+        load_retry_seconds=0,
+    )
+    worker = Worker(
+        settings, lambda n, e, d: __import__("app.srun.catalog", fromlist=["load"]).load(n, e, d, warm=False)
+    )
     worker.load_now()
     health = worker.health()
     assert health.status == "degraded"
@@ -286,9 +350,15 @@ def test_health_moves_through_loading_warming_ready():
     started, release = threading.Event(), threading.Event()
 
     class SlowWarm:
-        card = WorkerCard(name="fake", description="d", task="embeddings", surfaces=["embeddings"],
-                          limits=CardLimits(max_input_tokens=8, max_scan_tokens=8, truncate_tokens=8,
-                                            max_chars_per_token=8))
+        card = WorkerCard(
+            name="fake",
+            description="d",
+            task="embeddings",
+            surfaces=["embeddings"],
+            limits=CardLimits(
+                max_input_tokens=8, max_scan_tokens=8, truncate_tokens=8, max_chars_per_token=8
+            ),
+        )
 
         def forward(self, texts: list[str]) -> list[Any]:
             return texts
@@ -312,18 +382,30 @@ def test_health_moves_through_loading_warming_ready():
 async def test_supervisor_layout_shares_processes_and_attaches_endpoints(tmp_path):
     from app.srun.supervisor import RuntimeSupervisor, worker_command
 
-    settings = RuntimeSettings.model_validate({"model_deployments": {
-        "guard": {"artifact": "jailbreak-guard", "process": "p", "device": "cpu"},
-        "emb": {"artifact": "minilm-embedding", "process": "p", "device": "cpu"},
-        "dm": {"artifact": "decision-model"},
-        "pool": {"artifact": "minilm-embedding", "replicas": [{"device": "cpu"}, {"endpoint": "http://10.1.2.3:8100",
-                                                                                  "served_name": "emb"}]},
-    }})
+    settings = RuntimeSettings.model_validate(
+        {
+            "model_deployments": {
+                "guard": {"artifact": "jailbreak-guard", "process": "p", "device": "cpu"},
+                "emb": {"artifact": "minilm-embedding", "process": "p", "device": "cpu"},
+                "dm": {"artifact": "decision-model"},
+                "pool": {
+                    "artifact": "minilm-embedding",
+                    "replicas": [
+                        {"device": "cpu"},
+                        {"endpoint": "http://10.1.2.3:8100", "served_name": "emb"},
+                    ],
+                },
+            }
+        }
+    )
     env = SrunEnvironment(command=["svc-srun"], dir=tmp_path, cpu_threads=2, result_cache=0)
     supervisor = RuntimeSupervisor(settings, env)
     specs = {s.key: s for s in supervisor.process_specs()}
     assert set(specs) == {"p", "dm", "pool-0"}
-    assert specs["p"].models == ["jailbreak-guard", "minilm-embedding"] and specs["p"].deployments == ["guard", "emb"]
+    assert specs["p"].models == ["jailbreak-guard", "minilm-embedding"] and specs["p"].deployments == [
+        "guard",
+        "emb",
+    ]
     command = worker_command(specs["p"], env)
     assert command[:4] == ["svc-srun", "run", "jailbreak-guard", "minilm-embedding"]
     assert command[command.index("--uds") + 1] == str(tmp_path / "p.sock")
@@ -331,12 +413,18 @@ async def test_supervisor_layout_shares_processes_and_attaches_endpoints(tmp_pat
     assert command[command.index("--result-cache-entries") + 1] == "0"
     assert command[command.index("--max-request-bytes") + 1] == str(64 * 1024 * 1024)
     pool = supervisor.replicas["pool"]
-    assert pool[0].process is not None and pool[1].process is None and pool[1].client.target == "http://10.1.2.3:8100"
+    assert (
+        pool[0].process is not None
+        and pool[1].process is None
+        and pool[1].client.target == "http://10.1.2.3:8100"
+    )
     assert supervisor.replicas["guard"][0].process is supervisor.replicas["emb"][0].process
     pool[1].ready = True
     assert {supervisor.client_for("pool").target for _ in range(4)} == {"http://10.1.2.3:8100"}
     pool[1].ready = False
-    assert len({supervisor.client_for("pool").target for _ in range(4)}) == 2  # none ready: round-robin over all
+    assert (
+        len({supervisor.client_for("pool").target for _ in range(4)}) == 2
+    )  # none ready: round-robin over all
     with pytest.raises(KeyError):
         supervisor.client_for("nope")
     await supervisor.stop()

@@ -52,7 +52,8 @@ async def relay_until_the_client_leaves(chunks: list[bytes]) -> tuple[Completion
 
 async def test_a_client_leaving_after_done_leaves_a_finished_answer() -> None:
     report, stream = await relay_until_the_client_leaves(
-        [chunk("all "), chunk("done", "stop"), b"data: [DONE]\n\n"])
+        [chunk("all "), chunk("done", "stop"), b"data: [DONE]\n\n"]
+    )
     assert stream.closed
     assert report.stream_finished and report.error_reason is None
     assert report.response is not None and report.response["choices"][0]["message"]["content"] == "all done"

@@ -12,7 +12,9 @@ from pathlib import Path
 from app.common.supervisor import RestartPolicy, SupervisedProcess
 
 # Children wait for a signal (signal.pause), not for a fixed time.
-STUBBORN = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); signal.pause()"
+STUBBORN = (
+    "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); signal.pause()"
+)
 COOPERATIVE = "import signal; print('up', flush=True); signal.pause()"
 WAIT_S = 30.0  # an upper bound for a condition to come true on a loaded machine, never a speed check
 
@@ -48,8 +50,12 @@ def test_a_dead_child_is_restarted() -> None:
         if restarts >= 2:
             restarted.set()
 
-    proc = SupervisedProcess("dies", [sys.executable, "-c", "import sys; sys.exit(3)"],
-                             policy=RestartPolicy(min_backoff_s=0.05), on_restart=on_restart)
+    proc = SupervisedProcess(
+        "dies",
+        [sys.executable, "-c", "import sys; sys.exit(3)"],
+        policy=RestartPolicy(min_backoff_s=0.05),
+        on_restart=on_restart,
+    )
     proc.start()
     try:
         assert restarted.wait(WAIT_S)
@@ -61,8 +67,9 @@ def test_a_dead_child_is_restarted() -> None:
 
 def test_stop_terminates_then_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
     log = tmp_path / "stubborn.log"
-    proc = RecordingProcess("stubborn", [sys.executable, "-c", STUBBORN], log_path=log,
-                            policy=RestartPolicy(stop_timeout_s=0.5)).start()
+    proc = RecordingProcess(
+        "stubborn", [sys.executable, "-c", STUBBORN], log_path=log, policy=RestartPolicy(stop_timeout_s=0.5)
+    ).start()
     assert _until(_up(log))  # SIGTERM is ignored from here on
     assert proc.alive()
     pid = proc.process.pid if proc.process else None

@@ -9,14 +9,9 @@ from pydantic import ValidationError
 
 from app.common.durations import format_duration, parse_duration
 from app.config.reliability import FailureKind, FallbackConfig, ReliabilityConfig
-from app.upstream.client import (
-    UnsupportedUpstreamFormat,
-    UpstreamClient,
-    UpstreamStreamError,
-    UpstreamUnavailable,
-    parse_retry_after,
-    relay_headers,
-)
+from app.upstream.client import UpstreamClient
+from app.upstream.headers import parse_retry_after
+from app.upstream.results import UnsupportedUpstreamFormat, UpstreamStreamError, UpstreamUnavailable
 from app.upstream.sse import StreamAccumulator
 from app.upstream.targets import UpstreamTarget
 from tests.fakes.upstream import FakeUpstream, find_free_port
@@ -247,19 +242,6 @@ def test_retry_after_parsing():
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == pytest.approx(10.0)
     assert parse_retry_after("soon") is None and parse_retry_after(None) is None
     assert parse_retry_after("-3") == 0.0
-
-
-def test_relay_headers_drop_framing():
-    kept = relay_headers(
-        {
-            "content-type": "application/json",
-            "content-length": "5",
-            "transfer-encoding": "chunked",
-            "content-encoding": "gzip",
-            "x-upstream": "1",
-        }
-    )
-    assert kept == {"content-type": "application/json", "x-upstream": "1"}
 
 
 # -- complete(): success, forwarding --------------------------------------------------------

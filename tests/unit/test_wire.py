@@ -59,7 +59,10 @@ def test_request_bodies_rewrite_the_model():
 
 def test_request_headers_credentials_then_extra_headers(monkeypatch):
     monkeypatch.setenv("WIRE_KEY", "k1")
-    assert wire_for(MESSAGES).request_headers(MESSAGES) == {"anthropic-version": "2024-01-01", "x-api-key": "k1"}
+    assert wire_for(MESSAGES).request_headers(MESSAGES) == {
+        "anthropic-version": "2024-01-01",
+        "x-api-key": "k1",
+    }
     keyed = CHAT.model_copy(update={"api_key_env": "WIRE_KEY"})
     assert wire_for(keyed).request_headers(keyed) == {"Authorization": "Bearer k1", "X-Team": "a"}
 
@@ -78,7 +81,9 @@ def test_messages_answers_become_chat():
     error = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
     status, content = wire.answer(429, json.dumps(error).encode(), MESSAGES)
     assert status == 429
-    assert json.loads(content) == {"error": {"message": "slow down", "type": "rate_limit_error", "code": None}}
+    assert json.loads(content) == {
+        "error": {"message": "slow down", "type": "rate_limit_error", "code": None}
+    }
 
 
 def test_messages_answers_that_are_not_json():

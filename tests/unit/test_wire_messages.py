@@ -9,24 +9,14 @@ from typing import Any
 
 import pytest
 
-from app.upstream.client import UpstreamClient, UpstreamResponse, UpstreamStream
+from app.upstream.client import UpstreamClient
+from app.upstream.results import UpstreamResponse
 from app.upstream.sse import StreamAccumulator
 from app.upstream.targets import UpstreamTarget
+from app.upstream.transport import UpstreamStream
 from app.upstream.wire import json_object, wire_for
 from tests.fakes.messages_upstream import FakeMessagesUpstream
-
-BODY = {
-    "model": "MoM",
-    "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "what is 2+2"}],
-}
-PROMPT_WORDS = sum(len(m["content"].split()) for m in BODY["messages"])  # the fake counts words
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
-    },
-}
+from tests.unit.test_messages_upstream import BODY, PROMPT_WORDS, WEATHER_TOOL
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +93,9 @@ async def test_complete_translates_both_ways(fakes, client, monkeypatch):
     monkeypatch.setenv("FAKE_MSG_KEY", "sk-test")
     m.configure(api_key="sk-test", cache_read_tokens=4)
     result = await complete(
-        client, [messages_target(m, api_key_env="FAKE_MSG_KEY")], {**BODY, "stream": True, "stream_options": {}}
+        client,
+        [messages_target(m, api_key_env="FAKE_MSG_KEY")],
+        {**BODY, "stream": True, "stream_options": {}},
     )
     assert result.status == 200, result.content
     seen = m.last_request

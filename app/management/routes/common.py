@@ -24,28 +24,48 @@ from app.management.service import Management
 Responses = dict[int | str, dict[str, Any]]
 M = TypeVar("M", bound=BaseModel)
 
-ERRORS: Responses = {code: {"description": text} for code, text in (
-    (400, "invalid input"), (401, "missing or invalid bearer token"), (403, "permission missing"),
-)}
+ERRORS: Responses = {
+    code: {"description": text}
+    for code, text in (
+        (400, "invalid input"),
+        (401, "missing or invalid bearer token"),
+        (403, "permission missing"),
+    )
+}
 
 
-def route_guard(mgmt: Management, permission: str | None, sensitivity: Sensitivity = "internal") -> RouteGuard:
+def route_guard(
+    mgmt: Management, permission: str | None, sensitivity: Sensitivity = "internal"
+) -> RouteGuard:
     """The dependency that authenticates and authorizes a route (and audits a 403)."""
-    return RouteGuard(lambda: mgmt.authenticator, permission, sensitivity, lambda r, e: record_denial(mgmt, r, e))
+    return RouteGuard(
+        lambda: mgmt.authenticator, permission, sensitivity, lambda r, e: record_denial(mgmt, r, e)
+    )
 
 
 def record_denial(mgmt: Management, request: Request, exc: AuthError) -> None:
     # 401s are not recorded: an unauthenticated flood must not be able to rotate the ring.
     if exc.status == 403:
-        mgmt.audit.record("auth.denied", request_id=request_id(request), method=request.method,
-                          path=request.url.path, status=403, detail={"code": exc.code})
+        mgmt.audit.record(
+            "auth.denied",
+            request_id=request_id(request),
+            method=request.method,
+            path=request.url.path,
+            status=403,
+            detail={"code": exc.code},
+        )
 
 
 def record_mutation(mgmt: Management, action: str, request: Request, status: int, **extra: Any) -> None:
     principal: Principal | None = getattr(request.state, "principal", None)
     mgmt.audit.record(
-        action, request_id=request_id(request), method=request.method, path=request.url.path, status=status,
-        principal=principal.name if principal else None, role=principal.role if principal else None,
+        action,
+        request_id=request_id(request),
+        method=request.method,
+        path=request.url.path,
+        status=status,
+        principal=principal.name if principal else None,
+        role=principal.role if principal else None,
         detail=extra or None,
     )
 
@@ -57,13 +77,27 @@ class Registrar:
         self.router = router
         self.mgmt = mgmt
 
-    def add(self, path: str, endpoint: Callable[..., Any], method: str, permission: str | None,
-            sensitivity: Sensitivity = "internal", *, responses: Responses | None = None,
-            tags: list[str | Enum] | None = None, **options: Any) -> None:
+    def add(
+        self,
+        path: str,
+        endpoint: Callable[..., Any],
+        method: str,
+        permission: str | None,
+        sensitivity: Sensitivity = "internal",
+        *,
+        responses: Responses | None = None,
+        tags: list[str | Enum] | None = None,
+        **options: Any,
+    ) -> None:
         """`options`: response_model, summary, openapi_extra, deprecated (APIRouter.add_api_route's)."""
         self.router.add_api_route(
-            path, endpoint, methods=[method], dependencies=[Depends(route_guard(self.mgmt, permission, sensitivity))],
-            responses={**ERRORS, **(responses or {})}, tags=tags or ["management"], **options,
+            path,
+            endpoint,
+            methods=[method],
+            dependencies=[Depends(route_guard(self.mgmt, permission, sensitivity))],
+            responses={**ERRORS, **(responses or {})},
+            tags=tags or ["management"],
+            **options,
         )
 
 
@@ -122,7 +156,13 @@ def json_body_openapi(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def json_or_yaml_openapi(content: str = "configuration document (JSON or YAML)") -> dict[str, Any]:
-    return {"requestBody": {"required": True, "description": content, "content": {
-        "application/json": {"schema": {"type": "object"}},
-        "application/yaml": {"schema": {"type": "string"}},
-    }}}
+    return {
+        "requestBody": {
+            "required": True,
+            "description": content,
+            "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "application/yaml": {"schema": {"type": "string"}},
+            },
+        }
+    }

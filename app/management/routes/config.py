@@ -57,19 +57,28 @@ def config_read_routes(mgmt: Management) -> APIRouter:
             return Response(text, media_type="application/yaml", headers=headers)
         return JSONResponse(document, headers=headers)
 
-    async def get_schema(mode: Literal["full", "progressive"] = Query("full"),
-                         section: str | None = Query(None, max_length=64)) -> JSONResponse:
+    async def get_schema(
+        mode: Literal["full", "progressive"] = Query("full"), section: str | None = Query(None, max_length=64)
+    ) -> JSONResponse:
         return JSONResponse(schema_view(mode, section))
 
     async def versions(limit: int = Query(10, ge=1, le=100)) -> VersionsResponse:
         return versions_view(mgmt, limit)
 
     async def hash_view() -> JSONResponse:
-        return json_response(HashView.model_validate(mgmt.hash_view()), headers={"ETag": mgmt.activation.etag})
+        return json_response(
+            HashView.model_validate(mgmt.hash_view()), headers={"ETag": mgmt.activation.etag}
+        )
 
-    add("/api/v1/config", get_config, "GET", "config.read", "secret",
+    add(
+        "/api/v1/config",
+        get_config,
+        "GET",
+        "config.read",
+        "secret",
         summary="persisted configuration document (ETag for If-Match)",
-        responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}})
+        responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}},
+    )
 
     async def validate(request: Request) -> ValidateResponse:
         return validate_document(mgmt, await request.body(), principal_of(request).can("secret_view"))
@@ -78,16 +87,50 @@ def config_read_routes(mgmt: Management) -> APIRouter:
         body = parse_model(PlanRequest, await request.body())
         return plan_change(mgmt, body, principal_of(request).can("secret_view"))
 
-    add("/api/v1/config/schema", get_schema, "GET", "config.read", summary="configuration JSON Schema",
-        responses={404: {"description": "unknown section"}})
-    add("/api/v1/config/validate", validate, "POST", "config.read", "sensitive", response_model=ValidateResponse,
-        summary="validate and normalize a document (no write)", openapi_extra=json_or_yaml_openapi())
-    add("/api/v1/config/plan", plan, "POST", "config.read", "sensitive", response_model=PlanResponse,
-        summary="plan a merge or replace (no write)", openapi_extra=json_body_openapi(PlanRequest.model_json_schema()))
-    add("/api/v1/config/versions", versions, "GET", "config.read", response_model=VersionsResponse,
-        summary="persisted versions, newest first")
-    add("/api/v1/config/hash", hash_view, "GET", "config.read", response_model=HashView,
-        summary="source, generated and active hashes")
+    add(
+        "/api/v1/config/schema",
+        get_schema,
+        "GET",
+        "config.read",
+        summary="configuration JSON Schema",
+        responses={404: {"description": "unknown section"}},
+    )
+    add(
+        "/api/v1/config/validate",
+        validate,
+        "POST",
+        "config.read",
+        "sensitive",
+        response_model=ValidateResponse,
+        summary="validate and normalize a document (no write)",
+        openapi_extra=json_or_yaml_openapi(),
+    )
+    add(
+        "/api/v1/config/plan",
+        plan,
+        "POST",
+        "config.read",
+        "sensitive",
+        response_model=PlanResponse,
+        summary="plan a merge or replace (no write)",
+        openapi_extra=json_body_openapi(PlanRequest.model_json_schema()),
+    )
+    add(
+        "/api/v1/config/versions",
+        versions,
+        "GET",
+        "config.read",
+        response_model=VersionsResponse,
+        summary="persisted versions, newest first",
+    )
+    add(
+        "/api/v1/config/hash",
+        hash_view,
+        "GET",
+        "config.read",
+        response_model=HashView,
+        summary="source, generated and active hashes",
+    )
     return router
 
 
@@ -111,7 +154,9 @@ def schema_view(mode: Literal["full", "progressive"], section: str | None) -> di
     if mode == "progressive":
         summary = {}
         for name, prop in schema.get("properties", {}).items():
-            summary[name] = {k: v for k, v in prop.items() if k in ("type", "title", "description", "default")}
+            summary[name] = {
+                k: v for k, v in prop.items() if k in ("type", "title", "description", "default")
+            }
             summary[name]["x-detail"] = f"/api/v1/config/schema?section={name}"
         return {k: v for k, v in schema.items() if k not in ("properties", "$defs")} | {"properties": summary}
     return schema
@@ -122,8 +167,14 @@ def versions_view(mgmt: Management, limit: int) -> VersionsResponse:
     records = mgmt.store.versions()
     entries = [
         VersionEntry(
-            version=r.version, timestamp=r.timestamp, source=r.source, filename=r.filename,
-            config_version=r.config_version, hash=r.hash, result=r.result, rollback_of=r.rollback_of,
+            version=r.version,
+            timestamp=r.timestamp,
+            source=r.source,
+            filename=r.filename,
+            config_version=r.config_version,
+            hash=r.hash,
+            result=r.result,
+            rollback_of=r.rollback_of,
             active=active is not None and r.version == active.version,
         )
         for r in records[:limit]
@@ -147,11 +198,17 @@ def validate_document(mgmt: Management, raw: bytes, secrets: bool) -> ValidateRe
     except DocumentRejected as exc:
         return ValidateResponse.model_validate({"valid": False, "reasons": reasons_of(exc.reasons)})
     restart = restart_required(mgmt.config, candidate.config)
-    return ValidateResponse.model_validate({
-        "valid": True, "source_config_hash": candidate.source_hash, "generated_runtime_hash": candidate.runtime_hash,
-        "document": candidate.document if secrets else redact(candidate.document),
-        "warnings": candidate.warnings, "reasons": reasons_of(restart), "restart_required": bool(restart),
-    })
+    return ValidateResponse.model_validate(
+        {
+            "valid": True,
+            "source_config_hash": candidate.source_hash,
+            "generated_runtime_hash": candidate.runtime_hash,
+            "document": candidate.document if secrets else redact(candidate.document),
+            "warnings": candidate.warnings,
+            "reasons": reasons_of(restart),
+            "restart_required": bool(restart),
+        }
+    )
 
 
 def plan_change(mgmt: Management, body: PlanRequest, secrets: bool) -> PlanResponse:
@@ -162,18 +219,33 @@ def plan_change(mgmt: Management, body: PlanRequest, secrets: bool) -> PlanRespo
     try:
         candidate = checked(raw)
     except DocumentRejected as exc:
-        return PlanResponse.model_validate({"mode": body.mode, "valid": False, "current_etag": etag,
-                                            "candidate_etag": None, "changed": False,
-                                            "reasons": reasons_of(exc.reasons)})
+        return PlanResponse.model_validate(
+            {
+                "mode": body.mode,
+                "valid": False,
+                "current_etag": etag,
+                "candidate_etag": None,
+                "changed": False,
+                "reasons": reasons_of(exc.reasons),
+            }
+        )
     restart = restart_required(mgmt.config, candidate.config)
     changes = diff(current, candidate.document)
     if not secrets:
         changes = [_redact_change(c) for c in redact(changes)]
-    return PlanResponse.model_validate({
-        "mode": body.mode, "valid": True, "current_etag": etag, "candidate_etag": etag_of(candidate.source_hash),
-        "changed": bool(changes), "changes": changes, "restart_required": bool(restart),
-        "reasons": reasons_of(restart), "warnings": candidate.warnings,
-    })
+    return PlanResponse.model_validate(
+        {
+            "mode": body.mode,
+            "valid": True,
+            "current_etag": etag,
+            "candidate_etag": etag_of(candidate.source_hash),
+            "changed": bool(changes),
+            "changes": changes,
+            "restart_required": bool(restart),
+            "reasons": reasons_of(restart),
+            "warnings": candidate.warnings,
+        }
+    )
 
 
 def _redact_change(change: dict[str, Any]) -> dict[str, Any]:

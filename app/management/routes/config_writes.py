@@ -33,8 +33,10 @@ from app.management.state import VersionRecord
 Builder = Callable[[dict[str, Any]], Candidate]
 
 MUTATION_RESPONSES: Responses = {
-    200: {"model": MutationResponse}, 202: {"description": "accepted; activation pending or superseded"},
-    409: {"description": "RESTART_REQUIRED"}, 412: {"description": "stale If-Match (CONFIG_CHANGED)"},
+    200: {"model": MutationResponse},
+    202: {"description": "accepted; activation pending or superseded"},
+    409: {"description": "RESTART_REQUIRED"},
+    412: {"description": "stale If-Match (CONFIG_CHANGED)"},
     428: {"description": "If-Match missing (PRECONDITION_REQUIRED)"},
     503: {"description": "activation_failed", "model": MutationResponse},
 }
@@ -53,28 +55,62 @@ def config_write_routes(mgmt: Management) -> APIRouter:
     async def rollback(request: Request, if_match: str | None = Header(None)) -> JSONResponse:
         record = await rollback_target(mgmt, request)
         document = record.document
-        return await mutate(mgmt, request, "config.rollback", "rollback", lambda _current: check_document(document),
-                            if_match, rollback_of=record.version)
+        return await mutate(
+            mgmt,
+            request,
+            "config.rollback",
+            "rollback",
+            lambda _current: check_document(document),
+            if_match,
+            rollback_of=record.version,
+        )
 
-    add("/api/v1/config", patch_config, "PATCH", "config.write", "secret", responses=MUTATION_RESPONSES,
-        summary="merge-patch, validate, persist, hot-reload", openapi_extra=json_or_yaml_openapi("JSON merge patch"))
-    add("/api/v1/config", put_config, "PUT", "config.write", "secret", responses=MUTATION_RESPONSES,
-        summary="replace, validate, persist, hot-reload", openapi_extra=json_or_yaml_openapi())
-    add("/api/v1/config/rollback", rollback, "POST", "config.write", "sensitive",
+    add(
+        "/api/v1/config",
+        patch_config,
+        "PATCH",
+        "config.write",
+        "secret",
+        responses=MUTATION_RESPONSES,
+        summary="merge-patch, validate, persist, hot-reload",
+        openapi_extra=json_or_yaml_openapi("JSON merge patch"),
+    )
+    add(
+        "/api/v1/config",
+        put_config,
+        "PUT",
+        "config.write",
+        "secret",
+        responses=MUTATION_RESPONSES,
+        summary="replace, validate, persist, hot-reload",
+        openapi_extra=json_or_yaml_openapi(),
+    )
+    add(
+        "/api/v1/config/rollback",
+        rollback,
+        "POST",
+        "config.write",
+        "sensitive",
         responses={**MUTATION_RESPONSES, 404: {"description": "unknown version"}},
-        summary="re-activate a recorded version", openapi_extra=json_body_openapi(RollbackRequest.model_json_schema()))
+        summary="re-activate a recorded version",
+        openapi_extra=json_body_openapi(RollbackRequest.model_json_schema()),
+    )
     return router
 
 
 def builder(submitted: Any, merge: bool) -> Builder:
     """The candidate from the persisted document current at activation time."""
+
     def build(current: dict[str, Any]) -> Candidate:
         restored = restore_redacted(submitted, current)
         return check_document(merge_patch(current, restored) if merge else restored)
+
     return build
 
 
-async def write_config(mgmt: Management, request: Request, if_match: str | None, *, merge: bool) -> JSONResponse:
+async def write_config(
+    mgmt: Management, request: Request, if_match: str | None, *, merge: bool
+) -> JSONResponse:
     action, source = ("config.patch", "api.patch") if merge else ("config.put", "api.put")
     try:
         body = parse_body(await request.body())
@@ -103,26 +139,46 @@ async def rollback_target(mgmt: Management, request: Request) -> VersionRecord:
     return record
 
 
-async def mutate(mgmt: Management, request: Request, action: str, source: str, build: Builder,
-                 if_match: str | None, rollback_of: str | None = None) -> JSONResponse:
+async def mutate(
+    mgmt: Management,
+    request: Request,
+    action: str,
+    source: str,
+    build: Builder,
+    if_match: str | None,
+    rollback_of: str | None = None,
+) -> JSONResponse:
     """Persist and activate; the audit entry records the answered status (500 if none)."""
     status = 500
     try:
         if not mgmt.has_registry:
-            raise unavailable("configuration changes are not available in this process (no activator: "
-                              "the router replicas cannot be reached from here)", code="ACTIVATION_UNAVAILABLE")
+            raise unavailable(
+                "configuration changes are not available in this process (no activator: "
+                "the router replicas cannot be reached from here)",
+                code="ACTIVATION_UNAVAILABLE",
+            )
         try:
             outcome = await mgmt.activation.mutate(
-                if_match, build, source, request_id=request_id(request), role=principal_of(request).role,
+                if_match,
+                build,
+                source,
+                request_id=request_id(request),
+                role=principal_of(request).role,
                 rollback_of=rollback_of,
             )
         except PreconditionFailed as exc:
-            raise MgmtError(exc.status, exc.message, code=exc.code, headers={"ETag": exc.current_etag}) from None
+            raise MgmtError(
+                exc.status, exc.message, code=exc.code, headers={"ETag": exc.current_etag}
+            ) from None
         except DocumentRejected as exc:
             raise rejected(exc) from None
         except RestartRequired as exc:
-            raise MgmtError(409, f"restart required: {exc}", code="RESTART_REQUIRED",
-                            details={"reasons": reasons_of(exc.reasons)}) from None
+            raise MgmtError(
+                409,
+                f"restart required: {exc}",
+                code="RESTART_REQUIRED",
+                details={"reasons": reasons_of(exc.reasons)},
+            ) from None
         status, body = mgmt.mutation_response(outcome, rollback_of)
         return json_response(body, status, headers={"ETag": mgmt.activation.etag})
     except MgmtError as exc:

@@ -31,11 +31,28 @@ def inventory_routes(mgmt: Management) -> APIRouter:
         return JSONResponse({"deployments": await mgmt.inventory.model_runtime()})
 
     add("/api/v1/inventory/models", inv_models, "GET", "inventory.read", summary="prepared task bindings")
-    add("/api/v1/inventory/classifier", inv_classifier, "GET", "inventory.read", "sensitive",
-        summary="classifier configuration")
-    add("/api/v1/inventory/embedding-models", inv_embeddings, "GET", "inventory.read", summary="embedding models")
-    add("/api/v1/inventory/model-runtime", inv_runtime, "GET", "inventory.read",
-        summary="model deployments: process, readiness, cards")
+    add(
+        "/api/v1/inventory/classifier",
+        inv_classifier,
+        "GET",
+        "inventory.read",
+        "sensitive",
+        summary="classifier configuration",
+    )
+    add(
+        "/api/v1/inventory/embedding-models",
+        inv_embeddings,
+        "GET",
+        "inventory.read",
+        summary="embedding models",
+    )
+    add(
+        "/api/v1/inventory/model-runtime",
+        inv_runtime,
+        "GET",
+        "inventory.read",
+        summary="model deployments: process, readiness, cards",
+    )
     return router
 
 
@@ -50,13 +67,36 @@ def older_info_routes(mgmt: Management) -> APIRouter:
         return JSONResponse(legacy_info_classifier(mgmt.config))
 
     async def classification_metrics() -> Response:
-        raise not_implemented("classification metrics are not implemented on the older path; "
-                              "see GET /metrics on the metrics port")
+        raise not_implemented(
+            "classification metrics are not implemented on the older path; "
+            "see GET /metrics on the metrics port"
+        )
 
-    add("/info/models", info_models, "GET", "inventory.read", summary="older model info", tags=["older"],
-        deprecated=True)
-    add("/info/classifier", info_classifier, "GET", "inventory.read", summary="older classifier info",
-        tags=["older"], deprecated=True)
-    add("/metrics/classification", classification_metrics, "GET", "inventory.read", tags=["older"],
-        responses={501: {"description": "NOT_IMPLEMENTED"}}, deprecated=True)
+    add(
+        "/info/models",
+        info_models,
+        "GET",
+        "inventory.read",
+        summary="older model info",
+        tags=["older"],
+        deprecated=True,
+    )
+    add(
+        "/info/classifier",
+        info_classifier,
+        "GET",
+        "inventory.read",
+        summary="older classifier info",
+        tags=["older"],
+        deprecated=True,
+    )
+    add(
+        "/metrics/classification",
+        classification_metrics,
+        "GET",
+        "inventory.read",
+        tags=["older"],
+        responses={501: {"description": "NOT_IMPLEMENTED"}},
+        deprecated=True,
+    )
     return router

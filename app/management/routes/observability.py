@@ -36,12 +36,22 @@ REPLAYS_OFF: Responses = {503: {"description": "replays not enabled"}}
 def audit_routes(mgmt: Management) -> APIRouter:
     router = APIRouter()
 
-    async def audit(action: str | None = Query(None, max_length=128), limit: int = Query(100, ge=1, le=1000),
-                    after_sequence: int = Query(0, ge=0)) -> AuditPage:
+    async def audit(
+        action: str | None = Query(None, max_length=128),
+        limit: int = Query(100, ge=1, le=1000),
+        after_sequence: int = Query(0, ge=0),
+    ) -> AuditPage:
         return mgmt.audit.query(action=action, limit=limit, after_sequence=after_sequence)
 
-    Registrar(router, mgmt).add("/api/v1/observability/audit", audit, "GET", "audit.read", "sensitive",
-                                response_model=AuditPage, summary="audit entries (hash-chained)")
+    Registrar(router, mgmt).add(
+        "/api/v1/observability/audit",
+        audit,
+        "GET",
+        "audit.read",
+        "sensitive",
+        response_model=AuditPage,
+        summary="audit entries (hash-chained)",
+    )
     return router
 
 
@@ -49,19 +59,29 @@ def replay_routes(mgmt: Management) -> APIRouter:
     router = APIRouter()
     add = Registrar(router, mgmt).add
 
-    async def list_replays(request: Request, limit: int = Query(100, ge=1, le=1000),
-                           after_sequence: int = Query(0, ge=0), decision: str | None = Query(None, max_length=256),
-                           model: str | None = Query(None, max_length=256)) -> JSONResponse:
-        page: ReplayPage = await maybe_await(replays_of(mgmt).list(
-            limit=limit, after_sequence=after_sequence, decision=decision, model=model))
+    async def list_replays(
+        request: Request,
+        limit: int = Query(100, ge=1, le=1000),
+        after_sequence: int = Query(0, ge=0),
+        decision: str | None = Query(None, max_length=256),
+        model: str | None = Query(None, max_length=256),
+    ) -> JSONResponse:
+        page: ReplayPage = await maybe_await(
+            replays_of(mgmt).list(limit=limit, after_sequence=after_sequence, decision=decision, model=model)
+        )
         principal = principal_of(request)
-        page.records = [redact_record(r, data=principal.can("data.read"), secrets=principal.can("secret_view"))
-                        for r in page.records]
+        page.records = [
+            redact_record(r, data=principal.can("data.read"), secrets=principal.can("secret_view"))
+            for r in page.records
+        ]
         return json_response(page)
 
-    async def aggregate(decision: str | None = Query(None, max_length=256),
-                        model: str | None = Query(None, max_length=256)) -> ReplayAggregate:
-        result: ReplayAggregate = await maybe_await(replays_of(mgmt).aggregate(decision=decision, model=model))
+    async def aggregate(
+        decision: str | None = Query(None, max_length=256), model: str | None = Query(None, max_length=256)
+    ) -> ReplayAggregate:
+        result: ReplayAggregate = await maybe_await(
+            replays_of(mgmt).aggregate(decision=decision, model=model)
+        )
         return result
 
     async def get_replay(request: Request, replay_id: str) -> JSONResponse:
@@ -69,23 +89,56 @@ def replay_routes(mgmt: Management) -> APIRouter:
         if record is None:
             raise not_found(f"no replay record {replay_id!r}")
         principal = principal_of(request)
-        return JSONResponse(redact_record(record, data=principal.can("data.read"),
-                                          secrets=principal.can("secret_view")))
+        return JSONResponse(
+            redact_record(record, data=principal.can("data.read"), secrets=principal.can("secret_view"))
+        )
 
     async def outcomes(request: Request, idempotency_key: str | None = Header(None)) -> JSONResponse:
         return await submit_outcome(mgmt, request, idempotency_key)
 
-    add("/api/v1/observability/replays", list_replays, "GET", "observability.read", "sensitive",
-        response_model=ReplayPage, responses=REPLAYS_OFF, summary="replay records")
-    add("/api/v1/observability/replays/aggregate", aggregate, "GET", "observability.read",
-        response_model=ReplayAggregate, responses=REPLAYS_OFF, summary="routing and cost aggregates")
-    add("/api/v1/observability/replays/{replay_id}", get_replay, "GET", "observability.read", "sensitive",
-        responses={**REPLAYS_OFF, 404: {"description": "unknown id"}}, summary="one replay record")
-    add("/api/v1/observability/outcomes", outcomes, "POST", "learning.ingest", "sensitive",
-        response_model=OutcomeRecord, summary="submit an outcome for a replay",
-        responses={201: {"model": OutcomeRecord}, 404: {"description": "unknown replay"},
-                   409: {"description": "Idempotency-Key reused with another body"}},
-        openapi_extra=json_body_openapi(OutcomeIn.model_json_schema()))
+    add(
+        "/api/v1/observability/replays",
+        list_replays,
+        "GET",
+        "observability.read",
+        "sensitive",
+        response_model=ReplayPage,
+        responses=REPLAYS_OFF,
+        summary="replay records",
+    )
+    add(
+        "/api/v1/observability/replays/aggregate",
+        aggregate,
+        "GET",
+        "observability.read",
+        response_model=ReplayAggregate,
+        responses=REPLAYS_OFF,
+        summary="routing and cost aggregates",
+    )
+    add(
+        "/api/v1/observability/replays/{replay_id}",
+        get_replay,
+        "GET",
+        "observability.read",
+        "sensitive",
+        responses={**REPLAYS_OFF, 404: {"description": "unknown id"}},
+        summary="one replay record",
+    )
+    add(
+        "/api/v1/observability/outcomes",
+        outcomes,
+        "POST",
+        "learning.ingest",
+        "sensitive",
+        response_model=OutcomeRecord,
+        summary="submit an outcome for a replay",
+        responses={
+            201: {"model": OutcomeRecord},
+            404: {"description": "unknown replay"},
+            409: {"description": "Idempotency-Key reused with another body"},
+        },
+        openapi_extra=json_body_openapi(OutcomeIn.model_json_schema()),
+    )
     return router
 
 
@@ -107,8 +160,9 @@ async def submit_outcome(mgmt: Management, request: Request, idempotency_key: st
         try:
             record = mgmt.outcomes.submit(body, principal_of(request).name, idempotency_key)
         except IdempotencyConflict:
-            raise MgmtError(409, "this Idempotency-Key was used with a different body",
-                            code="IDEMPOTENCY_CONFLICT") from None
+            raise MgmtError(
+                409, "this Idempotency-Key was used with a different body", code="IDEMPOTENCY_CONFLICT"
+            ) from None
         status = 200 if record.idempotent_replay else 201
         return json_response(record, status)
     except MgmtError as exc:

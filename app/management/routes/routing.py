@@ -24,9 +24,15 @@ from app.management.service import Management
 
 log = logging.getLogger("svc_sr.management")
 
-PREVIEW_BODY_SCHEMA = {"type": "object", "required": ["messages"], "properties": {
-    "model": {"type": "string"}, "messages": {"type": "array", "items": {"type": "object"}},
-    "preview_context": {"type": "object"}}}
+PREVIEW_BODY_SCHEMA = {
+    "type": "object",
+    "required": ["messages"],
+    "properties": {
+        "model": {"type": "string"},
+        "messages": {"type": "array", "items": {"type": "object"}},
+        "preview_context": {"type": "object"},
+    },
+}
 
 
 def routing_routes(mgmt: Management) -> APIRouter:
@@ -40,10 +46,16 @@ def routing_routes(mgmt: Management) -> APIRouter:
         return json_response(PreviewResponse.model_validate(result))
 
     Registrar(router, mgmt).add(
-        "/api/v1/routing/preview", preview, "POST", "classify.invoke", "sensitive", response_model=PreviewResponse,
+        "/api/v1/routing/preview",
+        preview,
+        "POST",
+        "classify.invoke",
+        "sensitive",
+        response_model=PreviewResponse,
         responses={408: {"description": "deadline"}, 503: {"description": "preview unavailable"}},
         summary="evaluate signals, decision and model selection without calling a backend",
-        openapi_extra=json_body_openapi(PREVIEW_BODY_SCHEMA))
+        openapi_extra=json_body_openapi(PREVIEW_BODY_SCHEMA),
+    )
     return router
 
 
@@ -59,15 +71,22 @@ async def run_preview(mgmt: Management, body: PreviewRequest) -> dict[str, Any]:
     deadline = mgmt.preview_deadline_s
     try:
         result = await asyncio.wait_for(
-            mgmt.previewer.preview(request_body, headers, seed=context.seed if context else None), deadline)
+            mgmt.previewer.preview(request_body, headers, seed=context.seed if context else None), deadline
+        )
     except TimeoutError:
-        raise MgmtError(408, f"routing preview took longer than {deadline:.0f} s", code="TIMEOUT_ERROR") from None
+        raise MgmtError(
+            408, f"routing preview took longer than {deadline:.0f} s", code="TIMEOUT_ERROR"
+        ) from None
     except MgmtError:
         raise
     except Exception as exc:
         raise preview_error(exc) from None
-    return {**result, "selection_provenance": result.get("selection_provenance", "preview"),
-            "backend_calls": 0, "persisted": False}
+    return {
+        **result,
+        "selection_provenance": result.get("selection_provenance", "preview"),
+        "backend_calls": 0,
+        "persisted": False,
+    }
 
 
 def preview_error(exc: Exception) -> MgmtError:

@@ -33,12 +33,34 @@ def system_routes(mgmt: Management) -> APIRouter:
     async def status() -> StatusDocument:
         return mgmt.status_document()
 
-    add("/ready", ready, "GET", "ready.read", response_model=StartupStatus,
-        responses={503: {"description": "startup not complete"}}, summary="readiness", tags=["system"])
-    add("/startup-status", startup_status, "GET", "ready.read", response_model=StartupStatus,
-        summary="startup progress", tags=["system"])
-    add("/api/v1/status", status, "GET", "ready.read", response_model=StatusDocument,
-        summary="replica-local status", tags=["system"])
+    add(
+        "/ready",
+        ready,
+        "GET",
+        "ready.read",
+        response_model=StartupStatus,
+        responses={503: {"description": "startup not complete"}},
+        summary="readiness",
+        tags=["system"],
+    )
+    add(
+        "/startup-status",
+        startup_status,
+        "GET",
+        "ready.read",
+        response_model=StartupStatus,
+        summary="startup progress",
+        tags=["system"],
+    )
+    add(
+        "/api/v1/status",
+        status,
+        "GET",
+        "ready.read",
+        response_model=StatusDocument,
+        summary="replica-local status",
+        tags=["system"],
+    )
     return router
 
 
@@ -48,11 +70,15 @@ def install_discovery(app: FastAPI, mgmt: Management) -> None:
 
     async def discovery() -> Discovery:
         routes = [RouteInfo.model_validate(route) for route in describe_routes(app)]
-        return Discovery(auth_mode="bearer" if mgmt.authenticator.enabled else "none",
-                         permissions=PERMISSIONS, routes=routes)
+        return Discovery(
+            auth_mode="bearer" if mgmt.authenticator.enabled else "none",
+            permissions=PERMISSIONS,
+            routes=routes,
+        )
 
-    async def openapi(path: str | None = Query(None, max_length=512),
-                      method: str | None = Query(None, max_length=16)) -> JSONResponse:
+    async def openapi(
+        path: str | None = Query(None, max_length=512), method: str | None = Query(None, max_length=16)
+    ) -> JSONResponse:
         try:
             return JSONResponse(narrow(_openapi_30(app), path, method))
         except UnknownOperation as exc:
@@ -61,10 +87,21 @@ def install_discovery(app: FastAPI, mgmt: Management) -> None:
     async def docs() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} management API")
 
-    for path, endpoint, model in (("/api/v1", discovery, Discovery), ("/openapi.json", openapi, None),
-                                  ("/docs", docs, None)):
-        app.add_api_route(path, endpoint, methods=["GET"], dependencies=[Depends(any_token)], response_model=model,
-                          include_in_schema=path == "/api/v1", tags=["system"], responses=dict(ERRORS))
+    for path, endpoint, model in (
+        ("/api/v1", discovery, Discovery),
+        ("/openapi.json", openapi, None),
+        ("/docs", docs, None),
+    ):
+        app.add_api_route(
+            path,
+            endpoint,
+            methods=["GET"],
+            dependencies=[Depends(any_token)],
+            response_model=model,
+            include_in_schema=path == "/api/v1",
+            tags=["system"],
+            responses=dict(ERRORS),
+        )
 
 
 def _openapi_30(app: FastAPI) -> dict[str, Any]:

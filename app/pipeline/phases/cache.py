@@ -37,8 +37,12 @@ log = logging.getLogger("svc_sr.pipeline")
 
 
 async def cache_step(
-    services: PipelineServices, state: CompiledConfig, plan: RoutePlan, ctx: SignalContext,
-    plugins: DecisionPlugins | None, headers: Mapping[str, str],
+    services: PipelineServices,
+    state: CompiledConfig,
+    plan: RoutePlan,
+    ctx: SignalContext,
+    plugins: DecisionPlugins | None,
+    headers: Mapping[str, str],
 ) -> str:
     """Lookup (hit -> plan.immediate) and/or schedule the write; returns x-cache-status."""
     policy = effective_cache_policy(plugins, state.global_cache)
@@ -54,8 +58,9 @@ async def cache_step(
         log.warning("cache skipped for %s: embedding failed: %s", plan.request_id, exc)
         return "bypass"
     partition = cache_partition(plan.selected_model or "", plan.decision or "", plan.body)
-    if control.lookup and await _answer_from_cache(services.cache_lookup, plan, partition, vector,
-                                                   policy.threshold, control):
+    if control.lookup and await _answer_from_cache(
+        services.cache_lookup, plan, partition, vector, policy.threshold, control
+    ):
         return "hit"
     if store:
         plan.cache_write = CacheWrite(
@@ -68,7 +73,11 @@ async def cache_step(
 
 
 async def _answer_from_cache(
-    lookup: CacheLookup, plan: RoutePlan, partition: str, vector: np.ndarray, threshold: float,
+    lookup: CacheLookup,
+    plan: RoutePlan,
+    partition: str,
+    vector: np.ndarray,
+    threshold: float,
     control: CacheControl,
 ) -> bool:
     """A fresh enough hit becomes the plan's immediate answer; True when it did."""
@@ -92,17 +101,21 @@ async def _answer_from_cache(
 
 def _too_old(created_at: Any, max_age_s: float | None) -> bool:
     """Older than the client accepts (`max-age=N`)."""
-    return max_age_s is not None and isinstance(created_at, int | float) and time.time() - created_at > max_age_s
+    return (
+        max_age_s is not None and isinstance(created_at, int | float) and time.time() - created_at > max_age_s
+    )
 
 
 def cache_partition(model: str, decision: str, body: Mapping[str, Any]) -> str:
     base = f"{model}|{decision}"
     messages = body.get("messages") or []
-    last_user = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"),
-                    default=-1)
+    last_user = max(
+        (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), default=-1
+    )
     context = [
         [m.get("role"), content_text(m.get("content")), m.get("tool_calls"), m.get("tool_call_id")]
-        for i, m in enumerate(messages) if i != last_user and isinstance(m, dict)
+        for i, m in enumerate(messages)
+        if i != last_user and isinstance(m, dict)
     ]
     tools = body.get("tools")
     if not context and not tools:

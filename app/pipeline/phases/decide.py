@@ -8,7 +8,9 @@ from app.pipeline.compiled import CompiledConfig
 from app.pipeline.plan import RoutePlan
 
 
-def decide(state: CompiledConfig, plan: RoutePlan) -> tuple[engine.DecisionMatch | None, list[engine.DecisionMatch]]:
+def decide(
+    state: CompiledConfig, plan: RoutePlan
+) -> tuple[engine.DecisionMatch | None, list[engine.DecisionMatch]]:
     """(the winning decision or None, every matching decision ranked best first)."""
     winner, ranked = engine.select_decision(
         state.decisions, engine.index_matches(plan.signals.matches), state.strategy, state.tiered

@@ -8,7 +8,7 @@ it did not fire. A guard that could not run (errored match) never blocks.
 from __future__ import annotations
 
 from app.common.errors import security_violation
-from app.config.models import Decision
+from app.config.routing import Decision
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.headers import fill_routing_headers
 from app.pipeline.phases.signals import run_guards
@@ -53,8 +53,11 @@ def block(plan: RoutePlan, match: SignalMatch) -> None:
     unscanned = bool(match.detail.get("unscanned"))
     message = f"request blocked: the content could not be scanned ({match.type})" if unscanned else None
     if match.type == "pii":
-        found = ["unscanned"] if unscanned else [
-            str(t) for t in match.detail.get("denied") or match.detail.get("entities") or []]
+        found = (
+            ["unscanned"]
+            if unscanned
+            else [str(t) for t in match.detail.get("denied") or match.detail.get("entities") or []]
+        )
         error = security_violation("pii_detected", found, message=message)
         plan.reason_code = "pii_policy_denied"
         headers = {"x-vsr-pii-violation": "true", "x-vsr-pii-types": ",".join(found)}
@@ -62,8 +65,11 @@ def block(plan: RoutePlan, match: SignalMatch) -> None:
         found = ["unscanned"] if unscanned else [str(t) for t in match.detail.get("detection_types") or []]
         error = security_violation("jailbreak_detected", found, message=message)
         plan.reason_code = "jailbreak_block"
-        headers = {"x-vsr-jailbreak-blocked": "true", "x-vsr-jailbreak-type": ",".join(found),
-                   "x-vsr-jailbreak-confidence": f"{match.confidence:.4f}"}
+        headers = {
+            "x-vsr-jailbreak-blocked": "true",
+            "x-vsr-jailbreak-type": ",".join(found),
+            "x-vsr-jailbreak-confidence": f"{match.confidence:.4f}",
+        }
     plan.selected_model = None
     plan.immediate = ImmediateResponse(kind="block", status=error.status, body=error.body(), headers=headers)
     fill_routing_headers(plan, "bypass")

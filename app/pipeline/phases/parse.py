@@ -45,7 +45,9 @@ def chat_body(request: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def new_plan(
-    request: BaseModel | Mapping[str, Any], headers: Mapping[str, str], request_id: str | None,
+    request: BaseModel | Mapping[str, Any],
+    headers: Mapping[str, str],
+    request_id: str | None,
     auto_names: Collection[str],
 ) -> RoutePlan:
     """The plan of a validated request; `auto` when it names an auto model (MoM, ...)."""
@@ -71,8 +73,11 @@ def signal_context(
     query up) the query embedding starts now, overlapping the signals, unless the client
     bypasses the cache."""
     ctx = SignalContext(
-        plan.body["messages"], embed=services.embed, count_tokens=services.count_tokens,
-        headers=headers, body=plan.body,
+        plan.body["messages"],
+        embed=services.embed,
+        count_tokens=services.count_tokens,
+        headers=headers,
+        body=plan.body,
     )
     if prefetch_vector and "bypass" not in headers.get(CACHE_CONTROL_HEADER, ""):
         ctx.start_query_vector()

@@ -36,7 +36,11 @@ def answer_fast_response(plan: RoutePlan, plugins: DecisionPlugins | None) -> bo
 
 
 def mutate_request(
-    state: CompiledConfig, plan: RoutePlan, plugins: DecisionPlugins | None, selection: Selection, cache_status: str
+    state: CompiledConfig,
+    plan: RoutePlan,
+    plugins: DecisionPlugins | None,
+    selection: Selection,
+    cache_status: str,
 ) -> None:
     """Rewrite the body for the selected model, then set the upstream/response headers."""
     if plugins is not None and plugins.system_prompt is not None:

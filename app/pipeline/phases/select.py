@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import random
 
-from app.config.models import Decision, ProviderModel
 from app.config.pricing import Pricing
+from app.config.providers import ProviderModel
+from app.config.routing import Decision
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.headers import fill_routing_headers
 from app.pipeline.plan import RoutePlan
@@ -19,7 +20,9 @@ from app.pipeline.selection import (
 )
 
 
-def select_model(state: CompiledConfig, plan: RoutePlan, decision: Decision | None, rng: random.Random) -> Selection:
+def select_model(
+    state: CompiledConfig, plan: RoutePlan, decision: Decision | None, rng: random.Random
+) -> Selection:
     """The decision's model (or the default model when no decision matched) into the plan."""
     selection = select_for_decision(decision, state.defaults.default_model, state.models, rng)
     plan.selected_model = selection.model

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Mapping
 
-from app.config.models import JailbreakSignal, PIISignal
+from app.config.signals import JailbreakSignal, PIISignal
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.plan import SignalMatch, SignalReport
 from app.pipeline.plugins import GuardRule
@@ -27,7 +27,8 @@ async def evaluate_signals(
     """(the signal report, the global guard's matches)."""
     wanted = state.all_signal_names() if preview else state.referenced
     return await asyncio.gather(
-        evaluate_families(state.evaluators, ctx, wanted), run_guards(state.evaluators, ctx, state.global_guards())
+        evaluate_families(state.evaluators, ctx, wanted),
+        run_guards(state.evaluators, ctx, state.global_guards()),
     )
 
 
@@ -65,7 +66,9 @@ async def run_guards(
     evaluators: Mapping[str, SignalEvaluator], ctx: SignalContext, checks: list[GuardRule]
 ) -> list[SignalMatch]:
     """Run guard rules (not configured signals) on their family's evaluator, concurrently."""
-    parts = await asyncio.gather(*(_run_guard(evaluators.get(family), family, rule, ctx) for family, rule in checks))
+    parts = await asyncio.gather(
+        *(_run_guard(evaluators.get(family), family, rule, ctx) for family, rule in checks)
+    )
     return [m for part in parts for m in part]
 
 

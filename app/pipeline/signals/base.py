@@ -75,7 +75,9 @@ class SignalContext:
         self.headers: Mapping[str, str] = headers or {}
         self.body: Mapping[str, Any] = body or {}
         self.user_texts = [
-            content_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "user"
+            content_text(m.get("content"))
+            for m in messages
+            if isinstance(m, dict) and m.get("role") == "user"
         ]
         self.text = self.user_texts[-1] if self.user_texts else ""  # the query the signals judge
         self.message_count = len(messages)
@@ -125,7 +127,9 @@ class SignalContext:
 
     @property
     def has_vector(self) -> bool:
-        return self._vector_task is not None and self._vector_task.done() and not self._vector_task.exception()
+        return (
+            self._vector_task is not None and self._vector_task.done() and not self._vector_task.exception()
+        )
 
     async def _embed_query(self) -> np.ndarray:
         assert self._embed is not None
@@ -166,7 +170,9 @@ EvaluatorFactory = Callable[["RouterConfig", Any], SignalEvaluator]
 
 
 def error_matches(family: str, names: frozenset[str] | set[str], message: str) -> list[SignalMatch]:
-    return [SignalMatch(type=family, name=n, matched=False, confidence=0.0, error=message) for n in sorted(names)]
+    return [
+        SignalMatch(type=family, name=n, matched=False, confidence=0.0, error=message) for n in sorted(names)
+    ]
 
 
 class UnscannedError(Exception):
@@ -186,8 +192,9 @@ def unscanned_match(family: str, name: str, exc: UnscannedError) -> SignalMatch:
     detail = {"unscanned": True, "reason": exc.reason}
     if exc.matches:
         return SignalMatch(type=family, name=name, matched=True, confidence=1.0, detail=detail)
-    return SignalMatch(type=family, name=name, matched=False, confidence=0.0, detail=detail,
-                       error=f"unscanned: {exc.reason}")
+    return SignalMatch(
+        type=family, name=name, matched=False, confidence=0.0, detail=detail, error=f"unscanned: {exc.reason}"
+    )
 
 
 @dataclass

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.config.models import ContextSignal, RouterConfig
+from app.config.models import RouterConfig
+from app.config.signals import ContextSignal
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import SignalContext
 
@@ -42,14 +43,30 @@ class ContextEvaluator:
         for name in sorted(names):
             rule = self._rules.get(name)
             if rule is None:
-                out.append(SignalMatch(type=FAMILY, name=name, matched=False, confidence=0.0,
-                                       error=f"no context rule named {name!r}"))
+                out.append(
+                    SignalMatch(
+                        type=FAMILY,
+                        name=name,
+                        matched=False,
+                        confidence=0.0,
+                        error=f"no context rule named {name!r}",
+                    )
+                )
                 continue
             low_ok = rule.min_tokens is None or tokens >= rule.min_tokens
             high_ok = rule.max_tokens is None or tokens <= rule.max_tokens
             matched = low_ok and high_ok
-            out.append(SignalMatch(
-                type=FAMILY, name=name, matched=matched, confidence=1.0 if matched else 0.0,
-                detail={"token_count": tokens, "min_tokens": rule.min_tokens, "max_tokens": rule.max_tokens},
-            ))
+            out.append(
+                SignalMatch(
+                    type=FAMILY,
+                    name=name,
+                    matched=matched,
+                    confidence=1.0 if matched else 0.0,
+                    detail={
+                        "token_count": tokens,
+                        "min_tokens": rule.min_tokens,
+                        "max_tokens": rule.max_tokens,
+                    },
+                )
+            )
         return out

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from app.config.models import DomainSignal, RouterConfig
+from app.config.models import RouterConfig
+from app.config.signals import DomainSignal
 from app.models.domain import DomainResult, map_to_configured
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import EvaluatorFactory, SignalContext, error_matches
@@ -54,7 +55,9 @@ def domain_settings(config: RouterConfig) -> tuple[float | None, str]:
     """(threshold, fallback_category) of `global.model_catalog.modules.classifier.domain`."""
     section = catalog_section(config, "modules", "classifier", "domain")
     fallback = section.get("fallback_category")
-    return unit_float(section.get("threshold")), fallback if isinstance(fallback, str) and fallback else DEFAULT_FALLBACK
+    return unit_float(section.get("threshold")), fallback if isinstance(
+        fallback, str
+    ) and fallback else DEFAULT_FALLBACK
 
 
 def rule_categories(rule: DomainSignal) -> frozenset[str]:
@@ -83,8 +86,9 @@ class DomainEvaluator:
         self._mapping = [(rule.name, list(rule.mmlu_categories)) for rule in rules]
 
     @classmethod
-    def from_config(cls, config: RouterConfig, classify: DomainClassifyFn | None,
-                    uses_vectors: bool = True) -> DomainEvaluator:
+    def from_config(
+        cls, config: RouterConfig, classify: DomainClassifyFn | None, uses_vectors: bool = True
+    ) -> DomainEvaluator:
         threshold, fallback = domain_settings(config)
         return cls(config.routing.signals.domains, classify, threshold, fallback, uses_vectors)
 
@@ -114,14 +118,18 @@ class DomainEvaluator:
     async def evaluate(self, ctx: SignalContext, names: frozenset[str]) -> list[SignalMatch]:
         known = frozenset(n for n in names if n in self._rules)
         out = [
-            SignalMatch(type=FAMILY, name=n, matched=False, confidence=0.0, error=f"no domain rule named {n!r}")
+            SignalMatch(
+                type=FAMILY, name=n, matched=False, confidence=0.0, error=f"no domain rule named {n!r}"
+            )
             for n in sorted(names - known)
         ]
         if not known:
             return out
         if not ctx.text.strip():
             return out + [
-                SignalMatch(type=FAMILY, name=n, matched=False, confidence=0.0, detail={"reason": "no user text"})
+                SignalMatch(
+                    type=FAMILY, name=n, matched=False, confidence=0.0, detail={"reason": "no user text"}
+                )
                 for n in sorted(known)
             ]
         try:
@@ -151,7 +159,10 @@ class DomainEvaluator:
             confidence = max((probabilities.get(c, 0.0) for c in accepted), default=0.0)
         detail = {**shared, "probability": round(float(confidence), 4)}
         return SignalMatch(
-            type=FAMILY, name=rule.name, matched=matched, confidence=max(0.0, min(1.0, float(confidence))),
+            type=FAMILY,
+            name=rule.name,
+            matched=matched,
+            confidence=max(0.0, min(1.0, float(confidence))),
             detail=detail,
         )
 

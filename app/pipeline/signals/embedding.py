@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from app.config.models import EmbeddingSignal, RouterConfig
+from app.config.models import RouterConfig
+from app.config.signals import EmbeddingSignal
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import EmbedFn, SignalContext, error_matches
 
@@ -77,7 +78,9 @@ class EmbeddingEvaluator:
                 chunk = missing[start : start + EMBED_CHUNK]
                 vectors = np.asarray(await self._embed(chunk), dtype=np.float32)
                 if vectors.shape[0] != len(chunk):
-                    raise RuntimeError(f"embedding service returned {vectors.shape[0]} vectors for {len(chunk)} texts")
+                    raise RuntimeError(
+                        f"embedding service returned {vectors.shape[0]} vectors for {len(chunk)} texts"
+                    )
                 for phrase, vector in zip(chunk, vectors, strict=True):
                     self._phrase_cache[phrase] = vector
             self._slices = slices
@@ -86,14 +89,18 @@ class EmbeddingEvaluator:
     async def evaluate(self, ctx: SignalContext, names: frozenset[str]) -> list[SignalMatch]:
         known = frozenset(n for n in names if n in self._rules)
         out = [
-            SignalMatch(type=FAMILY, name=n, matched=False, confidence=0.0, error=f"no embedding rule named {n!r}")
+            SignalMatch(
+                type=FAMILY, name=n, matched=False, confidence=0.0, error=f"no embedding rule named {n!r}"
+            )
             for n in sorted(names - known)
         ]
         if not known:
             return out
         if not ctx.text:  # nothing to compare: a clean non-match, not an error
             return out + [
-                SignalMatch(type=FAMILY, name=n, matched=False, confidence=0.0, detail={"reason": "no user text"})
+                SignalMatch(
+                    type=FAMILY, name=n, matched=False, confidence=0.0, detail={"reason": "no user text"}
+                )
                 for n in sorted(known)
             ]
         try:

@@ -18,8 +18,9 @@ class ThresholdRuleEvaluator(Generic[RuleT]):
 
     family: str = ""
 
-    def __init__(self, rules: list[Any], detect: Any, default_threshold: float | None = None,
-                 uses_vectors: bool = True) -> None:
+    def __init__(
+        self, rules: list[Any], detect: Any, default_threshold: float | None = None, uses_vectors: bool = True
+    ) -> None:
         self._rules: dict[str, RuleT] = {rule.name: rule for rule in rules}
         self._detect = detect
         self.default_threshold = default_threshold
@@ -40,9 +41,15 @@ class ThresholdRuleEvaluator(Generic[RuleT]):
     async def evaluate(self, ctx: SignalContext, names: frozenset[str]) -> list[SignalMatch]:
         known = [self._rules[n] for n in sorted(names) if n in self._rules]
         out = [
-            SignalMatch(type=self.family, name=n, matched=False, confidence=0.0,
-                        error=f"no {self.family} rule named {n!r}")
-            for n in sorted(names) if n not in self._rules
+            SignalMatch(
+                type=self.family,
+                name=n,
+                matched=False,
+                confidence=0.0,
+                error=f"no {self.family} rule named {n!r}",
+            )
+            for n in sorted(names)
+            if n not in self._rules
         ]
         return out + await self.evaluate_rules(ctx, known)
 

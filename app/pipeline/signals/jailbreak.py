@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from app.config.models import JailbreakSignal, RouterConfig
+from app.config.models import RouterConfig
+from app.config.signals import JailbreakSignal
 from app.models.jailbreak import JailbreakResult, conversation_text
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import EvaluatorFactory, SignalContext, UnscannedError, unscanned_match
@@ -70,8 +71,9 @@ class JailbreakEvaluator(ThresholdRuleEvaluator[JailbreakSignal]):
     family = FAMILY
 
     @classmethod
-    def from_config(cls, config: RouterConfig, detect: JailbreakDetectFn | None,
-                    uses_vectors: bool = True) -> JailbreakEvaluator:
+    def from_config(
+        cls, config: RouterConfig, detect: JailbreakDetectFn | None, uses_vectors: bool = True
+    ) -> JailbreakEvaluator:
         threshold = unit_float(prompt_guard_settings(config).get("threshold"))
         return cls(config.routing.signals.jailbreak, detect, threshold, uses_vectors)
 
@@ -83,8 +85,9 @@ class JailbreakEvaluator(ThresholdRuleEvaluator[JailbreakSignal]):
         text = rule_text(ctx, rule.include_history)
         threshold = self.threshold_of(rule)
         if not text.strip():
-            return SignalMatch(type=FAMILY, name=rule.name, matched=False, confidence=0.0,
-                               detail={"reason": "no user text"})
+            return SignalMatch(
+                type=FAMILY, name=rule.name, matched=False, confidence=0.0, detail={"reason": "no user text"}
+            )
         if self._detect is None:
             return _error(rule, "no jailbreak guard configured")
         vectors: np.ndarray | None = None
@@ -94,8 +97,14 @@ class JailbreakEvaluator(ThresholdRuleEvaluator[JailbreakSignal]):
             except Exception:  # the Embedding deployment being down: the guard encodes itself
                 vectors = None
         try:
-            raw = await self._detect([text], vectors, rule.method, threshold,
-                                     list(rule.jailbreak_patterns), list(rule.benign_patterns))
+            raw = await self._detect(
+                [text],
+                vectors,
+                rule.method,
+                threshold,
+                list(rule.jailbreak_patterns),
+                list(rule.benign_patterns),
+            )
             if len(raw) != 1:
                 raise RuntimeError(f"jailbreak guard returned {len(raw)} results for 1 text")
             result = JailbreakResult.model_validate(raw[0])
@@ -110,8 +119,9 @@ class JailbreakEvaluator(ThresholdRuleEvaluator[JailbreakSignal]):
             "patterns_detected": list(result.patterns_detected),
             "detection_types": list(result.detection_types),
         }
-        return SignalMatch(type=FAMILY, name=rule.name, matched=result.is_jailbreak,
-                           confidence=result.score, detail=detail)
+        return SignalMatch(
+            type=FAMILY, name=rule.name, matched=result.is_jailbreak, confidence=result.score, detail=detail
+        )
 
 
 def _error(rule: JailbreakSignal, message: str) -> SignalMatch:

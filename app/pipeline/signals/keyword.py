@@ -26,7 +26,8 @@ from collections.abc import Callable
 from difflib import SequenceMatcher
 from typing import Any
 
-from app.config.models import KeywordSignal, RouterConfig
+from app.config.models import RouterConfig
+from app.config.signals import KeywordSignal
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import SignalContext
 
@@ -157,8 +158,15 @@ class KeywordEvaluator:
         for name in sorted(names):
             compiled = self._rules.get(name)
             if compiled is None:
-                out.append(SignalMatch(type=FAMILY, name=name, matched=False, confidence=0.0,
-                                       error=f"no keyword rule named {name!r}"))
+                out.append(
+                    SignalMatch(
+                        type=FAMILY,
+                        name=name,
+                        matched=False,
+                        confidence=0.0,
+                        error=f"no keyword rule named {name!r}",
+                    )
+                )
             else:
                 out.append(compiled.evaluate(text))
         return out

@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from app.config.models import PIISignal, RouterConfig
+from app.config.models import RouterConfig
+from app.config.signals import PIISignal
 from app.models.pii import PIIResult, pii_policy_allows
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import (
@@ -90,7 +91,9 @@ class PIIEvaluator(ThresholdRuleEvaluator[PIISignal]):
             "entities": sorted(found),
             "denied": denied if matched else [],
             "threshold": threshold,
-            "spans": [{"type": e.type, "start": e.start, "end": e.end, "confidence": e.confidence} for e in kept],
+            "spans": [
+                {"type": e.type, "start": e.start, "end": e.end, "confidence": e.confidence} for e in kept
+            ],
         }
         return SignalMatch(type=FAMILY, name=rule.name, matched=matched, confidence=confidence, detail=detail)
 
@@ -102,4 +105,3 @@ def pii_factory(detect: PIIDetectFn | None) -> EvaluatorFactory:
         return PIIEvaluator.from_config(config, detect)
 
     return factory
-

@@ -42,15 +42,24 @@ class SignalHost(Protocol):
     """What a binding calls: `ManagedRuntimes.signal` (returns a SignalResult)."""
 
     async def signal(
-        self, deployment: str, surface: str, body: dict[str, Any], remaining_s: float | None, *,
-        safety: bool = False, on_error_matches: bool = False, unscanned: OnUnscanned = "block",
+        self,
+        deployment: str,
+        surface: str,
+        body: dict[str, Any],
+        remaining_s: float | None,
+        *,
+        safety: bool = False,
+        on_error_matches: bool = False,
+        unscanned: OnUnscanned = "block",
     ) -> Any: ...
 
 
 class RuntimeBinding:
     """One binding's classify call through its host, and how a failure resolves."""
 
-    def __init__(self, name: str, binding: ModelBinding, host: SignalHost | None, unscanned: OnUnscanned) -> None:
+    def __init__(
+        self, name: str, binding: ModelBinding, host: SignalHost | None, unscanned: OnUnscanned
+    ) -> None:
         spec = BINDINGS[name]
         self.name = name
         self.deployment = binding.deployment
@@ -71,10 +80,13 @@ class RuntimeBinding:
         """One result item per text, in order."""
         if self.host is None:
             raise RuntimeError(f"{self.name} ({self.deployment}): no model runtime host")
-        result = await self.host.signal(self.deployment, "classify", {"input": texts}, None,
-                                        safety=self.safety, unscanned=self.unscanned)
+        result = await self.host.signal(
+            self.deployment, "classify", {"input": texts}, None, safety=self.safety, unscanned=self.unscanned
+        )
         if result.state == "unscanned":
-            raise UnscannedError(f"{self.name} ({self.deployment}): {result.error}", matches=bool(result.matches))
+            raise UnscannedError(
+                f"{self.name} ({self.deployment}): {result.error}", matches=bool(result.matches)
+            )
         if result.state != "ok":
             raise RuntimeError(f"{self.name} ({self.deployment}): {result.error}")
         items = (result.answer or {}).get("results")
@@ -88,8 +100,9 @@ class RuntimeBinding:
 
     # -- readers of each contract ------------------------------------------------------------
 
-    async def domain(self, texts: list[str], vectors: np.ndarray | None, threshold: float | None,
-                     fallback: str) -> list[dict[str, Any]]:
+    async def domain(
+        self, texts: list[str], vectors: np.ndarray | None, threshold: float | None, fallback: str
+    ) -> list[dict[str, Any]]:
         out = []
         for text, item in zip(texts, await self.classify(texts), strict=True):
             probabilities = {str(k): float(v) for k, v in (item.get("probabilities") or {}).items()}
@@ -98,30 +111,52 @@ class RuntimeBinding:
             label = str(item.get("label") or max(probabilities, key=probabilities.__getitem__))
             confidence = float(item.get("confidence", probabilities.get(label, 0.0)))
             weak = threshold is not None and confidence < threshold
-            out.append({"category": fallback if weak or not text.strip() else label, "confidence": confidence,
-                        "probabilities": probabilities})
+            out.append(
+                {
+                    "category": fallback if weak or not text.strip() else label,
+                    "confidence": confidence,
+                    "probabilities": probabilities,
+                }
+            )
         return out
 
-    async def pii(self, texts: list[str], entity_types: list[str] | None,
-                  threshold: float | None) -> list[dict[str, Any]]:
+    async def pii(
+        self, texts: list[str], entity_types: list[str] | None, threshold: float | None
+    ) -> list[dict[str, Any]]:
         out = []
         for text, item in zip(texts, await self.classify(texts), strict=True):
             spans = item.get("spans")
             if not isinstance(spans, list):
                 raise self._failed("no spans in the answer")
             entities = [
-                PIIEntity(type=str(s["label"]), value=str(s.get("text", "")), confidence=float(s["probability"]),
-                          start=int(s["start"]), end=int(s["end"]), masked_value=f"<{s['label']}>")
+                PIIEntity(
+                    type=str(s["label"]),
+                    value=str(s.get("text", "")),
+                    confidence=float(s["probability"]),
+                    start=int(s["start"]),
+                    end=int(s["end"]),
+                    masked_value=f"<{s['label']}>",
+                )
                 for s in spans
                 if (threshold is None or float(s["probability"]) >= threshold)
                 and (not entity_types or s["label"] in entity_types)
             ]
-            out.append(PIIResult(has_pii=bool(entities), entities=entities, masked_text=mask(text, entities))
-                       .model_dump())
+            out.append(
+                PIIResult(
+                    has_pii=bool(entities), entities=entities, masked_text=mask(text, entities)
+                ).model_dump()
+            )
         return out
 
-    async def jailbreak(self, texts: list[str], vectors: np.ndarray | None, method: str, threshold: float,
-                        patterns: Sequence[str], benign: Sequence[str]) -> list[dict[str, Any]]:
+    async def jailbreak(
+        self,
+        texts: list[str],
+        vectors: np.ndarray | None,
+        method: str,
+        threshold: float,
+        patterns: Sequence[str],
+        benign: Sequence[str],
+    ) -> list[dict[str, Any]]:
         field = "scores" if self.contract == "label_scores" else "probabilities"
         out = []
         for item in await self.classify(texts):
@@ -130,9 +165,16 @@ class RuntimeBinding:
                 raise self._failed(f"no {field} for head {self.head!r} in the answer")
             score = min(1.0, max(0.0, float(scores[self.head])))
             flagged = score >= threshold
-            out.append({"is_jailbreak": flagged, "score": score, "confidence": score if flagged else 1.0 - score,
-                        "method": "classifier", "patterns_detected": [],
-                        "detection_types": [str(self.head)] if flagged else []})
+            out.append(
+                {
+                    "is_jailbreak": flagged,
+                    "score": score,
+                    "confidence": score if flagged else 1.0 - score,
+                    "method": "classifier",
+                    "patterns_detected": [],
+                    "detection_types": [str(self.head)] if flagged else [],
+                }
+            )
         return out
 
 
@@ -143,7 +185,9 @@ def bound_evaluators(config: RouterConfig, host: SignalHost | None) -> dict[str,
     out: dict[str, SignalEvaluator] = {}
     for name, binding in read_bindings(catalog).items():
         spec = BINDINGS[name]
-        runtime = RuntimeBinding(name, binding, host, on_unscanned_of(catalog, name) if spec.safety else "block")
+        runtime = RuntimeBinding(
+            name, binding, host, on_unscanned_of(catalog, name) if spec.safety else "block"
+        )
         if spec.family == "domain":
             out["domain"] = DomainEvaluator.from_config(config, runtime.domain, uses_vectors=False)
         elif spec.family == "pii":

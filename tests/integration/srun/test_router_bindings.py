@@ -32,11 +32,19 @@ BENIGN = "What is the capital of France?"
 def document(base_url: str = "http://127.0.0.1:9/v1", **guard: Any) -> dict[str, Any]:
     return {
         "version": "v0.3",
-        "providers": {"defaults": {"default_model": "m"},
-                      "models": [{"name": "m", "backend_refs": [{"base_url": base_url}]}]},
+        "providers": {
+            "defaults": {"default_model": "m"},
+            "models": [{"name": "m", "backend_refs": [{"base_url": base_url}]}],
+        },
         "model_deployments": {"guard": {"artifact": "jailbreak-guard"}},
-        "global": {"model_catalog": {"signal_timeout_ms": 5000, "modules": {
-            "prompt_guard": {"enabled": True, "threshold": 0.5, "deployment": "guard", **guard}}}},
+        "global": {
+            "model_catalog": {
+                "signal_timeout_ms": 5000,
+                "modules": {
+                    "prompt_guard": {"enabled": True, "threshold": 0.5, "deployment": "guard", **guard}
+                },
+            }
+        },
     }
 
 
@@ -48,8 +56,10 @@ async def test_a_bound_prompt_guard_blocks_through_a_real_worker(tmp_path):
     with FakeUpstream(name="m") as upstream:
         doc = document(upstream.base_url)
         config = parse_config(doc).config
-        host = BindingRuntimes(env=SrunEnvironment(command=SRUN, dir=tmp_path, cpu_threads=1),
-                                policy=RestartPolicy(stop_timeout_s=5.0))
+        host = BindingRuntimes(
+            env=SrunEnvironment(command=SRUN, dir=tmp_path, cpu_threads=1),
+            policy=RestartPolicy(stop_timeout_s=5.0),
+        )
         runtimes = await host.update(config)
         assert runtimes is not None
         host.settle(runtimes)
@@ -57,8 +67,9 @@ async def test_a_bound_prompt_guard_blocks_through_a_real_worker(tmp_path):
         app = create_app(pipeline, UpstreamClient(), StaticConfigView(config))
         try:
             assert all(r.ready for r in runtimes.supervisor.replicas["guard"])
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://router",
-                                         timeout=30) as front:
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://router", timeout=30
+            ) as front:
                 blocked = await front.post("/v1/chat/completions", json=chat(JAILBREAK))
                 assert blocked.status_code == 403, blocked.text
                 error = blocked.json()["error"]
@@ -68,7 +79,9 @@ async def test_a_bound_prompt_guard_blocks_through_a_real_worker(tmp_path):
                 passed = await front.post("/v1/chat/completions", json=chat(BENIGN))
                 assert passed.status_code == 200, passed.text
                 assert passed.json()["routing_metadata"]["security_checks"] == {
-                    "pii_detected": False, "jailbreak_detected": False}
+                    "pii_detected": False,
+                    "jailbreak_detected": False,
+                }
                 assert len(upstream.requests) == 1  # only the benign prompt reached the model
                 outcomes = runtimes.metrics.snapshot()["svc_model_runtime_requests_total"]
                 assert outcomes[(("deployment", "guard"), ("outcome", "ok"))] == 2
@@ -84,7 +97,9 @@ async def test_a_bound_prompt_guard_blocks_through_a_real_worker(tmp_path):
                 unscanned = await front.post("/v1/chat/completions", json=chat(BENIGN))
                 assert unscanned.status_code == 403, unscanned.text
                 error = unscanned.json()["error"]
-                assert error["code"] == "jailbreak_detected" and error["details"]["entities_found"] == ["unscanned"]
+                assert error["code"] == "jailbreak_detected" and error["details"]["entities_found"] == [
+                    "unscanned"
+                ]
                 assert unscanned.headers["x-vsr-unscanned"] == "jailbreak"
 
                 allow = document(upstream.base_url, on_unscanned="allow")
@@ -109,8 +124,12 @@ def test_the_router_deployment_runs_the_workers_its_bindings_name(tmp_path, monk
     monkeypatch.setenv("SVC_SRUN_DIR", str(tmp_path))
     with local_replica_context():
         # No Embedding or ResponseCache handle: a bound guard encodes on its worker.
-        handle = serve.run(Router.options(user_config={"config": document()}).bind(None, None),
-                           name="test-router-bindings", route_prefix=None, _local_testing_mode=True)
+        handle = serve.run(
+            Router.options(user_config={"config": document()}).bind(None, None),
+            name="test-router-bindings",
+            route_prefix=None,
+            _local_testing_mode=True,
+        )
         try:
             # Local testing mode does not wait for reconfigure (here: the worker starting).
             deadline = time.monotonic() + 90

@@ -28,14 +28,23 @@ from tests.srun.workers import ROOT
 
 pytestmark = pytest.mark.integration
 SRUN = [sys.executable, "-m", "app.cli.srun"]
-SUPPORT = {"type": "choice", "criteria": {
-    "billing": "Invoices, charges, refunds or payment methods",
-    "shipping": "Delivery status, tracking or the shipping address of an order"}}
+SUPPORT = {
+    "type": "choice",
+    "criteria": {
+        "billing": "Invoices, charges, refunds or payment methods",
+        "shipping": "Delivery status, tracking or the shipping address of an order",
+    },
+}
 CONFIG = {
     "version": "v0.3",
     "providers": {"models": [{"name": "m", "backend_refs": [{"endpoint": "127.0.0.1:9"}]}]},
-    "model_deployments": {"dm": {"provider": "model_runtime", "artifact": "decision-model",
-                                 "input": {"overflow": "window", "max_tokens": 4096}}},
+    "model_deployments": {
+        "dm": {
+            "provider": "model_runtime",
+            "artifact": "decision-model",
+            "input": {"overflow": "window", "max_tokens": 4096},
+        }
+    },
     "decision_model": {"deployment": "dm"},
 }
 
@@ -47,14 +56,21 @@ def ask(state: str, **extra: object) -> dict[str, object]:
 async def test_the_front_door_answers_through_a_managed_worker_across_a_restart(tmp_path):
     config = parse_config(CONFIG).config
     env = SrunEnvironment(command=SRUN, dir=tmp_path, cpu_threads=1)
-    runtimes = ManagedRuntimes.from_config(config, env=env, policy=RestartPolicy(min_backoff_s=0.2, stop_timeout_s=5.0))
-    app = create_app(None, UpstreamClient(), StaticConfigView(config),  # type: ignore[arg-type]
-                     decisions=runtimes.decision_backend())
+    runtimes = ManagedRuntimes.from_config(
+        config, env=env, policy=RestartPolicy(min_backoff_s=0.2, stop_timeout_s=5.0)
+    )
+    app = create_app(
+        None,
+        UpstreamClient(),
+        StaticConfigView(config),  # type: ignore[arg-type]
+        decisions=runtimes.decision_backend(),
+    )
     metrics = runtimes.metrics
     try:
         assert await runtimes.start(timeout_s=90)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://router",
-                                     timeout=60) as router:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://router", timeout=60
+        ) as router:
             first = await router.post("/v1/decisions", json=ask("I was charged twice, refund one payment"))
             assert first.status_code == 200, first.text
             assert first.json()["answers"]["team"]["choice"] == "billing"
@@ -66,15 +82,21 @@ async def test_the_front_door_answers_through_a_managed_worker_across_a_restart(
             missing = await router.post("/v1/decisions", json=ask("x", model="no-such-model"))
             assert missing.status_code == 404
             assert missing.json() == {"error": {"code": "model_not_found", "message": "model not found"}}
-            invalid = await router.post("/v1/decisions", json={"state": "x", "questions": {"q": {"type": "set"}}})
+            invalid = await router.post(
+                "/v1/decisions", json={"state": "x", "questions": {"q": {"type": "set"}}}
+            )
             assert invalid.status_code == 400 and invalid.json()["error"]["code"] == "invalid_request"
 
             process = runtimes.supervisor.replicas["dm"][0].process
             assert process is not None and process.process is not None
             os.kill(process.process.pid, signal.SIGKILL)
             # Concurrent requests during the restart: each rides over it (retries until its deadline).
-            during = await asyncio.gather(*(
-                router.post("/v1/decisions", json=ask(f"refund my double charge, try {i}")) for i in range(4)))
+            during = await asyncio.gather(
+                *(
+                    router.post("/v1/decisions", json=ask(f"refund my double charge, try {i}"))
+                    for i in range(4)
+                )
+            )
             assert [r.status_code for r in during] == [200] * 4
             assert all(r.json()["answers"]["team"]["choice"] == "billing" for r in during)
             after = await router.post("/v1/decisions", json=ask("my order was never delivered"))
@@ -107,8 +129,12 @@ def test_the_decision_model_deployment_hosts_a_managed_runtime(tmp_path, monkeyp
     monkeypatch.setenv("SVC_SRUN_DIR", str(tmp_path))
     runtime = runtime_settings(parse_config(CONFIG).config).model_dump(mode="json", exclude_none=True)
     with local_replica_context():
-        handle = serve.run(DecisionModel.bind(runtime=runtime), name="test-managed-decisions", route_prefix=None,
-                           _local_testing_mode=True)
+        handle = serve.run(
+            DecisionModel.bind(runtime=runtime),
+            name="test-managed-decisions",
+            route_prefix=None,
+            _local_testing_mode=True,
+        )
         try:
             info = handle.info.remote().result()
             assert info["managed"] is True and info["deployment"] == "dm" and info["error"] is None
@@ -130,9 +156,14 @@ def test_the_decision_model_deployment_hosts_a_managed_runtime(tmp_path, monkeyp
 def test_a_worker_whose_router_is_gone_stops_itself(tmp_path):
     router = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])  # lives until killed
     env = {**os.environ, "SVC_SRUN_PARENT_PID": str(router.pid), "SVC_SR_ENCODER_THREADS": "1"}
-    worker = subprocess.Popen([*SRUN, "run", "minilm-reranker", "--uds", str(tmp_path / "w.sock"),
-                               "--log-level", "warning"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    worker = subprocess.Popen(
+        [*SRUN, "run", "minilm-reranker", "--uds", str(tmp_path / "w.sock"), "--log-level", "warning"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         assert _answers_live(tmp_path / "w.sock", worker)  # up, and watching its router
         router.kill()

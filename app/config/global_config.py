@@ -1,0 +1,122 @@
+"""The `global:` section: router settings, stores, services and the model catalog."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from app.config.model_base import Open
+from app.config.model_deployments import read_bindings
+from app.config.reliability import FallbackConfig
+
+
+class RouterSettings(Open):
+    auto_model_name: str = "MoM"
+    auto_model_names: list[str] = Field(default_factory=lambda: ["auto"])
+    include_config_models_in_list: bool = True
+    clear_route_cache: bool = True
+    enabled: bool = True
+    # Router-wide cross-model fallback; a decision's `fallback:` is layered over it.
+    fallback: FallbackConfig | None = None
+
+
+class ResponseCacheConfig(Open):
+    enabled: bool = False
+    backend_type: Literal["memory", "milvus", "redis", "hybrid"] = "memory"
+    similarity_threshold: float = Field(default=0.8, ge=0, le=1)
+    max_entries: int = Field(default=1000, ge=0)
+    ttl_seconds: int = Field(default=3600, ge=0)
+    eviction_policy: Literal["fifo", "lru", "lfu"] = "fifo"
+    embedding_model: str | None = None
+    use_hnsw: bool = False
+
+
+class Stores(Open):
+    response_cache: ResponseCacheConfig = Field(default_factory=ResponseCacheConfig)
+
+
+class AuthConfig(Open):
+    mode: Literal["none", "bearer"] = "none"
+
+
+class ManagementApi(Open):
+    bind_address: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+
+
+class MetricsService(Open):
+    enabled: bool = True
+    bind_address: str = "127.0.0.1"
+    port: int = Field(default=9190, ge=1, le=65535)
+
+
+class Observability(Open):
+    metrics: MetricsService = Field(default_factory=MetricsService)
+
+
+class DataPlaneLimits(Open):
+    """svc-sr extension: limits of the standalone data plane."""
+
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+
+
+class ExtProcService(Open):
+    """svc-sr extension: the ext_proc bridge Envoy calls (spec 1: gRPC on 50051)."""
+
+    bind_address: str = "127.0.0.1"
+    port: int = Field(default=50051, ge=1, le=65535)
+    # open: a request the bridge fails on (or cannot reach) goes on unrouted; closed: 503.
+    failure_mode: Literal["open", "closed"] = "closed"
+    message_timeout_ms: int = Field(default=10000, ge=10)
+
+
+class EnvoyService(Open):
+    """svc-sr extension: the Envoy that `svc-sr serve` generates and supervises."""
+
+    enabled: bool = True
+    admin_port: int = Field(default=9901, ge=1, le=65535)
+    route_timeout_s: int = Field(default=600, ge=1)  # whole answer, streams included
+
+
+class Services(Open):
+    management_api: ManagementApi = Field(default_factory=ManagementApi)
+    observability: Observability = Field(default_factory=Observability)
+    data_plane: DataPlaneLimits = Field(default_factory=DataPlaneLimits)
+    ext_proc: ExtProcService = Field(default_factory=ExtProcService)
+    envoy: EnvoyService = Field(default_factory=EnvoyService)
+
+
+# Where spec 2's `on_unscanned` may be set, under global.model_catalog.
+ON_UNSCANNED_MODULES = (("modules", "prompt_guard"), ("modules", "classifier", "pii"))
+
+
+class GlobalConfig(Open):
+    router: RouterSettings = Field(default_factory=RouterSettings)
+    services: Services = Field(default_factory=Services)
+    stores: Stores = Field(default_factory=Stores)
+    # Reference-layout model settings, kept as data; the keys svc-sr acts on are checked below:
+    # `signal_timeout_ms` (deadline of model-runtime signals), `on_unscanned` of the prompt
+    # guard and the PII classifier, and the bindings (`deployment`, `contract`, `head`) of
+    # modules.classifier.domain / .pii and modules.prompt_guard (spec 2 "Router settings for
+    # managed runtimes"; app/config/model_deployments.py BINDINGS).
+    model_catalog: dict[str, Any] = Field(default_factory=dict)
+    integrations: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("model_catalog")
+    @classmethod
+    def _runtime_keys(cls, catalog: dict[str, Any]) -> dict[str, Any]:
+        timeout = catalog.get("signal_timeout_ms")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
+            raise ValueError(f"signal_timeout_ms: a positive integer of milliseconds, got {timeout!r}")
+        for path in ON_UNSCANNED_MODULES:
+            node: Any = catalog
+            for key in path:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict) and node.get("on_unscanned", "block") not in ("block", "allow"):
+                raise ValueError(
+                    f"{'.'.join(path)}.on_unscanned: 'block' or 'allow', got {node['on_unscanned']!r}"
+                )
+        read_bindings(catalog)
+        return catalog

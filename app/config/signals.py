@@ -1,0 +1,145 @@
+"""The `routing.signals:` section: the signal rules decisions refer to, by family."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator
+
+from app.config.model_base import Open, Strict
+
+
+class KeywordSignal(Strict):
+    name: str
+    operator: Literal["AND", "OR", "NOR"] = "OR"
+    method: Literal["regex", "exact", "bm25", "ngram", "fuzzy"] | None = None
+    keywords: list[str] = Field(min_length=1)
+    case_sensitive: bool = False
+    bm25_threshold: float | None = None
+    ngram_threshold: float | None = None
+    ngram_arity: int | None = None
+    fuzzy_match: bool | None = None
+    fuzzy_threshold: float | None = None
+
+    @field_validator("operator", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+class EmbeddingSignal(Strict):
+    name: str
+    threshold: float = Field(default=0.75, ge=0, le=1)
+    candidates: list[str] = Field(min_length=1)
+    aggregation_method: Literal["mean", "avg", "max", "any"] = "max"
+    query_modality: Literal["text"] = "text"
+    model: str | None = None
+    dimension: int | None = None
+
+
+class DomainSignal(Strict):
+    name: str
+    description: str | None = None
+    mmlu_categories: list[str] = Field(default_factory=list)
+    model_scores: list[dict[str, Any]] = Field(default_factory=list)
+    threshold: float | None = Field(default=None, ge=0, le=1)
+
+
+_TOKEN_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+
+
+def parse_token_count(value: int | str | None) -> int | None:
+    """`32K` -> 32768, `1M` -> 1048576, ints unchanged (reference router's suffixes)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a token count (e.g. 4096, 32K)")
+    if value is None or isinstance(value, int):
+        return value
+    match = _TOKEN_COUNT.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a token count (e.g. 4096, 32K)")
+    scale = {"": 1, "k": 1024, "m": 1024 * 1024}[match.group(2).lower()]
+    return int(float(match.group(1)) * scale)
+
+
+# Accepts 4096 or "32K"; the JSON Schema says so, since the before-validator converts.
+TokenCount = Annotated[
+    Annotated[int, Field(ge=0)] | None,
+    BeforeValidator(parse_token_count),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*[kKmM]?\s*$"},
+                {"type": "null"},
+            ]
+        }
+    ),
+]
+
+
+class ContextSignal(Strict):
+    name: str
+    min_tokens: TokenCount = None
+    max_tokens: TokenCount = None
+
+
+class JailbreakSignal(Strict):
+    name: str
+    method: Literal["classifier", "contrastive", "hybrid"] = "classifier"
+    threshold: float = Field(default=0.5, ge=0, le=1)
+    include_history: bool = False
+    jailbreak_patterns: list[str] = Field(default_factory=list)
+    benign_patterns: list[str] = Field(default_factory=list)
+
+
+class PIISignal(Strict):
+    name: str
+    threshold: float = Field(default=0.5, ge=0, le=1)
+    pii_types_allowed: list[str] = Field(default_factory=list)
+    include_history: bool = False
+
+
+class Signals(Open):
+    """Signal rules by family. Families svc-sr evaluates are typed; the reference
+    router's other families (fact_check, language, complexity, ...) are kept as data
+    and may not be referenced by a decision (validate.py says so)."""
+
+    keywords: list[KeywordSignal] = Field(default_factory=list)
+    embeddings: list[EmbeddingSignal] = Field(default_factory=list)
+    domains: list[DomainSignal] = Field(default_factory=list)
+    context: list[ContextSignal] = Field(default_factory=list)
+    jailbreak: list[JailbreakSignal] = Field(default_factory=list)
+    pii: list[PIISignal] = Field(default_factory=list)
+
+
+# condition `type` -> the Signals attribute holding rules of that type
+SIGNAL_FAMILIES: dict[str, str] = {
+    "keyword": "keywords",
+    "embedding": "embeddings",
+    "domain": "domains",
+    "context": "context",
+    "jailbreak": "jailbreak",
+    "pii": "pii",
+}
+
+# Condition types of the reference router that svc-sr does not evaluate (yet).
+REFERENCE_ONLY_SIGNAL_TYPES = frozenset(
+    {
+        "fact_check",
+        "user_feedback",
+        "reask",
+        "preference",
+        "language",
+        "structure",
+        "complexity",
+        "modality",
+        "authz",
+        "kb",
+        "conversation",
+        "event",
+        "metadata",
+        "classifier",
+        "projection",
+    }
+)
