@@ -104,6 +104,7 @@ class Exchange:
         self.status = 0
         self.relay: StreamRelay | None = None
         self._wire: UpstreamWire | None = None
+        self._upstream_body: dict[str, Any] | None = None
         self._upstream_type = JSON  # the upstream answer's content type
         self._head_at: float | None = None
         self._report: CompletionReport | None = None
@@ -141,13 +142,15 @@ class Exchange:
     @property
     def upstream_body(self) -> dict[str, Any]:
         """The plan's body; a stream asks for a final usage chunk (cost and TPOT for streams too)."""
-        plan = self._plan()
-        body = dict(plan.body)
-        if plan.stream:
-            options = dict(body.get("stream_options") or {})
-            options.setdefault("include_usage", True)
-            body["stream_options"] = options
-        return body
+        if self._upstream_body is None:
+            plan = self._plan()
+            body = dict(plan.body)
+            if plan.stream:
+                options = dict(body.get("stream_options") or {})
+                options.setdefault("include_usage", True)
+                body["stream_options"] = options
+            self._upstream_body = body
+        return self._upstream_body
 
     def _refuse(self, exc: SvcError, reason: str, model: Any = None) -> Reply:
         """An error answered before anything was routed: counted here, no completion."""
