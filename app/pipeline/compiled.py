@@ -51,7 +51,7 @@ class CompiledConfig:
         self.evaluators: dict[str, SignalEvaluator] = {
             family: factory(config, services) for family, factory in factories.items()
         }
-        self.evaluators.update(bound_evaluators(config, services.model_runtimes))
+        self.evaluators.update(bound_evaluators(config, services.bound_workers))
         self.global_fallback = _global_fallback(config)
         self.prompt_guard = prompt_guard_rule(config)
         self.guards: dict[str, list[GuardRule]] = {d.name: compile_guards(d) for d in self.decisions}

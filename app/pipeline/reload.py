@@ -53,10 +53,10 @@ class ReloadingPipeline:
             if digest == self._state["hash"]:
                 return
             runtimes = await self.bindings.update(config)  # kept when unchanged, else new ones first
-            self.services.model_runtimes = runtimes
+            self.services.bound_workers = runtimes
             await self._pipeline.update_config(config)  # builds and warms aside, then swaps
         except Exception as exc:
-            self.services.model_runtimes = previous
+            self.services.bound_workers = previous
             self.bindings.settle(previous)
             log.exception(
                 "reload to configuration %s failed; the previous generation keeps serving",
@@ -70,7 +70,7 @@ class ReloadingPipeline:
     async def _start(self, document: dict[str, Any]) -> None:
         config = parse_config(document).config
         runtimes = await self.bindings.update(config)
-        self.services.model_runtimes = runtimes
+        self.services.bound_workers = runtimes
         pipeline = RouterPipeline(config, self.services)
         await pipeline.warm_up()
         self.bindings.settle(runtimes)

@@ -48,7 +48,7 @@ class PipelineServices(CompletionServices):
     replays are not recorded); called inline, so it must hand the record off quickly.
     capture_replays: route() marks replays although record_replay is unset here, because
     another process completes the request and records it (the Ray graph's front doors).
-    model_runtimes: the host of the model-runtime deployments the config's bindings name
+    bound_workers: the svc-srun workers of the model deployments the config's bindings name
     (`ManagedRuntimes`); a bound family is evaluated through it instead of `evaluators`
     (app/pipeline/signals/runtime.py). Read when a config version is built.
     """
@@ -58,7 +58,7 @@ class PipelineServices(CompletionServices):
     count_tokens: CountTokensFn | None = None
     phrase_cache: dict[str, np.ndarray] = field(default_factory=dict)
     capture_replays: bool = False
-    model_runtimes: SignalHost | None = None
+    bound_workers: SignalHost | None = None
 
 
 def cache_adapters(backend: Any, offload: bool = False) -> tuple[CacheLookup, CacheStore]:

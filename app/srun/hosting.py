@@ -10,7 +10,7 @@ Hosts (docs/model-runtime.md "Router-managed runtimes"):
   (`BindingRuntimes`), each replica with its own workers;
 - an embedding host without Ray: `ManagedRuntimes(...)`, then
   `create_app(..., decisions=runtimes.decision_backend())` and
-  `PipelineServices(model_runtimes=runtimes)` for the routing bindings.
+  `PipelineServices(bound_workers=runtimes)` for the routing bindings.
 
 Deadlines: a routing or safety signal gets `signal_timeout_ms`, else the request's remaining
 time less a tenth (at least 1 s), or 45 s with no visible deadline (`signal()`). The native

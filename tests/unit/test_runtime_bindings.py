@@ -221,7 +221,7 @@ def bound_pipeline(
     env = SrunEnvironment(command=["svc-srun"], dir=tmp_path, cpu_threads=1)
     runtimes = ManagedRuntimes.from_config(config, env=env)  # never started: the fake answers
     serve_with(runtimes, client)
-    services = PipelineServices(embed=FakeEmbed(), model_runtimes=runtimes if host else None)
+    services = PipelineServices(embed=FakeEmbed(), bound_workers=runtimes if host else None)
     return RouterPipeline(config, services, rng=random.Random(0)), runtimes
 
 
@@ -316,7 +316,7 @@ async def test_a_failed_routing_signal_resolves_by_on_error(tmp_path):
     config = parse_config(doc).config
     runtimes = ManagedRuntimes.from_config(config, env=SrunEnvironment(dir=tmp_path))
     serve_with(runtimes, FakeClient(TIMEOUT))
-    matched = await RouterPipeline(config, PipelineServices(model_runtimes=runtimes)).route(chat("anything"))
+    matched = await RouterPipeline(config, PipelineServices(bound_workers=runtimes)).route(chat("anything"))
     assert matched.decision == "math_route"
 
 
@@ -360,7 +360,7 @@ async def test_an_unreachable_worker_is_given_up_within_the_signal_deadline(tmp_
         )
     ).config
     runtimes = ManagedRuntimes.from_config(config, env=SrunEnvironment(dir=tmp_path))  # never started
-    pipe = RouterPipeline(config, PipelineServices(model_runtimes=runtimes))
+    pipe = RouterPipeline(config, PipelineServices(bound_workers=runtimes))
     plan = await pipe.route(chat("hello"))
     assert plan.immediate is not None and plan.security.unscanned == ["jailbreak"]
     assert len(clock.sleeps) >= 2  # retried, backing off

@@ -63,7 +63,7 @@ async def test_a_bound_prompt_guard_blocks_through_a_real_worker(tmp_path):
         runtimes = await host.update(config)
         assert runtimes is not None
         host.settle(runtimes)
-        pipeline = RouterPipeline(config, PipelineServices(model_runtimes=runtimes))
+        pipeline = RouterPipeline(config, PipelineServices(bound_workers=runtimes))
         app = create_app(pipeline, UpstreamClient(), StaticConfigView(config))
         try:
             assert all(r.ready for r in runtimes.supervisor.replicas["guard"])
