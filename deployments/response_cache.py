@@ -1,12 +1,13 @@
 """ResponseCache deployment: a thin Ray Serve host for a semantic cache backend.
 
-The in-memory backend keeps its state inside the replica, so this deployment runs ONE
-replica (the default). Scaling it out would give each replica its own partial cache;
-that needs a shared backend (Redis / Milvus, a later issue) behind the same methods.
+The backend is the one `global.stores.response_cache.backend_type` names (app/cache/factory.py):
+`memory` keeps its state inside the replica, so this deployment then runs ONE replica (the
+default); `redis`, `milvus` and `hybrid` keep it in a shared store, which any number of
+replicas (and a restart) share.
 
 Settings arrive as Serve user_config, either the global `response_cache` block itself or
-`{"response_cache": {...}}`; `reconfigure` applies max_entries / ttl_seconds /
-eviction_policy in place, keeping entries unless the new bound is smaller.
+`{"response_cache": {...}}`; `reconfigure` builds a new backend when the store changes and
+otherwise applies max_entries / ttl_seconds / eviction_policy in place, keeping entries.
 
 Callers on the same node reach the cache through a Unix-socket channel
 (app/cache/channel.py) that `channel()` starts and reports; the methods below serve
@@ -15,10 +16,13 @@ everyone else and every call the channel cannot carry. Both act on the one backe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,23 +30,29 @@ import ray
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.cache.base import CacheHit, ResponseCacheBackend
+from app.cache.base import CacheHit
+from app.cache.calls import AsyncCache, runs_in_process
 from app.cache.channel import CacheChannelServer, ChannelInfo
+from app.cache.factory import backend_name, cache_backend, store_identity
 from app.cache.lane import CacheLane
 from app.cache.memory import InMemorySemanticCache
+from app.config.global_config import ResponseCacheConfig
+from app.management.state import state_dir_of
 from app.observability.metrics import MetricsRecorder
 from deployments.observability import replica_pusher
+
+log = logging.getLogger("svc_sr.response_cache")
 
 
 @serve.deployment(max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.25})
 class ResponseCache:
-    # Calls run inline on the replica's loop: the replica serves nothing but this cache, whose
-    # lock serialises calls anyway, and a lookup (0.04 ms at 1k entries, ~0.2-1 ms at 10k)
-    # costs less than a thread hop.
+    # An in-process backend's calls run inline on the replica's loop (a lookup takes 0.04 ms at
+    # 1k entries, less than a thread hop); a network store's run in a thread (app/cache/calls.py).
 
     def __init__(self, observability: DeploymentHandle | None = None) -> None:
-        self._backend: ResponseCacheBackend = InMemorySemanticCache()
         self._metrics = MetricsRecorder()
+        self._cache = AsyncCache(InMemorySemanticCache(), on_unavailable=self._unavailable)
+        self._store_settings: dict[str, Any] | None = None  # what built the backend (None: the default)
         self._pusher = replica_pusher(self._metrics, observability)
         self._channel: CacheChannelServer | None = None
 
@@ -53,7 +63,7 @@ class ResponseCache:
         if os.environ.get("SVC_SR_CACHE_CHANNEL", "1") == "0":
             return None
         if self._channel is None:
-            self._channel = await CacheChannelServer(self._backend, _socket_path(), self._record_size).start()
+            self._channel = await CacheChannelServer(self._cache, _socket_path(), self._record_size).start()
         return ChannelInfo(
             node_id=ray.get_runtime_context().get_node_id(), path=self._channel.path
         ).model_dump()
@@ -64,16 +74,34 @@ class ResponseCache:
             with contextlib.suppress(OSError):
                 os.unlink(channel.path)
 
+    def _unavailable(self, operation: str, exc: Exception) -> None:
+        """The shared store is down or slow: the request goes on without the cache."""
+        self._metrics.inc("svc_router_cache_errors_total", operation=operation)
+        log.warning("response cache %s skipped: %s", operation, exc)
+
     def _record_size(self) -> None:
-        self._metrics.set("svc_router_cache_size", self._backend.stats().entries)
+        if runs_in_process(self._cache.backend):  # a shared store's size is not this replica's to count
+            self._metrics.set("svc_router_cache_size", self._cache.backend.stats().entries)
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
-        settings = (user_config or {}).get("response_cache", user_config or {})
-        self._backend.configure(settings)
+        """The `response_cache` settings: a new backend when the store changes (backend_type or
+        its connection), else the capacity knobs applied in place, entries kept."""
+        raw = (user_config or {}).get("response_cache", user_config or {})
+        settings = ResponseCacheConfig.model_validate(raw)
+        identity = store_identity(settings)
+        if identity == (self._store_settings or store_identity(ResponseCacheConfig())):
+            await self._cache.configure(raw)  # a partial mapping keeps the knobs it does not name
+            return
+        backend = await asyncio.to_thread(cache_backend, settings, _state_dir())
+        self._cache = AsyncCache(backend, on_unavailable=self._unavailable)
+        self._store_settings = identity
+        if self._channel is not None:
+            self._channel.cache = self._cache
+        log.info("response cache backend: %s", backend_name(backend))
 
     async def lookup(self, partition: str, vector: np.ndarray | list[float], threshold: float) -> dict | None:
         """CacheHit.model_dump() of the best entry at or above threshold, else None."""
-        hit = self._backend.lookup(partition, vector, threshold)
+        hit = await self._cache.lookup(partition, vector, threshold)
         return None if hit is None else hit.model_dump()
 
     async def store(
@@ -83,16 +111,21 @@ class ResponseCache:
         response: dict[str, Any],
         ttl_seconds: int | None = None,
     ) -> None:
-        self._backend.store(partition, vector, response, ttl_seconds)
+        await self._cache.store(partition, vector, response, ttl_seconds)
         self._record_size()
 
     async def stats(self) -> dict[str, Any]:
-        return self._backend.stats().model_dump()
+        return {**(await self._cache.stats()).model_dump(), "backend": backend_name(self._cache.backend)}
 
     async def clear(self, partition: str | None = None) -> int:
-        removed = self._backend.clear(partition)
+        removed = await self._cache.clear(partition)
         self._record_size()
         return removed
+
+
+def _state_dir() -> Path:
+    """Where Milvus Lite keeps the cache on one machine: beside the management state."""
+    return state_dir_of(None, serve.get_replica_context().app_name)
 
 
 def _socket_path() -> str:

@@ -4,7 +4,8 @@ A backend stores final `chat.completion` dicts keyed by a partition string
 (`model|decision[|...]`, built by the router) and an embedding of the cache query.
 Lookups never cross partitions. Memory, Redis and Milvus backends all implement
 `ResponseCacheBackend`, so the router and the `ResponseCache` deployment never care which
-one runs.
+one runs (`app/cache/factory.py` builds the configured one). A network backend's outage
+surfaces as `CacheUnavailable`, never as a client library's exception.
 """
 
 from __future__ import annotations
@@ -18,6 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field
 EvictionPolicy = Literal["fifo", "lru", "lfu"]
 # A query vector: an encoder row, or the list a DeploymentHandle call carries it as.
 Vector = np.ndarray | Sequence[float]
+
+
+class CacheUnavailable(RuntimeError):
+    """A shared store (Redis, Milvus) is down, slow past its timeout, or answered an error.
+
+    Network backends raise it instead of the client library's exceptions, always within
+    their configured timeout; callers count the lookup as a miss (and skip the write), so a
+    cache outage never fails a request.
+    """
 
 
 class CacheHit(BaseModel):

@@ -27,7 +27,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from app.cache.base import CacheHit, ResponseCacheBackend
+from app.cache.base import CacheHit, CacheUnavailable, ResponseCacheBackend
+from app.cache.calls import AsyncCache
 
 log = logging.getLogger("svc_sr.cache.channel")
 
@@ -74,15 +75,15 @@ def _frame(model: BaseModel) -> bytes:
 
 
 class CacheChannelServer:
-    """Serves a backend's lookup/store on a Unix socket, inline on the running loop: the
-    backend calls are sub-millisecond, cheaper than a thread hop (the same reasoning as the
-    ResponseCache deployment's own methods). `on_store` runs after each store (the replica
-    updates its size gauge)."""
+    """Serves a backend's lookup/store on a Unix socket, on the running loop: an in-process
+    backend inline (sub-millisecond, cheaper than a thread hop), a network store in a thread
+    (app/cache/calls.py). `on_store` runs after each store (the replica updates its size
+    gauge). `cache` may be swapped while serving (a reload that changes the backend)."""
 
     def __init__(
-        self, backend: ResponseCacheBackend, path: str, on_store: Callable[[], None] | None = None
+        self, cache: AsyncCache | ResponseCacheBackend, path: str, on_store: Callable[[], None] | None = None
     ) -> None:
-        self.backend = backend
+        self.cache = cache if isinstance(cache, AsyncCache) else AsyncCache(cache)
         self.path = path
         self._on_store = on_store
         self._server: asyncio.AbstractServer | None = None
@@ -116,14 +117,15 @@ class CacheChannelServer:
                     raw = await _read_frame(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return  # the client closed its end, or sent a frame over the limit
-                writer.write(_frame(self.answer(raw)))
+                writer.write(_frame(await self.answer(raw)))
                 await writer.drain()
         finally:
             self._connections.discard(writer)
             writer.close()
 
-    def answer(self, raw: bytes) -> CacheReply:
-        """One call; never raises (a bad frame or value is answered, not a dropped link)."""
+    async def answer(self, raw: bytes) -> CacheReply:
+        """One call; never raises (a bad frame or value, a store that is down: answered, not a
+        dropped link; the caller counts a miss)."""
         try:
             call = CacheCall.model_validate_json(raw)
         except ValidationError as exc:
@@ -132,15 +134,15 @@ class CacheChannelServer:
             if call.op == "lookup":
                 vector = np.asarray(call.vector, dtype=np.float32)
                 return CacheReply(
-                    ok=True, hit=self.backend.lookup(call.partition, vector, call.threshold or 0.0)
+                    ok=True, hit=await self.cache.lookup(call.partition, vector, call.threshold or 0.0)
                 )
             if call.op == "store":
                 vector = np.asarray(call.vector, dtype=np.float32)
-                self.backend.store(call.partition, vector, call.response or {}, call.ttl_seconds)
+                await self.cache.store(call.partition, vector, call.response or {}, call.ttl_seconds)
                 if self._on_store is not None:
                     self._on_store()
             return CacheReply(ok=True)
-        except (ValueError, TypeError) as exc:  # the backend's own checks (dimension, ttl, ...)
+        except (ValueError, TypeError, CacheUnavailable) as exc:  # bad values; a store that is down
             return CacheReply(ok=False, error=f"{type(exc).__name__}: {exc}")
 
 

@@ -1,9 +1,12 @@
-"""In-memory semantic response cache (exact linear scan with numpy).
+"""In-memory semantic response cache (exact linear scan with numpy, or an HNSW index).
 
-Each partition keeps its vectors in one contiguous float32 matrix, so a lookup is a single
-matrix-vector product: no per-lookup rebuild, removals swap the last row into the hole.
-A linear scan is exact and, at the default 1000 entries, cheaper than maintaining an HNSW
-graph (see bench/bench_cache.py for the figures).
+Each partition keeps its vectors in a `PartitionIndex`. The default `ExactIndex` holds them
+in one contiguous float32 matrix, so a lookup is a single matrix-vector product: no
+per-lookup rebuild, removals swap the last row into the hole. A linear scan is exact and,
+at the default 1000 entries, cheaper than maintaining an HNSW graph (bench/bench_cache.py
+has the figures); `app.cache.hnsw.HnswIndex` is the approximate index for large caches
+(`use_hnsw`). Partitions, expiry, eviction and duplicate replacement live here, the same
+for both indexes.
 
 Eviction and expiry use lazy min-heaps: a heap item is valid only while its entry still
 exists with the same version, so hits and refreshes push a new item instead of searching
@@ -19,24 +22,25 @@ import math
 import numbers
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from app.cache.base import CacheHit, CacheStats, CacheTuning, EvictionPolicy
+from app.config.cache_stores import HnswSettings
 
 # Stored vectors this close to a new one are the same prompt: the new answer replaces the old.
 DUPLICATE_SIMILARITY = 0.999
 # float32 dot products of identical unit vectors land a few ulps below 1.0; without this a
 # threshold of 1.0 could never hit.
-_SIMILARITY_SLACK = 1e-6
+SIMILARITY_SLACK = 1e-6
 _MIN_ROWS = 16
 
 
 @dataclass(eq=False)
-class _Entry:
+class CacheEntry:
     id: int
     partition: str
     row: int
@@ -49,18 +53,55 @@ class _Entry:
     version: int = 0  # bumped whenever the entry's eviction key changes
 
 
-class _Partition:
-    """Vectors of one partition as rows of a growable contiguous matrix."""
+class PartitionIndex(Protocol):
+    """The vectors of one partition; entries say where their vector sits through `entry.row`."""
+
+    dim: int
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[CacheEntry]: ...
+
+    def add(self, vector: np.ndarray, entry: CacheEntry) -> None: ...
+
+    def remove(self, entry: CacheEntry) -> None: ...
+
+    def replace(self, entry: CacheEntry, vector: np.ndarray) -> None:
+        """Give `entry` a new vector (a duplicate's refresh)."""
+        ...
+
+    def nearest(self, vector: np.ndarray) -> tuple[CacheEntry, float]:
+        """The entry most similar to the unit `vector` and its cosine similarity (index not empty)."""
+        ...
+
+
+# Builds the index of a new partition from its vector dimension.
+IndexFactory = Callable[[int], PartitionIndex]
+
+
+class ExactIndex:
+    """Vectors of one partition as rows of a growable contiguous matrix; exact search."""
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
         self.matrix = np.empty((_MIN_ROWS, dim), dtype=np.float32)
-        self.entries: list[_Entry] = []
+        self.entries: list[CacheEntry] = []
 
-    def view(self) -> np.ndarray:
-        return self.matrix[: len(self.entries)]
+    def __len__(self) -> int:
+        return len(self.entries)
 
-    def add(self, vector: np.ndarray, entry: _Entry) -> None:
+    def __iter__(self) -> Iterator[CacheEntry]:
+        return iter(self.entries)
+
+    def nearest(self, vector: np.ndarray) -> tuple[CacheEntry, float]:
+        sims = self.matrix[: len(self.entries)] @ vector
+        row = int(np.argmax(sims))
+        return self.entries[row], float(sims[row])
+
+    def replace(self, entry: CacheEntry, vector: np.ndarray) -> None:
+        self.matrix[entry.row] = vector
+
+    def add(self, vector: np.ndarray, entry: CacheEntry) -> None:
         n = len(self.entries)
         if n == self.matrix.shape[0]:
             grown = np.empty((n * 2, self.dim), dtype=np.float32)
@@ -70,7 +111,7 @@ class _Partition:
         entry.row = n
         self.entries.append(entry)
 
-    def remove(self, entry: _Entry) -> None:
+    def remove(self, entry: CacheEntry) -> None:
         last = len(self.entries) - 1
         row = entry.row
         if row != last:
@@ -84,7 +125,7 @@ class _Partition:
             self.matrix = self.matrix[: capacity // 2].copy()
 
 
-def _as_unit_vector(vector: Any) -> np.ndarray:
+def as_unit_vector(vector: Any) -> np.ndarray:
     try:
         v = np.asarray(vector, dtype=np.float32)
     except (TypeError, ValueError) as exc:
@@ -102,13 +143,13 @@ def _as_unit_vector(vector: Any) -> np.ndarray:
     return np.ascontiguousarray(v / norm, dtype=np.float32)
 
 
-def _check_partition(partition: Any) -> str:
+def check_partition(partition: Any) -> str:
     if not isinstance(partition, str) or not partition:
         raise ValueError("cache partition must be a non-empty string")
     return partition
 
 
-def _check_ttl(ttl_seconds: Any) -> int:
+def check_ttl(ttl_seconds: Any) -> int:
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, numbers.Integral) or ttl_seconds < 0:
         raise ValueError(f"ttl_seconds must be a non-negative integer, got {ttl_seconds!r}")
     return int(ttl_seconds)
@@ -121,6 +162,7 @@ class InMemorySemanticCache:
     ttl_seconds is the default lifetime of new entries (0 = no expiry).
     eviction_policy: fifo = oldest insert, lru = least recently hit, lfu = fewest hits
     (ties: least recently used). Expired entries are dropped before anything is evicted.
+    index_factory builds each partition's vector index (ExactIndex, or app.cache.hnsw's).
     """
 
     def __init__(
@@ -130,6 +172,7 @@ class InMemorySemanticCache:
         eviction_policy: EvictionPolicy = "fifo",
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        index_factory: IndexFactory = ExactIndex,
     ) -> None:
         tuning = CacheTuning(
             max_entries=max_entries, ttl_seconds=ttl_seconds, eviction_policy=eviction_policy
@@ -139,8 +182,9 @@ class InMemorySemanticCache:
         self._lock = threading.Lock()
         self._seq = itertools.count()
         self._ids = itertools.count()
-        self._partitions: dict[str, _Partition] = {}
-        self._entries: dict[int, _Entry] = {}
+        self._index_factory = index_factory
+        self._partitions: dict[str, PartitionIndex] = {}
+        self._entries: dict[int, CacheEntry] = {}
         self._evict_heap: list[tuple[int, int, int, int]] = []  # (key0, key1, version, id)
         self._expiry_heap: list[tuple[float, int]] = []  # (expires_at, id)
         self._hits = self._misses = self._evictions = self._expirations = 0
@@ -168,14 +212,14 @@ class InMemorySemanticCache:
             return len(self._entries)
 
     def lookup(self, partition: str, vector: Any, threshold: float) -> CacheHit | None:
-        partition = _check_partition(partition)
+        partition = check_partition(partition)
         if (
             isinstance(threshold, bool)
             or not isinstance(threshold, numbers.Real)
             or not 0.0 <= threshold <= 1.0
         ):
             raise ValueError(f"similarity threshold must be between 0.0 and 1.0, got {threshold!r}")
-        v = _as_unit_vector(vector)
+        v = as_unit_vector(vector)
         with self._lock:
             self._purge_expired(self._clock())
             part = self._partitions.get(partition)
@@ -183,13 +227,10 @@ class InMemorySemanticCache:
                 self._misses += 1
                 return None
             self._check_dim(part, v)
-            sims = part.view() @ v
-            row = int(np.argmax(sims))
-            best = float(sims[row])
-            if best + _SIMILARITY_SLACK < threshold:
+            entry, best = part.nearest(v)
+            if best + SIMILARITY_SLACK < threshold:
                 self._misses += 1
                 return None
-            entry = part.entries[row]
             self._hits += 1
             entry.hits += 1
             entry.used_seq = next(self._seq)
@@ -207,13 +248,13 @@ class InMemorySemanticCache:
     def store(
         self, partition: str, vector: Any, response: dict[str, Any], ttl_seconds: int | None = None
     ) -> None:
-        partition = _check_partition(partition)
+        partition = check_partition(partition)
         if not isinstance(response, dict):
             raise ValueError(
                 f"cached response must be a dict (a chat.completion), got {type(response).__name__}"
             )
-        ttl = self._ttl_seconds if ttl_seconds is None else _check_ttl(ttl_seconds)
-        v = _as_unit_vector(vector)
+        ttl = self._ttl_seconds if ttl_seconds is None else check_ttl(ttl_seconds)
+        v = as_unit_vector(vector)
         stored = copy.deepcopy(response)  # the caller may keep mutating its dict
         created_at = self._wall_clock()
         with self._lock:
@@ -223,10 +264,9 @@ class InMemorySemanticCache:
             part = self._partitions.get(partition)
             if part is not None:
                 self._check_dim(part, v)
-                sims = part.view() @ v
-                row = int(np.argmax(sims))
-                if float(sims[row]) >= DUPLICATE_SIMILARITY:
-                    self._replace(part, part.entries[row], v, stored, created_at, expires_at)
+                duplicate, similarity = part.nearest(v)
+                if similarity >= DUPLICATE_SIMILARITY:
+                    self._replace(part, duplicate, v, stored, created_at, expires_at)
                     return
             if self._max_entries > 0:
                 # Make room first so the new entry itself is never the victim (an lfu trap).
@@ -234,9 +274,9 @@ class InMemorySemanticCache:
                     self._evict_one()
             part = self._partitions.get(partition)  # eviction may have dropped an emptied partition
             if part is None:
-                part = self._partitions[partition] = _Partition(v.shape[0])
+                part = self._partitions[partition] = self._index_factory(v.shape[0])
             seq = next(self._seq)
-            entry = _Entry(
+            entry = CacheEntry(
                 id=next(self._ids),
                 partition=partition,
                 row=-1,
@@ -278,10 +318,10 @@ class InMemorySemanticCache:
             part = self._partitions.pop(partition, None)
             if part is None:
                 return 0
-            for entry in part.entries:
+            for entry in part:
                 del self._entries[entry.id]
             self._compact_heaps()
-            return len(part.entries)
+            return len(part)
 
     def configure(self, settings: Any) -> None:
         """Apply new capacity settings in place; entries survive unless the new bound is smaller.
@@ -306,21 +346,21 @@ class InMemorySemanticCache:
     # ------------------------------------------------------------------ internals (lock held)
 
     @staticmethod
-    def _check_dim(part: _Partition, v: np.ndarray) -> None:
+    def _check_dim(part: PartitionIndex, v: np.ndarray) -> None:
         if v.shape[0] != part.dim:
             raise ValueError(
                 f"cache vector has {v.shape[0]} dimensions but this partition holds {part.dim}-d vectors"
                 " (embedding model changed? clear the cache)"
             )
 
-    def _evict_key(self, entry: _Entry) -> tuple[int, int]:
+    def _evict_key(self, entry: CacheEntry) -> tuple[int, int]:
         if self._policy == "fifo":
             return (entry.inserted_seq, 0)
         if self._policy == "lru":
             return (entry.used_seq, 0)
         return (entry.hits, entry.used_seq)
 
-    def _push_evict_key(self, entry: _Entry) -> None:
+    def _push_evict_key(self, entry: CacheEntry) -> None:
         entry.version += 1
         k0, k1 = self._evict_key(entry)
         heapq.heappush(self._evict_heap, (k0, k1, entry.version, entry.id))
@@ -338,15 +378,15 @@ class InMemorySemanticCache:
 
     def _replace(
         self,
-        part: _Partition,
-        entry: _Entry,
+        part: PartitionIndex,
+        entry: CacheEntry,
         v: np.ndarray,
         response: dict[str, Any],
         created_at: float,
         expires_at: float,
     ) -> None:
         # A fresh answer for the same prompt: new content and lifetime, popularity (hits) kept.
-        part.matrix[entry.row] = v
+        part.replace(entry, v)
         entry.response = response
         entry.created_at = created_at
         entry.expires_at = expires_at
@@ -355,11 +395,11 @@ class InMemorySemanticCache:
         if math.isfinite(expires_at):
             heapq.heappush(self._expiry_heap, (expires_at, entry.id))
 
-    def _remove(self, entry: _Entry) -> None:
+    def _remove(self, entry: CacheEntry) -> None:
         del self._entries[entry.id]
         part = self._partitions[entry.partition]
         part.remove(entry)
-        if not part.entries:
+        if not part:
             del self._partitions[entry.partition]
 
     def _evict_one(self) -> None:
@@ -383,3 +423,18 @@ class InMemorySemanticCache:
                 self._expirations += 1
         if len(heap) > 2 * len(self._entries) + 64:
             self._compact_heaps()
+
+
+def memory_cache(tuning: CacheTuning, hnsw: HnswSettings | None = None) -> InMemorySemanticCache:
+    """An in-memory cache tuned by `tuning`: exact scan, or HNSW partitions when hnsw.use_hnsw."""
+    index_factory: IndexFactory = ExactIndex
+    if hnsw is not None and hnsw.use_hnsw:
+        from app.cache.hnsw import hnsw_index_factory  # faiss loads only when HNSW is chosen
+
+        index_factory = hnsw_index_factory(hnsw)
+    return InMemorySemanticCache(
+        max_entries=tuning.max_entries,
+        ttl_seconds=tuning.ttl_seconds,
+        eviction_policy=tuning.eviction_policy,
+        index_factory=index_factory,
+    )

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from app.config.cache_stores import HnswSettings, MilvusCacheSettings, RedisCacheSettings
 from app.config.model_base import Open
 from app.config.model_deployments import read_bindings
 from app.config.reliability import FallbackConfig
@@ -21,15 +22,26 @@ class RouterSettings(Open):
     fallback: FallbackConfig | None = None
 
 
-class ResponseCacheConfig(Open):
+class ResponseCacheConfig(Open, HnswSettings):
+    """`global.stores.response_cache`: the cache's capacity, its backend, and where stores live.
+
+    `backend_type` picks the backend (app/cache/factory.py); `redis` / `milvus` are read only
+    by that backend, and by `hybrid`, a bounded in-memory tier per replica over the store of
+    record `hybrid_store` names (Milvus by default, as the reference router's hybrid). The
+    in-memory HNSW keys (use_hnsw, hnsw_m, hnsw_ef_construction, max_memory_entries) come
+    flat from HnswSettings, as the reference router spells them.
+    """
+
     enabled: bool = False
     backend_type: Literal["memory", "milvus", "redis", "hybrid"] = "memory"
+    hybrid_store: Literal["milvus", "redis"] = "milvus"  # svc-sr extension: the hybrid's store of record
     similarity_threshold: float = Field(default=0.8, ge=0, le=1)
     max_entries: int = Field(default=1000, ge=0)
     ttl_seconds: int = Field(default=3600, ge=0)
     eviction_policy: Literal["fifo", "lru", "lfu"] = "fifo"
     embedding_model: str | None = None
-    use_hnsw: bool = False
+    redis: RedisCacheSettings = Field(default_factory=RedisCacheSettings)
+    milvus: MilvusCacheSettings = Field(default_factory=MilvusCacheSettings)
 
 
 class Stores(Open):

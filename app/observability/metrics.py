@@ -166,6 +166,13 @@ CATALOG: dict[str, MetricDef] = _defs(
         "Response-cache lookups by result (hit, miss).",
         ("result",),
     ),
+    MetricDef(
+        "svc_router_cache_errors_total",
+        "counter",
+        "Response-cache calls a shared store could not answer (down, timed out), by operation;"
+        " each lookup among them counted as a miss.",
+        ("operation",),
+    ),
     MetricDef("svc_router_cache_hit_ratio", "gauge", "Response-cache hits / lookups since start."),
     MetricDef("svc_router_cache_size", "gauge", "Entries held by the response cache."),
     MetricDef(

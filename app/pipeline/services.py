@@ -7,14 +7,13 @@ DeploymentHandles to them, tests pass local implementations.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
-from app.cache.base import CacheHit
+from app.cache.calls import AsyncCache
 from app.pipeline.completion import CompletionServices
 from app.pipeline.signals.base import CountTokensFn, EmbedFn, EvaluatorFactory
 from app.pipeline.signals.runtime import SignalHost
@@ -61,25 +60,12 @@ class PipelineServices(CompletionServices):
     bound_workers: SignalHost | None = None
 
 
-def cache_adapters(backend: Any, offload: bool = False) -> tuple[CacheLookup, CacheStore]:
-    """(cache_lookup, cache_store) over a sync `ResponseCacheBackend` (app.cache).
-
-    The in-memory backend answers in well under a millisecond, so it is called inline;
-    `offload=True` runs calls in a worker thread (network backends: Redis, Milvus).
-    """
-
-    async def lookup(partition: str, vector: np.ndarray, threshold: float) -> CacheHit | None:
-        if offload:
-            return await asyncio.to_thread(backend.lookup, partition, vector, threshold)
-        return backend.lookup(partition, vector, threshold)
-
-    async def store(partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int) -> None:
-        if offload:
-            await asyncio.to_thread(backend.store, partition, vector, response, ttl_seconds)
-        else:
-            backend.store(partition, vector, response, ttl_seconds)
-
-    return lookup, store
+def cache_adapters(backend: Any, offload: bool | None = None) -> tuple[CacheLookup, CacheStore]:
+    """(cache_lookup, cache_store) over a sync `ResponseCacheBackend` (app.cache): inline for
+    an in-process backend, in a worker thread for a network store (`offload` None decides by
+    the backend; app/cache/calls.py)."""
+    cache = AsyncCache(backend, offload)
+    return cache.lookup, cache.store
 
 
 def encoder_embed(encoder: Any, max_batch_items: int = 32) -> EmbedFn:

@@ -52,7 +52,7 @@ async def test_store_then_lookup_over_the_socket(server: CacheChannelServer, soc
     assert isinstance(hit, CacheHit) and hit.response == ANSWER and hit.similarity > 0.99
     assert await client.lookup("m|math", unit(2), 0.95) is None  # a different question
     assert await client.lookup("m|code", unit(1), 0.95) is None  # partitions never cross
-    assert server.backend.stats().entries == 1 and server.stores == [1]  # type: ignore[attr-defined]
+    assert server.cache.backend.stats().entries == 1 and server.stores == [1]  # type: ignore[attr-defined]
     client.close()
 
 
@@ -141,7 +141,7 @@ def lane_for(handle: Handle, info: ChannelInfo | None, node: str = "node-a", **k
 
 
 async def test_lane_uses_the_channel_on_the_same_node(server: CacheChannelServer, socket_path: str) -> None:
-    handle = Handle(server.backend)  # type: ignore[arg-type]
+    handle = Handle(server.cache.backend)  # type: ignore[arg-type]
     lane = lane_for(handle, ChannelInfo(node_id="node-a", path=socket_path))
     await lane.store("m|math", unit(1), ANSWER, None)
     assert (await lane.lookup("m|math", unit(1), 0.9)) is not None
@@ -151,7 +151,7 @@ async def test_lane_uses_the_channel_on_the_same_node(server: CacheChannelServer
 async def test_lane_uses_the_handle_for_a_replica_on_another_node(
     server: CacheChannelServer, socket_path: str
 ) -> None:
-    handle = Handle(server.backend)  # type: ignore[arg-type]
+    handle = Handle(server.cache.backend)  # type: ignore[arg-type]
     lane = lane_for(handle, ChannelInfo(node_id="node-b", path=socket_path))
     await lane.store("m|math", unit(1), ANSWER, None)
     assert (await lane.lookup("m|math", unit(1), 0.9)) is not None

@@ -1,0 +1,79 @@
+"""A cache backend as an event loop calls it.
+
+The in-process backends answer in well under a millisecond, less than a thread hop, so
+they are called inline. A network store (Redis, Milvus, a hybrid over one) can be slow or
+down: its calls run in a worker thread, so the loop that serves requests never waits on it
+(each backend bounds its own calls by its configured timeout). One wrapper for every
+caller: the Router's pipeline, the ResponseCache deployment, its same-node channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from app.cache.base import CacheHit, CacheStats, CacheUnavailable, ResponseCacheBackend, Vector
+from app.cache.memory import InMemorySemanticCache
+
+T = TypeVar("T")
+
+# Backends whose state lives in this process: called inline.
+IN_PROCESS: tuple[type, ...] = (InMemorySemanticCache,)
+
+
+def runs_in_process(backend: ResponseCacheBackend) -> bool:
+    return isinstance(backend, IN_PROCESS)
+
+
+class AsyncCache:
+    """`backend`'s calls, awaitable; `offload` None: in a thread unless the backend is in-process.
+
+    `on_unavailable(operation, error)`: when given, a lookup or store that the store cannot
+    answer (CacheUnavailable) degrades instead of raising: the lookup is a miss, the store is
+    skipped, and the callback counts it. Stats and clear still raise: their callers (the
+    management API) report the outage."""
+
+    def __init__(
+        self,
+        backend: ResponseCacheBackend,
+        offload: bool | None = None,
+        on_unavailable: Callable[[str, CacheUnavailable], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.offload = not runs_in_process(backend) if offload is None else offload
+        self.on_unavailable = on_unavailable
+
+    async def _run(self, call: Callable[..., T], *args: Any) -> T:
+        if self.offload:
+            return await asyncio.to_thread(call, *args)
+        return call(*args)
+
+    async def lookup(self, partition: str, vector: Vector, threshold: float) -> CacheHit | None:
+        try:
+            return await self._run(self.backend.lookup, partition, vector, threshold)
+        except CacheUnavailable as exc:
+            self._degrade("lookup", exc)
+            return None
+
+    async def store(
+        self, partition: str, vector: Vector, response: dict[str, Any], ttl_seconds: int | None = None
+    ) -> None:
+        try:
+            await self._run(self.backend.store, partition, vector, response, ttl_seconds)
+        except CacheUnavailable as exc:
+            self._degrade("store", exc)
+
+    def _degrade(self, operation: str, exc: CacheUnavailable) -> None:
+        if self.on_unavailable is None:
+            raise exc
+        self.on_unavailable(operation, exc)
+
+    async def stats(self) -> CacheStats:
+        return await self._run(self.backend.stats)
+
+    async def clear(self, partition: str | None = None) -> int:
+        return await self._run(self.backend.clear, partition)
+
+    async def configure(self, settings: Any) -> None:
+        await self._run(self.backend.configure, settings)

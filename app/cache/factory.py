@@ -1,0 +1,77 @@
+"""Build the response-cache backend that `global.stores.response_cache.backend_type` names.
+
+memory: in-process, one replica's state (an HNSW graph per partition with `use_hnsw`);
+redis: RediSearch over hashes; milvus: a Milvus collection (Milvus Lite under the state
+directory when neither uri nor host is configured); hybrid: a bounded in-memory tier
+(`max_memory_entries`) over the store `hybrid_store` names. Network backends and faiss are imported only when
+chosen, so a memory-only deployment never loads redis-py, pymilvus or faiss.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from app.cache.base import CacheTuning, ResponseCacheBackend
+from app.cache.memory import memory_cache
+from app.config.global_config import ResponseCacheConfig
+
+# Milvus Lite's data directory under the state directory (a directory despite the suffix).
+MILVUS_LITE_DB = "response-cache.db"
+
+_NAMES = {
+    "InMemorySemanticCache": "memory",
+    "RedisSemanticCache": "redis",
+    "MilvusSemanticCache": "milvus",
+    "HybridSemanticCache": "hybrid",
+}
+
+
+def cache_backend(settings: ResponseCacheConfig, state_dir: Path | None = None) -> ResponseCacheBackend:
+    """A new backend for `settings`, tuned with its max_entries / ttl_seconds / eviction_policy.
+
+    state_dir: where Milvus Lite keeps its data (`<state_dir>/response-cache.db`) when
+    `milvus` names neither a uri nor a host (milvus and hybrid only; ValueError when
+    neither is given). Network backends connect lazily: building one never blocks.
+    """
+    tuning = CacheTuning.from_settings(settings)
+    kind = settings.backend_type
+    if kind == "memory":
+        return memory_cache(tuning, settings)
+    store = _store(
+        "redis" if kind == "redis" else "milvus" if kind == "milvus" else settings.hybrid_store,
+        settings,
+        tuning,
+        state_dir,
+    )
+    if kind == "hybrid":
+        from app.cache.hybrid import hybrid_cache
+
+        return hybrid_cache(store, tuning, settings)
+    return store
+
+
+def _store(
+    kind: str, settings: ResponseCacheConfig, tuning: CacheTuning, state_dir: Path | None
+) -> ResponseCacheBackend:
+    """A shared store: Redis, or Milvus (Milvus Lite under `state_dir` without a uri)."""
+    if kind == "redis":
+        from app.cache.redis_store import RedisSemanticCache
+
+        return RedisSemanticCache(settings.redis, tuning)
+    from app.cache.milvus_store import MilvusSemanticCache
+
+    lite_path = None if state_dir is None else str(Path(state_dir) / MILVUS_LITE_DB)
+    return MilvusSemanticCache(settings.milvus, tuning, lite_path=lite_path)
+
+
+def backend_name(backend: Any) -> str:
+    """The backend_type that built `backend` ("memory", "redis", ...), for logs and stats views."""
+    return _NAMES.get(type(backend).__name__, type(backend).__name__)
+
+
+def store_identity(settings: ResponseCacheConfig) -> dict[str, Any]:
+    """What a backend is built from: everything but the knobs `configure()` applies live. A
+    reload whose identity is unchanged keeps the backend (and its in-memory entries)."""
+    live = {"enabled", "similarity_threshold", "max_entries", "ttl_seconds", "eviction_policy"}
+    return {k: v for k, v in settings.model_dump(mode="json").items() if k not in live}

@@ -1,0 +1,394 @@
+"""Semantic response cache on Redis with the search module (RediSearch), shared by every replica.
+
+Entries are hashes under `key_prefix` (P below), indexed by one RediSearch HNSW COSINE index
+(`index_name`, created on the first vector and reused by every later backend object, so a
+restarted replica finds its entries):
+
+    P e:<member>       hash: partition_tag (TAG), partition, vector (float32 bytes of the
+                       unit vector), response (JSON text), created_at (NUMERIC, wall clock)
+    P order:inserted   sorted sets of members, the eviction order per policy: insert time
+    P order:used       (fifo), last hit time (lru), hit count (lfu)
+    P order:hits
+    P expiry           members by expiry time: bookkeeping for the keys Redis expires itself
+    P part:<tag>       members of one partition (clear(partition)); P parts: tags in use
+    P stats            hits, misses, evictions, expirations, shared by every replica
+
+A lookup is KNN 1 filtered by the partition's TAG. The TAG holds a digest of the partition,
+never its text, so no partition ('|', ':', spaces, the TAG separator ',', case) can break
+the query or match another partition.
+
+Approximations, because several replicas write without a global lock: the bound may be
+overshot briefly by concurrent stores; lfu ties go to the oldest insert (memory: the least
+recently used); a key that expires is dropped from the bookkeeping on the next store or
+stats call. Every Redis error or timeout raises CacheUnavailable within
+`timeout_seconds` (no retries), so an outage costs a request one miss, never a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import numbers
+import secrets
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+import redis
+from redis.backoff import NoBackoff
+from redis.commands.search.field import Field, NumericField, TagField, VectorField
+from redis.commands.search.index_definition import IndexDefinition, IndexType
+from redis.commands.search.query import Query
+from redis.retry import Retry
+
+from app.cache.base import CacheHit, CacheStats, CacheTuning, CacheUnavailable
+from app.cache.memory import (
+    DUPLICATE_SIMILARITY,
+    SIMILARITY_SLACK,
+    as_unit_vector,
+    check_partition,
+    check_ttl,
+)
+from app.config.cache_stores import RedisCacheSettings
+
+_ORDER_FIELD = {"fifo": "inserted", "lru": "used", "lfu": "hits"}
+_STAT_FIELDS = ("hits", "misses", "evictions", "expirations")
+_MISSING_INDEX = ("unknown index name", "no such index")
+
+
+class _Nearest(NamedTuple):
+    member: str
+    similarity: float
+    response: str
+    created_at: float
+
+
+def _client(settings: RedisCacheSettings) -> redis.Redis:
+    """One client (one connection pool) that fails within timeout_seconds, never retrying."""
+    options: dict[str, Any] = {
+        "socket_timeout": settings.timeout_seconds,
+        "socket_connect_timeout": settings.timeout_seconds,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if settings.username is not None:
+        options["username"] = settings.username
+    if settings.password is not None:
+        options["password"] = settings.password
+    if settings.url is not None:
+        return redis.Redis.from_url(settings.url, **options)
+    return redis.Redis(host=settings.host, port=settings.port, db=settings.db, ssl=settings.tls, **options)
+
+
+def _check_threshold(threshold: Any) -> float:
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, numbers.Real)
+        or not 0.0 <= float(threshold) <= 1.0
+    ):
+        raise ValueError(f"similarity threshold must be between 0.0 and 1.0, got {threshold!r}")
+    return float(threshold)
+
+
+def partition_tag(partition: str) -> str:
+    """The TAG value of a partition: a digest, so no partition text needs escaping."""
+    return hashlib.blake2s(partition.encode(), digest_size=16).hexdigest()
+
+
+class RedisSemanticCache:
+    """Implements app.cache.base.ResponseCacheBackend on Redis + RediSearch (see module doc)."""
+
+    def __init__(
+        self,
+        settings: RedisCacheSettings,
+        tuning: CacheTuning | None = None,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        tuning = tuning or CacheTuning()
+        self._settings = settings
+        self._tuning = tuning
+        self._wall_clock = wall_clock
+        self._redis = _client(settings)
+        self._prefix = settings.key_prefix
+        self._dim: int | None = None  # the index's dimension, once known
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def tuning(self) -> CacheTuning:
+        return self._tuning
+
+    def close(self) -> None:
+        self._redis.close()
+
+    def lookup(self, partition: str, vector: Any, threshold: float) -> CacheHit | None:
+        partition = check_partition(partition)
+        threshold = _check_threshold(threshold)
+        v = as_unit_vector(vector)
+        with self._unavailable("lookup"):
+            found = self._nearest(partition_tag(partition), v)
+            if found is None or found.similarity + SIMILARITY_SLACK < threshold:
+                self._redis.hincrby(self._key("stats"), "misses", 1)
+                return None
+            with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hincrby(self._key("stats"), "hits", 1)
+                # xx: never resurrect a member another replica just removed.
+                pipe.zadd(self._key("order:used"), {found.member: self._wall_clock()}, xx=True)
+                pipe.zadd(self._key("order:hits"), {found.member: 1}, xx=True, incr=True)
+                pipe.execute()
+        return CacheHit(
+            response=json.loads(found.response),
+            similarity=min(found.similarity, 1.0),
+            partition=partition,
+            created_at=found.created_at,
+        )
+
+    def store(
+        self, partition: str, vector: Any, response: dict[str, Any], ttl_seconds: int | None = None
+    ) -> None:
+        partition = check_partition(partition)
+        if not isinstance(response, dict):
+            raise ValueError(
+                f"cached response must be a dict (a chat.completion), got {type(response).__name__}"
+            )
+        ttl = self._tuning.ttl_seconds if ttl_seconds is None else check_ttl(ttl_seconds)
+        v = as_unit_vector(vector)
+        try:
+            body = json.dumps(response, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"cached response is not JSON-serialisable: {exc}") from None
+        tag = partition_tag(partition)
+        with self._unavailable("store"):
+            now = self._wall_clock()
+            self._purge_expired(now)
+            found = self._nearest(tag, v)
+            if found is not None and found.similarity >= DUPLICATE_SIMILARITY:
+                member = found.member  # the same prompt: the new answer replaces the old
+            else:
+                if self._tuning.max_entries > 0:
+                    self._evict(self._count() - self._tuning.max_entries + 1)
+                member = f"{int(now * 1_000_000):016x}{secrets.token_hex(4)}.{tag}"
+            self._write(member, partition, v, body, now, ttl)
+
+    def stats(self) -> CacheStats:
+        with self._unavailable("stats"):
+            self._purge_expired(self._wall_clock())
+            with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hmget(self._key("stats"), list(_STAT_FIELDS))
+                pipe.zcard(self._key("order:inserted"))
+                pipe.scard(self._key("parts"))
+                counters, entries, partitions = pipe.execute()
+        hits, misses, evictions, expirations = (int(value or 0) for value in counters)
+        total = hits + misses
+        return CacheStats(
+            entries=entries,
+            hits=hits,
+            misses=misses,
+            hit_ratio=hits / total if total else 0.0,
+            evictions=evictions,
+            expirations=expirations,
+            partitions=partitions,
+        )
+
+    def clear(self, partition: str | None = None) -> int:
+        with self._unavailable("clear"):
+            self._purge_expired(self._wall_clock())
+            if partition is not None:
+                members = self._texts(self._redis.smembers(self._key(f"part:{partition_tag(partition)}")))
+                return sum(self._remove(members))
+            removed = self._count()
+            # Dropping the index (not its documents: those go by key below) lets a new
+            # embedding model with another dimension start afresh, as the memory backend does.
+            with contextlib.suppress(redis.ResponseError):
+                self._redis.ft(self._settings.index_name).dropindex(delete_documents=False)
+            self._dim = None
+            self._delete_matching(f"{_glob_escape(self._prefix)}*", keep={self._key("stats")})
+            return removed
+
+    def configure(self, settings: Any) -> None:
+        """Apply max_entries / ttl_seconds / eviction_policy; a smaller bound evicts at once."""
+        self._tuning = CacheTuning.from_settings(settings, self._tuning)
+        if self._tuning.max_entries > 0:
+            with self._unavailable("configure"):
+                self._evict(self._count() - self._tuning.max_entries)
+
+    # ------------------------------------------------------------------ internals
+
+    def _key(self, suffix: str) -> str:
+        return f"{self._prefix}{suffix}"
+
+    @contextlib.contextmanager
+    def _unavailable(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except (redis.RedisError, OSError) as exc:
+            raise CacheUnavailable(f"redis response cache: {action} failed: {exc}") from exc
+
+    @staticmethod
+    def _texts(values: Iterable[Any]) -> list[str]:
+        return [value.decode() if isinstance(value, bytes) else str(value) for value in values]
+
+    def _count(self) -> int:
+        return int(self._redis.zcard(self._key("order:inserted")))
+
+    def _ensure_index(self, dim: int) -> None:
+        if self._dim is None:
+            self._dim = self._index_dim() or self._create_index(dim)
+        if dim != self._dim:
+            raise ValueError(
+                f"cache vector has {dim} dimensions but the Redis index {self._settings.index_name!r}"
+                f" holds {self._dim}-d vectors (embedding model changed? clear the cache)"
+            )
+
+    def _index_dim(self) -> int | None:
+        """The existing index's vector dimension, None when there is no index yet."""
+        try:
+            info = self._redis.ft(self._settings.index_name).info()
+        except redis.ResponseError as exc:
+            if _is_missing_index(exc):
+                return None
+            raise
+        for attribute in info.get("attributes", []):
+            fields = dict(zip(attribute[::2], attribute[1::2], strict=False))
+            if self._texts([fields.get("attribute", "")]) == ["vector"] and "dim" in fields:
+                return int(fields["dim"])
+        raise CacheUnavailable(f"Redis index {self._settings.index_name!r} has no vector field")
+
+    def _create_index(self, dim: int) -> int:
+        schema: list[Field] = [
+            TagField("partition_tag", case_sensitive=True),
+            NumericField("created_at"),
+            VectorField(
+                "vector",
+                "HNSW",
+                {"TYPE": "FLOAT32", "DIM": dim, "DISTANCE_METRIC": "COSINE", "M": 16, "EF_CONSTRUCTION": 200},
+            ),
+        ]
+        definition = IndexDefinition(prefix=[self._key("e:")], index_type=IndexType.HASH)
+        try:
+            self._redis.ft(self._settings.index_name).create_index(schema, definition=definition)
+        except redis.ResponseError as exc:
+            if "already exists" not in str(exc).lower():  # another replica was first
+                raise
+            return self._index_dim() or dim
+        return dim
+
+    def _nearest(self, tag: str, v: np.ndarray) -> _Nearest | None:
+        """The partition's nearest entry to the unit vector `v` (KNN 1), None when it is empty."""
+        self._ensure_index(v.shape[0])
+        query = (
+            Query(f"(@partition_tag:{{{tag}}})=>[KNN 1 @vector $vec AS distance]")
+            .return_fields("distance", "response", "created_at")
+            .paging(0, 1)
+            .dialect(2)
+        )
+        try:
+            result = self._redis.ft(self._settings.index_name).search(query, {"vec": v.tobytes()})
+        except redis.ResponseError as exc:
+            if not _is_missing_index(exc):
+                raise
+            self._dim = None  # another replica cleared the cache (and dropped the index)
+            return None
+        if not result.docs:
+            return None
+        doc = result.docs[0]
+        if not all(hasattr(doc, field) for field in ("distance", "response", "created_at")):
+            return None  # the key expired after the search found it: the entry is gone
+        return _Nearest(
+            member=doc.id.removeprefix(self._key("e:")),
+            similarity=1.0 - float(doc.distance),
+            response=doc.response,
+            created_at=float(doc.created_at),
+        )
+
+    def _write(self, member: str, partition: str, v: np.ndarray, body: str, now: float, ttl: int) -> None:
+        key, tag = self._key(f"e:{member}"), member.rsplit(".", 1)[1]
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                key,
+                mapping={
+                    "partition_tag": tag,
+                    "partition": partition,
+                    "vector": v.tobytes(),
+                    "response": body,
+                    "created_at": now,
+                },
+            )
+            if ttl > 0:
+                pipe.expire(key, ttl)
+                pipe.zadd(self._key("expiry"), {member: now + ttl})
+            else:
+                pipe.persist(key)
+                pipe.zrem(self._key("expiry"), member)
+            pipe.zadd(self._key("order:inserted"), {member: now})
+            pipe.zadd(self._key("order:used"), {member: now})
+            pipe.zadd(self._key("order:hits"), {member: 0}, nx=True)  # a replacement keeps its hits
+            pipe.sadd(self._key(f"part:{tag}"), member)
+            pipe.sadd(self._key("parts"), tag)
+            pipe.execute()
+
+    def _evict(self, count: int) -> None:
+        """Remove `count` entries in the eviction policy's order."""
+        if count <= 0:
+            return
+        order = self._key(f"order:{_ORDER_FIELD[self._tuning.eviction_policy]}")
+        members = self._texts(self._redis.zrange(order, 0, count - 1))
+        existed = self._remove(members)
+        self._count_stats(evictions=sum(existed), expirations=len(existed) - sum(existed))
+
+    def _purge_expired(self, now: float) -> None:
+        members = self._texts(self._redis.zrangebyscore(self._key("expiry"), "-inf", now))
+        if members:
+            self._remove(members)
+            self._count_stats(expirations=len(members))
+
+    def _remove(self, members: list[str]) -> list[bool]:
+        """Drop entries and their bookkeeping; for each, whether its key still existed."""
+        if not members:
+            return []
+        tags = sorted({member.rsplit(".", 1)[1] for member in members})
+        with self._redis.pipeline(transaction=True) as pipe:
+            for member in members:
+                pipe.delete(self._key(f"e:{member}"))
+            for order in ("order:inserted", "order:used", "order:hits", "expiry"):
+                pipe.zrem(self._key(order), *members)
+            for tag in tags:
+                pipe.srem(self._key(f"part:{tag}"), *members)
+            for tag in tags:
+                pipe.scard(self._key(f"part:{tag}"))
+            replies = pipe.execute()
+        sizes = replies[-len(tags) :]
+        emptied = [tag for tag, size in zip(tags, sizes, strict=True) if int(size) == 0]
+        if emptied:
+            self._redis.srem(self._key("parts"), *emptied)
+        return [bool(deleted) for deleted in replies[: len(members)]]
+
+    def _count_stats(self, **counts: int) -> None:
+        with self._redis.pipeline(transaction=False) as pipe:
+            for name, value in counts.items():
+                if value:
+                    pipe.hincrby(self._key("stats"), name, value)
+            pipe.execute()
+
+    def _delete_matching(self, pattern: str, keep: set[str]) -> None:
+        batch: list[Any] = []
+        for key in self._redis.scan_iter(match=pattern, count=500):
+            if self._texts([key])[0] not in keep:
+                batch.append(key)
+            if len(batch) >= 500:
+                self._redis.delete(*batch)
+                batch.clear()
+        if batch:
+            self._redis.delete(*batch)
+
+
+def _is_missing_index(exc: redis.ResponseError) -> bool:
+    text = str(exc).lower()
+    return any(marker in text for marker in _MISSING_INDEX)
+
+
+def _glob_escape(text: str) -> str:
+    """`text` as a literal in a SCAN MATCH pattern."""
+    return "".join(f"\\{char}" if char in "*?[]\\" else char for char in text)
