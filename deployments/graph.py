@@ -60,8 +60,8 @@ class GraphArgs(BaseModel):
     decision_model: bool = True
     # An inline configuration document (instead of reading config_path).
     config: dict[str, Any] | None = None
-    # Management state (config versions): default .cache/state/<app name> under the Ingress's
-    # working directory.
+    # Management state (config versions) and a Milvus Lite response cache: default
+    # .cache/state/<app name> under the replicas' working directory.
     state_dir: str | None = None
     # How long an activation may take to reach every replica before it fails (and the
     # previous configuration is pushed back).
@@ -111,7 +111,7 @@ def build_graph(
     cache = (
         _deployment(ResponseCache)
         .options(**{"user_config": {"response_cache": cache_settings}, **options.get("ResponseCache", {})})
-        .bind(observability)
+        .bind(observability, state_dir=graph_args.state_dir)
     )
     domain = _deployment(DomainClassifier).options(**options.get("DomainClassifier", {})).bind(embedding)
     guard = _deployment(Guard).options(**options.get("Guard", {})).bind(embedding)

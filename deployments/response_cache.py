@@ -22,7 +22,6 @@ import hashlib
 import logging
 import os
 import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,7 +48,8 @@ class ResponseCache:
     # An in-process backend's calls run inline on the replica's loop (a lookup takes 0.04 ms at
     # 1k entries, less than a thread hop); a network store's run in a thread (app/cache/calls.py).
 
-    def __init__(self, observability: DeploymentHandle | None = None) -> None:
+    def __init__(self, observability: DeploymentHandle | None = None, state_dir: str | None = None) -> None:
+        self._state_dir = state_dir  # GraphArgs.state_dir: where a Milvus Lite cache lives
         self._metrics = MetricsRecorder()
         self._cache = AsyncCache(InMemorySemanticCache(), on_unavailable=self._unavailable)
         self._store_settings: dict[str, Any] | None = None  # what built the backend (None: the default)
@@ -92,7 +92,8 @@ class ResponseCache:
         if identity == (self._store_settings or store_identity(ResponseCacheConfig())):
             await self._cache.configure(raw)  # a partial mapping keeps the knobs it does not name
             return
-        backend = await asyncio.to_thread(cache_backend, settings, _state_dir())
+        state_dir = state_dir_of(self._state_dir, serve.get_replica_context().app_name)
+        backend = await asyncio.to_thread(cache_backend, settings, state_dir)
         self._cache = AsyncCache(backend, on_unavailable=self._unavailable)
         self._store_settings = identity
         if self._channel is not None:
@@ -121,11 +122,6 @@ class ResponseCache:
         removed = await self._cache.clear(partition)
         self._record_size()
         return removed
-
-
-def _state_dir() -> Path:
-    """Where Milvus Lite keeps the cache on one machine: beside the management state."""
-    return state_dir_of(None, serve.get_replica_context().app_name)
 
 
 def _socket_path() -> str:

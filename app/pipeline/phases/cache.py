@@ -1,10 +1,16 @@
 """Phase `cache`: the response-cache lookup (a hit answers the request) and the write that
 complete() performs later (`plan.cache_write`). Returns the x-cache-status.
 
-Partitions are f"{model}|{decision}" (decision "" when the default model answered).
-Requests carrying more than their last user message (a system prompt, earlier turns, tool
-results, `tools`) get a suffix "|ctx:<hash of that context>", so one conversation's
-answer is never served to another conversation that merely ends with the same question.
+Partitions are f"{model}|{decision}" (decision "" when the default model answered), with
+suffixes that keep answers from crossing into requests they do not answer:
+- "|ctx:<hash>" when the request carries more than its last user message (a system prompt,
+  earlier turns, tool results, `tools`): one conversation's answer is never served to
+  another that merely ends with the same question;
+- "|tenant:<hash>" when it names a tenant (header `x-vsr-tenant`) or an end user (the
+  OpenAI `user` field): tenants and users never share entries;
+- "|neg:<signature>" when the question negates something (app/pipeline/cache_guard.py):
+  "disable 2FA" is never answered with "enable 2FA", which encoders place within any
+  usable threshold.
 Request header `x-vsr-cache-control` (name and allowed directives from the plugin's
 `request_controls`): `no-cache` skips the lookup, `no-store` the write, `bypass` both;
 `max-age=N` refuses entries older than N s, `ttl=N` sets the written entry's lifetime.
@@ -21,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from app.pipeline.cache_guard import polarity_signature
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.plan import CacheWrite, ImmediateResponse, RoutePlan
 from app.pipeline.plugins import (
@@ -57,7 +64,7 @@ async def cache_step(
     except Exception as exc:  # the encoder being down must not fail the request
         log.warning("cache skipped for %s: embedding failed: %s", plan.request_id, exc)
         return "bypass"
-    partition = cache_partition(plan.selected_model or "", plan.decision or "", plan.body)
+    partition = cache_partition(plan.selected_model or "", plan.decision or "", plan.body, headers)
     if control.lookup and await _answer_from_cache(
         services.cache_lookup, plan, partition, vector, policy.threshold, control
     ):
@@ -106,19 +113,36 @@ def _too_old(created_at: Any, max_age_s: float | None) -> bool:
     )
 
 
-def cache_partition(model: str, decision: str, body: Mapping[str, Any]) -> str:
-    base = f"{model}|{decision}"
+TENANT_HEADER = "x-vsr-tenant"
+
+
+def cache_partition(
+    model: str, decision: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+) -> str:
+    """The partition of a request's entry; `headers` lower-cased (as the pipeline passes them)."""
     messages = body.get("messages") or []
     last_user = max(
         (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), default=-1
     )
+    partition = f"{model}|{decision}"
     context = [
         [m.get("role"), content_text(m.get("content")), m.get("tool_calls"), m.get("tool_call_id")]
         for i, m in enumerate(messages)
         if i != last_user and isinstance(m, dict)
     ]
     tools = body.get("tools")
-    if not context and not tools:
-        return base
-    digest = hashlib.sha256(json.dumps([context, tools], sort_keys=True, default=str).encode()).hexdigest()
-    return f"{base}|ctx:{digest[:16]}"
+    if context or tools:
+        partition += f"|ctx:{_digest([context, tools])}"
+    tenant = (headers or {}).get(TENANT_HEADER)
+    user = body.get("user")
+    if tenant or user:
+        partition += f"|tenant:{_digest([tenant or '', user or ''])}"
+    question = content_text(messages[last_user].get("content")) if last_user >= 0 else ""
+    negation = polarity_signature(question)
+    if negation:
+        partition += f"|neg:{negation}"
+    return partition
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
