@@ -155,6 +155,22 @@ def check_ttl(ttl_seconds: Any) -> int:
     return int(ttl_seconds)
 
 
+def check_threshold(threshold: Any) -> float:
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, numbers.Real)
+        or not 0.0 <= float(threshold) <= 1.0
+    ):
+        raise ValueError(f"similarity threshold must be between 0.0 and 1.0, got {threshold!r}")
+    return float(threshold)
+
+
+def check_response(response: Any) -> dict[str, Any]:
+    if not isinstance(response, dict):
+        raise ValueError(f"cached response must be a dict (a chat.completion), got {type(response).__name__}")
+    return response
+
+
 class InMemorySemanticCache:
     """Thread-safe semantic cache; implements app.cache.base.ResponseCacheBackend.
 
@@ -213,12 +229,7 @@ class InMemorySemanticCache:
 
     def lookup(self, partition: str, vector: Any, threshold: float) -> CacheHit | None:
         partition = check_partition(partition)
-        if (
-            isinstance(threshold, bool)
-            or not isinstance(threshold, numbers.Real)
-            or not 0.0 <= threshold <= 1.0
-        ):
-            raise ValueError(f"similarity threshold must be between 0.0 and 1.0, got {threshold!r}")
+        check_threshold(threshold)
         v = as_unit_vector(vector)
         with self._lock:
             self._purge_expired(self._clock())
@@ -249,10 +260,7 @@ class InMemorySemanticCache:
         self, partition: str, vector: Any, response: dict[str, Any], ttl_seconds: int | None = None
     ) -> None:
         partition = check_partition(partition)
-        if not isinstance(response, dict):
-            raise ValueError(
-                f"cached response must be a dict (a chat.completion), got {type(response).__name__}"
-            )
+        check_response(response)
         ttl = self._ttl_seconds if ttl_seconds is None else check_ttl(ttl_seconds)
         v = as_unit_vector(vector)
         stored = copy.deepcopy(response)  # the caller may keep mutating its dict

@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import numbers
 import threading
 import time
 import uuid
@@ -47,6 +46,8 @@ from app.cache.memory import (
     SIMILARITY_SLACK,
     as_unit_vector,
     check_partition,
+    check_response,
+    check_threshold,
     check_ttl,
 )
 from app.config.cache_stores import MilvusCacheSettings
@@ -131,12 +132,7 @@ class MilvusSemanticCache:
 
     def lookup(self, partition: str, vector: Any, threshold: float) -> CacheHit | None:
         partition = check_partition(partition)
-        if (
-            isinstance(threshold, bool)
-            or not isinstance(threshold, numbers.Real)
-            or not 0.0 <= threshold <= 1.0
-        ):
-            raise ValueError(f"similarity threshold must be between 0.0 and 1.0, got {threshold!r}")
+        check_threshold(threshold)
         v = as_unit_vector(vector)
         client = self._connected()
         self._check_dim(v)
@@ -161,10 +157,7 @@ class MilvusSemanticCache:
         self, partition: str, vector: Any, response: dict[str, Any], ttl_seconds: int | None = None
     ) -> None:
         partition = check_partition(partition)
-        if not isinstance(response, dict):
-            raise ValueError(
-                f"cached response must be a dict (a chat.completion), got {type(response).__name__}"
-            )
+        check_response(response)
         ttl = self._tuning.ttl_seconds if ttl_seconds is None else check_ttl(ttl_seconds)
         v = as_unit_vector(vector)
         text = json.dumps(response, ensure_ascii=False, separators=(",", ":"))

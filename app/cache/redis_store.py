@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import numbers
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -49,6 +48,8 @@ from app.cache.memory import (
     SIMILARITY_SLACK,
     as_unit_vector,
     check_partition,
+    check_response,
+    check_threshold,
     check_ttl,
 )
 from app.config.cache_stores import RedisCacheSettings
@@ -79,16 +80,6 @@ def _client(settings: RedisCacheSettings) -> redis.Redis:
     if settings.url is not None:
         return redis.Redis.from_url(settings.url, **options)
     return redis.Redis(host=settings.host, port=settings.port, db=settings.db, ssl=settings.tls, **options)
-
-
-def _check_threshold(threshold: Any) -> float:
-    if (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, numbers.Real)
-        or not 0.0 <= float(threshold) <= 1.0
-    ):
-        raise ValueError(f"similarity threshold must be between 0.0 and 1.0, got {threshold!r}")
-    return float(threshold)
 
 
 def partition_tag(partition: str) -> str:
@@ -125,7 +116,7 @@ class RedisSemanticCache:
 
     def lookup(self, partition: str, vector: Any, threshold: float) -> CacheHit | None:
         partition = check_partition(partition)
-        threshold = _check_threshold(threshold)
+        threshold = check_threshold(threshold)
         v = as_unit_vector(vector)
         with self._unavailable("lookup"):
             found = self._nearest(partition_tag(partition), v)
@@ -149,10 +140,7 @@ class RedisSemanticCache:
         self, partition: str, vector: Any, response: dict[str, Any], ttl_seconds: int | None = None
     ) -> None:
         partition = check_partition(partition)
-        if not isinstance(response, dict):
-            raise ValueError(
-                f"cached response must be a dict (a chat.completion), got {type(response).__name__}"
-            )
+        check_response(response)
         ttl = self._tuning.ttl_seconds if ttl_seconds is None else check_ttl(ttl_seconds)
         v = as_unit_vector(vector)
         try:
