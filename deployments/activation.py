@@ -7,8 +7,7 @@
   the new `user_config` through `reconfigure()`. An application deployed from a Serve
   config is updated declaratively (`user_config` overrides, `declarative_update`);
 - `StartupWatcher` (app/management/startup_watch.py) fed by the deployments' states;
-- `ObservabilityReplays`: the replay source over the Observability deployment.
-
+- the replay source and the cache admin over their deployments (deployments/handles.py).
 Private Ray APIs are reached only through deployments/ray_compat.py.
 """
 
@@ -25,6 +24,7 @@ from ray.serve.handle import DeploymentHandle
 
 from app.config.models import RouterConfig
 from app.management.activation import ActivationFailed
+from app.management.cache_admin import ResponseCacheAdmin
 from app.management.rollout import AppState, GraphActivator, declarative_update
 from app.management.service import Management, ManagementParts
 from app.management.startup import StartupTracker
@@ -153,6 +153,7 @@ def build_management(
     config_view: Any,
     previewer: Any,
     compile_check: Callable[[RouterConfig], None],
+    cache_admin: ResponseCacheAdmin | None = None,
 ) -> Management:
     """The Ingress replica's Management: persistent store, graph activator, real startup status."""
     context = serve.get_replica_context()
@@ -183,6 +184,7 @@ def build_management(
         "filename": filename,
         "compile_check": compile_check,
         "replays": ObservabilityReplays(observability) if observability is not None else None,
+        "cache_admin": cache_admin,
     }
     state_dir = state_dir_of(getattr(graph_args, "state_dir", None), app_name)
     try:

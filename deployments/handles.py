@@ -1,7 +1,7 @@
 """The Ingress's and the ext_proc sidecar's views of other deployments, over their handles.
 
 Each adapts a DeploymentHandle to a Ray-free protocol of app/ (the exchange's RouterClient,
-the diagnostics' ClassifierBackend, the management API's ReplaySource), unwrapping Ray's
+the diagnostics' ClassifierBackend, the management API's ReplaySource and CacheControl), unwrapping Ray's
 errors through deployments/ray_compat.py so a replica's own error reaches the caller as itself.
 """
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
+from app.cache.base import CacheUnavailable
 from app.common.background import BackgroundTasks
 from app.common.errors import SvcError
 from app.management.replays import ReplayAggregate, ReplayPage
@@ -146,3 +147,32 @@ class ObservabilityReplays:
 
     async def aggregate(self, decision: str | None = None, model: str | None = None) -> ReplayAggregate:
         return ReplayAggregate.model_validate(await self._handle.aggregate_replays.remote(decision, model))
+
+
+class HandleCacheControl:
+    """The storage API's CacheControl (app/management/cache_admin.py) over the ResponseCache
+    deployment: its store's outage (CacheUnavailable) and an unreachable or overloaded
+    deployment both reach the admin as CacheUnavailable (a 503)."""
+
+    def __init__(self, handle: DeploymentHandle) -> None:
+        self._handle = handle
+
+    async def stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = await self._call("stats")
+        return stats
+
+    async def clear(self, partition: str | None = None) -> int:
+        return int(await self._call("clear", partition))
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        def unavailable(exc: BaseException) -> BaseException:
+            return CacheUnavailable(f"ResponseCache {method}: deployment unavailable ({type(exc).__name__})")
+
+        return await ray_compat.call(
+            self._handle,
+            method,
+            *args,
+            keep=lambda exc: isinstance(exc, CacheUnavailable),
+            unavailable=unavailable,
+            overloaded=unavailable,
+        )

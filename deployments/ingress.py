@@ -15,12 +15,18 @@ from app.common.background import BackgroundTasks
 from app.common.heap import freeze_startup_heap
 from app.config.loader import load_config, parse_config
 from app.config.models import RouterConfig
+from app.management.cache_admin import LocalCacheAdmin
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
 from deployments import ray_compat
 from deployments.activation import build_management
 from deployments.decision_model import HandleDecisionBackend
-from deployments.handles import HandleClassifiers, HandleRouterClient, front_door_completion
+from deployments.handles import (
+    HandleCacheControl,
+    HandleClassifiers,
+    HandleRouterClient,
+    front_door_completion,
+)
 from deployments.observability import replica_pusher
 
 
@@ -64,6 +70,8 @@ class Ingress:
             config_view=self._config,
             previewer=self._router,
             compile_check=_compile_check(domain, guard),
+            # The storage API (spec 1 "Storage") over the ResponseCache (none in the graph: 503s).
+            cache_admin=LocalCacheAdmin(HandleCacheControl(cache)) if cache is not None else None,
         )
 
     def __serve_build_asgi_app__(self) -> Any:

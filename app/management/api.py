@@ -14,6 +14,9 @@ Routes and the permission each needs (auth mode bearer; with mode none all are o
     GET  /api/v1/inventory/*, /info/*                inventory.read               routes/inventory.py
     GET  /api/v1/observability/replays[/aggregate|/{id}]  observability.read (content needs data.read)
     POST /api/v1/observability/outcomes              learning.ingest              routes/observability.py
+    GET  /api/v1/storage/response-cache/{capabilities,health,stats}  cache.read  routes/storage.py
+    POST /api/v1/storage/response-cache/invalidate   cache.invalidate             routes/storage.py
+    POST /api/v1/storage/response-cache/{test,flush} cache.manage                 routes/storage.py
 
 Every request body and answer is a pydantic model (models.py); failures use MgmtError.
 """
@@ -27,6 +30,7 @@ from app.management.routes.config_writes import config_write_routes
 from app.management.routes.inventory import inventory_routes, older_info_routes
 from app.management.routes.observability import audit_routes, replay_routes
 from app.management.routes.routing import routing_routes
+from app.management.routes.storage import storage_routes
 from app.management.routes.system import install_discovery, system_routes
 from app.management.service import Management
 
@@ -44,6 +48,7 @@ def management_router(mgmt: Management) -> APIRouter:
         inventory_routes,
         older_info_routes,
         replay_routes,
+        storage_routes,
     ):
         router.include_router(family(mgmt))
     return router

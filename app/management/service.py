@@ -24,6 +24,7 @@ from app.management.activation import (
 )
 from app.management.audit import AuditLog
 from app.management.auth import Authenticator
+from app.management.cache_admin import ResponseCacheAdmin
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
 from app.management.models import MutationResponse, StatusDocument
@@ -58,6 +59,7 @@ class ManagementParts(TypedDict, total=False):
     outcomes: OutcomeStore | None
     previewer: RoutingPreviewer | None
     inventory: InventoryBackend | None
+    cache_admin: ResponseCacheAdmin | None  # None: the storage routes answer 503
     filename: str
     environ: Mapping[str, str] | None
     activation_wait_s: float
@@ -83,6 +85,7 @@ class Management:
         self.previewer = parts.get("previewer")
         self.preview_deadline_s = parts.get("preview_deadline_s", PREVIEW_DEADLINE_S)
         self.inventory = parts.get("inventory") or LocalInventory(self.startup)
+        self.cache_admin = parts.get("cache_admin")
         activator = parts.get("activator")
         # Without an activator nothing can reach the routers: status reads `unknown` and
         # mutations answer 503 instead of persisting a change that would never serve.

@@ -1,0 +1,246 @@
+"""The response-cache storage API's state (spec 1, "Storage"): capabilities, health, stats,
+probing a candidate configuration, invalidating a scope and flushing with an epoch.
+
+`ResponseCacheAdmin` is what the routes (routes/storage.py) call; `LocalCacheAdmin` is its
+one implementation, over a `CacheControl` (the live cache's stats and clear): an app.cache
+backend in this process (`backend_control`), or the ResponseCache deployment's handle
+(deployments/handles.py). No Ray and no HTTP here.
+
+Scopes: a scope {"model", "decision"} names the partition `model|decision`. The backend
+contract clears exact partitions only (Redis and Milvus key partitions by a digest, so they
+cannot match a prefix), so a scoped invalidate removes that partition, not the context,
+tenant or polarity partitions (`model|decision|ctx:..`) under it; no scope means everything.
+
+Epochs: a counter of flushes per scope ("global" or the partition), kept by this admin (one
+per Ingress replica, not shared, reset by a restart). Entries are removed eagerly by the
+flush itself; nothing filters entries by epoch later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, Literal, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.cache.base import CacheUnavailable, ResponseCacheBackend
+from app.cache.calls import AsyncCache
+from app.cache.factory import backend_name, cache_backend
+from app.config.global_config import ResponseCacheConfig
+
+GLOBAL_SCOPE = "global"
+BACKEND_TYPES = ["memory", "redis", "milvus", "hybrid"]
+PROBE_PARTITION = "__svc_sr_probe__"
+# A probe never waits longer than this beyond the store's own timeout (building a Milvus
+# Lite store can take a few seconds).
+PROBE_MARGIN_S = 10.0
+
+
+class CacheScope(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1)
+    decision: str = Field(min_length=1)
+
+    @property
+    def partition(self) -> str:
+        return f"{self.model}|{self.decision}"
+
+
+class InvalidateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: CacheScope | None = None  # None: every partition
+    dry_run: bool = False
+
+
+class FlushRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: CacheScope | None = None  # None: the global cache
+
+
+class CacheCapabilities(BaseModel):
+    backend: str
+    backend_types: list[str]
+    scopes: list[str]  # "global", "partition"
+    prefix_invalidation: bool  # a scope covers the partitions under it (not yet: exact only)
+    dry_run: bool
+    dry_run_counts_scopes: bool  # whether a scoped dry run can count its entries
+    epochs: Literal["per_replica"]
+
+
+class CacheHealth(BaseModel):
+    status: Literal["ok", "unavailable"]
+    backend: str | None = None
+    reason: str | None = None
+
+
+class CacheStatsView(BaseModel):
+    backend: str
+    entries: int
+    hits: int
+    misses: int
+    hit_ratio: float
+    evictions: int
+    expirations: int
+    partitions: int
+    epochs: dict[str, int]
+
+
+class ProbeResult(BaseModel):
+    backend_type: str
+    status: Literal["ok", "unreachable", "failed"]
+    reachable: bool
+    latency_ms: float | None = None
+    reason: str | None = None
+
+
+class InvalidateResult(BaseModel):
+    scope: str  # "global" or the partition
+    dry_run: bool
+    entries: int | None  # removed, or (dry run) matched; None: the backend cannot count a partition
+
+
+class FlushResult(BaseModel):
+    scope: str
+    removed: int
+    epoch: int
+
+
+class CacheControl(Protocol):
+    """The live cache as the admin needs it."""
+
+    async def stats(self) -> dict[str, Any]:
+        """CacheStats fields plus "backend" (its backend_type)."""
+        ...
+
+    async def clear(self, partition: str | None = None) -> int: ...
+
+
+class ResponseCacheAdmin(Protocol):
+    async def capabilities(self) -> dict[str, Any]: ...
+
+    async def health(self) -> dict[str, Any]: ...
+
+    async def stats(self) -> dict[str, Any]: ...
+
+    async def test(self, settings: ResponseCacheConfig) -> dict[str, Any]: ...
+
+    async def invalidate(self, scope: CacheScope | None, dry_run: bool) -> dict[str, Any]: ...
+
+    async def flush(self, scope: CacheScope | None) -> dict[str, Any]: ...
+
+
+class _BackendControl:
+    def __init__(self, backend: ResponseCacheBackend) -> None:
+        self._cache = AsyncCache(backend)
+
+    async def stats(self) -> dict[str, Any]:
+        stats = await self._cache.stats()
+        return {**stats.model_dump(), "backend": backend_name(self._cache.backend)}
+
+    async def clear(self, partition: str | None = None) -> int:
+        return await self._cache.clear(partition)
+
+
+def backend_control(backend: ResponseCacheBackend) -> CacheControl:
+    """CacheControl over a backend in this process (network backends' calls in a thread)."""
+    return _BackendControl(backend)
+
+
+class LocalCacheAdmin:
+    """ResponseCacheAdmin over `control`. Live-cache outages raise CacheUnavailable (the
+    routes answer 503); `test` builds its own throwaway backend and never touches `control`."""
+
+    def __init__(self, control: CacheControl, state_dir: Any = None) -> None:
+        self._control = control
+        self._state_dir = state_dir  # where a candidate Milvus Lite store would live
+        self._epochs: dict[str, int] = {}
+
+    async def capabilities(self) -> dict[str, Any]:
+        stats = await self._control.stats()
+        return CacheCapabilities(
+            backend=str(stats.get("backend", "unknown")),
+            backend_types=BACKEND_TYPES,
+            scopes=[GLOBAL_SCOPE, "partition"],
+            prefix_invalidation=False,
+            dry_run=True,
+            dry_run_counts_scopes=False,
+            epochs="per_replica",
+        ).model_dump()
+
+    async def health(self) -> dict[str, Any]:
+        try:
+            stats = await self._control.stats()
+        except CacheUnavailable as exc:
+            return CacheHealth(status="unavailable", reason=str(exc)).model_dump()
+        return CacheHealth(status="ok", backend=str(stats.get("backend", "unknown"))).model_dump()
+
+    async def stats(self) -> dict[str, Any]:
+        stats = await self._control.stats()
+        return CacheStatsView.model_validate({**stats, "epochs": dict(self._epochs)}).model_dump()
+
+    async def test(self, settings: ResponseCacheConfig) -> dict[str, Any]:
+        timeout = max(settings.redis.timeout_seconds, settings.milvus.timeout_seconds) + PROBE_MARGIN_S
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self._probe, settings), timeout)
+        except (CacheUnavailable, TimeoutError, OSError) as exc:
+            return self._probe_result(settings, "unreachable", reason=str(exc) or type(exc).__name__)
+        except Exception as exc:  # a store that answered but refused the probe (bad index, auth...)
+            return self._probe_result(settings, "failed", reason=f"{type(exc).__name__}: {exc}")
+        latency_ms = (time.perf_counter() - started) * 1000
+        return self._probe_result(settings, "ok", latency_ms=latency_ms)
+
+    @staticmethod
+    def _probe_result(
+        settings: ResponseCacheConfig,
+        status: Literal["ok", "unreachable", "failed"],
+        reason: str | None = None,
+        latency_ms: float | None = None,
+    ) -> dict[str, Any]:
+        return ProbeResult(
+            backend_type=settings.backend_type,
+            status=status,
+            reachable=status != "unreachable",
+            latency_ms=latency_ms,
+            reason=reason,
+        ).model_dump()
+
+    def _probe(self, settings: ResponseCacheConfig) -> None:
+        """Store and look up a random vector in a throwaway partition of a new backend, then
+        clear that partition (only it: the live entries of a shared store stay)."""
+        backend = cache_backend(settings, self._state_dir)
+        partition = f"{PROBE_PARTITION}|{uuid.uuid4().hex}"
+        vector = np.random.default_rng().standard_normal(settings.milvus.collection.vector_field.dimension)
+        try:
+            backend.store(partition, vector, {"object": "chat.completion", "probe": True}, ttl_seconds=60)
+            if backend.lookup(partition, vector, 0.99) is None:
+                raise RuntimeError("the probe entry was stored but not found")
+        finally:
+            try:
+                backend.clear(partition)
+            finally:
+                close = getattr(backend, "close", None)
+                if callable(close):
+                    close()
+
+    async def invalidate(self, scope: CacheScope | None, dry_run: bool) -> dict[str, Any]:
+        name = GLOBAL_SCOPE if scope is None else scope.partition
+        entries: int | None
+        if dry_run:
+            # The contract counts the whole cache only; a partition's size is not readable.
+            entries = int((await self._control.stats())["entries"]) if scope is None else None
+        else:
+            entries = await self._control.clear(None if scope is None else scope.partition)
+        return InvalidateResult(scope=name, dry_run=dry_run, entries=entries).model_dump()
+
+    async def flush(self, scope: CacheScope | None) -> dict[str, Any]:
+        name = GLOBAL_SCOPE if scope is None else scope.partition
+        removed = await self._control.clear(None if scope is None else scope.partition)
+        self._epochs[name] = self._epochs.get(name, 0) + 1
+        return FlushResult(scope=name, removed=removed, epoch=self._epochs[name]).model_dump()

@@ -1,0 +1,154 @@
+"""The response-cache storage routes (spec 1 "Storage"), over Management.cache_admin:
+
+    GET  /api/v1/storage/response-cache/capabilities, /health, /stats   cache.read
+    POST /api/v1/storage/response-cache/invalidate                      cache.invalidate
+    POST /api/v1/storage/response-cache/test, /flush                    cache.manage
+
+Without a cache admin (no response cache in this process) every route answers 503; so does
+one whose live store is unavailable (health reports it in its body instead)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from enum import Enum
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from app.cache.base import CacheUnavailable
+from app.config.global_config import ResponseCacheConfig
+from app.management.cache_admin import (
+    CacheCapabilities,
+    CacheHealth,
+    CacheScope,
+    CacheStatsView,
+    FlushRequest,
+    FlushResult,
+    InvalidateRequest,
+    InvalidateResult,
+    ProbeResult,
+    ResponseCacheAdmin,
+)
+from app.management.errors import unavailable
+from app.management.redaction import redact
+from app.management.routes.common import (
+    Registrar,
+    Responses,
+    json_body_openapi,
+    json_response,
+    parse_model,
+    principal_of,
+    record_mutation,
+)
+from app.management.service import Management
+
+PREFIX = "/api/v1/storage/response-cache"
+UNAVAILABLE: Responses = {503: {"description": "response cache unavailable"}}
+TAGS: list[str | Enum] = ["storage"]
+
+
+def storage_routes(mgmt: Management) -> APIRouter:
+    router = APIRouter()
+    add = Registrar(router, mgmt).add
+
+    async def capabilities() -> JSONResponse:
+        return await answer(admin(mgmt).capabilities, CacheCapabilities)
+
+    async def health() -> JSONResponse:
+        return await answer(admin(mgmt).health, CacheHealth)
+
+    async def stats(request: Request) -> JSONResponse:
+        redacted = not principal_of(request).can("secret_view")
+        return await answer(admin(mgmt).stats, CacheStatsView, redacted=redacted)
+
+    reads: list[tuple[str, Callable[..., Any], type[BaseModel]]] = [
+        ("/capabilities", capabilities, CacheCapabilities),
+        ("/health", health, CacheHealth),
+        ("/stats", stats, CacheStatsView),
+    ]
+    for path, endpoint, model in reads:
+        add(
+            PREFIX + path,
+            endpoint,
+            "GET",
+            "cache.read",
+            response_model=model,
+            responses=UNAVAILABLE,
+            tags=TAGS,
+        )
+    writes: list[tuple[str, Callable[..., Any], type[BaseModel], str, type[BaseModel]]] = [
+        ("/test", probe_route(mgmt), ProbeResult, "cache.manage", ResponseCacheConfig),
+        ("/invalidate", invalidate_route(mgmt), InvalidateResult, "cache.invalidate", InvalidateRequest),
+        ("/flush", flush_route(mgmt), FlushResult, "cache.manage", FlushRequest),
+    ]
+    for path, endpoint, model, permission, request_model in writes:
+        add(
+            PREFIX + path,
+            endpoint,
+            "POST",
+            permission,
+            response_model=model,
+            responses=UNAVAILABLE,
+            tags=TAGS,
+            openapi_extra=json_body_openapi(request_model.model_json_schema()),
+        )
+    return router
+
+
+def probe_route(mgmt: Management) -> Callable[[Request], Awaitable[JSONResponse]]:
+    async def test(request: Request) -> JSONResponse:
+        settings = parse_model(ResponseCacheConfig, await request.body())
+        cache = admin(mgmt)
+        response = await answer(lambda: cache.test(settings), ProbeResult)
+        record_mutation(mgmt, "cache.test", request, 200, backend_type=settings.backend_type)
+        return response
+
+    return test
+
+
+def invalidate_route(mgmt: Management) -> Callable[[Request], Awaitable[JSONResponse]]:
+    async def invalidate(request: Request) -> JSONResponse:
+        body = parse_model(InvalidateRequest, await request.body())
+        cache = admin(mgmt)
+        response = await answer(lambda: cache.invalidate(body.scope, body.dry_run), InvalidateResult)
+        if not body.dry_run:
+            record_mutation(mgmt, "cache.invalidate", request, 200, scope=_scope(body.scope))
+        return response
+
+    return invalidate
+
+
+def flush_route(mgmt: Management) -> Callable[[Request], Awaitable[JSONResponse]]:
+    async def flush(request: Request) -> JSONResponse:
+        body = parse_model(FlushRequest, await request.body() or b"{}")
+        cache = admin(mgmt)
+        response = await answer(lambda: cache.flush(body.scope), FlushResult)
+        record_mutation(mgmt, "cache.flush", request, 200, scope=_scope(body.scope))
+        return response
+
+    return flush
+
+
+def admin(mgmt: Management) -> ResponseCacheAdmin:
+    if mgmt.cache_admin is None:
+        raise unavailable("the response cache is not available in this process")
+    return mgmt.cache_admin
+
+
+async def answer(
+    call: Callable[[], Awaitable[dict[str, Any]]], model: type[BaseModel], redacted: bool = False
+) -> JSONResponse:
+    """The admin's answer as `model`; an unavailable live store as 503 (Retry-After)."""
+    try:
+        result = model.model_validate(await call())
+    except CacheUnavailable as exc:
+        raise unavailable(f"response cache unavailable: {exc}") from None
+    if redacted:  # the stats view names no secret today; a future field must not leak one
+        return JSONResponse(redact(result.model_dump(mode="json")))
+    return json_response(result)
+
+
+def _scope(scope: CacheScope | None) -> str:
+    return "global" if scope is None else scope.partition
