@@ -2,8 +2,9 @@
 
 Without `secret_view` a principal sees `REDACTED` in place of: values of keys that name a
 credential (api_key, token, password, secret, authorization, credential, private_key,
-access_key) and every value of a header map (extra_headers, headers). Keys ending in
-`_env` name an environment variable, not a secret, and stay visible.
+access_key), every value of a header map (extra_headers, headers), and the password inside
+any URL (`redis://user:pass@host`). Keys ending in `_env` name an environment variable, not a
+secret, and stay visible.
 
 A document read redacted and sent back unchanged must not overwrite the real secrets
 with the placeholder: `restore_redacted` puts the current values back where the
@@ -23,6 +24,18 @@ _SECRET_KEY = re.compile(
 )
 _HEADER_MAPS = frozenset({"extra_headers", "headers", "upstream_headers"})
 _MIN_SCRUB_LEN = 4  # shorter values would blank out ordinary words in messages
+# scheme://user:password@host: the password is a secret wherever the URL stands.
+_URL_PASSWORD = re.compile(
+    r"^(?P<head>[a-z][a-z0-9+.-]*://[^/:@\s]*:)(?P<password>[^@/\s]+)(?P<tail>@.*)$", re.I
+)
+
+
+def redact_url(text: str) -> str:
+    """`text` with the password of a URL's userinfo replaced by REDACTED (other text as it is)."""
+    match = _URL_PASSWORD.match(text)
+    if match is None:
+        return text
+    return f"{match['head']}{REDACTED}{match['tail']}"
 
 
 def is_secret_key(key: str) -> bool:
@@ -47,6 +60,8 @@ def redact(value: Any) -> Any:
         return out
     if isinstance(value, list):
         return [redact(item) for item in value]
+    if isinstance(value, str):
+        return redact_url(value)
     return value
 
 
@@ -66,6 +81,12 @@ def secret_values(value: Any) -> set[str]:
             text = str(node)
             if len(text) >= _MIN_SCRUB_LEN:
                 found.add(text)
+        elif (
+            isinstance(node, str)
+            and (match := _URL_PASSWORD.match(node)) is not None
+            and len(match["password"]) >= _MIN_SCRUB_LEN
+        ):
+            found.add(match["password"])
 
     walk(value, False)
     return found
@@ -90,4 +111,11 @@ def restore_redacted(submitted: Any, current: Any) -> Any:
         ]
     if submitted == REDACTED and current is not None:
         return current
+    if (
+        isinstance(submitted, str)
+        and isinstance(current, str)
+        and REDACTED in submitted
+        and redact_url(current) == submitted
+    ):
+        return current  # a URL read redacted and sent back unchanged keeps its password
     return submitted
