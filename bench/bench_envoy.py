@@ -36,7 +36,7 @@ from app.envoy.config import EnvoyPorts, build_envoy_config  # noqa: E402
 from app.envoy.process import EnvoyProcess, write_config  # noqa: E402
 from app.extproc.bridge import BridgeSettings, ExtProcBridge  # noqa: E402
 from app.extproc.server import start_bridge_server  # noqa: E402
-from app.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed  # noqa: E402
+from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed  # noqa: E402
 from app.runtime.encoder import shared_encoder  # noqa: E402
 from bench.bench_routing import bench_config, run_load, summary  # noqa: E402
 from bench.latency import percentile  # noqa: E402
@@ -99,9 +99,12 @@ def main() -> None:
     with FakeUpstream(name="instant") as upstream, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         config = bench_config(upstream)
-        lookup, store = cache_adapters(InMemorySemanticCache())
+        calls = cache_calls(InMemorySemanticCache())
         services = PipelineServices(
-            embed=encoder_embed(shared_encoder()), cache_lookup=lookup, cache_store=store
+            embed=encoder_embed(shared_encoder()),
+            cache_lookup=calls.lookup,
+            cache_store=calls.store,
+            cache_epoch=calls.epoch,
         )
         router = TimedRouter(RouterPipeline(parse_config(config).config, services))
         on_loop(router.pipeline.warm_up())

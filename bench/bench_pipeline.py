@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.cache import InMemorySemanticCache  # noqa: E402
 from app.config.models import RouterConfig  # noqa: E402
-from app.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed  # noqa: E402
+from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed  # noqa: E402
 from app.pipeline.decisions import index_matches, select_decision  # noqa: E402
 from app.pipeline.plan import SignalMatch  # noqa: E402
 from app.runtime.encoder import shared_encoder  # noqa: E402
@@ -204,10 +204,15 @@ async def main() -> None:
     results["keyword"] = await bench_route(keyword_pipe, queries(args.n, seed=1))
 
     cache = InMemorySemanticCache(max_entries=args.cache_entries * 2)
-    lookup, store = cache_adapters(cache)
+    calls = cache_calls(cache)
     full_pipe = RouterPipeline(
         RouterConfig.model_validate(document()),
-        PipelineServices(embed=encoder_embed(encoder), cache_lookup=lookup, cache_store=store),
+        PipelineServices(
+            embed=encoder_embed(encoder),
+            cache_lookup=calls.lookup,
+            cache_store=calls.store,
+            cache_epoch=calls.epoch,
+        ),
     )
     await full_pipe.warm_up()
     fill = encoder.encode(queries(args.cache_entries, seed=2))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ray import serve
@@ -29,7 +28,7 @@ from app.management.rollout import AppState, GraphActivator, declarative_update
 from app.management.service import Management, ManagementParts
 from app.management.startup import StartupTracker
 from app.management.startup_watch import READY_STATES, InfoFn, StartupWatcher
-from app.management.state import ConfigStore, open_store, state_dir_of
+from app.management.stores import open_replica_stores
 from deployments import ray_compat
 from deployments.handles import ObservabilityReplays
 
@@ -173,28 +172,20 @@ def build_management(
         backend,
         timeout_s=float(getattr(graph_args, "activation_timeout_s", 120.0)),
     )
-    filename = (
-        "inline" if getattr(graph_args, "config", None) is not None else Path(graph_args.config_path).name
-    )
     parts: ManagementParts = {
         "activator": activator,
         "config_view": config_view,
         "startup": tracker,
         "previewer": previewer,
-        "filename": filename,
         "compile_check": compile_check,
         "replays": ObservabilityReplays(observability) if observability is not None else None,
         "cache_admin": cache_admin,
     }
-    state_dir = state_dir_of(getattr(graph_args, "state_dir", None), app_name)
-    try:
-        management = Management(config, **(parts | {"store": open_store(state_dir)}))
-    except OSError as exc:  # an unwritable state directory must not keep the router down
-        log.error("management state directory %s unusable (%s); keeping versions in memory", state_dir, exc)
-        management = Management(config, **(parts | {"store": ConfigStore()}))
+    stores = open_replica_stores(graph_args, app_name)
+    management = Management(config, **(parts | stores.parts()))
     log.info(
         "management API: state in %s, configuration version %s",
-        state_dir,
+        stores.store.backend.describe(),
         management.store.active.config_version if management.store.active else None,
     )
     return management

@@ -24,13 +24,16 @@ never hard-coded here.
 
 from __future__ import annotations
 
-from pathlib import Path
+import logging
 from typing import Any, cast
 
 from pydantic import BaseModel
 from ray.serve import Application, Deployment
 
-from app.config.loader import load_config, parse_config
+from app.config.loader import parse_config
+from app.management.shared_store import ManagementStoreSettings, store_settings
+from app.management.state import StartupKind
+from app.management.stores import file_candidate, start_document
 from app.srun.hosting import runtime_settings
 from deployments.decision_model import DecisionModel
 from deployments.domain_classifier import DomainClassifier
@@ -41,6 +44,8 @@ from deployments.observability import Observability
 from deployments.response_cache import ResponseCache
 from deployments.router import Router
 from deployments.versioning import stamp_versions
+
+log = logging.getLogger("svc_sr.graph")
 
 
 class GraphArgs(BaseModel):
@@ -60,18 +65,55 @@ class GraphArgs(BaseModel):
     decision_model: bool = True
     # An inline configuration document (instead of reading config_path).
     config: dict[str, Any] | None = None
+    # A JSON merge patch over the configuration file: what differs per deployment (where the
+    # shared stores live) without a second copy of the routing policy, e.g.
+    # {"global": {"stores": {"response_cache": {"backend_type": "redis", "redis": {"url": ...}}}}}.
+    config_overrides: dict[str, Any] = {}
     # Management state (config versions) and a Milvus Lite response cache: default
     # .cache/state/<app name> under the replicas' working directory.
     state_dir: str | None = None
     # How long an activation may take to reach every replica before it fails (and the
     # previous configuration is pushed back).
     activation_timeout_s: float = 120.0
+    # Where the management state lives (versions, activation record, audit, outcomes):
+    # {"backend": "file"} (default, the state directory) or {"backend": "redis", "url": ...}
+    # shared by every Ingress replica (app/management/shared_store.py); None also reads
+    # SVC_SR_MANAGEMENT_STORE_URL.
+    management_store: ManagementStoreSettings | None = None
+    # The Serve application name this graph is deployed as: it names the management state,
+    # so a start can resume the stored active version before deploying (`svc-sr serve` sets
+    # it; a Serve config should repeat its application `name` here). None: the Ingress uses
+    # the Serve application's name and every start serves the configuration file.
+    app_name: str | None = None
 
 
 def _deployment(cls: type) -> Deployment:
     """The Serve deployment a `@serve.deployment` class became: mypy types a decorated class as
     the class itself (it ignores class decorators' return types), so `.options()` needs this."""
     return cast(Deployment, cls)
+
+
+def start_document_of(graph_args: GraphArgs) -> tuple[dict[str, Any], StartupKind]:
+    """What a start deploys: the configuration file, or the stored active version when the
+    file did not change since it was last loaded (needs `app_name` to find the store)."""
+    file = file_candidate(graph_args)
+    if graph_args.app_name is None:
+        return file.document, "file"
+    return start_document(
+        file, store_settings(graph_args.management_store), graph_args.app_name, graph_args.state_dir
+    )
+
+
+def one_replica_unless_shared(options: dict[str, Any], backend_type: str) -> dict[str, Any]:
+    """The in-memory cache lives in its replica: two replicas would be two caches (a hit
+    would depend on which one answered), so a memory backend keeps one replica whatever the
+    Serve config asks; redis, milvus and hybrid keep their entries in the store and scale."""
+    if backend_type != "memory" or not ({"num_replicas", "autoscaling_config"} & set(options)):
+        return options
+    if options.get("num_replicas") in (None, 1) and "autoscaling_config" not in options:
+        return options
+    log.warning("ResponseCache: backend_type memory cannot be shared by replicas; running one replica")
+    return {k: v for k, v in options.items() if k != "autoscaling_config"} | {"num_replicas": 1}
 
 
 def build_app(args: dict[str, Any] | GraphArgs | None = None) -> Application:
@@ -85,12 +127,9 @@ def build_graph(
     """`document`: the configuration to build with instead of the one GraphArgs names (an
     activation rebuilds the running graph with the same GraphArgs and the new document)."""
     graph_args = args if isinstance(args, GraphArgs) else GraphArgs.model_validate(args or {})
-    if document is not None:
-        loaded = parse_config(document, source="activation")
-    elif graph_args.config is not None:
-        loaded = parse_config(graph_args.config, source="GraphArgs.config")
-    else:
-        loaded = load_config(Path(graph_args.config_path))
+    if document is None:
+        document, _ = start_document_of(graph_args)
+    loaded = parse_config(document, source="activation")
     document = loaded.config.to_document()
     cache_settings = loaded.config.global_.stores.response_cache.model_dump(mode="json")
     options = graph_args.deployments
@@ -104,13 +143,18 @@ def build_graph(
     observability = (
         _deployment(Observability)
         .options(**{"user_config": {"metrics": metrics}, **options.get("Observability", {})})
-        .bind()
+        .bind(graph_args.management_store, graph_args.app_name)
     )
 
     embedding = _deployment(Embedding).options(**options.get("Embedding", {})).bind()
     cache = (
         _deployment(ResponseCache)
-        .options(**{"user_config": {"response_cache": cache_settings}, **options.get("ResponseCache", {})})
+        .options(
+            **{
+                "user_config": {"response_cache": cache_settings},
+                **one_replica_unless_shared(options.get("ResponseCache", {}), cache_settings["backend_type"]),
+            }
+        )
         .bind(observability, state_dir=graph_args.state_dir)
     )
     domain = _deployment(DomainClassifier).options(**options.get("DomainClassifier", {})).bind(embedding)

@@ -11,7 +11,7 @@ from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
-from app.cache.base import CacheUnavailable
+from app.cache.base import CacheScope, CacheUnavailable, FlushOutcome
 from app.common.background import BackgroundTasks
 from app.common.errors import SvcError
 from app.management.replays import ReplayAggregate, ReplayPage
@@ -161,8 +161,14 @@ class HandleCacheControl:
         stats: dict[str, Any] = await self._call("stats")
         return stats
 
-    async def clear(self, partition: str | None = None) -> int:
-        return int(await self._call("clear", partition))
+    async def count(self, scope: CacheScope | None = None) -> int:
+        return int(await self._call("count", _plain(scope)))
+
+    async def clear(self, scope: CacheScope | None = None) -> int:
+        return int(await self._call("clear", None, _plain(scope)))
+
+    async def flush(self, scope: CacheScope | None = None) -> FlushOutcome:
+        return FlushOutcome.model_validate(await self._call("flush", _plain(scope)))
 
     async def _call(self, method: str, *args: Any) -> Any:
         def unavailable(exc: BaseException) -> BaseException:
@@ -176,3 +182,8 @@ class HandleCacheControl:
             unavailable=unavailable,
             overloaded=unavailable,
         )
+
+
+def _plain(scope: CacheScope | None) -> dict[str, Any] | None:
+    """A scope as the ResponseCache deployment takes it over the handle."""
+    return None if scope is None else scope.model_dump()

@@ -4,7 +4,6 @@ API over the DecisionModel handle)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ray import serve
@@ -13,9 +12,10 @@ from ray.serve.handle import DeploymentHandle
 from app.api.app import StaticConfigView, create_app
 from app.common.background import BackgroundTasks
 from app.common.heap import freeze_startup_heap
-from app.config.loader import load_config, parse_config
+from app.config.loader import parse_config
 from app.config.models import RouterConfig
 from app.management.cache_admin import LocalCacheAdmin
+from app.management.stores import file_candidate
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
 from deployments import ray_compat
@@ -92,7 +92,10 @@ class Ingress:
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """The document of an activation (this replica's own, deployments/activation.py)."""
         if "config" in (user_config or {}):
-            self._config.update(parse_config(user_config["config"]).config)
+            config = parse_config(user_config["config"]).config
+            self._config.update(config)
+            # An activation run by another Ingress replica reaches this one only here.
+            self._management.activation.adopt(config)
 
 
 def _current_document(graph_args: Any) -> dict[str, Any]:
@@ -101,9 +104,7 @@ def _current_document(graph_args: Any) -> dict[str, Any]:
     document = (ray_compat.replica_user_config() or {}).get("config")
     if document is not None:
         return document
-    if getattr(graph_args, "config", None) is not None:
-        return graph_args.config
-    return load_config(Path(graph_args.config_path)).config.to_document()
+    return file_candidate(graph_args).document
 
 
 def _compile_check(domain: DeploymentHandle | None, guard: DeploymentHandle | None) -> Any:

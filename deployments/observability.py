@@ -22,7 +22,8 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.common.background import BackgroundTasks
-from app.management.replays import DEFAULT_REPLAY_CAPACITY, ReplayStore
+from app.management.shared_store import ManagementStoreSettings, store_settings
+from app.management.stores import open_replay_store
 from app.observability.exposition import MetricsHTTPServer
 from app.observability.metrics import MetricsAggregator, MetricsRecorder, MetricsSnapshot
 from app.observability.push import LoopMetricsPusher, MetricsPusher
@@ -35,12 +36,16 @@ BIND_ATTEMPTS = 120  # a rolling update starts the new replica while the old one
 
 @serve.deployment(num_replicas=1, max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.05})
 class Observability:
-    def __init__(self) -> None:
+    def __init__(
+        self, management_store: ManagementStoreSettings | None = None, app_name: str | None = None
+    ) -> None:
         self._aggregator = MetricsAggregator()
         self._server: MetricsHTTPServer | None = None
         self._address: tuple[str, int] | None = None
         self._binder: asyncio.Task[None] | None = None
-        self._replays = ReplayStore(DEFAULT_REPLAY_CAPACITY)
+        # With a Redis management store the records live there (every Ingress reads them).
+        name = app_name or serve.get_replica_context().app_name
+        self._replays = open_replay_store(store_settings(management_store), name)
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         metrics = (user_config or {}).get("metrics", {})

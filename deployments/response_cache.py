@@ -12,6 +12,8 @@ otherwise applies max_entries / ttl_seconds / eviction_policy in place, keeping 
 Callers on the same node reach the cache through a Unix-socket channel
 (app/cache/channel.py) that `channel()` starts and reports; the methods below serve
 everyone else and every call the channel cannot carry. Both act on the one backend.
+count / clear / flush serve the management storage API (HandleCacheControl); epoch gives a
+partition's token for store(..., epoch=) (app/cache/base.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import ray
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.cache.base import CacheHit
+from app.cache.base import CacheHit, CacheScope
 from app.cache.calls import AsyncCache, runs_in_process
 from app.cache.channel import CacheChannelServer, ChannelInfo
 from app.cache.factory import backend_name, cache_backend, store_identity
@@ -111,17 +113,36 @@ class ResponseCache:
         vector: np.ndarray | list[float],
         response: dict[str, Any],
         ttl_seconds: int | None = None,
-    ) -> None:
-        await self._cache.store(partition, vector, response, ttl_seconds)
+        epoch: int | None = None,
+    ) -> bool:
+        stored = await self._cache.store(partition, vector, response, ttl_seconds, epoch)
         self._record_size()
+        return stored
+
+    async def epoch(self, partition: str) -> int:
+        """The partition's epoch token, for store(..., epoch=) (app/cache/base.py)."""
+        return await self._cache.epoch(partition)
 
     async def stats(self) -> dict[str, Any]:
         return {**(await self._cache.stats()).model_dump(), "backend": backend_name(self._cache.backend)}
 
-    async def clear(self, partition: str | None = None) -> int:
-        removed = await self._cache.clear(partition)
+    # Management (app/management/cache_admin.py): a scope crosses the handle as a dict.
+    async def clear(self, partition: str | None = None, scope: dict[str, Any] | None = None) -> int:
+        removed = await self._cache.clear(partition, _scope(scope))
         self._record_size()
         return removed
+
+    async def count(self, scope: dict[str, Any] | None = None) -> int:
+        return await self._cache.count(_scope(scope))
+
+    async def flush(self, scope: dict[str, Any] | None = None) -> dict[str, Any]:
+        outcome = await self._cache.flush(_scope(scope))
+        self._record_size()
+        return outcome.model_dump()
+
+
+def _scope(scope: dict[str, Any] | None) -> CacheScope | None:
+    return None if scope is None else CacheScope.model_validate(scope)
 
 
 def _socket_path() -> str:
@@ -144,13 +165,21 @@ def cache_lane(cache: DeploymentHandle) -> CacheLane:
         return None if hit is None else CacheHit.model_validate(hit)
 
     async def store(
-        partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int | None
-    ) -> None:
-        await cache.store.remote(partition, vector, response, ttl_seconds)
+        partition: str,
+        vector: np.ndarray,
+        response: dict[str, Any],
+        ttl_seconds: int | None,
+        epoch: int | None = None,
+    ) -> bool:
+        return bool(await cache.store.remote(partition, vector, response, ttl_seconds, epoch))
+
+    async def epoch(partition: str) -> int:
+        return int(await cache.epoch.remote(partition))
 
     return CacheLane(
         node_id=ray.get_runtime_context().get_node_id(),
         discover=discover,
         handle_lookup=lookup,
         handle_store=store,
+        handle_epoch=epoch,
     )

@@ -11,7 +11,8 @@ Observability deployment, shared by every replica.
 
 The learned signal families (`domain`, `pii`, `jailbreak`) call the DomainClassifier and
 Guard deployments; the request's query vector from the Embedding deployment is passed
-along, so the text is encoded once per request. A family the configuration binds to a
+along, so the text is encoded once per request. The response cache's lookups and epoch reads
+(the token the front door's write carries) go over the ResponseCache's lane. A family the configuration binds to a
 `model_deployments` entry (`prompt_guard`, `pii_classifier`, `domain_classifier`) calls that
 deployment's `svc-srun` workers instead, which each replica runs itself (sockets under
 SVC_SRUN_DIR/<replica id>/, stopped with the replica; app/srun/hosting.py BindingRuntimes).
@@ -94,6 +95,7 @@ def handle_services(
         embed=embed,
         cache_lookup=lane.lookup,
         cache_store=lane.store,
+        cache_epoch=lane.epoch,  # the token route() puts on the plan's write (stale-write guard)
         count_tokens=token_counter(),
         evaluators=classifier_evaluators(domain, guard),
     )

@@ -13,7 +13,16 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from app.cache.base import CacheHit, CacheStats, CacheUnavailable, ResponseCacheBackend, Vector
+from app.cache.base import (
+    CacheEpochs,
+    CacheHit,
+    CacheScope,
+    CacheStats,
+    CacheUnavailable,
+    FlushOutcome,
+    ResponseCacheBackend,
+    Vector,
+)
 from app.cache.memory import InMemorySemanticCache
 
 T = TypeVar("T")
@@ -31,8 +40,9 @@ class AsyncCache:
 
     `on_unavailable(operation, error)`: when given, a lookup or store that the store cannot
     answer (CacheUnavailable) degrades instead of raising: the lookup is a miss, the store is
-    skipped, and the callback counts it. Stats and clear still raise: their callers (the
-    management API) report the outage."""
+    skipped, and the callback counts it. Stats, clear, count, flush and epochs still raise:
+    their callers (the management API) report the outage; so does epoch (its caller then
+    writes without a token)."""
 
     def __init__(
         self,
@@ -57,12 +67,21 @@ class AsyncCache:
             return None
 
     async def store(
-        self, partition: str, vector: Vector, response: dict[str, Any], ttl_seconds: int | None = None
-    ) -> None:
+        self,
+        partition: str,
+        vector: Vector,
+        response: dict[str, Any],
+        ttl_seconds: int | None = None,
+        epoch: int | None = None,
+    ) -> bool:
+        """Whether the entry was written (False: dropped as stale, or the store was down)."""
         try:
-            await self._run(self.backend.store, partition, vector, response, ttl_seconds)
+            # The token only when there is one: a write without it is the call it always was.
+            args = (partition, vector, response, ttl_seconds) + (() if epoch is None else (epoch,))
+            return bool(await self._run(self.backend.store, *args))
         except CacheUnavailable as exc:
             self._degrade("store", exc)
+            return False
 
     def _degrade(self, operation: str, exc: CacheUnavailable) -> None:
         if self.on_unavailable is None:
@@ -72,8 +91,20 @@ class AsyncCache:
     async def stats(self) -> CacheStats:
         return await self._run(self.backend.stats)
 
-    async def clear(self, partition: str | None = None) -> int:
-        return await self._run(self.backend.clear, partition)
+    async def clear(self, partition: str | None = None, scope: CacheScope | None = None) -> int:
+        return await self._run(self.backend.clear, partition, scope)
+
+    async def count(self, scope: CacheScope | None = None) -> int:
+        return await self._run(self.backend.count, scope)
+
+    async def flush(self, scope: CacheScope | None = None) -> FlushOutcome:
+        return await self._run(self.backend.flush, scope)
+
+    async def epoch(self, partition: str) -> int:
+        return await self._run(self.backend.epoch, partition)
+
+    async def epochs(self) -> CacheEpochs:
+        return await self._run(self.backend.epochs)
 
     async def configure(self, settings: Any) -> None:
         await self._run(self.backend.configure, settings)

@@ -10,7 +10,7 @@ the same node. Callers on other nodes, or when the channel fails, use the handle
 (the caller's lane, app/cache/lane.py, decides).
 
 Frames: 4-byte big-endian length, then a pydantic model as JSON (`CacheCall` in,
-`CacheReply` out). One call at a time per connection; the client keeps a small pool.
+`CacheReply` out); ops: lookup, store (with an optional epoch token), epoch, ping. One call at a time per connection; the client keeps a small pool.
 The socket file is created 0600: only processes of the same user can connect.
 """
 
@@ -44,17 +44,20 @@ class ChannelInfo(BaseModel):
 
 
 class CacheCall(BaseModel):
-    op: Literal["lookup", "store", "ping"]
+    op: Literal["lookup", "store", "epoch", "ping"]
     partition: str = ""
     vector: list[float] = []
     threshold: float | None = None
     response: dict[str, Any] | None = None
     ttl_seconds: int | None = None
+    epoch: int | None = None  # store: the partition's token (app/cache/base.py)
 
 
 class CacheReply(BaseModel):
     ok: bool
     hit: CacheHit | None = None
+    stored: bool | None = None  # store: whether the entry was written
+    epoch: int | None = None  # epoch: the partition's token
     error: str | None = None
 
 
@@ -138,9 +141,14 @@ class CacheChannelServer:
                 )
             if call.op == "store":
                 vector = np.asarray(call.vector, dtype=np.float32)
-                await self.cache.store(call.partition, vector, call.response or {}, call.ttl_seconds)
+                stored = await self.cache.store(
+                    call.partition, vector, call.response or {}, call.ttl_seconds, call.epoch
+                )
                 if self._on_store is not None:
                     self._on_store()
+                return CacheReply(ok=True, stored=stored)
+            if call.op == "epoch":
+                return CacheReply(ok=True, epoch=await self.cache.epoch(call.partition))
             return CacheReply(ok=True)
         except (ValueError, TypeError, CacheUnavailable) as exc:  # bad values; a store that is down
             return CacheReply(ok=False, error=f"{type(exc).__name__}: {exc}")
@@ -162,17 +170,28 @@ class CacheChannelClient:
         return reply.hit
 
     async def store(
-        self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int | None
-    ) -> None:
-        await self._call(
+        self,
+        partition: str,
+        vector: np.ndarray,
+        response: dict[str, Any],
+        ttl_seconds: int | None,
+        epoch: int | None = None,
+    ) -> bool:
+        reply = await self._call(
             CacheCall(
                 op="store",
                 partition=partition,
                 vector=_floats(vector),
                 response=response,
                 ttl_seconds=ttl_seconds,
+                epoch=epoch,
             )
         )
+        return bool(reply.stored)
+
+    async def epoch(self, partition: str) -> int:
+        reply = await self._call(CacheCall(op="epoch", partition=partition))
+        return int(reply.epoch or 0)
 
     async def ping(self) -> None:
         await self._call(CacheCall(op="ping"))

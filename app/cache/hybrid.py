@@ -9,7 +9,7 @@ A store that is down degrades the cache to the front alone and never fails a req
 lookup() and store() do not raise CacheUnavailable (they log when the store goes away and
 when it comes back); the front keeps serving this replica's recent answers. clear() does
 raise CacheUnavailable when the store could not be cleared, since the operator asked for
-the shared entries to go. stats() reports the store's entries when it answers (the front's
+the shared entries to go; so do count() and flush(), which are the store's. stats() reports the store's entries when it answers (the front's
 otherwise) and this object's own hits and misses, whichever tier answered.
 
 Under lru/lfu the store must learn of front hits, or it would evict what a replica keeps
@@ -17,10 +17,17 @@ serving: front hits are queued (the last MAX_PENDING_USES) and replayed to the s
 lookups at the next store() or configure(), the only calls that evict, and which run after
 the answer has been sent; the request path itself never waits on the store for a front hit.
 
+Epochs are the store's: flush() advances the store's epoch, then clears the store and this
+front; epoch() is the store's token, and a store() the store drops as stale (a flush came
+after the token) is not written to the front either. Other replicas' fronts learn of a flush
+by polling the store's epochs (at most every EPOCH_POLL_S, on a lookup) and clear each scope
+whose epoch moved, so a flush reaches every front within EPOCH_POLL_S of their next lookup.
+
 Approximate, and why: a fill keeps the entry for what is left of the default ttl_seconds
 since the store wrote it (CacheHit carries no expiry), so an entry stored with a shorter
-per-request ttl may outlive it in a front by up to the default; a clear() on one replica
-leaves other replicas' fronts until their entries expire or are evicted.
+per-request ttl may outlive it in a front by up to the default; a clear() (an invalidate,
+which moves no epoch) on one replica leaves other replicas' fronts until their entries
+expire or are evicted: a flush is what reaches them.
 """
 
 from __future__ import annotations
@@ -33,13 +40,24 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from app.cache.base import CacheHit, CacheStats, CacheTuning, CacheUnavailable, ResponseCacheBackend
+from app.cache.base import (
+    CacheEpochs,
+    CacheHit,
+    CacheScope,
+    CacheStats,
+    CacheTuning,
+    CacheUnavailable,
+    FlushOutcome,
+    ResponseCacheBackend,
+)
 from app.cache.memory import memory_cache
 from app.config.cache_stores import HnswSettings
 
 log = logging.getLogger(__name__)
 
 MAX_PENDING_USES = 256
+# How stale a front may be about another replica's flush (one store read per interval).
+EPOCH_POLL_S = 1.0
 
 
 def front_tuning(tuning: CacheTuning, max_memory_entries: int) -> CacheTuning:
@@ -66,12 +84,18 @@ class HybridSemanticCache:
         tuning: CacheTuning | None = None,
         max_memory_entries: int = 1000,
         wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.front = front
         self.store_of_record = store
         self._tuning = tuning or CacheTuning()
         self._max_memory_entries = max_memory_entries
         self._wall_clock = wall_clock
+        self._clock = clock
+        # The store's epochs as this front last saw them; zeros at first, so the first look
+        # clears every scope ever flushed (the front is young then: little is lost).
+        self._known_epochs = CacheEpochs()
+        self._next_epoch_poll = 0.0
         self._lock = threading.Lock()
         self._hits = self._misses = 0
         self._store_up = True
@@ -79,6 +103,7 @@ class HybridSemanticCache:
         self._pending_uses: deque[tuple[str, Any, float]] = deque(maxlen=MAX_PENDING_USES)
 
     def lookup(self, partition: str, vector: Any, threshold: float) -> CacheHit | None:
+        self._follow_flushes()
         hit = self.front.lookup(partition, vector, threshold)
         if hit is not None and self._tuning.eviction_policy != "fifo":
             self._pending_uses.append((partition, vector, threshold))
@@ -98,15 +123,23 @@ class HybridSemanticCache:
         return hit
 
     def store(
-        self, partition: str, vector: Any, response: dict[str, Any], ttl_seconds: int | None = None
-    ) -> None:
-        self.front.store(partition, vector, response, ttl_seconds)
+        self,
+        partition: str,
+        vector: Any,
+        response: dict[str, Any],
+        ttl_seconds: int | None = None,
+        epoch: int | None = None,
+    ) -> bool:
         try:
             self._replay_uses()
-            self.store_of_record.store(partition, vector, response, ttl_seconds)
+            kept = self.store_of_record.store(partition, vector, response, ttl_seconds, epoch)
             self._store_answered()
         except CacheUnavailable as exc:
             self._store_failed(exc)
+            kept = True  # the store cannot judge the token; this replica's memory still serves
+        if kept:  # the front's own epochs stay 0: the token is the store's to judge
+            self.front.store(partition, vector, response, ttl_seconds)
+        return kept
 
     def stats(self) -> CacheStats:
         try:
@@ -114,7 +147,7 @@ class HybridSemanticCache:
             self._store_answered()
         except CacheUnavailable as exc:
             self._store_failed(exc)
-            base = self.front.stats()
+            base = self.front.stats().model_copy(update={"epochs": self._known_epochs})
         with self._lock:
             total = self._hits + self._misses
             return base.model_copy(
@@ -125,10 +158,10 @@ class HybridSemanticCache:
                 }
             )
 
-    def clear(self, partition: str | None = None) -> int:
-        removed_front = self.front.clear(partition)
+    def clear(self, partition: str | None = None, scope: CacheScope | None = None) -> int:
+        removed_front = self.front.clear(partition, scope)
         try:
-            removed = self.store_of_record.clear(partition)
+            removed = self.store_of_record.clear(partition, scope)
         except CacheUnavailable as exc:
             self._store_failed(exc)
             raise CacheUnavailable(
@@ -136,6 +169,20 @@ class HybridSemanticCache:
             ) from exc
         self._store_answered()
         return removed  # the store's count: front entries are copies of (or fills from) it
+
+    def count(self, scope: CacheScope | None = None) -> int:
+        return self.store_of_record.count(scope)
+
+    def flush(self, scope: CacheScope | None = None) -> FlushOutcome:
+        outcome = self.store_of_record.flush(scope)
+        self.front.clear(scope=scope)
+        return outcome
+
+    def epoch(self, partition: str) -> int:
+        return self.store_of_record.epoch(partition)
+
+    def epochs(self) -> CacheEpochs:
+        return self.store_of_record.epochs()
 
     def configure(self, settings: Any) -> None:
         """Tune both tiers; `max_memory_entries` (when settings carry it) re-bounds the front."""
@@ -163,6 +210,25 @@ class HybridSemanticCache:
             except IndexError:
                 return
             self.store_of_record.lookup(partition, vector, threshold)
+
+    def _follow_flushes(self) -> None:
+        """Clear the front's scopes whose epoch another replica advanced (see module doc)."""
+        now = self._clock()
+        if now < self._next_epoch_poll:
+            return
+        self._next_epoch_poll = now + EPOCH_POLL_S
+        try:
+            epochs = self.store_of_record.epochs()
+        except CacheUnavailable as exc:
+            self._store_failed(exc)
+            return
+        known, self._known_epochs = self._known_epochs, epochs
+        if epochs.global_epoch > known.global_epoch:
+            self.front.clear()
+            return
+        for key, epoch in epochs.scopes.items():
+            if epoch > known.scopes.get(key, 0):
+                self.front.clear(scope=CacheScope.from_key(key))
 
     def _fill_front(self, partition: str, vector: Any, hit: CacheHit) -> None:
         ttl = self._tuning.ttl_seconds

@@ -26,7 +26,9 @@ T = TypeVar("T")
 
 
 Lookup = Callable[[str, np.ndarray, float], Awaitable[CacheHit | None]]
-Store = Callable[[str, np.ndarray, dict[str, Any], int | None], Awaitable[None]]
+# (partition, vector, response, ttl_seconds[, epoch token]) -> whether the entry was written
+Store = Callable[..., Awaitable[Any]]
+EpochOf = Callable[[str], Awaitable[int]]
 
 
 class CacheLane:
@@ -39,6 +41,7 @@ class CacheLane:
         discover: Callable[[], Awaitable[ChannelInfo | None]],
         handle_lookup: Lookup,
         handle_store: Store,
+        handle_epoch: EpochOf | None = None,
         retry_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -46,6 +49,7 @@ class CacheLane:
         self._discover = discover
         self._handle_lookup = handle_lookup
         self._handle_store = handle_store
+        self._handle_epoch = handle_epoch
         self.retry_s = retry_s
         self._clock = clock
         self._client: CacheChannelClient | None = None
@@ -60,12 +64,26 @@ class CacheLane:
         )
 
     async def store(
-        self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int | None
-    ) -> None:
-        await self._call(
-            lambda client: client.store(partition, vector, response, ttl_seconds),
-            lambda: self._handle_store(partition, vector, response, ttl_seconds),
+        self,
+        partition: str,
+        vector: np.ndarray,
+        response: dict[str, Any],
+        ttl_seconds: int | None,
+        epoch: int | None = None,
+    ) -> bool:
+        return await self._call(
+            lambda client: client.store(partition, vector, response, ttl_seconds, epoch),
+            lambda: self._handle_store(
+                partition, vector, response, ttl_seconds, *(() if epoch is None else (epoch,))
+            ),
         )
+
+    async def epoch(self, partition: str) -> int:
+        """The partition's epoch token (app/cache/base.py), to hand to store(..., epoch=)."""
+        handle_epoch = self._handle_epoch
+        if handle_epoch is None:
+            raise RuntimeError("this lane was built without an epoch call")
+        return await self._call(lambda client: client.epoch(partition), lambda: handle_epoch(partition))
 
     async def _call(
         self,

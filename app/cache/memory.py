@@ -6,7 +6,9 @@ per-lookup rebuild, removals swap the last row into the hole. A linear scan is e
 at the default 1000 entries, cheaper than maintaining an HNSW graph (bench/bench_cache.py
 has the figures); `app.cache.hnsw.HnswIndex` is the approximate index for large caches
 (`use_hnsw`). Partitions, expiry, eviction and duplicate replacement live here, the same
-for both indexes.
+for both indexes; so do scopes (a scope's partitions are found by name) and the flush epochs,
+kept in this object: every caller of it (the one ResponseCache replica) shares them, and a
+restart resets them.
 
 Eviction and expiry use lazy min-heaps: a heap item is valid only while its entry still
 exists with the same version, so hits and refreshes push a new item instead of searching
@@ -19,7 +21,6 @@ import copy
 import heapq
 import itertools
 import math
-import numbers
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,14 +29,28 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from app.cache.base import CacheHit, CacheStats, CacheTuning, EvictionPolicy
+from app.cache.base import (
+    GLOBAL_EPOCH,
+    CacheEpochs,
+    CacheHit,
+    CacheScope,
+    CacheStats,
+    CacheTuning,
+    EvictionPolicy,
+    FlushOutcome,
+    scopes_of,
+)
+from app.cache.checks import (
+    DUPLICATE_SIMILARITY,
+    SIMILARITY_SLACK,
+    as_unit_vector,
+    check_partition,
+    check_response,
+    check_threshold,
+    check_ttl,
+)
 from app.config.cache_stores import HnswSettings
 
-# Stored vectors this close to a new one are the same prompt: the new answer replaces the old.
-DUPLICATE_SIMILARITY = 0.999
-# float32 dot products of identical unit vectors land a few ulps below 1.0; without this a
-# threshold of 1.0 could never hit.
-SIMILARITY_SLACK = 1e-6
 _MIN_ROWS = 16
 
 
@@ -125,52 +140,6 @@ class ExactIndex:
             self.matrix = self.matrix[: capacity // 2].copy()
 
 
-def as_unit_vector(vector: Any) -> np.ndarray:
-    try:
-        v = np.asarray(vector, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"cache vector is not numeric: {exc}") from None
-    if v.ndim == 2 and v.shape[0] == 1:  # a (1, d) row from a batch encoder call
-        v = v[0]
-    if v.ndim != 1 or v.shape[0] == 0:
-        raise ValueError(f"cache vector must be one non-empty row, got shape {v.shape}")
-    if not np.all(np.isfinite(v)):
-        raise ValueError("cache vector contains NaN or infinity")
-    norm = float(np.linalg.norm(v))
-    if norm == 0.0:
-        raise ValueError("cache vector has zero length")
-    # Callers send unit vectors; renormalising is cheap and keeps dot product == cosine anyway.
-    return np.ascontiguousarray(v / norm, dtype=np.float32)
-
-
-def check_partition(partition: Any) -> str:
-    if not isinstance(partition, str) or not partition:
-        raise ValueError("cache partition must be a non-empty string")
-    return partition
-
-
-def check_ttl(ttl_seconds: Any) -> int:
-    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, numbers.Integral) or ttl_seconds < 0:
-        raise ValueError(f"ttl_seconds must be a non-negative integer, got {ttl_seconds!r}")
-    return int(ttl_seconds)
-
-
-def check_threshold(threshold: Any) -> float:
-    if (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, numbers.Real)
-        or not 0.0 <= float(threshold) <= 1.0
-    ):
-        raise ValueError(f"similarity threshold must be between 0.0 and 1.0, got {threshold!r}")
-    return float(threshold)
-
-
-def check_response(response: Any) -> dict[str, Any]:
-    if not isinstance(response, dict):
-        raise ValueError(f"cached response must be a dict (a chat.completion), got {type(response).__name__}")
-    return response
-
-
 class InMemorySemanticCache:
     """Thread-safe semantic cache; implements app.cache.base.ResponseCacheBackend.
 
@@ -204,6 +173,7 @@ class InMemorySemanticCache:
         self._evict_heap: list[tuple[int, int, int, int]] = []  # (key0, key1, version, id)
         self._expiry_heap: list[tuple[float, int]] = []  # (expires_at, id)
         self._hits = self._misses = self._evictions = self._expirations = 0
+        self._epochs = CacheEpochs()
         self._max_entries = tuning.max_entries
         self._ttl_seconds = tuning.ttl_seconds
         self._policy: EvictionPolicy = tuning.eviction_policy
@@ -257,8 +227,13 @@ class InMemorySemanticCache:
         )
 
     def store(
-        self, partition: str, vector: Any, response: dict[str, Any], ttl_seconds: int | None = None
-    ) -> None:
+        self,
+        partition: str,
+        vector: Any,
+        response: dict[str, Any],
+        ttl_seconds: int | None = None,
+        epoch: int | None = None,
+    ) -> bool:
         partition = check_partition(partition)
         check_response(response)
         ttl = self._ttl_seconds if ttl_seconds is None else check_ttl(ttl_seconds)
@@ -266,6 +241,8 @@ class InMemorySemanticCache:
         stored = copy.deepcopy(response)  # the caller may keep mutating its dict
         created_at = self._wall_clock()
         with self._lock:
+            if epoch is not None and self._epochs.token(partition) > epoch:
+                return False  # flushed since the caller read its token: a pre-flush answer
             now = self._clock()
             self._purge_expired(now)
             expires_at = now + ttl if ttl > 0 else math.inf
@@ -275,7 +252,7 @@ class InMemorySemanticCache:
                 duplicate, similarity = part.nearest(v)
                 if similarity >= DUPLICATE_SIMILARITY:
                     self._replace(part, duplicate, v, stored, created_at, expires_at)
-                    return
+                    return True
             if self._max_entries > 0:
                 # Make room first so the new entry itself is never the victim (an lfu trap).
                 while len(self._entries) >= self._max_entries:
@@ -299,6 +276,7 @@ class InMemorySemanticCache:
             self._push_evict_key(entry)
             if math.isfinite(expires_at):
                 heapq.heappush(self._expiry_heap, (expires_at, entry.id))
+            return True
 
     def stats(self) -> CacheStats:
         with self._lock:
@@ -312,24 +290,38 @@ class InMemorySemanticCache:
                 evictions=self._evictions,
                 expirations=self._expirations,
                 partitions=len(self._partitions),
+                epochs=self._epochs.model_copy(deep=True),
             )
 
-    def clear(self, partition: str | None = None) -> int:
+    def clear(self, partition: str | None = None, scope: CacheScope | None = None) -> int:
         with self._lock:
-            if partition is None:
-                removed = len(self._entries)
-                self._partitions.clear()
-                self._entries.clear()
-                self._evict_heap.clear()
-                self._expiry_heap.clear()
-                return removed
-            part = self._partitions.pop(partition, None)
-            if part is None:
-                return 0
-            for entry in part:
-                del self._entries[entry.id]
-            self._compact_heaps()
-            return len(part)
+            if partition is not None:
+                return self._drop_partitions([check_partition(partition)])
+            return self._clear_scope(scope)
+
+    def count(self, scope: CacheScope | None = None) -> int:
+        with self._lock:
+            self._purge_expired(self._clock())
+            return sum(len(self._partitions[name]) for name in self._partitions_of(scope))
+
+    def flush(self, scope: CacheScope | None = None) -> FlushOutcome:
+        with self._lock:
+            # In the process: every caller of this backend (the one ResponseCache replica) sees it.
+            key = GLOBAL_EPOCH if scope is None else scope.key
+            if scope is None:
+                self._epochs.global_epoch += 1
+                epoch = self._epochs.global_epoch
+            else:
+                epoch = self._epochs.scopes[key] = self._epochs.scopes.get(key, 0) + 1
+            return FlushOutcome(removed=self._clear_scope(scope), epoch=epoch)
+
+    def epoch(self, partition: str) -> int:
+        with self._lock:
+            return self._epochs.token(check_partition(partition))
+
+    def epochs(self) -> CacheEpochs:
+        with self._lock:
+            return self._epochs.model_copy(deep=True)
 
     def configure(self, settings: Any) -> None:
         """Apply new capacity settings in place; entries survive unless the new bound is smaller.
@@ -352,6 +344,32 @@ class InMemorySemanticCache:
                     self._evict_one()
 
     # ------------------------------------------------------------------ internals (lock held)
+
+    def _partitions_of(self, scope: CacheScope | None) -> list[str]:
+        if scope is None:
+            return list(self._partitions)
+        return [name for name in self._partitions if scope in scopes_of(name)]
+
+    def _clear_scope(self, scope: CacheScope | None) -> int:
+        if scope is not None:
+            return self._drop_partitions(self._partitions_of(scope))
+        removed = len(self._entries)
+        self._partitions.clear()
+        self._entries.clear()
+        self._evict_heap.clear()
+        self._expiry_heap.clear()
+        return removed
+
+    def _drop_partitions(self, names: list[str]) -> int:
+        removed = 0
+        for name in names:
+            part = self._partitions.pop(name, None)
+            for entry in part or ():
+                del self._entries[entry.id]
+                removed += 1
+        if removed:
+            self._compact_heaps()
+        return removed
 
     @staticmethod
     def _check_dim(part: PartitionIndex, v: np.ndarray) -> None:

@@ -2,8 +2,9 @@
 
 One row per cached answer: `id` (VARCHAR primary key, a uuid hex), `partition_key` (sha256 hex
 of the partition: filters compare fixed hex strings, so no partition text ever needs escaping
-in a Milvus expression), the vector field (name, dimension, metric and index from the
-settings), `response` (the chat.completion as JSON, at most RESPONSE_MAX_BYTES UTF-8 bytes:
+in a Milvus expression), `model_key` and `decision_key` (digests of the partition's model
+and model+decision scopes: clear, count and flush filter on them), the vector field (name,
+dimension, metric and index from the settings), `response` (the chat.completion as JSON, at most RESPONSE_MAX_BYTES UTF-8 bytes:
 Milvus's VARCHAR limit; larger answers are not cached), `created_at`, `expires_at`,
 `last_used` (wall-clock seconds) and `hits`.
 
@@ -21,6 +22,11 @@ counts partitions among them); hits/misses/evictions/
 expirations in stats() count this object's calls only (one replica), while entries and
 partitions are read from the collection. Milvus Lite serves one process: several replicas
 need a Milvus server.
+
+Flush epochs live in a collection next to the entries (app/cache/milvus_epochs.py). A write
+given an epoch token checks it, inserts, and checks again: when a flush moved past the token
+in between, the write deletes its own row (the flush advances, then deletes), so a pre-flush
+answer never stays in a flushed scope.
 
 Every client failure (connection refused, timeout, server error) raises CacheUnavailable;
 each call is bounded by `timeout_seconds`, and after a failed connect the backend answers
@@ -40,8 +46,19 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from app.cache.base import CacheHit, CacheStats, CacheTuning, CacheUnavailable, EvictionPolicy
-from app.cache.memory import (
+from app.cache.base import (
+    CacheEpochs,
+    CacheHit,
+    CacheScope,
+    CacheStats,
+    CacheTuning,
+    CacheUnavailable,
+    EvictionPolicy,
+    FlushOutcome,
+    scope_tag,
+    scopes_of,
+)
+from app.cache.checks import (
     DUPLICATE_SIMILARITY,
     SIMILARITY_SLACK,
     as_unit_vector,
@@ -50,6 +67,7 @@ from app.cache.memory import (
     check_threshold,
     check_ttl,
 )
+from app.cache.milvus_epochs import MilvusEpochs
 from app.config.cache_stores import MilvusCacheSettings
 
 log = logging.getLogger(__name__)
@@ -61,7 +79,17 @@ NEVER_EXPIRES = 1.0e18
 RECONNECT_AFTER_S = 2.0
 # Milvus's largest query result (offset + limit): eviction and the partition count read at most this many rows.
 QUERY_WINDOW = 16_384
-_FIELDS = ("id", "partition_key", "response", "created_at", "expires_at", "last_used", "hits")
+_FIELDS = (
+    "id",
+    "partition_key",
+    "model_key",
+    "decision_key",
+    "response",
+    "created_at",
+    "expires_at",
+    "last_used",
+    "hits",
+)
 
 T = TypeVar("T")
 
@@ -83,6 +111,14 @@ def _evict_order(policy: EvictionPolicy) -> Callable[[dict[str, Any]], tuple[flo
     if policy == "lru":
         return lambda row: (row["last_used"], 0.0)
     return lambda row: (row["hits"], row["last_used"])
+
+
+def _where(scope: CacheScope | None) -> str:
+    """The filter of a scope's rows ("" = every row); scope keys are fixed hex digests."""
+    if scope is None:
+        return ""
+    field = "model_key" if scope.decision is None else "decision_key"
+    return f'{field} == "{scope_tag(scope)}"'
 
 
 def _deleted_count(result: Any) -> int:
@@ -123,6 +159,7 @@ class MilvusSemanticCache:
         self._client: Any = None
         self._failed_at: float | None = None
         self._hits = self._misses = self._evictions = self._expirations = 0
+        self._epochs = MilvusEpochs(self._call, self._collection)
 
     # ------------------------------------------------------------------ public API
 
@@ -154,8 +191,13 @@ class MilvusSemanticCache:
         )
 
     def store(
-        self, partition: str, vector: Any, response: dict[str, Any], ttl_seconds: int | None = None
-    ) -> None:
+        self,
+        partition: str,
+        vector: Any,
+        response: dict[str, Any],
+        ttl_seconds: int | None = None,
+        epoch: int | None = None,
+    ) -> bool:
         partition = check_partition(partition)
         check_response(response)
         ttl = self._tuning.ttl_seconds if ttl_seconds is None else check_ttl(ttl_seconds)
@@ -166,14 +208,19 @@ class MilvusSemanticCache:
                 "response cache: answer of %d characters exceeds Milvus's VARCHAR limit; not cached",
                 len(text),
             )
-            return
+            return False
         client = self._connected()
         self._check_dim(v)
+        if epoch is not None and self._epochs.token(client, partition) > epoch:
+            return False  # flushed since the caller read its token: a pre-flush answer
         now = self._clock()
         self._purge_expired(client, now)
         duplicate, similarity = self._nearest(client, partition, v, now)
+        model, decision = scopes_of(partition)
         row = {
             "partition_key": partition_key(partition),
+            "model_key": scope_tag(model),
+            "decision_key": scope_tag(decision),
             self._vector_field: v.tolist(),
             "response": text,
             "created_at": now,
@@ -182,19 +229,24 @@ class MilvusSemanticCache:
         }
         if duplicate is not None and similarity >= DUPLICATE_SIMILARITY:
             # A fresh answer for the same prompt: new content and lifetime, popularity kept.
-            self._call(
-                client.upsert, self._collection, [{**row, "id": duplicate["id"], "hits": duplicate["hits"]}]
-            )
-            return
-        if self._tuning.max_entries > 0:
-            self._make_room(client, self._tuning.max_entries - 1)
-        self._call(client.insert, self._collection, [{**row, "id": uuid.uuid4().hex, "hits": 0}])
+            row_id, hits = duplicate["id"], duplicate["hits"]
+            self._call(client.upsert, self._collection, [{**row, "id": row_id, "hits": hits}])
+        else:
+            if self._tuning.max_entries > 0:
+                self._make_room(client, self._tuning.max_entries - 1)
+            row_id = uuid.uuid4().hex
+            self._call(client.insert, self._collection, [{**row, "id": row_id, "hits": 0}])
+        if epoch is not None and self._epochs.token(client, partition) > epoch:
+            self._call(client.delete, self._collection, ids=[row_id])  # a flush came in between
+            return False
+        return True
 
     def stats(self) -> CacheStats:
         client = self._connected()
         self._purge_expired(client, self._clock())
         keys = {row["partition_key"] for row in self._scan(client, "", ["partition_key"])}
         entries = self._count(client, "")
+        epochs = self._epochs.read(client)
         with self._lock:
             total = self._hits + self._misses
             return CacheStats(
@@ -205,17 +257,33 @@ class MilvusSemanticCache:
                 evictions=self._evictions,
                 expirations=self._expirations,
                 partitions=len(keys),
+                epochs=epochs,
             )
 
-    def clear(self, partition: str | None = None) -> int:
+    def clear(self, partition: str | None = None, scope: CacheScope | None = None) -> int:
         client = self._connected()
-        now = self._clock()
-        self._purge_expired(client, now)
-        where = "" if partition is None else f'partition_key == "{partition_key(partition)}"'
+        self._purge_expired(client, self._clock())
+        where = _where(scope) if partition is None else f'partition_key == "{partition_key(partition)}"'
         removed = self._count(client, where)
         if removed:
             self._call(client.delete, self._collection, filter=where or 'id != ""')
         return removed
+
+    def count(self, scope: CacheScope | None = None) -> int:
+        client = self._connected()
+        self._purge_expired(client, self._clock())
+        return self._count(client, _where(scope))
+
+    def flush(self, scope: CacheScope | None = None) -> FlushOutcome:
+        # Advance first: a write racing the flush then finds the new epoch and removes itself.
+        epoch = self._epochs.advance(self._connected(), scope)
+        return FlushOutcome(removed=self.clear(scope=scope), epoch=epoch)
+
+    def epoch(self, partition: str) -> int:
+        return self._epochs.token(self._connected(), check_partition(partition))
+
+    def epochs(self) -> CacheEpochs:
+        return self._epochs.read(self._connected())
 
     def configure(self, settings: Any) -> None:
         """Apply max_entries / ttl_seconds / eviction_policy; a smaller bound evicts at once.
@@ -276,6 +344,7 @@ class MilvusSemanticCache:
                 self._adopt_collection(client)
             else:
                 self._create_collection(client)
+            self._epochs.ensure(client)
         except BaseException:
             client.close()
             raise
@@ -287,6 +356,8 @@ class MilvusSemanticCache:
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=32)
         schema.add_field("partition_key", DataType.VARCHAR, max_length=64)
+        schema.add_field("model_key", DataType.VARCHAR, max_length=32)
+        schema.add_field("decision_key", DataType.VARCHAR, max_length=32)
         schema.add_field(self._vector_field, DataType.FLOAT_VECTOR, dim=self._dim)
         schema.add_field("response", DataType.VARCHAR, max_length=RESPONSE_MAX_BYTES)
         for name in ("created_at", "expires_at", "last_used"):

@@ -4,18 +4,27 @@ Entries are hashes under `key_prefix` (P below), indexed by one RediSearch HNSW 
 (`index_name`, created on the first vector and reused by every later backend object, so a
 restarted replica finds its entries):
 
-    P e:<member>       hash: partition_tag (TAG), partition, vector (float32 bytes of the
-                       unit vector), response (JSON text), created_at (NUMERIC, wall clock)
+    P e:<member>       hash: partition_tag, model_tag, decision_tag (TAGs: digests of the
+                       partition and of its model and model+decision scopes), partition,
+                       vector (float32 bytes of the unit vector), response (JSON text),
+                       created_at (NUMERIC, wall clock)
     P order:inserted   sorted sets of members, the eviction order per policy: insert time
     P order:used       (fifo), last hit time (lru), hit count (lfu)
     P order:hits
     P expiry           members by expiry time: bookkeeping for the keys Redis expires itself
     P part:<tag>       members of one partition (clear(partition)); P parts: tags in use
     P stats            hits, misses, evictions, expirations, shared by every replica
+    P epochs           flush epochs: "global" and one field per flushed scope key; kept
+                       by clear(), so every replica and a restart see them
 
 A lookup is KNN 1 filtered by the partition's TAG. The TAG holds a digest of the partition,
 never its text, so no partition ('|', ':', spaces, the TAG separator ',', case) can break
-the query or match another partition.
+the query or match another partition. A scope (every partition of a model, or of a model
+and decision) is cleared and counted by a search on its TAG.
+
+A write given an epoch token runs under WATCH of the epochs hash: a flush that advances an
+epoch before or during the write drops it (the flush advances, then deletes), so a pre-flush
+answer never lands in a flushed scope.
 
 Approximations, because several replicas write without a global lock: the bound may be
 overshot briefly by concurrent stores; lfu ties go to the oldest insert (memory: the least
@@ -42,8 +51,19 @@ from redis.commands.search.index_definition import IndexDefinition, IndexType
 from redis.commands.search.query import Query
 from redis.retry import Retry
 
-from app.cache.base import CacheHit, CacheStats, CacheTuning, CacheUnavailable
-from app.cache.memory import (
+from app.cache.base import (
+    GLOBAL_EPOCH,
+    CacheEpochs,
+    CacheHit,
+    CacheScope,
+    CacheStats,
+    CacheTuning,
+    CacheUnavailable,
+    FlushOutcome,
+    scope_tag,
+    scopes_of,
+)
+from app.cache.checks import (
     DUPLICATE_SIMILARITY,
     SIMILARITY_SLACK,
     as_unit_vector,
@@ -57,6 +77,7 @@ from app.config.cache_stores import RedisCacheSettings
 _ORDER_FIELD = {"fifo": "inserted", "lru": "used", "lfu": "hits"}
 _STAT_FIELDS = ("hits", "misses", "evictions", "expirations")
 _MISSING_INDEX = ("unknown index name", "no such index")
+_SCOPE_PAGE = 1000  # members fetched per search when a scope is cleared
 
 
 class _Nearest(NamedTuple):
@@ -66,7 +87,7 @@ class _Nearest(NamedTuple):
     created_at: float
 
 
-def _client(settings: RedisCacheSettings) -> redis.Redis:
+def redis_client(settings: RedisCacheSettings) -> redis.Redis:
     """One client (one connection pool) that fails within timeout_seconds, never retrying."""
     options: dict[str, Any] = {
         "socket_timeout": settings.timeout_seconds,
@@ -101,7 +122,7 @@ class RedisSemanticCache:
         self._settings = settings
         self._tuning = tuning
         self._wall_clock = wall_clock
-        self._redis = _client(settings)
+        self._redis = redis_client(settings)
         self._prefix = settings.key_prefix
         self._dim: int | None = None  # the index's dimension, once known
 
@@ -137,8 +158,13 @@ class RedisSemanticCache:
         )
 
     def store(
-        self, partition: str, vector: Any, response: dict[str, Any], ttl_seconds: int | None = None
-    ) -> None:
+        self,
+        partition: str,
+        vector: Any,
+        response: dict[str, Any],
+        ttl_seconds: int | None = None,
+        epoch: int | None = None,
+    ) -> bool:
         partition = check_partition(partition)
         check_response(response)
         ttl = self._tuning.ttl_seconds if ttl_seconds is None else check_ttl(ttl_seconds)
@@ -158,7 +184,7 @@ class RedisSemanticCache:
                 if self._tuning.max_entries > 0:
                     self._evict(self._count() - self._tuning.max_entries + 1)
                 member = f"{int(now * 1_000_000):016x}{secrets.token_hex(4)}.{tag}"
-            self._write(member, partition, v, body, now, ttl)
+            return self._write(member, partition, v, body, now, ttl, epoch)
 
     def stats(self) -> CacheStats:
         with self._unavailable("stats"):
@@ -167,7 +193,8 @@ class RedisSemanticCache:
                 pipe.hmget(self._key("stats"), list(_STAT_FIELDS))
                 pipe.zcard(self._key("order:inserted"))
                 pipe.scard(self._key("parts"))
-                counters, entries, partitions = pipe.execute()
+                pipe.hgetall(self._key("epochs"))
+                counters, entries, partitions, epochs = pipe.execute()
         hits, misses, evictions, expirations = (int(value or 0) for value in counters)
         total = hits + misses
         return CacheStats(
@@ -178,22 +205,50 @@ class RedisSemanticCache:
             evictions=evictions,
             expirations=expirations,
             partitions=partitions,
+            epochs=_epochs(self._texts(epochs), self._texts(epochs.values())),
         )
 
-    def clear(self, partition: str | None = None) -> int:
+    def clear(self, partition: str | None = None, scope: CacheScope | None = None) -> int:
         with self._unavailable("clear"):
             self._purge_expired(self._wall_clock())
             if partition is not None:
-                members = self._texts(self._redis.smembers(self._key(f"part:{partition_tag(partition)}")))
-                return sum(self._remove(members))
+                tag = partition_tag(check_partition(partition))
+                return sum(self._remove(self._texts(self._redis.smembers(self._key(f"part:{tag}")))))
+            if scope is not None:
+                return sum(self._remove(self._scope_members(scope)))
             removed = self._count()
             # Dropping the index (not its documents: those go by key below) lets a new
             # embedding model with another dimension start afresh, as the memory backend does.
             with contextlib.suppress(redis.ResponseError):
                 self._redis.ft(self._settings.index_name).dropindex(delete_documents=False)
             self._dim = None
-            self._delete_matching(f"{_glob_escape(self._prefix)}*", keep={self._key("stats")})
+            keep = {self._key("stats"), self._key("epochs")}
+            self._delete_matching(f"{_glob_escape(self._prefix)}*", keep=keep)
             return removed
+
+    def count(self, scope: CacheScope | None = None) -> int:
+        with self._unavailable("count"):
+            self._purge_expired(self._wall_clock())
+            if scope is None:
+                return self._count()
+            result = self._scope_search(scope, 0, 0)
+            return 0 if result is None else int(result.total)
+
+    def flush(self, scope: CacheScope | None = None) -> FlushOutcome:
+        field = GLOBAL_EPOCH if scope is None else scope.key
+        with self._unavailable("flush"):
+            # Advance first: a write racing the flush is then refused (WATCH) or deleted below.
+            epoch = int(self._redis.hincrby(self._key("epochs"), field, 1))
+        return FlushOutcome(removed=self.clear(scope=scope), epoch=epoch)
+
+    def epoch(self, partition: str) -> int:
+        with self._unavailable("epoch"):
+            return self._token(self._redis, check_partition(partition))
+
+    def epochs(self) -> CacheEpochs:
+        with self._unavailable("epochs"):
+            fields = self._redis.hgetall(self._key("epochs"))
+        return _epochs(self._texts(fields), self._texts(fields.values()))
 
     def configure(self, settings: Any) -> None:
         """Apply max_entries / ttl_seconds / eviction_policy; a smaller bound evicts at once."""
@@ -238,15 +293,25 @@ class RedisSemanticCache:
             if _is_missing_index(exc):
                 return None
             raise
+        dim: int | None = None
+        names: list[str] = []
         for attribute in info.get("attributes", []):
             fields = dict(zip(attribute[::2], attribute[1::2], strict=False))
-            if self._texts([fields.get("attribute", "")]) == ["vector"] and "dim" in fields:
-                return int(fields["dim"])
-        raise CacheUnavailable(f"Redis index {self._settings.index_name!r} has no vector field")
+            names += self._texts([fields.get("attribute", "")])
+            if names[-1] == "vector" and "dim" in fields:
+                dim = int(fields["dim"])
+        if dim is None or "decision_tag" not in names:
+            raise CacheUnavailable(
+                f"Redis index {self._settings.index_name!r} was not made by this cache version (no vector"
+                " or scope fields): drop it, or configure another index_name and key_prefix"
+            )
+        return dim
 
     def _create_index(self, dim: int) -> int:
         schema: list[Field] = [
             TagField("partition_tag", case_sensitive=True),
+            TagField("model_tag", case_sensitive=True),
+            TagField("decision_tag", case_sensitive=True),
             NumericField("created_at"),
             VectorField(
                 "vector",
@@ -291,13 +356,49 @@ class RedisSemanticCache:
             created_at=float(doc.created_at),
         )
 
-    def _write(self, member: str, partition: str, v: np.ndarray, body: str, now: float, ttl: int) -> None:
+    def _token(self, client: Any, partition: str) -> int:
+        model, decision = scopes_of(partition)
+        values = client.hmget(self._key("epochs"), [GLOBAL_EPOCH, model.key, decision.key])
+        return sum(int(value or 0) for value in values)
+
+    def _scope_search(self, scope: CacheScope, offset: int, limit: int) -> Any:
+        """Entries of `scope` (ids only); None when there is no index (nothing stored yet)."""
+        field = "model_tag" if scope.decision is None else "decision_tag"
+        query = Query(f"@{field}:{{{scope_tag(scope)}}}").no_content().paging(offset, limit).dialect(2)
+        try:
+            return self._redis.ft(self._settings.index_name).search(query)
+        except redis.ResponseError as exc:
+            if not _is_missing_index(exc):
+                raise
+            return None
+
+    def _scope_members(self, scope: CacheScope) -> list[str]:
+        members: list[str] = []
+        while True:
+            result = self._scope_search(scope, len(members), _SCOPE_PAGE)
+            page = [] if result is None else [doc.id.removeprefix(self._key("e:")) for doc in result.docs]
+            members.extend(page)
+            if len(page) < _SCOPE_PAGE:
+                return members
+
+    def _write(
+        self, member: str, partition: str, v: np.ndarray, body: str, now: float, ttl: int, epoch: int | None
+    ) -> bool:
+        """Write one entry; with an epoch token, only while no flush has moved past it."""
         key, tag = self._key(f"e:{member}"), member.rsplit(".", 1)[1]
+        model, decision = scopes_of(partition)
         with self._redis.pipeline(transaction=True) as pipe:
+            if epoch is not None:
+                pipe.watch(self._key("epochs"))
+                if self._token(pipe, partition) > epoch:
+                    return False  # flushed since the caller read its token: a pre-flush answer
+                pipe.multi()
             pipe.hset(
                 key,
                 mapping={
                     "partition_tag": tag,
+                    "model_tag": scope_tag(model),
+                    "decision_tag": scope_tag(decision),
                     "partition": partition,
                     "vector": v.tobytes(),
                     "response": body,
@@ -315,7 +416,11 @@ class RedisSemanticCache:
             pipe.zadd(self._key("order:hits"), {member: 0}, nx=True)  # a replacement keeps its hits
             pipe.sadd(self._key(f"part:{tag}"), member)
             pipe.sadd(self._key("parts"), tag)
-            pipe.execute()
+            try:
+                pipe.execute()
+            except redis.WatchError:
+                return False  # a flush moved an epoch during the write: dropped as if after it
+        return True
 
     def _evict(self, count: int) -> None:
         """Remove `count` entries in the eviction policy's order."""
@@ -370,6 +475,11 @@ class RedisSemanticCache:
                 batch.clear()
         if batch:
             self._redis.delete(*batch)
+
+
+def _epochs(fields: list[str], values: list[str]) -> CacheEpochs:
+    counters = dict(zip(fields, (int(value) for value in values), strict=True))
+    return CacheEpochs(global_epoch=counters.pop(GLOBAL_EPOCH, 0), scopes=counters)
 
 
 def _is_missing_index(exc: redis.ResponseError) -> bool:

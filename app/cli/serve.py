@@ -57,6 +57,16 @@ class ServeState:
         STATE_FILE.unlink(missing_ok=True)
 
 
+# What a start serves (app/management/stores.py start_document), as `svc-sr serve` says it.
+START_KINDS = {
+    "first": "the configuration file (first start: it becomes version 1)",
+    "unchanged": "the configuration file (it is the stored active version)",
+    "resumed": "the stored active version (the file did not change since it was loaded; "
+    "changes made through the management API are kept)",
+    "file": "the configuration file (it changed since it was last loaded: it becomes a new version)",
+}
+
+
 def deployment_overrides(serve_config: Path | None, app_name: str = APP_NAME) -> dict[str, dict[str, Any]]:
     """Per-deployment Serve options (replicas, resources, autoscaling) from a `serve deploy`
     config, so the laptop and the cluster read resources from one kind of file."""
@@ -200,9 +210,14 @@ def _deploy(
     """Deploy the graph with progress; the exit code when it failed or was stopped, else None."""
     from ray import serve
 
-    from deployments.graph import GraphArgs, build_app
+    from deployments.graph import GraphArgs, build_graph, start_document_of
 
-    app = build_app(GraphArgs(config_path=str(config_path), deployments=deployment_overrides(serve_config)))
+    args = GraphArgs(
+        config_path=str(config_path), deployments=deployment_overrides(serve_config), app_name=APP_NAME
+    )
+    document, kind = start_document_of(args)
+    console.print(f"configuration: {START_KINDS[kind]}")
+    app = build_graph(args, document=document)
     failure: list[BaseException] = []
 
     def deploy() -> None:

@@ -28,11 +28,12 @@ from typing import Any, Literal, Protocol
 
 from app.common.background import BackgroundTasks
 from app.config.models import RouterConfig
-from app.management.audit import AuditLog
+from app.management.audit import AuditTrail
 from app.management.auth import auth_issues
 from app.management.documents import Candidate, DocumentRejected, Reason, Stage, etag_of, restart_required
 from app.management.redaction import scrub, secret_values
-from app.management.state import ConfigStore, VersionRecord
+from app.management.shared_store import StoreUnavailable
+from app.management.state import ConfigStore, StaleDocument, VersionRecord, VersionResult
 
 log = logging.getLogger("svc_sr.management.activation")
 
@@ -156,7 +157,7 @@ class ActivationController:
     def __init__(
         self,
         store: ConfigStore,
-        audit: AuditLog,
+        audit: AuditTrail,
         activator: Activator,
         initial: RouterConfig,
         on_active: list[Callable[[RouterConfig], None]] | None = None,
@@ -217,7 +218,8 @@ class ActivationController:
 
         Raises PreconditionFailed, DocumentRejected (nothing persisted), RestartRequired."""
         async with self._mutation_lock:
-            current_etag = self.etag
+            current_hash = self.store.source_hash  # the store's latest (another replica may have written)
+            current_etag = etag_of(current_hash)
             if if_match is None or not if_match.strip():
                 raise PreconditionFailed(
                     428, "PRECONDITION_REQUIRED", "If-Match with the current ETag is required", current_etag
@@ -243,7 +245,15 @@ class ActivationController:
             if restart:
                 self._reject(restart, source, request_id, role, secrets=secret_values(candidate.document))
                 raise RestartRequired(restart)
-            attempt = self._persist(candidate, source, request_id, role, rollback_of)
+            try:
+                attempt = self._persist(candidate, source, request_id, role, rollback_of, current_hash)
+            except StaleDocument as exc:  # another replica persisted after the If-Match check
+                raise PreconditionFailed(
+                    412,
+                    "CONFIG_CHANGED",
+                    "the configuration changed since it was read (stale If-Match)",
+                    etag_of(exc.current_hash),
+                ) from None
         self._tasks.spawn(self._activate(attempt, candidate))
         with contextlib.suppress(TimeoutError):  # still pending: answered 202, the activation goes on
             await asyncio.wait_for(asyncio.shield(attempt.done.wait()), self.wait_s)
@@ -256,9 +266,10 @@ class ActivationController:
         request_id: str | None,
         role: str | None,
         rollback_of: str | None,
+        expected_hash: str,
     ) -> Attempt:
         record: VersionRecord = self.store.persist(
-            candidate, source, rollback_of=rollback_of, request_id=request_id
+            candidate, source, rollback_of=rollback_of, request_id=request_id, expected_hash=expected_hash
         )
         previous = self.current
         if previous is not None and (
@@ -281,7 +292,7 @@ class ActivationController:
         was = attempt.state
         attempt.state = "superseded"
         attempt.finished_at = attempt.finished_at or _now()
-        self.store.mark_result(attempt.version, "superseded")
+        self._record_result(attempt.version, "superseded")
         self.audit.record(
             "config.supersede",
             request_id=attempt.request_id,
@@ -360,6 +371,9 @@ class ActivationController:
             attempt.config_version = self.store.mark_active(attempt.version)
         except KeyError:  # pushed out of a tiny history; the generation serves regardless
             attempt.config_version = None
+        except StoreUnavailable as exc:  # the replicas serve it; the record waits for the store
+            log.error("activation of %s not recorded: %s", attempt.version, exc)
+            attempt.config_version = None
         self.active_config = candidate.config
         attempt.state = "active"
         attempt.finished_at = _now()
@@ -388,7 +402,7 @@ class ActivationController:
         attempt.stage = reason.stage
         attempt.reasons = [reason]
         attempt.finished_at = _now()
-        self.store.mark_result(attempt.version, "failed")
+        self._record_result(attempt.version, "failed")
         self.last_rejection = {
             "timestamp": attempt.finished_at,
             "source": attempt.source,
@@ -414,6 +428,23 @@ class ActivationController:
             },
         )
         attempt.done.set()
+
+    def _record_result(self, version: str, result: VersionResult) -> None:
+        try:
+            self.store.mark_result(version, result)
+        except StoreUnavailable as exc:  # the outcome still answers; only its history entry lags
+            log.error("result %s of %s not recorded: %s", result, version, exc)
+
+    def adopt(self, config: RouterConfig) -> None:
+        """Another replica activated `config` (it arrived through reconfigure): serve it here too."""
+        if config.to_document() == self.active_config.to_document():
+            return
+        self.active_config = config
+        for callback in self.on_active:
+            try:
+                callback(config)
+            except Exception:
+                log.exception("on_active callback failed")
 
     async def drain(self) -> None:
         """Wait for every activation started so far (tests, shutdown)."""

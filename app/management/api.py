@@ -18,13 +18,17 @@ Routes and the permission each needs (auth mode bearer; with mode none all are o
     POST /api/v1/storage/response-cache/invalidate   cache.invalidate             routes/storage.py
     POST /api/v1/storage/response-cache/{test,flush} cache.manage                 routes/storage.py
 
-Every request body and answer is a pydantic model (models.py); failures use MgmtError.
+Every request body and answer is a pydantic model (models.py); failures use MgmtError. A
+management store that is down or too slow (StoreUnavailable) answers 503 STORE_UNAVAILABLE
+with nothing written.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse
 
+from app.management.errors import unavailable
 from app.management.routes.config import config_read_routes
 from app.management.routes.config_writes import config_write_routes
 from app.management.routes.inventory import inventory_routes, older_info_routes
@@ -33,6 +37,7 @@ from app.management.routes.routing import routing_routes
 from app.management.routes.storage import storage_routes
 from app.management.routes.system import install_discovery, system_routes
 from app.management.service import Management
+from app.management.shared_store import StoreUnavailable
 
 __all__ = ["install", "management_router"]
 
@@ -59,5 +64,11 @@ def install(app: FastAPI, mgmt: Management) -> None:
 
     The app must be created with openapi_url=None and docs_url=None (these routes replace them)."""
     app.include_router(management_router(mgmt))
+    app.add_exception_handler(StoreUnavailable, _store_unavailable)
     app.state.management = mgmt
     install_discovery(app, mgmt)
+
+
+async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    error = unavailable(f"{exc}; nothing was written, retry later", code="STORE_UNAVAILABLE")
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)

@@ -4,6 +4,9 @@ Each entry's `hash` is sha256 over its predecessor's hash and its own canonical 
 changing, dropping or reordering a retained entry breaks `verify()`. The ring forgets the
 oldest entries; the first retained entry's `prev_hash` anchors the chain. Entries carry
 route and authorization metadata only, never request bodies.
+
+`AuditTrail` is what the management API needs of a log: `AuditLog` here (one process) or
+`audit_redis.RedisAuditLog` (one chain shared by every Ingress replica).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 import threading
 from collections import deque
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -63,6 +66,29 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def new_entry(action: str, sequence: int, prev_hash: str, **fields: Any) -> AuditEntry:
+    """The chain's entry after (sequence - 1, prev_hash), stamped now and hashed."""
+    entry = AuditEntry(sequence=sequence, timestamp=_now(), action=action, prev_hash=prev_hash, **fields)
+    entry.hash = entry.digest()
+    return entry
+
+
+class AuditTrail(Protocol):
+    """What the management API needs of an audit log: `AuditLog` (one process) or
+    `app.management.audit_redis.RedisAuditLog` (shared by every Ingress replica)."""
+
+    def record(self, action: str, **fields: Any) -> AuditEntry: ...
+
+    def query(self, action: str | None = None, limit: int = 100, after_sequence: int = 0) -> AuditPage: ...
+
+    def verify(self) -> AuditVerification: ...
+
+    @property
+    def last_sequence(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+
 class AuditLog:
     def __init__(self, capacity: int = AUDIT_RING) -> None:
         if capacity < 1:
@@ -75,10 +101,7 @@ class AuditLog:
     def record(self, action: str, **fields: Any) -> AuditEntry:
         with self._lock:
             self._sequence += 1
-            entry = AuditEntry(
-                sequence=self._sequence, timestamp=_now(), action=action, prev_hash=self._last_hash, **fields
-            )
-            entry.hash = entry.digest()
+            entry = new_entry(action, self._sequence, self._last_hash, **fields)
             self._last_hash = entry.hash
             self._entries.append(entry)
             return entry

@@ -6,14 +6,17 @@ one implementation, over a `CacheControl` (the live cache's stats and clear): an
 backend in this process (`backend_control`), or the ResponseCache deployment's handle
 (deployments/handles.py). No Ray and no HTTP here.
 
-Scopes: a scope {"model", "decision"} names the partition `model|decision`. The backend
-contract clears exact partitions only (Redis and Milvus key partitions by a digest, so they
-cannot match a prefix), so a scoped invalidate removes that partition, not the context,
-tenant or polarity partitions (`model|decision|ctx:..`) under it; no scope means everything.
+Scopes (app.cache.base.CacheScope): {"model"} covers every partition of that model,
+{"model", "decision"} every partition of that model and decision, the context, tenant and
+polarity partitions under it (`model|decision|ctx:..|tenant:..|neg:..`) included; no scope
+means everything. Every backend counts a scope (a dry run) and clears it.
 
-Epochs: a counter of flushes per scope ("global" or the partition), kept by this admin (one
-per Ingress replica, not shared, reset by a restart). Entries are removed eagerly by the
-flush itself; nothing filters entries by epoch later.
+Epochs: a flush advances the scope's epoch (or the global one) inside the store: Redis and
+Milvus keep it next to the entries, so every replica sees it and it survives a restart
+(`epochs: "shared"`); the memory backend keeps it in the ResponseCache replica, which every
+caller shares, until that replica restarts (`"process"`). A write whose epoch token predates
+a flush of its partition is dropped by the store (app/cache/base.py), so a request that looked
+up before the flush cannot re-populate the flushed scope.
 """
 
 from __future__ import annotations
@@ -24,37 +27,28 @@ import uuid
 from typing import Any, Literal, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-from app.cache.base import CacheUnavailable, ResponseCacheBackend
+from app.cache.base import CacheScope, CacheStats, CacheUnavailable, FlushOutcome, ResponseCacheBackend
 from app.cache.calls import AsyncCache
 from app.cache.factory import backend_name, cache_backend
 from app.config.global_config import ResponseCacheConfig
 
 GLOBAL_SCOPE = "global"
 BACKEND_TYPES = ["memory", "redis", "milvus", "hybrid"]
+# Backends whose epochs live in a shared store (the rest: in the ResponseCache replica).
+SHARED_EPOCHS = {"redis", "milvus", "hybrid"}
 PROBE_PARTITION = "__svc_sr_probe__"
 # A probe never waits longer than this beyond the store's own timeout (building a Milvus
 # Lite store can take a few seconds).
 PROBE_MARGIN_S = 10.0
 
 
-class CacheScope(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    model: str = Field(min_length=1)
-    decision: str = Field(min_length=1)
-
-    @property
-    def partition(self) -> str:
-        return f"{self.model}|{self.decision}"
-
-
 class InvalidateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     scope: CacheScope | None = None  # None: every partition
-    dry_run: bool = False
+    dry_run: bool = False  # count what the scope holds, remove nothing
 
 
 class FlushRequest(BaseModel):
@@ -66,11 +60,11 @@ class FlushRequest(BaseModel):
 class CacheCapabilities(BaseModel):
     backend: str
     backend_types: list[str]
-    scopes: list[str]  # "global", "partition"
-    prefix_invalidation: bool  # a scope covers the partitions under it (not yet: exact only)
+    scopes: list[str]  # "global", "model", "decision"
+    prefix_invalidation: bool  # a scope covers the context/tenant/polarity partitions under it
     dry_run: bool
     dry_run_counts_scopes: bool  # whether a scoped dry run can count its entries
-    epochs: Literal["per_replica"]
+    epochs: Literal["shared", "process"]  # in the store, or in the ResponseCache replica
 
 
 class CacheHealth(BaseModel):
@@ -88,7 +82,8 @@ class CacheStatsView(BaseModel):
     evictions: int
     expirations: int
     partitions: int
-    epochs: dict[str, int]
+    epoch: int  # the global epoch
+    scope_epochs: dict[str, int]  # by scope name (`model` or `model|decision`), flushed ones only
 
 
 class ProbeResult(BaseModel):
@@ -100,9 +95,9 @@ class ProbeResult(BaseModel):
 
 
 class InvalidateResult(BaseModel):
-    scope: str  # "global" or the partition
+    scope: str  # "global" or the scope name
     dry_run: bool
-    entries: int | None  # removed, or (dry run) matched; None: the backend cannot count a partition
+    entries: int  # removed, or (dry run) what the scope holds
 
 
 class FlushResult(BaseModel):
@@ -118,7 +113,11 @@ class CacheControl(Protocol):
         """CacheStats fields plus "backend" (its backend_type)."""
         ...
 
-    async def clear(self, partition: str | None = None) -> int: ...
+    async def count(self, scope: CacheScope | None = None) -> int: ...
+
+    async def clear(self, scope: CacheScope | None = None) -> int: ...
+
+    async def flush(self, scope: CacheScope | None = None) -> FlushOutcome: ...
 
 
 class ResponseCacheAdmin(Protocol):
@@ -143,8 +142,14 @@ class _BackendControl:
         stats = await self._cache.stats()
         return {**stats.model_dump(), "backend": backend_name(self._cache.backend)}
 
-    async def clear(self, partition: str | None = None) -> int:
-        return await self._cache.clear(partition)
+    async def count(self, scope: CacheScope | None = None) -> int:
+        return await self._cache.count(scope)
+
+    async def clear(self, scope: CacheScope | None = None) -> int:
+        return await self._cache.clear(scope=scope)
+
+    async def flush(self, scope: CacheScope | None = None) -> FlushOutcome:
+        return await self._cache.flush(scope)
 
 
 def backend_control(backend: ResponseCacheBackend) -> CacheControl:
@@ -159,18 +164,17 @@ class LocalCacheAdmin:
     def __init__(self, control: CacheControl, state_dir: Any = None) -> None:
         self._control = control
         self._state_dir = state_dir  # where a candidate Milvus Lite store would live
-        self._epochs: dict[str, int] = {}
 
     async def capabilities(self) -> dict[str, Any]:
-        stats = await self._control.stats()
+        backend = str((await self._control.stats()).get("backend", "unknown"))
         return CacheCapabilities(
-            backend=str(stats.get("backend", "unknown")),
+            backend=backend,
             backend_types=BACKEND_TYPES,
-            scopes=[GLOBAL_SCOPE, "partition"],
-            prefix_invalidation=False,
+            scopes=[GLOBAL_SCOPE, "model", "decision"],
+            prefix_invalidation=True,
             dry_run=True,
-            dry_run_counts_scopes=False,
-            epochs="per_replica",
+            dry_run_counts_scopes=True,
+            epochs="shared" if backend in SHARED_EPOCHS else "process",
         ).model_dump()
 
     async def health(self) -> dict[str, Any]:
@@ -181,8 +185,11 @@ class LocalCacheAdmin:
         return CacheHealth(status="ok", backend=str(stats.get("backend", "unknown"))).model_dump()
 
     async def stats(self) -> dict[str, Any]:
-        stats = await self._control.stats()
-        return CacheStatsView.model_validate({**stats, "epochs": dict(self._epochs)}).model_dump()
+        raw = await self._control.stats()
+        stats = CacheStats.model_validate(raw)
+        view = {**stats.model_dump(exclude={"epochs"}), "backend": raw.get("backend", "unknown")}
+        epochs = {"epoch": stats.epochs.global_epoch, "scope_epochs": stats.epochs.by_name()}
+        return CacheStatsView.model_validate({**view, **epochs}).model_dump()
 
     async def test(self, settings: ResponseCacheConfig) -> dict[str, Any]:
         timeout = max(settings.redis.timeout_seconds, settings.milvus.timeout_seconds) + PROBE_MARGIN_S
@@ -230,17 +237,15 @@ class LocalCacheAdmin:
                     close()
 
     async def invalidate(self, scope: CacheScope | None, dry_run: bool) -> dict[str, Any]:
-        name = GLOBAL_SCOPE if scope is None else scope.partition
-        entries: int | None
-        if dry_run:
-            # The contract counts the whole cache only; a partition's size is not readable.
-            entries = int((await self._control.stats())["entries"]) if scope is None else None
-        else:
-            entries = await self._control.clear(None if scope is None else scope.partition)
-        return InvalidateResult(scope=name, dry_run=dry_run, entries=entries).model_dump()
+        """Remove (or, dry run, count) the scope's entries; no epoch moves (see flush)."""
+        entries = await (self._control.count(scope) if dry_run else self._control.clear(scope))
+        return InvalidateResult(scope=scope_name(scope), dry_run=dry_run, entries=entries).model_dump()
 
     async def flush(self, scope: CacheScope | None) -> dict[str, Any]:
-        name = GLOBAL_SCOPE if scope is None else scope.partition
-        removed = await self._control.clear(None if scope is None else scope.partition)
-        self._epochs[name] = self._epochs.get(name, 0) + 1
-        return FlushResult(scope=name, removed=removed, epoch=self._epochs[name]).model_dump()
+        outcome = await self._control.flush(scope)
+        return FlushResult(scope=scope_name(scope), removed=outcome.removed, epoch=outcome.epoch).model_dump()
+
+
+def scope_name(scope: CacheScope | None) -> str:
+    """How results and the audit log name a scope: "global", `model` or `model|decision`."""
+    return GLOBAL_SCOPE if scope is None else scope.name

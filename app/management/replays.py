@@ -5,6 +5,10 @@ Ray deployment may implement the same protocol). `ReplayStore` is a bounded in-m
 `record(dict)` keeps a copy with an id, a sequence and a timestamp; the oldest records
 go first. Records may hold request content; the API hides it from principals without
 `data.read` (see `redact_record`).
+
+`replays_redis` keeps the same records and outcomes in Redis for every Ingress replica; it
+pages and aggregates with the functions here (`replay_page`, `record_matches`,
+`aggregate_records`), and `OutcomeLog` is what the API needs of either outcome store.
 """
 
 from __future__ import annotations
@@ -97,6 +101,14 @@ def _model_of(record: dict[str, Any]) -> str:
     return str(record.get("selected_model") or record.get("model") or "unknown")
 
 
+def replay_item(record: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The id `record` asks for (`id` or `replay_id`, else a new one) and the copy to keep,
+    stamped now unless it has a timestamp; the store sets `id` and `sequence`."""
+    item = copy.deepcopy(dict(record))
+    item.setdefault("timestamp", _now())
+    return str(item.get("id") or item.get("replay_id") or uuid.uuid4().hex), item
+
+
 class ReplayStore:
     def __init__(self, capacity: int = DEFAULT_REPLAY_CAPACITY) -> None:
         if capacity < 1:
@@ -108,15 +120,13 @@ class ReplayStore:
 
     def record(self, record: dict[str, Any]) -> str:
         """Keep a copy of `record`; returns its id (`id` or `replay_id` when given, else a new one)."""
-        item = copy.deepcopy(dict(record))
+        replay_id, item = replay_item(record)
         with self._lock:
             self._sequence += 1
-            replay_id = str(item.get("id") or item.get("replay_id") or uuid.uuid4().hex)
             if replay_id in self._by_id:  # an id is one record: a repeat gets a fresh id
                 replay_id = uuid.uuid4().hex
             item["id"] = replay_id
             item["sequence"] = self._sequence
-            item.setdefault("timestamp", _now())
             if len(self._records) == self._records.maxlen:
                 self._by_id.pop(self._records[0]["id"], None)
             self._records.append(item)
@@ -129,12 +139,7 @@ class ReplayStore:
     def _matching(self, decision: str | None, model: str | None) -> list[dict[str, Any]]:
         with self._lock:
             records = list(self._records)
-        return [
-            r
-            for r in records
-            if (decision is None or r.get("decision") == decision)
-            and (model is None or _model_of(r) == model)
-        ]
+        return [r for r in records if record_matches(r, decision, model)]
 
     def list(
         self, limit: int = 100, after_sequence: int = 0, decision: str | None = None, model: str | None = None
@@ -142,13 +147,7 @@ class ReplayStore:
         with self._lock:
             oldest = self._records[0]["sequence"] if self._records else None
         matching = [r for r in self._matching(decision, model) if r["sequence"] > after_sequence]
-        page = matching[:limit]
-        return ReplayPage(
-            records=copy.deepcopy(page),
-            has_more=len(matching) > limit,
-            next_sequence=page[-1]["sequence"] if page else max(after_sequence, 0),
-            oldest_sequence=oldest,
-        )
+        return replay_page(copy.deepcopy(matching[: limit + 1]), limit, after_sequence, oldest)
 
     def get(self, replay_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -156,49 +155,74 @@ class ReplayStore:
             return copy.deepcopy(record) if record is not None else None
 
     def aggregate(self, decision: str | None = None, model: str | None = None) -> ReplayAggregate:
-        records = self._matching(decision, model)
-        by_model: dict[str, ModelAggregate] = {}
-        latency: dict[str, list[float]] = {}
-        by_decision: dict[str, int] = {}
-        by_reason: dict[str, int] = {}
-        cost: dict[str, float] = {}
-        hits = 0
-        for r in records:
-            name = _model_of(r)
-            agg = by_model.setdefault(name, ModelAggregate())
-            agg.requests += 1
-            status = r.get("status")
-            if r.get("error") or (isinstance(status, int) and status >= 400):
-                agg.errors += 1
-            if r.get("cache_hit"):
-                agg.cache_hits += 1
-                hits += 1
-            raw_usage = r.get("usage")
-            usage = raw_usage if isinstance(raw_usage, dict) else {}
-            agg.prompt_tokens += int(_number(usage.get("prompt_tokens")))
-            agg.completion_tokens += int(_number(usage.get("completion_tokens")))
-            amount, currency = _cost_of(r)
-            if amount:
-                agg.cost[currency] = round(agg.cost.get(currency, 0.0) + amount, 10)
-                cost[currency] = round(cost.get(currency, 0.0) + amount, 10)
-            if isinstance(r.get("latency_ms"), int | float):
-                latency.setdefault(name, []).append(float(r["latency_ms"]))
-            key = str(r.get("decision") or "")
-            by_decision[key] = by_decision.get(key, 0) + 1
-            if r.get("reason_code"):
-                by_reason[str(r["reason_code"])] = by_reason.get(str(r["reason_code"]), 0) + 1
-        for name, values in latency.items():
-            by_model[name].mean_latency_ms = round(sum(values) / len(values), 3)
-        return ReplayAggregate(
-            total=len(records),
-            by_model=by_model,
-            by_decision=by_decision,
-            by_reason_code=by_reason,
-            cost=cost,
-            cache_hit_rate=round(hits / len(records), 6) if records else None,
-            first_timestamp=records[0].get("timestamp") if records else None,
-            last_timestamp=records[-1].get("timestamp") if records else None,
-        )
+        return aggregate_records(self._matching(decision, model))
+
+
+def replay_page(
+    matching: list[dict[str, Any]], limit: int, after_sequence: int, oldest: int | None
+) -> ReplayPage:
+    """The page of `matching` (the filtered records after `after_sequence`, oldest first;
+    more than `limit` of them when there are more)."""
+    page = matching[:limit]
+    return ReplayPage(
+        records=page,
+        has_more=len(matching) > limit,
+        next_sequence=page[-1]["sequence"] if page else max(after_sequence, 0),
+        oldest_sequence=oldest,
+    )
+
+
+def record_matches(record: dict[str, Any], decision: str | None, model: str | None) -> bool:
+    """The list/aggregate filter: None matches any decision or model."""
+    return (decision is None or record.get("decision") == decision) and (
+        model is None or _model_of(record) == model
+    )
+
+
+def aggregate_records(records: list[dict[str, Any]]) -> ReplayAggregate:
+    """Totals over `records`, oldest first (every replay store aggregates with this)."""
+    by_model: dict[str, ModelAggregate] = {}
+    latency: dict[str, list[float]] = {}
+    by_decision: dict[str, int] = {}
+    by_reason: dict[str, int] = {}
+    cost: dict[str, float] = {}
+    hits = 0
+    for r in records:
+        name = _model_of(r)
+        agg = by_model.setdefault(name, ModelAggregate())
+        agg.requests += 1
+        status = r.get("status")
+        if r.get("error") or (isinstance(status, int) and status >= 400):
+            agg.errors += 1
+        if r.get("cache_hit"):
+            agg.cache_hits += 1
+            hits += 1
+        raw_usage = r.get("usage")
+        usage = raw_usage if isinstance(raw_usage, dict) else {}
+        agg.prompt_tokens += int(_number(usage.get("prompt_tokens")))
+        agg.completion_tokens += int(_number(usage.get("completion_tokens")))
+        amount, currency = _cost_of(r)
+        if amount:
+            agg.cost[currency] = round(agg.cost.get(currency, 0.0) + amount, 10)
+            cost[currency] = round(cost.get(currency, 0.0) + amount, 10)
+        if isinstance(r.get("latency_ms"), int | float):
+            latency.setdefault(name, []).append(float(r["latency_ms"]))
+        key = str(r.get("decision") or "")
+        by_decision[key] = by_decision.get(key, 0) + 1
+        if r.get("reason_code"):
+            by_reason[str(r["reason_code"])] = by_reason.get(str(r["reason_code"]), 0) + 1
+    for name, values in latency.items():
+        by_model[name].mean_latency_ms = round(sum(values) / len(values), 3)
+    return ReplayAggregate(
+        total=len(records),
+        by_model=by_model,
+        by_decision=by_decision,
+        by_reason_code=by_reason,
+        cost=cost,
+        cache_hit_rate=round(hits / len(records), 6) if records else None,
+        first_timestamp=records[0].get("timestamp") if records else None,
+        last_timestamp=records[-1].get("timestamp") if records else None,
+    )
 
 
 def _cost_of(record: dict[str, Any]) -> tuple[float, str]:
@@ -245,6 +269,36 @@ class IdempotencyConflict(Exception):
     pass
 
 
+class OutcomeLog(Protocol):
+    """What the management API needs of an outcome store: `OutcomeStore` (one process) or
+    `app.management.replays_redis.RedisOutcomeStore` (shared by every Ingress replica)."""
+
+    def submit(
+        self, outcome: OutcomeIn, principal: str, idempotency_key: str | None = None
+    ) -> OutcomeRecord: ...
+
+    def list(self) -> list[OutcomeRecord]: ...
+
+
+def outcome_fingerprint(outcome: OutcomeIn, principal: str) -> str:
+    """What an Idempotency-Key is bound to: the body (less `source`) and the submitter."""
+    return hashlib.sha256(
+        json.dumps([outcome.model_dump(exclude={"source"}), principal], sort_keys=True).encode()
+    ).hexdigest()
+
+
+def new_outcome_record(outcome: OutcomeIn, principal: str) -> OutcomeRecord:
+    return OutcomeRecord(
+        outcome_id=uuid.uuid4().hex,
+        replay_id=outcome.replay_id,
+        target=outcome.target,
+        verdict=outcome.verdict,
+        score=outcome.score,
+        source=principal,
+        recorded_at=_now(),
+    )
+
+
 class OutcomeStore:
     """Outcomes (bounded) with Idempotency-Key: the same key and body answers the first result
     again; the same key with another body is a conflict."""
@@ -256,9 +310,7 @@ class OutcomeStore:
         self._lock = threading.Lock()
 
     def submit(self, outcome: OutcomeIn, principal: str, idempotency_key: str | None = None) -> OutcomeRecord:
-        fingerprint = hashlib.sha256(
-            json.dumps([outcome.model_dump(exclude={"source"}), principal], sort_keys=True).encode()
-        ).hexdigest()
+        fingerprint = outcome_fingerprint(outcome, principal)
         with self._lock:
             if idempotency_key is not None:
                 seen = self._keys.get(idempotency_key)
@@ -266,15 +318,7 @@ class OutcomeStore:
                     if seen[0] != fingerprint:
                         raise IdempotencyConflict(idempotency_key)
                     return seen[1].model_copy(update={"idempotent_replay": True})
-            record = OutcomeRecord(
-                outcome_id=uuid.uuid4().hex,
-                replay_id=outcome.replay_id,
-                target=outcome.target,
-                verdict=outcome.verdict,
-                score=outcome.score,
-                source=principal,
-                recorded_at=_now(),
-            )
+            record = new_outcome_record(outcome, principal)
             self._outcomes.append(record)
             if idempotency_key is not None:
                 self._keys[idempotency_key] = (fingerprint, record)

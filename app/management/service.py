@@ -7,6 +7,7 @@ and render its answers.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -22,19 +23,22 @@ from app.management.activation import (
     Outcome,
     compile_pipeline,
 )
-from app.management.audit import AuditLog
+from app.management.audit import AuditLog, AuditTrail
 from app.management.auth import Authenticator
 from app.management.cache_admin import ResponseCacheAdmin
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
 from app.management.models import MutationResponse, StatusDocument
-from app.management.replays import OutcomeStore, ReplaySource
+from app.management.replays import OutcomeLog, OutcomeStore, ReplaySource
+from app.management.shared_store import StoreUnavailable
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
 
 if TYPE_CHECKING:
     pass
+
+log = logging.getLogger("svc_sr.management")
 
 PREVIEW_DEADLINE_S = 30.0
 
@@ -54,13 +58,14 @@ class ManagementParts(TypedDict, total=False):
     activator: Activator | None
     config_view: ConfigSink | None
     startup: StartupTracker | None
-    audit: AuditLog | None
+    audit: AuditTrail | None
     replays: ReplaySource | None
-    outcomes: OutcomeStore | None
+    outcomes: OutcomeLog | None
     previewer: RoutingPreviewer | None
     inventory: InventoryBackend | None
     cache_admin: ResponseCacheAdmin | None  # None: the storage routes answer 503
     filename: str
+    file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)
     environ: Mapping[str, str] | None
     activation_wait_s: float
     compile_check: Callable[[RouterConfig], None]
@@ -77,11 +82,13 @@ class Management:
     def __init__(self, config: RouterConfig, **parts: Unpack[ManagementParts]) -> None:
         self.instance_id = uuid.uuid4().hex
         self.store = parts.get("store") or ConfigStore()
-        self.store.initialize(candidate_of(config), filename=parts.get("filename", "config.yaml"))
-        self.audit = parts.get("audit") or AuditLog()
+        audit = parts.get("audit")
+        self.audit: AuditTrail = audit if audit is not None else AuditLog()
+        self._record_start(config, parts.get("filename", "config.yaml"), parts.get("file_hash"))
         self.startup = parts.get("startup") or completed_tracker()
         self.replays = parts.get("replays")
-        self.outcomes = parts.get("outcomes") or OutcomeStore()
+        outcomes = parts.get("outcomes")
+        self.outcomes: OutcomeLog = outcomes if outcomes is not None else OutcomeStore()
         self.previewer = parts.get("previewer")
         self.preview_deadline_s = parts.get("preview_deadline_s", PREVIEW_DEADLINE_S)
         self.inventory = parts.get("inventory") or LocalInventory(self.startup)
@@ -104,6 +111,28 @@ class Management:
             on_active=callbacks,
             compile_check=parts.get("compile_check", compile_pipeline),
             wait_s=parts.get("activation_wait_s", 60.0),
+        )
+
+    def _record_start(self, config: RouterConfig, filename: str, file_hash: str | None) -> None:
+        """Record what this replica serves at start (resumed, unchanged, or the file as a new
+        version) in the store and the audit; a store that is down leaves a local copy."""
+        serving = candidate_of(config)
+        try:
+            started = self.store.initialize(serving, filename=filename, file_hash=file_hash)
+        except StoreUnavailable as exc:
+            log.error("%s: serving the configuration without its history until the store is back", exc)
+            self.store.seed_local(serving, filename)
+            return
+        log.info(
+            "configuration at start: %s (version %s, config_version %d, store %s)",
+            started.kind,
+            started.version,
+            started.config_version,
+            started.store,
+        )
+        self.audit.record(
+            "config.startup",
+            config={**started.model_dump(), "instance_id": self.instance_id},
         )
 
     @property

@@ -1,10 +1,16 @@
 """ConfigStore: the persisted configuration document, its version history and the active record.
 
-Everything lives in one file, `<state_dir>/state.json`, replaced atomically (persist.py) on
-every change, so a crash leaves either the previous state or the next one, never a
-half-written document or a history that disagrees with it. The in-memory state changes
-only after the write succeeded. `state_dir=None` keeps everything in memory (tests, the
-standalone app without a state directory).
+The whole state is one document saved by compare-and-set in a backend (state_backends.py:
+memory, `<state_dir>/state.json`, or Redis shared by every Ingress replica): a crash leaves
+the previous state or the next one, never a half-written document or a history that
+disagrees with it; two replicas changing it at once cannot lose either change, and a
+change made against a stale document (If-Match) is refused atomically (StaleDocument). The
+in-memory copy changes only after the store took the write.
+
+At a start `initialize` resumes the stored active version when the configuration file did
+not change since it was last loaded (a PATCH survives a restart); a changed file wins and
+becomes a new version (`StartupRecord` says which; resolve_startup_document decides it for
+the graph builder before anything is deployed).
 
 History keeps the last `history_limit` persisted documents (spec 1: 10); the active
 document is kept separately, so a rollback target and the last known good configuration
@@ -28,11 +34,21 @@ import yaml
 from pydantic import BaseModel, Field
 
 from app.management.documents import Candidate
-from app.management.persist import atomic_write_bytes, atomic_write_json
+from app.management.persist import atomic_write_bytes
+from app.management.shared_store import StoreUnavailable
+from app.management.state_backends import (
+    STATE_FILE,
+    FileStateBackend,
+    MemoryStateBackend,
+    StateBackend,
+    StateConflict,
+    StoreCorrupt,
+)
 
 log = logging.getLogger("svc_sr.management.state")
 
-STATE_FILE = "state.json"
+__all__ = ["STATE_FILE", "ConfigStore", "StaleDocument", "StoreCorrupt", "StoreState", "StoreUnavailable"]
+
 STATE_SCHEMA = 1
 DEFAULT_HISTORY_LIMIT = 10
 
@@ -67,7 +83,11 @@ class ActiveRecord(BaseModel):
 
 class StoreState(BaseModel):
     schema_version: int = STATE_SCHEMA
+    revision: int = 0  # advanced by every save: the compare-and-set token (state_backends.py)
     filename: str = "config.yaml"
+    # Source hash of the configuration file (or inline document) as last loaded at a start:
+    # an unchanged file means "resume the active version", a changed one wins (resolve_startup).
+    file_hash: str = ""
     attempt: int = 0
     config_version: int = 0
     document: dict[str, Any] = Field(default_factory=dict)
@@ -78,12 +98,54 @@ class StoreState(BaseModel):
     versions: list[VersionRecord] = Field(default_factory=list)  # oldest first
 
 
-class StoreCorrupt(Exception):
-    pass
+class StaleDocument(Exception):
+    """The document changed since the caller read it (another replica wrote): 412."""
+
+    def __init__(self, current_hash: str) -> None:
+        super().__init__("the configuration changed since it was read")
+        self.current_hash = current_hash
+
+
+StartupKind = Literal["first", "unchanged", "resumed", "file"]
+
+
+class StartupRecord(BaseModel):
+    """What `initialize` did, for the start-up log line and the audit entry."""
+
+    kind: StartupKind = Field(
+        description="first: no stored state; unchanged: the file is the active version; resumed: "
+        "the stored active version serves (the file did not change since it was loaded); file: the "
+        "file changed and became a new version"
+    )
+    version: str
+    config_version: int
+    store: str
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _after(floor: str) -> str:
+    """A version stamp later than `floor`: ids stay unique and ordered across replicas."""
+    stamp = _now()
+    if stamp <= floor:
+        last = datetime.fromisoformat(floor.replace("Z", "+00:00"))
+        stamp = (last + timedelta(microseconds=1)).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return stamp
+
+
+def parse_state(text: str | None, where: str) -> StoreState | None:
+    if text is None:
+        return None
+    try:
+        return StoreState.model_validate_json(text)
+    except ValueError as exc:
+        raise StoreCorrupt(f"cannot read {where}: {exc}") from None
+
+
+MAX_WRITE_ATTEMPTS = 20  # compare-and-set retries under contention before giving up (503)
+UNREACHABLE_BACKOFF_S = 1.0  # after a failed read, serve the last state this long before asking again
 
 
 class ConfigStore:
@@ -92,73 +154,128 @@ class ConfigStore:
         state_dir: Path | str | None = None,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         mirror_file: Path | str | None = None,
+        backend: StateBackend | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if history_limit < 1:
             raise ValueError("history_limit must be >= 1")
         self.state_dir = Path(state_dir) if state_dir is not None else None
+        if backend is None:
+            backend = FileStateBackend(self.state_dir) if self.state_dir is not None else MemoryStateBackend()
+        self.backend = backend
         self.history_limit = history_limit
         self.mirror_file = Path(mirror_file) if mirror_file is not None else None
         self._state = StoreState()
         self._lock = threading.Lock()
-        self._last_stamp = ""
+        self._clock = clock
+        self._unreachable_until = 0.0
+        self.last_startup: StartupRecord | None = None
 
-    # ------------------------------------------------------------------ files
+    # ------------------------------------------------------------------ backend
     @property
     def path(self) -> Path | None:
         return self.state_dir / STATE_FILE if self.state_dir is not None else None
 
     def _load(self) -> StoreState | None:
-        path = self.path
-        if path is None or not path.exists():
-            return None
+        return parse_state(self.backend.load_json(), self.backend.describe())
+
+    def _fresh(self) -> StoreState:
+        """The stored state when another process may have written it (a revision check), else
+        this replica's copy; the copy while the store is unreachable (reads keep answering)."""
+        if not self.backend.shared or self._clock() < self._unreachable_until:
+            return self._state
         try:
-            return StoreState.model_validate_json(path.read_bytes())
-        except (OSError, ValueError) as exc:
-            raise StoreCorrupt(f"cannot read {path}: {exc}") from None
+            if self.backend.revision() != self._state.revision:
+                self._state = self._load() or StoreState()
+        except StoreUnavailable as exc:
+            self._unreachable_until = self._clock() + UNREACHABLE_BACKOFF_S
+            log.warning("%s; serving the last state read (revision %d)", exc, self._state.revision)
+        return self._state
 
-    def _commit(self, state: StoreState) -> None:
-        """Write, then swap in memory: a failed write leaves both the file and memory unchanged."""
-        if self.path is not None:
-            atomic_write_json(self.path, state.model_dump(mode="json"))
-        self._state = state
-        if self.mirror_file is not None:
-            try:
-                text = yaml.safe_dump(state.document, sort_keys=False, allow_unicode=True, width=100)
-                atomic_write_bytes(self.mirror_file, text.encode("utf-8"))
-            except OSError as exc:  # the state file is the truth; the mirror is a convenience
-                log.warning("could not write %s: %s", self.mirror_file, exc.strerror)
+    def _update(self, change: Callable[[StoreState], StoreState | None]) -> StoreState:
+        """Read, change a copy, compare-and-set; retried when another writer got there first.
+        Memory changes only after the store took the write. Raises StoreUnavailable."""
+        with self._lock:
+            for _ in range(MAX_WRITE_ATTEMPTS):
+                current = self._load() if self.backend.shared else self._state
+                current = current or StoreState()
+                changed = change(current.model_copy(deep=True))
+                if changed is None:
+                    self._state = current
+                    return current
+                changed.revision = current.revision + 1
+                try:
+                    self.backend.save(changed, current.revision)
+                except StateConflict:
+                    self._state = self._load() or StoreState()
+                    continue
+                self._state = changed
+                self._unreachable_until = 0.0
+                self._write_mirror(changed)
+                return changed
+        raise StoreUnavailable(f"management store {self.backend.describe()}: too many concurrent writers")
 
-    def _stamp(self) -> str:
-        stamp = _now()
-        if stamp <= self._last_stamp:  # two persists within one microsecond stay ordered and unique
-            last = datetime.fromisoformat(self._last_stamp.replace("Z", "+00:00"))
-            stamp = (
-                (last + timedelta(microseconds=1)).isoformat(timespec="microseconds").replace("+00:00", "Z")
-            )
-        self._last_stamp = stamp
-        return stamp
+    def _write_mirror(self, state: StoreState) -> None:
+        if self.mirror_file is None:
+            return
+        try:
+            text = yaml.safe_dump(state.document, sort_keys=False, allow_unicode=True, width=100)
+            atomic_write_bytes(self.mirror_file, text.encode("utf-8"))
+        except OSError as exc:  # the state is the truth; the mirror is a convenience
+            log.warning("could not write %s: %s", self.mirror_file, exc.strerror)
 
     # ------------------------------------------------------------------ startup
-    def initialize(self, serving: Candidate, filename: str = "config.yaml", source: str = "startup") -> None:
-        """Load the state directory (if any) and record `serving` (what the process was started with)
-        as the active configuration: a new version when its document differs from the stored one."""
+    def initialize(
+        self,
+        serving: Candidate,
+        filename: str = "config.yaml",
+        source: str = "startup",
+        file_hash: str | None = None,
+    ) -> StartupRecord:
+        """Record `serving` (what this replica was started with) as the active configuration:
+        a new version when it is not the stored active one. `file_hash`: the source hash of
+        the configuration file as loaded now (None: `serving` is the file)."""
+        file_hash = serving.source_hash if file_hash is None else file_hash
         with self._lock:
-            stored = self._load()
-            state = stored or StoreState(filename=filename)
-            self._last_stamp = max((v.version for v in state.versions), default="")
-            if (
-                state.active is not None
-                and state.active.source_hash == serving.source_hash
-                and state.source_hash == serving.source_hash
-            ):
-                self._state = state
-                return
-            state = state.model_copy(deep=True)
+            self._state = self._load() or StoreState()
+        kinds: list[StartupKind] = []
+
+        def record_start(state: StoreState) -> StoreState | None:
+            kinds.clear()
+            active = state.active
+            if active is None:
+                kinds.append("first")
+            elif serving.source_hash != file_hash:
+                kinds.append("resumed")
+            else:
+                kinds.append("unchanged" if active.source_hash == serving.source_hash else "file")
+            if active is not None and active.source_hash == state.source_hash == serving.source_hash:
+                if state.file_hash == file_hash:
+                    return None  # nothing to write: a replica restarted, or a second replica
+                state.file_hash = file_hash
+                return state
             state.filename = filename
-            record = self._new_record(state, serving, "file" if stored else source, None, None)
-            state = self._append(state, record, serving)
-            state = self._activated(state, record.version)
-            self._commit(state)
+            state.file_hash = file_hash
+            record = self._new_record(state, serving, "file" if active is not None else source, None, None)
+            return self._activated(self._append(state, record, serving), record.version)
+
+        state = self._update(record_start)
+        assert state.active is not None
+        self.last_startup = StartupRecord(
+            kind=kinds[0],
+            version=state.active.version,
+            config_version=state.active.config_version,
+            store=self.backend.describe(),
+        )
+        return self.last_startup
+
+    def seed_local(self, serving: Candidate, filename: str) -> None:
+        """The store is unreachable at start: keep `serving` as this replica's local copy (not
+        saved; revision -1, so the stored state is read again as soon as the store answers)."""
+        state = StoreState(filename=filename, revision=-1)
+        record = self._new_record(state, serving, "startup", None, None)
+        self._state = self._activated(self._append(state, record, serving), record.version)
+        self._unreachable_until = self._clock() + UNREACHABLE_BACKOFF_S
 
     def _new_record(
         self,
@@ -168,7 +285,7 @@ class ConfigStore:
         rollback_of: str | None,
         request_id: str | None,
     ) -> VersionRecord:
-        stamp = self._stamp()
+        stamp = _after(max(state.latest_version, max((v.version for v in state.versions), default="")))
         return VersionRecord(
             version=stamp,
             timestamp=stamp,
@@ -208,82 +325,97 @@ class ConfigStore:
 
     # ------------------------------------------------------------------ mutations
     def persist(
-        self, candidate: Candidate, source: str, rollback_of: str | None = None, request_id: str | None = None
+        self,
+        candidate: Candidate,
+        source: str,
+        rollback_of: str | None = None,
+        request_id: str | None = None,
+        expected_hash: str | None = None,
     ) -> VersionRecord:
-        """The candidate becomes the persisted document (result pending)."""
-        with self._lock:
-            state = self._state.model_copy(deep=True)
-            record = self._new_record(state, candidate, source, rollback_of, request_id)
-            self._commit(self._append(state, record, candidate))
-            return record.model_copy(deep=True)
+        """The candidate becomes the persisted document (result pending). `expected_hash`: the
+        source hash the change was made against; another one stored raises StaleDocument."""
+        records: list[VersionRecord] = []
+
+        def append(state: StoreState) -> StoreState:
+            if expected_hash is not None and state.source_hash != expected_hash:
+                raise StaleDocument(state.source_hash)
+            records[:] = [self._new_record(state, candidate, source, rollback_of, request_id)]
+            return self._append(state, records[0], candidate)
+
+        self._update(append)
+        return records[0].model_copy(deep=True)
 
     def mark_active(self, version: str) -> int:
         """Record a successful activation of `version`; returns its config_version."""
-        with self._lock:
-            state = self._state.model_copy(deep=True)
+
+        def activate(state: StoreState) -> StoreState:
             if not any(v.version == version for v in state.versions):
                 raise KeyError(version)
-            state = self._activated(state, version)
-            self._commit(state)
-            return state.config_version
+            return self._activated(state, version)
+
+        state = self._update(activate)
+        return state.config_version
 
     def mark_result(self, version: str, result: VersionResult) -> None:
-        with self._lock:
-            state = self._state.model_copy(deep=True)
+        def mark(state: StoreState) -> StoreState | None:
             for record in state.versions:
                 if record.version == version:
                     record.result = result
-                    self._commit(state)
-                    return
+                    return state
+            return None
+
+        self._update(mark)
 
     # ------------------------------------------------------------------ reads
     @property
     def document(self) -> dict[str, Any]:
-        return copy.deepcopy(self._state.document)
+        return copy.deepcopy(self._fresh().document)
 
     @property
     def source_hash(self) -> str:
-        return self._state.source_hash
+        return self._fresh().source_hash
 
     @property
     def runtime_hash(self) -> str:
-        return self._state.runtime_hash
+        return self._fresh().runtime_hash
 
     @property
     def latest_version(self) -> str:
-        return self._state.latest_version
+        return self._fresh().latest_version
 
     @property
     def attempt(self) -> int:
-        return self._state.attempt
+        return self._fresh().attempt
 
     @property
     def active(self) -> ActiveRecord | None:
-        return self._state.active.model_copy(deep=True) if self._state.active else None
+        active = self._fresh().active
+        return active.model_copy(deep=True) if active else None
 
     @property
     def filename(self) -> str:
-        return self._state.filename
+        return self._fresh().filename
 
     def versions(self) -> list[VersionRecord]:
         """Newest first."""
-        return [v.model_copy(deep=True) for v in reversed(self._state.versions)]
+        return [v.model_copy(deep=True) for v in reversed(self._fresh().versions)]
 
     def find(self, version: str | None = None, config_version: int | None = None) -> VersionRecord | None:
         """A history entry by version id (or timestamp) or by the config_version it took.
         The active document is found even after it left the history."""
-        for record in reversed(self._state.versions):
+        state = self._fresh()
+        for record in reversed(state.versions):
             if version is not None and version in (record.version, record.timestamp):
                 return record.model_copy(deep=True)
             if config_version is not None and record.config_version == config_version:
                 return record.model_copy(deep=True)
-        active = self._state.active
+        active = state.active
         if active is not None and (version == active.version or config_version == active.config_version):
             return VersionRecord(
                 version=active.version,
                 timestamp=active.version,
                 source="active",
-                filename=self.filename,
+                filename=state.filename,
                 attempt=0,
                 hash=active.source_hash,
                 runtime_hash=active.runtime_hash,
@@ -294,7 +426,7 @@ class ConfigStore:
         return None
 
     def snapshot_json(self) -> str:
-        return json.dumps(self._state.model_dump(mode="json"), sort_keys=True)
+        return json.dumps(self._fresh().model_dump(mode="json"), sort_keys=True)
 
 
 STATE_ROOT_ENV = "SVC_SR_MANAGEMENT_STATE_DIR"
@@ -322,3 +454,20 @@ def open_store(state_dir: Path, now: Callable[[], float] = time.time) -> ConfigS
         log.error("%s; moved aside to %s", exc, aside)
         (state_dir / STATE_FILE).replace(aside)
     return store
+
+
+def resolve_startup_document(store: ConfigStore, file: Candidate) -> tuple[dict[str, Any], StartupKind]:
+    """What a start serves: the stored active document when the configuration file did not
+    change since it was last loaded (a change made through the API survives a restart),
+    else the file. A store that cannot be read leaves the file (and says so in the log)."""
+    try:
+        state = store._load()
+    except (StoreUnavailable, StoreCorrupt) as exc:
+        log.warning("%s: starting from the configuration file", exc)
+        return file.document, "file"
+    if state is None or state.active is None:
+        return file.document, "first"
+    active = state.active
+    if state.file_hash == file.source_hash and active.source_hash != file.source_hash:
+        return copy.deepcopy(active.document), "resumed"
+    return file.document, "unchanged" if active.source_hash == file.source_hash else "file"

@@ -4,7 +4,8 @@ Public API (imported lazily so `import app.pipeline.plan` stays light):
 - `RouterPipeline(config, services, rng=None)`: `await route(request, headers, request_id)
   -> RoutePlan`, `await complete(plan, report) -> Accounting`, `await preview(request)`,
   `await update_config(config)`, `await warm_up()`.
-- `PipelineServices`: embed / cache_lookup / cache_store / evaluators / count_tokens.
+- `PipelineServices`: embed / cache_lookup / cache_store / cache_epoch / evaluators / count_tokens
+  (`cache_calls(backend)` gives the three cache calls of one backend).
 - Errors (all `RoutingError`, with `.status`, `.code`, `.to_body()`):
   `InvalidRequestError` 400, `ModelNotFoundError` 404, `NoRouteError` 400.
 
@@ -23,7 +24,7 @@ _EXPORTS = {
     "PipelineServices": "app.pipeline.services",
     "CacheHit": "app.cache.base",
     "encoder_embed": "app.pipeline.services",
-    "cache_adapters": "app.pipeline.services",
+    "cache_calls": "app.pipeline.services",
     "cache_partition": "app.pipeline.phases.cache",
     "RoutingError": "app.pipeline.selection",
     "InvalidRequestError": "app.pipeline.selection",

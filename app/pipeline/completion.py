@@ -1,7 +1,8 @@
 """complete(plan, report) -> Accounting: what happens after an answer was sent.
 
 Usage, cost (spec formula, app/accounting/cost.py), TTFT/TPOT, spec 1's completion
-metrics, the `router_replay` record and the response-cache write. It needs only the plan,
+metrics, the `router_replay` record and the response-cache write (with the epoch token
+route() read, so an answer a flush overtook is dropped, not stored). It needs only the plan,
 what the front door observed and a few services, so it runs where the answer is: in the
 Ray graph the front door (Ingress, ext_proc sidecar) completes requests itself, and the
 answer body never travels to a Router replica. In-process, RouterPipeline.complete calls it.
@@ -14,26 +15,42 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from app.accounting.cost import compute_cost
 from app.pipeline.metrics import RouterMetrics
-from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.pipeline.plan import Accounting, CacheWrite, CompletionReport, RoutePlan
 from app.pipeline.replay import replay_record
 
 log = logging.getLogger("svc_sr.pipeline")
 
 
+class CacheStore(Protocol):
+    """The response cache's write (app/cache/base.py `store`): whether the entry was written.
+
+    epoch: the partition's token read at route(); a write that a flush has overtaken since is
+    dropped (False). Callers pass it only when they have one."""
+
+    async def __call__(
+        self,
+        partition: str,
+        vector: np.ndarray,
+        response: dict[str, Any],
+        ttl_seconds: int | None,
+        epoch: int | None = None,
+    ) -> bool: ...
+
+
 @dataclass
 class CompletionServices:
-    """metrics: where the completion metrics go. cache_store(partition, vector, response,
-    ttl_seconds): the response cache (None: no writes). embed: re-encodes the cache query
-    when a plan carries no vector. record_replay: receives replay records, called inline."""
+    """metrics: where the completion metrics go. cache_store: the response cache's write
+    (None: no writes). embed: re-encodes the cache query when a plan carries no vector.
+    record_replay: receives replay records, called inline."""
 
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
-    cache_store: Callable[[str, np.ndarray, dict[str, Any], int | None], Awaitable[Any]] | None = None
+    cache_store: CacheStore | None = None
     embed: Callable[[list[str]], Awaitable[np.ndarray]] | None = None
     record_replay: Callable[[dict[str, Any]], Any] | None = None
 
@@ -102,18 +119,25 @@ async def _cache_write(
     choices = response.get("choices")
     if not isinstance(choices, list) or not choices:
         return False
-    if write.vector:
-        vector = np.asarray(write.vector, dtype=np.float32)
-    elif services.embed is not None:
-        vector = np.asarray(await services.embed([write.query_text]), dtype=np.float32).reshape(-1)
-    else:
+    vector = await _write_vector(services, write)
+    if vector is None:
         return False
     try:
-        await store(write.partition, vector, response, write.ttl_seconds)
+        if write.epoch is None:  # no token (no epoch call, or its read failed): unguarded
+            return bool(await store(write.partition, vector, response, write.ttl_seconds))
+        return bool(await store(write.partition, vector, response, write.ttl_seconds, epoch=write.epoch))
     except Exception as exc:
         log.warning("cache write failed for %s: %s", plan.request_id, exc)
         return False
-    return True
+
+
+async def _write_vector(services: CompletionServices, write: CacheWrite) -> np.ndarray | None:
+    """The route-time vector, else a fresh encoder pass; None when neither is at hand."""
+    if write.vector:
+        return np.asarray(write.vector, dtype=np.float32)
+    if services.embed is not None:
+        return np.asarray(await services.embed([write.query_text]), dtype=np.float32).reshape(-1)
+    return None
 
 
 def _usage(response: Mapping[str, Any] | None) -> dict[str, int]:

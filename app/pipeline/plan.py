@@ -65,6 +65,9 @@ class CacheWrite(BaseModel):
     query_text: str
     # the query's embedding from route(), so complete() stores without a second encoder pass
     vector: list[float] | None = None
+    # the partition's epoch token, read at route() before the upstream answers: the store
+    # drops the write if a flush covered the partition since (None: the write is unguarded)
+    epoch: int | None = None
 
 
 class ReplayCapture(BaseModel):

@@ -9,27 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from app.cache.calls import AsyncCache
-from app.pipeline.completion import CompletionServices
+from app.pipeline.completion import CacheStore, CompletionServices
 from app.pipeline.signals.base import CountTokensFn, EmbedFn, EvaluatorFactory
 from app.pipeline.signals.runtime import SignalHost
 from app.runtime.batching import MicroBatcher
 
 Embedder = Callable[[list[str]], Awaitable[np.ndarray]]
+# partition -> its epoch token (app/cache/base.py), for the write's stale guard
+CacheEpoch = Callable[[str], Awaitable[int]]
 
 
 class CacheLookup(Protocol):
     async def __call__(self, partition: str, vector: np.ndarray, threshold: float) -> Any: ...
-
-
-class CacheStore(Protocol):
-    async def __call__(
-        self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl_seconds: int
-    ) -> Any: ...
 
 
 @dataclass
@@ -38,7 +34,9 @@ class PipelineServices(CompletionServices):
     (metrics, cache_store, embed, record_replay) are CompletionServices' fields.
 
     embed: texts -> (n, 384) unit vectors. cache_lookup / cache_store: the response
-    cache (None: caching off whatever the config says). evaluators: extra signal
+    cache (None: caching off whatever the config says). cache_epoch: a partition's epoch
+    token, read while the lookup runs and carried by the plan's write, so a write that a
+    flush overtook is dropped (None: writes go unguarded). evaluators: extra signal
     families by condition type, `(config, services) -> SignalEvaluator` (an entry for
     a built-in type replaces it). count_tokens: exact token counter for `context`
     signals (None: ceil(chars / 4)). phrase_cache: embedded candidate phrases, kept
@@ -53,6 +51,7 @@ class PipelineServices(CompletionServices):
     """
 
     cache_lookup: CacheLookup | None = None
+    cache_epoch: CacheEpoch | None = None
     evaluators: dict[str, EvaluatorFactory] = field(default_factory=dict)
     count_tokens: CountTokensFn | None = None
     phrase_cache: dict[str, np.ndarray] = field(default_factory=dict)
@@ -60,12 +59,20 @@ class PipelineServices(CompletionServices):
     bound_workers: SignalHost | None = None
 
 
-def cache_adapters(backend: Any, offload: bool | None = None) -> tuple[CacheLookup, CacheStore]:
-    """(cache_lookup, cache_store) over a sync `ResponseCacheBackend` (app.cache): inline for
-    an in-process backend, in a worker thread for a network store (`offload` None decides by
+class CacheCalls(NamedTuple):
+    """PipelineServices' cache_lookup, cache_store and cache_epoch over one backend."""
+
+    lookup: CacheLookup
+    store: CacheStore
+    epoch: CacheEpoch
+
+
+def cache_calls(backend: Any, offload: bool | None = None) -> CacheCalls:
+    """The cache calls over a sync `ResponseCacheBackend` (app.cache): inline for an
+    in-process backend, in a worker thread for a network store (`offload` None decides by
     the backend; app/cache/calls.py)."""
     cache = AsyncCache(backend, offload)
-    return cache.lookup, cache.store
+    return CacheCalls(cache.lookup, cache.store, cache.epoch)
 
 
 def encoder_embed(encoder: Any, max_batch_items: int = 32) -> EmbedFn:

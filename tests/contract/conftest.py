@@ -39,7 +39,7 @@ from app.config.loader import parse_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
 from app.observability.metrics import MetricsRecorder
-from app.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed
+from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.pii import pii_factory
@@ -278,9 +278,13 @@ class _Stack:
         loop = self.loop
         config = parse_config(document).config
         cache = InMemorySemanticCache()
-        lookup, store = cache_adapters(cache)
+        calls = cache_calls(cache)
         services = PipelineServices(
-            embed=encoder_embed(shared_encoder()), cache_lookup=lookup, cache_store=store, evaluators=guards
+            embed=encoder_embed(shared_encoder()),
+            cache_lookup=calls.lookup,
+            cache_store=calls.store,
+            cache_epoch=calls.epoch,
+            evaluators=guards,
         )
         pipeline = RouterPipeline(config, services)
         loop.run(pipeline.warm_up())

@@ -25,7 +25,7 @@ from app.envoy.config import EnvoyPorts, build_envoy_config
 from app.envoy.process import EnvoyProcess, write_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
-from app.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed
+from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
 from app.runtime.encoder import shared_encoder
 from tests.fakes.messages_upstream import FakeMessagesUpstream
 from tests.fakes.upstream import FakeUpstream, find_free_port
@@ -152,8 +152,13 @@ def bridged_envoy(
     config: dict[str, Any], work: Path, loop: LoopThread
 ) -> Iterator[tuple[int, ExtProcBridge, RouterPipeline, Any]]:
     """Real Envoy in front of an in-process bridge and pipeline (fail-closed); closes the loop after."""
-    lookup, store = cache_adapters(InMemorySemanticCache())
-    services = PipelineServices(embed=encoder_embed(shared_encoder()), cache_lookup=lookup, cache_store=store)
+    calls = cache_calls(InMemorySemanticCache())
+    services = PipelineServices(
+        embed=encoder_embed(shared_encoder()),
+        cache_lookup=calls.lookup,
+        cache_store=calls.store,
+        cache_epoch=calls.epoch,
+    )
     pipeline = RouterPipeline(parse_config(config).config, services)
     loop.run(pipeline.warm_up())
     bridge = ExtProcBridge(pipeline, BridgeSettings(failure_mode="closed"))

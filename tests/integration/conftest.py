@@ -217,6 +217,8 @@ def _start_ray(attempts: int = 2) -> None:
 
     import ray
 
+    if ray.is_initialized():  # a driver auto-started by an earlier local-testing-mode test
+        ray.shutdown()
     for attempt in range(1, attempts + 1):
         started, sessions_before = time.monotonic(), set(glob.glob("/tmp/ray/session_2*"))
         try:

@@ -5,7 +5,8 @@ name, route prefix and state directory) from a config document that turns the se
 cache on with `global.stores.response_cache.backend_type` set; a second identical request
 is answered from the store. Deleting the application and deploying it again (new replicas,
 empty process memory) must keep that answer: the entries live in the store, not the
-replica. A store that is down costs a miss, never the request.
+replica. A store that is down costs a miss, never the request. The storage API's invalidate
+and flush act on a whole model+decision scope, its tenant partitions included.
 
 Redis is a real server with RediSearch (tests/fakes/stores.py); Milvus Lite keeps its data
 in the application's state directory. Every application is deleted when its case ends.
@@ -119,11 +120,13 @@ def deployed(
         serve.delete(name)
 
 
-def ask(base: str, prompt: str) -> tuple[int, Mapping[str, str], dict[str, Any]]:
+def ask(
+    base: str, prompt: str, headers: Mapping[str, str] | None = None
+) -> tuple[int, Mapping[str, str], dict[str, Any]]:
     """(status, headers, body) of one chat completion through the OpenAI SDK."""
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=60)
     response = client.chat.completions.with_raw_response.create(
-        model="MoM", messages=[{"role": "user", "content": prompt}]
+        model="MoM", messages=[{"role": "user", "content": prompt}], extra_headers=dict(headers or {})
     )
     body: dict[str, Any] = json.loads(response.text)
     return response.status_code, response.headers, body
@@ -138,10 +141,12 @@ def cache_stats(name: str) -> dict[str, Any]:
     return stats
 
 
-def assert_answered_from_cache(stack: Stack, base: str, prompt: str) -> dict[str, Any]:
+def assert_answered_from_cache(
+    stack: Stack, base: str, prompt: str, headers: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The prompt is a hit: no upstream call, the cached answer; returns the body."""
     upstream_calls = stack.upstream_a.request_count
-    status, headers, body = ask(base, prompt)
+    status, headers, body = ask(base, prompt, headers)
     assert status == 200
     assert headers["x-cache-status"] == "hit"
     assert body["routing_metadata"]["cache_hit"] is True
@@ -219,3 +224,62 @@ def test_a_store_that_is_down_costs_a_miss_never_the_request(stack: Stack, tmp_p
             )
 
         wait_until(both_counted, METRICS_TIMEOUT_S, "two lookup and two store errors in the pushed metrics")
+
+
+def two_decision_config(stack: Stack, store: dict[str, Any]) -> dict[str, Any]:
+    """cached_config plus a second cached decision (`other`, keyword `othercache`) on model-a."""
+    document = cached_config(stack, store)
+    routing = document["routing"]
+    routing["signals"]["keywords"].append(
+        {"name": "other_words", "operator": "OR", "keywords": ["othercache"]}
+    )
+    other = json.loads(json.dumps(routing["decisions"][0]))
+    other.update(
+        name="other", rules={"operator": "OR", "conditions": [{"type": "keyword", "name": "other_words"}]}
+    )
+    routing["decisions"].append(other)
+    return document
+
+
+def storage(base: str, action: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    url = f"{base}/api/v1/storage/response-cache/{action}"
+    response = (
+        httpx.post(url, json=body or {}, timeout=30) if body is not None else httpx.get(url, timeout=30)
+    )
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def test_invalidate_and_flush_act_on_a_whole_scope(stack: Stack, redis_url: str, tmp_path: Path) -> None:
+    document = two_decision_config(stack, {"backend_type": "redis", "redis": redis_location(redis_url)})
+    tenant = {"x-vsr-tenant": "acme"}
+    stored, stored_for_tenant = "storecache: what is a light year?", "storecache: what is a parsec?"
+    other = "othercache: what is an astronomical unit?"
+    stored_scope = {"model": "model-a", "decision": "stored"}
+
+    with deployed(stack, "cache-scopes", document, tmp_path) as base:
+        for prompt, headers in ((stored, None), (stored_for_tenant, tenant), (other, None)):
+            status, answered, _ = ask(base, prompt, headers)
+            assert status == 200 and answered["x-cache-status"] == "miss"
+        wait_until(lambda: cache_stats("cache-scopes")["entries"] >= 3, WRITE_TIMEOUT_S, "three cache writes")
+        assert_answered_from_cache(stack, base, stored_for_tenant, tenant)
+
+        dry = storage(base, "invalidate", {"scope": stored_scope, "dry_run": True})
+        assert dry == {"scope": "model-a|stored", "dry_run": True, "entries": 2}
+        removed = storage(base, "invalidate", {"scope": stored_scope})
+        assert removed["entries"] == 2  # the tenant's partition with the plain one
+
+        for prompt, headers in ((stored, None), (stored_for_tenant, tenant)):
+            status, answered, _ = ask(base, prompt, headers)
+            assert status == 200 and answered["x-cache-status"] == "miss", prompt
+        assert_answered_from_cache(stack, base, other)
+
+        flushed = storage(base, "flush", {"scope": {"model": "model-a", "decision": "other"}})
+        assert flushed == {"scope": "model-a|other", "removed": 1, "epoch": 1}
+        assert storage(base, "flush", {})["epoch"] == 1
+        stats = storage(base, "stats")
+        assert stats["epoch"] == 1 and stats["scope_epochs"] == {"model-a|other": 1}
+        assert storage(base, "capabilities")["epochs"] == "shared"
+        status, answered, _ = ask(base, other)
+        assert status == 200 and answered["x-cache-status"] == "miss"

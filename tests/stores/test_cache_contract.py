@@ -2,7 +2,11 @@
 
 One function per behaviour, run against every row of tests/stores/backends.py: the
 in-memory exact scan and HNSW index, Redis, Milvus Lite, and the hybrid tier over each
-store. The in-memory backend's finer points (fake clocks, lfu ties, concurrency, bad
+store. Scopes and epochs (the last section): a scope {model} or {model, decision} covers
+every partition under it (context, tenant and polarity suffixes included) for clear, count
+and flush; flush epochs live in the store, so every backend object over it (another replica,
+a restart) sees them; a write whose token predates a flush of its partition is dropped.
+The in-memory backend's finer points (fake clocks, lfu ties, concurrency, bad
 input) stay in tests/unit/test_cache.py; what is here is what the router relies on
 whichever backend runs.
 """
@@ -16,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.cache.base import CacheUnavailable, ResponseCacheBackend
+from app.cache.base import CacheScope, CacheUnavailable, ResponseCacheBackend
 from tests.stores.backends import (
     BACKENDS,
     HYBRID_BACKENDS,
@@ -464,3 +468,106 @@ def test_hybrid_over_an_unreachable_store_serves_from_memory(make_hybrid_over_un
     assert backend.lookup(P, w, 0.99) is None
     stats = backend.stats()
     assert (stats.entries, stats.hits, stats.misses) == (1, 1, 1)
+
+
+# ---------------------------------------------------------------------- scopes and epochs
+
+MATH = CacheScope(model="gpt-4o", decision="math")
+GPT4O = CacheScope(model="gpt-4o")
+# Every suffix the router adds (app/pipeline/phases/cache.py), and names that only look alike.
+UNDER_MATH = (
+    "gpt-4o|math",
+    "gpt-4o|math|ctx:3f9a",
+    "gpt-4o|math|tenant:77aa",
+    "gpt-4o|math|ctx:1|tenant:2|neg:9",
+)
+OTHER_DECISIONS = ("gpt-4o|code", "gpt-4o|mathematics", "gpt-4o|")
+OTHER_MODELS = ("gpt-4o-mini|math", "gpt|math", "gpt-4o-mini|math|tenant:77aa")
+
+
+def fill(backend, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    partitions = (*UNDER_MATH, *OTHER_DECISIONS, *OTHER_MODELS)
+    vectors = dict(zip(partitions, unit_vectors(rng, len(partitions)), strict=True))
+    for partition, v in vectors.items():
+        assert backend.store(partition, v, completion(partition)) is True
+    return vectors
+
+
+def answering(backend, vectors: dict[str, np.ndarray]) -> set[str]:
+    return {p for p, v in vectors.items() if content(backend.lookup(p, v, 0.99)) == p}
+
+
+def test_a_scope_counts_and_clears_every_partition_under_it(backend, rng) -> None:
+    vectors = fill(backend, rng)
+    assert backend.count(MATH) == len(UNDER_MATH)
+    assert backend.count(GPT4O) == len(UNDER_MATH) + len(OTHER_DECISIONS)
+    assert backend.count() == len(vectors)
+    assert backend.stats().entries == len(vectors)  # counting removed nothing
+
+    assert backend.clear(scope=MATH) == len(UNDER_MATH)
+    assert answering(backend, vectors) == {*OTHER_DECISIONS, *OTHER_MODELS}
+    assert backend.count(MATH) == 0
+
+    assert backend.clear(scope=GPT4O) == len(OTHER_DECISIONS)
+    assert answering(backend, vectors) == set(OTHER_MODELS)
+    assert backend.clear(scope=CacheScope(model="nobody")) == 0
+
+
+def test_the_default_decision_is_a_scope_of_its_own(backend, rng) -> None:
+    vectors = fill(backend, rng)
+    assert backend.count(CacheScope(model="gpt-4o", decision="")) == 1
+    assert backend.clear(scope=CacheScope(model="gpt-4o", decision="")) == 1
+    assert answering(backend, vectors) == set(vectors) - {"gpt-4o|"}
+
+
+def test_flush_advances_the_scope_epoch_and_clears_the_scope(backend, rng) -> None:
+    vectors = fill(backend, rng)
+    first = backend.flush(MATH)
+    assert (first.removed, first.epoch) == (len(UNDER_MATH), 1)
+    assert backend.flush(MATH).epoch == 2
+    assert backend.flush(GPT4O).epoch == 1
+    assert answering(backend, vectors) == set(OTHER_MODELS)
+    assert backend.flush().removed == len(OTHER_MODELS)
+    epochs = backend.stats().epochs
+    assert epochs.global_epoch == 1
+    assert epochs.by_name() == {"gpt-4o": 1, "gpt-4o|math": 2}
+    assert backend.epochs() == epochs
+    assert backend.epoch("gpt-4o|math|tenant:77aa") == 1 + 1 + 2
+    assert backend.epoch("gpt-4o-mini|math") == 1
+
+
+def test_a_write_that_predates_a_flush_of_its_scope_is_dropped(backend, rng) -> None:
+    v, w = unit_vectors(rng, 2)
+    tenant = "gpt-4o|math|tenant:77aa"
+    before = backend.epoch(tenant)  # read when the request looked the cache up (a miss)
+    other = backend.epoch("gpt-4o|code")
+    backend.flush(MATH)  # ... the operator flushes while the upstream answers
+    assert backend.store(tenant, v, completion("pre-flush answer"), epoch=before) is False
+    assert backend.lookup(tenant, v, 0.0) is None
+    assert backend.store("gpt-4o|code", w, completion("another scope"), epoch=other) is True
+    after = backend.epoch(tenant)
+    assert after > before
+    assert backend.store(tenant, v, completion("post-flush answer"), epoch=after) is True
+    assert content(backend.lookup(tenant, v, 0.99)) == "post-flush answer"
+    backend.flush()  # the global epoch covers every partition
+    assert backend.store(tenant, v, completion("again pre-flush"), epoch=after) is False
+
+
+def test_epochs_are_shared_by_every_backend_over_the_store(make_persistent_backend, rng) -> None:
+    first = make_persistent_backend()
+    (v,) = unit_vectors(rng, 1)
+    token = first.epoch("gpt-4o|math|ctx:1")
+    second = make_persistent_backend()  # another replica, or a restarted one
+    assert second.flush(MATH).epoch == 1
+    second.flush()
+    assert first.store("gpt-4o|math|ctx:1", v, completion("stale"), epoch=token) is False
+    restarted = make_persistent_backend()
+    assert restarted.epochs().by_name() == {"gpt-4o|math": 1}
+    assert restarted.stats().epochs.global_epoch == 1
+
+
+def test_an_unreachable_store_cannot_count_or_flush(make_unreachable_store) -> None:
+    store = make_unreachable_store()
+    for call in (lambda: store.count(MATH), lambda: store.flush(MATH), lambda: store.epoch("m|d")):
+        with pytest.raises(CacheUnavailable):
+            call()

@@ -1,7 +1,8 @@
 """Hybrid-specific behaviour of HybridSemanticCache (the shared contract is
 test_cache_contract.py): the front answers first, a store hit fills the front, the front is
-bounded by max_memory_entries, and a store that is down degrades to the front alone without
-ever failing a lookup or a store."""
+bounded by max_memory_entries, a flush on one replica reaches another's front within
+EPOCH_POLL_S, and a store that is down degrades to the front alone without ever failing a
+lookup or a store."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.cache.base import CacheHit, CacheStats, CacheTuning, CacheUnavailable
-from app.cache.hybrid import HybridSemanticCache, hybrid_cache
+from app.cache.base import CacheHit, CacheScope, CacheStats, CacheTuning, CacheUnavailable
+from app.cache.hybrid import EPOCH_POLL_S, HybridSemanticCache, hybrid_cache
 from app.cache.memory import InMemorySemanticCache
 from app.cache.milvus_store import MilvusSemanticCache  # noqa: E402
 from app.config.cache_stores import HnswSettings, MilvusCacheSettings
@@ -31,7 +32,7 @@ class DownStore:
         self.calls += 1
         raise CacheUnavailable("store is down")
 
-    lookup = store = clear = configure = _fail
+    lookup = store = clear = configure = count = flush = epoch = epochs = _fail
 
     def stats(self) -> CacheStats:
         return self._fail()
@@ -74,6 +75,30 @@ def test_a_store_hit_fills_the_front(milvus, vectors) -> None:
     assert (stats.hits, stats.misses, stats.entries) == (2, 0, 0)
 
 
+def test_a_flush_on_one_replica_reaches_another_front(milvus, vectors) -> None:
+    now = [0.0]
+    flusher = HybridSemanticCache(InMemorySemanticCache(), milvus)
+    reader = HybridSemanticCache(InMemorySemanticCache(), milvus, clock=lambda: now[0])
+    flusher.store("m|math|tenant:1", vectors[0], answer("flushed"))
+    flusher.store("m|code", vectors[1], answer("kept"))
+    assert text(reader.lookup("m|math|tenant:1", vectors[0], 0.99)) == "flushed"  # now in its front
+    assert text(reader.lookup("m|code", vectors[1], 0.99)) == "kept"
+    flusher.flush(CacheScope(model="m", decision="math"))
+    assert text(reader.lookup("m|math|tenant:1", vectors[0], 0.99)) == "flushed"  # not polled yet
+    now[0] += EPOCH_POLL_S
+    assert reader.lookup("m|math|tenant:1", vectors[0], 0.99) is None
+    assert text(reader.front.lookup("m|code", vectors[1], 0.99)) == "kept"  # other scopes stay
+    assert reader.stats().epochs.by_name() == {"m|math": 1}
+
+
+def test_a_write_the_store_drops_as_stale_skips_the_front(milvus, vectors) -> None:
+    cache = hybrid_cache(milvus, CacheTuning(), HnswSettings())
+    token = cache.epoch("m|math")
+    cache.flush()
+    assert cache.store("m|math", vectors[0], answer("pre-flush"), epoch=token) is False
+    assert cache.front.lookup("m|math", vectors[0], 0.0) is None
+
+
 def test_stores_write_both_tiers(milvus, vectors) -> None:
     cache = hybrid_cache(milvus, CacheTuning(), HnswSettings())
     cache.store("p", vectors[0], answer("both"))
@@ -105,13 +130,13 @@ def test_a_fill_expires_with_the_store_entry(vectors) -> None:
 
 def test_a_store_that_is_down_degrades_to_the_front(vectors) -> None:
     down = DownStore()
-    cache = HybridSemanticCache(InMemorySemanticCache(), down)
+    cache = HybridSemanticCache(InMemorySemanticCache(), down, clock=lambda: 0.0)  # one epoch poll
     assert cache.lookup("p", vectors[0], 0.9) is None
     cache.store("p", vectors[0], answer("memory only"))
     assert text(cache.lookup("p", vectors[0], 0.99)) == "memory only"
     stats = cache.stats()
     assert (stats.entries, stats.hits, stats.misses) == (1, 1, 1)
-    assert down.calls == 3  # lookup, store, stats: the front hit never asked the store
+    assert down.calls == 4  # epoch poll, lookup, store, stats: the front hit never asked the store
     with pytest.raises(CacheUnavailable, match="not the shared store"):
         cache.clear()
 

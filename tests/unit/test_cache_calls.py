@@ -30,9 +30,15 @@ class DownStore:
         self._down()
 
     def store(
-        self, partition: str, vector: Any, response: dict[str, Any], ttl_seconds: int | None = None
-    ) -> None:
+        self,
+        partition: str,
+        vector: Any,
+        response: dict[str, Any],
+        ttl_seconds: int | None = None,
+        epoch: int | None = None,
+    ) -> bool:
         self._down()
+        return False
 
     def stats(self) -> CacheStats:
         self._down()
@@ -60,7 +66,7 @@ async def test_a_store_that_is_down_degrades_and_is_counted() -> None:
     cache = AsyncCache(store, on_unavailable=lambda operation, exc: skipped.append(operation))  # type: ignore[arg-type]
     assert cache.offload  # a network store: off the event loop
     assert await cache.lookup("m|d", VECTOR, 0.9) is None  # a miss
-    await cache.store("m|d", VECTOR, {"choices": []})  # skipped
+    assert await cache.store("m|d", VECTOR, {"choices": []}, epoch=3) is False  # skipped
     assert skipped == ["lookup", "store"]
     assert threading.get_ident() not in store.threads  # both ran in a worker thread
     with pytest.raises(CacheUnavailable):  # the management API reports the outage

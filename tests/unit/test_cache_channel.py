@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from app.cache import CacheHit, InMemorySemanticCache
+from app.cache.base import CacheScope
 from app.cache.channel import CacheChannelClient, CacheChannelServer, ChannelError, ChannelInfo
 from app.cache.lane import CacheLane
 
@@ -53,6 +54,25 @@ async def test_store_then_lookup_over_the_socket(server: CacheChannelServer, soc
     assert await client.lookup("m|math", unit(2), 0.95) is None  # a different question
     assert await client.lookup("m|code", unit(1), 0.95) is None  # partitions never cross
     assert server.cache.backend.stats().entries == 1 and server.stores == [1]  # type: ignore[attr-defined]
+    client.close()
+
+
+async def test_epoch_op_reads_the_token_that_guards_a_write(
+    server: CacheChannelServer, socket_path: str
+) -> None:
+    client = CacheChannelClient(socket_path)
+    token = await client.epoch("m|math|ctx:ab")
+    assert token == 0  # never flushed
+    server.cache.backend.flush(CacheScope(model="m"))  # covers every partition of model m
+    assert await client.epoch("m|math|ctx:ab") == token + 1
+    assert await client.epoch("other|math") == 0  # another model's scope was not flushed
+    assert await client.store("m|math|ctx:ab", unit(1), ANSWER, None, epoch=token) is False  # stale
+    assert await client.lookup("m|math|ctx:ab", unit(1), 0.9) is None
+    assert await client.store("m|math|ctx:ab", unit(1), ANSWER, None, epoch=token + 1) is True
+    assert await client.lookup("m|math|ctx:ab", unit(1), 0.9) is not None
+    with pytest.raises(ValueError):  # a bad partition is refused, not a dropped connection
+        await client.epoch("")
+    assert await client.epoch("m|math") == token + 1  # the connection still works
     client.close()
 
 
@@ -125,10 +145,19 @@ class Handle:
         return self.backend.lookup(partition, vector, threshold)
 
     async def store(
-        self, partition: str, vector: np.ndarray, response: dict[str, Any], ttl: int | None
-    ) -> None:
+        self,
+        partition: str,
+        vector: np.ndarray,
+        response: dict[str, Any],
+        ttl: int | None,
+        epoch: int | None = None,
+    ) -> bool:
         self.calls += 1
-        self.backend.store(partition, vector, response, ttl)
+        return self.backend.store(partition, vector, response, ttl, epoch)
+
+    async def epoch(self, partition: str) -> int:
+        self.calls += 1
+        return self.backend.epoch(partition)
 
 
 def lane_for(handle: Handle, info: ChannelInfo | None, node: str = "node-a", **kwargs: Any) -> CacheLane:
@@ -136,7 +165,12 @@ def lane_for(handle: Handle, info: ChannelInfo | None, node: str = "node-a", **k
         return info
 
     return CacheLane(
-        node_id=node, discover=discover, handle_lookup=handle.lookup, handle_store=handle.store, **kwargs
+        node_id=node,
+        discover=discover,
+        handle_lookup=handle.lookup,
+        handle_store=handle.store,
+        handle_epoch=handle.epoch,
+        **kwargs,
     )
 
 
@@ -192,3 +226,16 @@ async def test_lane_without_a_channel_or_with_a_failing_discovery_uses_the_handl
     )
     await lane.store("m|math", unit(1), ANSWER, None)
     assert handle.calls == 2 and backend.stats().entries == 1
+
+
+async def test_lane_reads_the_epoch_over_the_channel_else_the_handle(
+    server: CacheChannelServer, socket_path: str
+) -> None:
+    handle = Handle(server.cache.backend)  # type: ignore[arg-type]
+    server.cache.backend.flush(CacheScope(model="m", decision="math"))
+    same_node = lane_for(handle, ChannelInfo(node_id="node-a", path=socket_path))
+    other_node = lane_for(handle, ChannelInfo(node_id="node-b", path=socket_path))
+    assert await same_node.epoch("m|math") == await other_node.epoch("m|math") == 1
+    assert (same_node.channel_calls, other_node.handle_calls, handle.calls) == (1, 1, 1)
+    assert await other_node.store("m|math", unit(1), ANSWER, None, epoch=0) is False  # stale via the handle
+    assert await same_node.store("m|math", unit(1), ANSWER, None, epoch=1) is True

@@ -16,7 +16,7 @@ from openai.types.chat import ChatCompletionChunk
 from app.cache import InMemorySemanticCache
 from app.exchange.client_api import ChatApi, ClientApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward, Reply
-from app.pipeline import PipelineServices, RouterPipeline, cache_adapters, encoder_embed
+from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
 from app.pipeline.cache_guard import polarity_signature
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.plan import CompletionReport, RoutePlan
@@ -43,11 +43,16 @@ def cache() -> InMemorySemanticCache:
 @pytest.fixture
 def pipe(encoder, cache: InMemorySemanticCache) -> RouterPipeline:
     """Every request cached (the global store on, default threshold) on the default model."""
-    lookup, store = cache_adapters(cache)
+    calls = cache_calls(cache)
     doc = base_document(
         **{"global": {"stores": {"response_cache": {"enabled": True, "similarity_threshold": THRESHOLD}}}}
     )
-    services = PipelineServices(embed=encoder_embed(encoder), cache_lookup=lookup, cache_store=store)
+    services = PipelineServices(
+        embed=encoder_embed(encoder),
+        cache_lookup=calls.lookup,
+        cache_store=calls.store,
+        cache_epoch=calls.epoch,
+    )
     return RouterPipeline(config_of(doc), services, rng=random.Random(0))
 
 
@@ -183,7 +188,7 @@ async def test_an_answer_never_crosses_context_tenant_or_user(
     ids=["status-500", "status-400", "cut-off-stream", "fallback-model"],
 )
 async def test_only_a_whole_answer_of_the_selected_model_is_stored(pipe, cache, report):
-    _, store = cache_adapters(cache)
+    store = cache_calls(cache).store
     plan = await pipe.route(chat(QUESTION))
     assert plan.selected_model == "small" and plan.cache_write is not None
     accounting = await complete_request(CompletionServices(cache_store=store), plan, report)

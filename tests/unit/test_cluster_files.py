@@ -206,3 +206,25 @@ def test_every_ray_start_gets_the_serve_fast_path() -> None:
     for container in containers:
         env = {f"{e['name']}={e['value']}" for e in container.get("env", [])}
         assert wanted <= env
+
+
+@pytest.mark.parametrize(("label", "cfg"), _all_serve_configs())
+def test_serve_configs_scale_the_ingress_over_shared_state(label: str, cfg: dict[str, Any]) -> None:
+    """Two Ingress replicas at least, the management state and the cache on a shared store, the
+    ResponseCache scaled out over it; the args are what GraphArgs accepts."""
+    app = cfg["applications"][0]
+    args = GraphArgs.model_validate(app["args"])
+    deployments = _deployments(cfg)
+    ingress = deployments["Ingress"]
+    assert ingress.get("autoscaling_config", {}).get("min_replicas", ingress.get("num_replicas", 1)) >= 2
+    assert args.management_store is not None and args.management_store.backend == "redis"
+    assert args.app_name == app["name"]
+    cache = args.config_overrides["global"]["stores"]["response_cache"]
+    assert cache["backend_type"] in ("redis", "milvus")
+    response_cache = deployments["ResponseCache"]
+    assert (
+        response_cache.get("autoscaling_config", {}).get(
+            "min_replicas", response_cache.get("num_replicas", 1)
+        )
+        >= 2
+    )

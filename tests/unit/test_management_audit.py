@@ -67,11 +67,12 @@ async def test_http_audit_shows_mutations_and_activations_without_bodies():
     body = page.json()
     assert SECRET not in page.text
     actions = [e["action"] for e in body["entries"]]
-    assert actions == ["config.activate", "config.patch"]
+    assert actions == ["config.startup", "config.activate", "config.patch"]
+    assert body["entries"][0]["config"]["kind"] == "first"
     activation = activate.json()["entries"][0]
     assert activation["request_id"] == "req-42" and activation["config"]["result"] == "active"
     assert "method" not in activation or activation["method"] is None
-    mutation = body["entries"][1]
+    mutation = body["entries"][2]
     assert (mutation["method"], mutation["path"], mutation["status"]) == ("PATCH", "/api/v1/config", 200)
     assert small.json()["has_more"] and small.json()["next_sequence"] == 1
     assert all(r.status_code == 400 for r in bad) and error_code(bad[0]) == "invalid_request"

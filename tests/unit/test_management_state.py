@@ -15,7 +15,7 @@ import pytest
 from app.config.loader import parse_config
 from app.management import persist
 from app.management.documents import candidate_of
-from app.management.state import ConfigStore, StoreCorrupt
+from app.management.state import ConfigStore, StoreCorrupt, StoreUnavailable
 from tests.unit.test_management_support import Harness, base_document, etag
 
 
@@ -58,14 +58,15 @@ def test_exception_during_write_leaves_file_and_memory_unchanged(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(persist.os, "replace", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(StoreUnavailable, match="No space left on device"):
         store.persist(candidate("confidence"), "api.put")
     assert (tmp_path / "state.json").read_bytes() == before_bytes
     assert store.source_hash == before_hash and len(store.versions()) == 1
-    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # the temp file is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".state.lock", "state.json"]  # no temp file
 
 
-async def test_failed_write_answers_500_and_the_old_document_stays(
+@pytest.mark.file_store
+async def test_failed_write_answers_503_and_the_old_document_stays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     h = Harness(state_dir=tmp_path)
@@ -77,7 +78,8 @@ async def test_failed_write_answers_500_and_the_old_document_stays(
         )
         monkeypatch.undo()
         assert await etag(c) == tag
-    assert r.status_code == 500
+    assert r.status_code == 503
+    assert r.json()["error"]["code"] == "STORE_UNAVAILABLE" and "I/O error" in r.json()["error"]["message"]
     assert json.loads((tmp_path / "state.json").read_text())["source_hash"] == tag.strip('"')
 
 

@@ -1,6 +1,8 @@
 """The response-cache storage routes (spec 1 "Storage") over an in-memory cache: permissions,
-dry runs, scoped invalidation, flush epochs, probing a candidate configuration, 503 without
-a cache."""
+dry runs, scoped invalidation (a scope covers the tenant, context and polarity partitions
+under it), flush epochs kept by the cache itself, probing a candidate configuration, 503
+without a cache or with its store down. Every backend's scopes and epochs:
+tests/stores/test_cache_scopes.py."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ import socket
 
 import numpy as np
 
+from app.cache.base import CacheScope
 from app.cache.memory import InMemorySemanticCache
+from app.cache.redis_store import RedisSemanticCache
+from app.config.cache_stores import RedisCacheSettings
 from app.management.cache_admin import LocalCacheAdmin, backend_control
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth
 
@@ -27,7 +32,7 @@ ANSWER = {"object": "chat.completion", "choices": []}
 def filled_cache() -> InMemorySemanticCache:
     cache = InMemorySemanticCache(max_entries=0, ttl_seconds=0)
     rng = np.random.default_rng(7)
-    for partition in ("big|math", "big|math", "big|code", "small|math"):
+    for partition in ("big|math", "big|math|tenant:5e1f", "big|code", "small|math"):
         cache.store(partition, rng.standard_normal(8), ANSWER)
     return cache
 
@@ -57,8 +62,9 @@ async def test_viewer_reads_stats_but_cannot_flush_or_invalidate():
         unauthenticated = await anonymous.get(f"{PREFIX}/stats")
         flushed = await admin.post(f"{PREFIX}/flush", json={})
     assert stats.status_code == 200 and stats.json()["entries"] == 4
-    assert stats.json()["backend"] == "memory" and stats.json()["partitions"] == 3
-    assert capabilities.status_code == 200 and capabilities.json()["prefix_invalidation"] is False
+    assert stats.json()["backend"] == "memory" and stats.json()["partitions"] == 4
+    assert capabilities.status_code == 200 and capabilities.json()["prefix_invalidation"] is True
+    assert capabilities.json()["dry_run_counts_scopes"] is True and capabilities.json()["epochs"] == "process"
     assert health.json() == {"status": "ok", "backend": "memory", "reason": None}
     assert flush.status_code == 403 and error_code(flush) == "FORBIDDEN"
     assert invalidate.status_code == 403
@@ -74,19 +80,22 @@ async def test_dry_run_counts_without_removing():
         scoped = await c.post(
             f"{PREFIX}/invalidate", json={"scope": {"model": "big", "decision": "math"}, "dry_run": True}
         )
+        model = await c.post(f"{PREFIX}/invalidate", json={"scope": {"model": "big"}, "dry_run": True})
     assert everything.json() == {"scope": "global", "dry_run": True, "entries": 4}
-    assert scoped.json() == {"scope": "big|math", "dry_run": True, "entries": None}
+    assert scoped.json() == {"scope": "big|math", "dry_run": True, "entries": 2}
+    assert model.json() == {"scope": "big", "dry_run": True, "entries": 3}
     assert len(cache) == 4
 
 
-async def test_scoped_invalidate_leaves_other_scopes():
+async def test_scoped_invalidate_covers_the_tenant_partition_and_leaves_other_scopes():
     cache = filled_cache()
     h = harness(cache)
     async with h.client() as c:
         removed = await c.post(f"{PREFIX}/invalidate", json={"scope": {"model": "big", "decision": "math"}})
         stats = (await c.get(f"{PREFIX}/stats")).json()
-    assert removed.status_code == 200 and removed.json()["entries"] == 2
+    assert removed.status_code == 200 and removed.json()["entries"] == 2  # big|math and its tenant's
     assert stats["entries"] == 2 and stats["partitions"] == 2
+    assert stats["epoch"] == 0 and stats["scope_epochs"] == {}  # an invalidate moves no epoch
     assert cache.clear("big|code") == 1 and cache.clear("small|math") == 1
 
 
@@ -100,7 +109,21 @@ async def test_flush_advances_the_epoch_of_its_scope():
     assert scoped.json() == {"scope": "small|math", "removed": 1, "epoch": 1}
     assert first.json() == {"scope": "global", "removed": 3, "epoch": 1}
     assert second.json() == {"scope": "global", "removed": 0, "epoch": 2}
-    assert stats["epochs"] == {"small|math": 1, "global": 2} and stats["entries"] == 0
+    assert stats["epoch"] == 2 and stats["scope_epochs"] == {"small|math": 1} and stats["entries"] == 0
+
+
+async def test_epochs_are_the_caches_own_so_a_stale_write_is_dropped():
+    cache = filled_cache()
+    token = cache.epoch("big|math|tenant:5e1f")  # a request looked the cache up ...
+    other_admin = harness(cache)  # ... another Ingress replica's admin flushes the same cache
+    async with other_admin.client() as c:
+        flushed = await c.post(f"{PREFIX}/flush", json={"scope": {"model": "big"}})
+    assert flushed.json() == {"scope": "big", "removed": 3, "epoch": 1}
+    assert cache.store("big|math|tenant:5e1f", np.ones(8), ANSWER, epoch=token) is False
+    async with harness(cache).client() as c:  # a third replica reads the same epochs
+        stats = (await c.get(f"{PREFIX}/stats")).json()
+    assert stats["scope_epochs"] == {"big": 1} and stats["entries"] == 1
+    assert cache.count(CacheScope(model="big")) == 0
 
 
 async def test_probe_validates_then_reports_an_unreachable_store():
@@ -108,13 +131,13 @@ async def test_probe_validates_then_reports_an_unreachable_store():
     h = harness(cache)
     async with h.client() as c:
         bad = await c.post(f"{PREFIX}/test", json={"backend_type": "cassandra"})
-        scope = await c.post(f"{PREFIX}/invalidate", json={"scope": {"model": "big"}})
+        scope = await c.post(f"{PREFIX}/invalidate", json={"scope": {"decision": "math"}})
         memory = await c.post(f"{PREFIX}/test", json={"backend_type": "memory"})
         redis_settings = {"url": f"redis://127.0.0.1:{closed_port()}/0", "timeout_seconds": 1}
         down = await c.post(f"{PREFIX}/test", json={"backend_type": "redis", "redis": redis_settings})
     assert bad.status_code == 400 and error_code(bad) == "INVALID_INPUT"
     assert "backend_type" in bad.json()["error"]["message"]
-    assert scope.status_code == 400 and "decision" in scope.json()["error"]["message"]
+    assert scope.status_code == 400 and "model" in scope.json()["error"]["message"]
     assert memory.status_code == 200 and memory.json()["status"] == "ok"
     assert down.status_code == 200, down.text
     assert down.json()["status"] == "unreachable" and down.json()["reachable"] is False
@@ -133,3 +156,26 @@ async def test_without_a_cache_admin_every_route_is_503():
     for response in answers:
         assert response.status_code == 503 and error_code(response) == "SERVICE_UNAVAILABLE"
         assert response.headers["retry-after"] == "5"
+
+
+async def test_a_store_that_is_down_answers_503_with_the_error_body():
+    settings = RedisCacheSettings(url=f"redis://127.0.0.1:{closed_port()}/0", timeout_seconds=1)
+    h = Harness(cache_admin=LocalCacheAdmin(backend_control(RedisSemanticCache(settings))))
+    async with h.client() as c:
+        answers = [
+            await c.get(f"{PREFIX}/stats"),
+            await c.post(f"{PREFIX}/invalidate", json={"scope": {"model": "big"}, "dry_run": True}),
+            await c.post(f"{PREFIX}/invalidate", json={"scope": {"model": "big", "decision": "math"}}),
+            await c.post(f"{PREFIX}/flush", json={"scope": {"model": "big"}}),
+        ]
+        health = await c.get(f"{PREFIX}/health")
+    for response in answers:
+        assert response.status_code == 503 and error_code(response) == "SERVICE_UNAVAILABLE"
+        assert "response cache unavailable" in response.json()["error"]["message"]
+    assert health.status_code == 200 and health.json()["status"] == "unavailable"
+
+
+async def test_a_scope_name_holds_no_partition_separator():
+    async with harness().client() as c:
+        bad = await c.post(f"{PREFIX}/flush", json={"scope": {"model": "big|math"}})
+    assert bad.status_code == 400 and error_code(bad) == "INVALID_INPUT"

@@ -19,11 +19,46 @@ from app.config.loader import parse_config
 from app.config.models import RouterConfig
 from app.management import InProcessActivator, Management, ReplayStore
 from app.management.activation import Activator
+from app.management.audit_redis import RedisAuditLog
+from app.management.replays_redis import RedisOutcomeStore
+from app.management.shared_store import ManagementStoreSettings, redis_client
 from app.management.state import ConfigStore
+from app.management.state_backends import RedisStateBackend
 from app.pipeline.pipeline import RouterPipeline
 from app.upstream.client import UpstreamClient
 
 SECRET = "sk-live-0123456789abcdef"
+
+# Which store a Harness builds (tests/unit/conftest.py runs the management tests on each).
+_redis_store: tuple[str, str] | None = None  # (url, key prefix)
+
+
+def use_redis_store(url: str, prefix: str) -> None:
+    global _redis_store
+    _redis_store = (url, prefix)
+
+
+def use_file_store() -> None:
+    global _redis_store
+    _redis_store = None
+
+
+def shared_logs() -> dict[str, Any]:
+    """On Redis also the audit chain and the outcomes live there (the replays a test passes)."""
+    if _redis_store is None:
+        return {}
+    url, prefix = _redis_store
+    client = redis_client(ManagementStoreSettings(backend="redis", url=url, key_prefix=prefix))
+    return {"audit": RedisAuditLog(client, prefix), "outcomes": RedisOutcomeStore(client, prefix)}
+
+
+def make_store(state_dir: Path | None) -> ConfigStore:
+    """The file store over `state_dir` (memory when None), or Redis under this test's prefix."""
+    if _redis_store is None:
+        return ConfigStore(state_dir)
+    url, prefix = _redis_store
+    settings = ManagementStoreSettings(backend="redis", url=url, key_prefix=prefix)
+    return ConfigStore(backend=RedisStateBackend(redis_client(settings), prefix))
 
 
 def base_document(base_url: str = "http://127.0.0.1:9/v1") -> dict[str, Any]:
@@ -84,14 +119,14 @@ class Harness:
         self.replays = replays
         self.management = Management(
             self.config,
-            store=ConfigStore(state_dir),
+            **(shared_logs() | management),
+            store=make_store(state_dir),
             activator=activator or InProcessActivator(self.pipeline),
             config_view=self.view,
             previewer=self.pipeline,
             environ=environ or {},
             replays=replays,
             activation_wait_s=activation_wait_s,
-            **management,
         )
         self.app: FastAPI = create_app(self.pipeline, UpstreamClient(), self.view, management=self.management)
 

@@ -289,7 +289,7 @@ def hashed_embed():
 async def test_data_plane_caches_only_finished_messages_streams(fakes):
 
     from app.cache.memory import InMemorySemanticCache
-    from app.pipeline import cache_adapters
+    from app.pipeline import cache_calls
 
     m, o = fakes
     document = {
@@ -321,9 +321,12 @@ async def test_data_plane_caches_only_finished_messages_streams(fakes):
         "global": {"stores": {"response_cache": {"enabled": True}}},
     }
     config = parse_config(document).config
-    lookup, store = cache_adapters(InMemorySemanticCache())
+    calls = cache_calls(InMemorySemanticCache())
     pipeline = RouterPipeline(
-        config, PipelineServices(embed=hashed_embed(), cache_lookup=lookup, cache_store=store)
+        config,
+        PipelineServices(
+            embed=hashed_embed(), cache_lookup=calls.lookup, cache_store=calls.store, cache_epoch=calls.epoch
+        ),
     )
     app = create_app(router=pipeline, upstream=UpstreamClient(), config=StaticConfigView(config))
     plane = app.state.plane

@@ -20,7 +20,7 @@ from app.pipeline import (
     NoRouteError,
     PipelineServices,
     RouterPipeline,
-    cache_adapters,
+    cache_calls,
     cache_partition,
 )
 from app.pipeline.plan import CompletionReport, SignalMatch
@@ -163,9 +163,13 @@ def pipeline_of(
     **services: Any,
 ) -> RouterPipeline:
     cache = cache if cache is not None else InMemorySemanticCache()
-    lookup, store = cache_adapters(cache)
+    calls = cache_calls(cache)
     svc = PipelineServices(
-        embed=embed or CountingEmbed(encoder), cache_lookup=lookup, cache_store=store, **services
+        embed=embed or CountingEmbed(encoder),
+        cache_lookup=calls.lookup,
+        cache_store=calls.store,
+        cache_epoch=calls.epoch,
+        **services,
     )
     return RouterPipeline(config_of(doc), svc, rng=random.Random(0))
 

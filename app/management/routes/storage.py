@@ -4,6 +4,8 @@
     POST /api/v1/storage/response-cache/invalidate                      cache.invalidate
     POST /api/v1/storage/response-cache/test, /flush                    cache.manage
 
+invalidate: {"scope": {"model", "decision"?} | absent, "dry_run"}; flush: {"scope"?}. A scope
+covers every partition of its model (and decision); cache_admin.py says how epochs work.
 Without a cache admin (no response cache in this process) every route answers 503; so does
 one whose live store is unavailable (health reports it in its body instead)."""
 
@@ -22,7 +24,6 @@ from app.config.global_config import ResponseCacheConfig
 from app.management.cache_admin import (
     CacheCapabilities,
     CacheHealth,
-    CacheScope,
     CacheStatsView,
     FlushRequest,
     FlushResult,
@@ -30,6 +31,7 @@ from app.management.cache_admin import (
     InvalidateResult,
     ProbeResult,
     ResponseCacheAdmin,
+    scope_name,
 )
 from app.management.errors import unavailable
 from app.management.redaction import redact
@@ -114,7 +116,7 @@ def invalidate_route(mgmt: Management) -> Callable[[Request], Awaitable[JSONResp
         cache = admin(mgmt)
         response = await answer(lambda: cache.invalidate(body.scope, body.dry_run), InvalidateResult)
         if not body.dry_run:
-            record_mutation(mgmt, "cache.invalidate", request, 200, scope=_scope(body.scope))
+            record_mutation(mgmt, "cache.invalidate", request, 200, scope=scope_name(body.scope))
         return response
 
     return invalidate
@@ -125,7 +127,7 @@ def flush_route(mgmt: Management) -> Callable[[Request], Awaitable[JSONResponse]
         body = parse_model(FlushRequest, await request.body() or b"{}")
         cache = admin(mgmt)
         response = await answer(lambda: cache.flush(body.scope), FlushResult)
-        record_mutation(mgmt, "cache.flush", request, 200, scope=_scope(body.scope))
+        record_mutation(mgmt, "cache.flush", request, 200, scope=scope_name(body.scope))
         return response
 
     return flush
@@ -148,7 +150,3 @@ async def answer(
     if redacted:  # the stats view names no secret today; a future field must not leak one
         return JSONResponse(redact(result.model_dump(mode="json")))
     return json_response(result)
-
-
-def _scope(scope: CacheScope | None) -> str:
-    return "global" if scope is None else scope.partition

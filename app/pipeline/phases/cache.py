@@ -14,10 +14,17 @@ suffixes that keep answers from crossing into requests they do not answer:
 Request header `x-vsr-cache-control` (name and allowed directives from the plugin's
 `request_controls`): `no-cache` skips the lookup, `no-store` the write, `bypass` both;
 `max-age=N` refuses entries older than N s, `ttl=N` sets the written entry's lifetime.
+
+Stale-write guard: when a write will be scheduled, the partition's epoch token
+(`services.cache_epoch`) is read alongside the embedding and the lookup, never after them, and
+rides on the write (`CacheWrite.epoch`); the store drops the write if a flush covered the
+partition before the answer came back (app/cache/base.py). A failed read leaves the write
+unguarded, as it was before epochs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -37,7 +44,7 @@ from app.pipeline.plugins import (
     parse_cache_control,
     refresh_cached_completion,
 )
-from app.pipeline.services import CacheLookup, PipelineServices
+from app.pipeline.services import CacheEpoch, CacheLookup, PipelineServices
 from app.pipeline.signals.base import SignalContext, content_text
 
 log = logging.getLogger("svc_sr.pipeline")
@@ -59,12 +66,14 @@ async def cache_step(
     store = control.store and services.cache_store is not None
     if not control.lookup and not store:
         return "bypass"
+    partition = cache_partition(plan.selected_model or "", plan.decision or "", plan.body, headers)
+    # Started first so it overlaps the embedding and the lookup; a hit or a bypass leaves it.
+    epoch = _start_epoch_read(services.cache_epoch, partition, plan.request_id) if store else None
     try:
         vector = await ctx.query_vector()
     except Exception as exc:  # the encoder being down must not fail the request
         log.warning("cache skipped for %s: embedding failed: %s", plan.request_id, exc)
         return "bypass"
-    partition = cache_partition(plan.selected_model or "", plan.decision or "", plan.body, headers)
     if control.lookup and await _answer_from_cache(
         services.cache_lookup, plan, partition, vector, policy.threshold, control
     ):
@@ -75,8 +84,35 @@ async def cache_step(
             ttl_seconds=policy.ttl_seconds if control.ttl_seconds is None else control.ttl_seconds,
             query_text=ctx.text,
             vector=[float(x) for x in vector],
+            epoch=None if epoch is None else await epoch,
         )
     return "miss" if control.lookup else "bypass"
+
+
+# Epoch reads no request awaits (a hit, a failed embedding): the loop keeps only weak
+# references to tasks, so these are held until they finish.
+_unawaited_reads: set[asyncio.Task[int | None]] = set()
+
+
+def _start_epoch_read(
+    read: CacheEpoch | None, partition: str, request_id: str
+) -> asyncio.Task[int | None] | None:
+    """The partition's token, read in a task of its own (None without an epoch call)."""
+    if read is None:
+        return None
+    task = asyncio.create_task(_epoch_token(read, partition, request_id))
+    _unawaited_reads.add(task)
+    task.add_done_callback(_unawaited_reads.discard)
+    return task
+
+
+async def _epoch_token(read: CacheEpoch, partition: str, request_id: str) -> int | None:
+    """None when the store cannot say: the write then goes unguarded, the request unharmed."""
+    try:
+        return int(await read(partition))
+    except Exception as exc:
+        log.warning("cache epoch read failed for %s (write unguarded): %s", request_id, exc)
+        return None
 
 
 async def _answer_from_cache(

@@ -1,0 +1,147 @@
+"""Open the management state an Ingress replica works on, and decide what a start serves.
+
+`open_config_store`: the configuration store (documents, versions, activation record) on
+the file (`<state_dir>/state.json`) or on Redis (ManagementStoreSettings). `start_document`:
+the graph builder's choice before anything is deployed: the stored active version when the
+configuration file did not change since it was last loaded, else the file
+(state.resolve_startup_document). The Ingress then records the same outcome in the store
+and the audit (Management, `config.startup`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from app.config.loader import load_config, parse_config
+from app.management.audit import AuditTrail
+from app.management.documents import Candidate, candidate_of, merge_patch
+from app.management.redaction import redact_url
+from app.management.replays import DEFAULT_REPLAY_CAPACITY, OutcomeLog, ReplaySource, ReplayStore
+from app.management.shared_store import ManagementStoreSettings, redis_client, store_settings
+from app.management.state import (
+    ConfigStore,
+    StartupKind,
+    open_store,
+    resolve_startup_document,
+    state_dir_of,
+)
+from app.management.state_backends import RedisStateBackend
+
+if TYPE_CHECKING:
+    from app.management.replays_redis import RedisReplayStore
+    from app.management.service import ManagementParts
+
+log = logging.getLogger("svc_sr.management.stores")
+
+
+class GraphStoreArgs(Protocol):
+    """The GraphArgs fields (deployments/graph.py) that say where the management state is."""
+
+    config_path: str
+    config: dict[str, Any] | None
+    config_overrides: dict[str, Any]
+    state_dir: str | None
+    management_store: ManagementStoreSettings | None
+    app_name: str | None
+
+
+@dataclass
+class ReplicaStores:
+    """What one Ingress replica's Management works on. On Redis also the audit chain, the
+    replay records and the outcomes (None: this replica's own, or the Observability
+    deployment's replay ring)."""
+
+    store: ConfigStore
+    file_hash: str  # the configuration file as it reads now (resume or not)
+    filename: str
+    audit: AuditTrail | None = None
+    outcomes: OutcomeLog | None = None
+    replays: ReplaySource | None = None
+
+    def parts(self) -> ManagementParts:
+        parts: ManagementParts = {"store": self.store, "file_hash": self.file_hash, "filename": self.filename}
+        if self.audit is not None:
+            parts["audit"] = self.audit
+        if self.outcomes is not None:
+            parts["outcomes"] = self.outcomes
+        if self.replays is not None:
+            parts["replays"] = self.replays
+        return parts
+
+
+def open_replay_store(settings: ManagementStoreSettings, name: str) -> ReplayStore | RedisReplayStore:
+    """Where the replay records go: Redis (every replica and every node sees them) or memory."""
+    if settings.backend != "redis":
+        return ReplayStore(DEFAULT_REPLAY_CAPACITY)
+    from app.management.replays_redis import RedisReplayStore
+
+    return RedisReplayStore(redis_client(settings), settings.prefix_for(name))
+
+
+def open_replica_stores(args: GraphStoreArgs, serve_app: str) -> ReplicaStores:
+    """The state is named after GraphArgs.app_name when given (the builder consulted that
+    name to resume), else after the Serve application."""
+    name = args.app_name or serve_app
+    if name != serve_app:
+        log.warning("GraphArgs.app_name %r differs from the Serve application %r", name, serve_app)
+    settings = store_settings(args.management_store)
+    state_dir = state_dir_of(args.state_dir, name)
+    try:
+        store = open_config_store(settings, name, state_dir)
+    except OSError as exc:  # an unwritable state directory must not keep the router down
+        log.error("management state directory %s unusable (%s); keeping versions in memory", state_dir, exc)
+        store = ConfigStore()
+    filename = "inline" if args.config is not None else Path(args.config_path).name
+    stores = ReplicaStores(store, file_candidate(args).source_hash, filename)
+    if settings.backend == "redis":
+        from app.management.audit_redis import RedisAuditLog
+        from app.management.replays_redis import RedisOutcomeStore
+
+        client, prefix = redis_client(settings), settings.prefix_for(name)
+        stores.audit = RedisAuditLog(client, prefix)
+        stores.outcomes = RedisOutcomeStore(client, prefix)
+        stores.replays = open_replay_store(settings, name)
+    return stores
+
+
+def open_config_store(settings: ManagementStoreSettings, app_name: str, state_dir: Path) -> ConfigStore:
+    """The configuration store: Redis (shared by every replica) or `state_dir`'s file."""
+    if settings.backend == "redis":
+        assert settings.url is not None  # the settings' validator requires it
+        backend = RedisStateBackend(
+            redis_client(settings), settings.prefix_for(app_name), where=redact_url(settings.url)
+        )
+        return ConfigStore(backend=backend)
+    return open_store(state_dir)
+
+
+def file_candidate(args: GraphStoreArgs) -> Candidate:
+    """The configuration file (or the inline document) as it reads now, with the deployment's
+    `config_overrides` merged over it (a JSON merge patch: where this cluster's stores are)."""
+    if args.config is not None:
+        loaded = parse_config(args.config, source="GraphArgs.config")
+    else:
+        loaded = load_config(Path(args.config_path))
+    if args.config_overrides:
+        document = merge_patch(loaded.config.to_document(), args.config_overrides)
+        loaded = parse_config(document, source=f"{loaded.source} + GraphArgs.config_overrides")
+    return candidate_of(loaded.config)
+
+
+def start_document(
+    file: Candidate, settings: ManagementStoreSettings, app_name: str, state_dir: str | None
+) -> tuple[dict[str, Any], StartupKind]:
+    """The document a start deploys, and why (first, unchanged, resumed or file)."""
+    store = open_config_store(settings, app_name, state_dir_of(state_dir, app_name))
+    document, kind = resolve_startup_document(store, file)
+    if kind == "resumed":
+        log.warning(
+            "resuming the stored active configuration of %r from %s: the configuration file did not "
+            "change since it was last loaded (edit the file to make it win)",
+            app_name,
+            store.backend.describe(),
+        )
+    return document, kind

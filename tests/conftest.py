@@ -1,0 +1,24 @@
+"""Fixtures every test folder may use.
+
+`redis_url` starts one real Redis-compatible server with the search module for the whole
+session (tests/fakes/stores.py says how; SVC_SR_TEST_REDIS_URL names a server of your own
+instead): the response-cache contract suite (tests/stores), the management store on Redis
+(tests/unit) and the graph over shared stores (tests/integration) use it. Tests sharing it
+keep apart by key prefix. The store packages are in the `dev` extra: a missing one fails
+the tests, it never skips them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fakes.stores import redis_with_search
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """redis://127.0.0.1:PORT of a Redis-compatible server with the search module."""
+    with redis_with_search(tmp_path_factory.mktemp("valkey")) as url:
+        yield url
