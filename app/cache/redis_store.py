@@ -17,7 +17,9 @@ restarted replica finds its entries):
     P epochs           flush epochs: "global" and one field per flushed scope key; kept
                        by clear(), so every replica and a restart see them
 
-A lookup is KNN 1 filtered by the partition's TAG. The TAG holds a digest of the partition,
+A lookup is KNN 1 filtered by the partition's TAG, searching the HNSW graph with EF_RUNTIME
+64 like the in-memory index (RediSearch's default of 10 found 41 % of stored near-duplicates
+at 100k entries; docs/performance.md). The TAG holds a digest of the partition,
 never its text, so no partition ('|', ':', spaces, the TAG separator ',', case) can break
 the query or match another partition. A scope (every partition of a model, or of a model
 and decision) is cleared and counted by a search on its TAG.
@@ -78,6 +80,9 @@ _ORDER_FIELD = {"fifo": "inserted", "lru": "used", "lfu": "hits"}
 _STAT_FIELDS = ("hits", "misses", "evictions", "expirations")
 _MISSING_INDEX = ("unknown index name", "no such index")
 _SCOPE_PAGE = 1000  # members fetched per search when a scope is cleared
+
+
+EF_RUNTIME = 64  # HNSW search width, as the in-memory index (app/cache/hnsw.py EF_SEARCH)
 
 
 class _Nearest(NamedTuple):
@@ -332,7 +337,7 @@ class RedisSemanticCache:
         """The partition's nearest entry to the unit vector `v` (KNN 1), None when it is empty."""
         self._ensure_index(v.shape[0])
         query = (
-            Query(f"(@partition_tag:{{{tag}}})=>[KNN 1 @vector $vec AS distance]")
+            Query(f"(@partition_tag:{{{tag}}})=>[KNN 1 @vector $vec EF_RUNTIME {EF_RUNTIME} AS distance]")
             .return_fields("distance", "response", "created_at")
             .paging(0, 1)
             .dialect(2)

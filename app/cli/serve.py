@@ -216,7 +216,7 @@ def _deploy(
         config_path=str(config_path), deployments=deployment_overrides(serve_config), app_name=APP_NAME
     )
     document, kind = start_document_of(args)
-    console.print(f"configuration: {START_KINDS[kind]}")
+    console.print(f"configuration: {START_KINDS[kind]}", soft_wrap=True)
     app = build_graph(args, document=document)
     failure: list[BaseException] = []
 

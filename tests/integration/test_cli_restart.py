@@ -1,0 +1,170 @@
+"""`svc-sr serve`, `svc-sr stop`, `svc-sr serve` again: what survives a restart.
+
+The real CLI in its own process (it starts its own local Ray instance), with the response
+cache on a real Redis: a repeated prompt is a hit, and still is after the restart; a PATCH
+made through the management API is what the restarted router serves (the configuration
+file did not change); an edited file wins at the next start. Each start prints which.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from tests.fakes.upstream import FakeUpstream, find_free_port
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SVC_SR = str(Path(sys.executable).with_name("svc-sr"))
+START_TIMEOUT_S = 420.0
+WRITE_TIMEOUT_S = 30.0  # the cache write happens after the answer is sent
+PROMPT = "restartcache: how many moons does mars have?"
+
+
+def config(upstream_url: str, redis_url: str) -> dict[str, Any]:
+    return {
+        "version": "v0.3",
+        "providers": {
+            "defaults": {"default_model": "model-a"},
+            "models": [{"name": "model-a", "backend_refs": [{"base_url": upstream_url}]}],
+        },
+        "routing": {
+            "signals": {"keywords": [{"name": "restart", "keywords": ["restartcache"]}]},
+            "decisions": [
+                {
+                    "name": "cached",
+                    "priority": 10,
+                    "rules": {"type": "keyword", "name": "restart"},
+                    "modelRefs": [{"model": "model-a"}],
+                    "plugins": [{"type": "semantic-cache", "configuration": {"enabled": True}}],
+                }
+            ],
+        },
+        "global": {
+            "stores": {
+                "response_cache": {"enabled": True, "backend_type": "redis", "redis": {"url": redis_url}}
+            },
+            "services": {"observability": {"metrics": {"enabled": False}}},
+        },
+    }
+
+
+class Cli:
+    """`svc-sr serve` / `svc-sr stop` with this test's state directories and port."""
+
+    def __init__(self, work: Path, config_path: Path, port: int) -> None:
+        self.work, self.config_path, self.port = work, config_path, port
+        self.base = f"http://127.0.0.1:{port}"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")}
+        self.env |= {
+            "SVC_SR_STATE_DIR": str(work / "run"),
+            "SVC_SR_MANAGEMENT_STATE_DIR": str(work / "management"),
+        }
+        self.starts = 0
+
+    def serve(self) -> subprocess.Popen[bytes]:
+        self.starts += 1
+        out = (self.work / f"serve-{self.starts}.log").open("wb")
+        command = [SVC_SR, "serve", "--config", str(self.config_path), "--port", str(self.port)]
+        command += ["--no-dashboard", "--no-envoy", "--serve-config", str(self.work / "none.yaml")]
+        process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert process.poll() is None, self.output()
+            try:
+                if httpx.get(f"{self.base}/ready", timeout=5).status_code == 200:
+                    return process
+            except httpx.HTTPError:
+                pass
+            time.sleep(1.0)
+        raise AssertionError(f"svc-sr serve not ready in {START_TIMEOUT_S}s:\n{self.output()}")
+
+    def output(self) -> str:
+        return (self.work / f"serve-{self.starts}.log").read_text(errors="replace")
+
+    def stop(self, process: subprocess.Popen[bytes]) -> None:
+        done = subprocess.run(
+            [SVC_SR, "stop"], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert process.wait(timeout=60) is not None
+
+
+def cache_hit(base: str) -> str | None:
+    chat = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=60)
+    answer = chat.chat.completions.with_raw_response.create(
+        model="MoM", messages=[{"role": "user", "content": PROMPT}]
+    )
+    return answer.headers.get("x-vsr-cache-hit")
+
+
+def wait_for_hit(base: str) -> str | None:
+    deadline = time.monotonic() + WRITE_TIMEOUT_S
+    while (hit := cache_hit(base)) is None and time.monotonic() < deadline:
+        time.sleep(0.5)  # the first answer's cache write lands after it was sent
+    return hit
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Cli]:
+    work = tmp_path_factory.mktemp("cli-restart")
+    with FakeUpstream(name="restart") as upstream:
+        port = find_free_port()
+        config_path = work / "config.yaml"
+        config_path.write_text(yaml.safe_dump(config(upstream.host_url, redis_url)))
+        yield Cli(work, config_path, port)
+
+
+def test_a_restart_keeps_the_cache_and_the_api_change_and_an_edited_file_wins(cli: Cli) -> None:
+    first = cli.serve()
+    try:
+        assert "configuration: the configuration file (first start" in cli.output()
+        assert cache_hit(cli.base) is None
+        assert wait_for_hit(cli.base) == "true"
+        with httpx.Client(base_url=cli.base, timeout=120) as client:
+            tag = client.get("/api/v1/config").headers["etag"]
+            patched = client.patch(
+                "/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag}
+            )
+        assert patched.status_code == 200, patched.text
+    finally:
+        cli.stop(first)
+
+    second = cli.serve()
+    try:
+        assert "configuration: the stored active version" in cli.output()
+        with httpx.Client(base_url=cli.base, timeout=60) as client:
+            current = client.get("/api/v1/config")
+            started = client.get("/api/v1/observability/audit", params={"action": "config.startup"}).json()
+        assert current.headers["etag"] == patched.headers["etag"]
+        assert current.json()["routing"]["strategy"] == "confidence"
+        assert started["entries"][-1]["config"]["kind"] == "resumed"
+        assert cache_hit(cli.base) == "true"  # the entry outlived the router's processes
+    finally:
+        cli.stop(second)
+
+    edited = yaml.safe_load(cli.config_path.read_text())
+    edited["routing"]["decisions"][0]["description"] = "edited after the restart"
+    cli.config_path.write_text(yaml.safe_dump(edited))
+    third = cli.serve()
+    try:
+        assert "configuration: the configuration file (it changed since it was last loaded" in cli.output()
+        with httpx.Client(base_url=cli.base, timeout=60) as client:
+            current = client.get("/api/v1/config").json()
+            versions = client.get("/api/v1/config/versions").json()["versions"]
+        assert current["routing"]["decisions"][0]["description"] == "edited after the restart"
+        assert current["routing"].get("strategy", "priority") == "priority"  # the PATCH gave way
+        assert versions[0]["source"] == "file" and versions[1]["source"] == "api.patch"
+    finally:
+        cli.stop(third)
