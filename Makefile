@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_srun.py
 	$(PY) bench/bench_cache.py --sizes 1000 10000 100000 --lookups 400 --rounds 3 --stores 20
 	$(PY) bench/bench_cache_e2e.py --sizes 1000 10000 100000 --requests 100 --rounds 3
+	$(PY) bench/bench_cache_replicas.py
 
 # ruff (complexity and size rules included), ruff format, mypy, the layering contract.
 lint: $(STAMP)

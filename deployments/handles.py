@@ -36,8 +36,9 @@ class HandleRouterClient:
         self._completion = completion
 
     async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
+        # route() changes nothing: a Router replica lost with its node is asked again elsewhere.
         plan: RoutePlan = await ray_compat.call(
-            self._handle, "route", body, headers, request_id, keep=_is_svc_error
+            self._handle, "route", body, headers, request_id, keep=_is_svc_error, retries=1
         )
         return plan
 

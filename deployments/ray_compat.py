@@ -52,10 +52,20 @@ async def call(
     keep: Callable[[BaseException], bool] | None = None,
     unavailable: Callable[[BaseException], BaseException] | None = None,
     overloaded: Callable[[BaseException], BaseException] | None = None,
+    retries: int = 0,
 ) -> Any:
     """`await handle.<method>.remote(*args)` with Ray's errors unwrapped: the replica's own
     exception is raised as itself (when `keep` accepts it); an unreachable deployment raises
-    `unavailable(exc)`, a full queue `overloaded(exc)` (each left as Ray's when not given)."""
+    `unavailable(exc)`, a full queue `overloaded(exc)` (each left as Ray's when not given).
+    `retries`: for a method without side effects, calls sent again when the replica died
+    under it (its node went away); Serve routes the next call to another replica."""
+    for _ in range(retries):
+        try:
+            return await getattr(handle, method).remote(*args)
+        except UNAVAILABLE_ERRORS:
+            continue
+        except RayTaskError as exc:
+            raise replica_error(exc, keep) from None
     try:
         return await getattr(handle, method).remote(*args)
     except RayTaskError as exc:

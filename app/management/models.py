@@ -121,7 +121,14 @@ class RollbackRequest(BaseModel):
 
 
 class Condition(BaseModel):
-    type: Literal["Live", "StartupComplete", "ActiveConfigAvailable", "ConfigConverged", "Ready"]
+    type: Literal[
+        "Live",
+        "StartupComplete",
+        "ActiveConfigAvailable",
+        "ConfigConverged",
+        "Ready",
+        "ManagementStoreAvailable",
+    ]
     status: Literal["True", "False", "Unknown"]
     reason: str
 

@@ -154,7 +154,9 @@ class Management:
         return StatusDocument(
             instance_id=self.instance_id,
             observed_at=now_stamp(),
-            conditions=conditions(self.startup.status(), self.store.active is not None, self.hash_view()),
+            conditions=conditions(
+                self.startup.status(), self.store.active is not None, self.hash_view(), self.store.reachable()
+            ),
         )
 
     def mutation_response(

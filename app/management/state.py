@@ -9,7 +9,7 @@ in-memory copy changes only after the store took the write.
 
 At a start `initialize` resumes the stored active version when the configuration file did
 not change since it was last loaded (a PATCH survives a restart); a changed file wins and
-becomes a new version (`StartupRecord` says which; resolve_startup_document decides it for
+becomes a new version (`StartupRecord` says which; stores.resolve_startup_document decides it for
 the graph builder before anything is deployed).
 
 History keeps the last `history_limit` persisted documents (spec 1: 10); the active
@@ -186,11 +186,29 @@ class ConfigStore:
             return self._state
         try:
             if self.backend.revision() != self._state.revision:
-                self._state = self._load() or StoreState()
+                stored = self._load()
+                if stored is None and self._state.active is not None:
+                    self._write_back()
+                else:
+                    self._state = stored or StoreState()
         except StoreUnavailable as exc:
             self._unreachable_until = self._clock() + UNREACHABLE_BACKOFF_S
             log.warning("%s; serving the last state read (revision %d)", exc, self._state.revision)
         return self._state
+
+    def _write_back(self) -> None:
+        """The store answers but holds no state (a Redis restarted without persistence, a
+        state file deleted): write this replica's last state back rather than serve nothing."""
+        state = self._state.model_copy(update={"revision": 1})
+        try:
+            self.backend.save(state, 0)
+        except StateConflict:  # another replica wrote first: read theirs
+            self._state = self._load() or StoreState()
+            return
+        log.warning(
+            "management store %s was empty: wrote this replica's last state back", self.backend.describe()
+        )
+        self._state = state
 
     def _update(self, change: Callable[[StoreState], StoreState | None]) -> StoreState:
         """Read, change a copy, compare-and-set; retried when another writer got there first.
@@ -367,6 +385,14 @@ class ConfigStore:
         self._update(mark)
 
     # ------------------------------------------------------------------ reads
+    def reachable(self) -> bool:
+        """Whether the store answers now (GET /api/v1/status, condition ManagementStoreAvailable)."""
+        try:
+            self.backend.revision()
+        except (StoreUnavailable, StoreCorrupt):
+            return False
+        return True
+
     @property
     def document(self) -> dict[str, Any]:
         return copy.deepcopy(self._fresh().document)
@@ -454,20 +480,3 @@ def open_store(state_dir: Path, now: Callable[[], float] = time.time) -> ConfigS
         log.error("%s; moved aside to %s", exc, aside)
         (state_dir / STATE_FILE).replace(aside)
     return store
-
-
-def resolve_startup_document(store: ConfigStore, file: Candidate) -> tuple[dict[str, Any], StartupKind]:
-    """What a start serves: the stored active document when the configuration file did not
-    change since it was last loaded (a change made through the API survives a restart),
-    else the file. A store that cannot be read leaves the file (and says so in the log)."""
-    try:
-        state = store._load()
-    except (StoreUnavailable, StoreCorrupt) as exc:
-        log.warning("%s: starting from the configuration file", exc)
-        return file.document, "file"
-    if state is None or state.active is None:
-        return file.document, "first"
-    active = state.active
-    if state.file_hash == file.source_hash and active.source_hash != file.source_hash:
-        return copy.deepcopy(active.document), "resumed"
-    return file.document, "unchanged" if active.source_hash == file.source_hash else "file"

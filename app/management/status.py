@@ -52,11 +52,24 @@ def ready_condition(startup: StartupStatus, has_active: bool) -> Condition:
     return Condition(type="Ready", status="Unknown", reason="RequiredDependenciesUnobserved")
 
 
-def conditions(startup: StartupStatus, has_active: bool, view: dict[str, Any]) -> list[Condition]:
+def store_condition(reachable: bool) -> Condition:
+    """Whether the management store answers: without it writes answer 503 and reads show the
+    last state this replica saw (routing does not depend on it)."""
+    return Condition(
+        type="ManagementStoreAvailable",
+        status="True" if reachable else "False",
+        reason="StoreReachable" if reachable else "StoreUnreachable",
+    )
+
+
+def conditions(
+    startup: StartupStatus, has_active: bool, view: dict[str, Any], store_reachable: bool = True
+) -> list[Condition]:
     return [
         Condition(type="Live", status="True", reason="ProcessRunning"),
         startup_condition(startup),
         active_condition(has_active),
         converged_condition(view),
         ready_condition(startup, has_active),
+        store_condition(store_reachable),
     ]

@@ -4,12 +4,13 @@
 the file (`<state_dir>/state.json`) or on Redis (ManagementStoreSettings). `start_document`:
 the graph builder's choice before anything is deployed: the stored active version when the
 configuration file did not change since it was last loaded, else the file
-(state.resolve_startup_document). The Ingress then records the same outcome in the store
+(resolve_startup_document). The Ingress then records the same outcome in the store
 and the audit (Management, `config.startup`).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,15 +21,14 @@ from app.management.audit import AuditTrail
 from app.management.documents import Candidate, candidate_of, merge_patch
 from app.management.redaction import redact_url
 from app.management.replays import DEFAULT_REPLAY_CAPACITY, OutcomeLog, ReplaySource, ReplayStore
-from app.management.shared_store import ManagementStoreSettings, redis_client, store_settings
-from app.management.state import (
-    ConfigStore,
-    StartupKind,
-    open_store,
-    resolve_startup_document,
-    state_dir_of,
+from app.management.shared_store import (
+    ManagementStoreSettings,
+    StoreUnavailable,
+    redis_client,
+    store_settings,
 )
-from app.management.state_backends import RedisStateBackend
+from app.management.state import ConfigStore, StartupKind, open_store, state_dir_of
+from app.management.state_backends import RedisStateBackend, StoreCorrupt
 
 if TYPE_CHECKING:
     from app.management.replays_redis import RedisReplayStore
@@ -145,3 +145,20 @@ def start_document(
             store.backend.describe(),
         )
     return document, kind
+
+
+def resolve_startup_document(store: ConfigStore, file: Candidate) -> tuple[dict[str, Any], StartupKind]:
+    """What a start serves: the stored active document when the configuration file did not
+    change since it was last loaded (a change made through the API survives a restart),
+    else the file. A store that cannot be read leaves the file (and says so in the log)."""
+    try:
+        state = store._load()
+    except (StoreUnavailable, StoreCorrupt) as exc:
+        log.warning("%s: starting from the configuration file", exc)
+        return file.document, "file"
+    if state is None or state.active is None:
+        return file.document, "first"
+    active = state.active
+    if state.file_hash == file.source_hash and active.source_hash != file.source_hash:
+        return copy.deepcopy(active.document), "resumed"
+    return file.document, "unchanged" if active.source_hash == file.source_hash else "file"

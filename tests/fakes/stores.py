@@ -68,15 +68,17 @@ def _wait_for_ping(url: str, server: subprocess.Popen[bytes], log: Path) -> None
 
 
 @contextmanager
-def redis_with_search(workdir: Path) -> Iterator[str]:
+def redis_with_search(workdir: Path, port: int | None = None, own: bool = False) -> Iterator[str]:
     """redis://127.0.0.1:PORT of a Redis-compatible server with the search module, stopped
-    on exit (its module copy and log live in `workdir`); SVC_SR_TEST_REDIS_URL when set."""
+    on exit (its module copy and log live in `workdir`); SVC_SR_TEST_REDIS_URL when set,
+    unless `own` (a test that stops and restarts its server). `port`: a given one (a restart
+    on the same address)."""
     external = os.environ.get(EXTERNAL_REDIS_ENV)
-    if external:
+    if external and not own:
         yield external
         return
     binary, module = _valkey_server(), _search_module(workdir)
-    port = find_free_port()
+    port = port or find_free_port()
     log = workdir / "valkey.log"
     command = [
         str(binary),

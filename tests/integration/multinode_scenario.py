@@ -33,33 +33,12 @@ from typing import Any
 import httpx
 import openai
 
+from tests.fakes.configs import cached_route, redis_store
 from tests.fakes.upstream import find_free_port
 
 CLIENTS = 4
 PROMPT = "multinode cache check: what is the boiling point of water at sea level?"
 READY_TIMEOUT_S = 420.0
-
-
-def config(upstream_url: str) -> dict[str, Any]:
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "model-a"},
-            "models": [{"name": "model-a", "backend_refs": [{"base_url": upstream_url}]}],
-        },
-        "routing": {
-            "signals": {"keywords": [{"name": "multinode", "keywords": ["multinode"]}]},
-            "decisions": [
-                {
-                    "name": "cached",
-                    "priority": 10,
-                    "rules": {"type": "keyword", "name": "multinode"},
-                    "modelRefs": [{"model": "model-a"}],
-                    "plugins": [{"type": "semantic-cache", "configuration": {"enabled": True}}],
-                }
-            ],
-        },
-    }
 
 
 class Load:
@@ -86,7 +65,11 @@ class Load:
             failure = None
             try:
                 client.chat.completions.create(
-                    model="MoM", messages=[{"role": "user", "content": f"load {client_id}-{i}: say hi"}]
+                    model="MoM",
+                    messages=[{"role": "user", "content": f"load {client_id}-{i}: say hi"}],
+                    # the load's answers stay out of the cache: its entry count is what the
+                    # removal must not change
+                    extra_headers={"x-vsr-cache-control": "no-store"},
                 )
             except Exception as exc:
                 failure = f"{type(exc).__name__}: {exc}"[:300]
@@ -138,6 +121,19 @@ def ingress_nodes(dashboard: str) -> dict[str, str]:
 
     actors = list_actors(address=dashboard, filters=[("state", "=", "ALIVE")], limit=1000)
     return {a.node_id: a.name for a in actors if "Ingress" in (a.name or "")}
+
+
+def cache_entries(base: str) -> int:
+    with httpx.Client(base_url=base, timeout=60) as client:
+        return int(client.get("/api/v1/storage/response-cache/stats").json()["entries"])
+
+
+def wait_for_hit(base: str, timeout_s: float = 30.0) -> str | None:
+    """The first answer's cache write lands after the answer was sent: ask until it hits."""
+    deadline = time.monotonic() + timeout_s
+    while (hit := ask_cached(base)) is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return hit
 
 
 def history(base: str) -> tuple[list[str], list[list[Any]]]:
@@ -212,12 +208,8 @@ def graph_args(redis_url: str, upstream_url: str) -> Any:
     from deployments.graph import GraphArgs
 
     spread = {"num_replicas": 2, "max_replicas_per_node": 1}
-    document = config(upstream_url)
-    document["global"] = {
-        "stores": {"response_cache": {"enabled": True, "backend_type": "redis", "redis": {"url": redis_url}}}
-    }
     return GraphArgs(
-        config=document,
+        config=cached_route(upstream_url, "multinode", redis_store(redis_url, f"multinode_{time.time_ns()}")),
         app_name="multinode",
         management_store={"backend": "redis", "url": redis_url},
         metrics={"enabled": False},
@@ -256,11 +248,14 @@ def main(report_path: str, redis_url: str, upstream_url: str) -> None:
         wait_ready(base, "multinode")
         patch_through_one_replica(base, report)
         report["first_answer_cache_hit"] = ask_cached(base)  # into the shared cache
+        report["hit_before_removal"] = wait_for_hit(base)
+        report["cache_entries_before"] = cache_entries(base)
         report["versions_before"], report["audit_before"] = history(base)
         remove_an_ingress_node_under_load(
             base, cluster, workers, f"http://127.0.0.1:{dashboard_port}", report
         )
         report["versions_after"], report["audit_after"] = history(base)
+        report["cache_entries_after"] = cache_entries(base)
         report["repeat_cache_hit"] = ask_cached(base)
     finally:
         Path(report_path).write_text(json.dumps(report, indent=1, default=str))

@@ -1,7 +1,8 @@
 """`svc-sr serve`, `svc-sr stop`, `svc-sr serve` again: what survives a restart.
 
 The real CLI in its own process (it starts its own local Ray instance), with the response
-cache on a real Redis: a repeated prompt is a hit, and still is after the restart; a PATCH
+cache on a real Redis, then on Milvus Lite (its file in the state directory): a repeated
+prompt is a hit, and still is after the restart; a PATCH
 made through the management API is what the restarted router serves (the configuration
 file did not change); an edited file wins at the next start. Each start prints which.
 """
@@ -14,13 +15,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import pytest
 import yaml
 
+from tests.fakes.configs import cached_route, redis_store
 from tests.fakes.upstream import FakeUpstream, find_free_port
 
 pytestmark = pytest.mark.integration
@@ -28,36 +29,9 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 SVC_SR = str(Path(sys.executable).with_name("svc-sr"))
 START_TIMEOUT_S = 420.0
-WRITE_TIMEOUT_S = 30.0  # the cache write happens after the answer is sent
+WRITE_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 60.0  # the cache write happens after the answer is sent
 PROMPT = "restartcache: how many moons does mars have?"
-
-
-def config(upstream_url: str, redis_url: str) -> dict[str, Any]:
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "model-a"},
-            "models": [{"name": "model-a", "backend_refs": [{"base_url": upstream_url}]}],
-        },
-        "routing": {
-            "signals": {"keywords": [{"name": "restart", "keywords": ["restartcache"]}]},
-            "decisions": [
-                {
-                    "name": "cached",
-                    "priority": 10,
-                    "rules": {"type": "keyword", "name": "restart"},
-                    "modelRefs": [{"model": "model-a"}],
-                    "plugins": [{"type": "semantic-cache", "configuration": {"enabled": True}}],
-                }
-            ],
-        },
-        "global": {
-            "stores": {
-                "response_cache": {"enabled": True, "backend_type": "redis", "redis": {"url": redis_url}}
-            },
-            "services": {"observability": {"metrics": {"enabled": False}}},
-        },
-    }
 
 
 class Cli:
@@ -83,7 +57,11 @@ class Cli:
         while time.monotonic() < deadline:
             assert process.poll() is None, self.output()
             try:
-                if httpx.get(f"{self.base}/ready", timeout=5).status_code == 200:
+                # This start's own "ready" line too: nothing else may answer on the port.
+                if (
+                    httpx.get(f"{self.base}/ready", timeout=5).status_code == 200
+                    and "OpenAI-compatible endpoint" in self.output()
+                ):
                     return process
             except httpx.HTTPError:
                 pass
@@ -99,6 +77,17 @@ class Cli:
         )
         assert done.returncode == 0, done.stdout + done.stderr
         assert process.wait(timeout=60) is not None
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while self.answers() and time.monotonic() < deadline:
+            time.sleep(0.5)  # Serve's proxy processes exit a moment after the CLI
+        assert not self.answers(), f"something still answers on {self.base} after svc-sr stop"
+
+    def answers(self) -> bool:
+        try:
+            httpx.get(f"{self.base}/health", timeout=2)
+        except httpx.HTTPError:
+            return False
+        return True
 
 
 def cache_hit(base: str) -> str | None:
@@ -116,14 +105,17 @@ def wait_for_hit(base: str) -> str | None:
     return hit
 
 
-@pytest.fixture(scope="module")
-def cli(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Cli]:
-    work = tmp_path_factory.mktemp("cli-restart")
+@pytest.fixture(params=["redis", "milvus"])
+def cli(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
+    work = tmp_path_factory.mktemp(f"cli-restart-{request.param}")
+    if request.param == "redis":
+        store = redis_store(request.getfixturevalue("redis_url"), f"restart_{work.name}")
+    else:
+        store = {"backend_type": "milvus"}  # Milvus Lite under the management state directory
     with FakeUpstream(name="restart") as upstream:
-        port = find_free_port()
         config_path = work / "config.yaml"
-        config_path.write_text(yaml.safe_dump(config(upstream.host_url, redis_url)))
-        yield Cli(work, config_path, port)
+        config_path.write_text(yaml.safe_dump(cached_route(upstream.host_url, "restartcache", store)))
+        yield Cli(work, config_path, find_free_port())
 
 
 def test_a_restart_keeps_the_cache_and_the_api_change_and_an_edited_file_wins(cli: Cli) -> None:

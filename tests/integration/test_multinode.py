@@ -76,4 +76,6 @@ def test_no_version_audit_entry_or_cache_entry_is_lost(report: dict[str, Any]) -
     for previous, entry in zip(after, after[1:], strict=False):  # one chain: sequence and links
         assert entry[0] == previous[0] + 1 and entry[1] == previous[2]
     assert report["first_answer_cache_hit"] is None
+    assert report["hit_before_removal"] == "true"
+    assert report["cache_entries_after"] == report["cache_entries_before"] >= 1
     assert report["repeat_cache_hit"] == "true"

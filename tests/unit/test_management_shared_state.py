@@ -19,8 +19,10 @@ import pytest
 from app.config.loader import parse_config
 from app.management.documents import Candidate, candidate_of
 from app.management.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
-from app.management.state import ConfigStore, resolve_startup_document
+from app.management.state import ConfigStore
 from app.management.state_backends import RedisStateBackend
+from app.management.stores import resolve_startup_document
+from tests.fakes.stores import redis_with_search
 from tests.fakes.upstream import find_free_port
 from tests.unit.test_management_support import (
     Harness,
@@ -193,10 +195,13 @@ async def test_a_store_that_is_down_keeps_reads_and_refuses_writes_with_503():
             headers={"If-Match": current.headers["etag"]},
         )
         chat = await c.get("/health")
+        status = (await c.get("/api/v1/status")).json()
     assert current.status_code == 200 and current.json()["providers"]["defaults"]["default_model"] == "small"
     assert r.status_code == 503 and error_code(r) == "STORE_UNAVAILABLE"
     assert r.headers["retry-after"] == "5"
     assert chat.status_code == 200
+    store = next(cd for cd in status["conditions"] if cd["type"] == "ManagementStoreAvailable")
+    assert (store["status"], store["reason"]) == ("False", "StoreUnreachable")
 
 
 @pytest.mark.file_store
@@ -216,3 +221,35 @@ def test_a_write_to_a_store_that_went_down_raises_and_changes_nothing(redis_url:
         store.persist(candidate(strategy="confidence"), "api.put")
     assert store.snapshot_json() == before  # reads serve the last state seen
     assert redis_store(redis_url, prefix).snapshot_json() == before  # nothing written
+
+
+@pytest.mark.file_store
+async def test_writes_come_back_with_the_store_and_an_emptied_store_gets_the_state_back(tmp_path: Path):
+    """A Redis of the test's own: stopped (writes 503, reads answer), started again empty on
+    the same port (no persistence): the replica reconnects by itself, writes its last state
+    back, and the next PATCH lands."""
+    port = find_free_port()
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    with redis_with_search(tmp_path / "first", port=port, own=True) as url:
+        use_redis_store(url, "svc_sr:test:restart:")
+        h = Harness()
+        async with h.client() as c:
+            tag = await etag(c)
+    async with h.client() as c:  # the server is gone
+        down = await c.patch(
+            "/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag}
+        )
+        read = await c.get("/api/v1/config")
+    assert down.status_code == 503 and error_code(down) == "STORE_UNAVAILABLE"
+    assert read.status_code == 200 and read.headers["etag"] == tag
+    h.management.store._unreachable_until = 0.0  # skip the back-off instead of waiting it out
+    with redis_with_search(tmp_path / "second", port=port, own=True):
+        async with h.client() as c:
+            assert await etag(c) == tag  # written back to the empty store
+            up = await c.patch(
+                "/api/v1/config", json={"routing": {"strategy": "confidence"}}, headers={"If-Match": tag}
+            )
+            versions = (await c.get("/api/v1/config/versions")).json()["versions"]
+    assert up.status_code == 200, up.text
+    assert [v["source"] for v in versions] == ["api.patch", "startup"]

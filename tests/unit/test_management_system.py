@@ -75,6 +75,7 @@ async def test_status_document_shape():
         "ActiveConfigAvailable": ("True", "ActiveConfigAvailable"),
         "ConfigConverged": ("True", "ConfigHashesMatch"),
         "Ready": ("Unknown", "RequiredDependenciesUnobserved"),
+        "ManagementStoreAvailable": ("True", "StoreReachable"),
     }
     assert Harness().management.instance_id != h.management.instance_id
 

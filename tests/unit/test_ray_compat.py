@@ -85,6 +85,37 @@ async def test_call_maps_backpressure_and_unavailable_to_the_callers_errors() ->
         await ray_compat.call(FailingHandle(ActorUnavailableError("restarting", None)), "lookup")
 
 
+class DiesOnce:
+    """A handle whose first call finds its replica dead (its node went) and whose next one,
+    routed elsewhere by Serve, answers."""
+
+    def __init__(self, deaths: int = 1) -> None:
+        self.calls = 0
+        self.deaths = deaths
+
+    def __getattr__(self, method: str) -> Any:
+        outer = self
+
+        class Method:
+            async def remote(self, *args: Any) -> Any:
+                outer.calls += 1
+                if outer.calls <= outer.deaths:
+                    raise ActorUnavailableError("the node died", None)
+                return ("answer", args)
+
+        return Method()
+
+
+async def test_call_sends_a_side_effect_free_call_again_when_its_replica_died() -> None:
+    handle = DiesOnce()
+    assert await ray_compat.call(handle, "route", 1, retries=1) == ("answer", (1,))
+    assert handle.calls == 2
+    with pytest.raises(Unreachable):  # retries spent: the caller's mapping as before
+        await ray_compat.call(DiesOnce(deaths=2), "route", retries=1, unavailable=Unreachable)
+    with pytest.raises(ActorUnavailableError):  # no retries asked for: not sent again
+        await ray_compat.call(DiesOnce(), "route")
+
+
 def test_process_transport_follows_this_processes_serve_mode() -> None:
     from ray.serve._private.constants import RAY_SERVE_USE_GRPC_BY_DEFAULT
     from ray.serve._private.handle_options import DynamicHandleOptions

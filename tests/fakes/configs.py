@@ -1,0 +1,47 @@
+"""Configuration documents the store tests and benches share: one upstream model, one
+decision (a keyword) with the semantic cache on, the response cache on a given store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def redis_store(redis_url: str, namespace: str, **settings: Any) -> dict[str, Any]:
+    """`global.stores.response_cache` keys for Redis, with an index and keys of `namespace`'s
+    own: tests share one server, and an index another test created (another vector size, a
+    flushed epoch) must not be this one's (`settings`: timeout_seconds, ...)."""
+    name = "".join(c if c.isalnum() else "_" for c in namespace)
+    return {
+        "backend_type": "redis",
+        "redis": {"url": redis_url, "index_name": name, "key_prefix": f"{name}:", **settings},
+    }
+
+
+def cached_route(upstream_url: str, keyword: str, store: dict[str, Any]) -> dict[str, Any]:
+    """Requests naming `keyword` go to decision `cached` (semantic cache on) on model-a;
+    `store`: the `global.stores.response_cache` keys that pick and place the backend."""
+    return {
+        "version": "v0.3",
+        "providers": {
+            "defaults": {"default_model": "model-a"},
+            "models": [{"name": "model-a", "backend_refs": [{"base_url": upstream_url}]}],
+        },
+        "routing": {
+            "signals": {"keywords": [{"name": keyword, "keywords": [keyword]}]},
+            "decisions": [
+                {
+                    "name": "cached",
+                    "priority": 10,
+                    "rules": {"type": "keyword", "name": keyword},
+                    "modelRefs": [{"model": "model-a"}],
+                    "plugins": [{"type": "semantic-cache", "configuration": {"enabled": True}}],
+                }
+            ],
+        },
+        "global": {
+            "stores": {
+                "response_cache": {"enabled": True, **store},
+            },
+            "services": {"observability": {"metrics": {"enabled": False}}},
+        },
+    }
