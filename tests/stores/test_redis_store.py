@@ -21,6 +21,8 @@ from app.cache.factory import backend_name, cache_backend
 from app.cache.redis_store import RedisSemanticCache
 from app.config.cache_stores import RedisCacheSettings
 from app.config.global_config import ResponseCacheConfig
+from tests.fakes.stores import redis_with_search
+from tests.fakes.upstream import find_free_port
 
 DIM = 8
 
@@ -232,3 +234,28 @@ def test_bad_input_is_a_value_error_before_any_network_call() -> None:
         cache.store("p", [0.0, 0.0], answer("x"))
     with pytest.raises(ValueError):
         cache.store("p", unit(1), {"not": object()})
+
+
+def test_the_cache_is_back_when_redis_is_back(tmp_path) -> None:
+    """A server of the test's own, stopped and started again empty on the same port: while
+    it is down a lookup raises CacheUnavailable (the caller counts a miss); once it is back
+    the same backend object answers again, with no restart: a miss on the empty server (no
+    index yet is not an error), then the next store rebuilds the index and hits."""
+    port = find_free_port()
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    with redis_with_search(first, port=port, own=True) as url:
+        backend = RedisSemanticCache(
+            RedisCacheSettings(url=url, index_name="t_back", key_prefix="t:back:", timeout_seconds=1.0),
+            CacheTuning(max_entries=100, ttl_seconds=0),
+        )
+        backend.store("m|d", unit(1), answer("before"))
+        assert content(backend.lookup("m|d", unit(1), 0.9)) == "before"
+    with pytest.raises(CacheUnavailable):
+        backend.lookup("m|d", unit(1), 0.9)
+    with redis_with_search(second, port=port, own=True):
+        assert backend.lookup("m|d", unit(1), 0.9) is None
+        backend.store("m|d", unit(1), answer("after"))
+        assert content(backend.lookup("m|d", unit(1), 0.9)) == "after"
+    backend.close()
