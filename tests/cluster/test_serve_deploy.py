@@ -1,0 +1,200 @@
+"""The cluster path users take: `ray start --head`, `serve deploy cluster/serve-config.yaml`,
+`serve status`, a request answered, a second `serve deploy` with a changed configuration
+rolled out under load with no failed request, then the cluster stopped.
+
+`make test-cluster` runs it. It passed alone every time, about 70 s: 953 and 961 requests during
+the roll-out, none failed. Beside the whole suite, and with two busy loops competing for the 2
+cores, it failed: 2 of 579 requests got a 500 during the roll-out, and once the dashboard
+answered `serve deploy` with a 500. So it is not in `make test` yet (issue 16).
+
+The file deployed is the repository's cluster/serve-config.yaml with only what must differ
+on a test machine changed: the configuration file it names (a test config over an upstream
+double), the HTTP port, and the Redis its management store and cache use (the session's
+real one). The Ray instance is started by the real `ray start` CLI in its own temp dir and
+stopped by killing exactly its processes (`ray stop` would also stop the session's stack).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from tests.fakes.configs import cached_route, redis_store
+from tests.fakes.upstream import FakeUpstream, find_free_port
+
+pytestmark = pytest.mark.integration  # Ray, real processes: `make test-cluster`
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+DEPLOY_TIMEOUT_S = 420.0
+
+
+@dataclass
+class Cluster:
+    temp_dir: Path
+    dashboard: str  # the address `serve deploy -a` takes
+    env: dict[str, str]
+
+    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / args[0]), *args[1:]],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def deploy(self, serve_config: Path) -> None:
+        done = self.cli("serve", "deploy", str(serve_config), "-a", self.dashboard)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    def status(self) -> dict[str, Any]:
+        done = self.cli("serve", "status", "-a", self.dashboard, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        status: dict[str, Any] = yaml.safe_load(done.stdout)
+        return status
+
+    def wait_running(self, previous_message: str | None = None) -> dict[str, Any]:
+        deadline = time.monotonic() + DEPLOY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            app = (self.status().get("applications") or {}).get("svc-sr") or {}
+            if app.get("status") == "RUNNING" and app.get("last_deployed_time_s") != previous_message:
+                return app
+            time.sleep(2.0)
+        raise AssertionError(f"svc-sr not RUNNING after {DEPLOY_TIMEOUT_S}s: {self.status()}")
+
+
+def _kill_processes_under(temp_dir: Path) -> None:
+    """Every process whose command line names this cluster's temp dir (raylet, GCS, workers)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            if str(temp_dir) in cmdline and int(pid) != os.getpid():
+                os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    # A short path: Ray's Unix socket names under it must stay below the OS limit.
+    temp_dir = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))
+    dashboard_port = find_free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_SERVE_", "RAY_ADDRESS"))}
+    env |= {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    start = subprocess.run(
+        [
+            str(BIN / "ray"), "start", "--head",
+            "--port", str(find_free_port()),
+            "--node-ip-address", "127.0.0.1",
+            "--include-dashboard", "true",
+            "--dashboard-host", "127.0.0.1",
+            "--dashboard-port", str(dashboard_port),
+            "--num-cpus", "2",
+            "--temp-dir", str(temp_dir),
+            "--disable-usage-stats",
+        ],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    try:
+        assert start.returncode == 0, start.stdout + start.stderr
+        yield Cluster(temp_dir, f"http://127.0.0.1:{dashboard_port}", env)
+    finally:
+        _kill_processes_under(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def users_serve_config(config_path: Path, redis_url: str, port: int) -> dict[str, Any]:
+    """cluster/serve-config.yaml with the test machine's config file, port and Redis."""
+    serve_config: dict[str, Any] = yaml.safe_load((ROOT / "cluster" / "serve-config.yaml").read_text())
+    serve_config["http_options"]["port"] = port
+    (app,) = serve_config["applications"]
+    app["args"]["config_path"] = str(config_path)
+    app["args"]["management_store"]["url"] = redis_url
+    app["args"]["config_overrides"]["global"]["stores"]["response_cache"]["redis"]["url"] = redis_url
+    return serve_config
+
+
+class Load:
+    """Chat requests back to back from a few clients; every failure recorded."""
+
+    def __init__(self, base: str, clients: int = 3) -> None:
+        self.base = base
+        self.stop = threading.Event()
+        self.sent = 0
+        self.failures: list[str] = []
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+        for thread in self.threads:
+            thread.start()
+
+    def _run(self) -> None:
+        client = openai.OpenAI(base_url=f"{self.base}/v1", api_key="unused", max_retries=0, timeout=60)
+        while not self.stop.is_set():
+            self.sent += 1
+            try:
+                client.chat.completions.create(model="MoM", messages=[{"role": "user", "content": "say hi"}])
+            except Exception as exc:
+                self.failures.append(f"{type(exc).__name__}: {exc}"[:300])
+
+    def finish(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=90)
+
+
+def test_serve_deploy_of_the_users_file_then_a_rolling_change_under_load(
+    cluster: Cluster, redis_url: str, tmp_path: Path
+) -> None:
+    port = find_free_port()
+    base = f"http://127.0.0.1:{port}"
+    with FakeUpstream(name="deployed") as upstream:
+        first = tmp_path / "config.yaml"
+        store = redis_store(redis_url, f"deploy_{tmp_path.name}")
+        first.write_text(yaml.safe_dump(cached_route(upstream.host_url, "deploycheck", store)))
+        serve_config = tmp_path / "serve-config.yaml"
+        serve_config.write_text(yaml.safe_dump(users_serve_config(first, redis_url, port)))
+        cluster.deploy(serve_config)
+        app = cluster.wait_running()
+        assert {d["status"] for d in app["deployments"].values()} == {"HEALTHY"}
+        assert app["deployments"]["Ingress"]["replica_states"] == {"RUNNING": 2}
+
+        chat = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=60)
+        answer = chat.chat.completions.with_raw_response.create(
+            model="MoM", messages=[{"role": "user", "content": "deploycheck: what is 2 + 2?"}]
+        )
+        assert answer.headers["x-vsr-selected-decision"] == "cached"
+        assert answer.parse().choices[0].message.content
+
+        # A changed configuration, deployed the same way, while clients keep sending.
+        second = tmp_path / "config-2.yaml"
+        changed = cached_route(upstream.host_url, "deploycheck", store)
+        changed["routing"]["decisions"][0]["description"] = "second deploy"
+        second.write_text(yaml.safe_dump(changed))
+        serve_config.write_text(yaml.safe_dump(users_serve_config(second, redis_url, port)))
+        load = Load(base)
+        try:
+            cluster.deploy(serve_config)
+            cluster.wait_running(previous_message=app.get("last_deployed_time_s"))
+            time.sleep(3.0)  # requests after the roll-out too
+        finally:
+            load.finish()
+        print(f"second serve deploy rolled out under load: {load.sent} requests, failed: {load.failures}")
+        assert load.sent > 0 and load.failures == []
+        current = httpx.get(f"{base}/api/v1/config", timeout=30).json()
+        assert current["routing"]["decisions"][0]["description"] == "second deploy"
