@@ -108,9 +108,9 @@ def one_replica_unless_shared(options: dict[str, Any], backend_type: str) -> dic
     """The in-memory cache lives in its replica: two replicas would be two caches (a hit
     would depend on which one answered), so a memory backend keeps one replica whatever the
     Serve config asks; redis, milvus and hybrid keep their entries in the store and scale."""
-    if backend_type != "memory" or not ({"num_replicas", "autoscaling_config"} & set(options)):
-        return options
-    if options.get("num_replicas") in (None, 1) and "autoscaling_config" not in options:
+    if backend_type != "memory" or (
+        options.get("num_replicas", 1) == 1 and "autoscaling_config" not in options
+    ):
         return options
     log.warning("ResponseCache: backend_type memory cannot be shared by replicas; running one replica")
     return {k: v for k, v in options.items() if k != "autoscaling_config"} | {"num_replicas": 1}

@@ -374,14 +374,9 @@ class ActivationController:
         except StoreUnavailable as exc:  # the replicas serve it; the record waits for the store
             log.error("activation of %s not recorded: %s", attempt.version, exc)
             attempt.config_version = None
-        self.active_config = candidate.config
         attempt.state = "active"
         attempt.finished_at = _now()
-        for callback in self.on_active:
-            try:
-                callback(candidate.config)
-            except Exception:
-                log.exception("on_active callback failed")
+        self._serve(candidate.config)
         self.audit.record(
             "config.activate",
             request_id=attempt.request_id,
@@ -437,8 +432,11 @@ class ActivationController:
 
     def adopt(self, config: RouterConfig) -> None:
         """Another replica activated `config` (it arrived through reconfigure): serve it here too."""
-        if config.to_document() == self.active_config.to_document():
-            return
+        if config.to_document() != self.active_config.to_document():
+            self._serve(config)
+
+    def _serve(self, config: RouterConfig) -> None:
+        """`config` is what this replica serves now: the config view, auth and the rest follow."""
         self.active_config = config
         for callback in self.on_active:
             try:

@@ -31,6 +31,8 @@ from app.management.state import ConfigStore, StartupKind, open_store, state_dir
 from app.management.state_backends import RedisStateBackend, StoreCorrupt
 
 if TYPE_CHECKING:
+    import redis
+
     from app.management.replays_redis import RedisReplayStore
     from app.management.service import ManagementParts
 
@@ -89,30 +91,34 @@ def open_replica_stores(args: GraphStoreArgs, serve_app: str) -> ReplicaStores:
         log.warning("GraphArgs.app_name %r differs from the Serve application %r", name, serve_app)
     settings = store_settings(args.management_store)
     state_dir = state_dir_of(args.state_dir, name)
+    client = redis_client(settings) if settings.backend == "redis" else None  # one pool for all
     try:
-        store = open_config_store(settings, name, state_dir)
+        store = open_config_store(settings, name, state_dir, client)
     except OSError as exc:  # an unwritable state directory must not keep the router down
         log.error("management state directory %s unusable (%s); keeping versions in memory", state_dir, exc)
         store = ConfigStore()
     filename = "inline" if args.config is not None else Path(args.config_path).name
     stores = ReplicaStores(store, file_candidate(args).source_hash, filename)
-    if settings.backend == "redis":
+    if client is not None:
         from app.management.audit_redis import RedisAuditLog
-        from app.management.replays_redis import RedisOutcomeStore
+        from app.management.replays_redis import RedisOutcomeStore, RedisReplayStore
 
-        client, prefix = redis_client(settings), settings.prefix_for(name)
+        prefix = settings.prefix_for(name)
         stores.audit = RedisAuditLog(client, prefix)
         stores.outcomes = RedisOutcomeStore(client, prefix)
-        stores.replays = open_replay_store(settings, name)
+        stores.replays = RedisReplayStore(client, prefix)
     return stores
 
 
-def open_config_store(settings: ManagementStoreSettings, app_name: str, state_dir: Path) -> ConfigStore:
-    """The configuration store: Redis (shared by every replica) or `state_dir`'s file."""
+def open_config_store(
+    settings: ManagementStoreSettings, app_name: str, state_dir: Path, client: redis.Redis | None = None
+) -> ConfigStore:
+    """The configuration store: Redis (shared by every replica; `client`: one the caller
+    already holds) or `state_dir`'s file."""
     if settings.backend == "redis":
         assert settings.url is not None  # the settings' validator requires it
         backend = RedisStateBackend(
-            redis_client(settings), settings.prefix_for(app_name), where=redact_url(settings.url)
+            client or redis_client(settings), settings.prefix_for(app_name), where=redact_url(settings.url)
         )
         return ConfigStore(backend=backend)
     return open_store(state_dir)

@@ -61,12 +61,18 @@ class Cli:
                 if (
                     httpx.get(f"{self.base}/ready", timeout=5).status_code == 200
                     and "OpenAI-compatible endpoint" in self.output()
+                    and self.cache_open()
                 ):
                     return process
             except httpx.HTTPError:
                 pass
             time.sleep(1.0)
         raise AssertionError(f"svc-sr serve not ready in {START_TIMEOUT_S}s:\n{self.output()}")
+
+    def cache_open(self) -> bool:
+        """The ResponseCache opened its store (Milvus Lite's file takes a moment after /ready)."""
+        health = httpx.get(f"{self.base}/api/v1/storage/response-cache/health", timeout=5)
+        return health.status_code == 200 and health.json().get("status") == "ok"
 
     def output(self) -> str:
         return (self.work / f"serve-{self.starts}.log").read_text(errors="replace")
