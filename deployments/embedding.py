@@ -22,6 +22,7 @@ from collections.abc import Awaitable
 from typing import Any, Protocol, cast
 
 import numpy as np
+import ray
 from ray import serve
 
 from app.runtime.hosted import HostedEmbedding
@@ -37,10 +38,18 @@ class TunableBatch(Protocol):
     def set_batch_wait_timeout_s(self, value: float) -> None: ...
 
 
+def replica_device(device: str) -> str:
+    """`auto`: CUDA when Serve gave this replica a GPU (`num_gpus` in its options, as in
+    cluster/serve-config-gpu.yaml), else CPU; the same engine code runs on either."""
+    if device != "auto":
+        return device
+    return "cuda" if ray.get_gpu_ids() else "cpu"
+
+
 @serve.deployment(max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.25})
 class Embedding:
-    def __init__(self, engine: str = "auto", device: str = "cpu") -> None:
-        self._hosted = HostedEmbedding.load(engine, device)
+    def __init__(self, engine: str = "auto", device: str = "auto") -> None:
+        self._hosted = HostedEmbedding.load(engine, replica_device(device))
         tuning = self._hosted.tuning
         batch = serve.batch(
             max_batch_size=tuning.max_batch_size, batch_wait_timeout_s=tuning.batch_wait_timeout_s

@@ -7,6 +7,8 @@
                  |             -> DomainClassifier -> Embedding (texts without vectors)
                  +-(diagnostics)-> Guard (PII, jailbreak) -> Embedding
                  +-(/v1/decisions)-> DecisionModel (built in, or managed `svc-srun` workers)
+                 +-(upstream call to an in-cluster model, by name)-> LLMServer-<model> (vLLM)
+    Router -> LLMServers (anchors the LLMServer deployments in the graph)
     Router, Ingress, ResponseCache, DecisionModel --(metrics push)--> Observability (:9190/metrics)
 
 `serve deploy` imports `deployments.graph:build_app` with `args: {config_path: ...}`;
@@ -40,6 +42,7 @@ from deployments.domain_classifier import DomainClassifier
 from deployments.embedding import Embedding
 from deployments.guard import Guard
 from deployments.ingress import Ingress
+from deployments.llm_graph import llm_servers
 from deployments.observability import Observability
 from deployments.response_cache import ResponseCache
 from deployments.router import Router
@@ -169,6 +172,7 @@ def build_graph(
             guard,
             local_encoder=graph_args.router_local_encoder,
             observability=observability,
+            llm_servers=llm_servers(loaded.config, options),
         )
     )
     decision = None

@@ -27,6 +27,7 @@ from deployments.handles import (
     HandleRouterClient,
     front_door_completion,
 )
+from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import replica_pusher
 
 
@@ -58,7 +59,8 @@ class Ingress:
         self._router = HandleRouterClient(
             router, front_door_completion(cache, observability, self._metrics, self._replay_sends)
         )
-        self._upstream = UpstreamClient()
+        # In-cluster models (vLLM deployments of this application) are reached by handle.
+        self._upstream = UpstreamClient(mounts=in_cluster_mounts(serve.get_replica_context().app_name))
         self._classifiers = HandleClassifiers(domain, guard, router)
         self._pusher = replica_pusher(self._metrics.recorder, observability)
         # The management API (spec 1): persistent versions, activation through Serve, startup status.

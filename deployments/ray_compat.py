@@ -101,6 +101,22 @@ def process_transport(handle: H) -> H:
     return cast(H, current.options(_by_reference=by_reference))
 
 
+async def wait_assigned(response: Any, timeout_s: float) -> bool:
+    """Wait until Serve has given a handle call to a replica; False when `timeout_s` passed
+    first (the call is then cancelled: it never reached a replica). A deployment whose only
+    replica is restarting queues calls until a new one is up, minutes for an LLM engine; a
+    caller with somewhere else to go asks this first. Private:
+    `_DeploymentResponseBase._fetch_future_result_async`."""
+    import asyncio
+
+    try:
+        await asyncio.wait_for(asyncio.shield(response._fetch_future_result_async()), timeout_s)
+    except TimeoutError:
+        response.cancel()
+        return False
+    return True
+
+
 # ----------------------------------------------------------------------------- replicas
 
 

@@ -39,7 +39,9 @@ from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import MiniLMEncoder, token_counter
 from app.srun.hosting import BindingRuntimes
 from app.srun.runtime_metrics import RuntimeMetrics
+from app.upstream.client import UpstreamClient
 from deployments import ray_compat
+from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import replica_pusher
 from deployments.response_cache import cache_lane
 
@@ -111,7 +113,9 @@ class Router:
         guard: DeploymentHandle | None = None,
         local_encoder: bool = False,
         observability: DeploymentHandle | None = None,
+        llm_servers: DeploymentHandle | None = None,
     ) -> None:
+        # llm_servers only keeps the in-cluster models in the graph (deployments/llm_server.py).
         transport = ray_compat.process_transport
         services = handle_services(
             transport(embedding), transport(cache), transport(domain), transport(guard)
@@ -129,6 +133,8 @@ class Router:
         # The front doors complete requests and send their replay records to Observability;
         # route() only marks the requests whose decision records replays.
         services.capture_replays = observability is not None
+        # External LLM classifiers and guards are asked over this client; in-cluster ones by handle.
+        services.llm_client = UpstreamClient(mounts=in_cluster_mounts(serve.get_replica_context().app_name))
         self._replica = serve.get_replica_context().replica_id.unique_id
         # Workers of the model deployments the configuration binds; their metrics are pushed
         # with the replica's own.

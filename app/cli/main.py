@@ -18,6 +18,8 @@ import httpx
 from rich.console import Console
 
 from app.cli.config_cmds import register as _register_config_commands
+from app.cli.engine_serving import NATIVE_PORT, EngineServing
+from app.cli.kuberay import kuberay_command
 from app.cli.ops_cmds import register as _register_ops_commands
 from app.cli.serve import ServeState, process_alive, serve_forever
 
@@ -61,8 +63,45 @@ def cli() -> None:
     help="Also run Envoy (listener from the config, 8801) and the ext_proc sidecar (50051); "
     "--no-envoy keeps the standalone data plane on --port only.",
 )
-def serve(config_path: Path, host: str, port: int, dashboard: bool, serve_config: Path, envoy: bool) -> None:
-    """Start a local Ray instance and serve the router graph (Ctrl-C stops it)."""
+@click.argument("model", required=False)
+@click.option(
+    "--engine", "-e", is_flag=True, help="Native serving: MODEL served by vLLM in the graph (port 8899)."
+)
+@click.option(
+    "--platform", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True
+)
+@click.option("--data-parallel-size", "-dp", type=int, default=1, show_default=True, help="Engine replicas.")
+@click.option("--device-ids", default="", help="GPUs the engine replicas may use, e.g. 0,1.")
+@click.option("--max-model-len", type=int, default=None, help="vLLM's max_model_len (default: the model's).")
+@click.pass_context
+def serve(  # noqa: PLR0913 - one flag per option of the spec's CLI
+    ctx: click.Context,
+    config_path: Path,
+    host: str,
+    port: int,
+    dashboard: bool,
+    serve_config: Path,
+    envoy: bool,
+    model: str | None,
+    engine: bool,
+    platform: str,
+    data_parallel_size: int,
+    device_ids: str,
+    max_model_len: int | None,
+) -> None:
+    """Start a local Ray instance and serve the router graph (Ctrl-C stops it).
+
+    With MODEL --engine: native serving, MODEL served by vLLM inside the graph behind the
+    router on port 8899 (no chat backends; app/cli/engine_serving.py)."""
+    if model is not None or engine:
+        if not (model and engine):
+            console.print("[red]MODEL and --engine go together[/red] (router mode takes --config)")
+            sys.exit(2)
+        explicit_port = ctx.get_parameter_source("port") is click.core.ParameterSource.COMMANDLINE
+        config_path = _engine_config(
+            model, platform, data_parallel_size, device_ids, max_model_len, port if explicit_port else None
+        )
+        port, envoy = (port if explicit_port else NATIVE_PORT), False
     state = ServeState.read()
     if state and process_alive(state.pid):
         console.print(f"svc-sr is already running (pid {state.pid}, {state.http}, {state.phase})")
@@ -72,6 +111,39 @@ def serve(config_path: Path, host: str, port: int, dashboard: bool, serve_config
         sys.exit(2)
     overrides = serve_config if serve_config.exists() else None
     sys.exit(serve_forever(config_path, host, port, dashboard, console, overrides, envoy))
+
+
+def _engine_config(
+    model: str, platform: str, dp: int, device_ids: str, max_model_len: int | None, port: int | None
+) -> Path:
+    """The generated configuration of native serving, written under the state directory;
+    the visible GPUs exported for Ray. Exits 2 on a bad combination of options."""
+    import yaml
+    from pydantic import ValidationError
+
+    from app.cli.serve import STATE_DIR
+
+    try:
+        serving = EngineServing(
+            model=model,
+            platform=platform,
+            data_parallel_size=dp,
+            device_ids=device_ids,
+            max_model_len=max_model_len,
+            **({"port": port} if port is not None else {}),
+        )
+    except ValidationError as exc:
+        console.print(f"[red]invalid options:[/red] {exc.errors()[0]['msg']}")
+        sys.exit(2)
+    os.environ.update(serving.environment())
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    path = STATE_DIR / "engine-config.yaml"
+    path.write_text(yaml.safe_dump(serving.config_document(), sort_keys=False))
+    console.print(
+        f"native serving: {serving.served_name} on {serving.resolved_platform()}, "
+        f"{serving.data_parallel_size} engine replica(s); configuration {path}"
+    )
+    return path
 
 
 @cli.command()
@@ -243,6 +315,7 @@ def config_migrate(path: Path, output: Path | None) -> None:
 
 _register_config_commands(config)
 _register_ops_commands(cli)
+cli.add_command(kuberay_command)
 
 
 def main() -> None:

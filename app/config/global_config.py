@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from app.config.cache_stores import HnswSettings, MilvusCacheSettings, RedisCacheSettings
+from app.config.external_models import parse_external_models
 from app.config.model_base import Open
 from app.config.model_deployments import read_bindings
 from app.config.reliability import FallbackConfig
@@ -131,4 +132,5 @@ class GlobalConfig(Open):
                     f"{'.'.join(path)}.on_unscanned: 'block' or 'allow', got {node['on_unscanned']!r}"
                 )
         read_bindings(catalog)
+        parse_external_models(catalog)
         return catalog

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from app.config.llm_serving import LLMServingConfig
 from app.config.model_base import Strict
 from app.config.pricing import Pricing
 from app.config.reliability import ReliabilityConfig
@@ -70,6 +71,15 @@ class ProviderModel(Strict):
     external_model_ids: dict[str, str] = Field(default_factory=dict)
     reliability: ReliabilityConfig | None = None
     backend_refs: list[BackendRef] = Field(default_factory=list)
+    # Served by vLLM inside the Serve application (app/config/llm_serving.py); backend_refs,
+    # when present, are its HTTP fallback.
+    llm_config: LLMServingConfig | None = None
+
+    @model_validator(mode="after")
+    def _in_cluster_speaks_chat(self) -> ProviderModel:
+        if self.llm_config is not None and self.api_format != "openai":
+            raise ValueError("a model with llm_config is served by vLLM: api_format must be openai")
+        return self
 
     @field_validator("api_format", mode="before")
     @classmethod

@@ -86,7 +86,8 @@ class ContextSignal(Strict):
 
 class JailbreakSignal(Strict):
     name: str
-    method: Literal["classifier", "contrastive", "hybrid"] = "classifier"
+    # vllm: an LLM guard (`global.model_catalog.external[]` with model_role guardrail) judges it.
+    method: Literal["classifier", "contrastive", "hybrid", "vllm"] = "classifier"
     threshold: float = Field(default=0.5, ge=0, le=1)
     include_history: bool = False
     jailbreak_patterns: list[str] = Field(default_factory=list)

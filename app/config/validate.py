@@ -196,11 +196,12 @@ class _Checker:
                 "requests for it would be routed, never sent to this model",
                 "reserved_name",
             )
-        if not model.backend_refs:
+        if not model.backend_refs and model.llm_config is None:
             self.error(
                 f"{path}.backend_refs",
                 f"model {model.name!r} has no backend_refs: nothing to send its requests to "
-                "(add one with `endpoint: host:port` or `base_url`)",
+                "(add one with `endpoint: host:port` or `base_url`, or serve it in the cluster "
+                "with `llm_config`)",
                 "no_backends",
             )
         for name in sorted(_duplicates(ref.name for ref in model.backend_refs if ref.name)):

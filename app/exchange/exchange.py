@@ -57,12 +57,15 @@ class RouterClient(Protocol):
 
 @dataclass
 class ExchangeSettings:
-    """`max_body_bytes`: requests over it answer 413 (None: the transport enforces it)."""
+    """`max_body_bytes`: requests over it answer 413 (None: the transport enforces it).
+    `reaches`: the candidates this front door can forward to (None: all); behind Envoy an
+    in-cluster model is reached only through its HTTP backend_refs."""
 
     router: RouterClient
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     max_body_bytes: int | None = None
     clock: Callable[[], float] = time.perf_counter
+    reaches: Callable[[UpstreamTarget], bool] | None = None
 
 
 @dataclass
@@ -129,6 +132,8 @@ class Exchange:
         self.plan = plan
         if plan.immediate is not None:
             return self._immediate(plan)
+        if self.settings.reaches is not None:
+            plan.candidates = [t for t in plan.candidates if self.settings.reaches(t)]
         if not plan.candidates:
             return self._no_backend(plan)
         return Forward(plan, self.upstream_body)

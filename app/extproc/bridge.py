@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field
 from app.common.background import BackgroundTasks
 from app.exchange.exchange import ExchangeSettings, RouterClient
 from app.extproc.stream import ExtProcStream
+from app.llm.addressing import is_in_cluster
 from app.pipeline.metrics import RouterMetrics
 
 log = logging.getLogger("svc_sr.extproc")
@@ -52,7 +53,11 @@ class ExtProcBridge(pbg.ExternalProcessorServicer):
     ) -> None:
         self.settings = settings or BridgeSettings()
         self.exchange_settings = ExchangeSettings(
-            router, metrics or RouterMetrics(), self.settings.max_body_bytes
+            router,
+            metrics or RouterMetrics(),
+            self.settings.max_body_bytes,
+            # Envoy forwards to HTTP clusters: an in-cluster model's engine is the Ingress's to call.
+            reaches=lambda target: not is_in_cluster(target.base_url),
         )
         self._background = BackgroundTasks()
         self._open_exchanges = 0

@@ -6,6 +6,8 @@ upstream candidates the front door tries.
 - `algorithm.type: weighted`: the selected model is drawn at random with probability
   proportional to `modelRefs[].weight` (unset = 1.0; all zero = config order); the
   others follow in config order.
+- A model served in the cluster (`llm_config`) goes to its vLLM deployment first
+  (app/llm/addressing.py); its `backend_refs`, if any, follow as the HTTP fallback.
 - A model with several `backend_refs` expands to one target per backend: the first is
   drawn by backend `weight` (the decision's `preferred_endpoints`, when set, go
   first), the others follow as further candidates of the same model.
@@ -24,6 +26,7 @@ from app.common.errors import SvcError, bad_request, model_not_found, no_route
 from app.config.models import RouterConfig
 from app.config.providers import BackendRef, ProviderModel
 from app.config.routing import Decision, ModelRef
+from app.llm import addressing
 from app.upstream.targets import ANTHROPIC_VERSION, MESSAGES_API_FORMATS, UpstreamTarget
 
 
@@ -114,12 +117,23 @@ def backend_target(model: ProviderModel, ref: BackendRef) -> UpstreamTarget:
     )
 
 
+def in_cluster_target(model: ProviderModel) -> UpstreamTarget | None:
+    if model.llm_config is None:
+        return None
+    return UpstreamTarget(
+        model=model.name,
+        provider_model_id=model.llm_config.served_name(model.name),
+        base_url=addressing.base_url(model.name),
+    )
+
+
 def model_targets(
     model: ProviderModel, rng: random.Random, preferred_endpoints: Sequence[str] = ()
 ) -> list[UpstreamTarget]:
+    in_cluster = in_cluster_target(model)
     refs = list(model.backend_refs)
     if not refs:
-        return []
+        return [in_cluster] if in_cluster is not None else []
     if preferred_endpoints:
         preferred = [r for r in refs if r.name in preferred_endpoints]
         refs = preferred + [r for r in refs if r.name not in preferred_endpoints]
@@ -129,7 +143,8 @@ def model_targets(
     pool = refs[:head]
     if len(pool) > 1:
         refs = _first_then_rest(pool, weighted_pick([r.weight for r in pool], rng)) + refs[head:]
-    return [backend_target(model, r) for r in refs]
+    http = [backend_target(model, r) for r in refs]
+    return [in_cluster, *http] if in_cluster is not None else http
 
 
 class ModelIndex:

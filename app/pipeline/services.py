@@ -18,6 +18,7 @@ from app.pipeline.completion import CacheStore, CompletionServices
 from app.pipeline.signals.base import CountTokensFn, EmbedFn, EvaluatorFactory
 from app.pipeline.signals.runtime import SignalHost
 from app.runtime.batching import MicroBatcher
+from app.upstream.client import UpstreamClient
 
 Embedder = Callable[[list[str]], Awaitable[np.ndarray]]
 # partition -> its epoch token (app/cache/base.py), for the write's stale guard
@@ -43,6 +44,7 @@ class PipelineServices(CompletionServices):
     across hot reloads. metrics: where route()/complete() record spec 1's metrics.
     record_replay: receives the `router_replay` record of a completed request (None:
     replays are not recorded); called inline, so it must hand the record off quickly.
+    llm_client: the upstream client external LLM judges are asked over.
     capture_replays: route() marks replays although record_replay is unset here, because
     another process completes the request and records it (the Ray graph's front doors).
     bound_workers: the svc-srun workers of the model deployments the config's bindings name
@@ -57,6 +59,9 @@ class PipelineServices(CompletionServices):
     phrase_cache: dict[str, np.ndarray] = field(default_factory=dict)
     capture_replays: bool = False
     bound_workers: SignalHost | None = None
+    # Asks the external LLM classifiers and guards (app/pipeline/signals/llm_judge.py); None:
+    # a rule that needs one errors (on_error decides).
+    llm_client: UpstreamClient | None = None
 
 
 class CacheCalls(NamedTuple):

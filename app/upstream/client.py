@@ -12,6 +12,9 @@ Outcome rules:
 - Every attempt failed (no response, or a 5xx once retries/fallbacks are spent):
   `UpstreamUnavailable` is raised (the caller answers 503 with Retry-After, or 504
   when `timed_out`); `last_response` holds the final upstream answer, in chat shape.
+- A replica the request never reached (connect failure: refused, no live in-cluster
+  replica) hands the attempt to the model's next untried replica without spending a
+  retry; an in-cluster engine's HTTP backend_refs take over this way.
 - Streaming: retries and fallback only happen before the first body byte is
   received; afterwards a failure ends the stream with `UpstreamStreamError`.
 
@@ -63,9 +66,11 @@ class UpstreamClient:
         transport: httpx.AsyncBaseTransport | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        mounts: Mapping[str, httpx.AsyncBaseTransport] | None = None,
     ) -> None:
-        """`transport`, `rng` (back-off jitter) and `sleep` (wait between retries) are for tests."""
-        self._transport = Transport(pool or PoolSettings(), time.monotonic, transport)
+        """`transport`, `rng` (back-off jitter) and `sleep` (wait between retries) are for tests;
+        `mounts` route URL patterns to other transports (in-cluster models)."""
+        self._transport = Transport(pool or PoolSettings(), time.monotonic, transport, mounts)
         self._loop = AttemptLoop(self._transport, rng or random.Random(), sleep)
         self._clock = self._transport.clock
         self._default_total = default_total_timeout

@@ -182,7 +182,8 @@ class AttemptLoop:
         per_try = resolve_timeout(rel.per_try_timeout_s, None)
         group_deadline = min_deadline(plan.chain_deadline, self._clock() + per_model if per_model else None)
         tried: set[int] = set()
-        for retry in range(rel.retry_count + 1):
+        retry = 0
+        while retry <= rel.retry_count:
             self._check_chain_deadline(plan, group[0], retry)
             if group_deadline is not None and self._clock() >= group_deadline:
                 return None  # this model's time is spent: next candidate
@@ -208,10 +209,15 @@ class AttemptLoop:
             outcome = await self._attempt(plan, spec, headers)
             if isinstance(outcome, OpenedResponse):
                 return target, outcome
+            if outcome[0] is FailureKind.CONNECT and any(id(t) not in tried for t in group):
+                # The request never reached that replica (an in-cluster engine with no live
+                # replica, a refused port): a sibling takes the attempt, no retry spent.
+                continue
             if not await self._waited_to_retry(plan, spec, outcome, group_deadline):
                 if spec.can_fall_back and falls_back(fb, *outcome):
                     return None
                 raise self.unavailable(plan)
+            retry += 1
         return None
 
     def _check_chain_deadline(self, plan: CallPlan, first: UpstreamTarget, retry: int) -> None:

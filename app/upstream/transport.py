@@ -78,7 +78,10 @@ class Transport:
         pool: PoolSettings,
         clock: Callable[[], float] = time.monotonic,
         transport: httpx.AsyncBaseTransport | None = None,
+        mounts: Mapping[str, httpx.AsyncBaseTransport] | None = None,
     ) -> None:
+        """`mounts`: transports for URL patterns that are not sockets (the in-cluster models'
+        DeploymentHandle transport, app/llm/addressing.py)."""
         limits = httpx.Limits(
             max_connections=pool.max_connections,
             max_keepalive_connections=pool.max_keepalive_connections,
@@ -90,6 +93,7 @@ class Transport:
             limits=limits,
             timeout=timeout,
             transport=transport,
+            mounts=dict(mounts or {}),
             follow_redirects=False,
             trust_env=pool.trust_env,
         )

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ import pytest
 import yaml
 
 from tests.fakes.configs import cached_route, redis_store
+from tests.fakes.processes import kill_processes_naming
 from tests.fakes.upstream import FakeUpstream, find_free_port
 
 pytestmark = pytest.mark.integration  # Ray, real processes: `make test-cluster`
@@ -80,17 +80,6 @@ class Cluster:
         raise AssertionError(f"svc-sr not RUNNING after {DEPLOY_TIMEOUT_S}s: {self.status()}")
 
 
-def _kill_processes_under(temp_dir: Path) -> None:
-    """Every process whose command line names this cluster's temp dir (raylet, GCS, workers)."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            if str(temp_dir) in cmdline and int(pid) != os.getpid():
-                os.kill(int(pid), signal.SIGKILL)
-        except (OSError, ValueError):
-            continue
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     # A short path: Ray's Unix socket names under it must stay below the OS limit.
@@ -116,7 +105,7 @@ def cluster() -> Iterator[Cluster]:
         assert start.returncode == 0, start.stdout + start.stderr
         yield Cluster(temp_dir, f"http://127.0.0.1:{dashboard_port}", env)
     finally:
-        _kill_processes_under(temp_dir)
+        kill_processes_naming(str(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
@@ -149,6 +138,10 @@ class Load:
             self.sent += 1
             try:
                 client.chat.completions.create(model="MoM", messages=[{"role": "user", "content": "say hi"}])
+            except openai.APIStatusError as exc:  # the body says which part answered, and why
+                self.failures.append(
+                    f"{exc.status_code} {exc.response.headers.get('server', '')}: {exc.response.text}"[:600]
+                )
             except Exception as exc:
                 self.failures.append(f"{type(exc).__name__}: {exc}"[:300])
 

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.fakes.processes import kill_processes_naming
 from tests.fakes.upstream import FakeUpstream, find_free_port
 
 pytestmark = pytest.mark.integration
@@ -243,17 +244,10 @@ def _start_ray(attempts: int = 2) -> None:
 
 
 def _kill_processes_of(session: str) -> None:
-    """SIGKILL every process whose command line names `session` (its GCS, monitors, dashboard)."""
-    import signal
-
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                cmdline = fh.read().decode(errors="replace")
-            if (f"{session}/" in cmdline or f"{session}\0" in cmdline) and int(pid) != os.getpid():
-                os.kill(int(pid), signal.SIGKILL)
-        except (OSError, ValueError):
-            continue
+    """SIGKILL every process whose command line names `session` (its GCS, monitors, dashboard);
+    a path inside it or the whole argument, never a longer session name it is a prefix of."""
+    kill_processes_naming(f"{session}/")
+    kill_processes_naming(f"{session}\0")
 
 
 def _print_session_log_tails(session: str, out: object) -> None:

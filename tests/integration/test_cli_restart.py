@@ -37,8 +37,12 @@ PROMPT = "restartcache: how many moons does mars have?"
 class Cli:
     """`svc-sr serve` / `svc-sr stop` with this test's state directories and port."""
 
-    def __init__(self, work: Path, config_path: Path, port: int) -> None:
+    def __init__(
+        self, work: Path, config_path: Path | None, port: int, serve_args: list[str] | None = None
+    ) -> None:
+        """`serve_args`: what `svc-sr serve` is given instead of `--config config_path`."""
         self.work, self.config_path, self.port = work, config_path, port
+        self.serve_args = serve_args if serve_args is not None else ["--config", str(config_path)]
         self.base = f"http://127.0.0.1:{port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")}
         self.env |= {
@@ -50,9 +54,22 @@ class Cli:
     def serve(self) -> subprocess.Popen[bytes]:
         self.starts += 1
         out = (self.work / f"serve-{self.starts}.log").open("wb")
-        command = [SVC_SR, "serve", "--config", str(self.config_path), "--port", str(self.port)]
+        command = [SVC_SR, "serve", *self.serve_args, "--port", str(self.port)]
         command += ["--no-dashboard", "--no-envoy", "--serve-config", str(self.work / "none.yaml")]
         process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            return self._ready(process)
+        except BaseException:
+            # A start that never got ready must not outlive its test (its Ray instance would take
+            # CPU from every test after it): SIGTERM is `svc-sr serve`'s clean shutdown.
+            process.terminate()
+            try:
+                process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            raise
+
+    def _ready(self, process: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             assert process.poll() is None, self.output()

@@ -250,3 +250,29 @@ def test_redeploy_runs_the_application_without_blocking(monkeypatch: pytest.Monk
     app = bound_app()
     ray_compat.redeploy(app, "svc-sr", None)
     assert calls == [(app, {"name": "svc-sr", "route_prefix": None, "_blocking": False})]
+
+
+async def test_wait_assigned_awaits_the_responses_replica_future_and_cancels_on_timeout() -> None:
+    import asyncio
+
+    from ray.serve.handle import DeploymentResponseGenerator
+
+    assert hasattr(DeploymentResponseGenerator, "_fetch_future_result_async")
+    assert hasattr(DeploymentResponseGenerator, "cancel")
+
+    class Pending:
+        def __init__(self, assigned: asyncio.Event) -> None:
+            self.assigned, self.cancelled = assigned, False
+
+        async def _fetch_future_result_async(self) -> None:
+            await self.assigned.wait()
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    never = Pending(asyncio.Event())
+    assert await ray_compat.wait_assigned(never, 0.05) is False and never.cancelled
+    ready = asyncio.Event()
+    ready.set()
+    soon = Pending(ready)
+    assert await ray_compat.wait_assigned(soon, 1.0) is True and not soon.cancelled

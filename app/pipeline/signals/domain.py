@@ -18,6 +18,7 @@ DomainClassifier deployment handle to it, tests pass a fake.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from app.config.models import RouterConfig
 from app.config.signals import DomainSignal
 from app.models.domain import DomainResult, map_to_configured
 from app.pipeline.plan import SignalMatch
+from app.pipeline.signals import llm_judge
 from app.pipeline.signals.base import EvaluatorFactory, SignalContext, error_matches
 
 FAMILY = "domain"
@@ -171,6 +173,26 @@ def domain_factory(classify: DomainClassifyFn | None) -> EvaluatorFactory:
     """`PipelineServices.evaluators["domain"]` entry over a classify callable."""
 
     def factory(config: RouterConfig, services: Any = None) -> DomainEvaluator:
+        if catalog_section(config, "modules", "classifier", "domain").get("use_vllm") is True:
+            judge = llm_judge.build_judge(config, "classification", getattr(services, "llm_client", None))
+            return DomainEvaluator.from_config(config, llm_classify(judge, config), uses_vectors=False)
         return DomainEvaluator.from_config(config, classify)
 
     return factory
+
+
+def llm_classify(judge: llm_judge.LLMJudge | None, config: RouterConfig) -> DomainClassifyFn:
+    """The classification LLM as the domain classifier (`classifier.domain.use_vllm`): it
+    picks among the categories the domain rules accept."""
+    labels = sorted({c for rule in config.routing.signals.domains for c in rule_categories(rule)})
+
+    async def classify(
+        texts: list[str], vectors: np.ndarray | None, threshold: float | None, fallback: str
+    ) -> list[Any]:
+        if judge is None:
+            raise RuntimeError(
+                "use_vllm needs an external model with model_role classification (global.model_catalog.external)"
+            )
+        return list(await asyncio.gather(*(judge.classify(text, labels, fallback) for text in texts)))
+
+    return classify

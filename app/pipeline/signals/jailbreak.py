@@ -25,6 +25,7 @@ from app.config.models import RouterConfig
 from app.config.signals import JailbreakSignal
 from app.models.jailbreak import JailbreakResult, conversation_text
 from app.pipeline.plan import SignalMatch
+from app.pipeline.signals import llm_judge
 from app.pipeline.signals.base import EvaluatorFactory, SignalContext, UnscannedError, unscanned_match
 from app.pipeline.signals.domain import catalog_section, unit_float
 from app.pipeline.signals.guarded import ThresholdRuleEvaluator
@@ -53,6 +54,8 @@ def prompt_guard_rule(config: RouterConfig) -> JailbreakSignal | None:
         fields["threshold"] = threshold
     if section.get("method") in ("classifier", "contrastive", "hybrid"):
         fields["method"] = section["method"]
+    if section.get("use_vllm") is True:  # the reference key: the guardrail external model judges
+        fields["method"] = llm_judge.METHOD
     if isinstance(section.get("include_history"), bool):
         fields["include_history"] = section["include_history"]
     return JailbreakSignal(**fields)
@@ -132,6 +135,35 @@ def jailbreak_factory(detect: JailbreakDetectFn | None) -> EvaluatorFactory:
     """`PipelineServices.evaluators["jailbreak"]` entry over a detect callable."""
 
     def factory(config: RouterConfig, services: Any = None) -> JailbreakEvaluator:
-        return JailbreakEvaluator.from_config(config, detect)
+        judge = llm_judge.build_judge(config, "guardrail", getattr(services, "llm_client", None))
+        return JailbreakEvaluator.from_config(config, with_llm_guard(detect, judge))
 
     return factory
+
+
+def with_llm_guard(
+    detect: JailbreakDetectFn | None, judge: llm_judge.LLMJudge | None
+) -> JailbreakDetectFn | None:
+    """`detect`, except that rules with method `vllm` ask the guard LLM."""
+    if detect is None and judge is None:
+        return None
+
+    async def run(
+        texts: list[str],
+        vectors: np.ndarray | None,
+        method: str,
+        threshold: float,
+        patterns: list[str],
+        benign: list[str],
+    ) -> list[Any]:
+        if method != llm_judge.METHOD:
+            if detect is None:
+                raise RuntimeError("no jailbreak guard configured")
+            return await detect(texts, vectors, method, threshold, patterns, benign)
+        if judge is None:
+            raise RuntimeError(
+                "method vllm needs an external model with model_role guardrail (global.model_catalog.external)"
+            )
+        return list(await asyncio.gather(*(judge.guard(text, threshold) for text in texts)))
+
+    return run

@@ -1,0 +1,51 @@
+"""`svc-sr serve MODEL --engine --platform cpu` (spec 2 CLI, native serving): the real CLI
+starts its own Ray instance with the model served by vLLM inside the graph (from the vLLM
+environment, as in test_in_cluster_vllm.py) behind the router, no chat backend configured;
+the OpenAI SDK's requests, by `MoM` and by the model's name, are answered by that engine;
+`svc-sr stop` ends it all."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.fakes.upstream import find_free_port
+from tests.integration.test_cli_restart import ROOT, Cli
+from tests.integration.test_in_cluster_vllm import vllm_python
+
+pytestmark = pytest.mark.integration
+
+
+def test_native_serving_answers_from_the_engine_in_the_graph(tmp_path: Path) -> None:
+    python = vllm_python()
+    model_dir = tmp_path / "tiny-llama"
+    subprocess.run(
+        [str(python), str(ROOT / "tests" / "fakes" / "tiny_llama.py"), str(model_dir), "--guard"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    serve_args = [str(model_dir), "--engine", "--platform", "cpu", "--data-parallel-size", "1"]
+    serve_args += ["--max-model-len", "256"]
+    cli = Cli(tmp_path, None, find_free_port(), serve_args)
+    cli.env["SVC_SR_VLLM_PYTHON"] = str(python)
+    process = cli.serve()
+    try:
+        assert "native serving: tiny-llama on cpu, 1 engine replica(s)" in cli.output()
+        chat = openai.OpenAI(base_url=f"{cli.base}/v1", api_key="unused", max_retries=0, timeout=120)
+        assert "tiny-llama" in {m.id for m in chat.models.list().data}
+        for model in ("MoM", "tiny-llama"):
+            raw = chat.chat.completions.with_raw_response.create(
+                model=model,
+                messages=[{"role": "user", "content": "what is the capital of Spain"}],
+                max_tokens=4,
+            )
+            answer = raw.parse()
+            assert raw.headers["x-selected-model"] == "tiny-llama"
+            assert answer.choices[0].message.content == "safe"  # the toy guard model's answer
+            assert answer.usage is not None and answer.usage.completion_tokens > 0
+    finally:
+        cli.stop(process)
