@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.latency import percentile  # noqa: E402
+from tests.fakes.processes import wait_http_ok  # noqa: E402
 from tests.fakes.upstream import find_free_port  # noqa: E402
 
 ENGINE_KWARGS = {"max_model_len": 256, "dtype": "bfloat16"}
@@ -45,18 +46,6 @@ def vllm_server(python: Path, model_dir: Path, port: int) -> subprocess.Popen[by
         "--max-model-len", "256", "--dtype", "bfloat16", "--disable-uvicorn-access-log",
     ]  # fmt: skip
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def wait_ok(url: str, timeout_s: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1.0)
-    raise RuntimeError(f"{url} not ready after {timeout_s}s")
 
 
 def config(model_dir: Path, python: Path, http_port: int) -> dict[str, Any]:
@@ -94,9 +83,10 @@ def one(client: httpx.Client, url: str, model: str, stream: bool) -> float:
     if stream:
         with client.stream("POST", url, json=body) as response:
             response.raise_for_status()
-            next(response.iter_bytes())
+            chunks = response.iter_bytes()
+            next(chunks)
             elapsed = time.perf_counter() - began
-            for _ in response.iter_bytes():
+            for _ in chunks:
                 pass
         return elapsed
     response = client.post(url, json=body)
@@ -157,7 +147,7 @@ def main() -> None:
             config=config(model_dir, python, http_port), metrics={"enabled": False}, decision_model=False
         )
         serve.run(build_app(graph), name="bench", route_prefix="/")
-        wait_ok(f"http://127.0.0.1:{http_port}/health")
+        wait_http_ok(f"http://127.0.0.1:{http_port}/health", 300.0, poll_s=1.0)
         url = f"http://127.0.0.1:{serve_port}/v1/chat/completions"
         results = {
             "non_stream": measure(url, args.requests, args.rounds, stream=False),

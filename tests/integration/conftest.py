@@ -11,11 +11,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
-from tests.fakes.processes import kill_processes_naming
+from tests.fakes.processes import kill_processes_naming, wait_http_ok
 from tests.fakes.upstream import FakeUpstream, find_free_port
 
 pytestmark = pytest.mark.integration
@@ -269,17 +268,7 @@ def _print_tail(path: str, lines: int, out: object) -> None:
 
 
 def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{url} not ready after {timeout_s}s")
+    wait_http_ok(url, timeout_s)
 
 
 @pytest.fixture(scope="session")
