@@ -80,6 +80,7 @@ def _scaled(
 _DEPLOYMENTS: tuple[dict[str, Any], ...] = (
     {
         "name": "Ingress",
+        "graceful_shutdown_timeout_s": 300,  # in-flight LLM streams finish during a roll-out
         "max_ongoing_requests": 1024,
         "autoscaling_config": _scaled(2, 2, 16, 256, 10, 300),
         "ray_actor_options": {"num_cpus": 0.5},
