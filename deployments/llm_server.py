@@ -69,10 +69,8 @@ class LLMServer:
 
 @serve.deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 0})
 class LLMServers:
-    """The graph's in-cluster models: model name -> LLMServer deployment."""
+    """Holds the graph's LLMServer deployments as arguments, so Serve deploys them; nothing
+    calls it (front doors reach each LLMServer by name)."""
 
     def __init__(self, servers: dict[str, DeploymentHandle]) -> None:
-        self._deployments = {model: handle.deployment_name for model, handle in servers.items()}
-
-    async def deployments(self) -> dict[str, str]:
-        return dict(self._deployments)
+        del servers

@@ -18,9 +18,8 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from app.llm.addressing import IN_CLUSTER_PATTERN, deployment_of_host
-from deployments.ray_compat import OVERLOADED_ERRORS, UNAVAILABLE_ERRORS, process_transport, wait_assigned
+from deployments.ray_compat import process_transport, wait_assigned
 
-_RAY_ERRORS = (*UNAVAILABLE_ERRORS, *OVERLOADED_ERRORS)
 # How long a request may wait for a replica (the only one restarting queues it for the
 # engine's whole start): after this its model's HTTP backend_refs take it, as after a refused
 # connection (the upstream client's connect timeout is 10 s too).
@@ -36,11 +35,7 @@ class _HandleStream(httpx.AsyncByteStream):
         try:
             async for chunk in self._chunks:
                 yield chunk
-        except _RAY_ERRORS as exc:
-            raise httpx.ReadError(
-                f"in-cluster model stream broke: {type(exc).__name__}", request=self._request
-            ) from exc
-        except Exception as exc:  # the engine raised mid-stream (a RayTaskError)
+        except Exception as exc:  # the replica died or the engine raised mid-stream
             raise httpx.ReadError(
                 f"in-cluster model failed: {type(exc).__name__}", request=self._request
             ) from exc
@@ -81,13 +76,11 @@ class ServeLLMTransport(httpx.AsyncBaseTransport):
             if not await wait_assigned(chunks, self._assign_timeout_s):
                 raise httpx.ConnectError(f"{deployment}: no replica took the request", request=request)
             head: Any = await anext(chunks)
-        except _RAY_ERRORS as exc:
-            raise httpx.ConnectError(f"{deployment}: {type(exc).__name__}", request=request) from exc
         except httpx.ConnectError:
             raise
         except StopAsyncIteration as exc:
             raise httpx.RemoteProtocolError(f"{deployment} answered nothing", request=request) from exc
-        except Exception as exc:  # the replica raised before answering (engine not started, ...)
+        except Exception as exc:  # no replica, replica died, queue full, engine not started
             raise httpx.ConnectError(f"{deployment} failed: {type(exc).__name__}", request=request) from exc
         return httpx.Response(
             int(head["status"]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from urllib.parse import urlsplit
 
 IN_CLUSTER_DOMAIN = "llm.svc-sr.internal"
 # httpx mount pattern for every in-cluster host.
@@ -42,6 +43,4 @@ def deployment_of_host(host: str) -> str | None:
 
 def is_in_cluster(base_url: str) -> bool:
     """The URL is an in-cluster model's (only the handle transport can reach it)."""
-    from urllib.parse import urlsplit
-
     return deployment_of_host(urlsplit(base_url).hostname or "") is not None

@@ -115,7 +115,6 @@ async def test_in_cluster_urls_go_through_the_mount_and_fall_back_to_http_when_i
         answer = {"choices": [{"message": {"role": "assistant", "content": f"engine:{body['model']}"}}]}
         return httpx.Response(200, json=answer)
 
-    model = ProviderModel.model_validate({"name": "tiny", "llm_config": LLM})
     with FakeUpstream(name="fallback") as fallback:
         model = ProviderModel.model_validate(
             {"name": "tiny", "llm_config": LLM, "backend_refs": [{"base_url": fallback.host_url}]}
