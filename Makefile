@@ -43,10 +43,10 @@ llm-stop:
 
 # The whole contract's proof: the structure checks (lint), then every test.
 test: lint $(VLLM_STAMP)
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests --ignore=tests/cluster
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
-# The cluster path users take (`ray start`, `serve deploy cluster/serve-config.yaml`, a rolling
-# change under load): its own target until it holds up beside the whole suite on 2 cores.
+# The cluster path users take alone (`ray up`'s setup commands, `ray start`, `serve deploy
+# cluster/serve-config.yaml`, a rolling change under load); `make test` runs them too.
 test-cluster: $(STAMP)
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/cluster
 

@@ -40,6 +40,7 @@ from app.srun.runtime_metrics import RuntimeMetrics, request_outcome
 from app.srun.settings import RuntimeSettings
 from deployments.observability import replica_pusher
 from deployments.ray_compat import call
+from deployments.rollout import SURGE_PERCENT
 
 
 def _replica_id() -> str:
@@ -56,7 +57,9 @@ def _load_engine(engine: str, device: str) -> DecisionEngine:
     return model
 
 
-@serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.1})
+@serve.deployment(
+    max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.1}, max_surge_percent=SURGE_PERCENT
+)
 class DecisionModel:
     # Ray runs an async constructor on the replica's loop: managed workers' clients and health
     # watch then live on the loop that serves the calls. Assigned as `__init__` below, since a

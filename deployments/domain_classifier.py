@@ -24,6 +24,7 @@ from ray.serve.handle import DeploymentHandle
 
 from app.runtime.hosted import DEFAULT_BATCH_WAIT_TIMEOUT_S, DEFAULT_MAX_BATCH_SIZE, Encode, HostedDomain
 from deployments.ray_compat import call, process_transport
+from deployments.rollout import SURGE_PERCENT
 
 
 def embedding_encoder(embedding: DeploymentHandle | None) -> Encode | None:
@@ -38,7 +39,9 @@ def embedding_encoder(embedding: DeploymentHandle | None) -> Encode | None:
     return encode
 
 
-@serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.1})
+@serve.deployment(
+    max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.1}, max_surge_percent=SURGE_PERCENT
+)
 class DomainClassifier:
     def __init__(self, embedding: DeploymentHandle | None = None) -> None:
         self._hosted = HostedDomain.load(embedding_encoder(embedding))

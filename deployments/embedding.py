@@ -26,6 +26,7 @@ import ray
 from ray import serve
 
 from app.runtime.hosted import HostedEmbedding
+from deployments.rollout import SURGE_PERCENT
 
 
 class TunableBatch(Protocol):
@@ -46,7 +47,9 @@ def replica_device(device: str) -> str:
     return "cuda" if ray.get_gpu_ids() else "cpu"
 
 
-@serve.deployment(max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.25})
+@serve.deployment(
+    max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.25}, max_surge_percent=SURGE_PERCENT
+)
 class Embedding:
     def __init__(self, engine: str = "auto", device: str = "auto") -> None:
         self._hosted = HostedEmbedding.load(engine, replica_device(device))

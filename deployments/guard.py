@@ -25,9 +25,12 @@ from ray.serve.handle import DeploymentHandle
 from app.runtime.hosted import DEFAULT_BATCH_WAIT_TIMEOUT_S, DEFAULT_MAX_BATCH_SIZE
 from app.runtime.hosted_guard import HostedGuard
 from deployments.domain_classifier import embedding_encoder
+from deployments.rollout import SURGE_PERCENT
 
 
-@serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.2})
+@serve.deployment(
+    max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.2}, max_surge_percent=SURGE_PERCENT
+)
 class Guard:
     def __init__(
         self,

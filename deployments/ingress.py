@@ -10,6 +10,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.api.app import StaticConfigView, create_app
+from app.api.request_id import ServerEchoesRequestId
 from app.common.background import BackgroundTasks
 from app.common.heap import freeze_startup_heap
 from app.config.loader import parse_config
@@ -29,9 +30,12 @@ from deployments.handles import (
 )
 from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import replica_pusher
+from deployments.rollout import SURGE_PERCENT
 
 
-@serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25})
+@serve.deployment(
+    max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25}, max_surge_percent=SURGE_PERCENT
+)
 @serve.ingress()
 class Ingress:
     def __init__(
@@ -88,6 +92,7 @@ class Ingress:
         app.state.plane.metrics = (
             self._metrics
         )  # front-door errors and completions, summed with the Routers' metrics
+        app.add_middleware(ServerEchoesRequestId)  # Serve appends the request's id to every response
         freeze_startup_heap()
         return app
 

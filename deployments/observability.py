@@ -27,6 +27,7 @@ from app.management.stores import open_replay_store
 from app.observability.exposition import MetricsHTTPServer
 from app.observability.metrics import MetricsAggregator, MetricsRecorder, MetricsSnapshot
 from app.observability.push import LoopMetricsPusher, MetricsPusher
+from deployments.rollout import SURGE_PERCENT
 
 log = logging.getLogger("svc_sr.metrics")
 
@@ -34,7 +35,12 @@ BIND_RETRY_S = 1.0
 BIND_ATTEMPTS = 120  # a rolling update starts the new replica while the old one holds the port
 
 
-@serve.deployment(num_replicas=1, max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.05})
+@serve.deployment(
+    num_replicas=1,
+    max_ongoing_requests=1024,
+    ray_actor_options={"num_cpus": 0.05},
+    max_surge_percent=SURGE_PERCENT,
+)
 class Observability:
     def __init__(
         self, management_store: ManagementStoreSettings | None = None, app_name: str | None = None

@@ -41,11 +41,14 @@ from app.config.global_config import ResponseCacheConfig
 from app.management.state import state_dir_of
 from app.observability.metrics import MetricsRecorder
 from deployments.observability import replica_pusher
+from deployments.rollout import SURGE_PERCENT
 
 log = logging.getLogger("svc_sr.response_cache")
 
 
-@serve.deployment(max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.25})
+@serve.deployment(
+    max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.25}, max_surge_percent=SURGE_PERCENT
+)
 class ResponseCache:
     # An in-process backend's calls run inline on the replica's loop (a lookup takes 0.04 ms at
     # 1k entries, less than a thread hop); a network store's run in a thread (app/cache/calls.py).

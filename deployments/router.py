@@ -44,6 +44,7 @@ from deployments import ray_compat
 from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import replica_pusher
 from deployments.response_cache import cache_lane
+from deployments.rollout import SURGE_PERCENT
 
 log = logging.getLogger("svc_sr.router")
 
@@ -103,7 +104,9 @@ def handle_services(
     )
 
 
-@serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25})
+@serve.deployment(
+    max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25}, max_surge_percent=SURGE_PERCENT
+)
 class Router:
     def __init__(
         self,

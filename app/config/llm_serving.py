@@ -32,6 +32,8 @@ DEPLOYMENT_OPTION_KEYS = frozenset(
         "health_check_timeout_s",
         "graceful_shutdown_timeout_s",
         "graceful_shutdown_wait_loop_s",
+        "max_surge_percent",
+        "rolling_update_percentage",
     }
 )
 # Where the vLLM environment's interpreter is, when the config does not say

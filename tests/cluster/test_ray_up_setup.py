@@ -153,7 +153,10 @@ def test_the_gpu_workers_torch_is_the_cuda_build_on_pypi() -> None:
     metadata only: the wheel it picks depends on the CUDA runtime packages."""
     if not reachable(PYPI):
         pytest.skip(f"{PYPI} is not reachable from this machine")
-    (command,) = [c for c in node_setup(cluster_file())["gpu_worker"] if "torch" in c]
+    # The main environment's torch (the vLLM venv's own pin rides on scripts/vllm-venv.sh's line).
+    (command,) = [
+        c for c in node_setup(cluster_file())["gpu_worker"] if c.startswith("pip install") and "torch" in c
+    ]
     parsed = pip_install(command)
     assert parsed is not None and parsed.index_url is None
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k == "PIP_CERT"}

@@ -26,12 +26,36 @@ def wait_http_ok(url: str, timeout_s: float, poll_s: float = 0.5) -> None:
 
 
 def kill_processes_naming(fragment: str) -> None:
-    """SIGKILL every process (but this one) whose command line contains `fragment`."""
+    """SIGKILL every process (but this one) whose command line contains `fragment`, and every
+    process in their process groups: Ray's dashboard and runtime-env agents rename themselves
+    (`ray::DashboardAgent`), so only their group leads back to the instance."""
+    own_group = os.getpgrp()
+    matched: set[int] = set()
+    for pid, cmdline in _command_lines():
+        if fragment in cmdline and pid != os.getpid():
+            matched.add(pid)
+    groups = {group for group in map(_process_group, matched) if group not in (None, own_group)}
+    for pid, _ in _command_lines():
+        if pid != os.getpid() and (pid in matched or _process_group(pid) in groups):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                continue
+
+
+def _command_lines() -> list[tuple[int, str]]:
+    lines = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                cmdline = fh.read().decode(errors="replace")
-            if fragment in cmdline and int(pid) != os.getpid():
-                os.kill(int(pid), signal.SIGKILL)
-        except (OSError, ValueError):
+                lines.append((int(pid), fh.read().decode(errors="replace")))
+        except OSError:
             continue
+    return lines
+
+
+def _process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None

@@ -26,6 +26,27 @@ def _raw(client: openai.OpenAI, **kwargs: object) -> tuple[dict, httpx.Headers]:
     return json.loads(response.text), response.headers
 
 
+def test_one_request_id_on_the_answer_the_clients_own_when_it_sent_one(
+    client: openai.OpenAI, stack: Stack
+) -> None:
+    # Questions no other test asks: the math decision's semantic cache must not answer them.
+    messages = [
+        {"role": "user", "content": "Which integral gives the area between y = x^2 and the line y = 4?"}
+    ]
+    sent = client.chat.completions.with_raw_response.create(
+        model="MoM", messages=messages, extra_headers={"x-request-id": "client-chosen-id"}
+    )
+    assert sent.headers.get_list("x-request-id") == ["client-chosen-id"]
+    assert stack.upstream_a.last_request.headers.get("x-request-id") == "client-chosen-id"
+    messages = [
+        {"role": "user", "content": "Name three integral tests for whether an infinite series converges."}
+    ]
+    minted = client.chat.completions.with_raw_response.create(model="MoM", messages=messages)
+    (request_id,) = minted.headers.get_list("x-request-id")
+    assert request_id and request_id != "client-chosen-id"
+    assert stack.upstream_a.last_request.headers.get("x-request-id") == request_id
+
+
 def test_routed_non_stream_reaches_the_decisions_model(client: openai.OpenAI, stack: Stack) -> None:
     before = stack.upstream_a.request_count
     body, headers = _raw(

@@ -223,6 +223,10 @@ def test_the_graph_adds_one_llm_server_per_in_cluster_model(
     assert server.init_args == ("/models/tiny", "tiny", {"max_model_len": 256})
     assert server.num_replicas == 2
     assert "LLMServers" in nodes
+    # Replacements start before old replicas stop (deployments/rollout.py), except a second engine.
+    surging = {name for name, node in nodes.items() if node._deployment_config.max_surge_percent == 100}
+    assert surging >= {"Ingress", "Router", "Embedding", "DomainClassifier", "Guard", "Observability"}
+    assert server._deployment_config.max_surge_percent == 0
     plain = {**document, "providers": {"models": [{"name": "ext", "backend_refs": [{"endpoint": "h:1"}]}]}}
     names = {bound_deployment(n).name for n in graph_nodes(build_graph(args, plain))}
     assert not any(name.startswith("LLMServer") for name in names)
