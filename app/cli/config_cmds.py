@@ -100,9 +100,9 @@ def _print_reasons(reasons: list[dict[str, Any]]) -> None:
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def config_init(path: Path, backend: str, model_id: str, force: bool) -> None:
     """Write a starter v0.3 configuration (validated before it is written)."""
+    from app.common.persist import atomic_write_bytes
     from app.config.errors import ConfigError
     from app.config.loader import parse_config
-    from app.management.persist import atomic_write_bytes
 
     if path.exists() and not force:
         fail(f"{path} exists; use --force to overwrite", EXIT_INVALID)
@@ -191,7 +191,7 @@ def config_get(fmt: str, output: Path | None, remote: Remote) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    from app.management.persist import atomic_write_bytes
+    from app.common.persist import atomic_write_bytes
 
     atomic_write_bytes(output, text.encode("utf-8"))
     console.print(f"wrote {output}")
@@ -331,9 +331,9 @@ def config_rollback(version: str, if_match: str | None, remote: Remote) -> None:
 def config_import(source: Path, output: Path | None) -> None:
     """Import a YAML/JSON document (v0.3 or the older flat layout; - reads stdin) as canonical
     v0.3 YAML, validated; prints it or writes it atomically to --output."""
+    from app.common.persist import atomic_write_bytes
     from app.config.errors import ConfigError
     from app.config.loader import parse_config, to_yaml
-    from app.management.persist import atomic_write_bytes
 
     document = _read_document(source)
     try:

@@ -17,6 +17,7 @@ import click
 import httpx
 from rich.console import Console
 
+from app.cli.benchmark_cmds import benchmark as _benchmark_commands
 from app.cli.config_cmds import register as _register_config_commands
 from app.cli.engine_serving import NATIVE_PORT, EngineServing
 from app.cli.kuberay import kuberay_command
@@ -316,6 +317,7 @@ def config_migrate(path: Path, output: Path | None) -> None:
 _register_config_commands(config)
 _register_ops_commands(cli)
 cli.add_command(kuberay_command)
+cli.add_command(_benchmark_commands)
 
 
 def main() -> None:

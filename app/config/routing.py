@@ -6,8 +6,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from app.config.model_base import Open, Strict
+from app.config.model_base import Strict
 from app.config.reliability import FallbackConfig, ReliabilityConfig
+from app.config.selection import Algorithm
 from app.config.signals import Signals
 
 
@@ -52,10 +53,6 @@ class ModelRef(Strict):
     reasoning_description: str | None = None
     lora_name: str | None = None
     weight: float | None = Field(default=None, ge=0)
-
-
-class Algorithm(Open):
-    type: Literal["static", "weighted"] = "static"
 
 
 PLUGIN_TYPES = frozenset(

@@ -33,8 +33,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field
 
+from app.common.persist import atomic_write_bytes
 from app.management.documents import Candidate
-from app.management.persist import atomic_write_bytes
 from app.management.shared_store import StoreUnavailable
 from app.management.state_backends import (
     STATE_FILE,

@@ -7,7 +7,7 @@ makes an If-Match check, a version append and an activation record atomic across
 replicas on different nodes, without locks held over the network.
 
 - `MemoryStateBackend`: tests and the standalone app without a state directory.
-- `FileStateBackend`: `<state_dir>/state.json`, replaced atomically (persist.py); the
+- `FileStateBackend`: `<state_dir>/state.json`, replaced atomically (app/common/persist.py); the
   compare-and-set runs under an advisory lock file, so several Ingress replicas on one
   node share it safely; a reader re-reads the file only when its stat changed.
 - `RedisStateBackend`: two keys, `<prefix>state` (the JSON document) and `<prefix>revision`;
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel
 
-from app.management.persist import atomic_write_bytes
+from app.common.persist import atomic_write_bytes
 from app.management.shared_store import StoreUnavailable, store_errors
 
 if TYPE_CHECKING:

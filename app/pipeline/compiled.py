@@ -17,6 +17,7 @@ from app.config.routing import Decision
 from app.pipeline import decisions as engine
 from app.pipeline.plugins import DecisionPlugins, GuardRule, compile_guards, compile_plugins
 from app.pipeline.selection import ModelIndex
+from app.pipeline.selectors import compile_selectors
 from app.pipeline.services import PipelineServices
 from app.pipeline.signals import BUILTIN_EVALUATORS
 from app.pipeline.signals.base import EvaluatorFactory, SignalEvaluator
@@ -55,6 +56,9 @@ class CompiledConfig:
         self.global_fallback = _global_fallback(config)
         self.prompt_guard = prompt_guard_rule(config)
         self.guards: dict[str, list[GuardRule]] = {d.name: compile_guards(d) for d in self.decisions}
+        # Learned selectors load their artifacts here: a config naming one that is missing
+        # fails its activation, not its first request.
+        self.selectors = compile_selectors(self.decisions, config, self.models)
         self.prefetch_vector = bool(self.global_cache.enabled and services.cache_lookup is not None)
 
     def global_guards(self) -> list[GuardRule]:

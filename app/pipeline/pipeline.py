@@ -162,7 +162,7 @@ class RouterPipeline:
         plan.classification_ms = (time.perf_counter() - started) * 1000
         if guard.block_if_flagged(plan, guarded) or answer_fast_response(plan, plugins):
             return ranked
-        selection = select_model(state, plan, decision, rng)
+        selection = await select_model(state, plan, decision, rng, ctx)
         cache_status = "bypass"
         if not preview:
             cache_status = await cache_step(self.services, state, plan, ctx, plugins, headers)

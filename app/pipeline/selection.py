@@ -193,10 +193,12 @@ def select_for_decision(
     default_model: str | None,
     models: ModelIndex,
     rng: random.Random,
+    ordered_refs: Sequence[ModelRef] | None = None,
 ) -> Selection:
-    """The decision's models when it has usable ones, else `default_model`, else NoRouteError."""
+    """The decision's models when it has usable ones, else `default_model`, else NoRouteError.
+    `ordered_refs`: the decision's modelRefs as a learned selector ordered them (selectors.py)."""
     if decision is not None and decision.modelRefs:
-        refs = order_model_refs(decision, rng)
+        refs = list(ordered_refs) if ordered_refs is not None else order_model_refs(decision, rng)
         candidates = candidates_for([r.model for r in refs], models, rng, decision.preferred_endpoints)
         if candidates:
             selected = candidates[0].model

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from app.common import persist
 from app.config.loader import parse_config
-from app.management import persist
 from app.management.documents import candidate_of
 from app.management.state import ConfigStore, StoreCorrupt, StoreUnavailable
 from tests.unit.test_management_support import Harness, base_document, etag
@@ -86,7 +86,7 @@ async def test_failed_write_answers_503_and_the_old_document_stays(
 _WRITER = r"""
 import sys
 from pathlib import Path
-from app.management.persist import atomic_write_json
+from app.common.persist import atomic_write_json
 path = Path(sys.argv[1])
 big = "x" * 200_000
 i = 0

@@ -201,9 +201,9 @@ async def test_fast_response_answers_before_selection(state):
     assert plan.response_headers["x-cache-status"] == "bypass"
 
 
-def test_select_falls_back_to_the_default_model(state):
+async def test_select_falls_back_to_the_default_model(state):
     plan = plan_of(state, chat("x"))
-    selection = select_model(state, plan, None, random.Random(0))
+    selection = await select_model(state, plan, None, random.Random(0), context(plan))
     assert selection.model == "small" and plan.reason_code == "default_model"
     assert [t.model for t in plan.candidates][0] == "small"
 
@@ -238,7 +238,7 @@ async def test_preview_names_the_selection_method(state):
     plan = plan_of(state, chat("urgent"))
     plan.signals, _ = await evaluate_signals(state, context(plan), preview=True)
     winner, ranked = decide(state, plan)
-    select_model(state, plan, winner.decision if winner else None, random.Random(0))
+    await select_model(state, plan, winner.decision if winner else None, random.Random(0), context(plan))
     shown = preview_of(state, plan, ranked)
     assert (shown["selection_status"], shown["selection_method"]) == ("selected", "static")
     assert shown["matched_decisions"][0]["name"] == "urgent_route"

@@ -3,11 +3,12 @@ candidate targets in order, reliability and fallback policies, and pricing by mo
 
 from __future__ import annotations
 
+import logging
 import random
 
 from app.config.pricing import Pricing
 from app.config.providers import ProviderModel
-from app.config.routing import Decision
+from app.config.routing import Decision, ModelRef
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.headers import fill_routing_headers
 from app.pipeline.plan import RoutePlan
@@ -18,13 +19,21 @@ from app.pipeline.selection import (
     candidates_for,
     select_for_decision,
 )
+from app.pipeline.signals.base import SignalContext
+
+log = logging.getLogger("svc_sr.pipeline")
 
 
-def select_model(
-    state: CompiledConfig, plan: RoutePlan, decision: Decision | None, rng: random.Random
+async def select_model(
+    state: CompiledConfig,
+    plan: RoutePlan,
+    decision: Decision | None,
+    rng: random.Random,
+    ctx: SignalContext,
 ) -> Selection:
     """The decision's model (or the default model when no decision matched) into the plan."""
-    selection = select_for_decision(decision, state.defaults.default_model, state.models, rng)
+    ordered = await learned_order(state, decision, ctx)
+    selection = select_for_decision(decision, state.defaults.default_model, state.models, rng, ordered)
     plan.selected_model = selection.model
     plan.candidates = selection.candidates
     plan.reason_code = "auto_routing" if selection.source == "decision" else "default_model"
@@ -34,6 +43,23 @@ def select_model(
     served = {t.model for t in selection.candidates}
     plan.pricing = _pricing([m for name in served if (m := state.models.get(name)) is not None])
     return selection
+
+
+async def learned_order(
+    state: CompiledConfig, decision: Decision | None, ctx: SignalContext
+) -> list[ModelRef] | None:
+    """The decision's modelRefs in its learned selector's order (knn, mlp, automix), else None.
+    A selector that fails (the encoder down) leaves the static order unless `on_error: fail`."""
+    selector = state.selectors.get(decision.name) if decision is not None else None
+    if selector is None or decision is None:
+        return None
+    try:
+        return await selector.order(decision.modelRefs, ctx.query_vector, ctx.token_count)
+    except Exception as exc:
+        if decision.algorithm.on_error == "fail":
+            raise
+        log.warning("decision %s: %s selection failed (%s); static order", decision.name, selector.kind, exc)
+        return None
 
 
 def pass_through(state: CompiledConfig, plan: RoutePlan, rng: random.Random) -> None:

@@ -11,7 +11,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -20,22 +20,33 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            _write_flushed(handle, data)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def atomic_write_json(path: Path, value: Any) -> None:
     atomic_write_bytes(path, json.dumps(value, ensure_ascii=False, sort_keys=True, indent=1).encode("utf-8"))
 
 
-def _fsync_dir(directory: Path) -> None:
+def write_synced(path: Path, data: bytes) -> None:
+    """Write `path` and fsync it (the caller makes it visible atomically: a rename)."""
+    with path.open("wb") as handle:
+        _write_flushed(handle, data)
+
+
+def _write_flushed(handle: BinaryIO, data: bytes) -> None:
+    handle.write(data)
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:

@@ -1,0 +1,1 @@
+"""`svc-sr benchmark`: routing quality measured on recorded answers (issue 17)."""

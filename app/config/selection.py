@@ -1,0 +1,73 @@
+"""A decision's `algorithm` block: how the model that answers is chosen among its modelRefs.
+
+Field names follow the reference router's where it has the feature (its `algorithm.ml`
+block with one family per type, `automix`, `elo`); what svc-sr adds is marked.
+
+- `static` (default): the first modelRef; `weighted`: drawn by `modelRefs[].weight`.
+- `knn` / `mlp`: a learned predictor of each model's chance to answer the request right
+  (app/models/selection.py) against its expected cost, `cost_quality_tradeoff` weighing the
+  two (svc-sr's addition: the reference's learned types ignore cost).
+- `automix`: the cheapest model expected to pass verification (`verification_threshold`),
+  else the best quality-minus-cost value; quality from the learned predictor when `ml` is
+  set, else the model cards' `quality_score`.
+The reference's `elo` (ratings updated by feedback) is not built yet: `type: elo` is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from app.config.model_base import Open
+
+AlgorithmType = Literal["static", "weighted", "knn", "mlp", "automix"]
+LEARNED_TYPES = frozenset({"knn", "mlp"})
+
+
+class KnnSettings(Open):
+    k: int = Field(default=40, ge=1, le=1000)
+    pretrained_path: str | None = None  # unset: the artifact svc-sr ships
+
+
+class MlpSettings(Open):
+    device: Literal["cpu", "cuda", "metal"] = "cpu"  # accepted; the head runs on CPU (numpy)
+    pretrained_path: str | None = None
+
+
+class MLSelection(Open):
+    """The reference's `algorithm.ml`: the learned family named by `type`, one of them."""
+
+    models_path: str | None = None  # a directory holding knn_model.npz / mlp_model.npz
+    model_type: str | None = None  # accepted: svc-sr's selectors run on its MiniLM vectors
+    embedding_dim: int | None = Field(default=None, ge=1)
+    knn: KnnSettings | None = None
+    mlp: MlpSettings | None = None
+
+
+class AutomixSettings(Open):
+    verification_threshold: float = Field(default=0.7, ge=0, le=1)
+    max_escalations: int = Field(default=2, ge=0)
+    cost_aware_routing: bool = True
+    cost_quality_tradeoff: float = Field(default=0.3, ge=0, le=1)  # 0: quality only, 1: cost only
+    discount_factor: float = Field(default=0.95, ge=0, le=1)  # accepted; no multi-step cascade here
+    use_logprob_verification: bool = True  # accepted; verification is predicted, not run
+
+
+class Algorithm(Open):
+    type: AlgorithmType = "static"
+    ml: MLSelection | None = None
+    automix: AutomixSettings | None = None
+    # svc-sr: knn/mlp's weight of expected cost against predicted quality (0: quality only).
+    cost_quality_tradeoff: float = Field(default=0.0, ge=0, le=1)
+    on_error: Literal["skip", "fail", "fallback"] = "skip"  # a predictor that fails: static order
+
+    @model_validator(mode="after")
+    def _family_matches_type(self) -> Algorithm:
+        if self.ml is not None:
+            named = [family for family in ("knn", "mlp") if getattr(self.ml, family) is not None]
+            if len(named) > 1:
+                raise ValueError(f"algorithm.ml names {named}; it takes the one family `type` names")
+            if named and self.type in LEARNED_TYPES and named[0] != self.type:
+                raise ValueError(f"algorithm.type is {self.type!r} but algorithm.ml configures {named[0]!r}")
+        return self

@@ -1,0 +1,186 @@
+"""Learned and cost-aware model selection: a decision's `algorithm` types `knn`, `mlp` and
+`automix` (app/config/selection.py) ordering its modelRefs for one request.
+
+Each candidate gets a predicted quality (its chance to answer right: the learned predictor
+of app/models/selection.py over the request's MiniLM vector, or the model cards'
+`quality_score`) and an expected cost (this request's prompt tokens and the model's mean
+completion tokens at the config's pricing). Costs are compared as a share of the dearest
+candidate's, so `cost_quality_tradeoff` means the same whatever the price level:
+`value = (1 - t) * quality - t * cost / dearest_cost`.
+
+- knn / mlp: candidates by value, best first.
+- automix: the cheapest candidate whose quality reaches `verification_threshold` (the one
+  that would pass verification, so no escalation is needed), then up to `max_escalations`
+  dearer ones of higher quality, then the rest by value; with no candidate reaching the
+  threshold, by value. `cost_aware_routing: false` orders by quality alone.
+
+A candidate the predictor does not know gets the predictor's mean quality. Compiled once per
+config version: a missing or foreign artifact fails the config's activation, not a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from app.config.models import RouterConfig
+from app.config.pricing import Pricing
+from app.config.routing import Decision, ModelRef
+from app.config.selection import LEARNED_TYPES, Algorithm, AutomixSettings
+from app.models.selection import (
+    KNN_FILE,
+    MLP_FILE,
+    KnnQuality,
+    QualityModel,
+    load_quality_model,
+    packaged_artifact,
+)
+from app.pipeline.selection import ModelIndex
+
+DEFAULT_CARD_QUALITY = 0.8  # the reference's quality_score when a model card gives none
+VectorFn = Callable[[], Awaitable[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    ref: ModelRef
+    quality: float
+    cost: float  # expected, in the pricing's currency
+
+
+class LearnedSelector:
+    """One decision's compiled `algorithm` (knn, mlp or automix)."""
+
+    def __init__(self, algorithm: Algorithm, models: ModelIndex, predictor: QualityModel | None,
+                 card_quality: dict[str, float]) -> None:  # fmt: skip
+        self.algorithm = algorithm
+        self.models = models
+        self.predictor = predictor
+        self.card_quality = card_quality
+        self.kind = algorithm.type
+
+    async def order(self, refs: Sequence[ModelRef], vector: VectorFn, prompt_tokens: int) -> list[ModelRef]:
+        qualities = await self._qualities(refs, vector)
+        candidates = [
+            Candidate(ref, quality, self._expected_cost(ref.model, prompt_tokens))
+            for ref, quality in zip(refs, qualities, strict=True)
+        ]
+        if self.kind == "automix":
+            return [c.ref for c in automix_order(candidates, self.algorithm)]
+        return [c.ref for c in by_value(candidates, self.algorithm.cost_quality_tradeoff)]
+
+    async def _qualities(self, refs: Sequence[ModelRef], vector: VectorFn) -> list[float]:
+        if self.predictor is None:  # automix without `ml`: the model cards
+            return [self.card_quality.get(self._name(r.model), DEFAULT_CARD_QUALITY) for r in refs]
+        predicted = self.predictor.predict(await vector())
+        known = dict(zip(self.predictor.models, predicted.tolist(), strict=True))
+        mean = float(np.mean(predicted))
+        return [known.get(self._dataset_name(r.model), mean) for r in refs]
+
+    def _expected_cost(self, name: str, prompt_tokens: int) -> float:
+        model = self.models.get(name)
+        pricing: Pricing | None = model.pricing if model is not None else None
+        if pricing is None:
+            return 0.0
+        completion = self._completion_tokens(name)
+        return (prompt_tokens * pricing.prompt_per_1m + completion * pricing.completion_per_1m) / 1e6
+
+    def _completion_tokens(self, name: str) -> float:
+        if self.predictor is None:
+            return 256.0  # no recorded answers: a typical chat answer
+        table = dict(zip(self.predictor.models, self.predictor.mean_completion_tokens.tolist(), strict=True))
+        return table.get(self._dataset_name(name), float(np.mean(self.predictor.mean_completion_tokens)))
+
+    def _name(self, name: str) -> str:
+        model = self.models.get(name)
+        return model.name if model is not None else name
+
+    def _dataset_name(self, name: str) -> str:
+        """The name recorded answers know the model by: its configured name, else the provider's id."""
+        if self.predictor is None or name in self.predictor.models:
+            return name
+        model = self.models.get(name)
+        if model is not None and model.provider_model_id in self.predictor.models:
+            return model.provider_model_id
+        return name
+
+
+def values(candidates: Sequence[Candidate], tradeoff: float) -> list[float]:
+    dearest = max((c.cost for c in candidates), default=0.0)
+    scale = dearest if dearest > 0 else 1.0
+    return [(1.0 - tradeoff) * c.quality - tradeoff * c.cost / scale for c in candidates]
+
+
+def by_value(candidates: Sequence[Candidate], tradeoff: float) -> list[Candidate]:
+    scored = values(candidates, tradeoff)
+    order = sorted(range(len(candidates)), key=lambda i: (-scored[i], i))  # ties: config order
+    return [candidates[i] for i in order]
+
+
+def automix_order(candidates: Sequence[Candidate], algorithm: Algorithm) -> list[Candidate]:
+    settings = algorithm.automix or AutomixSettings()
+    if not settings.cost_aware_routing:
+        return sorted(candidates, key=lambda c: -c.quality)
+    ranked = by_value(candidates, settings.cost_quality_tradeoff)
+    passing = sorted(
+        (c for c in candidates if c.quality >= settings.verification_threshold), key=lambda c: c.cost
+    )
+    if not passing:
+        return ranked
+    first = passing[0]
+    escalations = sorted(
+        (c for c in candidates if c.cost > first.cost and c.quality > first.quality), key=lambda c: c.cost
+    )[: settings.max_escalations]
+    head = [first, *escalations]
+    return head + [c for c in ranked if c not in head]
+
+
+def compile_selectors(decisions: Sequence[Decision], config: RouterConfig, models: ModelIndex,
+                      base_dir: Path | None = None) -> dict[str, LearnedSelector]:  # fmt: skip
+    """A selector per decision whose algorithm is knn, mlp or automix (SelectionArtifactError:
+    an artifact that cannot be used)."""
+    cards = card_qualities(config)
+    out: dict[str, LearnedSelector] = {}
+    for decision in decisions:
+        algorithm = decision.algorithm
+        if algorithm.type not in LEARNED_TYPES and algorithm.type != "automix":
+            continue
+        kind = algorithm.type if algorithm.type in LEARNED_TYPES else _automix_family(algorithm)
+        predictor = _predictor(algorithm, kind, base_dir) if kind is not None else None
+        out[decision.name] = LearnedSelector(algorithm, models, predictor, cards)
+    return out
+
+
+def _automix_family(algorithm: Algorithm) -> str | None:
+    ml = algorithm.ml
+    if ml is None:
+        return None
+    return "mlp" if ml.mlp is not None else "knn"
+
+
+def _predictor(algorithm: Algorithm, kind: str, base_dir: Path | None) -> QualityModel:
+    ml = algorithm.ml
+    family = getattr(ml, kind, None) if ml is not None else None
+    path = packaged_artifact(kind)
+    if family is not None and family.pretrained_path:
+        path = Path(family.pretrained_path)
+    elif ml is not None and ml.models_path:
+        path = Path(ml.models_path) / (KNN_FILE if kind == "knn" else MLP_FILE)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    model = load_quality_model(path, kind)
+    if isinstance(model, KnnQuality) and family is not None:
+        model = model.with_k(getattr(family, "k", None))
+    return model
+
+
+def card_qualities(config: RouterConfig) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for card in config.routing.modelCards:
+        name, score = card.get("name"), card.get("quality_score")
+        if isinstance(name, str) and isinstance(score, int | float):
+            out[name] = float(score)
+    return out

@@ -1,0 +1,164 @@
+#!/usr/bin/env python
+"""Train svc-sr's learned model selectors (`algorithm.type: knn | mlp`) on recorded answers.
+
+Data: a dataset directory in the ../shared/data/mmlu-pro format (questions.jsonl and
+model_results.csv: what each model answered and whether it was right). Each question's text
+(the question field, as the router sees it) is embedded with svc-sr's MiniLM encoder; the
+selectors learn, from the vector, each model's chance to answer right.
+
+- knn: the training vectors projected to 64 PCA dimensions and stored int8 (the neighbour
+  search at run time), with every question's per-model outcomes.
+- mlp: one hidden layer of 128 ReLU units, one sigmoid output per model (scikit-learn's
+  MLPClassifier on the multi-label outcomes), exported to numpy arrays.
+
+Run:  .venv/bin/python scripts/train_selectors.py          (writes app/models/artifacts/selection/)
+      .venv/bin/python scripts/train_selectors.py --dataset DIR --out DIR
+scripts/evaluate_routing.py calls `train()` per cross-validation fold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # scripts/ is not a package; make `app` importable
+    sys.path.insert(0, str(ROOT))
+
+from app.benchmark.dataset import Dataset, question_text  # noqa: E402
+from app.benchmark.local_services import VectorTable, shared_vector_table  # noqa: E402
+from app.models.selection import (  # noqa: E402
+    ARTIFACT_DIR,
+    KNN_FILE,
+    MLP_FILE,
+    KnnQuality,
+    MlpQuality,
+    save_knn,
+    save_mlp,
+)
+
+SHARED_DATASET = ROOT.parent / "shared" / "data" / "mmlu-pro"
+CACHE_DIR = Path.home() / ".cache" / "svc-sr" / "selection"
+PCA_DIMS = 64
+KNN_K = 40
+MLP_HIDDEN = 128
+SEED = 0
+
+
+def outcome_matrix(dataset: Dataset, ids: list[int]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+    """Models, (n, m) right-or-wrong and (n, m) completion tokens of the questions `ids`."""
+    models = tuple(dataset.models)
+    correct = np.zeros((len(ids), len(models)), dtype=bool)
+    completion = np.zeros((len(ids), len(models)), dtype=np.float64)
+    for row, qid in enumerate(ids):
+        for col, model in enumerate(models):
+            answer = dataset.answer(qid, model)
+            if answer is not None:
+                correct[row, col] = answer.correct
+                completion[row, col] = answer.completion_tokens
+    return models, correct, completion
+
+
+def embed_questions(dataset: Dataset) -> dict[int, np.ndarray]:
+    """Every question's MiniLM vector (the benchmark's vector table, so the same encoder path as
+    a run), cached on disk per dataset fingerprint: embedding takes about a minute on 2 cores."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    cache = CACHE_DIR / f"vectors-{dataset.fingerprint[:16]}.npz"
+    ids = [q.question_id for q in dataset.questions]
+    if cache.exists():
+        with np.load(cache) as data:
+            if list(data["ids"]) == ids:
+                return dict(zip(ids, data["vectors"], strict=True))
+    table = shared_vector_table()
+    texts = [question_text(q) for q in dataset.questions]
+    started = time.perf_counter()
+    vectors = asyncio.run(_embed(table, texts))
+    print(f"embedded {len(texts)} questions in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    np.savez(cache, ids=np.array(ids), vectors=vectors)
+    return dict(zip(ids, vectors, strict=True))
+
+
+async def _embed(table: VectorTable, texts: list[str]) -> np.ndarray:
+    await table.fill(texts)
+    return await table.embed(texts)
+
+
+def fit_knn(
+    vectors: np.ndarray, correct: np.ndarray, completion: np.ndarray, models: tuple[str, ...]
+) -> KnnQuality:
+    mean = vectors.mean(axis=0)
+    _, _, right = np.linalg.svd(vectors - mean, full_matrices=False)
+    projection = right[:PCA_DIMS].T.astype(np.float32)
+    z = (vectors - mean) @ projection
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    return KnnQuality(
+        models=models,
+        mean_completion_tokens=completion.mean(axis=0),
+        mean=mean.astype(np.float32),
+        projection=projection,
+        points=np.round(z * 127).astype(np.int8),
+        outcomes=correct,
+        prior=correct.mean(axis=0),
+        k=KNN_K,
+    )
+
+
+def fit_mlp(
+    vectors: np.ndarray, correct: np.ndarray, completion: np.ndarray, models: tuple[str, ...]
+) -> MlpQuality:
+    from sklearn.neural_network import MLPClassifier
+
+    mlp = MLPClassifier(
+        hidden_layer_sizes=(MLP_HIDDEN,), alpha=1e-3, max_iter=60, early_stopping=True, random_state=SEED
+    )
+    mlp.fit(vectors, correct.astype(int))
+    return MlpQuality(
+        models=models,
+        mean_completion_tokens=completion.mean(axis=0),
+        hidden_weights=mlp.coefs_[0].astype(np.float32),
+        hidden_bias=mlp.intercepts_[0].astype(np.float32),
+        output_weights=mlp.coefs_[1].astype(np.float32),
+        output_bias=mlp.intercepts_[1].astype(np.float32),
+    )
+
+
+def train(
+    dataset: Dataset, ids: list[int], out: Path, vectors: dict[int, np.ndarray] | None = None
+) -> dict[str, object]:
+    """knn and mlp artifacts trained on the questions `ids`, written to `out`."""
+    table = vectors if vectors is not None else embed_questions(dataset)
+    x = np.stack([table[qid] for qid in ids])
+    models, correct, completion = outcome_matrix(dataset, ids)
+    meta: dict[str, object] = {
+        "dataset_fingerprint": dataset.fingerprint,
+        "trained_questions": len(ids),
+        "trained_ids_sha256": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
+        "encoder": "MiniLM-L6 int8 (app/runtime/encoder.py)",
+    }
+    save_knn(out / KNN_FILE, fit_knn(x, correct, completion, models), meta)
+    save_mlp(out / MLP_FILE, fit_mlp(x, correct, completion, models), meta)
+    return meta
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dataset", type=Path, default=SHARED_DATASET)
+    parser.add_argument("--out", type=Path, default=ARTIFACT_DIR)
+    args = parser.parse_args()
+    dataset = Dataset.load(args.dataset)
+    meta = train(dataset, [q.question_id for q in dataset.questions], args.out)
+    sizes = {p.name: p.stat().st_size for p in sorted(args.out.glob("*.npz"))}
+    print(json.dumps({**meta, "artifacts": sizes}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
