@@ -35,6 +35,7 @@ from app.config.models import RouterConfig
 from app.pipeline.pipeline import RouterPipeline
 from app.pipeline.plan import CompletionReport, RoutePlan
 from app.pipeline.selection import RoutingError
+from app.pipeline.selectors import recorded_name
 
 DEFAULT_BATCH_SIZE = 64
 AUTO_MODEL = "MoM"
@@ -42,15 +43,13 @@ ProgressFn = Callable[[str, int, int], None]  # (phase "embed" | "route", done, 
 
 
 def dataset_models(config: RouterConfig, dataset: Dataset) -> dict[str, str]:
-    """Configured model name -> the dataset model whose recorded answers it gives: its `name`
-    when the dataset has it, else its `provider_model_id`."""
-    known = set(dataset.models)
+    """Configured model name -> the dataset model whose recorded answers it gives (the learned
+    selectors match models to recorded answers the same way)."""
     out: dict[str, str] = {}
     for model in config.providers.models:
-        for candidate in (model.name, model.provider_model_id):
-            if candidate and candidate in known:
-                out[model.name] = candidate
-                break
+        name = recorded_name(model, dataset.models)
+        if name is not None:
+            out[model.name] = name
     return out
 
 
@@ -95,7 +94,7 @@ class _Scorer:
         row.decision, row.model = plan.decision, plan.selected_model
         row.algorithm = self.algorithms.get(plan.decision or "", "static")
         if plan.immediate is not None:  # answered without a model: completed as live traffic is
-            await self._complete(
+            await self.pipeline.complete(
                 plan, CompletionReport(status=plan.immediate.status, response=plan.immediate.body)
             )
             row.model = None
@@ -116,15 +115,12 @@ class _Scorer:
         report = CompletionReport(
             status=200, model=model, response=completion_response(model, question, answer)
         )
-        accounting = await self._complete(plan, report)
+        accounting = await self.pipeline.complete(plan, report)
         row.dataset_model = dataset_model
         row.correct = answer.correct
         row.prompt_tokens, row.completion_tokens = answer.prompt_tokens, answer.completion_tokens
         row.cost = accounting.cost
         return row
-
-    async def _complete(self, plan: RoutePlan, report: CompletionReport) -> Any:
-        return await self.pipeline.complete(plan, report)
 
 
 def as_config(config: RouterConfig | str | Path) -> RouterConfig:

@@ -17,7 +17,7 @@ run time needs numpy only.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,10 +60,16 @@ class KnnQuality:
     prior_weight: float = 5.0
     sharpness: float = 4.0  # similarity ** sharpness: the closest neighbours count most
 
+    # The int8 points as unit float rows, converted once (not per request).
+    unit_points: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "unit_points", self.points.astype(np.float32) / 127.0)
+
     def with_k(self, k: int | None) -> KnnQuality:
         if k is None or k == self.k:
             return self
-        return KnnQuality(**{**self.__dict__, "k": max(1, min(int(k), len(self.points)))})
+        return replace(self, k=max(1, min(int(k), len(self.points))))
 
     def project(self, vectors: np.ndarray) -> np.ndarray:
         z = (np.atleast_2d(vectors).astype(np.float32) - self.mean) @ self.projection
@@ -75,7 +81,7 @@ class KnnQuality:
 
     def predict_many(self, vectors: np.ndarray) -> np.ndarray:
         z = self.project(vectors)
-        similarity = z @ (self.points.astype(np.float32) / 127.0).T  # (q, n)
+        similarity = z @ self.unit_points.T  # (q, n)
         k = min(self.k, similarity.shape[1])
         nearest = np.argpartition(-similarity, k - 1, axis=1)[:, :k]
         weights = np.maximum(np.take_along_axis(similarity, nearest, 1), 0.0) ** self.sharpness + 1e-6

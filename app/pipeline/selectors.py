@@ -28,6 +28,7 @@ import numpy as np
 
 from app.config.models import RouterConfig
 from app.config.pricing import Pricing
+from app.config.providers import ProviderModel
 from app.config.routing import Decision, ModelRef
 from app.config.selection import LEARNED_TYPES, Algorithm, AutomixSettings
 from app.models.selection import (
@@ -51,61 +52,81 @@ class Candidate:
     cost: float  # expected, in the pricing's currency
 
 
+@dataclass(frozen=True)
+class _RefInputs:
+    """What a modelRef's value needs besides the request, resolved when the config compiles."""
+
+    column: int | None  # the predictor's output for this model (None: it does not know it)
+    card_quality: float
+    completion_tokens: float
+    pricing: Pricing | None
+
+
 class LearnedSelector:
-    """One decision's compiled `algorithm` (knn, mlp or automix)."""
+    """One decision's compiled `algorithm` (knn, mlp or automix) over its modelRefs."""
 
-    def __init__(self, algorithm: Algorithm, models: ModelIndex, predictor: QualityModel | None,
+    def __init__(self, decision: Decision, models: ModelIndex, predictor: QualityModel | None,
                  card_quality: dict[str, float]) -> None:  # fmt: skip
-        self.algorithm = algorithm
-        self.models = models
+        self.algorithm = decision.algorithm
+        self.kind = decision.algorithm.type
+        self.refs = list(decision.modelRefs)
         self.predictor = predictor
-        self.card_quality = card_quality
-        self.kind = algorithm.type
+        known = predictor.models if predictor is not None else ()
+        completion = predictor.mean_completion_tokens if predictor is not None else None
+        self._inputs = []
+        for ref in self.refs:
+            model = models.get(ref.model)
+            name = recorded_name(model, known) if model is not None else None
+            column = known.index(name) if name is not None else None
+            self._inputs.append(
+                _RefInputs(
+                    column=column,
+                    card_quality=card_quality.get(model.name if model else ref.model, DEFAULT_CARD_QUALITY),
+                    completion_tokens=_completion_tokens(completion, column),
+                    pricing=model.pricing if model is not None else None,
+                )
+            )
 
-    async def order(self, refs: Sequence[ModelRef], vector: VectorFn, prompt_tokens: int) -> list[ModelRef]:
-        qualities = await self._qualities(refs, vector)
+    async def order(self, vector: VectorFn, prompt_tokens: int) -> list[ModelRef]:
+        """The decision's modelRefs, best first, for a request with this vector and prompt size."""
+        qualities = await self._qualities(vector)
         candidates = [
-            Candidate(ref, quality, self._expected_cost(ref.model, prompt_tokens))
-            for ref, quality in zip(refs, qualities, strict=True)
+            Candidate(ref, quality, _expected_cost(inputs, prompt_tokens))
+            for ref, inputs, quality in zip(self.refs, self._inputs, qualities, strict=True)
         ]
         if self.kind == "automix":
             return [c.ref for c in automix_order(candidates, self.algorithm)]
         return [c.ref for c in by_value(candidates, self.algorithm.cost_quality_tradeoff)]
 
-    async def _qualities(self, refs: Sequence[ModelRef], vector: VectorFn) -> list[float]:
+    async def _qualities(self, vector: VectorFn) -> list[float]:
         if self.predictor is None:  # automix without `ml`: the model cards
-            return [self.card_quality.get(self._name(r.model), DEFAULT_CARD_QUALITY) for r in refs]
+            return [inputs.card_quality for inputs in self._inputs]
         predicted = self.predictor.predict(await vector())
-        known = dict(zip(self.predictor.models, predicted.tolist(), strict=True))
         mean = float(np.mean(predicted))
-        return [known.get(self._dataset_name(r.model), mean) for r in refs]
+        return [mean if i.column is None else float(predicted[i.column]) for i in self._inputs]
 
-    def _expected_cost(self, name: str, prompt_tokens: int) -> float:
-        model = self.models.get(name)
-        pricing: Pricing | None = model.pricing if model is not None else None
-        if pricing is None:
-            return 0.0
-        completion = self._completion_tokens(name)
-        return (prompt_tokens * pricing.prompt_per_1m + completion * pricing.completion_per_1m) / 1e6
 
-    def _completion_tokens(self, name: str) -> float:
-        if self.predictor is None:
-            return 256.0  # no recorded answers: a typical chat answer
-        table = dict(zip(self.predictor.models, self.predictor.mean_completion_tokens.tolist(), strict=True))
-        return table.get(self._dataset_name(name), float(np.mean(self.predictor.mean_completion_tokens)))
+def recorded_name(model: ProviderModel, known: Sequence[str]) -> str | None:
+    """The name recorded answers know a configured model by: its name, else its provider_model_id."""
+    for candidate in (model.name, model.provider_model_id):
+        if candidate and candidate in known:
+            return candidate
+    return None
 
-    def _name(self, name: str) -> str:
-        model = self.models.get(name)
-        return model.name if model is not None else name
 
-    def _dataset_name(self, name: str) -> str:
-        """The name recorded answers know the model by: its configured name, else the provider's id."""
-        if self.predictor is None or name in self.predictor.models:
-            return name
-        model = self.models.get(name)
-        if model is not None and model.provider_model_id in self.predictor.models:
-            return model.provider_model_id
-        return name
+def _completion_tokens(completion: np.ndarray | None, column: int | None) -> float:
+    if completion is None:
+        return 256.0  # no recorded answers: a typical chat answer
+    return float(completion[column]) if column is not None else float(np.mean(completion))
+
+
+def _expected_cost(inputs: _RefInputs, prompt_tokens: int) -> float:
+    pricing = inputs.pricing
+    if pricing is None:
+        return 0.0
+    return (
+        prompt_tokens * pricing.prompt_per_1m + inputs.completion_tokens * pricing.completion_per_1m
+    ) / 1e6
 
 
 def values(candidates: Sequence[Candidate], tradeoff: float) -> list[float]:
@@ -138,10 +159,12 @@ def automix_order(candidates: Sequence[Candidate], algorithm: Algorithm) -> list
     return head + [c for c in ranked if c not in head]
 
 
-def compile_selectors(decisions: Sequence[Decision], config: RouterConfig, models: ModelIndex,
-                      base_dir: Path | None = None) -> dict[str, LearnedSelector]:  # fmt: skip
+def compile_selectors(
+    decisions: Sequence[Decision], config: RouterConfig, models: ModelIndex
+) -> dict[str, LearnedSelector]:
     """A selector per decision whose algorithm is knn, mlp or automix (SelectionArtifactError:
-    an artifact that cannot be used)."""
+    an artifact that cannot be used). A relative artifact path is read from the working
+    directory, like the config's other paths."""
     cards = card_qualities(config)
     out: dict[str, LearnedSelector] = {}
     for decision in decisions:
@@ -149,8 +172,8 @@ def compile_selectors(decisions: Sequence[Decision], config: RouterConfig, model
         if algorithm.type not in LEARNED_TYPES and algorithm.type != "automix":
             continue
         kind = algorithm.type if algorithm.type in LEARNED_TYPES else _automix_family(algorithm)
-        predictor = _predictor(algorithm, kind, base_dir) if kind is not None else None
-        out[decision.name] = LearnedSelector(algorithm, models, predictor, cards)
+        predictor = _predictor(algorithm, kind) if kind is not None else None
+        out[decision.name] = LearnedSelector(decision, models, predictor, cards)
     return out
 
 
@@ -161,7 +184,7 @@ def _automix_family(algorithm: Algorithm) -> str | None:
     return "mlp" if ml.mlp is not None else "knn"
 
 
-def _predictor(algorithm: Algorithm, kind: str, base_dir: Path | None) -> QualityModel:
+def _predictor(algorithm: Algorithm, kind: str) -> QualityModel:
     ml = algorithm.ml
     family = getattr(ml, kind, None) if ml is not None else None
     path = packaged_artifact(kind)
@@ -169,8 +192,6 @@ def _predictor(algorithm: Algorithm, kind: str, base_dir: Path | None) -> Qualit
         path = Path(family.pretrained_path)
     elif ml is not None and ml.models_path:
         path = Path(ml.models_path) / (KNN_FILE if kind == "knn" else MLP_FILE)
-    if not path.is_absolute() and base_dir is not None:
-        path = base_dir / path
     model = load_quality_model(path, kind)
     if isinstance(model, KnnQuality) and family is not None:
         model = model.with_k(getattr(family, "k", None))

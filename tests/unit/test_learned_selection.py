@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ def test_knn_quality_is_the_neighbours_record() -> None:
 
 
 def test_knn_shrinks_toward_each_models_overall_accuracy() -> None:
-    knn = KnnQuality(**{**two_topics_knn().__dict__, "prior_weight": 3.0})
+    knn = dataclasses.replace(two_topics_knn(), prior_weight=3.0)
     # 3 neighbours of topic A (small: 0 of 3) plus 3 pseudo-votes at small's prior 0.5.
     assert knn.predict(unit(1, 0.05, 0, 0))[1] == pytest.approx((0 * 3 + 0.5 * 3) / 6, abs=1e-3)
 

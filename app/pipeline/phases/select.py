@@ -54,7 +54,7 @@ async def learned_order(
     if selector is None or decision is None:
         return None
     try:
-        return await selector.order(decision.modelRefs, ctx.query_vector, ctx.token_count)
+        return await selector.order(ctx.query_vector, ctx.token_count)
     except Exception as exc:
         if decision.algorithm.on_error == "fail":
             raise
