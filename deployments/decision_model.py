@@ -40,7 +40,7 @@ from app.srun.runtime_metrics import RuntimeMetrics, request_outcome
 from app.srun.settings import RuntimeSettings
 from deployments.observability import replica_pusher
 from deployments.ray_compat import call
-from deployments.rollout import SURGE_PERCENT
+from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 
 def _replica_id() -> str:
@@ -58,7 +58,10 @@ def _load_engine(engine: str, device: str) -> DecisionEngine:
 
 
 @serve.deployment(
-    max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.1}, max_surge_percent=SURGE_PERCENT
+    max_ongoing_requests=1024,
+    ray_actor_options={"num_cpus": 0.1},
+    max_surge_percent=SURGE_PERCENT,
+    graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S,
 )
 class DecisionModel:
     # Ray runs an async constructor on the replica's loop: managed workers' clients and health

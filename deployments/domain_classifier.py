@@ -24,7 +24,7 @@ from ray.serve.handle import DeploymentHandle
 
 from app.runtime.hosted import DEFAULT_BATCH_WAIT_TIMEOUT_S, DEFAULT_MAX_BATCH_SIZE, Encode, HostedDomain
 from deployments.ray_compat import call, process_transport
-from deployments.rollout import SURGE_PERCENT
+from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 
 def embedding_encoder(embedding: DeploymentHandle | None) -> Encode | None:
@@ -34,13 +34,16 @@ def embedding_encoder(embedding: DeploymentHandle | None) -> Encode | None:
         return None
 
     async def encode(texts: list[str]) -> np.ndarray:
-        return np.asarray(await call(handle, "embed", texts), dtype=np.float32)
+        return np.asarray(await call(handle, "embed", texts, retries=1), dtype=np.float32)
 
     return encode
 
 
 @serve.deployment(
-    max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.1}, max_surge_percent=SURGE_PERCENT
+    max_ongoing_requests=1024,
+    ray_actor_options={"num_cpus": 0.1},
+    max_surge_percent=SURGE_PERCENT,
+    graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S,
 )
 class DomainClassifier:
     def __init__(self, embedding: DeploymentHandle | None = None) -> None:

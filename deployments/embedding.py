@@ -26,7 +26,7 @@ import ray
 from ray import serve
 
 from app.runtime.hosted import HostedEmbedding
-from deployments.rollout import SURGE_PERCENT
+from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 
 class TunableBatch(Protocol):
@@ -48,7 +48,10 @@ def replica_device(device: str) -> str:
 
 
 @serve.deployment(
-    max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.25}, max_surge_percent=SURGE_PERCENT
+    max_ongoing_requests=256,
+    ray_actor_options={"num_cpus": 0.25},
+    max_surge_percent=SURGE_PERCENT,
+    graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S,
 )
 class Embedding:
     def __init__(self, engine: str = "auto", device: str = "auto") -> None:

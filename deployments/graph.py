@@ -173,6 +173,7 @@ def build_graph(
             local_encoder=graph_args.router_local_encoder,
             observability=observability,
             llm_servers=llm_servers(loaded.config, options),
+            ratings_at=(graph_args.management_store, graph_args.app_name, graph_args.state_dir),
         )
     )
     decision = None

@@ -25,11 +25,14 @@ from ray.serve.handle import DeploymentHandle
 from app.runtime.hosted import DEFAULT_BATCH_WAIT_TIMEOUT_S, DEFAULT_MAX_BATCH_SIZE
 from app.runtime.hosted_guard import HostedGuard
 from deployments.domain_classifier import embedding_encoder
-from deployments.rollout import SURGE_PERCENT
+from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 
 @serve.deployment(
-    max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.2}, max_surge_percent=SURGE_PERCENT
+    max_ongoing_requests=1024,
+    ray_actor_options={"num_cpus": 0.2},
+    max_surge_percent=SURGE_PERCENT,
+    graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S,
 )
 class Guard:
     def __init__(

@@ -22,6 +22,7 @@ from app.upstream.client import UpstreamClient
 from deployments import ray_compat
 from deployments.activation import build_management
 from deployments.decision_model import HandleDecisionBackend
+from deployments.error_page import install_error_pages
 from deployments.handles import (
     HandleCacheControl,
     HandleClassifiers,
@@ -30,11 +31,14 @@ from deployments.handles import (
 )
 from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import replica_pusher
-from deployments.rollout import SURGE_PERCENT
+from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 
 @serve.deployment(
-    max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25}, max_surge_percent=SURGE_PERCENT
+    max_ongoing_requests=1024,
+    ray_actor_options={"num_cpus": 0.25},
+    max_surge_percent=SURGE_PERCENT,
+    graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S,
 )
 @serve.ingress()
 class Ingress:
@@ -51,6 +55,7 @@ class Ingress:
         # The configuration arrives as user_config (hot reload without restarting this replica,
         # which runs the activation); Serve calls reconfigure() only after the ASGI app is built,
         # so the constructor reads the replica's current user_config itself.
+        install_error_pages()  # HAProxy's own answers (no replica could) in the spec's error shape
         transport = ray_compat.process_transport
         router, observability, cache = transport(router), transport(observability), transport(cache)
         domain, guard, decision_model = transport(domain), transport(guard), transport(decision_model)

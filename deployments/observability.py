@@ -27,7 +27,7 @@ from app.management.stores import open_replay_store
 from app.observability.exposition import MetricsHTTPServer
 from app.observability.metrics import MetricsAggregator, MetricsRecorder, MetricsSnapshot
 from app.observability.push import LoopMetricsPusher, MetricsPusher
-from deployments.rollout import SURGE_PERCENT
+from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 log = logging.getLogger("svc_sr.metrics")
 
@@ -40,6 +40,7 @@ BIND_ATTEMPTS = 120  # a rolling update starts the new replica while the old one
     max_ongoing_requests=1024,
     ray_actor_options={"num_cpus": 0.05},
     max_surge_percent=SURGE_PERCENT,
+    graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S,
 )
 class Observability:
     def __init__(

@@ -41,13 +41,16 @@ from app.config.global_config import ResponseCacheConfig
 from app.management.state import state_dir_of
 from app.observability.metrics import MetricsRecorder
 from deployments.observability import replica_pusher
-from deployments.rollout import SURGE_PERCENT
+from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 log = logging.getLogger("svc_sr.response_cache")
 
 
 @serve.deployment(
-    max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.25}, max_surge_percent=SURGE_PERCENT
+    max_ongoing_requests=256,
+    ray_actor_options={"num_cpus": 0.25},
+    max_surge_percent=SURGE_PERCENT,
+    graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S,
 )
 class ResponseCache:
     # An in-process backend's calls run inline on the replica's loop (a lookup takes 0.04 ms at

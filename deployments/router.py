@@ -29,7 +29,9 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.common.heap import freeze_startup_heap
+from app.management.stores import router_rating_store
 from app.pipeline import PipelineServices, encoder_embed
+from app.pipeline.elo_selector import RatingsFeed
 from app.pipeline.plan import RoutePlan
 from app.pipeline.reload import ReloadingPipeline
 from app.pipeline.signals.base import EvaluatorFactory
@@ -44,7 +46,7 @@ from deployments import ray_compat
 from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import replica_pusher
 from deployments.response_cache import cache_lane
-from deployments.rollout import SURGE_PERCENT
+from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 log = logging.getLogger("svc_sr.router")
 
@@ -52,14 +54,17 @@ log = logging.getLogger("svc_sr.router")
 def classifier_evaluators(
     domain: DeploymentHandle | None, guard: DeploymentHandle | None
 ) -> dict[str, EvaluatorFactory]:
-    """Evaluator factories of the learned families over the model deployments' handles."""
+    """Evaluator factories of the learned families over the model deployments' handles. Every
+    call changes nothing, so one a replica died under (killed, its node lost) is sent again:
+    Serve routes it to another replica, or to the replacement once it is up, and the signal is
+    evaluated instead of reported as errored."""
     evaluators: dict[str, EvaluatorFactory] = {}
     if domain is not None:
 
         async def classify(
             texts: list[str], vectors: np.ndarray | None, threshold: float | None, fallback: str
         ) -> list[Any]:
-            return await domain.classify.remote(texts, vectors, threshold, fallback)
+            return await ray_compat.call(domain, "classify", texts, vectors, threshold, fallback, retries=1)
 
         evaluators["domain"] = domain_factory(classify)
     if guard is not None:
@@ -67,7 +72,7 @@ def classifier_evaluators(
         async def detect_pii(
             texts: list[str], entity_types: list[str] | None, threshold: float | None
         ) -> list[Any]:
-            return await guard.detect_pii.remote(texts, entity_types, threshold)
+            return await ray_compat.call(guard, "detect_pii", texts, entity_types, threshold, retries=1)
 
         async def detect_jailbreak(
             texts: list[str],
@@ -77,7 +82,9 @@ def classifier_evaluators(
             patterns: list[str],
             benign: list[str],
         ) -> list[Any]:
-            return await guard.detect_jailbreak.remote(texts, vectors, method, threshold, patterns, benign)
+            return await ray_compat.call(
+                guard, "detect_jailbreak", texts, vectors, method, threshold, patterns, benign, retries=1
+            )
 
         evaluators["pii"] = pii_factory(detect_pii)
         evaluators["jailbreak"] = jailbreak_factory(detect_jailbreak)
@@ -91,7 +98,7 @@ def handle_services(
     guard: DeploymentHandle | None = None,
 ) -> PipelineServices:
     async def embed(texts: list[str]) -> np.ndarray:
-        return await embedding.embed.remote(texts)
+        return await ray_compat.call(embedding, "embed", texts, retries=1)  # as the classifiers' calls
 
     lane = cache_lane(cache)
     return PipelineServices(
@@ -105,7 +112,10 @@ def handle_services(
 
 
 @serve.deployment(
-    max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.25}, max_surge_percent=SURGE_PERCENT
+    max_ongoing_requests=1024,
+    ray_actor_options={"num_cpus": 0.25},
+    max_surge_percent=SURGE_PERCENT,
+    graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S,
 )
 class Router:
     def __init__(
@@ -117,6 +127,7 @@ class Router:
         local_encoder: bool = False,
         observability: DeploymentHandle | None = None,
         llm_servers: DeploymentHandle | None = None,
+        ratings_at: tuple[Any, str | None, str | None] | None = None,
     ) -> None:
         # llm_servers only keeps the in-cluster models in the graph (deployments/llm_server.py).
         transport = ray_compat.process_transport
@@ -139,6 +150,11 @@ class Router:
         # External LLM classifiers and guards are asked over this client; in-cluster ones by handle.
         services.llm_client = UpstreamClient(mounts=in_cluster_mounts(serve.get_replica_context().app_name))
         self._replica = serve.get_replica_context().replica_id.unique_id
+        # The elo ratings the Ingress's outcomes update (GraphArgs' store, app name, state dir).
+        if ratings_at is not None:
+            store, app_name, state_dir = ratings_at
+            app = serve.get_replica_context().app_name
+            services.ratings = RatingsFeed(router_rating_store(store, app_name, app, state_dir))
         # Workers of the model deployments the configuration binds; their metrics are pushed
         # with the replica's own.
         bindings = BindingRuntimes(self._replica, RuntimeMetrics(services.metrics.recorder))

@@ -10,9 +10,12 @@ selectors learn, from the vector, each model's chance to answer right.
   search at run time), with every question's per-model outcomes.
 - mlp: one hidden layer of 128 ReLU units, one sigmoid output per model (scikit-learn's
   MLPClassifier on the multi-label outcomes), exported to numpy arrays.
+- elo: starting Elo ratings per model, overall and per category (`algorithm.elo.
+  initial_ratings_path`): each recorded answer is a game against the anchor, and a rating is
+  where the online update settles on those games (app/models/elo.py). No vectors needed.
 
 Run:  .venv/bin/python scripts/train_selectors.py          (writes app/models/artifacts/selection/)
-      .venv/bin/python scripts/train_selectors.py --dataset DIR --out DIR
+      .venv/bin/python scripts/train_selectors.py --dataset DIR --out DIR [--kinds elo]
 scripts/evaluate_routing.py calls `train()` per cross-validation fold.
 """
 
@@ -34,6 +37,7 @@ if str(ROOT) not in sys.path:  # scripts/ is not a package; make `app` importabl
 
 from app.benchmark.dataset import Dataset, question_text  # noqa: E402
 from app.benchmark.local_services import VectorTable, shared_vector_table  # noqa: E402
+from app.models.elo import ELO_FILE, initial_ratings_from, save_initial_ratings  # noqa: E402
 from app.models.selection import (  # noqa: E402
     ARTIFACT_DIR,
     KNN_FILE,
@@ -50,6 +54,7 @@ PCA_DIMS = 64
 KNN_K = 40
 MLP_HIDDEN = 128
 SEED = 0
+KINDS = ("knn", "mlp", "elo")
 
 
 def outcome_matrix(dataset: Dataset, ids: list[int]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
@@ -130,20 +135,36 @@ def fit_mlp(
 
 
 def train(
-    dataset: Dataset, ids: list[int], out: Path, vectors: dict[int, np.ndarray] | None = None
+    dataset: Dataset,
+    ids: list[int],
+    out: Path,
+    vectors: dict[int, np.ndarray] | None = None,
+    kinds: tuple[str, ...] = KINDS,
 ) -> dict[str, object]:
-    """knn and mlp artifacts trained on the questions `ids`, written to `out`."""
-    table = vectors if vectors is not None else embed_questions(dataset)
-    x = np.stack([table[qid] for qid in ids])
+    """The `kinds` artifacts (knn, mlp, elo) trained on the questions `ids`, written to `out`."""
     models, correct, completion = outcome_matrix(dataset, ids)
     meta: dict[str, object] = {
         "dataset_fingerprint": dataset.fingerprint,
         "trained_questions": len(ids),
         "trained_ids_sha256": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
-        "encoder": "MiniLM-L6 int8 (app/runtime/encoder.py)",
     }
-    save_knn(out / KNN_FILE, fit_knn(x, correct, completion, models), meta)
-    save_mlp(out / MLP_FILE, fit_mlp(x, correct, completion, models), meta)
+    if "elo" in kinds:
+        category = {q.question_id: q.category for q in dataset.questions}
+        ratings = initial_ratings_from(
+            {m: correct[:, col].tolist() for col, m in enumerate(models)},
+            [category[qid] for qid in ids],
+            dict(zip(models, completion.mean(axis=0).tolist(), strict=True)),
+            meta=meta,
+        )
+        save_initial_ratings(out / ELO_FILE, ratings)
+    if "knn" in kinds or "mlp" in kinds:
+        table = vectors if vectors is not None else embed_questions(dataset)
+        x = np.stack([table[qid] for qid in ids])
+        meta = {**meta, "encoder": "MiniLM-L6 int8 (app/runtime/encoder.py)"}
+        if "knn" in kinds:
+            save_knn(out / KNN_FILE, fit_knn(x, correct, completion, models), meta)
+        if "mlp" in kinds:
+            save_mlp(out / MLP_FILE, fit_mlp(x, correct, completion, models), meta)
     return meta
 
 
@@ -153,10 +174,11 @@ def main() -> None:
     )
     parser.add_argument("--dataset", type=Path, default=SHARED_DATASET)
     parser.add_argument("--out", type=Path, default=ARTIFACT_DIR)
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     args = parser.parse_args()
     dataset = Dataset.load(args.dataset)
-    meta = train(dataset, [q.question_id for q in dataset.questions], args.out)
-    sizes = {p.name: p.stat().st_size for p in sorted(args.out.glob("*.npz"))}
+    meta = train(dataset, [q.question_id for q in dataset.questions], args.out, kinds=tuple(args.kinds))
+    sizes = {p.name: p.stat().st_size for p in sorted(args.out.glob("*_*.*"))}
     print(json.dumps({**meta, "artifacts": sizes}, indent=2))
 
 

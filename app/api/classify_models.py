@@ -2,15 +2,37 @@
 
 Served under /api/v1/diagnostics/classify/* (current) and /api/v1/classify/* (older
 contract). Options objects ignore unknown keys, as the reference router's JSON decoding
-does; the fields that matter are validated (types, ranges) and a violation is a 400
-INVALID_INPUT in the management error body `{error: {code, message, timestamp}}`.
+does; the fields that matter are validated (types, ranges, the text's length) here, so the
+served OpenAPI document states exactly what the handlers enforce. A violation is a 400
+INVALID_INPUT (TEXT_TOO_LONG for a text over the limit) in the management error body
+`{error: {code, message, timestamp}}` (`diagnostics_requests.parse`).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, RootModel, Tag
+
+from app.common.api_docs import NON_BLANK
+from app.models.pii import PII_ENTITY_TYPES
+
+MAX_TEXT_CHARS = 100_000  # the PII detector's own input limit (TEXT_TOO_LONG past it)
+DEFAULT_MAX_BATCH = 100  # global.services.api.batch_classification.max_batch_size when unset
+
+# Not blank and at most MAX_TEXT_CHARS characters.
+Text = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
+        pattern=NON_BLANK,
+        description=f"non-blank; over {MAX_TEXT_CHARS} characters is 400 TEXT_TOO_LONG",
+    ),
+]
+Threshold = Annotated[float, Field(ge=0, le=1)]
+# Matched case-insensitively; the schema names the canonical spelling.
+EntityType = Annotated[str, Field(json_schema_extra={"enum": list(PII_ENTITY_TYPES)})]
 
 
 class _Options(BaseModel):
@@ -26,13 +48,15 @@ class _Request(BaseModel):
 
 class IntentOptions(_Options):
     return_probabilities: bool = False
-    confidence_threshold: float | None = Field(default=None, ge=0, le=1)
+    confidence_threshold: Threshold | None = None
     include_explanation: bool = False
 
 
 class PIIOptions(_Options):
-    entity_types: list[str] | None = None
-    confidence_threshold: float | None = Field(default=None, ge=0, le=1)
+    entity_types: list[EntityType] | None = Field(
+        default=None, description="PII entity types to report (case-insensitive); unknown names are a 400"
+    )
+    confidence_threshold: Threshold | None = None
     return_positions: bool = True
     mask_entities: bool = True
 
@@ -45,7 +69,7 @@ class SecurityOptions(_Options):
     `method` (svc-sr extension): classifier | contrastive | hybrid."""
 
     detection_types: list[str] | None = None
-    sensitivity: Sensitivity | Annotated[float, Field(ge=0, le=1)] | None = None
+    sensitivity: Sensitivity | Threshold | None = None
     include_reasoning: bool = False
     method: Literal["classifier", "contrastive", "hybrid"] | None = None
 
@@ -56,19 +80,19 @@ class SecurityOptions(_Options):
 
 
 class IntentRequest(_Request):
-    text: str
+    text: Text
     options: IntentOptions = Field(default_factory=IntentOptions)
     recipe: str | None = None  # accepted for the current contract; svc-sr serves one recipe
 
 
 class PIIRequest(_Request):
-    text: str
+    text: Text
     options: PIIOptions = Field(default_factory=PIIOptions)
     recipe: str | None = None
 
 
 class SecurityRequest(_Request):
-    text: str
+    text: Text
     options: SecurityOptions = Field(default_factory=SecurityOptions)
     recipe: str | None = None
 
@@ -80,17 +104,58 @@ class CombinedOptions(_Options):
 
 
 class CombinedRequest(_Request):
-    text: str
+    text: Text
     options: CombinedOptions = Field(default_factory=CombinedOptions)
     recipe: str | None = None
 
 
-class BatchRequest(_Request):
-    texts: list[str]
-    task_type: Literal["intent", "pii", "security"] = "intent"
-    # Options of the selected task (intent's by default); validated against that task's model.
-    options: dict[str, Any] = Field(default_factory=dict)
+class _Batch(_Request):
+    texts: list[Text] = Field(
+        min_length=1,
+        description=(
+            "at most global.services.api.batch_classification.max_batch_size texts "
+            f"({DEFAULT_MAX_BATCH} when unset)"
+        ),
+    )
     recipe: str | None = None
+
+
+class IntentBatch(_Batch):
+    task_type: Literal["intent"] = "intent"
+    options: IntentOptions = Field(default_factory=IntentOptions)
+
+
+class PIIBatch(_Batch):
+    task_type: Literal["pii"]
+    options: PIIOptions = Field(default_factory=PIIOptions)
+
+
+class SecurityBatch(_Batch):
+    task_type: Literal["security"]
+    options: SecurityOptions = Field(default_factory=SecurityOptions)
+
+
+def _task_type(value: Any) -> Any:
+    """The variant a body selects (a body that is no object fails as an intent batch)."""
+    if isinstance(value, dict):
+        return value.get("task_type", "intent")
+    return getattr(value, "task_type", "intent")
+
+
+BatchVariant = Annotated[
+    Annotated[IntentBatch, Tag("intent")]
+    | Annotated[PIIBatch, Tag("pii")]
+    | Annotated[SecurityBatch, Tag("security")],
+    Discriminator(
+        _task_type,
+        custom_error_type="invalid_task_type",
+        custom_error_message="task_type: must be one of intent, pii or security",
+    ),
+]
+
+
+class BatchRequest(RootModel[BatchVariant]):
+    """One batch: its options are those of the selected task (task_type, intent by default)."""
 
 
 # ---------------------------------------------------------------- responses
@@ -163,13 +228,3 @@ class BatchResponse(BaseModel):
     total_count: int
     processing_time_ms: float
     statistics: BatchStatistics
-
-
-class ManagementErrorDetail(BaseModel):
-    code: str
-    message: str
-    timestamp: str  # ISO 8601, UTC
-
-
-class ManagementErrorBody(BaseModel):
-    error: ManagementErrorDetail

@@ -15,14 +15,19 @@ from typing import Any, Protocol
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel
 from starlette.background import BackgroundTask
 
+from app.common.api_docs import BODY_TOO_LARGE, Responses, errors, json_body, model_schema
 from app.common.background import BackgroundTasks
+from app.common.errors import ErrorBody
 from app.config.models import RouterConfig
 from app.exchange.client_api import ChatApi, ClientApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Reply, RouterClient
+from app.exchange.openai_models import ChatCompletion, ChatCompletionRequest, ModelList, ResponseObject
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
+from app.upstream.responses_request import ResponsesRequest
 from app.upstream.results import UpstreamStreamError, UpstreamUnavailable
 from app.upstream.transport import UpstreamStream
 
@@ -110,8 +115,10 @@ class DataPlane:
             tail = exchange.stream_end()
             if tail:
                 yield tail
-        except UpstreamStreamError as exc:
-            exchange.stream_broken(exc.kind)
+        except UpstreamStreamError as exc:  # the client's stream ends with an error event
+            tail = exchange.stream_broken(exc.kind)
+            if tail:
+                yield tail
         finally:
             await stream.aclose()
             exchange.close()  # a client that went away mid-stream: a cancellation
@@ -150,18 +157,53 @@ async def _read_all(stream: UpstreamStream) -> bytes:
         await stream.aclose()
 
 
-def dataplane_router(plane: DataPlane) -> APIRouter:
-    router = APIRouter()
+def _answers(answer: type[BaseModel], stream_events: str) -> Responses:
+    """An exchange's answers: its own (200, refusals) and the backend's, relayed as they came."""
+    return {
+        200: {
+            "description": f"the answer; with stream: true a text/event-stream of {stream_events}",
+            "content": {
+                "application/json": {"schema": model_schema(answer)},
+                "text/event-stream": {"schema": {"type": "string"}},
+            },
+        },
+        **errors(
+            ErrorBody,
+            {
+                400: "invalid request (invalid_json, invalid_request, no_route)",
+                403: "blocked: security_violation (pii_detected, jailbreak_detected)",
+                404: "model_not_found: an explicit model that is not configured",
+                429: "rate_limit_exceeded (Retry-After)",
+                503: "upstream_unavailable: no backend answered (Retry-After)",
+                504: "upstream_timeout: every attempt timed out",
+            },
+        ),
+        **BODY_TOO_LARGE,
+        "default": {"description": "a backend's own error answer, relayed with its status and body"},
+    }
 
-    @router.post("/v1/chat/completions")
+
+def dataplane_router(plane: DataPlane) -> APIRouter:
+    router = APIRouter(tags=["inference"])
+
+    # Handlers read the raw body (passed through to the backend untouched); the schema documents it.
+    @router.post(
+        "/v1/chat/completions",
+        responses=_answers(ChatCompletion, "chat.completion.chunk events"),
+        openapi_extra=json_body(ChatCompletionRequest),
+    )
     async def chat_completions(request: Request) -> Response:
         return await plane.handle(ChatApi(), await request.body(), _headers(request))
 
-    @router.post("/v1/responses")
+    @router.post(
+        "/v1/responses",
+        responses=_answers(ResponseObject, "Responses events"),
+        openapi_extra=json_body(ResponsesRequest),
+    )
     async def responses(request: Request) -> Response:
         return await plane.handle(ResponsesApi(), await request.body(), _headers(request))
 
-    @router.get("/v1/models")
+    @router.get("/v1/models", response_model=ModelList)
     async def models() -> dict[str, Any]:
         return plane.models()
 

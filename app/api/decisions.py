@@ -17,9 +17,12 @@ from typing import Any, Protocol
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
+from app.common.api_docs import BODY_TOO_LARGE, errors, json_body
 from app.runtime.schemas import NotReady, RuntimeFailure
 from app.srun.decision_backend import DEADLINE_S
+from app.srun.models import WorkerCard, WorkerErrorBody
 from app.srun.questions import DecisionRequest, DecisionResponse
 
 log = logging.getLogger("svc_sr.decisions_api")
@@ -34,6 +37,22 @@ PUBLIC_WORDS = {
     504: ("systemone_deadline_exceeded", "deadline exceeded"),
 }
 RETRY_AFTER = {429: "1", 503: "5"}
+DECIDE_FAILURES = errors(
+    WorkerErrorBody,
+    {
+        400: "invalid_request: malformed body, or no valid question",
+        404: "model_not_found",
+        422: "unsupported_surface",
+        429: "overloaded (Retry-After: 1)",
+        503: "not_ready: no decision model is deployed or ready (Retry-After: 5)",
+        504: "systemone_deadline_exceeded",
+    },
+)
+
+
+class NativeModels(BaseModel):
+    object: str = "list"
+    data: list[WorkerCard]
 
 
 class DecisionBackend(Protocol):
@@ -112,21 +131,15 @@ def decisions_router(
             answer,
             methods=["POST"],
             response_model=DecisionResponse,
-            openapi_extra={
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": DecisionRequest.model_json_schema(
-                                ref_template="#/components/schemas/{model}"
-                            )
-                        }
-                    },
-                }
-            },
+            responses={**DECIDE_FAILURES, **BODY_TOO_LARGE},
+            openapi_extra=json_body(DecisionRequest),
         )
 
-    @router.get("/v1/systemone/models")
+    @router.get(
+        "/v1/systemone/models",
+        response_model=NativeModels,
+        responses=errors(WorkerErrorBody, {503: "not_ready: the model list is not available"}),
+    )
     async def systemone_models() -> JSONResponse:
         try:
             cards = await asyncio.wait_for(backend.models(), deadline_s)

@@ -29,7 +29,6 @@ from app.api.classify_models import (
     CombinedResponse,
     IntentRequest,
     IntentResponse,
-    ManagementErrorBody,
     PIIRequest,
     PIIResponse,
     SecurityRequest,
@@ -37,6 +36,23 @@ from app.api.classify_models import (
 )
 from app.api.diagnostics_requests import ManagementError, parse
 from app.api.diagnostics_service import Diagnostics
+from app.common.api_docs import BODY_TOO_LARGE, errors, json_body
+from app.management.errors import MgmtErrorBody
+
+GUARDED = errors(MgmtErrorBody, {401: "missing or invalid bearer token", 403: "classify.invoke missing"})
+FAILURES = {
+    **GUARDED,
+    **BODY_TOO_LARGE,
+    **errors(
+        MgmtErrorBody,
+        {
+            400: "INVALID_INPUT (malformed body, empty text, batch over max_batch_size) or TEXT_TOO_LONG",
+            408: "TIMEOUT_ERROR: the model call took over 2 minutes",
+            500: "CLASSIFICATION_ERROR / UNIFIED_CLASSIFICATION_ERROR: inference failed",
+            503: "MODEL_NOT_LOADED: the classifier is not available",
+        },
+    ),
+}
 
 DIAGNOSTICS_PREFIX = "/api/v1/diagnostics/classify"
 LEGACY_PREFIX = "/api/v1/classify"
@@ -65,13 +81,8 @@ def diagnostics_router(diagnostics: Diagnostics) -> APIRouter:
             methods=["POST"],
             response_model=response_model,
             name=path.strip("/").replace("/", "_"),
-            openapi_extra={
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": {"title": model.__name__, "type": "object"}}},
-                }
-            },
-            responses={400: {"model": ManagementErrorBody}, 503: {"model": ManagementErrorBody}},
+            openapi_extra=json_body(model),
+            responses=FAILURES,
         )
 
     for prefix in (DIAGNOSTICS_PREFIX, LEGACY_PREFIX):
@@ -81,7 +92,10 @@ def diagnostics_router(diagnostics: Diagnostics) -> APIRouter:
         route(f"{prefix}/batch", BatchRequest, diagnostics.batch, BatchResponse)
     route(f"{DIAGNOSTICS_PREFIX}/combined", CombinedRequest, diagnostics.combined, CombinedResponse)
 
-    @router.post(f"{LEGACY_PREFIX}/combined", responses={501: {"model": ManagementErrorBody}})
+    @router.post(
+        f"{LEGACY_PREFIX}/combined",
+        responses={**GUARDED, **errors(MgmtErrorBody, {501: "NOT_IMPLEMENTED on the older path"})},
+    )
     async def legacy_combined() -> Response:
         return ManagementError(
             501,

@@ -1,24 +1,25 @@
-"""Request checks of the classification diagnostics and the error body they answer with.
+"""Request parsing of the classification diagnostics and the error body they answer with.
 
-Failures use the management body `{error: {code, message, timestamp}}`: 400 INVALID_INPUT
-(malformed body, empty `text` or `texts`, batch over
-`global.services.api.batch_classification.max_batch_size`, default 100), 400
-TEXT_TOO_LONG (over the PII detector's own input limit).
+The constraints live in the request models (`classify_models`: non-blank texts of at most
+MAX_TEXT_CHARS characters, option ranges, task types), so the served OpenAPI document
+states what is enforced; `parse` turns a violation into the management body
+`{error: {code, message, timestamp}}`: 400 INVALID_INPUT (malformed body, empty `text` or
+`texts`), 400 TEXT_TOO_LONG (a text over the PII detector's input limit). The batch size
+limit (`global.services.api.batch_classification.max_batch_size`, default 100) is live
+configuration, checked by the service.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, RootModel, ValidationError
 
-from app.api.classify_models import ManagementErrorBody
+from app.api.classify_models import DEFAULT_MAX_BATCH, MAX_TEXT_CHARS
 from app.config.models import RouterConfig
-
-MAX_TEXT_CHARS = 100_000  # the PII detector's own input limit
-DEFAULT_MAX_BATCH = 100
+from app.management.errors import error_body
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -33,10 +34,7 @@ class ManagementError(Exception):
         self.message = message
 
     def body(self) -> dict[str, Any]:
-        timestamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-        return ManagementErrorBody.model_validate(
-            {"error": {"code": self.code, "message": self.message, "timestamp": timestamp}}
-        ).model_dump()
+        return error_body(self.code, self.message)
 
     def to_response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status)
@@ -55,16 +53,6 @@ def max_batch_size(config: RouterConfig) -> int:
     return DEFAULT_MAX_BATCH
 
 
-def check_text(text: str, field: str = "text") -> str:
-    if not text.strip():
-        raise invalid(f"{field} cannot be empty")
-    if len(text) > MAX_TEXT_CHARS:
-        raise ManagementError(
-            400, "TEXT_TOO_LONG", f"{field} has {len(text)} characters; the limit is {MAX_TEXT_CHARS}"
-        )
-    return text
-
-
 def parse(model: type[M], raw: bytes | dict[str, Any], what: str = "request body") -> M:
     try:
         if isinstance(raw, dict):
@@ -75,10 +63,32 @@ def parse(model: type[M], raw: bytes | dict[str, Any], what: str = "request body
     except ValidationError as exc:
         errors = exc.errors()
         first: dict[str, Any] = dict(errors[0]) if errors else {}
-        loc = ".".join(str(p) for p in first.get("loc", ()))
-        reason = first.get("msg", "invalid value")
         if first.get("type") == "json_invalid":
             raise invalid(f"{what} is not valid JSON") from None
-        if isinstance(raw, dict):
-            loc = f"{what}.{loc}" if loc else what
-        raise invalid(f"{loc}: {reason}" if loc else reason) from None
+        loc = list(first.get("loc", ()))
+        if issubclass(model, RootModel) and loc:
+            loc = loc[1:]  # a tagged union's first location is the variant's tag
+        where = _where(loc) or (what if isinstance(raw, dict) else "")
+        if isinstance(raw, dict) and where != what:
+            where = f"{what}.{where}"
+        raise _rejection(first, where) from None
+
+
+def _where(loc: Sequence[Any]) -> str:
+    """("texts", 2) -> "texts[2]"."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _rejection(error: dict[str, Any], where: str) -> ManagementError:
+    kind, value = error.get("type"), error.get("input")
+    if kind == "string_too_long" and isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
+        return ManagementError(
+            400, "TEXT_TOO_LONG", f"{where} has {len(value)} characters; the limit is {MAX_TEXT_CHARS}"
+        )
+    if kind in ("string_pattern_mismatch", "string_too_short") and isinstance(value, str):
+        return invalid(f"{where} cannot be empty")
+    reason = str(error.get("msg", "invalid value"))
+    return invalid(f"{where}: {reason}" if where else reason)

@@ -27,13 +27,16 @@ from app.api.classify_models import (
     BatchRequest,
     BatchResponse,
     BatchStatistics,
+    BatchVariant,
     CombinedRequest,
     CombinedResponse,
+    IntentBatch,
     IntentBatchItem,
     IntentClassification,
     IntentOptions,
     IntentRequest,
     IntentResponse,
+    PIIBatch,
     PIIEntityOut,
     PIIOptions,
     PIIRequest,
@@ -42,7 +45,7 @@ from app.api.classify_models import (
     SecurityRequest,
     SecurityResponse,
 )
-from app.api.diagnostics_requests import ManagementError, check_text, invalid, max_batch_size, parse
+from app.api.diagnostics_requests import ManagementError, invalid, max_batch_size
 from app.config.models import RouterConfig
 from app.models.domain import DomainResult, map_to_configured
 from app.models.jailbreak import DEFAULT_THRESHOLD, JailbreakResult
@@ -153,7 +156,7 @@ class Diagnostics:
 
     async def intent(self, request: IntentRequest) -> IntentResponse:
         started = time.perf_counter()
-        text = check_text(request.text)
+        text = request.text
         (result,), preview = await asyncio.gather(
             self._domain([text], request.options, "CLASSIFICATION_ERROR"), self._preview(text)
         )
@@ -233,7 +236,7 @@ class Diagnostics:
 
     async def pii(self, request: PIIRequest) -> PIIResponse:
         started = time.perf_counter()
-        (result,) = await self._pii([check_text(request.text)], request.options, "CLASSIFICATION_ERROR")
+        (result,) = await self._pii([request.text], request.options, "CLASSIFICATION_ERROR")
         return self._pii_response(result, request.options, _elapsed_ms(started))
 
     # -------------------------------------------------------------- security
@@ -288,14 +291,13 @@ class Diagnostics:
 
     async def security(self, request: SecurityRequest) -> SecurityResponse:
         started = time.perf_counter()
-        (result,) = await self._security([check_text(request.text)], request.options, "CLASSIFICATION_ERROR")
+        (result,) = await self._security([request.text], request.options, "CLASSIFICATION_ERROR")
         return self._security_response(result, request.options, _elapsed_ms(started))
 
     # -------------------------------------------------------------- combined, batch
     async def combined(self, request: CombinedRequest) -> CombinedResponse:
         started = time.perf_counter()
-        text = check_text(request.text)
-        options = request.options
+        text, options = request.text, request.options
         intent, pii, security = await asyncio.gather(
             self.intent(IntentRequest(text=text, options=options.intent)),
             self.pii(PIIRequest(text=text, options=options.pii)),
@@ -305,22 +307,19 @@ class Diagnostics:
             intent=intent, pii=pii, security=security, processing_time_ms=_elapsed_ms(started)
         )
 
-    async def batch(self, request: BatchRequest) -> BatchResponse:
+    async def batch(self, body: BatchRequest) -> BatchResponse:
         started = time.perf_counter()
+        request: BatchVariant = body.root
         texts = request.texts
-        if not texts:
-            raise invalid("texts array cannot be empty")
         limit = max_batch_size(self.config.current())
         if len(texts) > limit:
             raise invalid(f"batch size {len(texts)} exceeds the maximum of {limit} texts")
-        for index, text in enumerate(texts):
-            check_text(text, f"texts[{index}]")
         code = "UNIFIED_CLASSIFICATION_ERROR"
         results: list[Any]
         labels: list[str]
         confidences: list[float]
-        if request.task_type == "intent":
-            options = parse(IntentOptions, request.options, "options")
+        if isinstance(request, IntentBatch):
+            options = request.options
             domain = await self._domain(texts, options, code)
             each = _elapsed_ms(started) / len(texts)
             results = [
@@ -335,8 +334,8 @@ class Diagnostics:
             labels = [r.category for r in results]
             confidences = [r.confidence for r in domain]
             low = options.confidence_threshold
-        elif request.task_type == "pii":
-            pii_options = parse(PIIOptions, request.options, "options")
+        elif isinstance(request, PIIBatch):
+            pii_options = request.options
             found = await self._pii(texts, pii_options, code)
             each = round(_elapsed_ms(started) / len(texts), 3)
             results = [self._pii_response(r, pii_options, each) for r in found]
@@ -345,7 +344,7 @@ class Diagnostics:
             confidences = [max((e.confidence for e in r.entities), default=1.0) for r in found]
             low = pii_options.confidence_threshold
         else:
-            security_options = parse(SecurityOptions, request.options, "options")
+            security_options = request.options
             verdicts = await self._security(texts, security_options, code)
             each = round(_elapsed_ms(started) / len(texts), 3)
             results = [self._security_response(r, security_options, each) for r in verdicts]

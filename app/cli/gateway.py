@@ -1,7 +1,8 @@
 """Envoy and the ext_proc sidecar beside the local Ray instance (`svc-sr serve`).
 
-Order matters: the sidecar first (Envoy's ext_proc filter needs it), then Envoy; on
-stop Envoy first (no new requests), then the sidecar (drains in-flight streams).
+Order matters at start: the sidecar first (Envoy's ext_proc filter needs it), then Envoy. They
+stop together: Envoy exits on SIGTERM at once, and the sidecar finishes the completions of its
+exchanges (up to its grace period); in turn, the sidecar's drain only began once Envoy was gone.
 Both are supervised: a crash restarts the process with back-off.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -84,7 +86,14 @@ class Gateway:
         wait_admin_ready(self.ports.admin_port, 30)
 
     def stop(self) -> None:
-        for process in (self.envoy, self.sidecar):
-            if process is not None:
-                process.stop()
+        """SIGTERM to both at once, then wait for both (see the module's docstring)."""
+        stopping = [
+            threading.Thread(target=process.stop, name=f"stop-{process.name}")
+            for process in (self.envoy, self.sidecar)
+            if process is not None
+        ]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
         self.envoy = self.sidecar = None

@@ -151,9 +151,11 @@ def serve_forever(
     ready = False
     console.print(f"[bold]svc-sr[/bold] starting a local Ray instance (config {config_path})")
     http = f"http://{host}:{port}"
+    began = time.monotonic()
     _start_ray(
         ServeState(os.getpid(), str(config_path), http, time.time(), phase="starting"), dashboard, stop
     )
+    console.print(f"Ray started ({time.monotonic() - began:.0f} s)")
     try:
         serve.start(http_options={"host": host, "port": port})
         code = _deploy(config_path, serve_config, stop, console)
@@ -178,7 +180,7 @@ def serve_forever(
         console.print("stopping svc-sr ...")
         return 0
     finally:
-        _shut_down(gateway, ready)
+        _shut_down(gateway, ready, console)
 
 
 def _start_ray(starting: ServeState, dashboard: bool, stop: threading.Event) -> None:
@@ -238,12 +240,14 @@ def _deploy(
 def _start_gateway(gateway: Gateway, console: Console) -> bool:
     from app.cli.gateway import GatewayError
 
-    console.print("starting the ext_proc sidecar and Envoy ...")
+    console.print("starting the ext_proc sidecar and Envoy (seconds) ...")
+    began = time.monotonic()
     try:
         gateway.start()
     except GatewayError as exc:
         console.print(f"[red]Envoy / ext_proc failed to start:[/red] {exc} (logs in {STATE_DIR / 'logs'})")
         return False
+    console.print(f"Envoy and the ext_proc sidecar ready ({time.monotonic() - began:.0f} s)")
     return True
 
 
@@ -267,20 +271,33 @@ def _print_ready(
     console.print("  stop with Ctrl-C or `svc-sr stop`")
 
 
-def _shut_down(gateway: Gateway | None, ready: bool) -> None:
+def _shut_down(gateway: Gateway | None, ready: bool, console: Console | None = None) -> None:
+    """Envoy and the sidecar stop while Serve drains the graph; Ray stops last.
+
+    Serve's drain stays (it lets in-flight answers and their completions finish and closes the
+    stores' clients): it stops the graph level by level (the Ingress, the Router, the models),
+    each level about one controller loop plus one drain poll (deployments/rollout.py). The
+    sidecar's own drain runs meanwhile: its requests in flight at the Router are requests the
+    Router's level waits for."""
     import ray
     from ray import serve
 
-    if gateway is not None:
-        gateway.stop()
+    began = time.monotonic()
+    stopping = threading.Thread(target=gateway.stop, name="stop-gateway") if gateway else None
+    if stopping is not None:
+        stopping.start()
     try:
-        # Serve's graceful shutdown drains traffic; stopped mid-start there is none to
-        # drain, and ray.shutdown() stops the replicas still starting.
+        # Stopped mid-start there is nothing to drain, and ray.shutdown() stops the replicas
+        # still starting.
         if ready:
             serve.shutdown()
     finally:
+        if stopping is not None:
+            stopping.join()
         ray.shutdown()
         ServeState.clear()
+        if console is not None:
+            console.print(f"stopped ({time.monotonic() - began:.1f} s)")
 
 
 def _show_progress(worker: threading.Thread, stop: threading.Event, console: Console) -> None:
@@ -291,10 +308,19 @@ def _show_progress(worker: threading.Thread, stop: threading.Event, console: Con
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
     )
+    console.print(
+        "deploying the graph: each deployment loads its models (about 1-2 minutes on 2 cores; "
+        "the first start on a machine also builds the int8 encoder)"
+    )
+    began = time.monotonic()
+    announced: set[str] = set()
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("loading models and deployments", total=None)
         while worker.is_alive() and not stop.is_set():
             states = _safe_states()
+            for name in sorted(n for n, s in states.items() if s == "HEALTHY" and n not in announced):
+                announced.add(name)  # a line that stays, unlike the transient bar
+                progress.console.print(f"  {name} ready ({time.monotonic() - began:.0f} s)")
             if states:
                 ready = sum(1 for s in states.values() if s == "HEALTHY")
                 pending = ", ".join(sorted(n for n, s in states.items() if s != "HEALTHY"))

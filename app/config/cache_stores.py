@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from app.common.api_docs import NON_BLANK
 from app.config.model_base import Strict
 
 MilvusMetric = Literal["IP", "L2", "COSINE"]
@@ -27,7 +28,9 @@ _URL_SCHEMES = ("redis://", "rediss://", "unix://")
 class RedisCacheSettings(Strict):
     """Where the Redis (RediSearch) response cache lives; `url` wins over host/port/db."""
 
-    url: str | None = None  # redis://[user:pass@]host:port/db, rediss:// for TLS, unix://path
+    # redis://[user:pass@]host:port/db, rediss:// for TLS, unix://path (the schema states the
+    # scheme; _known_scheme enforces it with its own message)
+    url: str | None = Field(default=None, json_schema_extra={"pattern": "^(redis|rediss|unix)://"})
     host: str = Field(default="127.0.0.1", min_length=1)
     port: int = Field(default=6379, ge=1, le=65535)
     db: int = Field(default=0, ge=0)
@@ -78,7 +81,7 @@ class MilvusCacheSettings(Strict):
     when `uri` is not given but `host` is.
     """
 
-    uri: str | None = None
+    uri: str | None = Field(default=None, json_schema_extra={"pattern": NON_BLANK})  # see _uri_not_blank
     host: str | None = None
     port: int = Field(default=19530, ge=1, le=65535)
     database: str = Field(default="default", min_length=1)

@@ -10,7 +10,9 @@ block with one family per type, `automix`, `elo`); what svc-sr adds is marked.
 - `automix`: the cheapest model expected to pass verification (`verification_threshold`),
   else the best quality-minus-cost value; quality from the learned predictor when `ml` is
   set, else the model cards' `quality_score`.
-The reference's `elo` (ratings updated by feedback) is not built yet: `type: elo` is refused.
+- `elo`: Elo ratings learned online from the outcomes feedback route (app/models/elo.py,
+  app/management/elo_feedback.py), quality = the rating's expected score against
+  `initial_rating`, weighed against expected cost like knn/mlp.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from app.config.model_base import Open
+from app.config.model_base import Open, Strict
 
-AlgorithmType = Literal["static", "weighted", "knn", "mlp", "automix"]
+AlgorithmType = Literal["static", "weighted", "knn", "mlp", "automix", "elo"]
 LEARNED_TYPES = frozenset({"knn", "mlp"})
 
 
@@ -54,11 +56,33 @@ class AutomixSettings(Open):
     use_logprob_verification: bool = True  # accepted; verification is predicted, not run
 
 
+class EloSettings(Strict):
+    """The reference's `algorithm.elo` block (strict: a typo is refused with its path)."""
+
+    # The anchor: every model starts here, and a rating reads as the chance of a good answer
+    # against it (app/models/elo.py).
+    initial_rating: float = Field(default=1500.0, ge=0, le=10_000, allow_inf_nan=False)
+    k_factor: float = Field(default=32.0, ge=0, le=1000, allow_inf_nan=False)  # per outcome
+    category_weighted: bool = True  # ratings of this decision's own (else shared by every elo decision)
+    # Accepted, not used: svc-sr keeps every outcome's update (no time decay), orders by rating
+    # whatever the count, weighs cost by `algorithm.cost_quality_tradeoff`, and keeps ratings
+    # in the management store (state directory or Redis), written at each outcome.
+    decay_factor: float = Field(default=0.0, ge=0, le=1)
+    min_comparisons: int = Field(default=5, ge=0)
+    cost_scaling_factor: float = Field(default=0.0, ge=0)
+    storage_path: str | None = None
+    auto_save_interval: str | None = None
+    # svc-sr: starting ratings per model (and per decision name) derived from recorded answers
+    # (scripts/train_selectors.py); unset: every model starts at initial_rating.
+    initial_ratings_path: str | None = None
+
+
 class Algorithm(Open):
     type: AlgorithmType = "static"
     ml: MLSelection | None = None
     automix: AutomixSettings | None = None
-    # svc-sr: knn/mlp's weight of expected cost against predicted quality (0: quality only).
+    elo: EloSettings | None = None
+    # svc-sr: knn/mlp/elo's weight of expected cost against quality (0: quality only).
     cost_quality_tradeoff: float = Field(default=0.0, ge=0, le=1)
     on_error: Literal["skip", "fail", "fallback"] = "skip"  # a predictor that fails: static order
 

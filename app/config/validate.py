@@ -367,6 +367,16 @@ class _Checker:
             )
         for index, decision in enumerate(decisions):
             self._decision(f"routing.decisions[{index}]", decision)
+            self._elo_learning(f"routing.decisions[{index}]", decision)
+
+    def _elo_learning(self, path: str, decision: Decision) -> None:
+        """An outcome reaches elo ratings through its replay record (app/management/elo_feedback.py)."""
+        if decision.algorithm.type == "elo" and not any(p.type == "router_replay" for p in decision.plugins):
+            self.warn(
+                f"{path}.algorithm",
+                f"decision {decision.name!r} selects by elo ratings but records no replays (router_replay "
+                "plugin): outcomes cannot name its requests, so its ratings never change",
+            )
 
     def _decision(self, path: str, decision: Decision) -> None:
         known = set(self.model_names)

@@ -69,11 +69,25 @@ def cluster_name(model: str) -> str:
 # its own errors) are never rewritten.
 UPSTREAM_DOWN_FLAGS = ["UF", "UH", "URX", "UC", "UR", "UO"]
 UPSTREAM_TIMEOUT_FLAGS = ["UT"]
+# Envoy's reply when the ext_proc service cannot be reached or fails (its sidecar restarting):
+# found by the reply's code details, never set on the bridge's own answers (details "svc-sr").
+EXT_PROC_FAILED = {
+    "extension_filter": {
+        "name": "envoy.access_loggers.extension_filters.cel",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+            "expression": "response.code_details.startsWith('ext_proc_error')",
+        },
+    }
+}
 
 
-def _reply_mapper(flags: list[str], status: int, message: str, error_type: str, code: str) -> dict[str, Any]:
+def _reply_mapper(
+    flags: list[str] | dict[str, Any], status: int, message: str, error_type: str, code: str
+) -> dict[str, Any]:
+    """`flags`: the response flags to match, or a whole filter."""
     return {
-        "filter": {"response_flag_filter": {"flags": flags}},
+        "filter": flags if isinstance(flags, dict) else {"response_flag_filter": {"flags": flags}},
         "status_code": status,
         "headers_to_add": [
             {"header": {"key": "retry-after", "value": "1"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
@@ -99,6 +113,14 @@ def upstream_failure_replies() -> dict[str, Any]:
                 UPSTREAM_DOWN_FLAGS,
                 503,
                 "upstream model backends are unavailable; retry later",
+                "service_unavailable_error",
+                "upstream_unavailable",
+            ),
+            # As the bridge answers when it fails itself (app/extproc/stream.py).
+            _reply_mapper(
+                EXT_PROC_FAILED,
+                503,
+                "the router is unavailable; retry later",
                 "service_unavailable_error",
                 "upstream_unavailable",
             ),
@@ -167,6 +189,7 @@ def build_envoy_config(
             "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
             "grpc_service": {"envoy_grpc": {"cluster_name": EXT_PROC_CLUSTER}, "timeout": "30s"},
             "failure_mode_allow": services.ext_proc.failure_mode == "open",
+            "status_on_error": {"code": 503},  # closed, the router unreachable: 503, not 500
             "message_timeout": f"{services.ext_proc.message_timeout_ms / 1000:g}s",
             "allow_mode_override": True,
             "processing_mode": {

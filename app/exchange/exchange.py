@@ -282,11 +282,18 @@ class Exchange:
         self._settle(self._completion(None, finished=finished, reason=reason))
         return tail
 
-    def stream_broken(self, kind: str) -> None:
-        """The upstream broke after its first byte: the client's stream just ends there."""
+    def stream_broken(self, kind: str) -> bytes:
+        """The upstream broke after its first byte: the bytes that end the client's stream (an
+        error event and [DONE]); counted as the upstream's failure, no cache write. A break
+        after the whole answer went through (the body's end was lost) is a finished answer."""
+        relay = self._relay()
+        if relay.completed:
+            return self.stream_end()
         log.warning("upstream stream for %s ended early: %s", self.request_id, kind)
         reason = "timeout" if kind in ("idle_timeout", "deadline") else "upstream_5xx"
+        tail = relay.broken(f"the upstream stream broke off before the answer was complete ({kind})")
         self._settle(self._completion(None, finished=False, reason=reason))
+        return tail
 
     def whole_body(self, raw: bytes) -> Reply:
         """A buffered answer, translated to chat and to the client's API. Its status may differ

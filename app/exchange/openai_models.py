@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from app.common.api_docs import NON_BLANK
 from app.common.errors import SvcError, bad_request, validation_message
 
 # Text-bearing content part types (chat "text"; Responses-style "input_text"/"output_text").
@@ -21,7 +22,7 @@ TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    role: str = Field(min_length=1)
+    role: str = Field(min_length=1, pattern=NON_BLANK)
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
@@ -35,9 +36,9 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, pattern=NON_BLANK, description="a backend model name, MoM or auto")
     messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool | None = None
+    stream: bool | None = Field(None, description="true: the answer is a text/event-stream")
     stream_options: dict[str, Any] | None = None
     max_tokens: int | None = Field(None, ge=0)
     max_completion_tokens: int | None = Field(None, ge=0)
@@ -70,7 +71,8 @@ def content_text(content: Any) -> str:
             part["text"]
             for part in content
             if isinstance(part, dict)
-            and part.get("type") in TEXT_PART_TYPES
+            and isinstance(part.get("type"), str)  # an object is no type (and cannot be hashed)
+            and part["type"] in TEXT_PART_TYPES
             and isinstance(part.get("text"), str)
         ]
         return "\n".join(texts)
@@ -166,11 +168,64 @@ class ModelList(BaseModel):
         return cls(data=[ModelCard(id=n, created=created, owned_by=owned_by) for n in unique])
 
 
+# -- answers (what the front doors document; a backend's own fields pass through) ----------
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class SecurityChecks(_Open):
+    pii_detected: bool
+    jailbreak_detected: bool
+    unscanned: list[str] | None = Field(None, description="safety signals a model runtime did not scan")
+
+
+class RoutingMetadata(_Open):
+    """`routing_metadata` of an answer (app/exchange/answer.py builds it)."""
+
+    selected_model: str | None = None
+    decision: str | None = None
+    reason_code: str | None = None
+    confidence: float | None = None
+    processing_time_ms: float
+    cache_hit: bool
+    security_checks: SecurityChecks
+    cost: float | None = None
+
+
+class ChatCompletion(_Open):
+    """A chat.completion: the backend's answer (or the router's own: cache hit, fast response)."""
+
+    id: str | None = None
+    object: str = Field(description="chat.completion")
+    created: int | None = None
+    model: str | None = None
+    choices: list[dict[str, Any]]
+    usage: dict[str, Any] | None = None
+    routing_metadata: RoutingMetadata | None = None
+
+
+class ResponseObject(_Open):
+    """A Responses object (object "response"), translated from the chat answer."""
+
+    id: str
+    object: Literal["response"]
+    created_at: int
+    model: str
+    status: str
+    output: list[dict[str, Any]]
+    output_text: str | None = None
+    usage: dict[str, Any] | None = None
+    routing_metadata: RoutingMetadata | None = None
+
+
 __all__ = [
+    "ChatCompletion",
     "ChatCompletionRequest",
     "ChatMessage",
     "ModelCard",
     "ModelList",
+    "ResponseObject",
+    "RoutingMetadata",
     "SvcError",
     "content_text",
     "last_user_text",

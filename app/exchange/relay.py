@@ -4,7 +4,8 @@ Upstream SSE bytes -> the backend's wire translation (messages-style -> chat chu
 chat accumulator (usage, the whole answer for the cache) -> the client API's encoding
 (chat as is, or Responses events). A translation that fails ends the client's stream with an
 error chunk and [DONE] and drops the rest: the client never sees untranslated bytes and is
-never left waiting.
+never left waiting. An upstream that breaks mid-body (killed, reset, silent) ends it the same
+way (`broken`), so a client never takes a cut answer for a whole one.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 
 from app.exchange.client_api import ClientStream
 from app.upstream.sse import SSEParser, StreamAccumulator
-from app.upstream.wire import StreamTranslator
+from app.upstream.wire import StreamTranslator, stream_error_end
 
 log = logging.getLogger("svc_sr.exchange")
 
@@ -51,6 +52,14 @@ class StreamRelay:
         if not self.failed and self._translator is not None:
             tail = self._guarded(self._translator.finish)
         return self._to_client(tail) + self._client.finish()
+
+    def broken(self, message: str) -> bytes:
+        """The upstream body broke off: end the client's stream with an error event and [DONE]
+        (a Responses client gets `response.failed`); nothing more is relayed."""
+        if self.failed:
+            return b""  # already ended with an error chunk
+        self.failed = True
+        return self._to_client(stream_error_end(message)) + self._client.finish()
 
     @property
     def completed(self) -> bool:

@@ -3,6 +3,8 @@
 A SvcError subclass, so the app's existing handler answers it; `code` is the spec 1
 upper-case code (INVALID_INPUT, INVALID_CONFIG, PRECONDITION_REQUIRED, CONFIG_CHANGED,
 RESTART_REQUIRED, ACTIVATION_FAILED, UNAUTHORIZED, FORBIDDEN, NOT_FOUND, NOT_IMPLEMENTED).
+`MgmtErrorBody` is the body's wire model: the OpenAPI document names it for every
+management failure, and every body is built through it.
 """
 
 from __future__ import annotations
@@ -10,20 +12,35 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from app.common.errors import SvcError
+
+
+class MgmtErrorDetail(BaseModel):
+    code: str = Field(description="spec 1 error code, e.g. INVALID_INPUT, NOT_FOUND, TEXT_TOO_LONG")
+    message: str
+    timestamp: str = Field(description="ISO 8601, UTC")
+    type: str | None = Field(default=None, description="OpenAI-style error type")
+    details: dict[str, Any] | None = None
+
+
+class MgmtErrorBody(BaseModel):
+    error: MgmtErrorDetail
+
+
+def error_body(
+    code: str, message: str, type: str | None = None, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The wire body (fields that are None are left out)."""
+    timestamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    detail = MgmtErrorDetail(code=code, message=message, timestamp=timestamp, type=type, details=details)
+    return MgmtErrorBody(error=detail).model_dump(exclude_none=True)
 
 
 class MgmtError(SvcError):
     def body(self) -> dict[str, Any]:
-        error: dict[str, Any] = {
-            "code": self.code,
-            "message": self.message,
-            "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-            "type": self.type,
-        }
-        if self.details:
-            error["details"] = self.details
-        return {"error": error}
+        return error_body(self.code or "ERROR", self.message, self.type, self.details or None)
 
 
 def invalid_input(message: str, details: dict[str, Any] | None = None) -> MgmtError:

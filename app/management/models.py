@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from app.common.api_docs import NON_BLANK
+from app.exchange.openai_models import ChatCompletionRequest
 
 
 class ReasonOut(BaseModel):
@@ -105,13 +109,25 @@ class PlanResponse(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-class RollbackRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)  # the null default is not a value a client may send
 
-    version: int | str | None = Field(
-        default=None, description="version id/timestamp, or a config_version number"
+
+class RollbackRequest(BaseModel):
+    # Exactly one of the two, neither null (the schema says so; the validator enforces it).
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"oneOf": [{"required": ["version"]}, {"required": ["config_version"]}]},
     )
-    config_version: int | None = Field(default=None, ge=1)
+
+    version: int | str | SkipJsonSchema[None] = Field(
+        default=None,
+        description="version id/timestamp, or a config_version number",
+        json_schema_extra=_no_default,
+    )
+    config_version: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = Field(
+        default=None, json_schema_extra=_no_default
+    )
 
     @model_validator(mode="after")
     def _one(self) -> RollbackRequest:
@@ -165,13 +181,10 @@ class PreviewContext(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
 
 
-class PreviewRequest(BaseModel):
+class PreviewRequest(ChatCompletionRequest):
     """A chat-completion request to route (model defaults to MoM), plus preview_context."""
 
-    model_config = ConfigDict(extra="allow")
-
-    model: str = "MoM"
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    model: str = Field(default="MoM", min_length=1, pattern=NON_BLANK)
     preview_context: PreviewContext | None = None
 
 

@@ -1,8 +1,15 @@
 """The served OpenAPI document: 3.0 (spec 1) and narrowable to one operation.
 
-FastAPI generates OpenAPI 3.1; `to_openapi_30` rewrites the 3.1-only JSON Schema forms it
-uses (`anyOf` with `{"type": "null"}`, type lists, `const`, numeric exclusive bounds,
-`examples`) into their 3.0 equivalents so 3.0 tooling reads the document.
+`served(app.openapi())` is what /openapi.json answers. FastAPI generates OpenAPI 3.1;
+`to_openapi_30` rewrites the 3.1-only JSON Schema forms it uses (`anyOf` with
+`{"type": "null"}`, type lists, `const`, numeric exclusive bounds, `examples`) into their
+3.0 equivalents so 3.0 tooling reads the document. Before that, two corrections keep the
+document true to what the app answers:
+- request bodies that handlers read themselves are documented inline
+  (`app.common.api_docs.json_body`), with their definitions under `$defs`: those move into
+  components/schemas, so every `$ref` resolves;
+- FastAPI documents 422 for request validation on every operation with parameters, but the
+  app answers 400 (app.api.errors and the management routes): those 422s are dropped.
 """
 
 from __future__ import annotations
@@ -25,13 +32,17 @@ def _schema_30(node: Any) -> Any:
     return out
 
 
+# The null option, before and after its own rewrite (children are rewritten first).
+_NULL_OPTIONS = ({"type": "null"}, {"nullable": True})
+
+
 def _nullable_options(out: dict[str, Any]) -> None:
     """anyOf/oneOf with {"type": "null"} -> the other option(s) plus nullable."""
     for key in ("anyOf", "oneOf"):
         options = out.get(key)
-        if not (isinstance(options, list) and any(o == {"type": "null"} for o in options)):
+        if not (isinstance(options, list) and any(o in _NULL_OPTIONS for o in options)):
             continue
-        rest = [o for o in options if o != {"type": "null"}]
+        rest = [o for o in options if o not in _NULL_OPTIONS]
         out.pop(key)
         if len(rest) == 1 and isinstance(rest[0], dict) and "$ref" not in rest[0]:
             out.update(rest[0])
@@ -105,6 +116,84 @@ def to_openapi_30(document: dict[str, Any]) -> dict[str, Any]:
                     if "schema" in content:
                         content["schema"] = _schema_30(content["schema"])
     return doc
+
+
+def served(document: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI's generated document as /openapi.json serves it (see the module docstring)."""
+    doc = copy.deepcopy(document)
+    _hoist_definitions(doc)
+    _drop_validation_422(doc)
+    return to_openapi_30(doc)
+
+
+def _operations(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        operation
+        for operations in doc.get("paths", {}).values()
+        for method, operation in operations.items()
+        if method in HTTP_METHODS and isinstance(operation, dict)
+    ]
+
+
+COMPONENT_REF = "#/components/schemas/"
+
+
+def _hoist_definitions(doc: dict[str, Any]) -> None:
+    """Inline body schemas' `$defs` -> components/schemas (a name FastAPI already uses for a
+    different schema gets an `-Input` suffix), refs rewritten to point there."""
+    components = doc.setdefault("components", {}).setdefault("schemas", {})
+    for operation in _operations(doc):
+        bodies = [operation.get("requestBody") or {}, *operation.get("responses", {}).values()]
+        for content in (c for body in bodies for c in (body.get("content") or {}).values()):
+            schema = content.get("schema")
+            if isinstance(schema, dict) and "$defs" in schema:
+                content["schema"] = _hoisted(schema, components)
+
+
+def _hoisted(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    schema = dict(schema)
+    definitions: dict[str, Any] = schema.pop("$defs")
+    names = {name: name for name in definitions}
+    for name, definition in definitions.items():
+        existing = components.get(name)
+        if existing is not None and existing != _renamed(definition, names):
+            names[name] = f"{name}-Input"
+    for name, definition in definitions.items():
+        target = names[name]
+        moved = _renamed(definition, names)
+        if components.get(target, moved) != moved:
+            raise ValueError(f"two different schemas are both named {target!r} in the OpenAPI document")
+        components[target] = moved
+    return _renamed(schema, names)
+
+
+def _renamed(node: Any, names: dict[str, str]) -> Any:
+    """Refs to a definition (`#/$defs/X` or `#/components/schemas/X`) -> its component name."""
+    if isinstance(node, list):
+        return [_renamed(item, names) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _renamed(value, names) for key, value in node.items()}
+    ref = out.get("$ref")
+    if isinstance(ref, str):
+        name = ref.rsplit("/", 1)[-1]
+        if ref.startswith(("#/$defs/", COMPONENT_REF)) and name in names:
+            out["$ref"] = COMPONENT_REF + names[name]
+    return out
+
+
+def _drop_validation_422(doc: dict[str, Any]) -> None:
+    validation_ref = COMPONENT_REF + "HTTPValidationError"
+    for operation in _operations(doc):
+        responses = operation.get("responses", {})
+        schema = (responses.get("422", {}).get("content") or {}).get("application/json", {}).get("schema")
+        if schema == {"$ref": validation_ref}:
+            del responses["422"]
+    components = doc.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's, once nothing refers to them
+        others = {key: value for key, value in components.items() if key != name}
+        if f"'{COMPONENT_REF}{name}'" not in repr((doc.get("paths"), others)):
+            components.pop(name, None)
 
 
 class UnknownOperation(LookupError):

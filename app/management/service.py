@@ -1,5 +1,5 @@
 """`Management`: the state behind the management routes (store, activation, audit, auth,
-startup, replays, outcomes, inventory, preview), one per process (per Ingress replica).
+startup, replays, outcomes, elo ratings, inventory, preview), one per process (per Ingress replica).
 
 No HTTP here: the route modules (app/management/routes/) parse requests, call this state
 and render its answers.
@@ -29,6 +29,7 @@ from app.management.cache_admin import ResponseCacheAdmin
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
 from app.management.models import MutationResponse, StatusDocument
+from app.management.ratings import RatingStore
 from app.management.replays import OutcomeLog, OutcomeStore, ReplaySource
 from app.management.shared_store import StoreUnavailable
 from app.management.startup import StartupTracker, completed_tracker
@@ -61,6 +62,7 @@ class ManagementParts(TypedDict, total=False):
     audit: AuditTrail | None
     replays: ReplaySource | None
     outcomes: OutcomeLog | None
+    ratings: RatingStore | None  # the elo ratings outcomes update (None: outcomes rate nothing)
     previewer: RoutingPreviewer | None
     inventory: InventoryBackend | None
     cache_admin: ResponseCacheAdmin | None  # None: the storage routes answer 503
@@ -89,6 +91,7 @@ class Management:
         self.replays = parts.get("replays")
         outcomes = parts.get("outcomes")
         self.outcomes: OutcomeLog = outcomes if outcomes is not None else OutcomeStore()
+        self.ratings = parts.get("ratings")
         self.previewer = parts.get("previewer")
         self.preview_deadline_s = parts.get("preview_deadline_s", PREVIEW_DEADLINE_S)
         self.inventory = parts.get("inventory") or LocalInventory(self.startup)

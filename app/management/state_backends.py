@@ -7,9 +7,10 @@ makes an If-Match check, a version append and an activation record atomic across
 replicas on different nodes, without locks held over the network.
 
 - `MemoryStateBackend`: tests and the standalone app without a state directory.
-- `FileStateBackend`: `<state_dir>/state.json`, replaced atomically (app/common/persist.py); the
-  compare-and-set runs under an advisory lock file, so several Ingress replicas on one
-  node share it safely; a reader re-reads the file only when its stat changed.
+- `FileStateBackend`: `<state_dir>/state.json` (or another document: the Elo ratings),
+  replaced atomically (app/common/persist.py); the compare-and-set runs under an advisory
+  lock file, so several Ingress replicas on one node share it safely; a reader re-reads the
+  file only when its stat changed.
 - `RedisStateBackend`: two keys, `<prefix>state` (the JSON document) and `<prefix>revision`;
   a Lua script compares and sets both in one step. `shared`: readers check the revision
   (one GET) and reload when another replica wrote.
@@ -95,9 +96,10 @@ class _RevisionOnly(BaseModel):
 class FileStateBackend:
     shared = True  # other replicas on this node may write it
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, filename: str = STATE_FILE, lock_name: str = LOCK_FILE) -> None:
         self.state_dir = state_dir
-        self.path = state_dir / STATE_FILE
+        self.path = state_dir / filename
+        self.lock_name = lock_name  # another document in the same directory takes its own lock
         self._seen: tuple[tuple[int, int, int], int] | None = None  # (stat, revision) last parsed
 
     def describe(self) -> str:
@@ -144,7 +146,7 @@ class FileStateBackend:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.state_dir / LOCK_FILE, "a+b") as handle:
+        with open(self.state_dir / self.lock_name, "a+b") as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
                 yield

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.config.loader import load_config, parse_config
 from app.management.audit import AuditTrail
 from app.management.documents import Candidate, candidate_of, merge_patch
+from app.management.ratings import RatingStore, open_rating_store
 from app.management.redaction import redact_url
 from app.management.replays import DEFAULT_REPLAY_CAPACITY, OutcomeLog, ReplaySource, ReplayStore
 from app.management.shared_store import (
@@ -54,7 +55,7 @@ class GraphStoreArgs(Protocol):
 class ReplicaStores:
     """What one Ingress replica's Management works on. On Redis also the audit chain, the
     replay records and the outcomes (None: this replica's own, or the Observability
-    deployment's replay ring)."""
+    deployment's replay ring). The elo ratings: on Redis, or the state directory's file."""
 
     store: ConfigStore
     file_hash: str  # the configuration file as it reads now (resume or not)
@@ -62,9 +63,12 @@ class ReplicaStores:
     audit: AuditTrail | None = None
     outcomes: OutcomeLog | None = None
     replays: ReplaySource | None = None
+    ratings: RatingStore | None = None
 
     def parts(self) -> ManagementParts:
         parts: ManagementParts = {"store": self.store, "file_hash": self.file_hash, "filename": self.filename}
+        if self.ratings is not None:
+            parts["ratings"] = self.ratings
         if self.audit is not None:
             parts["audit"] = self.audit
         if self.outcomes is not None:
@@ -99,6 +103,8 @@ def open_replica_stores(args: GraphStoreArgs, serve_app: str) -> ReplicaStores:
         store = ConfigStore()
     filename = "inline" if args.config is not None else Path(args.config_path).name
     stores = ReplicaStores(store, file_candidate(args).source_hash, filename)
+    # The Routers read the same ratings (deployments/router.py opens them the same way).
+    stores.ratings = open_rating_store(settings, name, state_dir, client)
     if client is not None:
         from app.management.audit_redis import RedisAuditLog
         from app.management.replays_redis import RedisOutcomeStore, RedisReplayStore
@@ -108,6 +114,18 @@ def open_replica_stores(args: GraphStoreArgs, serve_app: str) -> ReplicaStores:
         stores.outcomes = RedisOutcomeStore(client, prefix)
         stores.replays = RedisReplayStore(client, prefix)
     return stores
+
+
+def router_rating_store(
+    management_store: ManagementStoreSettings | None,
+    app_name: str | None,
+    serve_app: str,
+    state_dir: str | None,
+) -> RatingStore:
+    """The elo ratings a Router replica reads: where `open_replica_stores` keeps them for the
+    Ingress replicas that write them (same settings, same application name)."""
+    name = app_name or serve_app
+    return open_rating_store(store_settings(management_store), name, state_dir_of(state_dir, name))
 
 
 def open_config_store(

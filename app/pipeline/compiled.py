@@ -15,9 +15,10 @@ from app.config.models import RouterConfig
 from app.config.reliability import FallbackConfig
 from app.config.routing import Decision
 from app.pipeline import decisions as engine
+from app.pipeline.elo_selector import compile_elo_selectors
 from app.pipeline.plugins import DecisionPlugins, GuardRule, compile_guards, compile_plugins
 from app.pipeline.selection import ModelIndex
-from app.pipeline.selectors import compile_selectors
+from app.pipeline.selectors import Selector, compile_selectors
 from app.pipeline.services import PipelineServices
 from app.pipeline.signals import BUILTIN_EVALUATORS
 from app.pipeline.signals.base import EvaluatorFactory, SignalEvaluator
@@ -58,7 +59,12 @@ class CompiledConfig:
         self.guards: dict[str, list[GuardRule]] = {d.name: compile_guards(d) for d in self.decisions}
         # Learned selectors load their artifacts here: a config naming one that is missing
         # fails its activation, not its first request.
-        self.selectors = compile_selectors(self.decisions, config, self.models)
+        self.selectors: dict[str, Selector] = {
+            **compile_selectors(self.decisions, config, self.models),
+            **compile_elo_selectors(self.decisions, self.models, services.ratings),
+        }
+        uses_elo = any(s.kind == "elo" for s in self.selectors.values())
+        self._ratings = services.ratings if uses_elo else None
         self.prefetch_vector = bool(self.global_cache.enabled and services.cache_lookup is not None)
 
     def global_guards(self) -> list[GuardRule]:
@@ -75,6 +81,8 @@ class CompiledConfig:
     async def warm_up(self) -> None:
         """Embed candidate phrases, load models etc. now, not on the first request."""
         await asyncio.gather(*(ev.warm_up() for ev in self.evaluators.values()))
+        if self._ratings is not None:  # serve the stored ratings from the first request on
+            await self._ratings.refresh()
 
 
 def _global_fallback(config: RouterConfig) -> FallbackConfig | None:

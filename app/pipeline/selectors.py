@@ -16,6 +16,8 @@ candidate's, so `cost_quality_tradeoff` means the same whatever the price level:
 
 A candidate the predictor does not know gets the predictor's mean quality. Compiled once per
 config version: a missing or foreign artifact fails the config's activation, not a request.
+`elo` (quality from ratings learned online) is app/pipeline/elo_selector.py, on the same
+`Candidate`, `by_value` and `RefInputs`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -53,13 +56,54 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class _RefInputs:
+class RefInputs:
     """What a modelRef's value needs besides the request, resolved when the config compiles."""
 
     column: int | None  # the predictor's output for this model (None: it does not know it)
     card_quality: float
     completion_tokens: float
     pricing: Pricing | None
+
+    def expected_cost(self, prompt_tokens: int) -> float:
+        """This request's prompt and the model's mean completion at the model's pricing."""
+        if self.pricing is None:
+            return 0.0
+        prompt, completion = self.pricing.prompt_per_1m, self.pricing.completion_per_1m
+        return (prompt_tokens * prompt + self.completion_tokens * completion) / 1e6
+
+
+class Selector(Protocol):
+    """A decision's compiled selection: its modelRefs, best first, for one request."""
+
+    @property
+    def kind(self) -> str: ...  # the algorithm type, for logs
+
+    async def order(self, vector: VectorFn, prompt_tokens: int) -> list[ModelRef]: ...
+
+
+def ref_inputs(
+    refs: Sequence[ModelRef],
+    models: ModelIndex,
+    known: Sequence[str],
+    completion: np.ndarray | None,
+    card_quality: dict[str, float],
+) -> list[RefInputs]:
+    """Each ref's inputs; `known`/`completion`: the models recorded answers know and their
+    mean completion tokens (None: no recorded answers)."""
+    out = []
+    for ref in refs:
+        model = models.get(ref.model)
+        name = recorded_name(model, known) if model is not None else None
+        column = list(known).index(name) if name is not None else None
+        out.append(
+            RefInputs(
+                column=column,
+                card_quality=card_quality.get(model.name if model else ref.model, DEFAULT_CARD_QUALITY),
+                completion_tokens=_completion_tokens(completion, column),
+                pricing=model.pricing if model is not None else None,
+            )
+        )
+    return out
 
 
 class LearnedSelector:
@@ -73,25 +117,13 @@ class LearnedSelector:
         self.predictor = predictor
         known = predictor.models if predictor is not None else ()
         completion = predictor.mean_completion_tokens if predictor is not None else None
-        self._inputs = []
-        for ref in self.refs:
-            model = models.get(ref.model)
-            name = recorded_name(model, known) if model is not None else None
-            column = known.index(name) if name is not None else None
-            self._inputs.append(
-                _RefInputs(
-                    column=column,
-                    card_quality=card_quality.get(model.name if model else ref.model, DEFAULT_CARD_QUALITY),
-                    completion_tokens=_completion_tokens(completion, column),
-                    pricing=model.pricing if model is not None else None,
-                )
-            )
+        self._inputs = ref_inputs(self.refs, models, known, completion, card_quality)
 
     async def order(self, vector: VectorFn, prompt_tokens: int) -> list[ModelRef]:
         """The decision's modelRefs, best first, for a request with this vector and prompt size."""
         qualities = await self._qualities(vector)
         candidates = [
-            Candidate(ref, quality, _expected_cost(inputs, prompt_tokens))
+            Candidate(ref, quality, inputs.expected_cost(prompt_tokens))
             for ref, inputs, quality in zip(self.refs, self._inputs, qualities, strict=True)
         ]
         if self.kind == "automix":
@@ -118,15 +150,6 @@ def _completion_tokens(completion: np.ndarray | None, column: int | None) -> flo
     if completion is None:
         return 256.0  # no recorded answers: a typical chat answer
     return float(completion[column]) if column is not None else float(np.mean(completion))
-
-
-def _expected_cost(inputs: _RefInputs, prompt_tokens: int) -> float:
-    pricing = inputs.pricing
-    if pricing is None:
-        return 0.0
-    return (
-        prompt_tokens * pricing.prompt_per_1m + inputs.completion_tokens * pricing.completion_per_1m
-    ) / 1e6
 
 
 def values(candidates: Sequence[Candidate], tradeoff: float) -> list[float]:
@@ -161,12 +184,12 @@ def automix_order(candidates: Sequence[Candidate], algorithm: Algorithm) -> list
 
 def compile_selectors(
     decisions: Sequence[Decision], config: RouterConfig, models: ModelIndex
-) -> dict[str, LearnedSelector]:
+) -> dict[str, Selector]:
     """A selector per decision whose algorithm is knn, mlp or automix (SelectionArtifactError:
     an artifact that cannot be used). A relative artifact path is read from the working
     directory, like the config's other paths."""
     cards = card_qualities(config)
-    out: dict[str, LearnedSelector] = {}
+    out: dict[str, Selector] = {}
     for decision in decisions:
         algorithm = decision.algorithm
         if algorithm.type not in LEARNED_TYPES and algorithm.type != "automix":

@@ -15,6 +15,7 @@ import numpy as np
 
 from app.cache.calls import AsyncCache
 from app.pipeline.completion import CacheStore, CompletionServices
+from app.pipeline.elo_selector import RatingsFeed
 from app.pipeline.signals.base import CountTokensFn, EmbedFn, EvaluatorFactory
 from app.pipeline.signals.runtime import SignalHost
 from app.runtime.batching import MicroBatcher
@@ -62,6 +63,9 @@ class PipelineServices(CompletionServices):
     # Asks the external LLM classifiers and guards (app/pipeline/signals/llm_judge.py); None:
     # a rule that needs one errors (on_error decides).
     llm_client: UpstreamClient | None = None
+    # The Elo ratings `algorithm.type: elo` selects by, shared by every replica through the
+    # management store (app/pipeline/elo_selector.py); None: the initial ratings.
+    ratings: RatingsFeed | None = None
 
 
 class CacheCalls(NamedTuple):

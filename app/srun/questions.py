@@ -8,14 +8,20 @@ that an invalid question is answered with `invalid_question` while the others ar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from app.common.api_docs import DocumentedAs, SchemaKeys, exactly_one, no_default
 
 QuestionType = Literal["choice", "noul", "score", "set", "span"]
 QUESTION_TYPES: tuple[str, ...] = ("choice", "noul", "score", "set", "span")
 INVALID_QUESTION: Literal["invalid_question"] = "invalid_question"
 K = TypeVar("K", bound=str)  # an option key: any string, or a fixed set (noul: "false"/"true")
+# An optional field whose None means "absent": its schema says neither null nor a default.
+Absent = SkipJsonSchema[None]
+ABSENT = Field(default=None, json_schema_extra=no_default)
 
 
 class _Strict(BaseModel):
@@ -25,6 +31,12 @@ class _Strict(BaseModel):
 class KeyedOption(_Strict):
     key: str = Field(min_length=1, max_length=256)
     description: str = Field(default="", max_length=4096)
+
+
+class NoulOption(KeyedOption):
+    """A noul question's list-form option, as documented (validated as a KeyedOption)."""
+
+    key: Literal["false", "true"]
 
 
 class _Question(_Strict):
@@ -43,7 +55,7 @@ def _one_form(a: Any, b: Any, names: tuple[str, str], required: bool = True) -> 
         raise ValueError(f"one of {names[0]} or {names[1]} is required")
 
 
-def _keyed(criteria: Mapping[K, str] | None, listed: list[KeyedOption] | None) -> list[tuple[str, str]]:
+def _keyed(criteria: Mapping[K, str] | None, listed: list[Any] | None) -> list[tuple[str, str]]:
     if criteria is not None:
         return list(criteria.items())
     return [(o.key, o.description) for o in listed or []]
@@ -57,10 +69,40 @@ def _check_count(pairs: list[tuple[str, str]], low: int, high: int, what: str) -
         raise ValueError(f"duplicate {what[:-1]} keys")
 
 
+# The option counts of each form (spec 2; _check_count enforces them, with its messages):
+# choice 2-255, score 2-10 levels, set/span 1-255 labels. List keys must be unique.
+def _map(low: int, high: int) -> Any:
+    return SchemaKeys(minProperties=low, maxProperties=high)
+
+
+def _list(low: int, high: int) -> Any:
+    return SchemaKeys(minItems=low, maxItems=high, description="unique keys")
+
+
+ChoiceMap = Annotated[dict[str, str], _map(2, 255)]
+ChoiceList = Annotated[list[KeyedOption], _list(2, 255)]
+NoulMap = Annotated[
+    dict[Literal["false", "true"], str],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "properties": {"false": {"type": "string"}, "true": {"type": "string"}},
+            "additionalProperties": False,
+        }
+    ),
+]
+NoulList = Annotated[list[KeyedOption], DocumentedAs(list[NoulOption]), _list(0, 2)]
+Levels = Annotated[list[str], SchemaKeys(minItems=2, maxItems=10)]
+LabelMap = Annotated[dict[str, str], _map(1, 255)]
+LabelList = Annotated[list[KeyedOption], _list(1, 255)]
+
+
 class ChoiceQuestion(_Question):
+    model_config = ConfigDict(json_schema_extra=exactly_one("criteria", "choices"))
+
     type: Literal["choice"]
-    criteria: dict[str, str] | None = None
-    choices: list[KeyedOption] | None = None
+    criteria: ChoiceMap | Absent = ABSENT
+    choices: ChoiceList | Absent = ABSENT
 
     @model_validator(mode="after")
     def _check(self) -> ChoiceQuestion:
@@ -73,9 +115,25 @@ class ChoiceQuestion(_Question):
 
 
 class NoulQuestion(_Question):
+    # With no option, the instructions are the statement (app/srun/decisions.py). "criteria or
+    # choices, not both" stays in words: schemathesis cannot generate from a nested `not`.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "description": "a statement to judge: instructions, or criteria or choices (not both)",
+            "anyOf": [
+                {
+                    "required": ["instructions"],
+                    "properties": {"instructions": {"type": "string", "minLength": 1}},
+                },
+                {"required": ["criteria"], "properties": {"criteria": {"minProperties": 1}}},
+                {"required": ["choices"], "properties": {"choices": {"minItems": 1}}},
+            ],
+        }
+    )
+
     type: Literal["noul"]
-    criteria: dict[Literal["false", "true"], str] | None = None
-    choices: list[KeyedOption] | None = None
+    criteria: NoulMap | Absent = ABSENT
+    choices: NoulList | Absent = ABSENT
 
     @model_validator(mode="after")
     def _check(self) -> NoulQuestion:
@@ -91,9 +149,11 @@ class NoulQuestion(_Question):
 
 
 class ScoreQuestion(_Question):
+    model_config = ConfigDict(json_schema_extra=exactly_one("criteria", "levels"))
+
     type: Literal["score"]
-    criteria: list[str] | None = None
-    levels: list[str] | None = None
+    criteria: Levels | Absent = ABSENT
+    levels: Levels | Absent = ABSENT
 
     @model_validator(mode="after")
     def _check(self) -> ScoreQuestion:
@@ -111,8 +171,10 @@ class ScoreQuestion(_Question):
 class _LabelQuestion(_Question):
     """Labels to pick from, each independently (set) or per span of the text (span)."""
 
-    criteria: dict[str, str] | None = None
-    labels: list[KeyedOption] | None = None
+    model_config = ConfigDict(json_schema_extra=exactly_one("criteria", "labels"))
+
+    criteria: LabelMap | Absent = ABSENT
+    labels: LabelList | Absent = ABSENT
 
     @model_validator(mode="after")
     def _check(self) -> _LabelQuestion:
@@ -155,7 +217,7 @@ def parse_question(qid: str, raw: Any) -> Question:
     if not isinstance(raw, dict):
         raise QuestionError("unknown", f"questions.{qid}: must be an object")
     qtype = raw.get("type")
-    if qtype not in _BY_TYPE:
+    if not isinstance(qtype, str) or qtype not in _BY_TYPE:  # (a dict or list is no type name)
         raise QuestionError(
             str(qtype or "unknown"), f"questions.{qid}.type: must be one of {', '.join(QUESTION_TYPES)}"
         )
@@ -178,18 +240,52 @@ class DecisionOptions(_Strict):
     max_tokens: int | None = Field(default=None, ge=3, description="capped by the card's max_input_tokens")
 
 
+# Each question is validated alone later (an invalid one is answered with invalid_question);
+# the schema says what a valid one is. A request needs one valid question somewhere.
+Questions = Annotated[
+    dict[str, Any], DocumentedAs(dict[str, Question]), Field(description="question id -> question")
+]
+
+
 class NestedState(_Strict):
     state: str = ""
-    questions: dict[str, Any] = Field(default_factory=dict)
+    questions: Questions = Field(default_factory=dict)
+
+
+DataUrls = Annotated[
+    list[Annotated[str, Field(json_schema_extra={"pattern": "^data:"})]],
+    Field(description="base64 data URLs; only for a model whose card lists the modality (else 400)"),
+]
 
 
 class DecisionRequest(_Strict):
-    model: str | None = None
+    # At least one question, at the root or (each) under states; at most 1024 in all.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["questions"], "properties": {"questions": {"minProperties": 1}}},
+                {
+                    "required": ["states"],
+                    "properties": {
+                        "states": {
+                            "minProperties": 1,
+                            "additionalProperties": {
+                                "required": ["questions"],
+                                "properties": {"questions": {"minProperties": 1}},
+                            },
+                        }
+                    },
+                },
+            ]
+        }
+    )
+
+    model: str | Absent = ABSENT
     state: str = ""
-    questions: dict[str, Any] = Field(default_factory=dict, description="question id -> question")
-    states: dict[str, NestedState] | None = None
-    images: list[str] | None = None
-    videos: list[str] | None = None
+    questions: Questions = Field(default_factory=dict)
+    states: Annotated[dict[str, NestedState], Field(max_length=64)] | Absent = ABSENT
+    images: DataUrls | Absent = ABSENT
+    videos: DataUrls | Absent = ABSENT
     options: DecisionOptions = Field(default_factory=DecisionOptions)
 
     @model_validator(mode="after")
@@ -197,9 +293,7 @@ class DecisionRequest(_Strict):
         total = len(self.questions) + sum(len(s.questions) for s in (self.states or {}).values())
         if total > 1024:
             raise ValueError(f"{total} questions; at most 1024 per request")
-        if self.states is not None and len(self.states) > 64:
-            raise ValueError("states: at most 64 entries")
-        return self
+        return self  # (at most 64 states: the field's own constraint)
 
 
 # --------------------------------------------------------------------------- answers
@@ -212,7 +306,9 @@ class _Wire(BaseModel):
 
 class ChoiceAnswer(_Wire):
     type: Literal["choice"] = "choice"
-    choice: str | None = Field(description="the most probable option; null below the question's threshold")
+    choice: str | None = Field(
+        default=None, description="the most probable option; absent below the question's threshold"
+    )
     confidence: float
     probabilities: dict[str, float]
     abstain_probability: float
@@ -225,7 +321,9 @@ class NoulAnswer(_Wire):
 
 class ScoreAnswer(_Wire):
     type: Literal["score"] = "score"
-    score: float | None = Field(description="expected level index (0-based); null below the threshold")
+    score: float | None = Field(
+        default=None, description="expected level index (0-based); absent below the threshold"
+    )
     confidence: float
     legend: dict[str, str]
     probabilities: dict[str, float]

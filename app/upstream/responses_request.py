@@ -9,9 +9,11 @@ The answer's way back (chat -> Responses objects and events) is `responses_api`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from app.common.api_docs import NON_BLANK
 
 # Chat parameters that mean the same in both APIs and are copied when present.
 _PASSTHROUGH = ("temperature", "top_p", "user", "seed", "stop", "presence_penalty", "frequency_penalty")
@@ -22,25 +24,121 @@ class ResponsesInputError(ValueError):
     """The Responses request cannot be translated to a chat completion."""
 
 
+# What the translation below accepts, as schemas: the items are read as dicts (their checks
+# raise ResponsesInputError), so these only describe them, for the OpenAPI document.
+_NAME = {"type": "string", "minLength": 1}
+_PARTS = {
+    "type": "array",
+    "items": {
+        "anyOf": [
+            {"type": "object", "required": ["type"], "properties": {"type": {"enum": sorted(_TEXT_PARTS)}}},
+            {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["refusal"]}}},
+            {
+                "type": "object",
+                "required": ["type", "image_url"],
+                "properties": {"type": {"enum": ["input_image"]}, "image_url": _NAME},
+            },
+            {
+                "type": "object",
+                "required": ["type"],
+                "properties": {"type": {"enum": ["input_file"]}, "file_data": _NAME, "file_id": _NAME},
+                "anyOf": [{"required": ["file_data"]}, {"required": ["file_id"]}],
+            },
+        ]
+    },
+}
+_INPUT_ITEMS = [
+    {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {
+            "type": {"enum": ["message"]},
+            "role": {"enum": ["user", "system", "developer", "assistant"]},
+            "content": {"anyOf": [{"type": "string"}, _PARTS]},
+        },
+    },
+    {
+        "type": "object",
+        "required": ["type", "call_id", "name"],
+        "properties": {"type": {"enum": ["function_call"]}, "call_id": _NAME, "name": _NAME},
+    },
+    {
+        "type": "object",
+        "required": ["type", "call_id", "output"],
+        "properties": {
+            "type": {"enum": ["function_call_output"]},
+            "call_id": _NAME,
+            "output": {"anyOf": [{"type": "string"}, _PARTS]},
+        },
+    },
+]
+INPUT_SCHEMA = {
+    "description": "text, or input items (reasoning items are accepted too, and dropped)",
+    "anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"anyOf": _INPUT_ITEMS}}],
+}
+TOOLS_SCHEMA = {
+    "type": "array",
+    "description": "function tools only (Responses or chat shape)",
+    "items": {
+        "type": "object",
+        "required": ["type"],
+        "properties": {"type": {"enum": ["function"]}, "name": _NAME},
+        "anyOf": [{"required": ["name"]}, {"required": ["function"]}],
+    },
+}
+TOOL_CHOICE_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {
+            "type": "object",
+            "required": ["type", "name"],
+            "properties": {"type": {"enum": ["function"]}, "name": _NAME},
+        },
+        {"type": "object", "required": ["function"]},
+    ]
+}
+TEXT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "format": {
+            "type": "object",
+            "properties": {"type": {"enum": ["text", "json_object", "json_schema"]}},
+        }
+    },
+}
+
+
 class ResponsesRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1)
-    input: str | list[dict[str, Any]]
+    model: str = Field(min_length=1, pattern=NON_BLANK)
+    input: Annotated[str | list[dict[str, Any]], WithJsonSchema(INPUT_SCHEMA)]
     instructions: str | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = None
     top_p: float | None = None
     stream: bool = False
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: Annotated[list[dict[str, Any]] | None, WithJsonSchema(TOOLS_SCHEMA)] = None
+    tool_choice: Annotated[str | dict[str, Any] | None, WithJsonSchema(TOOL_CHOICE_SCHEMA)] = None
     parallel_tool_calls: bool | None = None
-    text: dict[str, Any] | None = None
+    text: Annotated[dict[str, Any] | None, WithJsonSchema(TEXT_SCHEMA)] = None
     reasoning: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     user: str | None = None
     store: bool | None = None
-    previous_response_id: str | None = None
+    previous_response_id: str | None = Field(
+        None,
+        # Documented, not enforced here: responses_to_chat answers it (with previous messages, a
+        # store could resolve it).
+        json_schema_extra={"maxLength": 0},
+        description="needs the Response API store, which this router does not keep: "
+        "a non-empty value answers 400 (resend the conversation in `input`)",
+    )
+    # Copied into the chat request, which takes them with these types.
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
 
 
 # -- request: Responses -> chat ----------------------------------------------------------
@@ -163,7 +261,7 @@ def _chat_part(part: Any, where: str) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise ResponsesInputError(f"{where} must be an object")
     kind = part.get("type")
-    if kind in _TEXT_PARTS:
+    if isinstance(kind, str) and kind in _TEXT_PARTS:  # (a dict is no type name, and unhashable)
         return {"type": "text", "text": str(part.get("text") or "")}
     if kind == "refusal":
         return {"type": "text", "text": str(part.get("refusal") or "")}

@@ -45,3 +45,30 @@ def cached_route(upstream_url: str, keyword: str, store: dict[str, Any]) -> dict
             "services": {"observability": {"metrics": {"enabled": False}}},
         },
     }
+
+
+PRICED = {"currency": "USD", "prompt_per_1m": 1.0, "completion_per_1m": 2.0}
+
+
+def priced_model(name: str, base_url: str) -> dict[str, Any]:
+    """A `providers.models[]` entry at PRICED (1 and 2 USD per million prompt / completion tokens)."""
+    return {"name": name, "pricing": dict(PRICED), "backend_refs": [{"base_url": base_url}]}
+
+
+def learned_signals(embedding: str, threshold: float) -> dict[str, list[dict[str, Any]]]:
+    """A signal of each learned family: domain `math`, PII `any_pii`, jailbreak `attack` and the
+    embedding `embedding`. A decision referencing them makes every request call the
+    DomainClassifier and Guard deployments (and Embedding, unless the Router encodes itself)."""
+    return {
+        "domains": [{"name": "math", "mmlu_categories": ["math"]}],
+        "pii": [{"name": "any_pii", "threshold": 0.5}],
+        "jailbreak": [{"name": "attack"}],
+        "embeddings": [
+            {"name": embedding, "threshold": threshold, "candidates": ["write a python function"]}
+        ],
+    }
+
+
+def any_of(*signals: tuple[str, str]) -> dict[str, Any]:
+    """A decision rule matching when any of the (type, name) signals matches."""
+    return {"operator": "OR", "conditions": [{"type": kind, "name": name} for kind, name in signals]}

@@ -42,10 +42,14 @@ def cache() -> InMemorySemanticCache:
 
 @pytest.fixture
 def pipe(encoder, cache: InMemorySemanticCache) -> RouterPipeline:
-    """Every request cached (the global store on, default threshold) on the default model."""
+    return caching_pipeline(encoder, cache, THRESHOLD)
+
+
+def caching_pipeline(encoder, cache: InMemorySemanticCache, threshold: float) -> RouterPipeline:
+    """Every request cached (the global store on, at `threshold`) on the default model."""
     calls = cache_calls(cache)
     doc = base_document(
-        **{"global": {"stores": {"response_cache": {"enabled": True, "similarity_threshold": THRESHOLD}}}}
+        **{"global": {"stores": {"response_cache": {"enabled": True, "similarity_threshold": threshold}}}}
     )
     services = PipelineServices(
         embed=encoder_embed(encoder),
@@ -78,7 +82,7 @@ def cosine(encoder, a: str, b: str) -> float:
 
 # ------------------------------------------------------------------ negation
 
-NEGATED = [  # each pair sits above the threshold: only the polarity guard keeps them apart
+NEGATED = [  # near-duplicates by their vectors: only the polarity guard keeps them apart
     ("How do I enable 2FA on my account?", "How do I disable 2FA on my account?"),
     ("Is it safe to eat raw cookie dough?", "Is it unsafe to eat raw cookie dough?"),
     ("Is ibuprofen safe during pregnancy?", "Is ibuprofen not safe during pregnancy?"),
@@ -110,8 +114,12 @@ SAME_POLARITY = [  # paraphrases, negated or not, that must still be served
 
 
 @pytest.mark.parametrize(("first", "second"), NEGATED + [(b, a) for a, b in NEGATED[:4]])
-async def test_a_negated_question_is_never_served_the_other_answer(pipe, encoder, first, second):
-    assert cosine(encoder, first, second) >= THRESHOLD  # the threshold alone would serve it
+async def test_a_negated_question_is_never_served_the_other_answer(encoder, cache, first, second):
+    # A threshold the pair passes (the default, or just under the pair's similarity where the
+    # int8 encoder's kernels on this CPU put it slightly below): the threshold alone would serve it.
+    similarity = cosine(encoder, first, second)
+    assert similarity >= 0.75, "not a near-duplicate pair: the test would prove nothing"
+    pipe = caching_pipeline(encoder, cache, min(THRESHOLD, similarity - 0.01))
     await answered(pipe, chat(first))
     plan = await pipe.route(chat(second))
     assert not is_hit(plan) and plan.response_headers["x-cache-status"] == "miss"

@@ -332,6 +332,7 @@ def test_text_helpers():
                     "content": [
                         {"type": "text", "text": "look at"},
                         {"type": "image_url", "image_url": {"url": "u"}},
+                        {"type": {"not": "a name"}, "text": "skipped"},  # was a 500 (unhashable)
                         {"type": "text", "text": "this"},
                     ],
                 },

@@ -107,6 +107,48 @@ async def test_a_stream_that_ends_without_its_finish_is_counted_as_an_upstream_f
     assert not report.stream_finished and report.error_reason == "upstream_5xx"
 
 
+async def test_an_upstream_breaking_mid_stream_ends_the_clients_stream_with_an_error_event() -> None:
+    router = RecordingRouter()
+    exchange = await streaming_exchange(router)
+    exchange.stream_chunk(chunk("half an ans"))
+    tail = exchange.stream_broken("reset")
+    events = [e.removeprefix(b"data: ") for e in tail.split(b"\n\n") if e]
+    assert events[-1] == b"[DONE]"
+    error = json.loads(events[0])["error"]
+    assert error["type"] == "upstream_error" and "broke off" in error["message"]
+    assert exchange.stream_chunk(chunk("late")) == b""  # nothing after the error event
+    exchange.close()
+    await exchange.finish()
+    [report] = router.reports
+    assert not report.stream_finished and report.error_reason == "upstream_5xx"
+
+
+async def test_a_break_after_the_whole_answer_is_a_finished_answer() -> None:
+    router = RecordingRouter()
+    exchange = await streaming_exchange(router)
+    exchange.stream_chunk(chunk("all done", "stop"))
+    assert b"error" not in exchange.stream_broken("reset")
+    await exchange.finish()
+    [report] = router.reports
+    assert report.stream_finished and report.error_reason is None
+
+
+async def test_a_responses_stream_cut_by_its_upstream_ends_with_response_failed() -> None:
+    router = RecordingRouter()
+    exchange = Exchange(ExchangeSettings(router), ResponsesApi())
+    step = await exchange.begin(
+        json.dumps({"model": "MoM", "input": "urgent: stream", "stream": True}).encode(), {}
+    )
+    assert isinstance(step, Forward)
+    exchange.respond(200, {"content-type": "text/event-stream"}, step.plan.candidates[0])
+    exchange.stream_chunk(chunk("half"))
+    tail = exchange.stream_broken("idle_timeout")
+    assert b"event: response.failed" in tail and b"response.completed" not in tail
+    await exchange.finish()
+    [report] = router.reports
+    assert report.error_reason == "timeout"
+
+
 async def test_a_blocked_responses_request_keeps_its_headers_and_is_completed() -> None:
     router = RecordingRouter(immediate=BLOCK)
     exchange = Exchange(ExchangeSettings(router), ResponsesApi())

@@ -20,11 +20,13 @@ from app.config.models import RouterConfig
 from app.management import InProcessActivator, Management, ReplayStore
 from app.management.activation import Activator
 from app.management.audit_redis import RedisAuditLog
+from app.management.ratings import RATINGS_FILE, RATINGS_LOCK, RatingStore, open_rating_store
 from app.management.replays_redis import RedisOutcomeStore
 from app.management.shared_store import ManagementStoreSettings, redis_client
 from app.management.state import ConfigStore
-from app.management.state_backends import RedisStateBackend
+from app.management.state_backends import FileStateBackend, RedisStateBackend
 from app.pipeline.pipeline import RouterPipeline
+from app.pipeline.services import PipelineServices
 from app.upstream.client import UpstreamClient
 
 SECRET = "sk-live-0123456789abcdef"
@@ -59,6 +61,16 @@ def make_store(state_dir: Path | None) -> ConfigStore:
     url, prefix = _redis_store
     settings = ManagementStoreSettings(backend="redis", url=url, key_prefix=prefix)
     return ConfigStore(backend=RedisStateBackend(redis_client(settings), prefix))
+
+
+def make_ratings(state_dir: Path | None) -> RatingStore:
+    """The elo ratings where the store under test keeps them: `state_dir`'s file (memory when
+    None), or Redis under this test's prefix."""
+    if _redis_store is None:
+        return RatingStore(FileStateBackend(state_dir, RATINGS_FILE, RATINGS_LOCK) if state_dir else None)
+    url, prefix = _redis_store
+    settings = ManagementStoreSettings(backend="redis", url=url, key_prefix=prefix)
+    return open_rating_store(settings, "test", Path("unused"))
 
 
 def base_document(base_url: str = "http://127.0.0.1:9/v1") -> dict[str, Any]:
@@ -111,10 +123,11 @@ class Harness:
         environ: Mapping[str, str] | None = None,
         replays: ReplayStore | None = None,
         activation_wait_s: float = 30.0,
+        services: PipelineServices | None = None,
         **management: Any,
     ) -> None:
         self.config: RouterConfig = parse_config(document or base_document()).config
-        self.pipeline = RouterPipeline(self.config)
+        self.pipeline = RouterPipeline(self.config, services)
         self.view = StaticConfigView(self.config)
         self.replays = replays
         self.management = Management(

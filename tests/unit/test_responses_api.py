@@ -156,6 +156,8 @@ def test_item_list_with_parts_tools_and_tool_results():
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]"),
         ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role"),
         ({"input": [{"role": "user", "content": [{"type": "input_audio"}]}]}, "input[0].content[0]"),
+        # an object where a type name goes (found by the OpenAPI fuzzer: it was a 500)
+        ({"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": {}}]}]}, "input[0]"),
         ({"input": [{"type": "function_call", "name": "f"}]}, "input[0].call_id"),
         ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0]"),
         ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id"),

@@ -28,3 +28,26 @@ def test_instances_get_their_own_files_and_ports_with_a_short_socket_path() -> N
     # Serve nests a 56-character hash directory; HAProxy refuses admin sockets over 97 characters.
     base = first["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"]
     assert len(base) + 1 + 56 + len("/admin.sock") <= 97
+
+
+def test_haproxy_resends_a_request_whose_ingress_replica_died_everywhere_serve_runs() -> None:
+    """tests/integration/test_faults.py: the request goes to another replica instead of failing."""
+    from pathlib import Path
+
+    import yaml
+
+    from deployments.serve_env import HAPROXY_RETRY_ON
+
+    assert set(HAPROXY_RETRY_ON.split()) == {"conn-failure", "empty-response"}
+    assert fast_path_env()["RAY_SERVE_HAPROXY_RETRY_ON"] == HAPROXY_RETRY_ON
+    cluster = Path(__file__).resolve().parents[2] / "cluster"
+    ray_up = yaml.safe_load((cluster / "ray-cluster.yaml").read_text())
+    for commands in (ray_up["head_start_ray_commands"], ray_up["worker_start_ray_commands"]):
+        assert f"RAY_SERVE_HAPROXY_RETRY_ON='{HAPROXY_RETRY_ON}'" in next(
+            c for c in commands if "ray start" in c
+        )
+    service = yaml.safe_load((cluster / "kuberay-rayservice.yaml").read_text())["spec"]["rayClusterConfig"]
+    groups = [service["headGroupSpec"], *service["workerGroupSpecs"]]
+    for group in groups:
+        env = {e["name"]: e["value"] for e in group["template"]["spec"]["containers"][0]["env"]}
+        assert env["RAY_SERVE_HAPROXY_RETRY_ON"] == HAPROXY_RETRY_ON

@@ -50,6 +50,7 @@ def model() -> DecisionModel:
         ({"type": "set", "criteria": {}}, "0 labels"),
         ({"type": "span", "labels": [{"key": "a"}, {"key": "a"}]}, "duplicate"),
         ({"type": "vote"}, "questions.q.type"),
+        ({"type": {"a": 1}}, "questions.q.type"),  # an object is no type name (was a 500)
         ("not an object", "must be an object"),
         ({"type": "choice", "criteria": {"a": "x", "b": "y"}, "threshold": 2}, "questions.q.threshold"),
     ],

@@ -1,6 +1,6 @@
-"""What every management route module shares: registering a guarded route, parsing a JSON
-body into its pydantic model, rendering a model, the request id, and the audit entries the
-HTTP layer records (mutations, 403s)."""
+"""What every management route module shares: registering a guarded route (with the
+failures it documents), parsing a JSON body into its pydantic model, rendering a model, the
+request id, and the audit entries the HTTP layer records (mutations, 403s)."""
 
 from __future__ import annotations
 
@@ -10,28 +10,63 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
+from app.common.api_docs import BODY_TOO_LARGE, Responses, errors
 from app.common.errors import REQUEST_ID_HEADER, validation_message
 from app.management.auth import AuthError, Principal
 from app.management.discovery import RouteGuard, Sensitivity
 from app.management.documents import DocumentRejected, Reason
-from app.management.errors import MgmtError, invalid_input
+from app.management.errors import MgmtError, MgmtErrorBody, invalid_input
 from app.management.service import Management
 
-Responses = dict[int | str, dict[str, Any]]
 M = TypeVar("M", bound=BaseModel)
 
-ERRORS: Responses = {
-    code: {"description": text}
-    for code, text in (
-        (400, "invalid input"),
-        (401, "missing or invalid bearer token"),
-        (403, "permission missing"),
-    )
-}
+
+def mgmt_errors(statuses: dict[int, str]) -> Responses:
+    """`responses` answered with the management error body."""
+    return errors(MgmtErrorBody, statuses)
+
+
+# Every guarded route: the guard's failures (auth mode bearer).
+ERRORS = mgmt_errors({401: "missing or invalid bearer token", 403: "permission missing"})
+INVALID = mgmt_errors({400: "INVALID_INPUT: a parameter or the body is invalid"})
+
+
+class ManagementRoute(APIRoute):
+    """A management route: a query or header that fails its declaration answers 400
+    INVALID_INPUT in the management error body (the app-wide handler answers the data plane's)."""
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                response: Response = await handler(request)
+            except RequestValidationError as exc:
+                message, _ = validation_message(exc.errors())
+                raise invalid_input(message) from None
+            return response
+
+        return route
+
+
+def documented_failures(endpoint: Callable[..., Any], options: dict[str, Any]) -> Responses:
+    """400 where the route takes input (parameters or a body), 413 where it reads a body."""
+    takes_body = "requestBody" in (options.get("openapi_extra") or {})
+    parameters = [
+        p for p in inspect.signature(endpoint).parameters.values() if p.annotation not in (Request, "Request")
+    ]
+    out: Responses = dict(ERRORS)
+    if takes_body or parameters:
+        out.update(INVALID)
+    if takes_body:
+        out.update(BODY_TOO_LARGE)
+    return out
 
 
 def route_guard(
@@ -89,14 +124,16 @@ class Registrar:
         tags: list[str | Enum] | None = None,
         **options: Any,
     ) -> None:
-        """`options`: response_model, summary, openapi_extra, deprecated (APIRouter.add_api_route's)."""
+        """`options`: response_model, summary, openapi_extra, deprecated (APIRouter.add_api_route's).
+        `responses`: the route's own statuses, besides those every route documents."""
         self.router.add_api_route(
             path,
             endpoint,
             methods=[method],
             dependencies=[Depends(route_guard(self.mgmt, permission, sensitivity))],
-            responses={**ERRORS, **(responses or {})},
+            responses={**documented_failures(endpoint, options), **(responses or {})},
             tags=tags or ["management"],
+            route_class_override=ManagementRoute,
             **options,
         )
 
@@ -151,18 +188,15 @@ def rejected(exc: DocumentRejected) -> MgmtError:
     return MgmtError(400, message, code="INVALID_CONFIG", details={"reasons": reasons_of(exc.reasons)})
 
 
-def json_body_openapi(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
 def json_or_yaml_openapi(content: str = "configuration document (JSON or YAML)") -> dict[str, Any]:
+    # A YAML body is described by what it parses to: a mapping, as the JSON one.
     return {
         "requestBody": {
             "required": True,
             "description": content,
             "content": {
                 "application/json": {"schema": {"type": "object"}},
-                "application/yaml": {"schema": {"type": "string"}},
+                "application/yaml": {"schema": {"type": "object"}},
             },
         }
     }

@@ -9,6 +9,7 @@ import yaml
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from app.common.api_docs import json_body
 from app.config.schema import config_json_schema
 from app.management.auth import auth_issues
 from app.management.documents import (
@@ -33,9 +34,9 @@ from app.management.models import (
 from app.management.redaction import REDACTED, is_secret_key, redact, restore_redacted
 from app.management.routes.common import (
     Registrar,
-    json_body_openapi,
     json_or_yaml_openapi,
     json_response,
+    mgmt_errors,
     parse_model,
     principal_of,
     reasons_of,
@@ -77,7 +78,15 @@ def config_read_routes(mgmt: Management) -> APIRouter:
         "config.read",
         "secret",
         summary="persisted configuration document (ETag for If-Match)",
-        responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}},
+        responses={
+            200: {
+                "description": "the document: JSON, or YAML with format=yaml",
+                "content": {
+                    "application/json": {"schema": {"type": "object"}},
+                    "application/yaml": {"schema": {"type": "object"}},
+                },
+            }
+        },
     )
 
     async def validate(request: Request) -> ValidateResponse:
@@ -93,7 +102,7 @@ def config_read_routes(mgmt: Management) -> APIRouter:
         "GET",
         "config.read",
         summary="configuration JSON Schema",
-        responses={404: {"description": "unknown section"}},
+        responses=mgmt_errors({404: "NOT_FOUND: unknown section"}),
     )
     add(
         "/api/v1/config/validate",
@@ -113,7 +122,7 @@ def config_read_routes(mgmt: Management) -> APIRouter:
         "sensitive",
         response_model=PlanResponse,
         summary="plan a merge or replace (no write)",
-        openapi_extra=json_body_openapi(PlanRequest.model_json_schema()),
+        openapi_extra=json_body(PlanRequest),
     )
     add(
         "/api/v1/config/versions",

@@ -9,17 +9,18 @@ from typing import Any
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 
+from app.common.api_docs import NON_BLANK, REF_TEMPLATE, json_body
 from app.management.activation import PreconditionFailed, RestartRequired
 from app.management.documents import Candidate, DocumentRejected, check_document, merge_patch, parse_body
-from app.management.errors import MgmtError, not_found, unavailable
+from app.management.errors import MgmtError, MgmtErrorBody, not_found, unavailable
 from app.management.models import MutationResponse, RollbackRequest
 from app.management.redaction import restore_redacted
 from app.management.routes.common import (
     Registrar,
     Responses,
-    json_body_openapi,
     json_or_yaml_openapi,
     json_response,
+    mgmt_errors,
     parse_model,
     principal_of,
     reasons_of,
@@ -31,28 +32,59 @@ from app.management.service import Management
 from app.management.state import VersionRecord
 
 Builder = Callable[[dict[str, Any]], Candidate]
+UNDOCUMENTED = Header(None, alias="If-Match", include_in_schema=False)  # documented as IF_MATCH
 
 MUTATION_RESPONSES: Responses = {
-    200: {"model": MutationResponse},
-    202: {"description": "accepted; activation pending or superseded"},
-    409: {"description": "RESTART_REQUIRED"},
-    412: {"description": "stale If-Match (CONFIG_CHANGED)"},
-    428: {"description": "If-Match missing (PRECONDITION_REQUIRED)"},
-    503: {"description": "activation_failed", "model": MutationResponse},
+    200: {"description": "persisted and active", "model": MutationResponse},
+    202: {"description": "persisted; activation pending or superseded", "model": MutationResponse},
+    **mgmt_errors(
+        {
+            400: "INVALID_INPUT, or INVALID_CONFIG with every reason in details.reasons",
+            409: "RESTART_REQUIRED: a change only a restart applies (nothing persisted)",
+            412: "CONFIG_CHANGED: If-Match is not the current ETag (the ETag header is)",
+            428: "PRECONDITION_REQUIRED: If-Match missing or blank",
+        }
+    ),
+    503: {
+        "description": "status activation_failed (persisted, previous generation serving), or "
+        "ACTIVATION_UNAVAILABLE / STORE_UNAVAILABLE (nothing persisted)",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "anyOf": [
+                        {"$ref": REF_TEMPLATE.format(model=MutationResponse.__name__)},
+                        {"$ref": REF_TEMPLATE.format(model=MgmtErrorBody.__name__)},
+                    ]
+                }
+            }
+        },
+    },
 }
+# Required by the contract; the handler reads it itself to answer 428 (not 400) without it.
+IF_MATCH = {
+    "name": "If-Match",
+    "in": "header",
+    "required": True,
+    "description": "the current ETag (GET /api/v1/config)",
+    "schema": {"type": "string", "pattern": NON_BLANK},
+}
+
+
+def with_if_match(extra: dict[str, Any]) -> dict[str, Any]:
+    return {**extra, "parameters": [IF_MATCH]}
 
 
 def config_write_routes(mgmt: Management) -> APIRouter:
     router = APIRouter()
     add = Registrar(router, mgmt).add
 
-    async def patch_config(request: Request, if_match: str | None = Header(None)) -> JSONResponse:
+    async def patch_config(request: Request, if_match: str | None = UNDOCUMENTED) -> JSONResponse:
         return await write_config(mgmt, request, if_match, merge=True)
 
-    async def put_config(request: Request, if_match: str | None = Header(None)) -> JSONResponse:
+    async def put_config(request: Request, if_match: str | None = UNDOCUMENTED) -> JSONResponse:
         return await write_config(mgmt, request, if_match, merge=False)
 
-    async def rollback(request: Request, if_match: str | None = Header(None)) -> JSONResponse:
+    async def rollback(request: Request, if_match: str | None = UNDOCUMENTED) -> JSONResponse:
         record = await rollback_target(mgmt, request)
         document = record.document
         return await mutate(
@@ -73,7 +105,7 @@ def config_write_routes(mgmt: Management) -> APIRouter:
         "secret",
         responses=MUTATION_RESPONSES,
         summary="merge-patch, validate, persist, hot-reload",
-        openapi_extra=json_or_yaml_openapi("JSON merge patch"),
+        openapi_extra=with_if_match(json_or_yaml_openapi("JSON merge patch (RFC 7386) of the document")),
     )
     add(
         "/api/v1/config",
@@ -83,7 +115,9 @@ def config_write_routes(mgmt: Management) -> APIRouter:
         "secret",
         responses=MUTATION_RESPONSES,
         summary="replace, validate, persist, hot-reload",
-        openapi_extra=json_or_yaml_openapi(),
+        openapi_extra=with_if_match(
+            json_or_yaml_openapi("the configuration document (schema: GET /api/v1/config/schema)")
+        ),
     )
     add(
         "/api/v1/config/rollback",
@@ -91,9 +125,9 @@ def config_write_routes(mgmt: Management) -> APIRouter:
         "POST",
         "config.write",
         "sensitive",
-        responses={**MUTATION_RESPONSES, 404: {"description": "unknown version"}},
+        responses={**MUTATION_RESPONSES, **mgmt_errors({404: "NOT_FOUND: no such version in the history"})},
         summary="re-activate a recorded version",
-        openapi_extra=json_body_openapi(RollbackRequest.model_json_schema()),
+        openapi_extra=with_if_match(json_body(RollbackRequest)),
     )
     return router
 

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from app.management.errors import not_implemented
 from app.management.inventory import classifier_view, legacy_info_classifier, legacy_info_models
 from app.management.redaction import redact
-from app.management.routes.common import Registrar, principal_of
+from app.management.routes.common import Registrar, mgmt_errors, principal_of
 from app.management.service import Management
 
 
@@ -96,7 +96,7 @@ def older_info_routes(mgmt: Management) -> APIRouter:
         "GET",
         "inventory.read",
         tags=["older"],
-        responses={501: {"description": "NOT_IMPLEMENTED"}},
+        responses=mgmt_errors({501: "NOT_IMPLEMENTED on the older path (see GET /metrics on :9190)"}),
         deprecated=True,
     )
     return router

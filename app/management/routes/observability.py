@@ -1,12 +1,17 @@
 """Observability routes: the audit log (audit.read), replay records and aggregates
-(observability.read; content needs data.read) and outcome submission (learning.ingest)."""
+(observability.read; content needs data.read) and outcome submission (learning.ingest; an
+outcome of an `elo` decision also updates its ratings)."""
 
 from __future__ import annotations
+
+import asyncio
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
 
+from app.common.api_docs import json_body
 from app.management.audit import AuditPage
+from app.management.elo_feedback import rate_outcome
 from app.management.errors import MgmtError, invalid_input, not_found, unavailable
 from app.management.replays import (
     IdempotencyConflict,
@@ -20,9 +25,9 @@ from app.management.replays import (
 from app.management.routes.common import (
     Registrar,
     Responses,
-    json_body_openapi,
     json_response,
     maybe_await,
+    mgmt_errors,
     parse_model,
     principal_of,
     record_mutation,
@@ -30,7 +35,7 @@ from app.management.routes.common import (
 from app.management.service import Management
 
 MAX_IDEMPOTENCY_KEY = 255
-REPLAYS_OFF: Responses = {503: {"description": "replays not enabled"}}
+REPLAYS_OFF: Responses = mgmt_errors({503: "replay recording is not enabled"})
 
 
 def audit_routes(mgmt: Management) -> APIRouter:
@@ -93,7 +98,10 @@ def replay_routes(mgmt: Management) -> APIRouter:
             redact_record(record, data=principal.can("data.read"), secrets=principal.can("secret_view"))
         )
 
-    async def outcomes(request: Request, idempotency_key: str | None = Header(None)) -> JSONResponse:
+    async def outcomes(
+        request: Request,
+        idempotency_key: str | None = Header(None, min_length=1, max_length=MAX_IDEMPOTENCY_KEY),
+    ) -> JSONResponse:
         return await submit_outcome(mgmt, request, idempotency_key)
 
     add(
@@ -121,7 +129,7 @@ def replay_routes(mgmt: Management) -> APIRouter:
         "GET",
         "observability.read",
         "sensitive",
-        responses={**REPLAYS_OFF, 404: {"description": "unknown id"}},
+        responses={**REPLAYS_OFF, **mgmt_errors({404: "NOT_FOUND: no such replay record"})},
         summary="one replay record",
     )
     add(
@@ -133,11 +141,19 @@ def replay_routes(mgmt: Management) -> APIRouter:
         response_model=OutcomeRecord,
         summary="submit an outcome for a replay",
         responses={
-            201: {"model": OutcomeRecord},
-            404: {"description": "unknown replay"},
-            409: {"description": "Idempotency-Key reused with another body"},
+            200: {
+                "description": "an Idempotency-Key replay: the outcome it recorded",
+                "model": OutcomeRecord,
+            },
+            201: {"description": "recorded", "model": OutcomeRecord},
+            **mgmt_errors(
+                {
+                    404: "NOT_FOUND: no replay record with that replay_id",
+                    409: "IDEMPOTENCY_CONFLICT: the Idempotency-Key was used with another body",
+                }
+            ),
         },
-        openapi_extra=json_body_openapi(OutcomeIn.model_json_schema()),
+        openapi_extra=json_body(OutcomeIn),
     )
     return router
 
@@ -155,7 +171,8 @@ async def submit_outcome(mgmt: Management, request: Request, idempotency_key: st
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
             raise invalid_input(f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} characters")
         body = parse_model(OutcomeIn, await request.body())
-        if mgmt.replays is not None and await maybe_await(mgmt.replays.get(body.replay_id)) is None:
+        replay = await maybe_await(mgmt.replays.get(body.replay_id)) if mgmt.replays is not None else None
+        if mgmt.replays is not None and replay is None:
             raise not_found(f"no replay record {body.replay_id!r}")
         try:
             record = mgmt.outcomes.submit(body, principal_of(request).name, idempotency_key)
@@ -163,6 +180,9 @@ async def submit_outcome(mgmt: Management, request: Request, idempotency_key: st
             raise MgmtError(
                 409, "this Idempotency-Key was used with a different body", code="IDEMPOTENCY_CONFLICT"
             ) from None
+        if replay is not None and mgmt.ratings is not None and not record.idempotent_replay:
+            # An elo decision's ratings learn from it (app/management/elo_feedback.py); never fails.
+            await asyncio.to_thread(rate_outcome, mgmt.ratings, mgmt.config, replay, body)
         status = 200 if record.idempotent_replay else 201
         return json_response(record, status)
     except MgmtError as exc:

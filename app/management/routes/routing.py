@@ -10,29 +10,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from app.common.api_docs import json_body
 from app.management.errors import MgmtError, unavailable
 from app.management.models import PreviewRequest, PreviewResponse
 from app.management.redaction import redact
-from app.management.routes.common import (
-    Registrar,
-    json_body_openapi,
-    json_response,
-    parse_model,
-    principal_of,
-)
+from app.management.routes.common import Registrar, json_response, mgmt_errors, parse_model, principal_of
 from app.management.service import Management
 
 log = logging.getLogger("svc_sr.management")
-
-PREVIEW_BODY_SCHEMA = {
-    "type": "object",
-    "required": ["messages"],
-    "properties": {
-        "model": {"type": "string"},
-        "messages": {"type": "array", "items": {"type": "object"}},
-        "preview_context": {"type": "object"},
-    },
-}
 
 
 def routing_routes(mgmt: Management) -> APIRouter:
@@ -52,9 +37,16 @@ def routing_routes(mgmt: Management) -> APIRouter:
         "classify.invoke",
         "sensitive",
         response_model=PreviewResponse,
-        responses={408: {"description": "deadline"}, 503: {"description": "preview unavailable"}},
+        responses=mgmt_errors(
+            {
+                400: "INVALID_INPUT: not a chat request, or one the router cannot route",
+                404: "INVALID_INPUT: the request names a model that is not configured",
+                408: "TIMEOUT_ERROR: over global.services.api.routing_preview's deadline",
+                503: "the routing preview is not available in this process",
+            }
+        ),
         summary="evaluate signals, decision and model selection without calling a backend",
-        openapi_extra=json_body_openapi(PREVIEW_BODY_SCHEMA),
+        openapi_extra=json_body(PreviewRequest),
     )
     return router
 

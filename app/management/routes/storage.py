@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from app.cache.base import CacheUnavailable
+from app.common.api_docs import json_body
 from app.config.global_config import ResponseCacheConfig
 from app.management.cache_admin import (
     CacheCapabilities,
@@ -38,8 +39,8 @@ from app.management.redaction import redact
 from app.management.routes.common import (
     Registrar,
     Responses,
-    json_body_openapi,
     json_response,
+    mgmt_errors,
     parse_model,
     principal_of,
     record_mutation,
@@ -47,7 +48,7 @@ from app.management.routes.common import (
 from app.management.service import Management
 
 PREFIX = "/api/v1/storage/response-cache"
-UNAVAILABLE: Responses = {503: {"description": "response cache unavailable"}}
+UNAVAILABLE: Responses = mgmt_errors({503: "no response cache in this process, or its store is unavailable"})
 TAGS: list[str | Enum] = ["storage"]
 
 
@@ -94,7 +95,7 @@ def storage_routes(mgmt: Management) -> APIRouter:
             response_model=model,
             responses=UNAVAILABLE,
             tags=TAGS,
-            openapi_extra=json_body_openapi(request_model.model_json_schema()),
+            openapi_extra=json_body(request_model),
         )
     return router
 

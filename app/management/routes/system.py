@@ -13,8 +13,8 @@ from app.management.auth import PERMISSIONS
 from app.management.discovery import describe_routes
 from app.management.errors import not_found
 from app.management.models import Discovery, RouteInfo, StatusDocument
-from app.management.openapi import UnknownOperation, narrow, to_openapi_30
-from app.management.routes.common import ERRORS, Registrar, json_response, route_guard
+from app.management.openapi import UnknownOperation, narrow, served
+from app.management.routes.common import ERRORS, ManagementRoute, Registrar, json_response, route_guard
 from app.management.service import Management
 from app.management.startup import StartupStatus
 
@@ -39,7 +39,7 @@ def system_routes(mgmt: Management) -> APIRouter:
         "GET",
         "ready.read",
         response_model=StartupStatus,
-        responses={503: {"description": "startup not complete"}},
+        responses={503: {"description": "startup not complete", "model": StartupStatus}},
         summary="readiness",
         tags=["system"],
     )
@@ -92,7 +92,7 @@ def install_discovery(app: FastAPI, mgmt: Management) -> None:
         ("/openapi.json", openapi, None),
         ("/docs", docs, None),
     ):
-        app.add_api_route(
+        app.router.add_api_route(
             path,
             endpoint,
             methods=["GET"],
@@ -101,12 +101,13 @@ def install_discovery(app: FastAPI, mgmt: Management) -> None:
             include_in_schema=path == "/api/v1",
             tags=["system"],
             responses=dict(ERRORS),
+            route_class_override=ManagementRoute,
         )
 
 
 def _openapi_30(app: FastAPI) -> dict[str, Any]:
     cached = getattr(app.state, "openapi_30", None)
     if cached is None:
-        cached = to_openapi_30(app.openapi())
+        cached = served(app.openapi())
         app.state.openapi_30 = cached
     return cached

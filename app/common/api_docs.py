@@ -1,0 +1,84 @@
+"""Building blocks of the served OpenAPI document's operations (plain data, no FastAPI).
+
+Handlers that read their body themselves (to keep the client's bytes, to answer in their
+own error body) document it with `json_body(Model)`: the model's JSON Schema with its
+definitions under `$defs`, which app.management.openapi moves into components/schemas.
+`errors(Model, {status: description})` documents failure statuses with their body model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, GetJsonSchemaHandler, TypeAdapter
+from pydantic.json_schema import JsonSchemaValue
+
+from app.common.errors import ErrorBody
+
+REF_TEMPLATE = "#/components/schemas/{model}"
+# A character `str.strip()` keeps (pydantic's Rust regex and a schema's ECMA regex agree on
+# it): the pattern of a field that must not be blank.
+NON_BLANK = r"[^\s\x1c-\x1f\x85]"
+Responses = dict[int | str, dict[str, Any]]
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s validation schema; its definitions stay under `$defs`, refs point at components."""
+    return model.model_json_schema(ref_template=REF_TEMPLATE)
+
+
+def json_body(model: type[BaseModel], *, description: str | None = None) -> dict[str, Any]:
+    """openapi_extra: a required JSON body that validates as `model`."""
+    body: dict[str, Any] = {
+        "required": True,
+        "content": {"application/json": {"schema": model_schema(model)}},
+    }
+    if description:
+        body["description"] = description
+    return {"requestBody": body}
+
+
+def errors(model: type[BaseModel], statuses: Mapping[int, str]) -> Responses:
+    """FastAPI `responses`: each status answered with `model`'s body."""
+    return {status: {"description": text, "model": model} for status, text in statuses.items()}
+
+
+# The body-size middleware (app.api.errors) answers 413 before any route that reads a body.
+BODY_TOO_LARGE: Responses = errors(
+    ErrorBody, {413: "request body over global.services.data_plane.max_body_bytes (body_too_large)"}
+)
+
+
+class SchemaKeys:
+    """`Annotated[T, SchemaKeys(minProperties=2)]`: T's schema plus these keys, for a
+    constraint a validator enforces with its own message (documented, not enforced here)."""
+
+    def __init__(self, **keys: Any) -> None:
+        self.keys = keys
+
+    def __get_pydantic_json_schema__(self, core: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {**handler(core), **self.keys}
+
+
+class DocumentedAs:
+    """`Annotated[T, DocumentedAs(U)]`: validated as T, documented as U. For a field whose items
+    are validated one by one later (an invalid one is answered, not refused), so the schema
+    can still say what a valid item is."""
+
+    def __init__(self, documented: Any) -> None:
+        self.documented = documented
+
+    def __get_pydantic_json_schema__(self, _core: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return handler(TypeAdapter(self.documented).core_schema)
+
+
+def no_default(schema: dict[str, Any]) -> None:
+    """json_schema_extra of an optional field whose None means "absent" (its schema excludes
+    null): no `default: null` a client could copy."""
+    schema.pop("default", None)
+
+
+def exactly_one(*fields: str) -> dict[str, Any]:
+    """json_schema_extra of a model that takes exactly one of `fields`."""
+    return {"oneOf": [{"required": [name]} for name in fields]}

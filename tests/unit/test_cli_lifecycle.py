@@ -1,0 +1,81 @@
+"""`svc-sr serve`'s start-up lines and stop: each deployment says when it is ready (a line that
+stays, unlike the progress bar), and Envoy and the sidecar are stopped together."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from app.cli import serve as serve_module
+from app.cli.gateway import Gateway
+from app.common.supervisor import SupervisedProcess
+
+# On SIGTERM: note the time, take 1 s to drain, note the time again, exit.
+DRAINING_CHILD = """
+import signal, sys, time
+path = sys.argv[1]
+def drain(*_):
+    with open(path, "a") as fh:
+        fh.write(f"term {time.time()}\\n")
+    time.sleep(1.0)
+    with open(path, "a") as fh:
+        fh.write(f"exit {time.time()}\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, drain)
+open(path + ".up", "w").close()
+signal.pause()
+"""
+
+
+def test_each_deployment_gets_a_ready_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    readings = iter(
+        [
+            {"Router": "UPDATING", "Embedding": "UPDATING"},
+            {"Router": "UPDATING", "Embedding": "HEALTHY"},
+            {"Router": "HEALTHY", "Embedding": "HEALTHY"},
+        ]
+    )
+    done = threading.Event()
+
+    def states() -> dict[str, str]:
+        state = next(readings, None)
+        if state is None:
+            done.set()
+            return {"Router": "HEALTHY", "Embedding": "HEALTHY"}
+        return state
+
+    monkeypatch.setattr(serve_module, "_safe_states", states)
+    worker = threading.Thread(target=done.wait, args=(30,))
+    worker.start()
+    console = Console(record=True, width=200)
+    serve_module._show_progress(worker, threading.Event(), console)
+    lines = [line.strip() for line in console.export_text().splitlines() if "ready (" in line]
+    assert [line.split(" ready")[0] for line in lines] == ["Embedding", "Router"]  # in order, once each
+
+
+def test_envoy_and_the_sidecar_stop_together(tmp_path: Path) -> None:
+    logs = {name: tmp_path / f"{name}.log" for name in ("envoy", "sidecar")}
+    children = {
+        name: SupervisedProcess(name, [sys.executable, "-c", DRAINING_CHILD, str(path)]).start()
+        for name, path in logs.items()
+    }
+    for path in logs.values():  # both have installed their SIGTERM handler
+        for _ in range(300):
+            if Path(str(path) + ".up").exists():
+                break
+            threading.Event().wait(0.05)
+    gateway = Gateway.__new__(Gateway)
+    gateway.envoy, gateway.sidecar = children["envoy"], children["sidecar"]
+    gateway.stop()
+    events = {
+        name: dict(line.split() for line in path.read_text().splitlines()) for name, path in logs.items()
+    }
+    assert all(set(e) == {"term", "exit"} for e in events.values()), events
+    # Each was told to stop before the other had finished draining: the drains overlapped.
+    assert float(events["sidecar"]["term"]) < float(events["envoy"]["exit"])
+    assert float(events["envoy"]["term"]) < float(events["sidecar"]["exit"])
+    assert gateway.envoy is None and gateway.sidecar is None
