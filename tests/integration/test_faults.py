@@ -234,8 +234,9 @@ def test_killing_one_of_two_ingress_replicas_fails_only_its_in_flight_requests(f
         assert outcome.status >= 500, outcome.describe()
     # HAProxy re-sends what was in flight on the dead replica (deployments/serve_env.py). Without
     # that, 4 and 5 requests per kill failed here; with it none in 5 of 7 kills and one in 2.
-    unanswered = [o for o in failures if o.status is None]
-    assert len(unanswered) <= 2, describe(unanswered)
+    # What can fail is at most what was in flight at the kill: one request per client.
+    clients = sum(load.concurrency for load in loads)
+    assert len(failures) <= clients, describe(failures)
     assert sum(load.succeeded() for load in loads) >= 100
 
 
