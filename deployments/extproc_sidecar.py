@@ -19,6 +19,7 @@ import signal
 import socket
 from pathlib import Path
 
+from app.common.process_exit import exit_now
 from app.config.loader import load_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
@@ -90,8 +91,12 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import ray
+
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(run(parse_args(argv)))
+    ray.shutdown()  # disconnect now: at exit Ray's hook would sleep 0.5 s first
+    exit_now(0)
 
 
 if __name__ == "__main__":

@@ -21,23 +21,15 @@ import tempfile
 from collections.abc import MutableMapping
 from pathlib import Path
 
+from app.common.ray_settings import CLUSTER_ENV, HAPROXY_RETRY_ON
+
+__all__ = ["CLUSTER_ENV", "FAST_PATH_KEYS", "HAPROXY_RETRY_ON", "apply_fast_path_env", "fast_path_env"]
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-# What HAProxy re-sends to another Ingress replica. Serve's default, `conn-failure`, covers only
-# requests that never reached a replica. A request in flight on a replica that dies (killed, its
-# node lost) got no answer: HAProxy closed the client's connection (4 and 5 requests per kill in
-# tests/integration/test_faults.py), or answered with its error page (Serve's plain-text 500;
-# deployments/error_page.py). With `empty-response` it sends the request to another replica
-# instead: in 7 kills of that test, 1 request failed in 2 of them, none in the others. HAProxy
-# keeps a copy only of requests up to tune.bufsize (16 KiB) for this; the upstream may see such a
-# request twice, as after a client's own retry. A stream whose answer had begun cannot be sent
-# again: its connection ends.
-HAPROXY_RETRY_ON = "conn-failure empty-response"
 
 
 def fast_path_env() -> dict[str, str]:
@@ -47,8 +39,8 @@ def fast_path_env() -> dict[str, str]:
     refuses an admin socket path over 97 characters."""
     haproxy_dir = Path(tempfile.mkdtemp(prefix="svcsr-hap-", dir="/tmp"))
     return {
-        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
-        "RAY_SERVE_ENABLE_HA_PROXY": "1",
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": CLUSTER_ENV["RAY_SERVE_THROUGHPUT_OPTIMIZED"],
+        "RAY_SERVE_ENABLE_HA_PROXY": CLUSTER_ENV["RAY_SERVE_ENABLE_HA_PROXY"],
         "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(haproxy_dir / "haproxy.cfg"),
         "RAY_SERVE_HAPROXY_SOCKET_PATH": str(haproxy_dir / "admin.sock"),
         "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(haproxy_dir),
@@ -57,7 +49,7 @@ def fast_path_env() -> dict[str, str]:
         "RAY_SERVE_HAPROXY_METRICS_PORT": str(_free_port()),
         # Two threads are plenty for one laptop's traffic and leave the cores to the models.
         "RAY_SERVE_HAPROXY_NBTHREAD": "2",
-        "RAY_SERVE_HAPROXY_RETRY_ON": HAPROXY_RETRY_ON,
+        "RAY_SERVE_HAPROXY_RETRY_ON": CLUSTER_ENV["RAY_SERVE_HAPROXY_RETRY_ON"],
         # An Ingress replica stays up this long after it stops taking requests, so load
         # balancers elsewhere notice. HAProxy on this node drops it within ~0.1 s; Serve's 30 s
         # default only made every `svc-sr stop` and test teardown wait 30 s. Clusters keep 30 s.

@@ -42,17 +42,13 @@ import click
 import yaml
 
 from app.cli.kuberay_resource import GPU_RESOURCE, RAY_PORTS, CheckedResource, ResourceError, check_resource
+from app.common.ray_settings import CLUSTER_ENV
 from app.config.errors import ConfigError
 from app.config.llm_serving import VLLM_PYTHON_ENV
 from app.config.loader import parse_text
 
 SERVE_PORT = 8000  # KubeRay's serve Service targets the head container port named `serve`
 WORKING_DIR = "/home/ray/svc-sr"  # where the image holds the checkout: import_path resolves here
-FAST_PATH_ENV = {
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
-    "RAY_SERVE_ENABLE_HA_PROXY": "1",
-}
 BASELINE_CPU_TARGET = 80  # the reference operator's default: maps to the shipped targets unchanged
 GPU_PER_EMBEDDING = 0.25
 GPU_VLLM_PYTHON = "/opt/vllm/bin/python"  # the GPU image's vLLM environment (docs/deploy.md)
@@ -194,7 +190,7 @@ def _container(checked: CheckedResource, name: str, *, head: bool) -> dict[str, 
     ray_ports = RAY_PORTS if head else {SERVE_PORT: RAY_PORTS[SERVE_PORT]}
     ports = [{"containerPort": port, "name": port_name} for port, port_name in ray_ports.items()]
     ports.append({"containerPort": spec.metrics.port, "name": "router-metrics"})
-    env = [{"name": k, "value": v} for k, v in FAST_PATH_ENV.items()] + list(spec.env)
+    env = [{"name": k, "value": v} for k, v in CLUSTER_ENV.items()] + list(spec.env)
     return {
         "name": name,
         "image": spec.image.reference(),

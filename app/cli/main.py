@@ -14,21 +14,31 @@ import time
 from pathlib import Path
 
 import click
-import httpx
 from rich.console import Console
 
-from app.cli.benchmark_cmds import benchmark as _benchmark_commands
-from app.cli.config_cmds import register as _register_config_commands
-from app.cli.engine_serving import NATIVE_PORT, EngineServing
-from app.cli.kuberay import kuberay_command
-from app.cli.ops_cmds import register as _register_ops_commands
+from app.cli.lazy_group import LazyGroup
 from app.cli.serve import ServeState, process_alive, serve_forever
+from app.common.process_exit import exit_now
 
 console = Console(stderr=True)
 DEFAULT_CONFIG = "configs/config.yaml"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+OPS = "app.cli.ops_cmds:register"
+CONFIG = "app.cli.config_cmds:register"
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    lazy={
+        "benchmark": "app.cli.benchmark_cmds:benchmark",
+        "manifest": "app.cli.kuberay:kuberay_command",
+        "route": OPS,
+        "request": OPS,
+        "completion": OPS,
+    },
+)
 @click.version_option("0.1.0", prog_name="svc-sr")
 def cli() -> None:
     """svc-sr: a semantic router for LLM inference on Ray Serve."""
@@ -102,6 +112,8 @@ def serve(  # noqa: PLR0913 - one flag per option of the spec's CLI
         config_path = _engine_config(
             model, platform, data_parallel_size, device_ids, max_model_len, port if explicit_port else None
         )
+        from app.cli.engine_serving import NATIVE_PORT
+
         port, envoy = (port if explicit_port else NATIVE_PORT), False
     state = ServeState.read()
     if state and process_alive(state.pid):
@@ -111,7 +123,8 @@ def serve(  # noqa: PLR0913 - one flag per option of the spec's CLI
         console.print(f"[red]config file not found:[/red] {config_path}")
         sys.exit(2)
     overrides = serve_config if serve_config.exists() else None
-    sys.exit(serve_forever(config_path, host, port, dashboard, console, overrides, envoy))
+    code = serve_forever(config_path, host, port, dashboard, console, overrides, envoy)
+    exit_now(code)  # Serve, Envoy and Ray were stopped: skip the interpreter's slow teardown
 
 
 def _engine_config(
@@ -122,6 +135,7 @@ def _engine_config(
     import yaml
     from pydantic import ValidationError
 
+    from app.cli.engine_serving import EngineServing
     from app.cli.serve import STATE_DIR
 
     try:
@@ -192,6 +206,8 @@ def status(endpoint: str | None, token_env: str) -> None:
 
 def _remote_status(url: str, token: str) -> dict[str, object]:
     """Liveness, startup readiness and the serving configuration from the management API."""
+    import httpx
+
     headers = {"authorization": f"Bearer {token}"} if token else {}
     out: dict[str, object] = {}
     with httpx.Client(base_url=url, timeout=5, headers=headers) as client:
@@ -236,7 +252,7 @@ def stop(timeout: int) -> None:
     os.kill(state.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while process_alive(state.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.05)
     if process_alive(state.pid):
         console.print(f"[red]svc-sr (pid {state.pid}) did not stop within {timeout}s[/red]")
         sys.exit(1)
@@ -259,36 +275,15 @@ def logs(lines: int, component: str) -> None:
         click.echo("\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
 
 
-@cli.group()
+@cli.group(
+    cls=LazyGroup,
+    lazy={
+        name: CONFIG
+        for name in ("init", "validate", "schema", "get", "plan", "apply", "versions", "rollback", "import")
+    },
+)
 def config() -> None:
     """Validate, migrate and describe configuration documents."""
-
-
-@config.command("validate")
-@click.argument("path", default=DEFAULT_CONFIG, type=click.Path(dir_okay=False, path_type=Path))
-def config_validate(path: Path) -> None:
-    """Validate a config file; exit 2 with path-named reasons when it is invalid."""
-    from app.config.loader import ConfigError, load_config
-
-    try:
-        loaded = load_config(path)
-    except ConfigError as exc:
-        click.echo(str(exc), err=True)
-        sys.exit(2)
-    except OSError as exc:
-        click.echo(f"cannot read {path}: {exc}", err=True)
-        sys.exit(2)
-    for warning in loaded.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    click.echo(json.dumps({"valid": True, "legacy": loaded.legacy, "hash": loaded.source_hash}))
-
-
-@config.command("schema")
-def config_schema() -> None:
-    """Print the JSON Schema of the canonical configuration."""
-    from app.config.schema import config_json_schema
-
-    click.echo(json.dumps(config_json_schema(), indent=2))
 
 
 @config.command("migrate")
@@ -312,12 +307,6 @@ def config_migrate(path: Path, output: Path | None) -> None:
     tmp = output.with_suffix(output.suffix + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, output)
-
-
-_register_config_commands(config)
-_register_ops_commands(cli)
-cli.add_command(kuberay_command)
-cli.add_command(_benchmark_commands)
 
 
 def main() -> None:

@@ -272,15 +272,16 @@ def _print_ready(
 
 
 def _shut_down(gateway: Gateway | None, ready: bool, console: Console | None = None) -> None:
-    """Envoy and the sidecar stop while Serve drains the graph; Ray stops last.
+    """Envoy and the sidecar stop while the graph drains; Ray stops last.
 
-    Serve's drain stays (it lets in-flight answers and their completions finish and closes the
-    stores' clients): it stops the graph level by level (the Ingress, the Router, the models),
-    each level about one controller loop plus one drain poll (deployments/rollout.py). The
-    sidecar's own drain runs meanwhile: its requests in flight at the Router are requests the
-    Router's level waits for."""
-    import ray
+    Every replica still shuts down the way Serve stops it (its in-flight requests answered, its
+    destructor run: stores closed, the Ingress's post-answer work done), in dependency order, but
+    without waiting for the controller's ticks (deployments/shutdown.py). The sidecar's own drain
+    runs meanwhile: its requests in flight at the Router are requests the Router's level waits for."""
     from ray import serve
+
+    from deployments.ray_compat import shutdown_local_ray
+    from deployments.shutdown import drain_app
 
     began = time.monotonic()
     stopping = threading.Thread(target=gateway.stop, name="stop-gateway") if gateway else None
@@ -290,11 +291,14 @@ def _shut_down(gateway: Gateway | None, ready: bool, console: Console | None = N
         # Stopped mid-start there is nothing to drain, and ray.shutdown() stops the replicas
         # still starting.
         if ready:
-            serve.shutdown()
+            try:
+                drain_app(APP_NAME)
+            except Exception:  # the controller is unreachable: Serve's own, slower stop
+                serve.shutdown()
     finally:
         if stopping is not None:
             stopping.join()
-        ray.shutdown()
+        shutdown_local_ray()
         ServeState.clear()
         if console is not None:
             console.print(f"stopped ({time.monotonic() - began:.1f} s)")

@@ -3,6 +3,7 @@ stays, unlike the progress bar), and Envoy and the sidecar are stopped together.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -79,3 +80,64 @@ def test_envoy_and_the_sidecar_stop_together(tmp_path: Path) -> None:
     assert float(events["sidecar"]["term"]) < float(events["envoy"]["exit"])
     assert float(events["envoy"]["term"]) < float(events["sidecar"]["exit"])
     assert gateway.envoy is None and gateway.sidecar is None
+
+
+def test_the_cli_imports_a_command_module_only_when_it_is_used() -> None:
+    """`svc-sr stop` and `status` must not pay for the benchmark, config and KubeRay modules."""
+    heavy = ["app.cli.benchmark_cmds", "app.cli.config_cmds", "app.cli.kuberay", "app.cli.ops_cmds"]
+    probe = (
+        "import sys, app.cli.main as m\n"
+        f"print([n for n in {heavy!r} if n in sys.modules])\n"
+        "import click\n"
+        "assert m.cli.get_command(click.Context(m.cli), 'benchmark') is not None\n"
+        f"print([n for n in {heavy!r} if n in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    before, after = out.stdout.splitlines()
+    assert before == "[]"
+    assert after == "['app.cli.benchmark_cmds']"
+
+
+def test_every_lazy_command_resolves_with_its_help() -> None:
+    import click
+
+    from app.cli.main import cli
+
+    def walk(group: click.Group, path: str) -> list[str]:
+        names = []
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            assert command is not None, f"{path} {name}"
+            assert command.help or command.short_help, f"{path} {name} has no help"
+            names.append(f"{path} {name}")
+            if isinstance(command, click.Group):
+                names += walk(command, f"{path} {name}")
+        return names
+
+    names = walk(cli, "svc-sr")
+    for expected in (
+        "svc-sr config validate",
+        "svc-sr config apply",
+        "svc-sr route",
+        "svc-sr manifest",
+        "svc-sr benchmark",
+        "svc-sr completion",
+        "svc-sr stop",
+    ):
+        assert expected in names
+
+
+def test_exit_now_flushes_what_was_written_and_keeps_the_code(tmp_path: Path) -> None:
+    probe = (
+        "import sys, logging\n"
+        "from app.common.process_exit import exit_now\n"
+        f"logging.basicConfig(filename={str(tmp_path / 'log')!r}, level=logging.INFO)\n"
+        "logging.getLogger('t').info('logged line')\n"
+        "sys.stdout.write('buffered line')\n"
+        "exit_now(7)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 7
+    assert out.stdout == "buffered line"
+    assert "logged line" in (tmp_path / "log").read_text()

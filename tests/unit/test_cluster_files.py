@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.serve.config import AutoscalingConfig
 from ray.serve.schema import DeploymentSchema, RayActorOptionsSchema, ServeDeploySchema
 
+from app.common.ray_settings import CLUSTER_ENV
 from app.config.loader import load_config
 from deployments.graph import GraphArgs
 
@@ -201,11 +203,11 @@ def test_ray_cluster_file_pins_torch_everywhere() -> None:
 
 def test_every_ray_start_gets_the_serve_fast_path() -> None:
     """The controller and replicas read the fast-path variables at start (deployments/serve_env.py)."""
-    wanted = {"RAY_SERVE_THROUGHPUT_OPTIMIZED=1", "RAY_SERVE_ENABLE_HA_PROXY=1"}
+    wanted = {f"{key}={value}" for key, value in CLUSTER_ENV.items()}
     cfg = _load("ray-cluster.yaml")
     for commands in (cfg["head_start_ray_commands"], cfg["worker_start_ray_commands"]):
         start = next(c for c in commands if "ray start" in c)
-        assert wanted <= set(start.replace(";", " ").split())
+        assert wanted <= set(shlex.split(start.replace(";", " ")))
     cluster = _rayservice()["spec"]["rayClusterConfig"]
     containers = [cluster["headGroupSpec"]["template"]["spec"]["containers"][0]] + [
         g["template"]["spec"]["containers"][0] for g in cluster["workerGroupSpecs"]

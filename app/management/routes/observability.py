@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from app.common.api_docs import json_body
 from app.management.audit import AuditPage
 from app.management.elo_feedback import rate_outcome
-from app.management.errors import MgmtError, invalid_input, not_found, unavailable
+from app.management.errors import MgmtError, not_found, unavailable
 from app.management.replays import (
     IdempotencyConflict,
     OutcomeIn,
@@ -168,8 +168,6 @@ async def submit_outcome(mgmt: Management, request: Request, idempotency_key: st
     """201 a new outcome, 200 its idempotent replay; the audit entry records the status (500 if none)."""
     status = 500
     try:
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
-            raise invalid_input(f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} characters")
         body = parse_model(OutcomeIn, await request.body())
         replay = await maybe_await(mgmt.replays.get(body.replay_id)) if mgmt.replays is not None else None
         if mgmt.replays is not None and replay is None:

@@ -1,0 +1,26 @@
+"""The Ray Serve settings every node of a cluster starts with (one list for the cluster files,
+the KubeRay manifest svc-sr writes and the local fast path of deployments/serve_env.py)."""
+
+from __future__ import annotations
+
+# What HAProxy re-sends to another Ingress replica. Serve's default, `conn-failure`, covers only
+# requests that never reached a replica. A request in flight on a replica that dies (killed, its
+# node lost) got no answer: HAProxy closed the client's connection (4 and 5 requests per kill in
+# tests/integration/test_faults.py), or answered with its error page (Serve's plain-text 500;
+# deployments/error_page.py). With `empty-response` it sends the request to another replica
+# instead: in 7 kills of that test, 1 request failed in 2 of them, none in the others. HAProxy
+# keeps a copy only of requests up to tune.bufsize (16 KiB) for this; the upstream may see such a
+# request twice, as after a client's own retry. A stream whose answer had begun cannot be sent
+# again: its connection ends.
+HAPROXY_RETRY_ON = "conn-failure empty-response"
+
+# What every node of a cluster starts Ray with (cluster/ray-cluster.yaml's `ray start` lines, the
+# KubeRay containers app/cli/kuberay.py writes). The per-instance HAProxy files and the two local
+# tunings of deployments/serve_env.py are left to Serve's defaults there: a cluster node runs one
+# Ray instance, and its head has spare cores.
+CLUSTER_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    "RAY_SERVE_HAPROXY_RETRY_ON": HAPROXY_RETRY_ON,
+}
