@@ -72,6 +72,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_cache.py --sizes 1000 10000 100000 --lookups 400 --rounds 3 --stores 20
 	$(PY) bench/bench_cache_e2e.py --sizes 1000 10000 100000 --requests 100 --rounds 3
 	$(PY) bench/bench_cache_replicas.py
+	$(PY) bench/bench_stop.py --rounds 3
 
 # A 10-minute soak (not part of `make test`): steady load on a real local stack (fake upstreams on
 # 127.0.0.1), the resident memory of every process and every failed request (docs/performance.md).

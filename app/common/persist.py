@@ -7,6 +7,7 @@ then fsync the directory so the rename itself survives a power cut.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import tempfile
@@ -27,6 +28,18 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             tmp.unlink()
         raise
     fsync_dir(path.parent)
+
+
+def remove_orphan_temps(path: Path) -> int:
+    """Delete the temp files atomic_write_bytes left for `path` when its process died mid-write.
+    Only safe while holding the lock every writer of `path` takes (a live writer's temp file
+    looks the same); returns how many were removed."""
+    removed = 0
+    for orphan in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            orphan.unlink()
+            removed += 1
+    return removed
 
 
 def atomic_write_json(path: Path, value: Any) -> None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel
 
-from app.common.persist import atomic_write_bytes
+from app.common.persist import atomic_write_bytes, remove_orphan_temps
 from app.management.shared_store import StoreUnavailable, store_errors
 
 if TYPE_CHECKING:
@@ -139,6 +139,7 @@ class FileStateBackend:
                 current = self.revision()
                 if current != expected:
                     raise StateConflict(f"revision {current}, expected {expected}")
+                remove_orphan_temps(self.path)  # a writer killed mid-write (writers hold the lock)
                 atomic_write_bytes(self.path, state.model_dump_json(indent=1).encode("utf-8"))
         except OSError as exc:
             raise StoreUnavailable(f"cannot write {self.path}: {exc.strerror or exc}") from exc

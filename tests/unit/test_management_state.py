@@ -38,6 +38,23 @@ def test_persist_then_reopen_restores_document_history_and_active(tmp_path: Path
     assert [v.source for v in reopened.versions()] == ["api.patch", "startup"]
 
 
+def test_the_next_write_removes_temp_files_a_killed_writer_left(tmp_path: Path):
+    store = ConfigStore(tmp_path)
+    store.initialize(candidate())
+    # What atomic_write_bytes leaves when its process is killed between mkstemp and rename.
+    orphans = [tmp_path / ".state.json.k1ll3d.tmp", tmp_path / ".state.json.0ther.tmp"]
+    for orphan in orphans:
+        orphan.write_text('{"revision": 99, "torn')
+    unrelated = tmp_path / ".other.json.x.tmp"
+    unrelated.write_text("{}")
+    store.persist(candidate("confidence"), "api.patch")
+    assert not any(o.exists() for o in orphans)
+    assert unrelated.exists()  # another document's temp files are its own writers' business
+    reopened = ConfigStore(tmp_path)
+    reopened.initialize(candidate("confidence"))
+    assert reopened.document["routing"]["strategy"] == "confidence"
+
+
 def test_a_changed_file_at_restart_becomes_a_new_active_version(tmp_path: Path):
     ConfigStore(tmp_path).initialize(candidate())
     reopened = ConfigStore(tmp_path)
