@@ -203,8 +203,8 @@ def test_the_graph_adds_one_llm_server_per_in_cluster_model(
 ) -> None:
     from deployments.graph import GraphArgs, build_graph
     from deployments.ray_compat import bound_deployment
-    from deployments.versioning import graph_nodes
     from deployments.rollout import SHUTDOWN_POLL_S
+    from deployments.versioning import graph_nodes
 
     monkeypatch.delenv(VLLM_PYTHON_ENV, raising=False)
     llm = {**LLM, "engine_kwargs": {"max_model_len": 256}, "deployment_config": {"num_replicas": 2}}
@@ -229,7 +229,11 @@ def test_the_graph_adds_one_llm_server_per_in_cluster_model(
     assert surging >= {"Ingress", "Router", "Embedding", "DomainClassifier", "Guard", "Observability"}
     assert server._deployment_config.max_surge_percent == 0
     # A stopping replica polls its drain at SHUTDOWN_POLL_S, not Serve's 2 s (svc-sr stop, roll-outs).
-    polling = {n for n, node in nodes.items() if node._deployment_config.graceful_shutdown_wait_loop_s == SHUTDOWN_POLL_S}
+    polling = {
+        n
+        for n, node in nodes.items()
+        if node._deployment_config.graceful_shutdown_wait_loop_s == SHUTDOWN_POLL_S
+    }
     assert polling == surging
     plain = {**document, "providers": {"models": [{"name": "ext", "backend_refs": [{"endpoint": "h:1"}]}]}}
     names = {bound_deployment(n).name for n in graph_nodes(build_graph(args, plain))}
