@@ -21,6 +21,7 @@ from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.hosted import Loaded
 from app.runtime.hosted_guard import HostedGuard
+from tests.fakes.classifiers import FakeBackend
 from tests.unit.test_classifier_signals import (
     FakeDomain,
     FakeEmbed,
@@ -30,6 +31,7 @@ from tests.unit.test_classifier_signals import (
     ctx_of,
     document,
 )
+from tests.unit.test_diagnostics import client_for
 
 
 class FakeHarmful:
@@ -220,3 +222,30 @@ async def test_guard_host_scores_given_vectors_and_checks_categories(host: Hoste
         await host.detect_harmful(texts, vectors, None, ["weapons"], direct)
     assert host.info()["harmful"]["loaded"] is True
     assert np.isfinite(results[1]["score"])
+
+
+# ------------------------------------------------------------------ diagnostics /classify/security
+
+
+class HarmfulBackend(FakeBackend):
+    """The contract fake plus a harmful-content classifier (the FakeHarmful rules)."""
+
+    async def detect_harmful(self, texts, threshold, categories):
+        return await FakeHarmful()(texts, None, 0.5 if threshold is None else threshold, categories)
+
+
+async def test_security_diagnostics_add_harm_categories_when_flagged() -> None:
+    async with client_for(HarmfulBackend()) as client:
+        flagged = (
+            await client.post("/api/v1/diagnostics/classify/security", json={"text": "a grenade"})
+        ).json()
+        clean = (await client.post("/api/v1/diagnostics/classify/security", json={"text": "hello"})).json()
+    assert flagged["is_jailbreak"] is False and flagged["recommendation"] == "block"
+    assert flagged["detection_types"] == ["violence_weapons"]
+    assert set(flagged) == set(clean)  # the spec's shape, nothing added
+    assert clean["detection_types"] == [] and clean["recommendation"] == "allow"
+    async with client_for(FakeBackend()) as client:  # a backend without the classifier: jailbreak only
+        plain = (
+            await client.post("/api/v1/diagnostics/classify/security", json={"text": "a grenade"})
+        ).json()
+    assert plain["detection_types"] == [] and plain["recommendation"] == "allow"

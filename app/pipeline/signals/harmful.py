@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -35,16 +35,23 @@ PROMPT_GUARD_RULE = "global:prompt_guard:harmful"
 HarmfulDetectFn = Callable[[list[str], np.ndarray | None, float, list[str]], Awaitable[list[Any]]]
 
 
-def prompt_guard_harmful_rule(config: RouterConfig) -> HarmfulSignal | None:
+@overload
+def prompt_guard_harmful_rule(config: RouterConfig) -> HarmfulSignal | None: ...
+@overload
+def prompt_guard_harmful_rule(config: RouterConfig, require_enabled: Literal[False]) -> HarmfulSignal: ...
+
+
+def prompt_guard_harmful_rule(config: RouterConfig, require_enabled: bool = True) -> HarmfulSignal | None:
     """`prompt_guard.harmful` as a rule when enabled: every auto request is checked.
-    `harmful: true` or `harmful: {enabled: true, threshold, categories, include_history}`."""
+    `harmful: true` or `harmful: {enabled: true, threshold, categories, include_history}`.
+    `require_enabled=False` (the diagnostics): its settings, or the defaults, enabled or not."""
     section = prompt_guard_settings(config)
-    if section.get("enabled") is not True:
-        return None
     raw = section.get("harmful")
     if raw is True:
         raw = {"enabled": True}
-    if not isinstance(raw, dict) or raw.get("enabled") is not True:
+    if not isinstance(raw, dict):
+        raw = {}
+    if require_enabled and (section.get("enabled") is not True or raw.get("enabled") is not True):
         return None
     fields: dict[str, Any] = {"name": PROMPT_GUARD_RULE}
     threshold = unit_float(raw.get("threshold"))
@@ -53,7 +60,12 @@ def prompt_guard_harmful_rule(config: RouterConfig) -> HarmfulSignal | None:
     for key in ("categories", "include_history"):
         if key in raw:
             fields[key] = raw[key]
-    return HarmfulSignal(**fields)
+    try:
+        return HarmfulSignal(**fields)
+    except ValueError:
+        if require_enabled:  # validation rejects such a config; only the diagnostics get here
+            raise
+        return HarmfulSignal(name=PROMPT_GUARD_RULE)
 
 
 class HarmfulEvaluator(ThresholdRuleEvaluator[HarmfulSignal]):
