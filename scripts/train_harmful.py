@@ -361,6 +361,11 @@ def evaluate(clf: HarmfulClassifier, vectors, texts, y, split, sources) -> dict[
         m = te & (y > 0) & (sources == s)
         by_source[s] = {"n": int(m.sum()), "recall": round(float(harm[m].mean()), 4)}
     out["test_harm_recall_by_source"] = by_source
+    out["test_benign_fpr_by_source"] = {
+        s: {"n": int(m.sum()), "fpr": round(float(harm[m].mean()), 4)}
+        for s in sorted(set(sources[te & (y == 0)]))
+        if (m := te & (y == 0) & (sources == s)).any()
+    }
     return out
 
 
