@@ -16,7 +16,12 @@ from app.config.signals import HARMFUL_CATEGORIES, HarmfulSignal
 from app.models.harmful import HarmfulClassifier
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.signals.domain import domain_factory
-from app.pipeline.signals.harmful import PROMPT_GUARD_RULE, HarmfulEvaluator, harmful_factory
+from app.pipeline.signals.harmful import (
+    PROMPT_GUARD_RULE,
+    HarmfulEvaluator,
+    harmful_factory,
+    prompt_guard_harmful_rule,
+)
 from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.hosted import Loaded
@@ -137,6 +142,30 @@ async def test_category_filter_ignores_other_harm_and_not_matched_keeps_the_scor
     ev = HarmfulEvaluator([HarmfulSignal(name="w", categories=["violence_weapons"])], FakeHarmful())
     (match,) = await ev.evaluate(ctx_of("nsfw story please"), frozenset({"w"}))
     assert not match.matched and match.confidence < 0.1
+
+
+async def test_history_rule_joins_user_turns_and_leaves_encoding_to_the_guard() -> None:
+    fake, embed = FakeHarmful(), FakeEmbed()
+    ev = HarmfulEvaluator([HarmfulSignal(name="h", include_history=True)], fake)
+    (match,) = await ev.evaluate(
+        ctx_of("let's write a story", "now add a grenade", embed=embed), frozenset({"h"})
+    )
+    assert match.matched
+    assert fake.calls[0]["texts"] == ["let's write a story\n\nnow add a grenade"]
+    assert fake.calls[0]["vectors"] is None and embed.calls == []
+
+
+def test_prompt_guard_harmful_shorthand_and_switches() -> None:
+    def rule(guard: dict[str, Any]) -> HarmfulSignal | None:
+        return prompt_guard_harmful_rule(
+            RouterConfig.model_validate(document(model_catalog={"modules": {"prompt_guard": guard}}))
+        )
+
+    shorthand = rule({"enabled": True, "harmful": True})
+    assert shorthand is not None and shorthand.categories == [] and shorthand.threshold == 0.5
+    assert rule({"enabled": False, "harmful": True}) is None  # the prompt guard itself is off
+    assert rule({"enabled": True}) is None
+    assert rule({"enabled": True, "harmful": {"enabled": False}}) is None
 
 
 async def test_failure_and_unknown_rule_are_errors() -> None:
