@@ -48,6 +48,7 @@ class Guard:
         )
         self._pii_one = batch(self._hosted.pii_batch)
         self._jailbreak_one = batch(self._hosted.jailbreak_batch)
+        self._harmful_one = batch(self._hosted.harmful_batch)
 
     async def detect_pii(
         self, texts: list[str], entity_types: list[str] | None = None, threshold: float | None = None
@@ -73,6 +74,17 @@ class Guard:
         return await self._hosted.detect_jailbreak(
             texts, vectors, method, threshold, jailbreak_patterns, benign_patterns, self._jailbreak_one
         )
+
+    async def detect_harmful(
+        self,
+        texts: list[str],
+        vectors: np.ndarray | list[list[float]] | None = None,
+        threshold: float | None = None,
+        categories: list[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """HarmfulResult dicts {is_harmful, score, confidence, category, categories,
+        detection_types}, one per text. ValueError on an unknown category or a bad threshold."""
+        return await self._hosted.detect_harmful(texts, vectors, threshold, categories, self._harmful_one)
 
     async def info(self) -> dict[str, Any]:
         return self._hosted.info()

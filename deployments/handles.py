@@ -125,6 +125,11 @@ class HandleClassifiers:
             benign_patterns,
         )
 
+    async def detect_harmful(
+        self, texts: list[str], threshold: float | None, categories: list[str]
+    ) -> list[Any]:
+        return await self._call(self._guard, "detect_harmful", texts, None, threshold, categories)
+
     async def preview(self, text: str) -> dict[str, Any] | None:
         body = {"model": "MoM", "messages": [{"role": "user", "content": text}]}
         return await self._call(self._router, "preview", body, {})

@@ -36,6 +36,7 @@ from app.pipeline.plan import RoutePlan
 from app.pipeline.reload import ReloadingPipeline
 from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import domain_factory
+from app.pipeline.signals.harmful import harmful_factory
 from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import MiniLMEncoder, token_counter
@@ -87,7 +88,16 @@ def classifier_evaluators(
             )
 
         evaluators["pii"] = pii_factory(detect_pii)
+
+        async def detect_harmful(
+            texts: list[str], vectors: np.ndarray | None, threshold: float, categories: list[str]
+        ) -> list[Any]:
+            return await ray_compat.call(
+                guard, "detect_harmful", texts, vectors, threshold, categories, retries=1
+            )
+
         evaluators["jailbreak"] = jailbreak_factory(detect_jailbreak)
+        evaluators["harmful"] = harmful_factory(detect_harmful)
     return evaluators
 
 

@@ -48,9 +48,11 @@ from app.api.classify_models import (
 from app.api.diagnostics_requests import ManagementError, invalid, max_batch_size
 from app.config.models import RouterConfig
 from app.models.domain import DomainResult, map_to_configured
+from app.models.harmful import HarmfulResult
 from app.models.jailbreak import DEFAULT_THRESHOLD, JailbreakResult
 from app.models.pii import PII_ENTITY_TYPES, PIIResult
 from app.pipeline.signals.domain import domain_settings
+from app.pipeline.signals.harmful import prompt_guard_harmful_rule
 from app.pipeline.signals.jailbreak import prompt_guard_settings
 from app.pipeline.signals.pii import pii_default_threshold
 from app.runtime.schemas import ModelNotLoadedError
@@ -80,6 +82,9 @@ class ClassifierBackend(Protocol):
         jailbreak_patterns: list[str],
         benign_patterns: list[str],
     ) -> list[Any]: ...
+
+    # Optional: `detect_harmful(texts, threshold, categories)` -> HarmfulResult dicts. A backend
+    # without it (or whose harmful-content classifier is not loaded) answers jailbreak-only.
 
     async def preview(self, text: str) -> dict[str, Any] | None:
         """Routing preview of a one-message MoM request (recommended model, decision)."""
@@ -256,17 +261,41 @@ class Diagnostics:
                 threshold = float(configured)
         return method, threshold
 
-    async def _security(self, texts: list[str], options: SecurityOptions, code: str) -> list[JailbreakResult]:
+    async def _security(
+        self, texts: list[str], options: SecurityOptions, code: str
+    ) -> list[tuple[JailbreakResult, HarmfulResult | None]]:
         method, threshold = self._security_args(options)
-        raw = await self._call(
-            lambda b: b.detect_jailbreak(texts, method, threshold, [], []), len(texts), code
+        raw, harmful = await asyncio.gather(
+            self._call(lambda b: b.detect_jailbreak(texts, method, threshold, [], []), len(texts), code),
+            self._harmful(texts),
         )
-        return [JailbreakResult.model_validate(r) for r in raw]
+        return [(JailbreakResult.model_validate(r), h) for r, h in zip(raw, harmful, strict=True)]
+
+    async def _harmful(self, texts: list[str]) -> list[HarmfulResult | None]:
+        """Best effort: the harmful-content verdicts (prompt_guard.harmful's threshold and
+        categories when set), or None each when the backend cannot give them."""
+        detect = getattr(self.backend, "detect_harmful", None)
+        if detect is None:
+            return [None] * len(texts)
+        rule = prompt_guard_harmful_rule(self.config.current(), require_enabled=False)
+        try:
+            raw = await asyncio.wait_for(detect(texts, rule.threshold, list(rule.categories)), DEADLINE_S)
+            return [HarmfulResult.model_validate(r) for r in raw]
+        except Exception as exc:  # the jailbreak answer stands on its own
+            log.warning("harmful-content check skipped in diagnostics: %s", exc)
+            return [None] * len(texts)
 
     def _security_response(
-        self, result: JailbreakResult, options: SecurityOptions, elapsed_ms: float
+        self,
+        verdicts: tuple[JailbreakResult, HarmfulResult | None],
+        options: SecurityOptions,
+        elapsed_ms: float,
     ) -> SecurityResponse:
+        result, harmful = verdicts
+        flagged_harm = harmful is not None and harmful.is_harmful
         types = list(result.detection_types)
+        if harmful is not None and harmful.is_harmful:  # the harm categories join the detection types
+            types += [t for t in harmful.detection_types if t not in types]
         if options.detection_types:  # narrows what is reported, not the verdict
             wanted = {t.strip().lower() for t in options.detection_types}
             types = [t for t in types if t.lower() in wanted]
@@ -278,12 +307,14 @@ class Diagnostics:
             reasoning = f"{result.method} risk score {result.score:.3f} {verdict} threshold {threshold:g}"
             if result.patterns_detected:
                 reasoning += "; matched: " + ", ".join(result.patterns_detected)
+            if harmful is not None:
+                reasoning += f"; harmful-content score {harmful.score:.3f} ({harmful.category})"
         return SecurityResponse(
             is_jailbreak=result.is_jailbreak,
             risk_score=result.score,
             detection_types=types,
             confidence=result.confidence,
-            recommendation="block" if result.is_jailbreak else "allow",
+            recommendation="block" if result.is_jailbreak or flagged_harm else "allow",
             reasoning=reasoning,
             patterns_detected=list(result.patterns_detected),
             processing_time_ms=elapsed_ms,
@@ -348,8 +379,8 @@ class Diagnostics:
             verdicts = await self._security(texts, security_options, code)
             each = round(_elapsed_ms(started) / len(texts), 3)
             results = [self._security_response(r, security_options, each) for r in verdicts]
-            labels = ["jailbreak" if r.is_jailbreak else "benign" for r in verdicts]
-            confidences = [r.confidence for r in verdicts]
+            labels = ["jailbreak" if r.is_jailbreak else "benign" for r, _ in verdicts]
+            confidences = [r.confidence for r, _ in verdicts]
             low = None
         cutoff = LOW_CONFIDENCE if low is None else low
         distribution: dict[str, int] = {}

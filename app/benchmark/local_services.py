@@ -28,6 +28,7 @@ from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plugins import compile_guards
 from app.pipeline.signals.base import EmbedFn, EvaluatorFactory
 from app.pipeline.signals.domain import domain_factory
+from app.pipeline.signals.harmful import harmful_factory, prompt_guard_harmful_rule
 from app.pipeline.signals.jailbreak import jailbreak_factory, prompt_guard_rule
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.batching import MicroBatcher
@@ -120,7 +121,9 @@ def learned_families(config: RouterConfig) -> frozenset[str]:
         families.update(family for family, _ in compile_guards(decision))
     if prompt_guard_rule(config) is not None:
         families.add("jailbreak")
-    return frozenset(families & {"domain", "pii", "jailbreak"})
+    if prompt_guard_harmful_rule(config) is not None:
+        families.add("harmful")
+    return frozenset(families & {"domain", "pii", "jailbreak", "harmful"})
 
 
 @dataclass
@@ -182,13 +185,18 @@ def _learned_evaluators(
             return await domain.classify(texts, vectors, threshold, fallback, domain_heads.submit)
 
         evaluators["domain"] = domain_factory(classify)
-    if families & {"pii", "jailbreak"}:
+    if families & {"pii", "jailbreak", "harmful"}:
         # spaCy's NER only when PII is judged; the jailbreak guard alone needs none of it
         guard = HostedGuard.load(encode, use_ner="pii" in families)
-        models: dict[str, Loaded[Any]] = {"pii": guard.pii, "jailbreak": guard.jailbreak}
+        models: dict[str, Loaded[Any]] = {
+            "pii": guard.pii,
+            "jailbreak": guard.jailbreak,
+            "harmful": guard.harmful,
+        }
         _require(*(loaded for family, loaded in models.items() if family in families))
         pii_rows, jailbreak_rows = _batcher(guard.pii_batch), _batcher(guard.jailbreak_batch)
-        batchers += [pii_rows, jailbreak_rows]
+        harmful_rows = _batcher(guard.harmful_batch)
+        batchers += [pii_rows, jailbreak_rows, harmful_rows]
 
         async def detect_pii(
             texts: list[str], entity_types: list[str] | None, threshold: float | None
@@ -208,5 +216,12 @@ def _learned_evaluators(
             )
 
         evaluators["pii"] = pii_factory(detect_pii)
+
+        async def detect_harmful(
+            texts: list[str], vectors: np.ndarray | None, threshold: float, categories: list[str]
+        ) -> list[Any]:
+            return await guard.detect_harmful(texts, vectors, threshold, categories, harmful_rows.submit)
+
         evaluators["jailbreak"] = jailbreak_factory(detect_jailbreak)
+        evaluators["harmful"] = harmful_factory(detect_harmful)
     return evaluators, batchers

@@ -162,6 +162,7 @@ def security_violation(
         what = {
             "pii_detected": "personally identifiable information",
             "jailbreak_detected": "a jailbreak attempt",
+            "harmful_content_detected": "harmful content",
         }
         message = f"request blocked: {what.get(code, code.replace('_', ' '))} detected"
         if found:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator
 
@@ -101,6 +101,21 @@ class PIISignal(Strict):
     include_history: bool = False
 
 
+# The harmful-content classifier's categories (app/models/harmful.py; its artifact lists the same).
+HarmfulCategory = Literal["violence_weapons", "sexual", "minors", "self_harm", "hate", "crime_hacking"]
+HARMFUL_CATEGORIES: tuple[str, ...] = get_args(HarmfulCategory)
+
+
+class HarmfulSignal(Strict):
+    """Matches when the harmful-content classifier's probability of `categories` (all when
+    empty) reaches `threshold`."""
+
+    name: str
+    threshold: float = Field(default=0.5, ge=0, le=1)
+    categories: list[HarmfulCategory] = Field(default_factory=list)
+    include_history: bool = False
+
+
 class Signals(Open):
     """Signal rules by family. Families svc-sr evaluates are typed; the reference
     router's other families (fact_check, language, complexity, ...) are kept as data
@@ -112,6 +127,7 @@ class Signals(Open):
     context: list[ContextSignal] = Field(default_factory=list)
     jailbreak: list[JailbreakSignal] = Field(default_factory=list)
     pii: list[PIISignal] = Field(default_factory=list)
+    harmful: list[HarmfulSignal] = Field(default_factory=list)
 
 
 # condition `type` -> the Signals attribute holding rules of that type
@@ -122,6 +138,7 @@ SIGNAL_FAMILIES: dict[str, str] = {
     "context": "context",
     "jailbreak": "jailbreak",
     "pii": "pii",
+    "harmful": "harmful",
 }
 
 # Condition types of the reference router that svc-sr does not evaluate (yet).

@@ -22,6 +22,7 @@ from app.pipeline.selectors import Selector, compile_selectors
 from app.pipeline.services import PipelineServices
 from app.pipeline.signals import BUILTIN_EVALUATORS
 from app.pipeline.signals.base import EvaluatorFactory, SignalEvaluator
+from app.pipeline.signals.harmful import prompt_guard_harmful_rule
 from app.pipeline.signals.jailbreak import prompt_guard_rule
 from app.pipeline.signals.runtime import bound_evaluators
 
@@ -56,6 +57,7 @@ class CompiledConfig:
         self.evaluators.update(bound_evaluators(config, services.bound_workers))
         self.global_fallback = _global_fallback(config)
         self.prompt_guard = prompt_guard_rule(config)
+        self.prompt_guard_harmful = prompt_guard_harmful_rule(config)
         self.guards: dict[str, list[GuardRule]] = {d.name: compile_guards(d) for d in self.decisions}
         # Learned selectors load their artifacts here: a config naming one that is missing
         # fails its activation, not its first request.
@@ -68,8 +70,13 @@ class CompiledConfig:
         self.prefetch_vector = bool(self.global_cache.enabled and services.cache_lookup is not None)
 
     def global_guards(self) -> list[GuardRule]:
-        """The guard every auto request passes: `prompt_guard` (when enabled)."""
-        return [("jailbreak", self.prompt_guard)] if self.prompt_guard is not None else []
+        """The guards every auto request passes: `prompt_guard` and its `harmful` part (when enabled)."""
+        guards: list[GuardRule] = []
+        if self.prompt_guard is not None:
+            guards.append(("jailbreak", self.prompt_guard))
+        if self.prompt_guard_harmful is not None:
+            guards.append(("harmful", self.prompt_guard_harmful))
+        return guards
 
     def all_signal_names(self) -> dict[str, frozenset[str]]:
         """Every configured rule name by family (previews evaluate them all)."""

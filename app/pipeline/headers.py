@@ -26,6 +26,7 @@ MATCHED_HEADER_SUFFIX = {
     "context": "context",
     "pii": "pii",
     "jailbreak": "jailbreak",
+    "harmful": "harmful",
 }
 _UNSAFE = re.compile(r"[^\x20-\x7e]")
 

@@ -24,7 +24,7 @@ from typing import Any
 from app.config.global_config import ResponseCacheConfig
 from app.config.plugins import PROTECTED_HEADERS, parse_plugin
 from app.config.routing import Decision, Plugin
-from app.config.signals import JailbreakSignal, PIISignal
+from app.config.signals import HarmfulSignal, JailbreakSignal, PIISignal
 
 CACHE_TYPES = frozenset({"semantic-cache", "response_cache"})
 EXACT_MODE_THRESHOLD = 0.999  # "exact" cache mode: the same text embeds to cosine ~1.0
@@ -189,7 +189,7 @@ def compile_plugins(decision: Decision, global_cache: ResponseCacheConfig) -> De
     return out
 
 
-GuardRule = tuple[str, PIISignal | JailbreakSignal]  # (signal family, rule)
+GuardRule = tuple[str, PIISignal | JailbreakSignal | HarmfulSignal]  # (signal family, rule)
 
 
 def compile_guards(decision: Decision) -> list[GuardRule]:

@@ -1,5 +1,6 @@
 """The Guard deployment's Ray-free state: the pii-detector and jailbreak-guard engine models
-(app/runtime/tasks.py), each loaded independently (a missing artifact makes only its calls
+(app/runtime/tasks.py) and the harmful-content head (app/models/harmful.py, a head on the same
+MiniLM vector, so it rides along without an engine model of its own), each loaded independently (a missing artifact makes only its calls
 raise ModelNotLoadedError), and the two methods' checks and batching.
 
 A batch groups its items by settings (entity types and threshold; method, threshold and
@@ -16,6 +17,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from app.models.harmful import HarmfulClassifier, check_categories
 from app.models.jailbreak import METHODS, Method
 from app.models.pii import DEFAULT_MAX_CHARS, PII_ENTITY_TYPES, PIIInputError
 from app.runtime.hosted import (
@@ -37,6 +39,7 @@ GUARD_PII_MAX_CHARS = DEFAULT_MAX_CHARS
 
 PIIItem = tuple[str, tuple[str, ...] | None, float | None]
 JailbreakItem = tuple[str, np.ndarray, Method, float | None, tuple[str, ...], tuple[str, ...]]
+HarmfulItem = tuple[str, np.ndarray, float | None, tuple[str, ...]]
 
 
 async def grouped(
@@ -86,9 +89,13 @@ class HostedGuard:
         jailbreak: Loaded[LabelScoreModel],
         encode: Encode | None = None,
         pii_threshold: float | None = None,
+        harmful: Loaded[HarmfulClassifier] | None = None,
     ) -> None:
         self.pii = pii
         self.jailbreak = jailbreak
+        self.harmful = (
+            harmful if harmful is not None else Loaded("harmful-content classifier", None, "not loaded")
+        )
         self.encode = encode
         self.pii_threshold = check_threshold(pii_threshold)
 
@@ -103,8 +110,16 @@ class HostedGuard:
             # The Router hands this host a vector with every text: no encoder unless one is missing.
             return expect_type(load_model("jailbreak-guard", lazy_encoder=True), LabelScoreModel)
 
+        def harmful() -> HarmfulClassifier:
+            # No encoder given: the head builds the shared one only if a call comes without vectors.
+            return HarmfulClassifier()
+
         return cls(
-            Loaded.load("PII detector", pii), Loaded.load("jailbreak guard", jailbreak), encode, pii_threshold
+            Loaded.load("PII detector", pii),
+            Loaded.load("jailbreak guard", jailbreak),
+            encode,
+            pii_threshold,
+            Loaded.load("harmful-content classifier", harmful),
         )
 
     # -------------------------------------------------------------- PII
@@ -192,6 +207,41 @@ class HostedGuard:
         raise_errors(results)
         return [r.model_dump() for r in results]
 
+    # -------------------------------------------------------------- harmful content
+
+    async def harmful_batch(self, items: list[HarmfulItem]) -> list[Any]:
+        model = self.harmful.require()
+
+        def run(group: list[HarmfulItem]) -> list[Any]:
+            _, _, threshold, categories = group[0]
+            vectors = np.stack([item[1] for item in group])
+            return model.detect_vectors(vectors, [item[0] for item in group], threshold, list(categories))
+
+        return await grouped(items, lambda item: item[2:], run)
+
+    async def detect_harmful(
+        self, texts: Any, vectors: Any, threshold: Any, categories: Any, batched: Batched
+    ) -> list[dict[str, Any]]:
+        """HarmfulResult dicts {is_harmful, score, confidence, category, categories,
+        detection_types}, one per text. ValueError on an unknown category or a bad threshold."""
+        items = check_texts(texts)
+        given = check_vectors(vectors, len(items))
+        cutoff = check_threshold(threshold)
+        model = self.harmful.require()
+        wanted = check_categories(list(categories or []), model.labels) if categories else ()
+        if not items:
+            return []
+        if given is None:
+            given = np.zeros((len(items), model.dim), np.float32)
+            live = [i for i, text in enumerate(items) if text.strip()]  # blank texts need no encoder pass
+            if live:
+                given[live] = await encode_texts([items[i] for i in live], self.encode, model.encoder.encode)
+        results = await asyncio.gather(
+            *(batched((text, vector, cutoff, wanted)) for text, vector in zip(items, given, strict=True))
+        )
+        raise_errors(results)
+        return [r.model_dump() for r in results]
+
     def info(self) -> dict[str, Any]:
         pii_info = None
         if self.pii.model is not None:
@@ -207,5 +257,10 @@ class HostedGuard:
                 "loaded": self.jailbreak.loaded,
                 "error": self.jailbreak.error,
                 "model": jailbreak.info() if jailbreak is not None else None,
+            },
+            "harmful": {
+                "loaded": self.harmful.loaded,
+                "error": self.harmful.error,
+                "model": self.harmful.model.info() if self.harmful.model is not None else None,
             },
         }

@@ -1,5 +1,6 @@
 """Phase `guard`: the chosen decision's `jailbreak` then `pii` plugins, the plan's security
-summary, and the 403 block when any guard fired (spec 01 "Errors").
+summary, and the 403 block when any guard fired (spec 01 "Errors"), the global prompt
+guard's `harmful` part included (code `harmful_content_detected`).
 
 The global prompt guard already ran with the signals; the decision's guards run only when
 it did not fire. A guard that could not run (errored match) never blocks.
@@ -61,6 +62,15 @@ def block(plan: RoutePlan, match: SignalMatch) -> None:
         error = security_violation("pii_detected", found, message=message)
         plan.reason_code = "pii_policy_denied"
         headers = {"x-vsr-pii-violation": "true", "x-vsr-pii-types": ",".join(found)}
+    elif match.type == "harmful":
+        found = ["unscanned"] if unscanned else [str(t) for t in match.detail.get("detection_types") or []]
+        error = security_violation("harmful_content_detected", found, message=message)
+        plan.reason_code = "harmful_content_block"
+        headers = {
+            "x-vsr-harmful-blocked": "true",
+            "x-vsr-harmful-categories": ",".join(found),
+            "x-vsr-harmful-confidence": f"{match.confidence:.4f}",
+        }
     else:
         found = ["unscanned"] if unscanned else [str(t) for t in match.detail.get("detection_types") or []]
         error = security_violation("jailbreak_detected", found, message=message)

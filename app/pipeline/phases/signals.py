@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Mapping
 
-from app.config.signals import JailbreakSignal, PIISignal
+from app.config.signals import HarmfulSignal, JailbreakSignal, PIISignal
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.plan import SignalMatch, SignalReport
 from app.pipeline.plugins import GuardRule
@@ -73,7 +73,10 @@ async def run_guards(
 
 
 async def _run_guard(
-    evaluator: SignalEvaluator | None, family: str, rule: PIISignal | JailbreakSignal, ctx: SignalContext
+    evaluator: SignalEvaluator | None,
+    family: str,
+    rule: PIISignal | JailbreakSignal | HarmfulSignal,
+    ctx: SignalContext,
 ) -> list[SignalMatch]:
     name = rule.name
     run = getattr(evaluator, "evaluate_rules", None)

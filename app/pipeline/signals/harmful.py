@@ -1,0 +1,130 @@
+"""Harmful-content signals: `routing.signals.harmful[]` and the global prompt guard's
+`harmful` part (`global.model_catalog.modules.prompt_guard.harmful`).
+
+A rule `{name, threshold, categories, include_history}` matches when the harmful-content
+classifier's probability of the rule's categories (every harm category when empty) reaches
+`threshold`. The text is the last user message, or with `include_history` every user turn.
+For the last user message the request's shared query embedding is passed along, so the Guard
+does not encode it again. Confidence is the score, also when not matched (so `NOT` works).
+
+The classifier arrives as an async callable (`HarmfulDetectFn`): the Router adapts the Guard
+deployment handle to it, tests pass a fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, overload
+
+import numpy as np
+
+from app.config.models import RouterConfig
+from app.config.signals import HarmfulSignal
+from app.models.harmful import HarmfulResult
+from app.pipeline.plan import SignalMatch
+from app.pipeline.signals.base import EvaluatorFactory, SignalContext, UnscannedError, unscanned_match
+from app.pipeline.signals.domain import unit_float
+from app.pipeline.signals.guarded import ThresholdRuleEvaluator
+from app.pipeline.signals.jailbreak import prompt_guard_settings, rule_text
+
+FAMILY = "harmful"
+PROMPT_GUARD_RULE = "global:prompt_guard:harmful"
+
+# (texts, vectors or None, threshold, categories) -> HarmfulResult dicts
+HarmfulDetectFn = Callable[[list[str], np.ndarray | None, float, list[str]], Awaitable[list[Any]]]
+
+
+@overload
+def prompt_guard_harmful_rule(config: RouterConfig) -> HarmfulSignal | None: ...
+@overload
+def prompt_guard_harmful_rule(config: RouterConfig, require_enabled: Literal[False]) -> HarmfulSignal: ...
+
+
+def prompt_guard_harmful_rule(config: RouterConfig, require_enabled: bool = True) -> HarmfulSignal | None:
+    """`prompt_guard.harmful` as a rule when enabled: every auto request is checked.
+    `harmful: true` or `harmful: {enabled: true, threshold, categories, include_history}`.
+    `require_enabled=False` (the diagnostics): its settings, or the defaults, enabled or not."""
+    section = prompt_guard_settings(config)
+    raw = section.get("harmful")
+    if raw is True:
+        raw = {"enabled": True}
+    if not isinstance(raw, dict):
+        raw = {}
+    if require_enabled and (section.get("enabled") is not True or raw.get("enabled") is not True):
+        return None
+    fields: dict[str, Any] = {"name": PROMPT_GUARD_RULE}
+    threshold = unit_float(raw.get("threshold"))
+    if threshold is not None:
+        fields["threshold"] = threshold
+    for key in ("categories", "include_history"):
+        if key in raw:
+            fields[key] = raw[key]
+    try:
+        return HarmfulSignal(**fields)
+    except ValueError:
+        if require_enabled:  # validation rejects such a config; only the diagnostics get here
+            raise
+        return HarmfulSignal(name=PROMPT_GUARD_RULE)
+
+
+class HarmfulEvaluator(ThresholdRuleEvaluator[HarmfulSignal]):
+    family = FAMILY
+
+    @classmethod
+    def from_config(
+        cls, config: RouterConfig, detect: HarmfulDetectFn | None, uses_vectors: bool = True
+    ) -> HarmfulEvaluator:
+        return cls(config.routing.signals.harmful, detect, None, uses_vectors)
+
+    async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[HarmfulSignal]) -> list[SignalMatch]:
+        """Judge rules that need not be configured signals (the prompt guard), concurrently."""
+        return list(await asyncio.gather(*(self._evaluate_one(ctx, rule) for rule in rules)))
+
+    async def _evaluate_one(self, ctx: SignalContext, rule: HarmfulSignal) -> SignalMatch:
+        text = rule_text(ctx, rule.include_history)
+        threshold = self.threshold_of(rule)
+        if not text.strip():
+            return SignalMatch(
+                type=FAMILY, name=rule.name, matched=False, confidence=0.0, detail={"reason": "no user text"}
+            )
+        if self._detect is None:
+            return _error(rule, "no harmful-content classifier configured")
+        vectors: np.ndarray | None = None
+        if text == ctx.text and self.uses_vectors:
+            try:
+                vectors = (await ctx.query_vector()).reshape(1, -1)
+            except Exception:  # the Embedding deployment being down: the Guard encodes itself
+                vectors = None
+        try:
+            raw = await self._detect([text], vectors, threshold, list(rule.categories))
+            if len(raw) != 1:
+                raise RuntimeError(f"harmful-content classifier returned {len(raw)} results for 1 text")
+            result = HarmfulResult.model_validate(raw[0])
+        except UnscannedError as exc:
+            return unscanned_match(FAMILY, rule.name, exc)
+        except Exception as exc:  # a model failure is a signal error (on_error decides), not a 500
+            return _error(rule, f"harmful-content detection failed: {exc}")
+        detail = {
+            "score": result.score,
+            "threshold": threshold,
+            "category": result.category,
+            "categories": dict(result.categories),
+            "detection_types": list(result.detection_types),
+        }
+        return SignalMatch(
+            type=FAMILY, name=rule.name, matched=result.is_harmful, confidence=result.score, detail=detail
+        )
+
+
+def _error(rule: HarmfulSignal, message: str) -> SignalMatch:
+    return SignalMatch(type=FAMILY, name=rule.name, matched=False, confidence=0.0, error=message)
+
+
+def harmful_factory(detect: HarmfulDetectFn | None) -> EvaluatorFactory:
+    """`PipelineServices.evaluators["harmful"]` entry over a detect callable."""
+
+    def factory(config: RouterConfig, services: Any = None) -> HarmfulEvaluator:
+        return HarmfulEvaluator.from_config(config, detect)
+
+    return factory

