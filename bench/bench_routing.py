@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -84,14 +85,16 @@ def prompt(i: int) -> str:
     return f"Question {i}: tell me something new about {TOPICS[i % len(TOPICS)]} (variant {i * 7919 % 1000})"
 
 
-async def run_load(url: str, model: str, total: int, concurrency: int) -> tuple[list[float], float]:
+async def run_load(
+    url: str, model: str, total: int, concurrency: int, make_prompt: Callable[[int], str] = prompt
+) -> tuple[list[float], float]:
     latencies: list[float] = []
     counter = iter(range(total))
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=concurrency)) as client:
 
         async def worker() -> None:
             for i in counter:
-                body = {"model": model, "messages": [{"role": "user", "content": prompt(i)}]}
+                body = {"model": model, "messages": [{"role": "user", "content": make_prompt(i)}]}
                 started = time.perf_counter()
                 response = await client.post(url, json=body)
                 latencies.append(time.perf_counter() - started)

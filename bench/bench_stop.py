@@ -30,9 +30,11 @@ sys.path.insert(0, str(ROOT))
 from bench.latency import percentile  # noqa: E402
 
 
-def _ready(base: str, log: Path, timeout_s: float) -> None:
+def _ready(serve: subprocess.Popen[bytes], base: str, log: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if serve.poll() is not None:
+            raise SystemExit(f"svc-sr serve exited with {serve.returncode}:\n{log.read_text()[-3000:]}")
         try:
             if (
                 httpx.get(f"{base}/ready", timeout=5).status_code == 200
@@ -79,7 +81,7 @@ def one_round(config: Path, port: int, work: Path, in_flight: int) -> dict[str, 
             stderr=subprocess.STDOUT,
         )
     try:
-        _ready(base, log, 600)
+        _ready(serve, base, log, 600)
         time.sleep(3)  # the stack settles (first metrics pushes, cache health checks)
         stop_load = threading.Event()
         clients = [

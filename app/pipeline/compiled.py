@@ -39,7 +39,8 @@ class CompiledConfig:
         routing = config.routing
         self.decisions: list[Decision] = list(routing.decisions)
         self.strategy = routing.strategy
-        self.tiered = engine.uses_tiers(self.decisions)
+        self.decision_table = engine.DecisionTable(self.decisions, self.strategy)  # rules compiled once
+        self.tiered = self.decision_table.tiered
         self.referenced = engine.referenced_signals(self.decisions)
         self.models = ModelIndex(config)
         self.auto_names = frozenset(config.auto_model_names) | EXTRA_AUTO_NAMES

@@ -24,7 +24,7 @@ Winner among all matching decisions:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.config.routing import Condition, Decision
@@ -49,40 +49,111 @@ class DecisionMatch:
         return self.decision.name
 
 
-_NO_MATCH = RuleResult(False, 0.0)
-_CATCH_ALL = RuleResult(True, 1.0)
+# A compiled rule: (matched, confidence) for one request's indexed signal results.
+RuleFn = Callable[[Mapping[SignalKey, SignalMatch]], tuple[bool, float]]
+_NO = (False, 0.0)
+_YES = (True, 1.0)
+
+
+def compile_rule(node: Condition | None) -> RuleFn:
+    """A rule tree as nested closures, built once per config version: evaluating it reads no
+    config object, and AND stops at its first unmatched child (children have no side effects,
+    so the result is the same as evaluating them all). 100 decisions evaluate in a fraction of
+    the time the tree walk took (bench/bench_decisions.py)."""
+    if node is None:
+        return lambda _signals: _YES
+    if node.operator is None:
+        return _compile_leaf((node.type or "", node.name or ""), node.on_error == "match")
+    children = [compile_rule(child) for child in node.conditions]
+    if node.operator == "AND":
+        return _compile_all(children)
+    if node.operator == "OR":
+        return _compile_any(children)
+    return _compile_not(children[0])  # NOT: the config model guarantees exactly one child
+
+
+def _compile_leaf(key: SignalKey, on_error_matches: bool) -> RuleFn:
+    missing = _YES if on_error_matches else _NO
+
+    def leaf(signals: Mapping[SignalKey, SignalMatch]) -> tuple[bool, float]:
+        found = signals.get(key)
+        if found is None or found.error is not None:
+            return missing
+        return found.matched, _clamp(found.confidence)
+
+    return leaf
+
+
+def _compile_all(children: list[RuleFn]) -> RuleFn:
+    count = len(children)
+
+    def all_of(signals: Mapping[SignalKey, SignalMatch]) -> tuple[bool, float]:
+        total = 0.0
+        for child in children:
+            matched, confidence = child(signals)
+            if not matched:
+                return _NO
+            total += confidence
+        return True, total / count
+
+    return all_of
+
+
+def _compile_any(children: list[RuleFn]) -> RuleFn:
+    def any_of(signals: Mapping[SignalKey, SignalMatch]) -> tuple[bool, float]:
+        best = -1.0
+        for child in children:
+            matched, confidence = child(signals)
+            if matched and confidence > best:
+                best = confidence
+        return (True, best) if best >= 0.0 else _NO
+
+    return any_of
+
+
+def _compile_not(child: RuleFn) -> RuleFn:
+    def none_of(signals: Mapping[SignalKey, SignalMatch]) -> tuple[bool, float]:
+        matched, confidence = child(signals)
+        return not matched, _clamp(1.0 - confidence)
+
+    return none_of
 
 
 def evaluate_rule(node: Condition | None, signals: Mapping[SignalKey, SignalMatch]) -> RuleResult:
-    if node is None:
-        return _CATCH_ALL
-    if node.operator is None:  # a leaf
-        found = signals.get((node.type or "", node.name or ""))
-        if found is None or found.error is not None:
-            return RuleResult(True, 1.0) if node.on_error == "match" else _NO_MATCH
-        return RuleResult(found.matched, _clamp(found.confidence))
-    children = [evaluate_rule(child, signals) for child in node.conditions]
-    if node.operator == "AND":
-        if all(c.matched for c in children):
-            return RuleResult(True, sum(c.confidence for c in children) / len(children))
-        return _NO_MATCH
-    if node.operator == "OR":
-        hits = [c.confidence for c in children if c.matched]
-        return RuleResult(True, max(hits)) if hits else _NO_MATCH
-    # NOT (the config model guarantees exactly one child)
-    child = children[0]
-    return RuleResult(not child.matched, _clamp(1.0 - child.confidence))
+    """One rule, once (tests, previews); route() evaluates a DecisionTable compiled per config."""
+    return RuleResult(*compile_rule(node)(signals))
+
+
+class DecisionTable:
+    """A config version's decisions with their rules compiled (compile_rule), and the ranking
+    key of its strategy; `select` is the decide phase of every request."""
+
+    def __init__(self, decisions: Sequence[Decision], strategy: str = "priority") -> None:
+        self.decisions = list(decisions)
+        self.tiered = uses_tiers(self.decisions)
+        self.strategy = strategy
+        self._rules = [(decision, compile_rule(decision.rules)) for decision in self.decisions]
+
+    def matches(self, signals: Mapping[SignalKey, SignalMatch]) -> list[DecisionMatch]:
+        out = []
+        for decision, rule in self._rules:
+            matched, confidence = rule(signals)
+            if matched:
+                out.append(DecisionMatch(decision, confidence))
+        return out
+
+    def select(
+        self, signals: Mapping[SignalKey, SignalMatch]
+    ) -> tuple[DecisionMatch | None, list[DecisionMatch]]:
+        """(winner or None, all matches ranked best first)."""
+        ranked = rank(self.matches(signals), self.strategy, self.tiered)
+        return (ranked[0] if ranked else None), ranked
 
 
 def match_decisions(
     decisions: Iterable[Decision], signals: Mapping[SignalKey, SignalMatch]
 ) -> list[DecisionMatch]:
-    out = []
-    for decision in decisions:
-        result = evaluate_rule(decision.rules, signals)
-        if result.matched:
-            out.append(DecisionMatch(decision, result.confidence))
-    return out
+    return DecisionTable(list(decisions)).matches(signals)
 
 
 def uses_tiers(decisions: Iterable[Decision]) -> bool:
@@ -111,17 +182,11 @@ def rank(
 
 
 def select_decision(
-    decisions: Sequence[Decision],
-    signals: Mapping[SignalKey, SignalMatch],
-    strategy: str = "priority",
-    tiered: bool | None = None,
+    decisions: Sequence[Decision], signals: Mapping[SignalKey, SignalMatch], strategy: str = "priority"
 ) -> tuple[DecisionMatch | None, list[DecisionMatch]]:
-    """(winner or None, all matches ranked best first). `tiered`: precomputed
-    `uses_tiers(decisions)` (computed here when None)."""
-    if tiered is None:
-        tiered = uses_tiers(decisions)
-    ranked = rank(match_decisions(decisions, signals), strategy, tiered)
-    return (ranked[0] if ranked else None), ranked
+    """(winner or None, all matches ranked best first), compiling the rules for this one call;
+    route() keeps a DecisionTable per config version."""
+    return DecisionTable(decisions, strategy).select(signals)
 
 
 def leaves(node: Condition | None) -> Iterable[Condition]:

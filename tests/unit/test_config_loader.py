@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -12,6 +13,10 @@ from app.config import ConfigError, LoadedConfig, load_config, parse_config, to_
 from app.config.loader import MAX_NODES, config_hash
 from app.config.models import RouterConfig
 from app.config.signals import ContextSignal, parse_token_count
+from app.models.domain import DOMAIN_CATEGORIES
+from app.pipeline.plugins import compile_guards
+from app.pipeline.signals.harmful import prompt_guard_harmful_rule
+from app.pipeline.signals.jailbreak import prompt_guard_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "config.yaml"
@@ -43,7 +48,9 @@ def test_default_config_loads_without_warnings() -> None:
     assert prices["gemma-general"] != prices["gemma-expert"]
     assert set(config.providers.defaults.reasoning_families) >= {"qwen3", "gpt-oss", "deepseek"}
     assert config.routing.signals.context[0].min_tokens == 2048
-    assert len(config.routing.signals.domains) == 14
+    # The 14 MMLU-Pro categories, each in exactly one declared domain group.
+    grouped = [c for domain in config.routing.signals.domains for c in domain.mmlu_categories]
+    assert sorted(grouped) == sorted(DOMAIN_CATEGORIES)
     decisions = {d.name: d for d in config.routing.decisions}
     assert {"greeting", "math", "code", "long_context", "general"} <= set(decisions)
     assert "fast_response" in [p.type for p in decisions["greeting"].plugins]
@@ -63,18 +70,50 @@ def test_default_config_loads_without_warnings() -> None:
     assert [(lis.name, lis.address, lis.port) for lis in config.listeners] == [("http", "127.0.0.1", 8801)]
 
 
-def test_default_config_uses_no_domain_conditions() -> None:
-    # The domain classifier is optional for the default file: its decisions must not need it.
+def _condition_types(cond: Any) -> set[str]:
+    if cond is None:
+        return set()
+    return {cond.type} if cond.is_leaf else set().union(*(_condition_types(c) for c in cond.conditions))
+
+
+STRUCTURED_PII = {
+    "EMAIL_ADDRESS",
+    "PHONE_NUMBER",
+    "CREDIT_CARD",
+    "US_SSN",
+    "IBAN_CODE",
+    "IP_ADDRESS",
+    "STREET_ADDRESS",
+    "US_DRIVER_LICENSE",
+}
+
+
+def test_the_default_config_is_safe_and_routes_by_domain() -> None:
+    """Safe by default (issue 22): the global prompt guard blocks jailbreaks and harmful
+    requests, every decision's pii plugin denies the structured identifiers, and the decisions
+    route on the domain classifier. The blocks themselves are tested end to end in
+    tests/integration/test_default_config.py."""
     config = load_config(DEFAULT).config
+    assert prompt_guard_rule(config) is not None
+    assert prompt_guard_harmful_rule(config) is not None
+    for decision in config.routing.decisions:
+        rules = dict(compile_guards(decision))
+        assert "pii" in rules, decision.name
+        allowed = set(rules["pii"].pii_types_allowed)
+        assert allowed and not (allowed & STRUCTURED_PII), (decision.name, allowed)
+    used = set().union(*(_condition_types(d.rules) for d in config.routing.decisions))
+    assert "domain" in used
 
-    def types(cond):
-        if cond is None:
-            return set()
-        return {cond.type} if cond.is_leaf else set().union(*(types(c) for c in cond.conditions))
 
-    used = set().union(*(types(d.rules) for d in config.routing.decisions))
+def test_the_keywords_example_needs_no_classifier_and_no_guard() -> None:
+    """configs/examples/keywords.yaml: the light configuration (no domain classifier, no safety
+    models), for a machine that should load only the encoder."""
+    config = load_config(ROOT / "configs" / "examples" / "keywords.yaml").config
+    used = set().union(*(_condition_types(d.rules) for d in config.routing.decisions))
     assert "domain" not in used
     assert {"keyword", "embedding", "context"} <= used
+    assert prompt_guard_rule(config) is None
+    assert not any(compile_guards(d) for d in config.routing.decisions)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -180,7 +219,8 @@ def test_environment_variables_are_not_expanded(monkeypatch: pytest.MonkeyPatch)
     assert "${SVC_SR_TEST_HOST}" in str(exc.value)
     assert "evil.example" not in str(exc.value)
     document = yaml.safe_load(DEFAULT.read_text())
-    document["routing"]["decisions"][2]["plugins"][0]["configuration"]["system_prompt"] = "$SVC_SR_TEST_HOST"
+    [prompt] = [p for p in document["routing"]["decisions"][2]["plugins"] if p["type"] == "system_prompt"]
+    prompt["configuration"]["system_prompt"] = "$SVC_SR_TEST_HOST"
     loaded = parse_config(document)
     [plugin] = [p for p in loaded.config.routing.decisions[2].plugins if p.type == "system_prompt"]
     assert plugin.configuration["system_prompt"] == "$SVC_SR_TEST_HOST"

@@ -16,7 +16,8 @@ from app.config.signals import REFERENCE_ONLY_SIGNAL_TYPES
 from app.config.validate import MMLU_PRO_CATEGORIES, semantic_issues
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE: dict = yaml.safe_load((ROOT / "configs" / "config.yaml").read_text())
+# The keyword/embedding example: its decisions (math, code, general, ...) are the fixtures here.
+BASE: dict = yaml.safe_load((ROOT / "configs" / "examples" / "keywords.yaml").read_text())
 # Indexes into the default config, by decision name.
 D = {d["name"]: i for i, d in enumerate(BASE["routing"]["decisions"])}
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from app.config.routing import Condition, Decision
 from app.pipeline.decisions import (
+    DecisionTable,
     evaluate_rule,
     index_matches,
     match_decisions,
@@ -234,3 +235,66 @@ def test_double_negation_restores_the_match(value):
     twice = evaluate_rule(cond(tree("NOT", tree("NOT", leaf("keyword", "k")))), sigs)
     assert twice.matched == plain.matched
     assert twice.confidence == pytest.approx(plain.confidence)
+
+
+# ------------------------------------------------------------ the compiled table (route()'s path)
+
+
+def spec_eval(node: dict | None, values: dict[str, tuple[bool, float]]) -> tuple[bool, float]:
+    """The module docstring's semantics, written out independently of the engine."""
+    if node is None:
+        return True, 1.0
+    if "type" in node:
+        if node["name"] not in values:  # not evaluated: on_error, default no_match
+            return (True, 1.0) if node.get("on_error") == "match" else (False, 0.0)
+        return values[node["name"]]
+    results = [spec_eval(child, values) for child in node["conditions"]]
+    if node["operator"] == "AND":
+        ok = all(m for m, _ in results)
+        return (True, sum(c for _, c in results) / len(results)) if ok else (False, 0.0)
+    if node["operator"] == "OR":
+        hits = [c for m, c in results if m]
+        return (True, max(hits)) if hits else (False, 0.0)
+    matched, confidence = results[0]
+    return (not matched), 1.0 - confidence
+
+
+names = st.sampled_from([f"k{i}" for i in range(6)])
+leaf_nodes = st.builds(
+    lambda n, err: leaf("keyword", n, **({"on_error": "match"} if err else {})), names, st.booleans()
+)
+rule_trees = st.recursive(
+    leaf_nodes,
+    lambda children: st.one_of(
+        st.builds(lambda cs: tree("AND", *cs), st.lists(children, min_size=1, max_size=3)),
+        st.builds(lambda cs: tree("OR", *cs), st.lists(children, min_size=1, max_size=3)),
+        st.builds(lambda c: tree("NOT", c), children),
+    ),
+    max_leaves=8,
+)
+
+
+@given(
+    st.lists(st.tuples(st.one_of(st.none(), rule_trees), st.integers(0, 5)), min_size=1, max_size=8),
+    st.dictionaries(names, leaf_values, max_size=6),
+    st.sampled_from(["priority", "confidence"]),
+)
+def test_the_compiled_table_selects_what_the_semantics_say(rules, values, strategy):
+    decisions = [decision(f"d{i}", rule, priority) for i, (rule, priority) in enumerate(rules)]
+    sigs = signals(*[("keyword", name, m, c) for name, (m, c) in values.items()])
+    expected = []
+    for d, (rule, _) in zip(decisions, rules, strict=True):
+        matched, confidence = spec_eval(rule, values)
+        if matched:
+            expected.append((d.name, confidence))
+    winner, ranked = DecisionTable(decisions, strategy).select(sigs)
+    assert sorted(m.name for m in ranked) == sorted(name for name, _ in expected)
+    by_name = dict(expected)
+    for match in ranked:
+        assert match.confidence == pytest.approx(by_name[match.name])
+    if expected:
+        assert winner is ranked[0]
+        best = rank([m for m in ranked], strategy)[0]
+        assert winner.name == best.name
+    else:
+        assert winner is None

@@ -12,9 +12,7 @@ def decide(
     state: CompiledConfig, plan: RoutePlan
 ) -> tuple[engine.DecisionMatch | None, list[engine.DecisionMatch]]:
     """(the winning decision or None, every matching decision ranked best first)."""
-    winner, ranked = engine.select_decision(
-        state.decisions, engine.index_matches(plan.signals.matches), state.strategy, state.tiered
-    )
+    winner, ranked = state.decision_table.select(engine.index_matches(plan.signals.matches))
     if winner is not None:
         plan.decision = winner.name
         plan.confidence = winner.confidence
