@@ -45,7 +45,9 @@ _SLOT_WORDS = wordset(
     recently usually generally typically normally alternatively specifically essentially otherwise
     monday tuesday wednesday thursday friday saturday sunday january february march april may june july
     august september october november december sir/madam whom whoever whatever everyone's team's
-    dear/all all/ folks/ guys/ hi/ anyone someone somebody anybody nobody none"""
+    dear/all all/ folks/ guys/ hi/ anyone someone somebody anybody nobody none sorted noted agreed confirmed updated fixed done
+    understood received approved awesome cool nice lovely brilliant excellent fine to from the a an of or my
+    our your his her their mr mrs ms dr"""
 )
 _GREETING = r"(?i:dear|hi|hello|hey|hiya|heya|howdy|greetings|yo|good\s+(?:morning|afternoon|evening|day))"
 _SALUTATION = re.compile(

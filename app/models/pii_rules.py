@@ -39,7 +39,7 @@ from app.models.pii_identifiers import (
 )
 from app.models.pii_names import find_person_cues, keep_ner_entity
 from app.models.pii_places import find_places, find_street_addresses, find_zip_codes
-from app.models.pii_register import drop_public_mentions
+from app.models.pii_register import drop_public_mentions, is_knowledge_question
 
 __all__ = [
     "Candidate",
@@ -48,6 +48,7 @@ __all__ = [
     "find_context_phones",
     "find_credit_cards",
     "drop_public_mentions",
+    "is_knowledge_question",
     "find_dates",
     "find_greeting_names",
     "find_intl_phones",
