@@ -29,12 +29,12 @@ from app.models.pii_candidates import Candidate
 
 _EXAM_FRAME = re.compile(
     r"\b(?:which\s+of\s+the\s+following|refers?\s+to\s+the\s+following|the\s+following\s+(?:passage|"
-    r"excerpt|quote|quotation|information|statements?|arguments?|text|poem|speech|letter|source|"
+    r"excerpt|quote|quotation|information|statements?|arguments?|text|poem|speech|letter|source|key|formulas?|"
     r"propositions?|sentences?)|select\s+the\s+(?:best|correct|most)|identify\s+the\s+(?:conclusion|"
     r"antecedent|consequent|premises?|main)|(?:according\s+to|in)\s+the\s+(?:passage|excerpt|author|"
     r"quotation|source|above)|(?:best|most\s+likely)\s+(?:describes?|explains?|characteri[sz]es?|"
     r"supports?|reflects?|represents?|illustrates?|summari[sz]es?|translation|symboli[sz]ation)|"
-    r"answer\s+(?:choices|options)|most\s+likely|the\s+court\s+(?:should|will|would|must|may|is\s+likely)|"
+    r"answer\s+(?:choices|options)|according\s+to\s+[A-Z]\w*|_{3,}|most\s+likely|the\s+court\s+(?:should|will|would|must|may|is\s+likely)|"
     r"strongest\s+(?:argument|defen[cs]e|case|constitutional)|(?:probable|likely)\s+(?:result|outcome))\b",
     re.IGNORECASE,
 )
@@ -58,20 +58,29 @@ _DOMAIN = re.compile(
     r"democracy|politic\w*|president|king|queen|emperor|pope|pharaoh|reforms?|cultures?|"
     r"archaeolog\w*|prehistor\w*|neolithic|paleolithic|settlements?|migrations?|conquer\w*|"
     r"tribes?|peoples|defendants?|plaintiffs?|prosecut\w*|liab\w*|guilty|contracts?|deeds?|"
-    r"lawsuit|sued?|testator|grantor|grantee|convicted|conviction|negligen\w*)\b",
+    r"lawsuit|sued?|testator|grantor|grantee|convicted|conviction|negligen\w*|moral\w*|duty|duties|"
+    r"utilitarian\w*|virtues?|justice|gods?|divine|lord|sacred|scriptures?|gospels?|festivals?|rituals?|"
+    r"faith|church|temples?|monks?|saints?|prophets?|founder|traditions?|deity|deities|worship|"
+    r"logic|predicate|propositional|translat\w*)\b",
     re.IGNORECASE,
 )
 # "Ross claims that ...", "Wellman defends the position that ...": an author and a thesis.
 _ATTRIBUTION = re.compile(
     r"\b(?:argues?|argued|claims?|claimed|contends?|maintains?|asserts?|defends?|suggests?|holds?|"
-    r"proposes?|denies|rejects?|insists?|cites?|calls?|believes?|believed|famously)\s+(?:that\b|the\s+"
+    r"proposes?|denies|rejects?|insists?|cites?|calls?|believes?|believed|famously|thinks?|says?)\s+(?:that\b|the\s+"
     r"(?:view|position|claim|thesis|idea|principle|theory)\b)",
     re.IGNORECASE,
 )
 _IDEA_OF = re.compile(
-    r"[’']s\s+(?:[\w-]+\s+)?(?:theor(?:y|ies|em)|philosophy|imperative|arguments?|ethics|"
+    r"[’']s\s+(?:[\w-]+\s+){0,2}(?:theor(?:y|ies|em)|philosophy|imperative|arguments?|ethics|"
     r"critique|laws|principles?|concepts?|doctrine|paradox|thesis|hypothesis|conjecture|"
-    r"equations?|dilemma|wager|razor|dialogues?|writings|teachings?|notion|conception)\b",
+    r"equations?|dilemma|wager|razor|dialogues?|writings|teachings?|notion|conception|view|conclusion|"
+    r"formulations?|thought\s+experiments?|original\s+position|objections?|proposal)\b",
+    re.IGNORECASE,
+)
+# A cloze ends mid-sentence: "Carens defends a form of", "moral disagreements involve".
+_CLOZE_END = re.compile(
+    r"\b(?:of|to|that|is|are|was|were|by|as|from|because|the|a|an|in|on|for|with|involves?|be)\s*$",
     re.IGNORECASE,
 )
 _RELATION = re.compile(
@@ -92,27 +101,48 @@ _PERSONAL_SOURCES = frozenset({"rule:greeting", "rule:mention", "rule:name_line"
 _PUBLIC_SOURCES = ("spacy:", "rule:person_title")
 
 
+def _asks(text: str) -> bool:
+    """A question, or a prompt left open for an answer ("... is called:", "a form of")."""
+    return bool(_ASKS.search(text) or text.rstrip().endswith(("?", ":")) or _CLOZE_END.search(text))
+
+
+def _is_exam(text: str) -> bool:
+    """Reading/exam framing: quoted passages in it speak of "my father", "our neighbours"."""
+    return bool(_EXAM_FRAME.search(text))
+
+
 def is_knowledge_question(text: str) -> bool:
     """Exam framing, a question about ideas/history/law, or an idea attributed to someone."""
-    if _EXAM_FRAME.search(text) or _IDEA_OF.search(text) or _ATTRIBUTION.search(text):
+    if _is_exam(text) or _IDEA_OF.search(text) or _ATTRIBUTION.search(text):
         return True
-    asks = _ASKS.search(text) or text.rstrip().endswith(("?", ":"))
-    return bool(asks and _DOMAIN.search(text))
+    return bool(_asks(text) and _DOMAIN.search(text))
 
 
-def is_personal(text: str, candidates: Sequence[Candidate]) -> bool:
-    """A relative or acquaintance, a greeting name, or contact data."""
-    if _RELATION.search(text):
+def is_personal(text: str, candidates: Sequence[Candidate], exam: bool = False) -> bool:
+    """Contact data, a greeting name, or (outside exam framing) a relative or acquaintance."""
+    if not exam and _RELATION.search(text):
         return True
     return any(c.type in _PERSONAL_TYPES or c.source in _PERSONAL_SOURCES for c in candidates)
 
 
+def _public(c: Candidate, types: tuple[str, ...]) -> bool:
+    return c.type in types and c.source.startswith(_PUBLIC_SOURCES)
+
+
 def drop_public_mentions(text: str, candidates: list[Candidate]) -> list[Candidate]:
-    """Without PERSON/NRP candidates of public figures and nationalities in a knowledge question."""
-    if not any(c.type in ("PERSON", "NRP") and c.source.startswith(_PUBLIC_SOURCES) for c in candidates):
+    """Without PERSON/NRP candidates of public figures and nationalities in a knowledge question.
+
+    A nationality or religion in a question ("What was the Chinese technique of ...?") needs no
+    domain noun: it is personal data only when said of someone, which a personal cue shows.
+    """
+    if not any(_public(c, ("PERSON", "NRP")) for c in candidates):
         return candidates
-    if not is_knowledge_question(text) or is_personal(text, candidates):
+    if is_personal(text, candidates, exam=_is_exam(text)):
         return candidates
-    return [
-        c for c in candidates if not (c.type in ("PERSON", "NRP") and c.source.startswith(_PUBLIC_SOURCES))
-    ]
+    if is_knowledge_question(text):
+        dropped: tuple[str, ...] = ("PERSON", "NRP")
+    elif _asks(text):
+        dropped = ("NRP",)
+    else:
+        return candidates
+    return [c for c in candidates if not _public(c, dropped)]
