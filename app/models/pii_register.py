@@ -34,7 +34,7 @@ _EXAM_FRAME = re.compile(
     r"antecedent|consequent|premises?|main)|(?:according\s+to|in)\s+the\s+(?:passage|excerpt|author|"
     r"quotation|source|above)|(?:best|most\s+likely)\s+(?:describes?|explains?|characteri[sz]es?|"
     r"supports?|reflects?|represents?|illustrates?|summari[sz]es?|translation|symboli[sz]ation)|"
-    r"answer\s+(?:choices|options)|according\s+to\s+[A-Z]\w*|_{3,}|most\s+likely|the\s+court\s+(?:should|will|would|must|may|is\s+likely)|"
+    r"answer\s+(?:choices|options)|according\s+to\s+[A-Z]\w*|refers\s+to\s+what|in\s+the\s+context\s+of|\((?:\d{1,2}\s+)?[A-Z][a-z]+\.?\s+\d{4}\)\s*:|_{3,}|most\s+likely|the\s+court\s+(?:should|will|would|must|may|is\s+likely)|"
     r"strongest\s+(?:argument|defen[cs]e|case|constitutional)|(?:probable|likely)\s+(?:result|outcome))\b",
     re.IGNORECASE,
 )
@@ -61,21 +61,23 @@ _DOMAIN = re.compile(
     r"lawsuit|sued?|testator|grantor|grantee|convicted|conviction|negligen\w*|moral\w*|duty|duties|"
     r"utilitarian\w*|virtues?|justice|gods?|divine|lord|sacred|scriptures?|gospels?|festivals?|rituals?|"
     r"faith|church|temples?|monks?|saints?|prophets?|founder|traditions?|deity|deities|worship|"
-    r"logic|predicate|propositional|translat\w*)\b",
+    r"logic|predicate|propositional|translat\w*|recit\w*|rabbin\w*|conversion|commentar\w*)\b",
     re.IGNORECASE,
 )
 # "Ross claims that ...", "Wellman defends the position that ...": an author and a thesis.
 _ATTRIBUTION = re.compile(
     r"\b(?:argues?|argued|claims?|claimed|contends?|maintains?|asserts?|defends?|suggests?|holds?|"
     r"proposes?|denies|rejects?|insists?|cites?|calls?|believes?|believed|famously|thinks?|says?)\s+(?:that\b|the\s+"
-    r"(?:view|position|claim|thesis|idea|principle|theory)\b)",
+    r"(?:view|position|claim|thesis|idea|principle|theory)\b)|\b(?:clarifies|points\s+out|identifies|defines|"
+    r"distinguishes|endorses|critici[sz]es)\s|\b(?:argues|defends|proposes)\s+(?:a|an|the|we|for|against)\b",
     re.IGNORECASE,
 )
 _IDEA_OF = re.compile(
     r"[’']s\s+(?:[\w-]+\s+){0,2}(?:theor(?:y|ies|em)|philosophy|imperative|arguments?|ethics|"
     r"critique|laws|principles?|concepts?|doctrine|paradox|thesis|hypothesis|conjecture|"
     r"equations?|dilemma|wager|razor|dialogues?|writings|teachings?|notion|conception|view|conclusion|"
-    r"formulations?|thought\s+experiments?|original\s+position|objections?|proposal)\b",
+    r"formulations?|thought\s+experiments?|original\s+position|objections?|proposal|article|reading|"
+    r"approach|essay|book|paper)\b",
     re.IGNORECASE,
 )
 # A cloze ends mid-sentence: "Carens defends a form of", "moral disagreements involve".
