@@ -1,6 +1,7 @@
 """PII rule for names in the places everyday messages put them: salutations ("Dear Anna,"),
 direct address opening a message ("Anna, this is an update about ..."), sign-offs ("Thanks,
-Anna" / "Best regards,\\nAnna"), @-mentions, and a name line heading a contact block.
+Anna" / "Best regards,\\nAnna"), @-mentions, transcript speaker labels, a name before a verb
+only people do ("Anna lives on ..."), and a name line heading a contact block.
 
 The position, not the word, is the evidence: spaCy's small model misses uncommon and
 username-like names there ("Olufemi", "xX_darkwolf99"), so cased words and handles in these
@@ -80,6 +81,33 @@ _MENTION = re.compile(r"(?<![\w@.])@([A-Za-z][\w.]{1,29}[A-Za-z0-9])(?=[ \t]*[,:
 _DECORATORS = wordset(
     "property staticmethod classmethod dataclass override abstractmethod param return returns"
 )
+# A transcript's speaker label ("Lindsey: Remember me?", "Cosette: \"Who are you?\""): a name
+# opening a line, a colon, then speech; not a form label ("Phone:", "Note:").
+_SPEAKER = re.compile(
+    r"(?m)^[ \t>]*("
+    + _CASED
+    + r"(?:[ \t]+"
+    + _CASED
+    + r")?)[ \t]*:[ \t]*(?=[\"“'‘]|[A-Z][^\n]*[?!.\"”]\s*(?:$|\n))"
+)
+_LABELS = wordset(
+    "phone email e-mail website web personal info address name note notes answer question user bot assistant "
+    "system human ai q a step example input output title date time subject from to cc re summary warning "
+    "error tip hint solution result results explanation translation source reference tel fax mobile "
+    "company organization organisation occupation job role location city country state zip status "
+    "update reason description comment comments response reply prompt instruction instructions task "
+    "context problem premise conclusion hypothesis option choice correct incorrect true false yes no"
+)
+# "Alessandro lives on ...", "Hafþór shouted at ...": verbs that only people do, after a name
+# opening a sentence.
+_PERSON_VERB = re.compile(
+    r"(?:^|(?<=[.!?\n])[ \t]*)("
+    + _CASED
+    + r"(?:[ \t]+"
+    + _CASED
+    + r")?)[ \t]+(?:lives|lived|shouted|whispered|"
+    r"married|grew\s+up|was\s+born|texted|had\s+given)\b"
+)
 # A name alone on the first line of a contact block ("Martin Rasmussen\nAcme Ltd\n407 Main St").
 _NAME_LINE = re.compile(r"\A[ \t>]*(" + _CASED + r"(?:[ \t]+(?:[A-Z]\.?|" + _CASED + r")){1,3})[ \t]*\n")
 _CONTACT_LINE = re.compile(r"\d{3}|@")
@@ -106,7 +134,12 @@ def _trim(text: str, start: int, end: int) -> int:
 
 
 def find_greeting_names(text: str) -> list[Candidate]:
-    """PERSON from salutations, direct address, sign-offs, mentions and contact-block name lines."""
+    """PERSON from salutations, direct address, sign-offs, mentions, speaker labels, person-only
+    verbs and contact-block name lines."""
+    return _greeting_slots(text) + _mentions(text) + _speakers_and_doers(text) + _name_line(text)
+
+
+def _greeting_slots(text: str) -> list[Candidate]:
     out: list[Candidate] = []
     lower_text = not any(ch.isupper() for ch in text)
     for rx, score in ((_SALUTATION, 0.85), (_ADDRESSED, 0.75), (_SIGNED, 0.85), (_DASH_SIGNED, 0.7)):
@@ -123,12 +156,32 @@ def find_greeting_names(text: str) -> list[Candidate]:
                     continue
                 s = 0.6
             out.append(Candidate("PERSON", start, end, s, "rule:greeting"))
-    for m in _MENTION.finditer(text):
-        if m.group(1).lower() not in _DECORATORS:
-            out.append(Candidate("PERSON", m.start(1), m.end(1), 0.7, "rule:mention"))
-    m = _NAME_LINE.match(text)
-    if m and not any(w.lower().strip(".") in _NOT_PERSON_WORDS for w in m.group(1).split()):
-        following = text[m.end() :].split("\n")[:3]
-        if not _is_slot_word(m.group(1), strict=True) and any(_CONTACT_LINE.search(ln) for ln in following):
-            out.append(Candidate("PERSON", m.start(1), m.end(1), 0.7, "rule:name_line"))
     return out
+
+
+def _mentions(text: str) -> list[Candidate]:
+    return [
+        Candidate("PERSON", m.start(1), m.end(1), 0.7, "rule:mention")
+        for m in _MENTION.finditer(text)
+        if m.group(1).lower() not in _DECORATORS
+    ]
+
+
+def _speakers_and_doers(text: str) -> list[Candidate]:
+    out: list[Candidate] = []
+    for rx, score in ((_SPEAKER, 0.7), (_PERSON_VERB, 0.75)):
+        for m in rx.finditer(text):
+            words = m.group(1).lower().split()
+            if not any(w in _LABELS or w in _SLOT_WORDS for w in words):
+                out.append(Candidate("PERSON", m.start(1), m.end(1), score, "rule:name_position"))
+    return out
+
+
+def _name_line(text: str) -> list[Candidate]:
+    m = _NAME_LINE.match(text)
+    if not m or any(w.lower().strip(".") in _NOT_PERSON_WORDS for w in m.group(1).split()):
+        return []
+    following = text[m.end() :].split("\n")[:3]
+    if _is_slot_word(m.group(1), strict=True) or not any(_CONTACT_LINE.search(ln) for ln in following):
+        return []
+    return [Candidate("PERSON", m.start(1), m.end(1), 0.7, "rule:name_line")]

@@ -22,10 +22,12 @@ _PERSON_CUES = (
     # "my name is Ana Smith", "Name: John A. Doe", "she named him Scott". Only the cue ignores case.
     re.compile(
         r"\b(?i:my\s+name\s+is|my\s+name's|name\s*:|i\s+am\s+called|(?:he|she|they)\s+(?:is|are|was)\s+called|"
+        # "was called Rebecca Contreras", "last name? Chouno", "the name on the account? Matej"
+        r"(?:was|were)\s+called|(?:first|last|full|middle|sur)\s*name(?:\s+is|\s*[?:])|name\s+on\s+the\s+\w+\W{0,12}|"
         r"named(?:\s+(?:him|her|them|it))?|call\s+me)[ \t]+(" + _NAME + r")"
     ),
     # "Mr. John Smith", "Dr Chen": the title is not part of the name
-    re.compile(r"\b(?:Mr|Mrs|Ms|Miss|Mx|Dr|Prof)\.?[ \t]+(" + _NAME + r")"),
+    re.compile(r"\b(?i:Mr|Mrs|Ms|Miss|Mx|Dr|Prof)\.?[ \t]+(" + _NAME + r")"),
 )
 # Users who never capitalise: "my name is john smith"
 _LOWER_NAME_CUE = re.compile(r"\bmy\s+name\s+is\s+([a-z][\w'’-]+(?:[ \t]+[a-z][\w'’-]+)?)")

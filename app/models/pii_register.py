@@ -100,7 +100,8 @@ _PERSONAL_TYPES = frozenset(
 )
 _PERSONAL_SOURCES = frozenset({"rule:greeting", "rule:mention", "rule:name_line"})
 # Which findings a knowledge question drops: the NER's people and nationalities, and titled names.
-_PUBLIC_SOURCES = ("spacy:", "rule:person_title")
+# (a speaker label or "X lives in" may be a quoted dialogue or a historical figure too).
+_PUBLIC_SOURCES = ("spacy:", "rule:person_title", "rule:name_position")
 
 
 def _asks(text: str) -> bool:
