@@ -108,12 +108,25 @@ _PERSON_VERB = re.compile(
     + r")?)[ \t]+(?:lives|lived|shouted|whispered|"
     r"married|grew\s+up|was\s+born|texted|had\s+given)\b"
 )
+# "Kacper's address", "Anna's husband": a possessive of something only a person has.
+_PERSON_OWNS = re.compile(
+    r"(?<![\w'’])("
+    + _CASED
+    + r"(?:[ \t]+"
+    + _CASED
+    + r")?)['’]s[ \t]+(?:home\s+)?(?:address|phone|number|e-?mail|"
+    r"birthday|mother|father|mum|mom|dad|wife|husband|daughter|son|sister|brother|girlfriend|boyfriend|"
+    r"partner|parents|kids|children)\b"
+)
 # A name alone on the first line of a contact block ("Martin Rasmussen\nAcme Ltd\n407 Main St").
-_NAME_LINE = re.compile(r"\A[ \t>]*(" + _CASED + r"(?:[ \t]+(?:[A-Z]\.?|" + _CASED + r")){1,3})[ \t]*\n")
-_CONTACT_LINE = re.compile(r"\d{3}|@")
+_LINE = re.compile(r"(?m)^[ \t>]*(.*)$")
+_FULL_NAME = re.compile(_CASED + r"(?:[ \t]+(?:[A-Z]\.?|" + _CASED + r")){1,3}")
+_CONTACT_LINE = re.compile(r"\d{3}|@|\b(?i:phone|e-?mail|tel|mobile|address)\b")
 _NOT_PERSON_WORDS = wordset(
     "office street st road rd avenue ave apt suite inc ltd llc corp company co bank hotel university school "
-    "department dept team group services service center centre hospital clinic store shop the dear hi hello"
+    "department dept team group services service center centre hospital clinic store shop the dear hi hello "
+    "corporation capital electric gas plc limited holdings fund trust industries partners associates "
+    "personal info united states kingdom republic"
 )
 
 
@@ -169,19 +182,25 @@ def _mentions(text: str) -> list[Candidate]:
 
 def _speakers_and_doers(text: str) -> list[Candidate]:
     out: list[Candidate] = []
-    for rx, score in ((_SPEAKER, 0.7), (_PERSON_VERB, 0.75)):
+    for rx, score in ((_SPEAKER, 0.7), (_PERSON_VERB, 0.75), (_PERSON_OWNS, 0.75)):
         for m in rx.finditer(text):
             words = m.group(1).lower().split()
-            if not any(w in _LABELS or w in _SLOT_WORDS for w in words):
+            if not any(w in _LABELS for w in words) and not _is_slot_word(m.group(1), strict=True):
                 out.append(Candidate("PERSON", m.start(1), m.end(1), score, "rule:name_position"))
     return out
 
 
 def _name_line(text: str) -> list[Candidate]:
-    m = _NAME_LINE.match(text)
-    if not m or any(w.lower().strip(".") in _NOT_PERSON_WORDS for w in m.group(1).split()):
-        return []
-    following = text[m.end() :].split("\n")[:3]
-    if _is_slot_word(m.group(1), strict=True) or not any(_CONTACT_LINE.search(ln) for ln in following):
-        return []
-    return [Candidate("PERSON", m.start(1), m.end(1), 0.7, "rule:name_line")]
+    """A full name alone on one of the first three lines, with contact data within five lines."""
+    out = []
+    lines = [m for m in _LINE.finditer(text) if m.group(1).strip()]
+    for i, line in enumerate(lines[:3]):
+        m = _FULL_NAME.fullmatch(line.group(1).strip())
+        if not m or any(w.lower().strip(".") in _NOT_PERSON_WORDS for w in m.group().split()):
+            continue
+        if _is_slot_word(m.group(), strict=True):
+            continue
+        if any(_CONTACT_LINE.search(ln.group(1)) for ln in lines[i + 1 : i + 6]):
+            start = line.start(1) + line.group(1).index(m.group())
+            out.append(Candidate("PERSON", start, start + len(m.group()), 0.7, "rule:name_line"))
+    return out

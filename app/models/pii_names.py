@@ -23,7 +23,8 @@ _PERSON_CUES = (
     re.compile(
         r"\b(?i:my\s+name\s+is|my\s+name's|name\s*:|i\s+am\s+called|(?:he|she|they)\s+(?:is|are|was)\s+called|"
         # "was called Rebecca Contreras", "last name? Chouno", "the name on the account? Matej"
-        r"(?:was|were)\s+called|(?:first|last|full|middle|sur)\s*name(?:\s+is|\s*[?:])|name\s+on\s+the\s+\w+\W{0,12}|"
+        r"(?:was|were)\s+called|(?:first|last|full|middle|maiden|sur)\s*name(?:\s+is|\s*[?:])|"
+        r"(?:billing|shipping|mailing|delivery)\s+address\s*:|(?:said|shouted|yelled|whispered)(?:\s+(?:at|to))?|name\s+on\s+the\s+\w+\W{0,12}|"
         r"named(?:\s+(?:him|her|them|it))?|call\s+me)[ \t]+(" + _NAME + r")"
     ),
     # "Mr. John Smith", "Dr Chen": the title is not part of the name
