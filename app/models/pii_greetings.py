@@ -120,13 +120,14 @@ _PERSON_OWNS = re.compile(
 )
 # A name alone on the first line of a contact block ("Martin Rasmussen\nAcme Ltd\n407 Main St").
 _LINE = re.compile(r"(?m)^[ \t>]*(.*)$")
-_FULL_NAME = re.compile(_CASED + r"(?:[ \t]+(?:[A-Z]\.?|" + _CASED + r")){1,3}")
+_TITLE_CASED = r"[A-ZÀ-Þ][a-zß-ÿ][\w'’-]*"  # "Anna", not a heading in capitals
+_FULL_NAME = re.compile(_TITLE_CASED + r"(?:[ \t]+(?:[A-Z]\.?|" + _TITLE_CASED + r")){1,3}")
 _CONTACT_LINE = re.compile(r"\d{3}|@|\b(?i:phone|e-?mail|tel|mobile|address)\b")
 _NOT_PERSON_WORDS = wordset(
     "office street st road rd avenue ave apt suite inc ltd llc corp company co bank hotel university school "
     "department dept team group services service center centre hospital clinic store shop the dear hi hello "
     "corporation capital electric gas plc limited holdings fund trust industries partners associates "
-    "personal info united states kingdom republic"
+    "personal info united states kingdom republic law act decree"
 )
 
 

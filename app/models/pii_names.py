@@ -24,12 +24,15 @@ _PERSON_CUES = (
         r"\b(?i:my\s+name\s+is|my\s+name's|name\s*:|i\s+am\s+called|(?:he|she|they)\s+(?:is|are|was)\s+called|"
         # "was called Rebecca Contreras", "last name? Chouno", "the name on the account? Matej"
         r"(?:was|were)\s+called|(?:first|last|full|middle|maiden|sur)\s*name(?:\s+is|\s*[?:])|"
-        r"(?:billing|shipping|mailing|delivery)\s+address\s*:|(?:said|shouted|yelled|whispered)(?:\s+(?:at|to))?|name\s+on\s+the\s+\w+\W{0,12}|"
+        r"(?:billing|shipping|mailing|delivery)\s+address\s*:|name\s+on\s+the\s+\w+\W{0,12}|"
         r"named(?:\s+(?:him|her|them|it))?|call\s+me)[ \t]+(" + _NAME + r")"
     ),
     # "Mr. John Smith", "Dr Chen": the title is not part of the name
     re.compile(r"\b(?i:Mr|Mrs|Ms|Miss|Mx|Dr|Prof)\.?[ \t]+(" + _NAME + r")"),
+    # '"I'm so jealous!" said Nicanor', "shouted at Valerie": a speaker, private or fictional
+    re.compile(r"\b(?i:said|shouted|yelled|whispered)(?:\s+(?i:at|to))?[ \t]+(" + _NAME + r")"),
 )
+_CUE_SOURCES = ("rule:person_cue", "rule:person_title", "rule:person_speech")
 # Users who never capitalise: "my name is john smith"
 _LOWER_NAME_CUE = re.compile(r"\bmy\s+name\s+is\s+([a-z][\w'’-]+(?:[ \t]+[a-z][\w'’-]+)?)")
 _NOT_A_NAME = wordset(
@@ -55,7 +58,7 @@ def find_person_cues(text: str) -> list[Candidate]:
                 end = text.index(w, end) + len(w)
             score = 0.7 if rx is _LOWER_NAME_CUE else 0.85
             # a titled name may be a public figure or a vignette's party (see pii_register)
-            source = "rule:person_title" if rx is _PERSON_CUES[1] else "rule:person_cue"
+            source = _CUE_SOURCES[_PERSON_CUES.index(rx)] if rx in _PERSON_CUES else "rule:person_cue"
             out.append(Candidate("PERSON", m.start(1), end, score, source))
     return out
 

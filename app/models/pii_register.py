@@ -101,7 +101,14 @@ _PERSONAL_TYPES = frozenset(
 _PERSONAL_SOURCES = frozenset({"rule:greeting", "rule:mention", "rule:name_line"})
 # Which findings a knowledge question drops: the NER's people and nationalities, and titled names.
 # (a speaker label or "X lives in" may be a quoted dialogue or a historical figure too).
-_PUBLIC_SOURCES = ("spacy:", "rule:person_title", "rule:name_position")
+# A name line only drops under exam framing: elsewhere it makes the text personal.
+_PUBLIC_SOURCES = (
+    "spacy:",
+    "rule:person_title",
+    "rule:name_position",
+    "rule:person_speech",
+    "rule:name_line",
+)
 
 
 def _asks(text: str) -> bool:
@@ -122,10 +129,13 @@ def is_knowledge_question(text: str) -> bool:
 
 
 def is_personal(text: str, candidates: Sequence[Candidate], exam: bool = False) -> bool:
-    """Contact data, a greeting name, or (outside exam framing) a relative or acquaintance."""
-    if not exam and _RELATION.search(text):
+    """Contact data; outside exam framing also a relative/acquaintance or a greeting name (an exam's
+    quoted letters and speeches have those too)."""
+    if any(c.type in _PERSONAL_TYPES for c in candidates):
         return True
-    return any(c.type in _PERSONAL_TYPES or c.source in _PERSONAL_SOURCES for c in candidates)
+    if exam:
+        return False
+    return bool(_RELATION.search(text)) or any(c.source in _PERSONAL_SOURCES for c in candidates)
 
 
 def _public(c: Candidate, types: tuple[str, ...]) -> bool:
