@@ -30,7 +30,11 @@ _PERSON_CUES = (
     # "Mr. John Smith", "Dr Chen": the title is not part of the name
     re.compile(r"\b(?i:Mr|Mrs|Ms|Miss|Mx|Dr|Prof)\.?[ \t]+(" + _NAME + r")"),
     # '"I'm so jealous!" said Nicanor', "shouted at Valerie": a speaker, private or fictional
-    re.compile(r"\b(?i:said|shouted|yelled|whispered)(?:\s+(?i:at|to))?[ \t]+(" + _NAME + r")"),
+    # ... and credits: "Directed By:    Raina Ogasahara", "starring Lind"
+    re.compile(
+        r"\b(?:(?i:said|shouted|yelled|whispered)(?:\s+(?i:at|to))?|(?i:(?:directed|written|produced|composed|"
+        r"painted|performed)\s+by|starring)[ \t]*:?)[ \t]+(" + _NAME + r")"
+    ),
 )
 _CUE_SOURCES = ("rule:person_cue", "rule:person_title", "rule:person_speech")
 # Users who never capitalise: "my name is john smith"
