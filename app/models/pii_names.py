@@ -41,6 +41,7 @@ _CUE_SOURCES = ("rule:person_cue", "rule:person_title", "rule:person_speech")
 _LOWER_NAME_CUE = re.compile(r"\bmy\s+name\s+is\s+([a-z][\w'’-]+(?:[ \t]+[a-z][\w'’-]+)?)")
 _NOT_A_NAME = wordset(
     "not the a an and but so just still also really very called from in at on here there back now this that "
+    "user bot agent customer assistant "
     "too going trying unknown irrelevant private secret hidden nothing i im is was"
 )
 

@@ -192,3 +192,24 @@ def test_private_person_outside_knowledge_register_is_kept(detector: PIIDetector
 )
 def test_knowledge_question_cues(text: str, expected: bool) -> None:
     assert pii_rules.is_knowledge_question(text) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ("Gunnhild: Did you lock the shed?\nTomasz: Yes, twice.", "Gunnhild"),
+        ("Perpetua lives on the corner by the bakery.", "Perpetua"),
+        ("Leopoldine Achterberg\nSenior buyer\nPhone: 020 555 0134", "Leopoldine Achterberg"),
+        ("Forward it to Ezekiel's address, not mine.", "Ezekiel"),
+        ("A short film directed by Mirela Stanescu-Voss.", "Mirela Stanescu-Voss"),
+    ],
+)
+def test_names_in_transcripts_contact_blocks_and_credits(detector: PIIDetector, text: str, name: str) -> None:
+    assert name in _found(detector.detect(text), "PERSON")
+
+
+@pytest.mark.parametrize(
+    "text", ["Note: This is important.", "Step 2: Open the settings.", "Summary: All good."]
+)
+def test_form_labels_are_not_speakers(detector: PIIDetector, text: str) -> None:
+    assert _found(detector.detect(text), "PERSON") == []
