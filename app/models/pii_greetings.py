@@ -184,7 +184,11 @@ def _mentions(text: str) -> list[Candidate]:
 def _speakers_and_doers(text: str) -> list[Candidate]:
     out: list[Candidate] = []
     for rx, score in ((_SPEAKER, 0.7), (_PERSON_VERB, 0.75), (_PERSON_OWNS, 0.75)):
-        for m in rx.finditer(text):
+        matches = list(rx.finditer(text))
+        if rx is _SPEAKER and len(matches) < 2:
+            # one "Mission Statement: ..." is a heading; a speaker needs a quote or a second speaker
+            matches = [m for m in matches if re.match(r"\s*:\s*[\"“'‘]", text[m.end(1) :])]
+        for m in matches:
             words = m.group(1).lower().split()
             if not any(w in _LABELS for w in words) and not _is_slot_word(m.group(1), strict=True):
                 out.append(Candidate("PERSON", m.start(1), m.end(1), score, "rule:name_position"))
