@@ -23,6 +23,13 @@ are ignored rather than counted as false positives. Template placeholders with n
 
 Look-alike negatives (tests/data/pii_negatives.txt) must yield no entity at all.
 
+Everyday slice: sentences from the project-written templates in
+scripts/data/pii_everyday_templates.txt (salutations, sign-offs, direct address, @-mentions,
+international phone layouts, clock times, separator-free cards), filled the same way, scored
+together with the rest and also on their own. Also reported: the share of clean questions
+(random MMLU-Pro questions plus the benign chat prompts) with a structured type, the share of
+MMLU-Pro history/philosophy/law questions with a PERSON and with an NRP, and p50 at batch 1.
+
     .venv/bin/python scripts/eval_pii.py [--samples 3000 --structured 1500 --seed 42 --json out.json]
 """
 
@@ -89,7 +96,20 @@ INTL_PHONE_FORMATS = (
     "+353 (0)87 ### ####",
     "+7 495 ###-##-##",
 )
-_HOUR_WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+_HOUR_WORDS = [
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+]
 STRUCTURED_FIELDS = {
     "credit_card_number",
     "iban",
