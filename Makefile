@@ -73,6 +73,8 @@ bench: $(STAMP)
 	$(PY) bench/bench_cache_e2e.py --sizes 1000 10000 100000 --requests 100 --rounds 3
 	$(PY) bench/bench_cache_replicas.py
 	$(PY) bench/bench_stop.py --rounds 3
+	$(PY) bench/bench_all_signals.py
+	$(PY) bench/bench_decisions.py
 
 # A 10-minute soak (not part of `make test`): steady load on a real local stack (fake upstreams on
 # 127.0.0.1), the resident memory of every process and every failed request (docs/performance.md).
