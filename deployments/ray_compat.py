@@ -57,27 +57,23 @@ async def call(
     """`await handle.<method>.remote(*args)` with Ray's errors unwrapped: the replica's own
     exception is raised as itself (when `keep` accepts it); an unreachable deployment raises
     `unavailable(exc)`, a full queue `overloaded(exc)` (each left as Ray's when not given).
-    `retries`: for a method without side effects, calls sent again when the replica died
-    under it (its node went away); Serve routes the next call to another replica."""
-    for _ in range(retries):
+    `retries`: side-effect-free calls sent again when their replica died (Serve picks another)."""
+    for attempt in range(retries + 1):
         try:
             return await getattr(handle, method).remote(*args)
-        except UNAVAILABLE_ERRORS:
-            continue
         except RayTaskError as exc:
             raise replica_error(exc, keep) from None
-    try:
-        return await getattr(handle, method).remote(*args)
-    except RayTaskError as exc:
-        raise replica_error(exc, keep) from None
-    except OVERLOADED_ERRORS as exc:
-        if overloaded is None:
-            raise
-        raise overloaded(exc) from None
-    except UNAVAILABLE_ERRORS as exc:
-        if unavailable is None:
-            raise
-        raise unavailable(exc) from None
+        except OVERLOADED_ERRORS as exc:
+            if overloaded is None:
+                raise
+            raise overloaded(exc) from None
+        except UNAVAILABLE_ERRORS as exc:
+            if attempt < retries:
+                continue
+            if unavailable is None:
+                raise
+            raise unavailable(exc) from None
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 # ----------------------------------------------------------------------------- handles
@@ -153,13 +149,12 @@ def serve_client() -> Any:
 
 
 def serve_controller() -> Any:
-    """The Serve controller actor (its `graceful_shutdown(wait)` starts Serve's own stop).
-    Private: `ServeControllerClient._controller`."""
+    """The Serve controller actor. Private: `ServeControllerClient._controller`."""
     return serve_client()._controller
 
 
 def serve_namespace() -> str:
-    """The Ray namespace of Serve's named actors (replicas, controller). Private constant."""
+    """The Ray namespace of Serve's named actors. Private: `SERVE_NAMESPACE`."""
     from ray.serve._private.constants import SERVE_NAMESPACE
 
     return str(SERVE_NAMESPACE)
@@ -192,17 +187,14 @@ def redeploy(app: Application, name: str, route_prefix: str | None) -> None:
 
 
 def shutdown_local_ray() -> None:
-    """`ray.shutdown()` without its one-second wait on the autoscaler's monitor process, which
-    ignores SIGTERM: ray.shutdown() stops the instance's processes one after another and gives
-    each 1 s before SIGKILL (1.5 s for an idle instance, 0.4 s with the monitor killed first).
-    The monitor of a local instance holds no state. Private: `Node.all_processes`."""
+    """`ray.shutdown()` without its 1 s wait on the autoscaler monitor, which ignores SIGTERM (0.4 s,
+    not 1.5 s); a local monitor holds no state, so it is killed first. Private: `all_processes`."""
     import ray
     from ray._private import ray_constants, worker
 
     node = worker._global_node
     if node is not None and node.head:
         for info in node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, []):
-            if info.process.poll() is None:
-                info.process.kill()
-                info.process.wait(timeout=1)
+            info.process.kill()
+            info.process.wait(timeout=1)
     ray.shutdown()

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import numpy as np
 from ray import serve
@@ -52,6 +53,16 @@ from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 log = logging.getLogger("svc_sr.router")
 
 
+def _retried(handle: DeploymentHandle, method: str) -> Callable[..., Awaitable[list[Any]]]:
+    """A model deployment's method as an async function; the call is sent again once when its
+    replica died under it (every such method changes nothing)."""
+
+    async def call(*args: Any) -> list[Any]:
+        return cast(list[Any], await ray_compat.call(handle, method, *args, retries=1))
+
+    return call
+
+
 def classifier_evaluators(
     domain: DeploymentHandle | None, guard: DeploymentHandle | None
 ) -> dict[str, EvaluatorFactory]:
@@ -61,43 +72,11 @@ def classifier_evaluators(
     evaluated instead of reported as errored."""
     evaluators: dict[str, EvaluatorFactory] = {}
     if domain is not None:
-
-        async def classify(
-            texts: list[str], vectors: np.ndarray | None, threshold: float | None, fallback: str
-        ) -> list[Any]:
-            return await ray_compat.call(domain, "classify", texts, vectors, threshold, fallback, retries=1)
-
-        evaluators["domain"] = domain_factory(classify)
+        evaluators["domain"] = domain_factory(_retried(domain, "classify"))
     if guard is not None:
-
-        async def detect_pii(
-            texts: list[str], entity_types: list[str] | None, threshold: float | None
-        ) -> list[Any]:
-            return await ray_compat.call(guard, "detect_pii", texts, entity_types, threshold, retries=1)
-
-        async def detect_jailbreak(
-            texts: list[str],
-            vectors: np.ndarray | None,
-            method: str,
-            threshold: float,
-            patterns: list[str],
-            benign: list[str],
-        ) -> list[Any]:
-            return await ray_compat.call(
-                guard, "detect_jailbreak", texts, vectors, method, threshold, patterns, benign, retries=1
-            )
-
-        evaluators["pii"] = pii_factory(detect_pii)
-
-        async def detect_harmful(
-            texts: list[str], vectors: np.ndarray | None, threshold: float, categories: list[str]
-        ) -> list[Any]:
-            return await ray_compat.call(
-                guard, "detect_harmful", texts, vectors, threshold, categories, retries=1
-            )
-
-        evaluators["jailbreak"] = jailbreak_factory(detect_jailbreak)
-        evaluators["harmful"] = harmful_factory(detect_harmful)
+        evaluators["pii"] = pii_factory(_retried(guard, "detect_pii"))
+        evaluators["jailbreak"] = jailbreak_factory(_retried(guard, "detect_jailbreak"))
+        evaluators["harmful"] = harmful_factory(_retried(guard, "detect_harmful"))
     return evaluators
 
 

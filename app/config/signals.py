@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator
+from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema, field_validator
 
+from app.config.errors import issues_from_validation_error
 from app.config.model_base import Open, Strict
 
 
@@ -161,3 +162,24 @@ REFERENCE_ONLY_SIGNAL_TYPES = frozenset(
         "projection",
     }
 )
+
+
+def prompt_guard_harmful_issues(model_catalog: Any) -> list[tuple[str, str, str]]:
+    """(path, message, code) for `modules.prompt_guard.harmful` (true or a rule without a name):
+    it must make a rule, since the global guard is compiled from it on activation."""
+    node: object = model_catalog
+    for key in ("modules", "prompt_guard", "harmful"):
+        node = node.get(key) if isinstance(node, dict) else getattr(node, key, None)
+    path = "global.model_catalog.modules.prompt_guard.harmful"
+    if node is None or isinstance(node, bool):
+        return []
+    if not isinstance(node, dict):
+        return [(path, "expected true/false or {enabled, threshold, categories, include_history}", "type")]
+    issues = []
+    if not isinstance(node.get("enabled", False), bool):
+        issues.append((f"{path}.enabled", "expected a boolean", "type"))
+    try:
+        HarmfulSignal(name="global:prompt_guard:harmful", **{k: v for k, v in node.items() if k != "enabled"})
+    except ValidationError as exc:
+        issues += [(path, f"{i.path}: {i.message}", i.code) for i in issues_from_validation_error(exc)]
+    return issues

@@ -23,7 +23,12 @@ from app.config.models import RouterConfig
 from app.config.plugins import PLUGIN_KIND, PLUGIN_MODELS, plugin_payload
 from app.config.providers import ProviderModel
 from app.config.routing import PLUGIN_TYPES, REFERENCE_ONLY_PLUGIN_TYPES, Condition, Decision
-from app.config.signals import REFERENCE_ONLY_SIGNAL_TYPES, SIGNAL_FAMILIES, DomainSignal, HarmfulSignal
+from app.config.signals import (
+    REFERENCE_ONLY_SIGNAL_TYPES,
+    SIGNAL_FAMILIES,
+    DomainSignal,
+    prompt_guard_harmful_issues,
+)
 
 # The labels of the domain classifier (MMLU-Pro's 14 categories).
 MMLU_PRO_CATEGORIES: tuple[str, ...] = (
@@ -256,31 +261,8 @@ class _Checker:
         self._embedding_signals()
         for index, domain in enumerate(self.config.routing.signals.domains):
             self._domain_signal(f"{SIGNALS}.domains[{index}]", domain)
-        self._prompt_guard_harmful()
-
-    def _prompt_guard_harmful(self) -> None:
-        """`modules.prompt_guard.harmful` (true or a rule without a name) must make a rule:
-        the global guard is compiled from it on activation."""
-        node: object = self.config.global_.model_catalog
-        for key in ("modules", "prompt_guard", "harmful"):
-            node = node.get(key) if isinstance(node, dict) else getattr(node, key, None)
-        raw = node
-        path = "global.model_catalog.modules.prompt_guard.harmful"
-        if raw is None or isinstance(raw, bool):
-            return
-        if not isinstance(raw, dict):
-            self.error(
-                path, "expected true/false or {enabled, threshold, categories, include_history}", "type"
-            )
-            return
-        fields = {k: v for k, v in raw.items() if k != "enabled"}
-        if not isinstance(raw.get("enabled", False), bool):
-            self.error(f"{path}.enabled", "expected a boolean", "type")
-        try:
-            HarmfulSignal(name="global:prompt_guard:harmful", **fields)
-        except ValidationError as exc:
-            for issue in issues_from_validation_error(exc):
-                self.error(path, f"{issue.path}: {issue.message}", issue.code)
+        for path, message, code in prompt_guard_harmful_issues(self.config.global_.model_catalog):
+            self.error(path, message, code)
 
     def _signal_families(self) -> None:
         signals = self.config.routing.signals
