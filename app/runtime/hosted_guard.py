@@ -192,11 +192,7 @@ class HostedGuard:
         model = self.jailbreak.require()
         if not items:
             return []
-        if given is None:
-            given = np.zeros((len(items), model.dim), np.float32)
-            live = [i for i, text in enumerate(items) if text.strip()]  # blank texts need no encoder pass
-            if live:
-                given[live] = await encode_texts([items[i] for i in live], self.encode, model.encoder.encode)
+        given = await self._vectors_for(items, given, model)
         chosen = cast(Method, method)
         results = await asyncio.gather(
             *(
@@ -206,6 +202,17 @@ class HostedGuard:
         )
         raise_errors(results)
         return [r.model_dump() for r in results]
+
+    async def _vectors_for(self, items: list[str], given: np.ndarray | None, model: Any) -> np.ndarray:
+        """The request's vectors, or one encoder pass for texts that came without (the
+        jailbreak guard and the harmful classifier read the same MiniLM vector)."""
+        if given is not None:
+            return given
+        vectors = np.zeros((len(items), model.dim), np.float32)
+        live = [i for i, text in enumerate(items) if text.strip()]  # blank texts need no encoder pass
+        if live:
+            vectors[live] = await encode_texts([items[i] for i in live], self.encode, model.encoder.encode)
+        return vectors
 
     # -------------------------------------------------------------- harmful content
 
@@ -231,11 +238,7 @@ class HostedGuard:
         wanted = check_categories(list(categories or []), model.labels) if categories else ()
         if not items:
             return []
-        if given is None:
-            given = np.zeros((len(items), model.dim), np.float32)
-            live = [i for i, text in enumerate(items) if text.strip()]  # blank texts need no encoder pass
-            if live:
-                given[live] = await encode_texts([items[i] for i in live], self.encode, model.encoder.encode)
+        given = await self._vectors_for(items, given, model)
         results = await asyncio.gather(
             *(batched((text, vector, cutoff, wanted)) for text, vector in zip(items, given, strict=True))
         )
