@@ -22,7 +22,7 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.runtime.hosted import DEFAULT_BATCH_WAIT_TIMEOUT_S, DEFAULT_MAX_BATCH_SIZE, Encode, HostedDomain
+from app.runtime.hosted import DEFAULT_MAX_BATCH_SIZE, NO_BATCH_WAIT_S, Encode, HostedDomain
 from deployments.ray_compat import call, process_transport
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
@@ -49,7 +49,7 @@ class DomainClassifier:
     def __init__(self, embedding: DeploymentHandle | None = None) -> None:
         self._hosted = HostedDomain.load(embedding_encoder(embedding))
         self._classify_one = serve.batch(
-            max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_TIMEOUT_S
+            max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=NO_BATCH_WAIT_S
         )(self._classify_batch)
 
     async def _classify_batch(self, items: list[tuple[str, np.ndarray]]) -> list[Any]:

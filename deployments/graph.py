@@ -4,8 +4,9 @@
                  |                           by default the Router encodes in-process)
                  |             -> ResponseCache (lookups; a Unix-socket lane on the same node)
                  +-(after the answer: accounting, cache write, replay)-> ResponseCache, Observability
-                 |             -> DomainClassifier -> Embedding (texts without vectors)
-                 +-(diagnostics)-> Guard (PII, jailbreak) -> Embedding
+                 |             -> Guard (PII; with router_local_heads false also the
+                 |                  jailbreak/harmful heads, and DomainClassifier the domain head)
+                 +-(diagnostics)-> DomainClassifier, Guard -> Embedding (texts without vectors)
                  +-(/v1/decisions)-> DecisionModel (built in, or managed `svc-srun` workers)
                  +-(upstream call to an in-cluster model, by name)-> LLMServer-<model> (vLLM)
     Router -> LLMServers (anchors the LLMServer deployments in the graph)
@@ -45,7 +46,7 @@ from deployments.ingress import Ingress
 from deployments.llm_graph import llm_servers
 from deployments.observability import Observability
 from deployments.response_cache import ResponseCache
-from deployments.router import Router
+from deployments.router import InProcess, Router
 from deployments.versioning import stamp_versions
 
 log = logging.getLogger("svc_sr.graph")
@@ -59,6 +60,10 @@ class GraphArgs(BaseModel):
     # hop fewer (~2-5 ms on 2 cores). The vector still goes to the classifiers, so a request
     # is encoded once. Set false where the Embedding deployment batches on a GPU.
     router_local_encoder: bool = True
+    # Run the heads on the request's vector (domain, jailbreak, harmful) inside the Router:
+    # three Ray calls and their batch waits fewer per request (measured in docs/performance.md).
+    # False sends them to the DomainClassifier and Guard deployments.
+    router_local_heads: bool = True
     # Overrides of the config's global.services.observability.metrics ({"enabled": false},
     # {"port": 19190}): several graphs on one Ray instance must not share the metrics port.
     metrics: dict[str, Any] = {}
@@ -170,7 +175,7 @@ def build_graph(
             cache,
             domain,
             guard,
-            local_encoder=graph_args.router_local_encoder,
+            local=InProcess(graph_args.router_local_encoder, graph_args.router_local_heads),
             observability=observability,
             llm_servers=llm_servers(loaded.config, options),
             ratings_at=(graph_args.management_store, graph_args.app_name, graph_args.state_dir),

@@ -22,7 +22,7 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.runtime.hosted import DEFAULT_BATCH_WAIT_TIMEOUT_S, DEFAULT_MAX_BATCH_SIZE
+from app.runtime.hosted import DEFAULT_MAX_BATCH_SIZE, NO_BATCH_WAIT_S
 from app.runtime.hosted_guard import HostedGuard
 from deployments.domain_classifier import embedding_encoder
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
@@ -43,9 +43,7 @@ class Guard:
     ) -> None:
         """`pii_threshold`: the PII cutoff for calls that pass none (None: the detector's default)."""
         self._hosted = HostedGuard.load(embedding_encoder(embedding), pii_threshold, use_ner)
-        batch = serve.batch(
-            max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_TIMEOUT_S
-        )
+        batch = serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=NO_BATCH_WAIT_S)
         self._pii_one = batch(self._hosted.pii_batch)
         self._jailbreak_one = batch(self._hosted.jailbreak_batch)
         self._harmful_one = batch(self._hosted.harmful_batch)

@@ -9,9 +9,11 @@ route() marks the requests whose decision records replays (`router_replay` plugi
 front door that completes the request (Ingress, ext_proc sidecar) sends the record to the
 Observability deployment, shared by every replica.
 
-The learned signal families (`domain`, `pii`, `jailbreak`) call the DomainClassifier and
-Guard deployments; the request's query vector from the Embedding deployment is passed
-along, so the text is encoded once per request. The response cache's lookups and epoch reads
+The learned signal families (`domain`, `pii`, `jailbreak`, `harmful`) call the
+DomainClassifier and Guard deployments; the request's query vector is passed along, so the
+text is encoded once per request. With `InProcess.heads` the heads on that vector (domain,
+jailbreak, harmful) and PII's pattern-only checks run in this replica instead, and only PII
+checks that need NER call the Guard. The response cache's lookups and epoch reads
 (the token the front door's write carries) go over the ResponseCache's lane. A family the configuration binds to a
 `model_deployments` entry (`prompt_guard`, `pii_classifier`, `domain_classifier`) calls that
 deployment's `svc-srun` workers instead, which each replica runs itself (sockets under
@@ -23,7 +25,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 from ray import serve
@@ -33,6 +35,7 @@ from app.common.heap import freeze_startup_heap
 from app.management.stores import router_rating_store
 from app.pipeline import PipelineServices, encoder_embed
 from app.pipeline.elo_selector import RatingsFeed
+from app.pipeline.local_models import router_evaluators
 from app.pipeline.plan import RoutePlan
 from app.pipeline.reload import ReloadingPipeline
 from app.pipeline.signals.base import EvaluatorFactory
@@ -54,8 +57,8 @@ log = logging.getLogger("svc_sr.router")
 
 
 def _retried(handle: DeploymentHandle, method: str) -> Callable[..., Awaitable[list[Any]]]:
-    """A model deployment's method as an async function; the call is sent again once when its
-    replica died under it (every such method changes nothing)."""
+    """A model deployment's method, sent again once when its replica died under it (every such
+    method changes nothing)."""
 
     async def call(*args: Any) -> list[Any]:
         return cast(list[Any], await ray_compat.call(handle, method, *args, retries=1))
@@ -66,10 +69,8 @@ def _retried(handle: DeploymentHandle, method: str) -> Callable[..., Awaitable[l
 def classifier_evaluators(
     domain: DeploymentHandle | None, guard: DeploymentHandle | None
 ) -> dict[str, EvaluatorFactory]:
-    """Evaluator factories of the learned families over the model deployments' handles. Every
-    call changes nothing, so one a replica died under (killed, its node lost) is sent again:
-    Serve routes it to another replica, or to the replacement once it is up, and the signal is
-    evaluated instead of reported as errored."""
+    """Evaluator factories of the learned families over the model deployments' handles; a call
+    a replica died under is sent again (to another replica or the replacement), not errored."""
     evaluators: dict[str, EvaluatorFactory] = {}
     if domain is not None:
         evaluators["domain"] = domain_factory(_retried(domain, "classify"))
@@ -86,8 +87,8 @@ def handle_services(
     domain: DeploymentHandle | None = None,
     guard: DeploymentHandle | None = None,
 ) -> PipelineServices:
-    async def embed(texts: list[str]) -> np.ndarray:
-        return await ray_compat.call(embedding, "embed", texts, retries=1)  # as the classifiers' calls
+    async def embed(texts: list[str]) -> np.ndarray:  # retried as the classifiers' calls
+        return await ray_compat.call(embedding, "embed", texts, retries=1)
 
     lane = cache_lane(cache)
     return PipelineServices(
@@ -98,6 +99,16 @@ def handle_services(
         count_tokens=token_counter(),
         evaluators=classifier_evaluators(domain, guard),
     )
+
+
+class InProcess(NamedTuple):
+    """What the Router runs in its own process instead of calling a model deployment."""
+
+    encoder: bool = False  # the request's one encoder pass (else the Embedding deployment)
+    heads: bool = False  # the heads on its vector: domain, jailbreak, harmful (else DomainClassifier, Guard)
+
+
+ALL_REMOTE = InProcess()
 
 
 @serve.deployment(
@@ -113,19 +124,18 @@ class Router:
         cache: DeploymentHandle,
         domain: DeploymentHandle | None = None,
         guard: DeploymentHandle | None = None,
-        local_encoder: bool = False,
+        local: InProcess = ALL_REMOTE,
         observability: DeploymentHandle | None = None,
         llm_servers: DeploymentHandle | None = None,
         ratings_at: tuple[Any, str | None, str | None] | None = None,
     ) -> None:
         # llm_servers only keeps the in-cluster models in the graph (deployments/llm_server.py).
         transport = ray_compat.process_transport
-        services = handle_services(
-            transport(embedding), transport(cache), transport(domain), transport(guard)
-        )
+        guard = transport(guard)
+        services = handle_services(transport(embedding), transport(cache), transport(domain), guard)
         observability = transport(observability)
         self._pusher = replica_pusher(services.metrics.recorder, observability)
-        if local_encoder:
+        if local.encoder:
             # The request's one encoder pass runs in this replica: one Ray hop and the batch
             # wait fewer per request, at the cost of a ~265 MB encoder per Router replica.
             # Two intra-op threads: encoder_embed runs one (micro-batched) forward at a time,
@@ -133,6 +143,11 @@ class Router:
             encoder = MiniLMEncoder(threads=int(os.environ.get("SVC_SR_ROUTER_ENCODER_THREADS", "2")))
             encoder.warm_up()
             services.embed = encoder_embed(encoder)
+        if local.heads:
+            # Matrix products on a vector this replica holds, and PII's pattern-only checks:
+            # no Ray call or batch wait for them; PII calls that need spaCy's NER go to the Guard.
+            remote_pii = _retried(guard, "detect_pii") if guard is not None else None
+            services.evaluators.update(router_evaluators(lambda texts: services.embed(texts), remote_pii))
         # The front doors complete requests and send their replay records to Observability;
         # route() only marks the requests whose decision records replays.
         services.capture_replays = observability is not None

@@ -2,9 +2,8 @@
 
 What the Ray graph reaches over DeploymentHandles runs here in process, over the same engine
 objects (app/runtime): the MiniLM encoder (`shared_encoder`, micro-batched by `encoder_embed`)
-and the learned signal families the config needs, the domain classifier (`HostedDomain`) and
-the guard's PII / jailbreak models (`HostedGuard`), wired as deployments/router.py's
-`classifier_evaluators` wires them over handles. Only what the config uses is loaded.
+and the learned signal families the config needs (app/pipeline/local_models.py). Only what
+the config uses is loaded; a model that fails to load fails the run.
 
 Query vectors come from a `VectorTable`: a run embeds its questions once, in batches, before
 routing, and route() finds each question's vector there; a text the table lacks falls through
@@ -24,26 +23,16 @@ import numpy as np
 from app.config.models import RouterConfig
 from app.pipeline import PipelineServices, encoder_embed
 from app.pipeline.decisions import referenced_signals
+from app.pipeline.local_models import local_evaluators
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plugins import compile_guards
-from app.pipeline.signals.base import EmbedFn, EvaluatorFactory
-from app.pipeline.signals.domain import domain_factory
-from app.pipeline.signals.harmful import harmful_factory, prompt_guard_harmful_rule
-from app.pipeline.signals.jailbreak import jailbreak_factory, prompt_guard_rule
-from app.pipeline.signals.pii import pii_factory
+from app.pipeline.signals.base import EmbedFn
+from app.pipeline.signals.harmful import prompt_guard_harmful_rule
+from app.pipeline.signals.jailbreak import prompt_guard_rule
 from app.runtime.batching import MicroBatcher
 from app.runtime.encoder import shared_encoder, token_counter
-from app.runtime.hosted import HostedDomain, Loaded
-from app.runtime.hosted_guard import HostedGuard
 
-# Rows per head call; the heads are matrix products, so a larger batch costs little more.
-HEAD_BATCH_ITEMS = 64
-UNBOUNDED = 1 << 40  # a benchmark queues its whole batch at once; admission is its own job
 ProgressFn = Callable[[int, int], None]  # (done, total)
-
-
-class ModelUnavailableError(ValueError):
-    """A model the config's signals need could not be loaded in this process."""
 
 
 class VectorTable:
@@ -141,7 +130,7 @@ def local_services(
 ) -> LocalServices:
     """Services for routing `config` in this process, over `vectors` and into `feeds`."""
     feeds = feeds or RunFeeds()
-    evaluators, batchers = _learned_evaluators(learned_families(config), vectors.embed)
+    evaluators, batchers = local_evaluators(learned_families(config), vectors.embed, strict=True)
     services = PipelineServices(
         embed=vectors.embed,
         evaluators=evaluators,
@@ -150,78 +139,3 @@ def local_services(
         metrics=feeds.metrics,
     )
     return LocalServices(services, batchers)
-
-
-def _require(*models: Loaded[Any]) -> None:
-    """A live Router routes on when a model is down (a signal error, `on_error` decides); a
-    benchmark must not: its figures would silently measure the fallback instead."""
-    for model in models:
-        if not model.loaded:
-            raise ModelUnavailableError(f"{model.label} could not be loaded: {model.error}")
-
-
-def _batcher(fn: Callable[[list[Any]], Any]) -> MicroBatcher[Any, Any]:
-    return MicroBatcher(
-        fn, window_ms=0.0, max_batch_items=HEAD_BATCH_ITEMS, max_queue=UNBOUNDED, max_queued_tokens=UNBOUNDED
-    )
-
-
-def _learned_evaluators(
-    families: frozenset[str], encode: EmbedFn
-) -> tuple[dict[str, EvaluatorFactory], list[MicroBatcher[Any, Any]]]:
-    """The families' evaluator factories over in-process engine objects (the Router's
-    `classifier_evaluators` over handles, without the transport)."""
-    evaluators: dict[str, EvaluatorFactory] = {}
-    batchers: list[MicroBatcher[Any, Any]] = []
-    if "domain" in families:
-        domain = HostedDomain.load(encode)
-        _require(domain.loaded)
-        domain_heads = _batcher(domain.head_batch)
-        batchers.append(domain_heads)
-
-        async def classify(
-            texts: list[str], vectors: np.ndarray | None, threshold: float | None, fallback: str
-        ) -> list[Any]:
-            return await domain.classify(texts, vectors, threshold, fallback, domain_heads.submit)
-
-        evaluators["domain"] = domain_factory(classify)
-    if families & {"pii", "jailbreak", "harmful"}:
-        # spaCy's NER only when PII is judged; the jailbreak guard alone needs none of it
-        guard = HostedGuard.load(encode, use_ner="pii" in families)
-        models: dict[str, Loaded[Any]] = {
-            "pii": guard.pii,
-            "jailbreak": guard.jailbreak,
-            "harmful": guard.harmful,
-        }
-        _require(*(loaded for family, loaded in models.items() if family in families))
-        pii_rows, jailbreak_rows = _batcher(guard.pii_batch), _batcher(guard.jailbreak_batch)
-        harmful_rows = _batcher(guard.harmful_batch)
-        batchers += [pii_rows, jailbreak_rows, harmful_rows]
-
-        async def detect_pii(
-            texts: list[str], entity_types: list[str] | None, threshold: float | None
-        ) -> list[Any]:
-            return await guard.detect_pii(texts, entity_types, threshold, pii_rows.submit)
-
-        async def detect_jailbreak(
-            texts: list[str],
-            vectors: np.ndarray | None,
-            method: str,
-            threshold: float,
-            patterns: list[str],
-            benign: list[str],
-        ) -> list[Any]:
-            return await guard.detect_jailbreak(
-                texts, vectors, method, threshold, patterns, benign, jailbreak_rows.submit
-            )
-
-        evaluators["pii"] = pii_factory(detect_pii)
-
-        async def detect_harmful(
-            texts: list[str], vectors: np.ndarray | None, threshold: float, categories: list[str]
-        ) -> list[Any]:
-            return await guard.detect_harmful(texts, vectors, threshold, categories, harmful_rows.submit)
-
-        evaluators["jailbreak"] = jailbreak_factory(detect_jailbreak)
-        evaluators["harmful"] = harmful_factory(detect_harmful)
-    return evaluators, batchers

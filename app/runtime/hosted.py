@@ -35,6 +35,10 @@ Batched = Callable[[Any], Awaitable[Any]]  # one item through a deployment's @se
 
 DEFAULT_MAX_BATCH_SIZE = 32
 DEFAULT_BATCH_WAIT_TIMEOUT_S = 0.002
+# The Guard's and DomainClassifier's queues wait for no batch-mates: a batch is what queued
+# while the previous one ran (one runs at a time), so a lone request is not held 2 ms per call
+# and batches still grow with load. Their models run on CPU, where a wider batch buys little.
+NO_BATCH_WAIT_S = 0.0
 # Tokenising a few KB takes well under a millisecond; longer texts go to a thread.
 INLINE_TOKENIZE_CHARS = 4096
 

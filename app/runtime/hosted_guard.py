@@ -37,6 +37,9 @@ from app.runtime.tasks import LabelScoreModel, SpanModel
 # pii-detector limit, so a diagnostics call cannot stall a replica on one huge text.
 GUARD_PII_MAX_CHARS = DEFAULT_MAX_CHARS
 
+# The signal families a HostedGuard serves.
+GUARD_FAMILIES = frozenset({"pii", "jailbreak", "harmful"})
+
 PIIItem = tuple[str, tuple[str, ...] | None, float | None]
 JailbreakItem = tuple[str, np.ndarray, Method, float | None, tuple[str, ...], tuple[str, ...]]
 HarmfulItem = tuple[str, np.ndarray, float | None, tuple[str, ...]]
@@ -101,8 +104,15 @@ class HostedGuard:
 
     @classmethod
     def load(
-        cls, encode: Encode | None = None, pii_threshold: float | None = None, use_ner: bool = True
+        cls,
+        encode: Encode | None = None,
+        pii_threshold: float | None = None,
+        use_ner: bool = True,
+        families: frozenset[str] = GUARD_FAMILIES,
     ) -> HostedGuard:
+        """The guard's models; only `families` are loaded (a host that judges only the vector
+        heads, the Router, skips spaCy and Presidio), the others answer ModelNotLoadedError."""
+
         def pii() -> SpanModel:
             return expect_type(load_model("pii-detector", use_ner=use_ner), SpanModel)
 
@@ -114,12 +124,17 @@ class HostedGuard:
             # No encoder given: the head builds the shared one only if a call comes without vectors.
             return HarmfulClassifier()
 
+        def loaded(family: str, label: str, build: Callable[[], Any]) -> Loaded[Any]:
+            if family not in families:
+                return Loaded(label, None, "NotHosted: served by another deployment")
+            return Loaded.load(label, build)
+
         return cls(
-            Loaded.load("PII detector", pii),
-            Loaded.load("jailbreak guard", jailbreak),
+            loaded("pii", "PII detector", pii),
+            loaded("jailbreak", "jailbreak guard", jailbreak),
             encode,
             pii_threshold,
-            Loaded.load("harmful-content classifier", harmful),
+            loaded("harmful", "harmful-content classifier", harmful),
         )
 
     # -------------------------------------------------------------- PII

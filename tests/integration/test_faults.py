@@ -126,6 +126,7 @@ def faults(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[F
                     config_path=str(config_path),
                     metrics={"port": metrics_port},
                     router_local_encoder=False,  # the Router calls the Embedding deployment
+                    router_local_heads=False,  # and the DomainClassifier and Guard for every head
                     decision_model=False,
                     deployments={"Ingress": {"num_replicas": 2}},
                 )

@@ -286,6 +286,28 @@ async def test_pii_include_history_scans_every_user_turn():
     )
 
 
+async def test_pii_policies_allowing_every_ner_type_ask_for_the_pattern_types_only():
+    ner_allowed = ["PERSON", "organization", "GPE", "NRP", "DATE_TIME"]
+    fake = FakePII()
+    ev = PIIEvaluator([PIISignal(name="structured", pii_types_allowed=ner_allowed)], fake)
+    (match,) = await ev.evaluate(ctx_of("ssn 123-45-6789"), frozenset({"structured"}))
+    assert match.matched and match.detail["denied"] == ["US_SSN"]
+    asked = fake.calls[0]["entity_types"]
+    assert "US_SSN" in asked and "EMAIL_ADDRESS" in asked
+    assert not {"PERSON", "ORGANIZATION", "GPE", "NRP", "DATE_TIME"} & set(asked)
+    # one rule that could deny a NER type: the detector looks for every type
+    fake = FakePII()
+    ev = PIIEvaluator(
+        [
+            PIISignal(name="structured", pii_types_allowed=ner_allowed),
+            PIISignal(name="names", pii_types_allowed=["GPE"]),
+        ],
+        fake,
+    )
+    await ev.evaluate(ctx_of("ssn 123-45-6789"), frozenset({"structured", "names"}))
+    assert fake.calls[0]["entity_types"] is None
+
+
 async def test_pii_failure_is_a_signal_error():
     ev = PIIEvaluator([PIISignal(name="strict")], FakePII(fail=True))
     (match,) = await ev.evaluate(ctx_of("a@b.co"), frozenset({"strict"}))

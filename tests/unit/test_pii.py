@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from app.models import pii_rules
 from app.models.pii import (
+    NER_DERIVED_TYPES,
     PII_ENTITY_TYPES,
     PIIDetector,
     PIIEntity,
@@ -338,3 +339,20 @@ def test_any_text_gives_consistent_spans(detector: PIIDetector, text: str) -> No
     result = detector.detect(text)
     _assert_consistent(text, result)
     assert result.masked_text.count("<") >= len(result.entities)
+
+
+def test_asking_for_no_ner_type_skips_the_ner_pass_and_keeps_the_pattern_types(
+    detector: PIIDetector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = "Hi, this is Priya Raman from Leeds; my social security number is 521-44-7306."
+    everything = detector.detect(text)
+    assert _find(everything, "PERSON") and _find(everything, "US_SSN")
+
+    def no_ner(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the NER pass ran although no NER type was asked for")
+
+    monkeypatch.setattr(detector._nlp, "pipe", no_ner)
+    patterns_only = [t for t in PII_ENTITY_TYPES if t not in NER_DERIVED_TYPES]
+    result = detector.detect(text, entity_types=patterns_only)
+    assert [e.type for e in result.entities] == ["US_SSN"]
+    assert result.masked_text.endswith("<US_SSN>.")
