@@ -1,13 +1,20 @@
-"""Shared shape of the safety-signal evaluators (pii, jailbreak): named rules with a
-per-rule threshold that falls back to the model's global one, judged by a detector."""
+"""Shared shape of the safety-signal evaluators (pii, jailbreak, harmful): named rules with a
+per-rule threshold that falls back to the model's global one, judged by a detector.
+
+`TextRuleEvaluator` is the whole rule walk of the families that judge one text per rule with
+the request's shared vector (jailbreak, harmful); each says only how it calls its detector and
+what a result means (`_call`, `_judge`)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 from app.pipeline.plan import SignalMatch
-from app.pipeline.signals.base import SignalContext
+from app.pipeline.signals.base import SignalContext, UnscannedError, unscanned_match
 
 RuleT = TypeVar("RuleT")
 
@@ -55,3 +62,61 @@ class ThresholdRuleEvaluator(Generic[RuleT]):
 
     async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[RuleT]) -> list[SignalMatch]:
         raise NotImplementedError
+
+
+class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
+    """Rules judged one text each (the last user message, or with `include_history` every user
+    turn), concurrently; the last user message goes with the request's query vector, so the
+    detector does not encode it again. A failure is the rule's signal error (`on_error` decides),
+    never a 500."""
+
+    detector = ""  # what the messages call the model: "jailbreak guard", ...
+
+    def _text(self, ctx: SignalContext, rule: Any) -> str:
+        raise NotImplementedError
+
+    async def _call(self, text: str, vectors: np.ndarray | None, threshold: float, rule: Any) -> list[Any]:
+        """The detector over one text (`self._detect` with the family's arguments)."""
+        raise NotImplementedError
+
+    def _judge(self, raw: Any, threshold: float) -> tuple[bool, float, dict[str, Any]]:
+        """(matched, confidence, detail) of one detector result."""
+        raise NotImplementedError
+
+    async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[RuleT]) -> list[SignalMatch]:
+        return list(await asyncio.gather(*(self._evaluate_one(ctx, rule) for rule in rules)))
+
+    async def _evaluate_one(self, ctx: SignalContext, rule: Any) -> SignalMatch:
+        text = self._text(ctx, rule)
+        threshold = self.threshold_of(rule)
+        if not text.strip():
+            return SignalMatch(
+                type=self.family,
+                name=rule.name,
+                matched=False,
+                confidence=0.0,
+                detail={"reason": "no user text"},
+            )
+        if self._detect is None:
+            return self._error(rule, f"no {self.detector} configured")
+        vectors: np.ndarray | None = None
+        if text == ctx.text and self.uses_vectors:
+            try:
+                vectors = (await ctx.query_vector()).reshape(1, -1)
+            except Exception:  # the Embedding deployment being down: the detector encodes itself
+                vectors = None
+        try:
+            raw = await self._call(text, vectors, threshold, rule)
+            if len(raw) != 1:
+                raise RuntimeError(f"{self.detector} returned {len(raw)} results for 1 text")
+            matched, confidence, detail = self._judge(raw[0], threshold)
+        except UnscannedError as exc:  # a model runtime that did not read it all (on_unscanned)
+            return unscanned_match(self.family, rule.name, exc)
+        except Exception as exc:
+            return self._error(rule, f"{self.family} detection failed: {exc}")
+        return SignalMatch(
+            type=self.family, name=rule.name, matched=matched, confidence=confidence, detail=detail
+        )
+
+    def _error(self, rule: Any, message: str) -> SignalMatch:
+        return SignalMatch(type=self.family, name=rule.name, matched=False, confidence=0.0, error=message)

@@ -13,8 +13,7 @@ deployment handle to it, tests pass a fake.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -22,10 +21,9 @@ import numpy as np
 from app.config.models import RouterConfig
 from app.config.signals import HarmfulSignal
 from app.models.harmful import HarmfulResult
-from app.pipeline.plan import SignalMatch
-from app.pipeline.signals.base import EvaluatorFactory, SignalContext, UnscannedError, unscanned_match
+from app.pipeline.signals.base import EvaluatorFactory, SignalContext
 from app.pipeline.signals.domain import unit_float
-from app.pipeline.signals.guarded import ThresholdRuleEvaluator
+from app.pipeline.signals.guarded import TextRuleEvaluator
 from app.pipeline.signals.jailbreak import prompt_guard_settings, rule_text
 
 FAMILY = "harmful"
@@ -68,8 +66,9 @@ def prompt_guard_harmful_rule(config: RouterConfig, require_enabled: bool = True
         return HarmfulSignal(name=PROMPT_GUARD_RULE)
 
 
-class HarmfulEvaluator(ThresholdRuleEvaluator[HarmfulSignal]):
+class HarmfulEvaluator(TextRuleEvaluator[HarmfulSignal]):
     family = FAMILY
+    detector = "harmful-content classifier"
 
     @classmethod
     def from_config(
@@ -77,34 +76,16 @@ class HarmfulEvaluator(ThresholdRuleEvaluator[HarmfulSignal]):
     ) -> HarmfulEvaluator:
         return cls(config.routing.signals.harmful, detect, None, uses_vectors)
 
-    async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[HarmfulSignal]) -> list[SignalMatch]:
-        """Judge rules that need not be configured signals (the prompt guard), concurrently."""
-        return list(await asyncio.gather(*(self._evaluate_one(ctx, rule) for rule in rules)))
+    def _text(self, ctx: SignalContext, rule: HarmfulSignal) -> str:
+        return rule_text(ctx, rule.include_history)
 
-    async def _evaluate_one(self, ctx: SignalContext, rule: HarmfulSignal) -> SignalMatch:
-        text = rule_text(ctx, rule.include_history)
-        threshold = self.threshold_of(rule)
-        if not text.strip():
-            return SignalMatch(
-                type=FAMILY, name=rule.name, matched=False, confidence=0.0, detail={"reason": "no user text"}
-            )
-        if self._detect is None:
-            return _error(rule, "no harmful-content classifier configured")
-        vectors: np.ndarray | None = None
-        if text == ctx.text and self.uses_vectors:
-            try:
-                vectors = (await ctx.query_vector()).reshape(1, -1)
-            except Exception:  # the Embedding deployment being down: the Guard encodes itself
-                vectors = None
-        try:
-            raw = await self._detect([text], vectors, threshold, list(rule.categories))
-            if len(raw) != 1:
-                raise RuntimeError(f"harmful-content classifier returned {len(raw)} results for 1 text")
-            result = HarmfulResult.model_validate(raw[0])
-        except UnscannedError as exc:
-            return unscanned_match(FAMILY, rule.name, exc)
-        except Exception as exc:  # a model failure is a signal error (on_error decides), not a 500
-            return _error(rule, f"harmful-content detection failed: {exc}")
+    async def _call(
+        self, text: str, vectors: np.ndarray | None, threshold: float, rule: HarmfulSignal
+    ) -> list[Any]:
+        return list(await self._detect([text], vectors, threshold, list(rule.categories)))
+
+    def _judge(self, raw: Any, threshold: float) -> tuple[bool, float, dict[str, Any]]:
+        result = HarmfulResult.model_validate(raw)
         detail = {
             "score": result.score,
             "threshold": threshold,
@@ -112,13 +93,7 @@ class HarmfulEvaluator(ThresholdRuleEvaluator[HarmfulSignal]):
             "categories": dict(result.categories),
             "detection_types": list(result.detection_types),
         }
-        return SignalMatch(
-            type=FAMILY, name=rule.name, matched=result.is_harmful, confidence=result.score, detail=detail
-        )
-
-
-def _error(rule: HarmfulSignal, message: str) -> SignalMatch:
-    return SignalMatch(type=FAMILY, name=rule.name, matched=False, confidence=0.0, error=message)
+        return result.is_harmful, result.score, detail
 
 
 def harmful_factory(detect: HarmfulDetectFn | None) -> EvaluatorFactory:

@@ -16,7 +16,7 @@ deployment handle to it, tests pass a fake.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -24,11 +24,10 @@ import numpy as np
 from app.config.models import RouterConfig
 from app.config.signals import JailbreakSignal
 from app.models.jailbreak import JailbreakResult, conversation_text
-from app.pipeline.plan import SignalMatch
 from app.pipeline.signals import llm_judge
-from app.pipeline.signals.base import EvaluatorFactory, SignalContext, UnscannedError, unscanned_match
+from app.pipeline.signals.base import EvaluatorFactory, SignalContext
 from app.pipeline.signals.domain import catalog_section, unit_float
-from app.pipeline.signals.guarded import ThresholdRuleEvaluator
+from app.pipeline.signals.guarded import TextRuleEvaluator
 
 FAMILY = "jailbreak"
 PROMPT_GUARD_RULE = "global:prompt_guard"
@@ -70,8 +69,9 @@ def rule_text(ctx: SignalContext, include_history: bool) -> str:
         return ctx.history_text
 
 
-class JailbreakEvaluator(ThresholdRuleEvaluator[JailbreakSignal]):
+class JailbreakEvaluator(TextRuleEvaluator[JailbreakSignal]):
     family = FAMILY
+    detector = "jailbreak guard"
 
     @classmethod
     def from_config(
@@ -80,41 +80,17 @@ class JailbreakEvaluator(ThresholdRuleEvaluator[JailbreakSignal]):
         threshold = unit_float(prompt_guard_settings(config).get("threshold"))
         return cls(config.routing.signals.jailbreak, detect, threshold, uses_vectors)
 
-    async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[JailbreakSignal]) -> list[SignalMatch]:
-        """Judge rules that need not be configured signals (plugin, prompt guard), concurrently."""
-        return list(await asyncio.gather(*(self._evaluate_one(ctx, rule) for rule in rules)))
+    def _text(self, ctx: SignalContext, rule: JailbreakSignal) -> str:
+        return rule_text(ctx, rule.include_history)
 
-    async def _evaluate_one(self, ctx: SignalContext, rule: JailbreakSignal) -> SignalMatch:
-        text = rule_text(ctx, rule.include_history)
-        threshold = self.threshold_of(rule)
-        if not text.strip():
-            return SignalMatch(
-                type=FAMILY, name=rule.name, matched=False, confidence=0.0, detail={"reason": "no user text"}
-            )
-        if self._detect is None:
-            return _error(rule, "no jailbreak guard configured")
-        vectors: np.ndarray | None = None
-        if text == ctx.text and self.uses_vectors:
-            try:
-                vectors = (await ctx.query_vector()).reshape(1, -1)
-            except Exception:  # the Embedding deployment being down: the guard encodes itself
-                vectors = None
-        try:
-            raw = await self._detect(
-                [text],
-                vectors,
-                rule.method,
-                threshold,
-                list(rule.jailbreak_patterns),
-                list(rule.benign_patterns),
-            )
-            if len(raw) != 1:
-                raise RuntimeError(f"jailbreak guard returned {len(raw)} results for 1 text")
-            result = JailbreakResult.model_validate(raw[0])
-        except UnscannedError as exc:  # a model runtime that did not read it all (on_unscanned)
-            return unscanned_match(FAMILY, rule.name, exc)
-        except Exception as exc:  # a model failure is a signal error (on_error decides), not a 500
-            return _error(rule, f"jailbreak detection failed: {exc}")
+    async def _call(
+        self, text: str, vectors: np.ndarray | None, threshold: float, rule: JailbreakSignal
+    ) -> list[Any]:
+        patterns, benign = list(rule.jailbreak_patterns), list(rule.benign_patterns)
+        return list(await self._detect([text], vectors, rule.method, threshold, patterns, benign))
+
+    def _judge(self, raw: Any, threshold: float) -> tuple[bool, float, dict[str, Any]]:
+        result = JailbreakResult.model_validate(raw)
         detail = {
             "score": result.score,
             "method": result.method,
@@ -122,13 +98,7 @@ class JailbreakEvaluator(ThresholdRuleEvaluator[JailbreakSignal]):
             "patterns_detected": list(result.patterns_detected),
             "detection_types": list(result.detection_types),
         }
-        return SignalMatch(
-            type=FAMILY, name=rule.name, matched=result.is_jailbreak, confidence=result.score, detail=detail
-        )
-
-
-def _error(rule: JailbreakSignal, message: str) -> SignalMatch:
-    return SignalMatch(type=FAMILY, name=rule.name, matched=False, confidence=0.0, error=message)
+        return result.is_jailbreak, result.score, detail
 
 
 def jailbreak_factory(detect: JailbreakDetectFn | None) -> EvaluatorFactory:
