@@ -112,3 +112,24 @@ def test_a_text_encodes_the_same_alone_and_beside_any_batch_mates() -> None:
     np.testing.assert_array_equal(beside.token_states[2], alone.token_states[0])
     assert beside.token_counts[1] == encoder.max_tokens and beside.token_counts[3] == 2
     np.testing.assert_allclose(np.linalg.norm(beside.vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_a_long_text_is_tokenized_by_its_prefix_with_the_same_window() -> None:
+    # The encoder tokenizes only a prefix of a long text; its window (ids, offsets) must be
+    # exactly the whole text's, whatever the layout: words, newlines, tabs, one huge word.
+    encoder = MiniLMEncoder()
+    whole = encoder_module.load_tokenizer(encoder.max_tokens)
+    paragraph = " ".join(TEXTS) + "\n"
+    texts = [
+        paragraph * 200,  # ~60,000 characters of ordinary text
+        "\t".join(TEXTS) * 150,
+        "x" * 9_000 + " tail words",  # no whitespace in the prefix: tokenized whole
+        "supercalifragilistic" * 300 + " " + paragraph * 5,  # a prefix too short for the window
+        paragraph,
+    ]
+    for text, window in zip(texts, encoder._window_encodings(texts), strict=True):
+        expected = whole.encode(text)
+        assert window.ids == expected.ids
+        assert window.offsets == expected.offsets
+    assert encoder_module.window_prefix(paragraph * 200, 4096) != paragraph * 200
+    assert encoder_module.window_prefix(paragraph, 4096) is paragraph
