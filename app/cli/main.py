@@ -37,6 +37,8 @@ CONFIG = "app.cli.config_cmds:register"
         "route": OPS,
         "request": OPS,
         "completion": OPS,
+        "logs": "app.cli.local_ops:logs",
+        "dashboard": "app.cli.local_ops:dashboard",
     },
 )
 @click.version_option("0.1.0", prog_name="svc-sr")
@@ -257,22 +259,6 @@ def stop(timeout: int) -> None:
         console.print(f"[red]svc-sr (pid {state.pid}) did not stop within {timeout}s[/red]")
         sys.exit(1)
     console.print("svc-sr stopped")
-
-
-@cli.command()
-@click.option("-n", "--lines", default=50, show_default=True, type=int)
-@click.argument("component", default="router", type=click.Choice(["router", "serve", "ray"]))
-def logs(lines: int, component: str) -> None:
-    """Print the last lines of the local Ray Serve logs."""
-    root = Path("/tmp/ray/session_latest/logs")
-    pattern = {"router": "serve/replica_*Router*.log", "serve": "serve/*.log", "ray": "*.log"}[component]
-    files = sorted(root.glob(pattern), key=lambda p: p.stat().st_mtime)
-    if not files:
-        console.print(f"no logs under {root} matching {pattern}")
-        sys.exit(3)
-    for path in files[-3:]:
-        click.echo(f"==> {path} <==")
-        click.echo("\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
 
 
 @cli.group(

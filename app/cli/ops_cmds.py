@@ -1,10 +1,11 @@
-"""`svc-sr route preview`, `svc-sr request chat`, `svc-sr completion`."""
+"""`svc-sr route preview|probe`, `svc-sr request chat`, `svc-sr completion`."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -245,6 +246,61 @@ def _stream(client: httpx.Client, url: str, body: dict[str, Any], headers: dict[
                 if piece:
                     click.echo(piece, nl=False)
         click.echo()
+
+
+PROBE_HEADERS = (
+    "x-vsr-selected-decision",
+    "x-selected-model",
+    "x-routing-confidence",
+    "x-cache-status",
+    "x-security-checks",
+    "x-vsr-unscanned",
+    "x-classification-time",
+    "x-processing-time",
+    "x-request-id",
+)
+
+
+@route.command("probe")
+@click.argument("text")
+@click.option("--model", default="MoM", show_default=True)
+@click.option("--system", default=None, help="Optional system message.")
+@click.option(
+    "--max-tokens", type=int, default=1, show_default=True, help="Answer length asked of the model."
+)
+@proxy_options
+def route_probe(text: str, model: str, system: str | None, max_tokens: int, proxy: Proxy) -> None:
+    """Send TEXT through the data plane for real (signals, guards, cache, the chosen backend,
+    a short answer) and print how it was routed (JSON): status, decision, model, cache status,
+    security checks, timings and the answer's routing_metadata. Unlike `route preview` this
+    calls the backend, reads and writes the cache and counts in the metrics."""
+    body: dict[str, Any] = {"model": model, "messages": _messages(text, system), "max_tokens": max_tokens}
+    url = proxy.endpoint.rstrip("/") + "/v1/chat/completions"
+    started = time.perf_counter()
+    try:
+        with httpx.Client(timeout=proxy.timeout) as client:
+            response = client.post(url, json=body, headers=proxy.headers())
+    except httpx.TimeoutException:
+        fail(f"POST {url}: timed out", EXIT_FAILURE)
+    except httpx.TransportError as exc:
+        fail(f"cannot reach {proxy.endpoint}: {type(exc).__name__}", EXIT_UNREACHABLE)
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {}
+    routing = {name: response.headers[name] for name in PROBE_HEADERS if name in response.headers}
+    report: dict[str, Any] = {
+        "status": response.status_code,
+        "latency_ms": round((time.perf_counter() - started) * 1000, 1),
+        "headers": routing,
+    }
+    if isinstance(answer, dict):
+        report["routing_metadata"] = answer.get("routing_metadata")
+        if "error" in answer:
+            report["error"] = answer["error"]
+    echo_json(report)
+    if response.status_code >= 300:
+        sys.exit(status_exit_code(response.status_code))
 
 
 SHELLS = ("bash", "zsh", "fish")

@@ -192,3 +192,20 @@ def test_request_chat_through_the_data_plane(server: Server, upstream: FakeUpstr
     assert "hello from upstream" in result.stdout and "x-selected-model=big" in result.stderr
     streamed = run("request", "chat", "hi", "--endpoint", server.url, "--stream")
     assert streamed.exit_code == 0 and streamed.stdout.strip()
+
+
+def test_route_probe_reports_how_a_real_request_was_routed(server: Server, upstream: FakeUpstream):
+    before = len(upstream.requests)
+    result = run("route", "probe", "what is the integral of x squared", "--endpoint", server.url)
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["status"] == 200 and report["latency_ms"] > 0
+    assert report["headers"]["x-selected-model"] == "big"
+    assert report["headers"]["x-vsr-selected-decision"] == "math"
+    assert report["routing_metadata"]["selected_model"] == "big"
+    assert len(upstream.requests) == before + 1  # the backend was called, with the short answer asked
+    assert upstream.requests[-1].body["max_tokens"] == 1
+    refused = run("route", "probe", "hi", "--model", "no-such-model", "--endpoint", server.url)
+    assert refused.exit_code == EXIT_NOT_FOUND
+    assert json.loads(refused.stdout)["status"] == 404
+    assert run("route", "probe", "hi", "--endpoint", "http://127.0.0.1:9").exit_code == EXIT_UNREACHABLE
