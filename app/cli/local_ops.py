@@ -3,7 +3,8 @@
 The logs are the Ray session's of the running `svc-sr serve` (its state names the session
 directory; else Ray's `session_latest`). Services: `service` (the front door: the Ingress
 replicas, which answer the OpenAI and management APIs), `router` (the Router replicas),
-`dashboard` (Ray's dashboard process), `serve` (every Serve log) and `ray` (Ray's own).
+`dashboard` (Ray's dashboard process), `serve` (every Serve log) and `ray` (Ray's own); and
+the gateway's, under the serve state's logs/: `envoy` and `sidecar` (the ext_proc bridge).
 `-f` keeps printing what the newest files of the set append, and files that appear (a
 replaced replica), until Ctrl-C.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 import click
 import httpx
 
+from app.cli import serve as serve_module
 from app.cli.serve import ServeState, process_alive
 
 LOG_SETS = {
@@ -28,7 +30,10 @@ LOG_SETS = {
     "dashboard": "dashboard.log",
     "serve": "serve/*.log",
     "ray": "*.log",
+    "envoy": "envoy.log",  # these two under the serve state's logs/ (app/cli/gateway.py)
+    "sidecar": "extproc.log",
 }
+GATEWAY_SETS = frozenset({"envoy", "sidecar"})
 SHOWN_FILES = 3  # the newest files of a set: a service's replicas, a replica and its replacement
 FOLLOW_POLL_S = 0.5
 RAY_DASHBOARD = "http://127.0.0.1:8265"
@@ -40,6 +45,10 @@ def session_logs() -> Path:
     if state is not None and state.ray_session_dir and Path(state.ray_session_dir, "logs").is_dir():
         return Path(state.ray_session_dir, "logs")
     return Path("/tmp/ray/session_latest/logs")
+
+
+def log_root(service: str) -> Path:
+    return serve_module.STATE_DIR / "logs" if service in GATEWAY_SETS else session_logs()
 
 
 def newest(root: Path, pattern: str) -> list[Path]:
@@ -76,8 +85,8 @@ def follow(
 @click.argument("service", default="router", type=click.Choice(list(LOG_SETS)))
 def logs(lines: int, following: bool, service: str) -> None:
     """Print the last lines of the local stack's logs: SERVICE is service (the front door),
-    router, dashboard, serve (every Serve log) or ray."""
-    root, pattern = session_logs(), LOG_SETS[service]
+    router, dashboard, serve (every Serve log), ray, envoy or sidecar (the ext_proc bridge)."""
+    root, pattern = log_root(service), LOG_SETS[service]
     files = newest(root, pattern)
     if not files and not following:
         click.echo(f"no logs under {root} matching {pattern}", err=True)

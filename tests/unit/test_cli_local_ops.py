@@ -55,6 +55,11 @@ def test_logs_shows_each_service_s_own_files(session: Path) -> None:
     assert "router 1\nrouter 2" in router.stdout and "ingress" not in router.stdout
     assert "dashboard up" in run("logs", "dashboard").stdout
     assert "controller 1" in run("logs", "serve").stdout
+    gateway = serve_module.STATE_DIR / "logs"
+    gateway.mkdir(parents=True)
+    (gateway / "envoy.log").write_text("envoy listening\n")
+    assert "envoy listening" in run("logs", "envoy").stdout
+    assert run("logs", "sidecar").exit_code == 3
     assert run("logs", "nonsense").exit_code == 2
 
 
