@@ -31,6 +31,7 @@ from app.management.startup_watch import READY_STATES, InfoFn, StartupWatcher
 from app.management.stores import open_replica_stores
 from deployments import ray_compat
 from deployments.handles import ObservabilityReplays
+from deployments.observability import metrics_source
 
 log = logging.getLogger("svc_sr.activation")
 
@@ -179,6 +180,7 @@ def build_management(
         "previewer": previewer,
         "compile_check": compile_check,
         "replays": ObservabilityReplays(observability) if observability is not None else None,
+        "metrics": metrics_source(observability) if observability is not None else None,
         "cache_admin": cache_admin,
     }
     stores = open_replica_stores(graph_args, app_name)

@@ -22,6 +22,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.common.background import BackgroundTasks
+from app.management.classification_metrics import MetricsReport, MetricsSource, aggregator_report
 from app.management.shared_store import ManagementStoreSettings, store_settings
 from app.management.stores import open_replay_store
 from app.observability.exposition import MetricsHTTPServer
@@ -96,6 +97,10 @@ class Observability:
     async def sources(self) -> list[str]:
         return self._aggregator.sources
 
+    async def report(self) -> dict[str, Any]:
+        """Every source's metrics summed: GET /api/v1/observability/classification-metrics."""
+        return aggregator_report(self._aggregator).model_dump()
+
     # ------------------------------------------------------------------ replays
     async def record_replay(self, record: dict[str, Any]) -> str:
         return self._replays.record(record)
@@ -117,6 +122,15 @@ class Observability:
 
     def __del__(self) -> None:
         self._stop_server()
+
+
+def metrics_source(handle: DeploymentHandle) -> MetricsSource:
+    """The management API's MetricsSource over this deployment."""
+
+    async def report() -> MetricsReport:
+        return MetricsReport.model_validate(await handle.report.remote())
+
+    return report
 
 
 def replica_pusher(

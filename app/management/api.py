@@ -13,6 +13,7 @@ Routes and the permission each needs (auth mode bearer; with mode none all are o
     POST /api/v1/routing/preview                     classify.invoke              routes/routing.py
     GET  /api/v1/inventory/*, /info/*                inventory.read               routes/inventory.py
     GET  /api/v1/observability/replays[/aggregate|/{id}]  observability.read (content needs data.read)
+    GET  /api/v1/observability/classification-metrics observability.read            routes/observability.py
     POST /api/v1/observability/outcomes              learning.ingest              routes/observability.py
     GET  /api/v1/storage/response-cache/{capabilities,health,stats}  cache.read  routes/storage.py
     POST /api/v1/storage/response-cache/invalidate   cache.invalidate             routes/storage.py

@@ -26,6 +26,7 @@ from app.management.activation import (
 from app.management.audit import AuditLog, AuditTrail
 from app.management.auth import Authenticator
 from app.management.cache_admin import ResponseCacheAdmin
+from app.management.classification_metrics import MetricsSource
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
 from app.management.models import MutationResponse, StatusDocument
@@ -66,6 +67,7 @@ class ManagementParts(TypedDict, total=False):
     previewer: RoutingPreviewer | None
     inventory: InventoryBackend | None
     cache_admin: ResponseCacheAdmin | None  # None: the storage routes answer 503
+    metrics: MetricsSource | None  # every replica's metrics summed (None: classification-metrics 503)
     filename: str
     file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)
     environ: Mapping[str, str] | None
@@ -96,6 +98,7 @@ class Management:
         self.preview_deadline_s = parts.get("preview_deadline_s", PREVIEW_DEADLINE_S)
         self.inventory = parts.get("inventory") or LocalInventory(self.startup)
         self.cache_admin = parts.get("cache_admin")
+        self.metrics = parts.get("metrics")
         activator = parts.get("activator")
         # Without an activator nothing can reach the routers: status reads `unknown` and
         # mutations answer 503 instead of persisting a change that would never serve.

@@ -45,6 +45,8 @@ from app.cache.memory import InMemorySemanticCache
 from app.config.global_config import ResponseCacheConfig
 from app.management import ReplayStore
 from app.management.cache_admin import LocalCacheAdmin, backend_control
+from app.management.classification_metrics import aggregator_report
+from app.observability.metrics import MetricsAggregator
 from app.srun.catalog import DECISION_MODEL, load
 from app.upstream.client import UpstreamClient
 from tests.fakes.classifiers import FakeBackend
@@ -87,7 +89,13 @@ def build_app(upstream_url: str) -> FastAPI:
     replays = ReplayStore()
     replays.record({"id": "r1", "selected_model": "small", "decision": ""})
     cache = LocalProbeCacheAdmin(backend_control(InMemorySemanticCache(max_entries=0, ttl_seconds=0)))
-    harness = Harness(base_document(upstream_url), replays=replays, cache_admin=cache)
+    metrics = MetricsAggregator()
+    harness = Harness(
+        base_document(upstream_url),
+        replays=replays,
+        cache_admin=cache,
+        metrics=lambda: aggregator_report(metrics),
+    )
     return create_app(
         harness.pipeline,
         UpstreamClient(),

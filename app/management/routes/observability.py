@@ -1,6 +1,7 @@
 """Observability routes: the audit log (audit.read), replay records and aggregates
-(observability.read; content needs data.read) and outcome submission (learning.ingest; an
-outcome of an `elo` decision also updates its ratings)."""
+(observability.read; content needs data.read), outcome submission (learning.ingest; an
+outcome of an `elo` decision also updates its ratings) and the classification metrics
+(observability.read; app/management/classification_metrics.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fastapi.responses import JSONResponse
 
 from app.common.api_docs import json_body
 from app.management.audit import AuditPage
+from app.management.classification_metrics import ClassificationMetrics, classification_metrics
 from app.management.elo_feedback import rate_outcome
 from app.management.errors import MgmtError, not_found, unavailable
 from app.management.replays import (
@@ -63,6 +65,25 @@ def audit_routes(mgmt: Management) -> APIRouter:
 def replay_routes(mgmt: Management) -> APIRouter:
     router = APIRouter()
     add = Registrar(router, mgmt).add
+
+    async def metrics() -> ClassificationMetrics:
+        if mgmt.metrics is None:
+            raise unavailable("metrics are not collected (no Observability deployment)")
+        try:
+            report = await maybe_await(mgmt.metrics())
+        except Exception as exc:  # the Observability replica restarting: a 503, never a 500
+            raise unavailable(f"metrics could not be read: {type(exc).__name__}") from exc
+        return classification_metrics(report)
+
+    add(
+        "/api/v1/observability/classification-metrics",
+        metrics,
+        "GET",
+        "observability.read",
+        response_model=ClassificationMetrics,
+        responses=mgmt_errors({503: "SERVICE_UNAVAILABLE: metrics are not collected or cannot be read"}),
+        summary="classification counters and timing, summed over every replica",
+    )
 
     async def list_replays(
         request: Request,
