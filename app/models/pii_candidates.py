@@ -108,6 +108,11 @@ def in_arithmetic(text: str, start: int, end: int) -> bool:
     return bool((left and left[-1] in _OPERATORS) or (right and right[0] in _OPERATORS))
 
 
+# Capital letters a name may start with: ASCII, Latin-1 and Latin Extended-A/B ("Šárka",
+# "Łukasz", "Živković"), for regex character classes.
+UPPER = "A-ZÀ-ÖØ-Þ" + "".join(ch for ch in map(chr, range(0x100, 0x250)) if ch.isupper())
+
+
 def wordset(words: str) -> frozenset[str]:
     return frozenset(words.split())
 

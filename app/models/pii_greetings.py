@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import re
 
-from app.models.pii_candidates import Candidate, wordset
+from app.models.pii_candidates import UPPER, Candidate, wordset
 from app.models.pii_names import IMPERATIVES, TECH_TERMS
 
-_CASED = r"[A-ZÀ-Þ][\w'’-]*"
+_CASED = "[" + UPPER + r"][\w'’-]*"
 # A handle: letters plus digits/underscores/dots ("j0hnny_b", "mike.t", "xX_darkwolf99").
 _HANDLE = r"(?=[\w.-]*[\d_])[A-Za-z][\w.-]*[A-Za-z0-9]"
 _NAME = (
     r"(?:" + _HANDLE + r"|" + _CASED + r"(?:[ \t]+(?:" + _CASED + r"|[A-Z]\.))?(?:[ \t]+" + _CASED + r")?)"
 )
 _LOWER = r"[a-z][a-z'-]{1,20}"
+# In a text typed all in lower case: up to three words, any letters ("olli-pekka m. pusa").
+_ANY_WORD = r"[^\W\d_][\w'’-]*"
+_LOWER_NAME = _ANY_WORD + r"(?:[ \t]+(?:" + _ANY_WORD + r"|[^\W\d_]\.)){0,2}"
 
 # Words that fill a name's slot without being a name: "Hi all,", "Dear Sir,", "However, this is".
 _SLOT_WORDS = wordset(
@@ -48,19 +51,22 @@ _SLOT_WORDS = wordset(
     august september october november december sir/madam whom whoever whatever everyone's team's
     dear/all all/ folks/ guys/ hi/ anyone someone somebody anybody nobody none sorted noted agreed confirmed updated fixed done
     understood received approved awesome cool nice lovely brilliant excellent fine to from the a an of or my
-    our your his her their mr mrs ms dr"""
+    our your his her their mr mrs ms dr bye goodbye seriously literally totally definitely absolutely
+    anyways sigh oops huh dang damn darn yikes whoa meh aw gosh jeez geez ouch phew yay exactly indeed
+    true welp ahem nevermind np tysm"""
 )
 _GREETING = r"(?i:dear|hi|hello|hey|hiya|heya|howdy|greetings|yo|good\s+(?:morning|afternoon|evening|day))"
 _SALUTATION = re.compile(
     r"(?:^|(?<=[\n.!?]))[ \t]*" + _GREETING + r"[ \t]+(" + _NAME + r"|" + _LOWER + r")(?=[ \t]*(?:[,!:\n]|$))"
 )
 # "Anna, this is ...": a name opening a line, a comma, then words that address the reader.
-_ADDRESSED = re.compile(
-    r"(?m)^[ \t]*(" + _NAME + r")[ \t]*(?:,|[-–—])[ \t]+(?=(?i:this|just|quick|here|please|can|could|would|"
+_ADDRESSEE = (
+    r")[ \t]*(?:,|[-–—])[ \t]+(?=(?i:this|just|quick|here|please|can|could|would|"
     r"will|i|i'm|i’m|i've|i'll|we|we're|we'll|thanks|thank|hope|hoping|sorry|your|you|you're|you've|"
     r"you'll|remember|don't|regarding|about|reminder|it's|my|our|are\s+you|did\s+you|have\s+you|do\s+you|"
     r"let's|let\s+me|good\s+news|fyi|btw)\b)"
 )
+_ADDRESSED = re.compile(r"(?m)^[ \t]*(" + _NAME + _ADDRESSEE)
 _SIGN_OFF = (
     r"(?i:thanks|thank\s+you|thx|many\s+thanks|cheers|best|best\s+wishes|best\s+regards|kind\s+regards|"
     r"warm\s+regards|warmly|regards|sincerely|yours(?:\s+(?:truly|sincerely|faithfully))?|all\s+the\s+best|"
@@ -76,6 +82,23 @@ _SIGNED = re.compile(
 )
 # "... sorry. - Anna" at the very end of a message (not a bullet: a sentence ends before the dash).
 _DASH_SIGNED = re.compile(r"[.!?][ \t]+[-–—~][ \t]*(" + _NAME + r")[ \t]*$")
+# The same slots in a text typed all in lower case ("thanks,\nangel", "teodor, this is ..."):
+# a comma or line break must part a sign-off from the name ("love pizza" is no sign-off), and
+# only one word opens a line.
+_LOWER_SLOTS = (
+    re.compile(
+        r"(?:^|(?<=[\n.!?]))[ \t]*" + _GREETING + r"[ \t]+(" + _LOWER_NAME + r")(?=[ \t]*(?:[,!:\n]|$))"
+    ),
+    re.compile(r"(?m)^[ \t]*(" + _ANY_WORD + _ADDRESSEE),
+    re.compile(
+        r"(?m)(?:^|(?<=[.!?])[ \t]+)[ \t]*"
+        + _SIGN_OFF
+        + r"[ \t]*(?:[,.!][ \t]*\n?|\n)[ \t]*(?:[-–—~][ \t]*)?("
+        + _LOWER_NAME
+        + r")[ \t]*[.!]?[ \t]*$"
+    ),
+    re.compile(r"[.!?][ \t]+[-–—~][ \t]*(" + _LOWER_NAME + r")[ \t]*$"),
+)
 # "@dave thanks": a mention, not an e-mail (nothing before the @) nor a decorator (followed by text).
 _MENTION = re.compile(r"(?<![\w@.])@([A-Za-z][\w.]{1,29}[A-Za-z0-9])(?=[ \t]*[,:]?[ \t]+[a-z])")
 _DECORATORS = wordset(
@@ -116,11 +139,35 @@ _PERSON_OWNS = re.compile(
     + _CASED
     + r")?)['’]s[ \t]+(?:home\s+)?(?:address|phone|number|e-?mail|"
     r"birthday|mother|father|mum|mom|dad|wife|husband|daughter|son|sister|brother|girlfriend|boyfriend|"
-    r"partner|parents|kids|children)\b"
+    r"partner|parents|kids?|child|children|baby|grand(?:son|daughter|children|mother|father)|niece|nephew|"
+    r"cousin|aunt|uncle|fianc[eé]e?|widow|widower)\b"
+)
+_CASED_NAME = _CASED + r"(?:[ \t]+(?:" + _CASED + r"|[A-Z]\.))?(?:[ \t]+" + _CASED + r")?"
+# "my kid Signe", "our neighbour Gregor Lindqvist": a relative or acquaintance, then the name.
+_RELATIVE_NAMED = re.compile(
+    r"\b(?i:my|our)[ \t]+(?i:kid|son|daughter|child|baby|wife|husband|partner|friend|neighbou?r|boss|"
+    r"colleague|co-?worker|brother|sister|mother|father|mom|mum|dad|aunt|uncle|cousin|niece|nephew|"
+    r"grand(?:son|daughter|ma|mother|pa|father)|step(?:son|daughter|mother|father)|landlord|landlady|tenant|"
+    r"room-?mate|flatmate|girlfriend|boyfriend|fianc[eé]e?|manager|classmate|teammate|ex)[ \t]+("
+    + _CASED_NAME
+    + r")"
+)
+# "add Mikolaj G Walczak as a beneficiary": a role in someone's affairs only a person takes.
+_PERSON_ROLE = re.compile(
+    r"(" + _CASED_NAME + r")[ \t]+as[ \t]+(?:(?:a|an|the|my|our|his|her|their)[ \t]+)?(?i:beneficiary|"
+    r"guardian|executor|executrix|trustee|co-?signer|authori[sz]ed\s+user|emergency\s+contact|next\s+of\s+kin|"
+    r"dependa?e?nt|joint\s+(?:account\s+)?holder|godparent|godmother|godfather|caregiver|carer)\b"
+)
+# "had given Teresa his address", "tell Ola her results": someone with a his/her, after a verb of giving.
+_GIVEN_TO = re.compile(
+    r"\b(?i:gave|given|give|gives|told|tell|tells|sent|send|sends|showed|show|shows|handed|hand|hands|lent|"
+    r"lend|texted|emailed|asked|ask|asks|owe|owes|owed|promised|offered)[ \t]+("
+    + _CASED_NAME
+    + r")[ \t]+(?:his|her)\b"
 )
 # A name alone on the first line of a contact block ("Martin Rasmussen\nAcme Ltd\n407 Main St").
 _LINE = re.compile(r"(?m)^[ \t>]*(.*)$")
-_TITLE_CASED = r"[A-ZÀ-Þ][a-zß-ÿ][\w'’-]*"  # "Anna", not a heading in capitals
+_TITLE_CASED = "[" + UPPER + r"][a-zß-ÿ][\w'’-]*"  # "Anna", not a heading in capitals
 _FULL_NAME = re.compile(_TITLE_CASED + r"(?:[ \t]+(?:[A-Z]\.?|" + _TITLE_CASED + r")){1,3}")
 _CONTACT_LINE = re.compile(r"\d{3}|@|\b(?i:phone|e-?mail|tel|mobile|address)\b")
 _NOT_PERSON_WORDS = wordset(
@@ -156,12 +203,16 @@ def find_greeting_names(text: str) -> list[Candidate]:
 def _greeting_slots(text: str) -> list[Candidate]:
     out: list[Candidate] = []
     lower_text = not any(ch.isupper() for ch in text)
-    for rx, score in ((_SALUTATION, 0.85), (_ADDRESSED, 0.75), (_SIGNED, 0.85), (_DASH_SIGNED, 0.7)):
+    slots = [(_SALUTATION, 0.85), (_ADDRESSED, 0.75), (_SIGNED, 0.85), (_DASH_SIGNED, 0.7)]
+    if lower_text:
+        slots += list(zip(_LOWER_SLOTS, (0.85, 0.75, 0.85, 0.7), strict=True))
+    for rx, score in slots:
         for m in rx.finditer(text):
             start, end = m.span(1)
             end = _trim(text, start, end)
             name = text[start:end]
-            if _is_slot_word(name.split()[0], strict=rx is _ADDRESSED):
+            first = name.split()[0]
+            if _is_slot_word(name if lower_text else first, strict=rx in (_ADDRESSED, _LOWER_SLOTS[1])):
                 continue
             s = score
             if name.islower() and not re.search(r"[\d_.]", name):
@@ -169,7 +220,8 @@ def _greeting_slots(text: str) -> list[Candidate]:
                 if not (rx is _SALUTATION or lower_text):
                     continue
                 s = 0.6
-            out.append(Candidate("PERSON", start, end, s, "rule:greeting"))
+            if all((c.start, c.end) != (start, end) for c in out):
+                out.append(Candidate("PERSON", start, end, s, "rule:greeting"))
     return out
 
 
@@ -183,16 +235,31 @@ def _mentions(text: str) -> list[Candidate]:
 
 def _speakers_and_doers(text: str) -> list[Candidate]:
     out: list[Candidate] = []
-    for rx, score in ((_SPEAKER, 0.7), (_PERSON_VERB, 0.75), (_PERSON_OWNS, 0.75)):
+    doers = (_SPEAKER, _PERSON_VERB, _PERSON_OWNS, _RELATIVE_NAMED, _PERSON_ROLE, _GIVEN_TO)
+    for rx, score in zip(doers, (0.7, 0.75, 0.75, 0.75, 0.75, 0.7), strict=True):
         matches = list(rx.finditer(text))
         if rx is _SPEAKER and len(matches) < 2:
             # one "Mission Statement: ..." is a heading; a speaker needs a quote or a second speaker
             matches = [m for m in matches if re.match(r"\s*:\s*[\"“'‘]", text[m.end(1) :])]
         for m in matches:
-            words = m.group(1).lower().split()
-            if not any(w in _LABELS for w in words) and not _is_slot_word(m.group(1), strict=True):
-                out.append(Candidate("PERSON", m.start(1), m.end(1), score, "rule:name_position"))
+            start, end = m.span(1)
+            if rx is _PERSON_ROLE:  # "Add Anna Berg as ...": not the imperative opening the sentence
+                start = _skip_leading_slot_words(text, start, end)
+            name = text[start:end]
+            words = name.lower().split()
+            if words and not any(w in _LABELS for w in words) and not _is_slot_word(name, strict=True):
+                out.append(Candidate("PERSON", start, end, score, "rule:name_position"))
     return out
+
+
+def _skip_leading_slot_words(text: str, start: int, end: int) -> int:
+    """Start of the name once leading slot words and imperatives ("Please Add") are skipped."""
+    for word in text[start:end].split()[:-1]:
+        if not _is_slot_word(word, strict=True):
+            break
+        start = text.index(word, start) + len(word)
+        start += len(text[start:end]) - len(text[start:end].lstrip())
+    return start
 
 
 def _name_line(text: str) -> list[Candidate]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from app.models.pii_candidates import (
+    UPPER,
     Candidate,
     wordset,
 )
@@ -16,15 +17,24 @@ from app.models.pii_dates import ner_date_ok
 
 # --------------------------------------------------------------------------- names and places
 
-_NAME_WORD = r"[A-ZÀ-Þ][\w'’-]+"
+_NAME_WORD = "[" + UPPER + "]" + r"[\w'’-]+"
 _NAME = _NAME_WORD + r"(?:[ \t]+(?:" + _NAME_WORD + r"|[A-Z]\.?(?=[ \t])))*"
+# The label of the answering turn in a transcript: "What's your name? User: Ines Duarte"
+_ANSWER_LABEL = r"(?:[ \t]*(?:user|customer|client|caller|me|answer|a)[ \t]*:)?"
+_SPEECH = r"(?i:said|says|shouted|yelled|whispered|replied|exclaimed|muttered)"
 _PERSON_CUES = (
     # "my name is Ana Smith", "Name: John A. Doe", "she named him Scott". Only the cue ignores case.
     re.compile(
         r"\b(?i:my\s+name\s+is|my\s+name's|name\s*:|i\s+am\s+called|(?:he|she|they)\s+(?:is|are|was)\s+called|"
         # "was called Rebecca Contreras", "last name? Chouno", "the name on the account? Matej"
         r"(?:was|were)\s+called|(?:first|last|full|middle|maiden|sur)\s*name(?:\s+is|\s*[?:])|"
-        r"(?:billing|shipping|mailing|delivery)\s+address\s*:|name\s+on\s+the\s+\w+\W{0,12}|"
+        # "her name is Ines", "under my partner's name Reece Ellis", "What's your name? Ines"
+        r"(?:(?:his|her|their)|(?:my|your|our|his|her|their)\s+[\w-]+['’]s)\s+name(?:\s+is)?|"
+        r"what(?:['’]s|\s+is)\s+(?:your|the|his|her|their)\s+name\s*\?" + _ANSWER_LABEL + "|"
+        # "the name on the account? Matej", "... on the card? User: Matej Novak"
+        r"(?:billing|shipping|mailing|delivery)\s+address\s*:|name\s+on\s+the\s+\w+\W{0,12}"
+        + _ANSWER_LABEL
+        + "|"
         r"named(?:\s+(?:him|her|them|it))?|call\s+me)[ \t]+(" + _NAME + r")"
     ),
     # "Mr. John Smith", "Dr Chen": the title is not part of the name
@@ -32,11 +42,13 @@ _PERSON_CUES = (
     # '"I'm so jealous!" said Nicanor', "shouted at Valerie": a speaker, private or fictional
     # ... and credits: "Directed By:    Raina Ogasahara", "starring Lind"
     re.compile(
-        r"\b(?:(?i:said|shouted|yelled|whispered)(?:\s+(?i:at|to))?|(?i:(?:directed|written|produced|composed|"
+        r"\b(?:" + _SPEECH + r"(?:\s+(?i:at|to))?|(?i:(?:directed|written|produced|composed|"
         r"painted|performed)\s+by|starring)[ \t]*:?)[ \t]+(" + _NAME + r")"
     ),
+    # ... and the addressee: '"I'm so jealous!" said Nicanor to Holly'
+    re.compile(r"\b" + _SPEECH + r"[ \t]+" + _NAME + r"[ \t]+(?i:at|to)[ \t]+(" + _NAME + r")"),
 )
-_CUE_SOURCES = ("rule:person_cue", "rule:person_title", "rule:person_speech")
+_CUE_SOURCES = ("rule:person_cue", "rule:person_title", "rule:person_speech", "rule:person_speech")
 # Users who never capitalise: "my name is john smith"
 _LOWER_NAME_CUE = re.compile(r"\bmy\s+name\s+is\s+([a-z][\w'’-]+(?:[ \t]+[a-z][\w'’-]+)?)")
 _NOT_A_NAME = wordset(
@@ -139,11 +151,24 @@ def keep_ner_entity(label: str, value: str, text: str = "", start: int = 0) -> b
     # lower-case ("great norwegian food").
     if stripped.islower() and (len(stripped) <= 3 or (label != "NRP" and any(ch.isupper() for ch in text))):
         return False
+    if label == "PERSON" and not _person_shaped(stripped):
+        return False
     has_digit = any(ch.isdigit() for ch in stripped)
     if label in ("PERSON", "GPE", "NRP") and has_digit:
         return False
     # "Q4", "F1", "A3": short letter+digit codes are never organisations worth flagging
     return not (has_digit and len(stripped) <= 3)
+
+
+# "Salesperson of the Month", "the Chairperson": a job noun, not a name.
+_ROLE_NOUN = re.compile(r"\w+(?:person|persons|people)", re.IGNORECASE)
+
+
+def _person_shaped(value: str) -> bool:
+    """A name starts with a letter and has two of them: "~D" and "A ⊃ B" in a logic exercise
+    are symbols the NER took for initials."""
+    letters = sum(ch.isalpha() for ch in value)
+    return value[0].isalpha() and letters >= 2 and not _ROLE_NOUN.fullmatch(value)
 
 
 def _sentence_initial(text: str, start: int) -> bool:
