@@ -44,6 +44,8 @@ class CompiledConfig:
         self.referenced = engine.referenced_signals(self.decisions)
         self.models = ModelIndex(config)
         self.auto_names = frozenset(config.auto_model_names) | EXTRA_AUTO_NAMES
+        # `global.router.enabled: false`: auto requests go to the default model unrouted.
+        self.routing_enabled = config.global_.router.enabled
         self.global_cache = config.global_.stores.response_cache
         self.defaults = config.providers.defaults
         self.plugins: dict[str, DecisionPlugins] = {

@@ -24,7 +24,9 @@ way (`pii_detected`). A guard that cannot run (no evaluator, model down) lets th
 through and reports the failure in `signal_errors`. The v0.3 alternative, a
 high-priority decision on pii/jailbreak signals with `fast_response`, answers 200.
 An explicit model is a pass-through: no signals, no plugins, no cache, reason
-`model_specified`; an unknown one raises ModelNotFoundError (404).
+`model_specified`; an unknown one raises ModelNotFoundError (404). With
+`global.router.enabled: false` an auto request goes the same way to the default model
+(reason `router_disabled`).
 Response cache partitions and client cache directives: phases/cache.py.
 """
 
@@ -46,7 +48,7 @@ from app.pipeline.phases import guard, parse
 from app.pipeline.phases.cache import cache_step
 from app.pipeline.phases.decide import decide
 from app.pipeline.phases.plugins import answer_fast_response, mutate_request
-from app.pipeline.phases.select import pass_through, select_model
+from app.pipeline.phases.select import pass_through, routing_disabled, select_model
 from app.pipeline.phases.signals import evaluate_signals
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.preview import no_route_preview, preview_of
@@ -129,6 +131,9 @@ class RouterPipeline:
         plan = parse.new_plan(request, lowered, request_id, state.auto_names)
         if not plan.auto:
             pass_through(state, plan, rng)
+            return plan, []
+        if not state.routing_enabled:
+            routing_disabled(state, plan, rng)
             return plan, []
         started = time.perf_counter()
         ctx = parse.signal_context(

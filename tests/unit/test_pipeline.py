@@ -354,6 +354,24 @@ async def test_no_match_and_no_default_is_no_route(encoder):
     assert info.value.status == 400
 
 
+async def test_routing_disabled_sends_auto_requests_to_the_default_model_unrouted(encoder):
+    doc = base_document()
+    doc["global"] = {"router": {"enabled": False}}
+    embed = CountingEmbed(encoder)
+    pipe = pipeline_of(doc, encoder, embed=embed)
+    plan = await pipe.route(chat("urgent: the server is down"))  # the urgent_route keyword decision's text
+    assert plan.decision is None and plan.selected_model == "small"
+    assert plan.reason_code == "router_disabled" and plan.immediate is None
+    assert not plan.signals.matches and not embed.calls  # no signal, encoder or cache work
+    assert plan.response_headers["x-cache-status"] == "bypass"
+    explicit = await pipe.route(chat("urgent: the server is down", model="large"))
+    assert explicit.selected_model == "large" and explicit.reason_code == "model_specified"
+    doc["providers"]["defaults"]["default_model"] = None
+    with pytest.raises(NoRouteError) as info:
+        await pipeline_of(doc, encoder).route(chat("hello"))
+    assert info.value.status == 400 and "routing is disabled" in info.value.message
+
+
 @pytest.mark.parametrize("alias", ["MoM", "auto", "router-x"])
 async def test_auto_aliases(encoder, alias):
     doc = base_document()

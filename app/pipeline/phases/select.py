@@ -67,10 +67,27 @@ def pass_through(state: CompiledConfig, plan: RoutePlan, rng: random.Random) -> 
     model = state.models.get(plan.requested_model)
     if model is None:
         raise ModelNotFoundError(plan.requested_model)
+    _direct(state, plan, model, "model_specified", rng)
+
+
+def routing_disabled(state: CompiledConfig, plan: RoutePlan, rng: random.Random) -> None:
+    """`global.router.enabled: false` (spec 2: routing consumers off, the frontend and the native
+    API kept): an auto request goes to the default model with no signals, guards, plugins or
+    cache, reason `router_disabled`; without a default model it is a 400 `no_route`."""
+    default = state.defaults.default_model
+    model = state.models.get(default) if default else None
+    if model is None:
+        raise NoRouteError("unable to route request: routing is disabled and no default model is configured")
+    _direct(state, plan, model, "router_disabled", rng)
+
+
+def _direct(
+    state: CompiledConfig, plan: RoutePlan, model: ProviderModel, reason: str, rng: random.Random
+) -> None:
     candidates = candidates_for([model.name], state.models, rng)
     if not candidates:
         raise NoRouteError(f"unable to route request: model {model.name!r} has no backend_refs")
-    plan.reason_code = "model_specified"
+    plan.reason_code = reason
     plan.selected_model = model.name
     plan.candidates = candidates
     plan.reliability = model.reliability
