@@ -47,8 +47,9 @@ llm-stop:
 	bash scripts/local-llm.sh stop
 
 # The whole contract's proof: the structure checks (lint), then every test.
+# --durations: the slowest tests, so the suite's time budget (CI: under 45 minutes) can be kept.
 test: lint $(VLLM_STAMP)
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=30 tests
 
 # The cluster path users take alone (`ray up`'s setup commands, `ray start`, `serve deploy
 # cluster/serve-config.yaml`, a rolling change under load); `make test` runs them too.
