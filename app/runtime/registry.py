@@ -70,6 +70,10 @@ class Builtin:
     artifacts: Callable[[str], list[tuple[str, str | None, list[Path]]]]  # engine -> (name, version, files)
     dimensions: tuple[int, ...] = ()
     representation: str | None = None
+    # SPDX id of the weights' licence; a model whose licence must be accepted explicitly
+    # (`svc-srun run --accept-licence ID`) sets licence_acceptance. No built-in does today.
+    licence: str = "Apache-2.0"
+    licence_acceptance: bool = False
 
 
 def _version(dist: str) -> str | None:
@@ -178,6 +182,7 @@ BUILTINS: dict[str, Builtin] = {
             limits=PII_LIMITS,
             labels=_pii_labels,
             artifacts=_pii_artifacts,
+            licence="Apache-2.0 AND MIT",  # project rules; presidio and the spaCy model are MIT
         ),
     )
 }

@@ -108,6 +108,8 @@ def catalogue() -> list[WorkerCard]:
         if missing:
             card.status, card.status_message = "unavailable", missing
         cards.append(card)
+    for card in cards:
+        card.licence = (registry.BUILTINS.get(card.name) or SPECS[card.name]).licence
     return cards
 
 

@@ -76,6 +76,7 @@ class WorkerCard(_Wire):
     status: str = "available"
     status_message: str | None = None
     served_name: str | None = None
+    licence: str | None = None  # SPDX id of the model's licence
 
 
 class ProcessLimits(_Wire):
@@ -91,6 +92,7 @@ class ModelsResponse(_Wire):
     api_version: str = API_VERSION
     data: list[WorkerCard]
     process_limits: ProcessLimits
+    accepted_licences: list[str] = Field(default_factory=list)  # --accept-licence ids
 
 
 class ModelHealth(_Wire):

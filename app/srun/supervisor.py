@@ -26,6 +26,7 @@ from pathlib import Path
 
 from app.common.supervisor import RestartPolicy, SupervisedProcess
 from app.config.model_deployments import ModelDeployment
+from app.srun.admission import OFFLINE_ENV
 from app.srun.client import SrunClient
 from app.srun.runtime_metrics import RuntimeMetrics
 from app.srun.settings import RuntimeSettings, SrunEnvironment
@@ -98,7 +99,8 @@ def worker_command(
         str(launch.load_attempts),
         "--load-retry-seconds",
         str(launch.load_retry_seconds),
-        "--offline",
+        *(["--cache-dir", str(env.cache_dir)] if env.cache_dir is not None else []),
+        *(["--autotune-cache", str(env.autotune_cache)] if env.autotune_cache is not None else []),
         *launch.extra_args,
     ]
 
@@ -161,7 +163,9 @@ class RuntimeSupervisor:
                 worker_command(spec, self.env, self._launch),
                 log_path=self.dir / f"{_safe(spec.key)}.log",
                 # The worker exits when this process is gone (killed hard, no stop()): no orphans.
-                env={"SVC_SRUN_PARENT_PID": str(os.getpid())},
+                # Offline switches without `--offline`: that flag ends a worker when one of its
+                # models is missing, and a managed process keeps serving the models it has.
+                env={"SVC_SRUN_PARENT_PID": str(os.getpid()), **dict.fromkeys(OFFLINE_ENV, "1")},
                 policy=self._policy,
                 on_restart=self._on_restart(spec.key),
             )

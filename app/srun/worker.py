@@ -34,6 +34,7 @@ from app.runtime.schemas import (
     parse_request,
 )
 from app.srun import catalog
+from app.srun.admission import admit, licence_of
 from app.srun.cache import ResultCache
 from app.srun.catalog import Loaded, Reranker
 from app.srun.decisions import DecisionModel, EncodedRow
@@ -68,6 +69,11 @@ class WorkerSettings(BaseModel):
     load_attempts: int = Field(default=5, ge=1)
     load_retry_seconds: float = Field(default=5.0, ge=0)
     result_cache_entries: int = Field(default=16_384, ge=0)
+    # Checked before each load (app/srun/admission.py); a models-file entry's family and
+    # memory_budget_gib take precedence.
+    family: str | None = None
+    memory_budget_gib: float | None = Field(default=None, gt=0)
+    accepted_licences: list[str] = Field(default_factory=list)
 
 
 class _ObservedBatcher(MicroBatcher[Any, Any]):
@@ -161,12 +167,20 @@ class Worker:
         while not self._stop.is_set():
             slot.attempts += 1
             slot.status, slot.message = "loading", None
+            engine, device = (
+                entry.engine or self.settings.engine,
+                resolve_device(entry.device or self.settings.device),
+            )
             try:
-                model = self.loader(
+                admit(
                     name,
-                    entry.engine or self.settings.engine,
-                    resolve_device(entry.device or self.settings.device),
+                    engine,
+                    device,
+                    family=entry.family or self.settings.family,
+                    memory_budget_gib=entry.memory_budget_gib or self.settings.memory_budget_gib,
+                    accepted_licences=self.settings.accepted_licences,
                 )
+                model = self.loader(name, engine, device)
                 self._check_revision(model, entry.revision)
                 slot.status = "warming"
                 _warm(model)
@@ -209,6 +223,7 @@ class Worker:
         card.profile = slot.entry.profile or self.settings.profile
         card.served_name = slot.served if slot.served != card.name else None
         card.status = "ready"
+        card.licence = licence_of(card.name)
         if isinstance(model, DecisionModel | Reranker):
             model.card = card
         options = {
@@ -295,6 +310,7 @@ class Worker:
         s = self.settings
         return ModelsResponse(
             data=cards,
+            accepted_licences=list(s.accepted_licences),
             process_limits=ProcessLimits(
                 max_bundle_tasks=s.max_bundle_tasks,
                 max_request_bytes=s.max_request_bytes,
