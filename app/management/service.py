@@ -29,8 +29,10 @@ from app.management.cache_admin import ResponseCacheAdmin
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
 from app.management.models import MutationResponse, StatusDocument
+from app.management.rate_buckets import BucketBackend
 from app.management.ratings import RatingStore
 from app.management.replays import OutcomeLog, OutcomeStore, ReplaySource
+from app.management.response_store import ResponseBackend
 from app.management.shared_store import StoreUnavailable
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
@@ -66,6 +68,8 @@ class ManagementParts(TypedDict, total=False):
     previewer: RoutingPreviewer | None
     inventory: InventoryBackend | None
     cache_admin: ResponseCacheAdmin | None  # None: the storage routes answer 503
+    response_store: ResponseBackend | None  # the shared Responses store (None: memory only)
+    rate_buckets: BucketBackend | None  # the shared rate-limit buckets (None: memory only)
     filename: str
     file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)
     environ: Mapping[str, str] | None
@@ -96,6 +100,9 @@ class Management:
         self.preview_deadline_s = parts.get("preview_deadline_s", PREVIEW_DEADLINE_S)
         self.inventory = parts.get("inventory") or LocalInventory(self.startup)
         self.cache_admin = parts.get("cache_admin")
+        # The data plane's stores kept where the management state is (Redis: shared).
+        self.response_store = parts.get("response_store")
+        self.rate_buckets = parts.get("rate_buckets")
         activator = parts.get("activator")
         # Without an activator nothing can reach the routers: status reads `unknown` and
         # mutations answer 503 instead of persisting a change that would never serve.
