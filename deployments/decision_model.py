@@ -178,6 +178,7 @@ class HandleDecisionBackend:
             keep=_has_status,
             unavailable=lambda exc: NotReady(f"decision model unavailable ({type(exc).__name__})"),
             overloaded=lambda _: Overloaded("the decision model's queue is full"),
+            retries=1,  # a replica that died or is busy: another one first
         )
 
     async def decide(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -57,22 +57,22 @@ async def call(
     """`await handle.<method>.remote(*args)` with Ray's errors unwrapped: the replica's own
     exception is raised as itself (when `keep` accepts it); an unreachable deployment raises
     `unavailable(exc)`, a full queue `overloaded(exc)` (each left as Ray's when not given).
-    `retries`: side-effect-free calls sent again when their replica died (Serve picks another)."""
+    `retries`: side-effect-free calls sent again when their replica died, or was busy (a full
+    queue, or its own 429 `overloaded`): Serve's scheduler then prefers a less busy replica."""
     for attempt in range(retries + 1):
+        again = attempt < retries
         try:
             return await getattr(handle, method).remote(*args)
         except RayTaskError as exc:
-            raise replica_error(exc, keep) from None
+            error = replica_error(exc, keep)
+            if not again or getattr(error, "status", None) != 429:
+                raise error from None
         except OVERLOADED_ERRORS as exc:
-            if overloaded is None:
-                raise
-            raise overloaded(exc) from None
+            if not again:
+                raise (exc if overloaded is None else overloaded(exc)) from None
         except UNAVAILABLE_ERRORS as exc:
-            if attempt < retries:
-                continue
-            if unavailable is None:
-                raise
-            raise unavailable(exc) from None
+            if not again:
+                raise (exc if unavailable is None else unavailable(exc)) from None
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 

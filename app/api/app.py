@@ -11,6 +11,8 @@ from app.api.decisions import DecisionBackend, NoDecisionBackend, decisions_rout
 from app.api.diagnostics import diagnostics_router
 from app.api.diagnostics_service import ClassifierBackend, Diagnostics
 from app.api.errors import BodySizeLimitMiddleware, install_error_handlers
+from app.api.rate_limit import RateLimiter
+from app.api.responses_store import ResponseStoreService, responses_store_router
 from app.config.models import RouterConfig
 from app.exchange.exchange import RouterClient
 from app.upstream.client import UpstreamClient
@@ -57,9 +59,13 @@ def create_app(
         view: Any = config if hasattr(config, "update") else None
         previewer: Any = router if hasattr(router, "preview") else None
         management = Management(config.current(), config_view=view, previewer=previewer)
-    plane = DataPlane(router, upstream, config)
+    # The Responses store and the rate-limit buckets live where the management state lives.
+    responses = ResponseStoreService(config, management.response_store)
+    limited = [Depends(RateLimiter(config, management.rate_buckets))]
+    plane = DataPlane(router, upstream, config, responses=responses)
     # The data plane (chat, responses, /v1/models) is not behind management auth: listeners own its access.
-    app.include_router(dataplane_router(plane))
+    app.include_router(dataplane_router(plane), dependencies=limited)
+    app.include_router(responses_store_router(responses), dependencies=limited)
     # The native decision API (spec 2), like the data plane not behind management auth.
     app.include_router(
         decisions_router(

@@ -25,6 +25,7 @@ from app.config.models import RouterConfig
 from app.exchange.client_api import ChatApi, ClientApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Reply, RouterClient
 from app.exchange.openai_models import ChatCompletion, ChatCompletionRequest, ModelList, ResponseObject
+from app.exchange.stored_responses import ConversationStore
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
 from app.upstream.responses_request import ResponsesRequest
@@ -36,19 +37,31 @@ class ConfigView(Protocol):
     def current(self) -> RouterConfig: ...
 
 
+class ResponsesStore(Protocol):
+    def for_request(self) -> ConversationStore | None: ...
+
+
 class DataPlane:
+    """`responses`: the Responses API store (app/api/responses_store.py; None: none, as
+    behind Envoy: previous_response_id answers 400 and nothing is kept)."""
+
     def __init__(
         self,
         router: RouterClient,
         upstream: UpstreamClient,
         config: ConfigView,
         metrics: RouterMetrics | None = None,
+        responses: ResponsesStore | None = None,
     ) -> None:
         self.router = router
         self.upstream = upstream
         self.config = config
         self.metrics = metrics or RouterMetrics()
+        self.responses = responses
         self.background = BackgroundTasks()  # completions of streams, after their last byte
+
+    def responses_api(self) -> ResponsesApi:
+        return ResponsesApi(self.responses.for_request() if self.responses is not None else None)
 
     async def handle(self, api: ClientApi, raw: bytes, headers: dict[str, str]) -> Response:
         exchange = Exchange(ExchangeSettings(self.router, self.metrics), api)
@@ -60,6 +73,7 @@ class DataPlane:
             )
             raise
         if isinstance(step, Reply):
+            await api.persist()  # a cache hit or a fast response continues like any answer
             return _response(step, exchange)
         if step.plan.stream:
             return await self._stream(exchange)
@@ -81,7 +95,9 @@ class DataPlane:
             return _response(exchange.upstream_failed(exc), exchange)
         first_byte = None if result.first_byte_s is None else called + result.first_byte_s
         exchange.respond(result.status, result.headers, result.target, result.local, first_byte)
-        return _response(exchange.whole_body(result.content), exchange)
+        reply = exchange.whole_body(result.content)
+        await exchange.api.persist()  # kept before the client has the id
+        return _response(reply, exchange)
 
     async def _stream(self, exchange: Exchange) -> Response:
         plan = exchange.plan
@@ -113,6 +129,7 @@ class DataPlane:
                 if out:
                     yield out
             tail = exchange.stream_end()
+            await exchange.api.persist()  # kept before the client sees the stream end
             if tail:
                 yield tail
         except UpstreamStreamError as exc:  # the client's stream ends with an error event
@@ -172,9 +189,10 @@ def _answers(answer: type[BaseModel], stream_events: str) -> Responses:
             {
                 400: "invalid request (invalid_json, invalid_request, no_route)",
                 403: "blocked: security_violation (pii_detected, jailbreak_detected)",
-                404: "model_not_found: an explicit model that is not configured",
-                429: "rate_limit_exceeded (Retry-After)",
-                503: "upstream_unavailable: no backend answered (Retry-After)",
+                404: "model_not_found: an explicit model that is not configured; "
+                "previous_response_not_found (Responses: unknown or expired)",
+                429: "RATE_LIMIT_EXCEEDED (Retry-After)",
+                503: "upstream_unavailable: no backend answered; response_store_unavailable (Retry-After)",
                 504: "upstream_timeout: every attempt timed out",
             },
         ),
@@ -201,9 +219,13 @@ def dataplane_router(plane: DataPlane) -> APIRouter:
         openapi_extra=json_body(ResponsesRequest),
     )
     async def responses(request: Request) -> Response:
-        return await plane.handle(ResponsesApi(), await request.body(), _headers(request))
+        return await plane.handle(plane.responses_api(), await request.body(), _headers(request))
 
-    @router.get("/v1/models", response_model=ModelList)
+    @router.get(
+        "/v1/models",
+        response_model=ModelList,
+        responses=errors(ErrorBody, {429: "RATE_LIMIT_EXCEEDED (Retry-After)"}),
+    )
     async def models() -> dict[str, Any]:
         return plane.models()
 

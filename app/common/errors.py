@@ -173,12 +173,14 @@ def security_violation(
 
 
 def rate_limited(retry_after: float | None = None) -> SvcError:
+    """429 RATE_LIMIT_EXCEEDED (spec 1); Retry-After in whole seconds, at least 1."""
+    seconds = 1.0 if retry_after is None or not math.isfinite(retry_after) else max(1.0, retry_after)
     return SvcError(
         429,
-        "too many requests",
+        "too many requests: rate limit exceeded",
         "rate_limit_error",
-        "rate_limit_exceeded",
-        headers=_retry_after_header(retry_after, 1),
+        "RATE_LIMIT_EXCEEDED",
+        headers=_retry_after_header(seconds, 1),
     )
 
 

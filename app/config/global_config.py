@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from app.config.cache_stores import HnswSettings, MilvusCacheSettings, RedisCacheSettings
 from app.config.external_models import parse_external_models
-from app.config.model_base import Open
+from app.config.model_base import Open, Strict
 from app.config.model_deployments import read_bindings
 from app.config.reliability import FallbackConfig
 
@@ -93,7 +93,63 @@ class EnvoyService(Open):
     route_timeout_s: int = Field(default=600, ge=1)  # whole answer, streams included
 
 
+class ResponseApiConfig(Open):
+    """`global.services.response_api` (reference key names): the Responses API store behind
+    GET|DELETE /v1/responses/{id}, /v1/responses/{id}/input_items and `previous_response_id`.
+
+    `store_backend`: `auto` keeps responses in the management store's Redis when the management
+    store is on Redis (every Ingress replica on every node can continue a conversation), else
+    in the Ingress replica's memory; `memory` always in the replica's memory; `redis` the
+    management store's Redis (memory, with a warning, when the management store is a file).
+    `ttl_seconds`: how long a stored response can be read or continued; `max_responses`: the
+    most kept, the oldest dropped first (app/management/response_store.py).
+    """
+
+    enabled: bool = True
+    store_backend: Literal["auto", "memory", "redis"] = "auto"
+    ttl_seconds: int = Field(default=86400, ge=1)
+    max_responses: int = Field(default=1000, ge=1)
+
+
+class RateLimitRule(Strict):
+    """A token bucket: `requests_per_minute` refill, at most `burst` at once (default: the rate)."""
+
+    requests_per_minute: int = Field(ge=1)
+    burst: int | None = Field(default=None, ge=1)
+
+    @property
+    def capacity(self) -> int:
+        return self.burst or self.requests_per_minute
+
+
+class RateLimitConfig(Open):
+    """`global.services.ratelimit`: the data plane's request rate limits (app/api/rate_limit.py).
+
+    `per_key`: one bucket per API key (`Authorization: Bearer` or `x-api-key`; callers without
+    a key share the bucket `anonymous`). `routes`: one bucket per data-plane route template
+    (e.g. `/v1/chat/completions`, `/v1/responses/{response_id}`) shared by every caller. A
+    request takes a token from each bucket that applies; an empty one answers 429
+    RATE_LIMIT_EXCEEDED with Retry-After. Buckets live where the Responses store lives
+    (`backend` as `response_api.store_backend`): shared on Redis, else per replica.
+    """
+
+    enabled: bool = False
+    backend: Literal["auto", "memory", "redis"] = "auto"
+    per_key: RateLimitRule | None = None
+    routes: dict[str, RateLimitRule] = Field(default_factory=dict)
+
+    @field_validator("routes")
+    @classmethod
+    def _route_paths(cls, routes: dict[str, RateLimitRule]) -> dict[str, RateLimitRule]:
+        for path in routes:
+            if not path.startswith("/"):
+                raise ValueError(f"route {path!r}: a path starting with '/', e.g. /v1/chat/completions")
+        return routes
+
+
 class Services(Open):
+    response_api: ResponseApiConfig = Field(default_factory=ResponseApiConfig)
+    ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)
     management_api: ManagementApi = Field(default_factory=ManagementApi)
     observability: Observability = Field(default_factory=Observability)
     data_plane: DataPlaneLimits = Field(default_factory=DataPlaneLimits)

@@ -5,6 +5,13 @@ through; `ResponsesApi` (POST /v1/responses) parses a Responses request into a c
 renders the chat answer as a Responses object and re-encodes the chat event stream as
 Responses events. The exchange holds one `ClientApi` per request; both front doors pick it
 by path, so the two cannot translate differently.
+
+With a Responses store (`ConversationStore`, the Ingress's), `prepare()` resolves
+`previous_response_id` (404 `previous_response_not_found` for an unknown or expired id)
+and every answer that reaches the client whole (a finished stream included) is kept by
+`persist()`, which the front door awaits before the answer's last bytes leave, so a client
+can continue the conversation as soon as it has the answer. Without one (the ext_proc
+bridge), `previous_response_id` answers 400 and nothing is kept.
 """
 
 from __future__ import annotations
@@ -14,8 +21,9 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from app.common.errors import bad_request, validation_message
+from app.common.errors import SvcError, bad_request, validation_message
 from app.exchange.openai_models import parse_chat_request
+from app.exchange.stored_responses import ConversationStore, StoredResponse, stored_response
 from app.upstream.responses_api import ChatToResponsesStream, chat_to_response
 from app.upstream.responses_request import ResponsesRequest, responses_to_chat
 from app.upstream.sse import SSEParser
@@ -35,6 +43,10 @@ class ClientStream(Protocol):
 class ClientApi(Protocol):
     endpoint: str  # the metrics label
 
+    async def prepare(self, raw: bytes) -> None:
+        """What parsing needs from elsewhere (a stored conversation); raises SvcError."""
+        ...
+
     def parse(self, raw: bytes) -> dict[str, Any]:
         """The chat body to route (raises SvcError 400 on bad input)."""
         ...
@@ -44,6 +56,10 @@ class ClientApi(Protocol):
         ...
 
     def stream(self) -> ClientStream: ...
+
+    async def persist(self) -> None:
+        """Keep the answer rendered or streamed (a Responses store); never raises."""
+        ...
 
 
 class _Passthrough:
@@ -65,6 +81,12 @@ def chat_body(raw: bytes) -> dict[str, Any]:
 class ChatApi:
     endpoint = "chat_completions"
 
+    async def prepare(self, raw: bytes) -> None:
+        return None
+
+    async def persist(self) -> None:
+        return None
+
     def parse(self, raw: bytes) -> dict[str, Any]:
         return chat_body(raw)
 
@@ -76,7 +98,8 @@ class ChatApi:
 
 
 class _ResponsesStream:
-    def __init__(self, request: ResponsesRequest) -> None:
+    def __init__(self, api: ResponsesApi, request: ResponsesRequest) -> None:
+        self._api = api
         self._translator = ChatToResponsesStream(request)
         self._parser = SSEParser()
 
@@ -84,31 +107,77 @@ class _ResponsesStream:
         return b"".join(out for event in self._parser.feed(chat) for out in self._translator.feed(event))
 
     def finish(self) -> bytes:
-        return b"".join(self._translator.finish())
+        out = b"".join(self._translator.finish())
+        if self._translator.final is not None:
+            self._api.remember(self._translator.final)
+        return out
+
+
+def previous_not_found(response_id: str) -> SvcError:
+    return SvcError(
+        404,
+        f"Previous response with id '{response_id}' not found.",
+        "invalid_request_error",
+        "previous_response_not_found",
+        param="previous_response_id",
+    )
 
 
 class ResponsesApi:
     endpoint = "responses"
 
-    def __init__(self) -> None:
+    def __init__(self, store: ConversationStore | None = None) -> None:
+        self._store = store
         self._request: ResponsesRequest | None = None
+        self._history: list[dict[str, Any]] | None = None
+        self._pending: StoredResponse | None = None
+
+    async def prepare(self, raw: bytes) -> None:
+        if self._store is None:
+            return
+        request = self._validate(raw)
+        if request.store is None:  # with a store, responses are kept unless `store: false`
+            request = self._request = request.model_copy(update={"store": True})
+        if request.previous_response_id:
+            previous = await self._store.get(request.previous_response_id)
+            if previous is None:
+                raise previous_not_found(request.previous_response_id)
+            self._history = previous.conversation
 
     def parse(self, raw: bytes) -> dict[str, Any]:
+        request = self._request or self._validate(raw)
+        try:
+            body = responses_to_chat(request, self._history)
+        except ValueError as exc:  # ResponsesInputError: input chat cannot hold
+            raise bad_request(f"invalid Responses request: {exc}") from exc
+        return chat_body(json.dumps(body).encode())
+
+    def _validate(self, raw: bytes) -> ResponsesRequest:
         try:
             self._request = ResponsesRequest.model_validate_json(raw)
-            body = responses_to_chat(self._request)
-        except ValueError as exc:  # a ValidationError, or ResponsesInputError for input chat cannot hold
-            message = validation_message(exc.errors())[0] if isinstance(exc, ValidationError) else str(exc)
-            raise bad_request(f"invalid Responses request: {message}") from exc
-        return chat_body(json.dumps(body).encode())
+        except ValidationError as exc:
+            raise bad_request(f"invalid Responses request: {validation_message(exc.errors())[0]}") from exc
+        return self._request
 
     def render(self, completion: dict[str, Any]) -> dict[str, Any]:
         out = chat_to_response(completion, self._parsed())
+        self.remember(out)
         out["routing_metadata"] = completion.get("routing_metadata")
         return out
 
     def stream(self) -> ClientStream:
-        return _ResponsesStream(self._parsed())
+        return _ResponsesStream(self, self._parsed())
+
+    def remember(self, response: dict[str, Any]) -> None:
+        """Keep `response` at the next persist() (when there is a store and the client lets it)."""
+        request = self._parsed()
+        if self._store is not None and request.store and response.get("status") != "failed":
+            self._pending = stored_response(response, request, self._history)
+
+    async def persist(self) -> None:
+        record, self._pending = self._pending, None
+        if record is not None and self._store is not None:
+            await self._store.put(record)
 
     def _parsed(self) -> ResponsesRequest:
         if self._request is None:

@@ -119,7 +119,7 @@ class Exchange:
         else raises, for the front door's own failure policy (and its own count of it)."""
         self.request_id = headers.get("x-request-id") or uuid.uuid4().hex
         try:
-            body = self._parse(raw)
+            body = await self._parse(raw)
         except SvcError as exc:
             return self._refuse(exc, "parse_error")
         model = body.get("model")
@@ -138,10 +138,11 @@ class Exchange:
             return self._no_backend(plan)
         return Forward(plan, self.upstream_body)
 
-    def _parse(self, raw: bytes) -> dict[str, Any]:
+    async def _parse(self, raw: bytes) -> dict[str, Any]:
         limit = self.settings.max_body_bytes
         if limit is not None and len(raw) > limit:
             raise body_too_large(limit)
+        await self.api.prepare(raw)  # a stored conversation (previous_response_id)
         return self.api.parse(raw)
 
     @property

@@ -30,8 +30,10 @@ from app.management.classification_metrics import MetricsSource
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
 from app.management.models import MutationResponse, StatusDocument
+from app.management.rate_buckets import BucketBackend
 from app.management.ratings import RatingStore
 from app.management.replays import OutcomeLog, OutcomeStore, ReplaySource
+from app.management.response_store import ResponseBackend
 from app.management.shared_store import StoreUnavailable
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
@@ -68,6 +70,8 @@ class ManagementParts(TypedDict, total=False):
     inventory: InventoryBackend | None
     cache_admin: ResponseCacheAdmin | None  # None: the storage routes answer 503
     metrics: MetricsSource | None  # every replica's metrics summed (None: classification-metrics 503)
+    response_store: ResponseBackend | None  # the shared Responses store (None: memory only)
+    rate_buckets: BucketBackend | None  # the shared rate-limit buckets (None: memory only)
     filename: str
     file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)
     environ: Mapping[str, str] | None
@@ -99,6 +103,9 @@ class Management:
         self.inventory = parts.get("inventory") or LocalInventory(self.startup)
         self.cache_admin = parts.get("cache_admin")
         self.metrics = parts.get("metrics")
+        # The data plane's stores kept where the management state is (Redis: shared).
+        self.response_store = parts.get("response_store")
+        self.rate_buckets = parts.get("rate_buckets")
         activator = parts.get("activator")
         # Without an activator nothing can reach the routers: status reads `unknown` and
         # mutations answer 503 instead of persisting a change that would never serve.

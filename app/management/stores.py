@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.config.loader import load_config, parse_config
 from app.management.audit import AuditTrail
 from app.management.documents import Candidate, candidate_of, merge_patch
+from app.management.rate_buckets import BucketBackend, RedisBuckets
 from app.management.ratings import RatingStore, open_rating_store
 from app.management.redaction import redact_url
 from app.management.replays import DEFAULT_REPLAY_CAPACITY, OutcomeLog, ReplaySource, ReplayStore
+from app.management.response_store import RedisResponseBackend, ResponseBackend
 from app.management.shared_store import (
     ManagementStoreSettings,
     StoreUnavailable,
@@ -64,6 +66,9 @@ class ReplicaStores:
     outcomes: OutcomeLog | None = None
     replays: ReplaySource | None = None
     ratings: RatingStore | None = None
+    # The data plane's shared stores (Responses store, rate-limit buckets): on Redis only.
+    responses: ResponseBackend | None = None
+    rate_buckets: BucketBackend | None = None
 
     def parts(self) -> ManagementParts:
         parts: ManagementParts = {"store": self.store, "file_hash": self.file_hash, "filename": self.filename}
@@ -75,6 +80,10 @@ class ReplicaStores:
             parts["outcomes"] = self.outcomes
         if self.replays is not None:
             parts["replays"] = self.replays
+        if self.responses is not None:
+            parts["response_store"] = self.responses
+        if self.rate_buckets is not None:
+            parts["rate_buckets"] = self.rate_buckets
         return parts
 
 
@@ -113,6 +122,10 @@ def open_replica_stores(args: GraphStoreArgs, serve_app: str) -> ReplicaStores:
         stores.audit = RedisAuditLog(client, prefix)
         stores.outcomes = RedisOutcomeStore(client, prefix)
         stores.replays = RedisReplayStore(client, prefix)
+        assert settings.url is not None  # the settings' validator requires it
+        where = redact_url(settings.url)
+        stores.responses = RedisResponseBackend(client, prefix, where)
+        stores.rate_buckets = RedisBuckets(client, prefix, where)
     return stores
 
 

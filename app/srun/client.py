@@ -3,7 +3,8 @@
 Calls return the parsed JSON body and raise `RuntimeCallError` (status, code, message,
 retry_after) for error answers. Transport failures and 503 not_ready answers are retried
 with a short back-off until the call's deadline, so a caller rides over a worker restart
-by its supervisor; 429 `overloaded` is not retried (the caller owns that decision). Each call
+by its supervisor; 429 `overloaded` is not retried by the client (`spread_overload` tries another
+replica once, for callers that have one). Each call
 records the router's `svc_model_runtime_*` samples, including transport time (total less
 the worker's Server-Timing total) and the worker's phases.
 """
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
 
@@ -48,6 +50,25 @@ class RuntimeCallError(Exception):
     @property
     def outcome(self) -> str:
         return request_outcome(self.status, self.code)
+
+
+T = TypeVar("T")
+
+
+async def spread_overload(
+    first: SrunClient,
+    other: Callable[[SrunClient], SrunClient | None] | None,
+    call: Callable[[SrunClient], Awaitable[T]],
+) -> T:
+    """`call(first)`; when that worker answers 429 `overloaded`, `call` once more on another
+    replica (`other(first)`) before the 429 is passed back (none when there is no other)."""
+    try:
+        return await call(first)
+    except RuntimeCallError as exc:
+        second = other(first) if other is not None and exc.status == 429 else None
+        if second is None:
+            raise
+        return await call(second)
 
 
 class SrunClient:

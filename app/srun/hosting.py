@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from app.config.model_deployments import OnUnscanned, on_unscanned_of, read_bindings
 from app.config.models import RouterConfig
-from app.srun.client import RuntimeCallError
+from app.srun.client import RuntimeCallError, spread_overload
 from app.srun.decision_backend import DEADLINE_S, ClientDecisionBackend
 from app.srun.runtime_metrics import RuntimeMetrics
 from app.srun.settings import (
@@ -150,6 +150,7 @@ class ManagedRuntimes:
             self.supervisor.served_name(deployment),
             deadline_s=min(budget_s, signal_timeout_s(budget_s)),
             names=(deployment,),
+            other=lambda client: self.supervisor.other_client(deployment, client),
         )
 
     def signal_deadline_s(self, remaining_s: float | None) -> float:
@@ -193,13 +194,14 @@ class ManagedRuntimes:
         in usage) is `unscanned` and matches as on_unscanned says; a routing signal's failure is
         `error` and matches as on_error says."""
         try:
-            client = self.supervisor.client_for(deployment)
-            answer = await client.call(
-                "POST",
-                f"/v1/{surface}",
-                self.signal_body(deployment, surface, body, safety),
-                surface=surface,
-                deadline_s=self.signal_deadline_s(remaining_s),
+            payload = self.signal_body(deployment, surface, body, safety)
+            deadline_s = self.signal_deadline_s(remaining_s)
+            answer = await spread_overload(  # a busy worker's 429: another replica first
+                self.supervisor.client_for(deployment),
+                lambda client: self.supervisor.other_client(deployment, client),
+                lambda client: client.call(
+                    "POST", f"/v1/{surface}", payload, surface=surface, deadline_s=deadline_s
+                ),
             )
         except Exception as exc:  # RuntimeCallError, or a transport or decoding failure
             code = exc.code if isinstance(exc, RuntimeCallError) else type(exc).__name__

@@ -261,6 +261,13 @@ class RuntimeSupervisor:
         pool = [r for r in replicas if r.ready] or replicas
         return pool[next(self._rr[deployment]) % len(pool)].client
 
+    def other_client(self, deployment: str, than: SrunClient) -> SrunClient | None:
+        """Another replica's client than `than` (ready ones first; None: it is the only one),
+        for a call `than` refused as overloaded (429)."""
+        replicas = [r for r in self.replicas.get(deployment) or [] if r.client is not than]
+        pool = [r for r in replicas if r.ready] or replicas
+        return pool[next(self._rr[deployment]) % len(pool)].client if pool else None
+
     def served_name(self, deployment: str) -> str | None:
         replicas = self.replicas.get(deployment) or []
         return replicas[0].served_name if replicas else None

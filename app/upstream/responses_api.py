@@ -215,6 +215,7 @@ class ChatToResponsesStream:
         self.model = model or (request.model if request else "")
         self.accumulator = StreamAccumulator()
         self.finished = False
+        self.final: dict[str, Any] | None = None  # the response of response.completed/.incomplete
         self._parser = SSEParser()
         self._ids = _Ids()
         self._seq = 0
@@ -438,7 +439,7 @@ class ChatToResponsesStream:
                 ),
                 self._event("response.output_item.done", output_index=state["output_index"], item=item),
             ]
-        response = self._final_response(completion)
+        response = self.final = self._final_response(completion)
         kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
         out.append(self._event(kind, response=response))
         return out

@@ -1,9 +1,10 @@
 """OpenAI Responses API request -> a chat-completions body (spec: "Responses-style request").
 
 `responses_to_chat(req)` maps input items, instructions, tools, tool_choice, text.format
-and reasoning.effort. Built-in tools (web_search, file_search, ...) and stored
-conversations (`previous_response_id` without `previous_messages`) cannot be expressed
-as a chat call; they raise `ResponsesInputError` (a ValueError: answer 400).
+and reasoning.effort. Built-in tools (web_search, file_search, ...) cannot be expressed as a
+chat call, nor `previous_response_id` without the stored conversation (`previous_messages`,
+which the Responses store of the front door resolves); they raise `ResponsesInputError`
+(a ValueError: answer 400).
 The answer's way back (chat -> Responses objects and events) is `responses_api`.
 """
 
@@ -128,11 +129,8 @@ class ResponsesRequest(BaseModel):
     store: bool | None = None
     previous_response_id: str | None = Field(
         None,
-        # Documented, not enforced here: responses_to_chat answers it (with previous messages, a
-        # store could resolve it).
-        json_schema_extra={"maxLength": 0},
-        description="needs the Response API store, which this router does not keep: "
-        "a non-empty value answers 400 (resend the conversation in `input`)",
+        description="continue the conversation of a stored response (global.services.response_api: "
+        "an unknown or expired id answers 404, a disabled store 400)",
     )
     # Copied into the chat request, which takes them with these types.
     seed: int | None = None
@@ -185,13 +183,17 @@ def _conversation(
     if req.instructions:
         messages.append({"role": "system", "content": req.instructions})
     messages.extend(previous_messages or [])
-    if isinstance(req.input, str):
-        messages.append({"role": "user", "content": req.input})
-    else:
-        messages.extend(_input_messages(req.input))
+    messages.extend(input_messages(req))
     if not messages:
         raise ResponsesInputError("input must contain at least one message")
     return messages
+
+
+def input_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
+    """The request's input (not its instructions) as chat messages."""
+    if isinstance(req.input, str):
+        return [{"role": "user", "content": req.input}]
+    return _input_messages(req.input)
 
 
 def _input_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -324,4 +326,4 @@ def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
     raise ResponsesInputError(f"text.format type {fmt['type']!r} is not supported")
 
 
-__all__ = ["ResponsesInputError", "ResponsesRequest", "responses_to_chat"]
+__all__ = ["ResponsesInputError", "ResponsesRequest", "input_messages", "responses_to_chat"]

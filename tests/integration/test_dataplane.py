@@ -189,7 +189,18 @@ def test_every_upstream_down_gives_503_with_retry_after(client: openai.OpenAI, s
 
 def test_responses_api_round_trip(client: openai.OpenAI) -> None:
     response = client.responses.create(model="MoM", input="What is the integral of 2x? responses")
-    assert response.output_text
+    assert response.output_text and response.store
+    # The Responses store (the Ingress's memory here): continue, read back, list, delete.
+    follow_up = client.responses.create(
+        model="MoM", input="Now differentiate the result.", previous_response_id=response.id
+    )
+    assert follow_up.output_text and follow_up.previous_response_id == response.id
+    assert client.responses.retrieve(follow_up.id).output_text == follow_up.output_text
+    items = client.responses.input_items.list(follow_up.id)
+    assert [item.content[0].text for item in items.data] == ["Now differentiate the result."]
+    client.responses.delete(response.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(response.id)
 
 
 def test_models_list_always_has_mom(client: openai.OpenAI) -> None:

@@ -116,6 +116,46 @@ async def test_call_sends_a_side_effect_free_call_again_when_its_replica_died() 
         await ray_compat.call(DiesOnce(), "route")
 
 
+class BusyOnce:
+    """A handle whose first call meets a busy deployment (`busy`: a full queue, or a replica's
+    own 429) and whose next one, scheduled by Serve onto a less busy replica, answers."""
+
+    def __init__(self, busy: BaseException) -> None:
+        self.calls = 0
+        self.busy = busy
+
+    def __getattr__(self, method: str) -> Any:
+        outer = self
+
+        class Method:
+            async def remote(self, *args: Any) -> Any:
+                outer.calls += 1
+                if outer.calls == 1:
+                    raise outer.busy
+                return "answer"
+
+        return Method()
+
+
+class ReplicaOverloaded(Exception):
+    status = 429
+
+
+@pytest.mark.parametrize(
+    "busy",
+    [
+        BackPressureError(num_queued_requests=3, max_queued_requests=2),
+        RayTaskError("decide", "traceback", ReplicaOverloaded("queue full")).as_instanceof_cause(),
+    ],
+)
+async def test_a_busy_deployment_is_tried_again_before_its_429_is_passed_back(busy: BaseException) -> None:
+    handle = BusyOnce(busy)
+    assert await ray_compat.call(handle, "decide", retries=1, overloaded=Overloaded) == "answer"
+    assert handle.calls == 2
+    with pytest.raises((Overloaded, ReplicaOverloaded)):  # no retries asked for: passed back at once
+        await ray_compat.call(BusyOnce(busy), "decide", overloaded=Overloaded)
+
+
 def test_process_transport_follows_this_processes_serve_mode() -> None:
     from ray.serve._private.constants import RAY_SERVE_USE_GRPC_BY_DEFAULT
     from ray.serve._private.handle_options import DynamicHandleOptions

@@ -377,3 +377,56 @@ def test_deployments_nothing_calls_are_named_in_a_warning():
     loaded = parse_config(document(**RUNTIME))
     unused = [w for w in loaded.warnings if w.startswith("model_deployments.")]
     assert [w.split(":")[0] for w in unused] == ["model_deployments.guard", "model_deployments.remote"]
+
+
+# -- a busy worker's 429: another replica first ------------------------------------------------------
+BUSY = RuntimeCallError(429, "overloaded", "queue of 256 full", 1.0)
+
+
+def two_attached_replicas(tmp_path: Any) -> ManagedRuntimes:
+    replicas = [{"endpoint": "http://10.0.0.5:8100"}, {"endpoint": "http://10.0.0.6:8100"}]
+    doc = document(
+        model_deployments={
+            "dm": {"artifact": "decision-model", "replicas": replicas},
+            "one": {"artifact": "jailbreak-guard", "endpoint": "http://10.0.0.7:8100"},
+        },
+        decision_model={"deployment": "dm"},
+    )
+    settings = runtime_settings(parse_config(doc).config)
+    return ManagedRuntimes(settings, SrunEnvironment(command=["svc-srun"], dir=tmp_path, cpu_threads=1))
+
+
+def test_the_supervisor_names_another_replica(tmp_path):
+    supervisor = two_attached_replicas(tmp_path).supervisor
+    for _ in range(3):
+        first = supervisor.client_for("dm")
+        other = supervisor.other_client("dm", first)
+        assert other is not None and other is not first
+    assert supervisor.other_client("one", supervisor.client_for("one")) is None
+
+
+async def test_a_busy_workers_429_tries_another_replica_before_it_is_passed_back(tmp_path):
+    runtimes = two_attached_replicas(tmp_path)
+    busy, free = FakeClient(BUSY), FakeClient(ANSWER)
+    runtimes.supervisor.client_for = lambda deployment: busy  # type: ignore[method-assign]
+    runtimes.supervisor.other_client = lambda deployment, than: free  # type: ignore[method-assign]
+    backend = runtimes.decision_backend()
+    assert backend is not None
+    assert await backend.decide({"state": "x", "questions": {}}) == ANSWER
+    assert (await runtimes.signal("dm", "classify", {"text": "hi"}, None)).state == "ok"
+    assert len(busy.calls) == 2 and len(free.calls) == 2
+
+    runtimes.supervisor.other_client = lambda deployment, than: None  # type: ignore[method-assign]
+    with pytest.raises(RuntimeCallError) as passed_back:  # the only replica: its 429 as it came
+        await backend.decide({"state": "x", "questions": {}})
+    assert passed_back.value.status == 429
+    also_busy = FakeClient(BUSY)
+    runtimes.supervisor.other_client = lambda deployment, than: also_busy  # type: ignore[method-assign]
+    with pytest.raises(RuntimeCallError):  # one other replica, once
+        await backend.decide({"state": "x", "questions": {}})
+    assert len(also_busy.calls) == 1
+    not_busy = FakeClient(RuntimeCallError(503, "not_ready", "loading"))
+    runtimes.supervisor.client_for = lambda deployment: not_busy  # type: ignore[method-assign]
+    runtimes.supervisor.other_client = lambda deployment, than: free  # type: ignore[method-assign]
+    with pytest.raises(RuntimeCallError):  # only a 429 goes elsewhere
+        await backend.decide({"state": "x", "questions": {}})
