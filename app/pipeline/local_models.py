@@ -7,16 +7,15 @@ Two hosts use it. The Router deployment (`router_evaluators`) runs the heads on 
 request's vector here (domain, jailbreak, harmful: small matrix products on the vector it
 already holds) and the PII checks that need no NER (`patterns_here`), so a request under the
 shipped config makes no Ray call for its signals; the benchmark
-(app/benchmark/local_services.py) runs every family here. Each model's calls go through a MicroBatcher with no wait window: a lone
-request runs at once, and requests that arrive while a call runs share the next one.
+(app/benchmark/local_services.py) runs every family here. Each model's calls go through a
+MicroBatcher with no wait window: a lone request runs at once, and requests that arrive while
+a call runs share the next one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-import numpy as np
 
 from app.models.pii import NER_DERIVED_TYPES
 from app.pipeline.signals.base import EmbedFn, EvaluatorFactory
@@ -52,22 +51,38 @@ def _batcher(fn: Callable[[list[Any]], Any]) -> MicroBatcher[Any, Any]:
     )
 
 
-def patterns_here(remote: PIIDetectFn) -> tuple[PIIDetectFn, MicroBatcher[Any, Any]]:
+def _hosted(
+    method: Callable[..., Awaitable[list[Any]]],
+    batch: Callable[[list[Any]], Any],
+    batchers: list[MicroBatcher[Any, Any]],
+) -> Callable[..., Awaitable[list[Any]]]:
+    """A host's method as the family's detect callable, its rows through a new batcher: the
+    same arguments as the deployment's method of that name (deployments/router.py `_retried`)."""
+    rows = _batcher(batch)
+    batchers.append(rows)
+
+    async def call(*args: Any) -> list[Any]:
+        return await method(*args, rows.submit)
+
+    return call
+
+
+def patterns_here(remote: PIIDetectFn) -> PIIDetectFn:
     """A PII detect function that runs calls asking for no NER type (a policy that allows every
     type NER produces, as the shipped config's; app/pipeline/signals/pii.py) on a pattern-only
     detector in this process (Presidio's recognizers and the project rules, no spaCy), and the
     calls that need NER over `remote` (the Guard deployment)."""
     guard = HostedGuard.load(use_ner=False, families=frozenset({"pii"}))
-    rows = _batcher(guard.pii_batch)
+    local = _hosted(guard.detect_pii, guard.pii_batch, [])
 
     async def detect_pii(
         texts: list[str], entity_types: list[str] | None, threshold: float | None
     ) -> list[Any]:
         if not entity_types or NER_DERIVED_TYPES & set(entity_types) or not guard.pii.loaded:
             return await remote(texts, entity_types, threshold)
-        return await guard.detect_pii(texts, entity_types, threshold, rows.submit)
+        return await local(texts, entity_types, threshold)
 
-    return detect_pii, rows
+    return detect_pii
 
 
 def local_evaluators(
@@ -85,64 +100,22 @@ def local_evaluators(
         domain = HostedDomain.load(encode)
         if strict:
             _require(domain.loaded)
-        domain_heads = _batcher(domain.head_batch)
-        batchers.append(domain_heads)
-
-        async def classify(
-            texts: list[str], vectors: np.ndarray | None, threshold: float | None, fallback: str
-        ) -> list[Any]:
-            return await domain.classify(texts, vectors, threshold, fallback, domain_heads.submit)
-
-        evaluators["domain"] = domain_factory(classify)
+        evaluators["domain"] = domain_factory(_hosted(domain.classify, domain.head_batch, batchers))
     guarded = families & GUARD_FAMILIES
     if not guarded:
         return evaluators, batchers
     # spaCy's NER and Presidio only when PII is judged here
     guard = HostedGuard.load(encode, use_ner="pii" in guarded, families=guarded)
-    if strict:
-        models: dict[str, Loaded[Any]] = {
-            "pii": guard.pii,
-            "jailbreak": guard.jailbreak,
-            "harmful": guard.harmful,
-        }
-        _require(*(loaded for family, loaded in models.items() if family in guarded))
-    if "pii" in guarded:
-        pii_rows = _batcher(guard.pii_batch)
-        batchers.append(pii_rows)
-
-        async def detect_pii(
-            texts: list[str], entity_types: list[str] | None, threshold: float | None
-        ) -> list[Any]:
-            return await guard.detect_pii(texts, entity_types, threshold, pii_rows.submit)
-
-        evaluators["pii"] = pii_factory(detect_pii)
-    if "jailbreak" in guarded:
-        jailbreak_rows = _batcher(guard.jailbreak_batch)
-        batchers.append(jailbreak_rows)
-
-        async def detect_jailbreak(
-            texts: list[str],
-            vectors: np.ndarray | None,
-            method: str,
-            threshold: float,
-            patterns: list[str],
-            benign: list[str],
-        ) -> list[Any]:
-            return await guard.detect_jailbreak(
-                texts, vectors, method, threshold, patterns, benign, jailbreak_rows.submit
-            )
-
-        evaluators["jailbreak"] = jailbreak_factory(detect_jailbreak)
-    if "harmful" in guarded:
-        harmful_rows = _batcher(guard.harmful_batch)
-        batchers.append(harmful_rows)
-
-        async def detect_harmful(
-            texts: list[str], vectors: np.ndarray | None, threshold: float, categories: list[str]
-        ) -> list[Any]:
-            return await guard.detect_harmful(texts, vectors, threshold, categories, harmful_rows.submit)
-
-        evaluators["harmful"] = harmful_factory(detect_harmful)
+    hosted: dict[str, tuple[Any, Loaded[Any], Any, Any]] = {  # factory, model, method, batch
+        "pii": (pii_factory, guard.pii, guard.detect_pii, guard.pii_batch),
+        "jailbreak": (jailbreak_factory, guard.jailbreak, guard.detect_jailbreak, guard.jailbreak_batch),
+        "harmful": (harmful_factory, guard.harmful, guard.detect_harmful, guard.harmful_batch),
+    }
+    for family in sorted(guarded):
+        factory, loaded, method, batch = hosted[family]
+        if strict:
+            _require(loaded)
+        evaluators[family] = factory(_hosted(method, batch, batchers))
     return evaluators, batchers
 
 
@@ -151,6 +124,5 @@ def router_evaluators(embed: EmbedFn, remote_pii: PIIDetectFn | None) -> dict[st
     calls that need no NER (the others go to `remote_pii`, the Guard deployment)."""
     evaluators, _ = local_evaluators(VECTOR_HEAD_FAMILIES, embed)
     if remote_pii is not None:
-        detect, _ = patterns_here(remote_pii)
-        evaluators["pii"] = pii_factory(detect)
+        evaluators["pii"] = pii_factory(patterns_here(remote_pii))
     return evaluators

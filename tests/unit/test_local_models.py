@@ -88,7 +88,7 @@ async def test_shipped_config_blocks_a_jailbreak_a_harmful_request_and_an_ssn_in
 
 async def test_a_policy_that_can_deny_a_ner_type_asks_the_guard() -> None:
     remote = RemotePII()
-    detect, _ = patterns_here(remote)
+    detect = patterns_here(remote)
     await detect(["Hello, I am Ana."], None, 0.5)
     await detect(["Hello, I am Ana."], ["PERSON", "US_SSN"], 0.5)
     assert [types for _, types in remote.calls] == [None, ["PERSON", "US_SSN"]]
