@@ -48,8 +48,11 @@ llm-stop:
 
 # The whole contract's proof: the structure checks (lint), then every test.
 # --durations: the slowest tests, so the suite's time budget (CI: under 45 minutes) can be kept.
+# The unit tests (no Ray, no clock) run on both cores; then everything that starts Ray, Envoy,
+# stores or workers, one test at a time (they measure deadlines: sharing the cores made them flaky).
 test: lint $(VLLM_STAMP)
-	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=30 tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider -n 2 --durations=10 tests/unit
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=30 --ignore=tests/unit tests
 
 # The cluster path users take alone (`ray up`'s setup commands, `ray start`, `serve deploy
 # cluster/serve-config.yaml`, a rolling change under load); `make test` runs them too.
@@ -61,7 +64,8 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/integration/test_in_cluster_vllm.py
 
 unit: $(STAMP)
-	$(VENV)/bin/pytest -q tests/unit tests/contract
+	$(VENV)/bin/pytest -q -n 2 tests/unit
+	$(VENV)/bin/pytest -q tests/contract
 
 integration: $(STAMP)
 	$(VENV)/bin/pytest -q tests/integration

@@ -10,9 +10,15 @@ the tests, it never skips them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+
+# pytest-xdist's workers inherit COLUMNS=80; rich reads it once, when a CLI module's Console is
+# created at import, so tables printed through CliRunner(env={"COLUMNS": ...}) stayed 80 wide.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 from tests.fakes.stores import redis_with_search
 

@@ -45,6 +45,7 @@ class EngineServing(BaseModel):
     data_parallel_size: int = Field(default=1, ge=1, le=64)
     device_ids: list[int] = Field(default_factory=list)
     max_model_len: int | None = Field(default=None, ge=16)
+    enforce_eager: bool = False
     port: int = Field(default=NATIVE_PORT, ge=1, le=65535)
 
     @field_validator("device_ids", mode="before")
@@ -91,6 +92,8 @@ class EngineServing(BaseModel):
         engine_kwargs: dict[str, Any] = dict(CPU_ENGINE_KWARGS) if platform == "cpu" else {}
         if self.max_model_len is not None:
             engine_kwargs["max_model_len"] = self.max_model_len
+        if self.enforce_eager:
+            engine_kwargs["enforce_eager"] = True
         # On CPU a half-CPU reservation: the rest of the graph reserves about 1.5 CPUs, and a
         # whole one would leave the engine unplaceable on a 2-core laptop (vLLM's threads use
         # the cores whatever Ray reserves).

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import openai
 import pytest
+import yaml
 
 from tests.fakes.upstream import find_free_port
 from tests.integration.test_cli_restart import ROOT, Cli
@@ -29,12 +30,14 @@ def test_native_serving_answers_from_the_engine_in_the_graph(tmp_path: Path) -> 
         timeout=300,
     )
     serve_args = [str(model_dir), "--engine", "--platform", "cpu", "--data-parallel-size", "1"]
-    serve_args += ["--max-model-len", "256"]
+    serve_args += ["--max-model-len", "256", "--enforce-eager"]  # the router's path, not vLLM's compiler
     cli = Cli(tmp_path, None, find_free_port(), serve_args)
     cli.env["SVC_SR_VLLM_PYTHON"] = str(python)
     process = cli.serve()
     try:
         assert "native serving: tiny-llama on cpu, 1 engine replica(s)" in cli.output()
+        engine = yaml.safe_load((tmp_path / "run" / "engine-config.yaml").read_text())
+        assert engine["providers"]["models"][0]["llm_config"]["engine_kwargs"]["enforce_eager"] is True
         chat = openai.OpenAI(base_url=f"{cli.base}/v1", api_key="unused", max_retries=0, timeout=120)
         assert "tiny-llama" in {m.id for m in chat.models.list().data}
         for model in ("MoM", "tiny-llama"):

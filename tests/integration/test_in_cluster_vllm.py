@@ -53,7 +53,8 @@ def config(model_dir: Path, python: Path, fallback: FakeUpstream) -> dict[str, A
                     "pricing": {"currency": "USD", "prompt_per_1m": 1.0, "completion_per_1m": 2.0},
                     "llm_config": {
                         "model_loading_config": {"model_id": "tiny", "model_source": str(model_dir)},
-                        "engine_kwargs": {"max_model_len": 256, "dtype": "bfloat16"},
+                        # eager: the router's path is under test, not vLLM's compiler (about 40 s per start)
+                        "engine_kwargs": {"max_model_len": 256, "dtype": "bfloat16", "enforce_eager": True},
                         "deployment_config": {"ray_actor_options": {"num_cpus": 0.25}},
                         "runtime_env": {"py_executable": str(python)},
                     },

@@ -38,6 +38,15 @@ def test_cpu_platform_gives_replicas_cpus_only_and_the_cpu_kernels_dtype() -> No
     assert serving.environment() == {}
 
 
+def test_enforce_eager_reaches_the_engine_only_when_asked() -> None:
+    eager = EngineServing(model="/m/tiny", platform="cpu", enforce_eager=True)
+    llm = parse_config(eager.config_document()).config.providers.models[0].llm_config
+    assert llm is not None and llm.engine_kwargs["enforce_eager"] is True
+    default = EngineServing(model="/m/tiny", platform="cuda")
+    llm = parse_config(default.config_document()).config.providers.models[0].llm_config
+    assert llm is not None and "enforce_eager" not in llm.engine_kwargs
+
+
 @pytest.mark.parametrize(
     "platform, variable", [("cuda", "CUDA_VISIBLE_DEVICES"), ("rocm", "ROCR_VISIBLE_DEVICES")]
 )
