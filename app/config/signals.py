@@ -9,6 +9,7 @@ from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema, fi
 
 from app.config.errors import issues_from_validation_error
 from app.config.model_base import Open, Strict
+from app.config.semantic_signals import ComplexitySignal, LanguageSignal, ModalitySignal, PreferenceSignal
 
 
 class KeywordSignal(Strict):
@@ -119,7 +120,7 @@ class HarmfulSignal(Strict):
 
 class Signals(Open):
     """Signal rules by family. Families svc-sr evaluates are typed; the reference
-    router's other families (fact_check, language, complexity, ...) are kept as data
+    router's other families (fact_check, reask, kb, ...) are kept as data
     and may not be referenced by a decision (validate.py says so)."""
 
     keywords: list[KeywordSignal] = Field(default_factory=list)
@@ -129,6 +130,10 @@ class Signals(Open):
     jailbreak: list[JailbreakSignal] = Field(default_factory=list)
     pii: list[PIISignal] = Field(default_factory=list)
     harmful: list[HarmfulSignal] = Field(default_factory=list)
+    preferences: list[PreferenceSignal] = Field(default_factory=list)
+    complexity: list[ComplexitySignal] = Field(default_factory=list)
+    language: list[LanguageSignal] = Field(default_factory=list)
+    modality: list[ModalitySignal] = Field(default_factory=list)
 
 
 # condition `type` -> the Signals attribute holding rules of that type
@@ -140,6 +145,10 @@ SIGNAL_FAMILIES: dict[str, str] = {
     "jailbreak": "jailbreak",
     "pii": "pii",
     "harmful": "harmful",
+    "preference": "preferences",
+    "complexity": "complexity",
+    "language": "language",
+    "modality": "modality",
 }
 
 # Condition types of the reference router that svc-sr does not evaluate (yet).
@@ -148,11 +157,7 @@ REFERENCE_ONLY_SIGNAL_TYPES = frozenset(
         "fact_check",
         "user_feedback",
         "reask",
-        "preference",
-        "language",
         "structure",
-        "complexity",
-        "modality",
         "authz",
         "kb",
         "conversation",

@@ -23,6 +23,7 @@ from app.config.models import RouterConfig
 from app.config.plugins import PLUGIN_KIND, PLUGIN_MODELS, plugin_payload
 from app.config.providers import ProviderModel
 from app.config.routing import PLUGIN_TYPES, REFERENCE_ONLY_PLUGIN_TYPES, Condition, Decision
+from app.config.semantic_signals import condition_names
 from app.config.signals import (
     REFERENCE_ONLY_SIGNAL_TYPES,
     SIGNAL_FAMILIES,
@@ -54,11 +55,7 @@ REFERENCE_SIGNAL_FAMILY_KEYS = frozenset(
         "fact_check",
         "user_feedbacks",
         "reasks",
-        "preferences",
-        "language",
         "structure",
-        "complexity",
-        "modality",
         "role_bindings",
         "kb",
         "conversation",
@@ -445,7 +442,8 @@ class _Checker:
             return
         family = SIGNAL_FAMILIES[kind]
         defined = {rule.name for rule in getattr(self.config.routing.signals, family)}
-        allowed = domain_names(self.config) if kind == "domain" else defined
+        rules = getattr(self.config.routing.signals, family)
+        allowed = domain_names(self.config) if kind == "domain" else condition_names(kind, rules)
         if name not in allowed:
             listing = ", ".join(sorted(defined)) or "none defined"
             self.error(

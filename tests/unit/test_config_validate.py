@@ -91,9 +91,22 @@ REJECTIONS: list[tuple[str, Callable[[dict], object], str, str]] = [
     ),
     (
         "reference-only condition type",
-        lambda d: _decision(d, "code")["rules"]["conditions"][0].update(type="complexity", name="hard"),
+        lambda d: _decision(d, "code")["rules"]["conditions"][0].update(type="reask", name="again"),
         f"routing.decisions[{D['code']}].rules.conditions[0].type",
         "unsupported_signal",
+    ),
+    (
+        "complexity condition without its level",
+        lambda d: (
+            d["routing"]["signals"].update(
+                complexity=[
+                    {"name": "depth", "hard": {"candidates": ["prove"]}, "easy": {"candidates": ["hi"]}}
+                ]
+            ),
+            _decision(d, "code")["rules"]["conditions"][0].update(type="complexity", name="depth"),
+        ),
+        f"routing.decisions[{D['code']}].rules.conditions[0].name",
+        "unknown_signal",
     ),
     (
         "undefined signal name (nested)",

@@ -332,6 +332,10 @@ def test_builtin_registry_builds_each_family_from_config():
                     "keywords": [{"name": "k", "keywords": ["a"]}],
                     "embeddings": [{"name": "e", "candidates": ["b"]}],
                     "context": [{"name": "c", "max_tokens": 10}],
+                    "preferences": [{"name": "p", "description": "travel"}],
+                    "complexity": [{"name": "x", "hard": {"candidates": ["h"]}, "easy": {"candidates": ["e"]}}],
+                    "language": [{"name": "fr"}],
+                    "modality": [{"name": "image"}],
                 }
             },
         }
@@ -341,5 +345,9 @@ def test_builtin_registry_builds_each_family_from_config():
         "keyword": ["k"],
         "embedding": ["e"],
         "context": ["c"],
+        "preference": ["p"],
+        "complexity": ["x:hard", "x:medium", "x:easy"],
+        "language": ["fr"],
+        "modality": ["image"],
     }
     assert all(ev.family == family for family, ev in built.items())

@@ -1,6 +1,7 @@
 """Signal evaluators by condition type, and the registry the pipeline builds them from.
 
-Built in: `keyword`, `embedding`, `context`. Other families (domain, pii, jailbreak,
+Built in: `keyword`, `embedding`, `context`, and the families judged on the request or its
+sentence vector in the Router's own process: `preference`, `complexity`, `language`, `modality`. Other families (domain, pii, jailbreak,
 ...) are added through `PipelineServices.evaluators` with the same factory shape
 `(config, services) -> SignalEvaluator`; see `base.py`.
 """
@@ -14,14 +15,22 @@ from app.pipeline.signals.base import (
     content_text,
     estimate_tokens,
 )
+from app.pipeline.signals.complexity import ComplexityEvaluator
 from app.pipeline.signals.context import ContextEvaluator
 from app.pipeline.signals.embedding import EmbeddingEvaluator
 from app.pipeline.signals.keyword import KeywordEvaluator
+from app.pipeline.signals.language import LanguageEvaluator
+from app.pipeline.signals.modality import ModalityEvaluator
+from app.pipeline.signals.preference import PreferenceEvaluator
 
 BUILTIN_EVALUATORS: dict[str, EvaluatorFactory] = {
     "keyword": KeywordEvaluator.from_config,
     "embedding": EmbeddingEvaluator.from_config,
     "context": ContextEvaluator.from_config,
+    "preference": PreferenceEvaluator.from_config,
+    "complexity": ComplexityEvaluator.from_config,
+    "language": LanguageEvaluator.from_config,
+    "modality": ModalityEvaluator.from_config,
 }
 
 __all__ = [
