@@ -192,6 +192,6 @@ def build_graph(
     ingress = (
         _deployment(Ingress)
         .options(**{"user_config": {"config": document}, **options.get("Ingress", {})})
-        .bind(router, graph_args, domain, guard, observability, decision_model=decision, cache=cache)
+        .bind(router, graph_args, domain, guard, observability, decision, cache, embedding)
     )
     return stamp_versions(ingress)

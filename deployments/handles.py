@@ -1,7 +1,7 @@
 """The Ingress's and the ext_proc sidecar's views of other deployments, over their handles.
 
 Each adapts a DeploymentHandle to a Ray-free protocol of app/ (the exchange's RouterClient,
-the diagnostics' ClassifierBackend, the management API's ReplaySource and CacheControl), unwrapping Ray's
+the management API's ReplaySource and CacheControl), unwrapping Ray's
 errors through deployments/ray_compat.py so a replica's own error reaches the caller as itself.
 """
 
@@ -18,7 +18,6 @@ from app.management.replays import ReplayAggregate, ReplayPage
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
-from app.runtime.schemas import ModelNotLoadedError
 from deployments import ray_compat
 from deployments.observability import replay_sender
 from deployments.response_cache import cache_lane
@@ -73,66 +72,6 @@ def _is_svc_error(exc: BaseException) -> bool:
     """A routing error raised in the Router replica reaches the client as itself (its
     status and error body), not as an opaque Ray task failure."""
     return isinstance(exc, SvcError)
-
-
-class HandleClassifiers:
-    """The diagnostics' ClassifierBackend over the model deployments and the Router."""
-
-    def __init__(
-        self, domain: DeploymentHandle | None, guard: DeploymentHandle | None, router: DeploymentHandle
-    ) -> None:
-        self._domain = domain
-        self._guard = guard
-        self._router = router
-
-    @staticmethod
-    async def _call(handle: DeploymentHandle | None, method: str, *args: Any) -> Any:
-        if handle is None:
-            raise ModelNotLoadedError(f"no deployment serves {method}")
-
-        def unavailable(exc: BaseException) -> BaseException:
-            return ModelNotLoadedError(f"{method}: deployment unavailable ({type(exc).__name__})")
-
-        # The replica's own exception (ModelNotLoadedError, ValueError, ...) reaches the diagnostics as itself.
-        return await ray_compat.call(handle, method, *args, unavailable=unavailable, overloaded=unavailable)
-
-    async def classify_domain(
-        self, texts: list[str], threshold: float | None, fallback_category: str
-    ) -> list[Any]:
-        return await self._call(self._domain, "classify", texts, None, threshold, fallback_category)
-
-    async def detect_pii(
-        self, texts: list[str], entity_types: list[str] | None, threshold: float | None
-    ) -> list[Any]:
-        return await self._call(self._guard, "detect_pii", texts, entity_types, threshold)
-
-    async def detect_jailbreak(
-        self,
-        texts: list[str],
-        method: str,
-        threshold: float | None,
-        jailbreak_patterns: list[str],
-        benign_patterns: list[str],
-    ) -> list[Any]:
-        return await self._call(
-            self._guard,
-            "detect_jailbreak",
-            texts,
-            None,
-            method,
-            threshold,
-            jailbreak_patterns,
-            benign_patterns,
-        )
-
-    async def detect_harmful(
-        self, texts: list[str], threshold: float | None, categories: list[str]
-    ) -> list[Any]:
-        return await self._call(self._guard, "detect_harmful", texts, None, threshold, categories)
-
-    async def preview(self, text: str) -> dict[str, Any] | None:
-        body = {"model": "MoM", "messages": [{"role": "user", "content": text}]}
-        return await self._call(self._router, "preview", body, {})
 
 
 class ObservabilityReplays:

@@ -22,13 +22,9 @@ from app.upstream.client import UpstreamClient
 from deployments import ray_compat
 from deployments.activation import build_management
 from deployments.decision_model import HandleDecisionBackend
+from deployments.diagnostics_backend import HandleClassifiers
 from deployments.error_page import install_error_pages
-from deployments.handles import (
-    HandleCacheControl,
-    HandleClassifiers,
-    HandleRouterClient,
-    front_door_completion,
-)
+from deployments.handles import HandleCacheControl, HandleRouterClient, front_door_completion
 from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import replica_pusher
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
@@ -51,6 +47,7 @@ class Ingress:
         observability: DeploymentHandle | None = None,
         decision_model: DeploymentHandle | None = None,
         cache: DeploymentHandle | None = None,
+        embedding: DeploymentHandle | None = None,
     ) -> None:
         # The configuration arrives as user_config (hot reload without restarting this replica,
         # which runs the activation); Serve calls reconfigure() only after the ASGI app is built,
@@ -59,6 +56,7 @@ class Ingress:
         transport = ray_compat.process_transport
         router, observability, cache = transport(router), transport(observability), transport(cache)
         domain, guard, decision_model = transport(domain), transport(guard), transport(decision_model)
+        embedding = transport(embedding)
         config = parse_config(_current_document(graph_args)).config
         self._config = StaticConfigView(config)
         # /v1/decisions, /v1/systemone (None: no DecisionModel in the graph, they answer 503)
@@ -70,7 +68,7 @@ class Ingress:
         )
         # In-cluster models (vLLM deployments of this application) are reached by handle.
         self._upstream = UpstreamClient(mounts=in_cluster_mounts(serve.get_replica_context().app_name))
-        self._classifiers = HandleClassifiers(domain, guard, router)
+        self._classifiers = HandleClassifiers(domain, guard, router, embedding)
         self._pusher = replica_pusher(self._metrics.recorder, observability)
         # The management API (spec 1): persistent versions, activation through Serve, startup status.
         self._management = build_management(

@@ -2,7 +2,7 @@
 
 Routes (spec 01 "Routing and diagnostics" and the older `/api/v1/classify/*` contract):
 
-    POST /api/v1/diagnostics/classify/{intent,pii,security,combined,batch}
+    POST /api/v1/diagnostics/classify/{intent,pii,security,fact-check,user-feedback,combined,batch}
     POST /api/v1/classify/{intent,pii,security,batch}     older paths, same shapes
     POST /api/v1/classify/combined                        501 NOT_IMPLEMENTED (older contract)
 
@@ -33,6 +33,13 @@ from app.api.classify_models import (
     PIIResponse,
     SecurityRequest,
     SecurityResponse,
+)
+from app.api.diagnostics_feedback import (
+    FactCheckRequest,
+    FactCheckResponse,
+    FeedbackDiagnostics,
+    UserFeedbackRequest,
+    UserFeedbackResponse,
 )
 from app.api.diagnostics_requests import ManagementError, parse
 from app.api.diagnostics_service import Diagnostics
@@ -91,6 +98,14 @@ def diagnostics_router(diagnostics: Diagnostics) -> APIRouter:
         route(f"{prefix}/security", SecurityRequest, diagnostics.security, SecurityResponse)
         route(f"{prefix}/batch", BatchRequest, diagnostics.batch, BatchResponse)
     route(f"{DIAGNOSTICS_PREFIX}/combined", CombinedRequest, diagnostics.combined, CombinedResponse)
+    feedback = FeedbackDiagnostics(diagnostics)
+    route(f"{DIAGNOSTICS_PREFIX}/fact-check", FactCheckRequest, feedback.fact_check, FactCheckResponse)
+    route(
+        f"{DIAGNOSTICS_PREFIX}/user-feedback",
+        UserFeedbackRequest,
+        feedback.user_feedback,
+        UserFeedbackResponse,
+    )
 
     @router.post(
         f"{LEGACY_PREFIX}/combined",

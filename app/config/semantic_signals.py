@@ -7,6 +7,8 @@
   prototype_scoring{aggregation}}: a condition names `<rule>:hard|medium|easy`.
 - language[]: {name (ISO 639-1 code), threshold}.
 - modality[]: {name (text|image|audio|code|image_generation), description}.
+- fact_check[]: {name (needs_fact_check|no_fact_check_needed), description, threshold}.
+- user_feedbacks[]: {name (satisfied|need_clarification|wrong_answer|want_different), description}.
 """
 
 from __future__ import annotations
@@ -98,6 +100,19 @@ class LanguageSignal(Strict):
 
 class ModalitySignal(Strict):
     name: Modality
+    description: str | None = None
+
+
+class FactCheckSignal(Strict):
+    """Matches when the fact-check head's probability of `name` reaches `threshold`."""
+
+    name: Literal["needs_fact_check", "no_fact_check_needed"]
+    description: str | None = None
+    threshold: float = Field(default=0.5, ge=0, le=1)
+
+
+class UserFeedbackSignal(Strict):
+    name: Literal["satisfied", "need_clarification", "wrong_answer", "want_different"]
     description: str | None = None
 
 

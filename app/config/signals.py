@@ -9,7 +9,14 @@ from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema, fi
 
 from app.config.errors import issues_from_validation_error
 from app.config.model_base import Open, Strict
-from app.config.semantic_signals import ComplexitySignal, LanguageSignal, ModalitySignal, PreferenceSignal
+from app.config.semantic_signals import (
+    ComplexitySignal,
+    FactCheckSignal,
+    LanguageSignal,
+    ModalitySignal,
+    PreferenceSignal,
+    UserFeedbackSignal,
+)
 
 
 class KeywordSignal(Strict):
@@ -120,7 +127,7 @@ class HarmfulSignal(Strict):
 
 class Signals(Open):
     """Signal rules by family. Families svc-sr evaluates are typed; the reference
-    router's other families (fact_check, reask, kb, ...) are kept as data
+    router's other families (reask, structure, kb, ...) are kept as data
     and may not be referenced by a decision (validate.py says so)."""
 
     keywords: list[KeywordSignal] = Field(default_factory=list)
@@ -134,6 +141,8 @@ class Signals(Open):
     complexity: list[ComplexitySignal] = Field(default_factory=list)
     language: list[LanguageSignal] = Field(default_factory=list)
     modality: list[ModalitySignal] = Field(default_factory=list)
+    fact_check: list[FactCheckSignal] = Field(default_factory=list)
+    user_feedbacks: list[UserFeedbackSignal] = Field(default_factory=list)
 
 
 # condition `type` -> the Signals attribute holding rules of that type
@@ -149,13 +158,13 @@ SIGNAL_FAMILIES: dict[str, str] = {
     "complexity": "complexity",
     "language": "language",
     "modality": "modality",
+    "fact_check": "fact_check",
+    "user_feedback": "user_feedbacks",
 }
 
 # Condition types of the reference router that svc-sr does not evaluate (yet).
 REFERENCE_ONLY_SIGNAL_TYPES = frozenset(
     {
-        "fact_check",
-        "user_feedback",
         "reask",
         "structure",
         "authz",

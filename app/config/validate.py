@@ -52,8 +52,6 @@ MMLU_PRO_CATEGORIES: tuple[str, ...] = (
 # routing.signals families of the reference router that svc-sr keeps as data only.
 REFERENCE_SIGNAL_FAMILY_KEYS = frozenset(
     {
-        "fact_check",
-        "user_feedbacks",
         "reasks",
         "structure",
         "role_bindings",

@@ -27,6 +27,8 @@ MATCHED_HEADER_SUFFIX = {
     "pii": "pii",
     "jailbreak": "jailbreak",
     "harmful": "harmful",
+    "fact_check": "fact-check",
+    "user_feedback": "user-feedback",
 }
 _UNSAFE = re.compile(r"[^\x20-\x7e]")
 

@@ -1,4 +1,5 @@
-"""The preference, complexity, language and modality signals decide the route, through the
+"""The preference, complexity, language, modality, fact_check and user_feedback signals decide
+the route, through the
 OpenAI SDK on both front doors (the Ingress, and Envoy with the ext_proc bridge).
 
 One decision per family, each sending its matches to its own model (the chat fake serves them
@@ -31,7 +32,7 @@ def families_document(up: Upstreams) -> dict[str, Any]:
             "modelRefs": [{"model": f"{name}-model"}],
         }
 
-    names = ("vision", "german", "deep", "travel")
+    names = ("retry", "vision", "german", "deep", "travel", "facts")
     return {
         "version": "v0.3",
         "providers": {
@@ -41,6 +42,8 @@ def families_document(up: Upstreams) -> dict[str, Any]:
         "routing": {
             "signals": {
                 "modality": [{"name": "image"}],
+                "fact_check": [{"name": "needs_fact_check", "threshold": 0.6}],
+                "user_feedbacks": [{"name": "wrong_answer"}],
                 "language": [{"name": "de"}],
                 "complexity": [
                     {
@@ -72,26 +75,38 @@ def families_document(up: Upstreams) -> dict[str, Any]:
                 ],
             },
             "decisions": [
+                decision("retry", 50, "user_feedback", "wrong_answer"),
                 decision("vision", 40, "modality", "image"),
                 decision("german", 30, "language", "de"),
                 decision("deep", 20, "complexity", "depth:hard"),
                 decision("travel", 10, "preference", "trips"),
+                decision("facts", 5, "fact_check", "needs_fact_check"),
             ],
         },
     }
 
 
-def chat_parts(parts: list[dict[str, Any]]) -> Call:
-    """A chat completion whose user message is a list of content parts."""
+def chat_messages(messages: list[dict[str, Any]]) -> Call:
+    """A chat completion with these messages."""
 
     def call(url: str) -> Answer:
-        raw = sdk(url).chat.completions.with_raw_response.create(
-            model="MoM", messages=[{"role": "user", "content": parts}]
-        )
+        raw = sdk(url).chat.completions.with_raw_response.create(model="MoM", messages=messages)  # type: ignore[arg-type]
         raw.parse()
         return Answer.of(raw.http_response)
 
     return call
+
+
+def chat_parts(parts: list[dict[str, Any]]) -> Call:
+    """A chat completion whose user message is a list of content parts."""
+    return chat_messages([{"role": "user", "content": parts}])
+
+
+COMPLAINT = [
+    {"role": "user", "content": "What is the capital of Australia?"},
+    {"role": "assistant", "content": "Sydney."},
+    {"role": "user", "content": "That's wrong, it is Canberra."},
+]
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +119,9 @@ CASES: list[tuple[str, Call, str]] = [
     ("german", chat("Kannst du mir bitte erklären, wie man eine Steuererklärung ausfüllt?"), "german"),
     ("hard question", chat("Prove that the square root of two is irrational."), "deep"),
     ("trip planning", chat("Which sights should I see during a weekend in Vienna?"), "travel"),
-    ("none of them", chat("What is the capital of Canada?"), ""),
+    ("factual question", chat("When did the Berlin Wall fall?"), "facts"),
+    ("a complaint about the last answer", chat_messages(COMPLAINT), "retry"),
+    ("none of them", chat("Write a limerick about a cat who loves naps."), ""),
 ]
 
 

@@ -5,7 +5,10 @@ or delay."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
+
+import numpy as np
 
 from app.models.domain import DOMAIN_CATEGORIES
 
@@ -81,6 +84,16 @@ class FakeBackend:
                 }
             )
         return out
+
+    async def embed(self, texts):
+        """Unit vectors seeded by each text (the Embedding deployment's shape, not its meaning)."""
+        await self._enter("embed", texts=texts)
+        rows = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+            row = np.random.default_rng(seed).standard_normal(384).astype(np.float32)
+            rows.append(row / np.linalg.norm(row))
+        return np.stack(rows)
 
     async def preview(self, text):
         self.calls.append(("preview", {"text": text}))

@@ -332,8 +332,8 @@ def test_reference_only_plugins_warn(plugin: str) -> None:
 
 
 def test_reference_only_signal_family_warns() -> None:
-    warnings = _accept(lambda d: d["routing"]["signals"].update(fact_check=[{"name": "needs_fact_check"}]))
-    assert any(w.startswith("routing.signals.fact_check:") for w in warnings)
+    warnings = _accept(lambda d: d["routing"]["signals"].update(reasks=[{"name": "again"}]))
+    assert any(w.startswith("routing.signals.reasks:") for w in warnings)
 
 
 def test_decision_without_model_refs_warns_and_uses_default() -> None:

@@ -333,9 +333,13 @@ def test_builtin_registry_builds_each_family_from_config():
                     "embeddings": [{"name": "e", "candidates": ["b"]}],
                     "context": [{"name": "c", "max_tokens": 10}],
                     "preferences": [{"name": "p", "description": "travel"}],
-                    "complexity": [{"name": "x", "hard": {"candidates": ["h"]}, "easy": {"candidates": ["e"]}}],
+                    "complexity": [
+                        {"name": "x", "hard": {"candidates": ["h"]}, "easy": {"candidates": ["e"]}}
+                    ],
                     "language": [{"name": "fr"}],
                     "modality": [{"name": "image"}],
+                    "fact_check": [{"name": "needs_fact_check"}],
+                    "user_feedbacks": [{"name": "wrong_answer"}],
                 }
             },
         }
@@ -349,5 +353,7 @@ def test_builtin_registry_builds_each_family_from_config():
         "complexity": ["x:hard", "x:medium", "x:easy"],
         "language": ["fr"],
         "modality": ["image"],
+        "fact_check": ["needs_fact_check"],
+        "user_feedback": ["wrong_answer"],
     }
     assert all(ev.family == family for family, ev in built.items())

@@ -1,7 +1,7 @@
 """Signal evaluators by condition type, and the registry the pipeline builds them from.
 
 Built in: `keyword`, `embedding`, `context`, and the families judged on the request or its
-sentence vector in the Router's own process: `preference`, `complexity`, `language`, `modality`. Other families (domain, pii, jailbreak,
+sentence vector in the Router's own process: `preference`, `complexity`, `language`, `modality`, `fact_check`, `user_feedback`. Other families (domain, pii, jailbreak,
 ...) are added through `PipelineServices.evaluators` with the same factory shape
 `(config, services) -> SignalEvaluator`; see `base.py`.
 """
@@ -18,10 +18,12 @@ from app.pipeline.signals.base import (
 from app.pipeline.signals.complexity import ComplexityEvaluator
 from app.pipeline.signals.context import ContextEvaluator
 from app.pipeline.signals.embedding import EmbeddingEvaluator
+from app.pipeline.signals.fact_check import FactCheckEvaluator
 from app.pipeline.signals.keyword import KeywordEvaluator
 from app.pipeline.signals.language import LanguageEvaluator
 from app.pipeline.signals.modality import ModalityEvaluator
 from app.pipeline.signals.preference import PreferenceEvaluator
+from app.pipeline.signals.user_feedback import UserFeedbackEvaluator
 
 BUILTIN_EVALUATORS: dict[str, EvaluatorFactory] = {
     "keyword": KeywordEvaluator.from_config,
@@ -31,6 +33,8 @@ BUILTIN_EVALUATORS: dict[str, EvaluatorFactory] = {
     "complexity": ComplexityEvaluator.from_config,
     "language": LanguageEvaluator.from_config,
     "modality": ModalityEvaluator.from_config,
+    "fact_check": FactCheckEvaluator.from_config,
+    "user_feedback": UserFeedbackEvaluator.from_config,
 }
 
 __all__ = [
