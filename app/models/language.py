@@ -69,7 +69,7 @@ def _model() -> Any:
 
 
 def supported_languages() -> frozenset[str]:
-    """Every code the model knows."""
+    """Every code the model knows (py3langid keeps its unrestricted classes in `_full_model`)."""
     return frozenset(_model()._full_model[2])
 
 

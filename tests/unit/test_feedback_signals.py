@@ -4,8 +4,6 @@ training data (app/models/data/) and the training script's held-out list."""
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import numpy as np
 import pytest
@@ -132,31 +130,20 @@ NOT_FACTUAL = [
 ]
 
 
-@pytest.fixture(scope="module")
-def embed():
-    encoder = shared_encoder()
-    encoder.warm_up()
-
-    async def run(texts: list[str]) -> np.ndarray:
-        return await asyncio.to_thread(encoder.encode, list(texts))
-
-    return run
-
-
-async def test_fact_check_on_prompts_it_never_saw(embed):
+async def test_fact_check_on_prompts_it_never_saw(minilm_embed):
     evaluator = FactCheckEvaluator([FactCheckSignal(name="needs_fact_check")])
     correct = 0
     for text, wanted in [*((t, True) for t in FACTUAL), *((t, False) for t in NOT_FACTUAL)]:
-        ctx = SignalContext([{"role": "user", "content": text}], embed=embed)
+        ctx = SignalContext([{"role": "user", "content": text}], embed=minilm_embed)
         (match,) = await evaluator.evaluate(ctx, frozenset({"needs_fact_check"}))
         assert 0.0 <= match.confidence <= 1.0 and match.error is None
         correct += match.matched == wanted
     assert correct / (len(FACTUAL) + len(NOT_FACTUAL)) >= 0.8
 
 
-async def test_both_fact_check_labels_are_complementary(embed):
+async def test_both_fact_check_labels_are_complementary(minilm_embed):
     rules = [FactCheckSignal(name="needs_fact_check"), FactCheckSignal(name="no_fact_check_needed")]
-    ctx = SignalContext([{"role": "user", "content": "Who wrote War and Peace?"}], embed=embed)
+    ctx = SignalContext([{"role": "user", "content": "Who wrote War and Peace?"}], embed=minilm_embed)
     matches = {
         m.name: m for m in await FactCheckEvaluator(rules).evaluate(ctx, frozenset(r.name for r in rules))
     }

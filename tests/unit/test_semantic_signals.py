@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-import numpy as np
 import pytest
 
 from app.config.semantic_signals import ComplexitySignal, LanguageSignal, ModalitySignal, PreferenceSignal
@@ -16,18 +15,6 @@ from app.pipeline.signals.complexity import ComplexityEvaluator
 from app.pipeline.signals.language import LanguageEvaluator
 from app.pipeline.signals.modality import ModalityEvaluator
 from app.pipeline.signals.preference import PreferenceEvaluator
-from app.runtime.encoder import shared_encoder
-
-
-@pytest.fixture(scope="module")
-def embed():
-    encoder = shared_encoder()
-    encoder.warm_up()
-
-    async def run(texts: list[str]) -> np.ndarray:
-        return await asyncio.to_thread(encoder.encode, list(texts))
-
-    return run
 
 
 def ctx(content, embed=None) -> SignalContext:
@@ -177,17 +164,17 @@ ROUTES = [
         ("Is there a train from Milan to Zurich in the morning?", "travel"),
     ],
 )
-async def test_the_best_described_route_alone_matches(embed, query, route):
-    evaluator = PreferenceEvaluator(ROUTES, embed)
-    matches = await evaluator.evaluate(ctx(query, embed), frozenset(r.name for r in ROUTES))
+async def test_the_best_described_route_alone_matches(minilm_embed, query, route):
+    evaluator = PreferenceEvaluator(ROUTES, minilm_embed)
+    matches = await evaluator.evaluate(ctx(query, minilm_embed), frozenset(r.name for r in ROUTES))
     assert [m.name for m in matches if m.matched] == [route]
     assert all(m.detail["best_preference"] == route for m in matches)
 
 
-async def test_no_route_matches_a_request_none_describes(embed):
-    evaluator = PreferenceEvaluator(ROUTES, embed)  # the default threshold
+async def test_no_route_matches_a_request_none_describes(minilm_embed):
+    evaluator = PreferenceEvaluator(ROUTES, minilm_embed)  # the default threshold
     matches = await evaluator.evaluate(
-        ctx("What year did the Berlin wall fall?", embed), frozenset({"coding", "travel", "cooking"})
+        ctx("What year did the Berlin wall fall?", minilm_embed), frozenset({"coding", "travel", "cooking"})
     )
     assert not any(m.matched for m in matches)
 
@@ -225,17 +212,17 @@ HARDNESS = ComplexitySignal(
         ("hi there!", "easy"),
     ],
 )
-async def test_complexity_levels_by_prototypes(embed, query, level):
-    evaluator = ComplexityEvaluator([HARDNESS], embed)
+async def test_complexity_levels_by_prototypes(minilm_embed, query, level):
+    evaluator = ComplexityEvaluator([HARDNESS], minilm_embed)
     names = frozenset(f"reasoning:{lvl}" for lvl in ("hard", "medium", "easy"))
-    matches = await evaluator.evaluate(ctx(query, embed), names)
+    matches = await evaluator.evaluate(ctx(query, minilm_embed), names)
     assert [m.name for m in matches if m.matched] == [f"reasoning:{level}"]
     assert {m.detail["level"] for m in matches} == {level}
 
 
-async def test_a_complexity_condition_without_a_level_is_an_error_not_a_match(embed):
-    evaluator = ComplexityEvaluator([HARDNESS], embed)
-    (match,) = await evaluator.evaluate(ctx("prove it", embed), frozenset({"reasoning"}))
+async def test_a_complexity_condition_without_a_level_is_an_error_not_a_match(minilm_embed):
+    evaluator = ComplexityEvaluator([HARDNESS], minilm_embed)
+    (match,) = await evaluator.evaluate(ctx("prove it", minilm_embed), frozenset({"reasoning"}))
     assert not match.matched and match.error is not None
 
 

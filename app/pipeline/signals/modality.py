@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.config.models import RouterConfig
-from app.config.semantic_signals import MODALITIES, ModalitySignal
-from app.pipeline.plan import SignalMatch
-from app.pipeline.signals.base import SignalContext, error_matches
+from app.pipeline.signals.base import SignalContext
+from app.pipeline.signals.labels import LabelFamily
 
 FAMILY = "modality"
 IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
@@ -75,32 +74,13 @@ def detect_modalities(ctx: SignalContext) -> dict[str, float]:
     return found
 
 
-class ModalityEvaluator:
+class ModalityEvaluator(LabelFamily):
     family = FAMILY
-
-    def __init__(self, rules: list[ModalitySignal]) -> None:
-        self._rules = {rule.name: rule for rule in rules}
 
     @classmethod
     def from_config(cls, config: RouterConfig, services: Any = None) -> ModalityEvaluator:
         return cls(config.routing.signals.modality)
 
-    def rule_names(self) -> list[str]:
-        return list(self._rules)
-
-    async def warm_up(self) -> None:
-        return None
-
-    async def evaluate(self, ctx: SignalContext, names: frozenset[str]) -> list[SignalMatch]:
-        known = frozenset(n for n in names if n in self._rules)
-        out = error_matches(FAMILY, names - known, f"no modality rule with that name (one of {MODALITIES})")
+    async def judge(self, ctx: SignalContext) -> tuple[dict[str, float], dict[str, Any]]:
         found = detect_modalities(ctx)
-        detail = {"detected": sorted(found)}
-        for name in sorted(known):
-            confidence = found.get(name, 0.0)
-            out.append(
-                SignalMatch(
-                    type=FAMILY, name=name, matched=confidence > 0, confidence=confidence, detail=detail
-                )
-            )
-        return out
+        return found, {"detected": sorted(found)}

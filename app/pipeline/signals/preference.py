@@ -15,7 +15,7 @@ from app.config.models import RouterConfig
 from app.config.semantic_signals import PreferenceSignal
 from app.config.signals import EmbeddingSignal
 from app.pipeline.plan import SignalMatch
-from app.pipeline.signals.base import EmbedFn, SignalContext
+from app.pipeline.signals.base import EmbedFn, SignalContext, error_matches
 from app.pipeline.signals.embedding import EmbeddingEvaluator
 
 FAMILY = "preference"
@@ -49,48 +49,26 @@ class PreferenceEvaluator:
         await self._similarity.warm_up()
 
     async def evaluate(self, ctx: SignalContext, names: frozenset[str]) -> list[SignalMatch]:
+        known = frozenset(n for n in names if n in self._rules)
+        out = error_matches(FAMILY, names - known, "no preference rule with that name")
+        if not known:
+            return out
         # Every rule is scored: a rule wins only against all the others.
         scored = await self._similarity.evaluate(ctx, frozenset(self._rules))
-        failed = [m for m in scored if m.error is not None]
-        if failed or not scored:
-            error = failed[0].error if failed else None
-            reason = None if failed else "no preference rules"
-            return [
-                SignalMatch(
-                    type=FAMILY,
-                    name=n,
-                    matched=False,
-                    confidence=0.0,
-                    error=error if n in self._rules else f"no preference rule named {n!r}",
-                    detail={"reason": reason} if reason else {},
-                )
-                for n in sorted(names)
-            ]
+        failed = next((m.error for m in scored if m.error), None)
+        if failed:
+            return out + error_matches(FAMILY, known, failed)
         similarity = {m.name: float(m.detail.get("similarity", 0.0)) for m in scored}
-        winner = max(similarity, key=lambda n: similarity[n]) if ctx.text else None
-        out = []
-        for name in sorted(names):
-            if name not in self._rules:
-                out.append(
-                    SignalMatch(
-                        type=FAMILY,
-                        name=name,
-                        matched=False,
-                        confidence=0.0,
-                        error=f"no preference rule named {name!r}",
-                    )
-                )
-                continue
-            score = similarity.get(name, 0.0)
-            matched = name == winner and score >= self._rules[name].threshold
-            detail = {"similarity": round(score, 4), "best_preference": winner}
+        winner = max(similarity, key=similarity.__getitem__) if ctx.text else None
+        for name in sorted(known):
+            score = similarity[name]
             out.append(
                 SignalMatch(
                     type=FAMILY,
                     name=name,
-                    matched=matched,
+                    matched=name == winner and score >= self._rules[name].threshold,
                     confidence=max(0.0, min(1.0, score)),
-                    detail=detail,
+                    detail={"similarity": round(score, 4), "best_preference": winner},
                 )
             )
         return out

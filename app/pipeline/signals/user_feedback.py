@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from app.config.models import RouterConfig
-from app.config.semantic_signals import UserFeedbackSignal
 from app.models.feedback import detect_feedback
-from app.pipeline.plan import SignalMatch
-from app.pipeline.signals.base import SignalContext, error_matches
+from app.pipeline.signals.base import SignalContext
+from app.pipeline.signals.labels import LabelFamily
 
 FAMILY = "user_feedback"
 
@@ -32,36 +31,13 @@ def follows_answer(messages: list[dict[str, Any]]) -> bool:
     return False
 
 
-class UserFeedbackEvaluator:
+class UserFeedbackEvaluator(LabelFamily):
     family = FAMILY
-
-    def __init__(self, rules: list[UserFeedbackSignal]) -> None:
-        self._rules = {rule.name: rule for rule in rules}
 
     @classmethod
     def from_config(cls, config: RouterConfig, services: Any = None) -> UserFeedbackEvaluator:
         return cls(config.routing.signals.user_feedbacks)
 
-    def rule_names(self) -> list[str]:
-        return list(self._rules)
-
-    async def warm_up(self) -> None:
-        return None
-
-    async def evaluate(self, ctx: SignalContext, names: frozenset[str]) -> list[SignalMatch]:
-        known = frozenset(n for n in names if n in self._rules)
-        out = error_matches(FAMILY, names - known, "no user_feedback rule with that name")
+    async def judge(self, ctx: SignalContext) -> tuple[dict[str, float], dict[str, Any]]:
         label, confidence = detect_feedback(ctx.text, follows_answer(ctx.messages))
-        detail = {"feedback": label or "none"}
-        for name in sorted(known):
-            matched = label == name
-            out.append(
-                SignalMatch(
-                    type=FAMILY,
-                    name=name,
-                    matched=matched,
-                    confidence=confidence if matched else 0.0,
-                    detail=detail,
-                )
-            )
-        return out
+        return ({label: confidence} if label else {}), {"feedback": label or "none"}
