@@ -1,4 +1,5 @@
-"""`svc-sr config ...`: init, validate, schema, get, plan, apply, versions, rollback, import.
+"""`svc-sr config ...`: init, validate, schema, get, plan, apply, versions, rollback, import
+(router and envoy: app/cli/config_render.py).
 
 Local forms read files; remote forms talk to the management API (--endpoint, --timeout,
 --token-env). Exit codes: app/cli/remote.py (0 ok, 1 failure, 2 invalid, 3 unreachable,

@@ -39,6 +39,7 @@ CONFIG = "app.cli.config_cmds:register"
         "completion": OPS,
         "logs": "app.cli.local_ops:logs",
         "dashboard": "app.cli.local_ops:dashboard",
+        "optimize": "app.cli.optimize_cmds:optimize",
     },
 )
 @click.version_option("0.1.0", prog_name="svc-sr")
@@ -283,8 +284,22 @@ def stop(timeout: int) -> None:
 @cli.group(
     cls=LazyGroup,
     lazy={
-        name: CONFIG
-        for name in ("init", "validate", "schema", "get", "plan", "apply", "versions", "rollback", "import")
+        **{
+            name: CONFIG
+            for name in (
+                "init",
+                "validate",
+                "schema",
+                "get",
+                "plan",
+                "apply",
+                "versions",
+                "rollback",
+                "import",
+            )
+        },
+        "router": "app.cli.config_render:config_router",
+        "envoy": "app.cli.config_render:config_envoy",
     },
 )
 def config() -> None:

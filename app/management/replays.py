@@ -265,6 +265,11 @@ class OutcomeRecord(BaseModel):
     idempotent_replay: bool = False
 
 
+class OutcomePage(BaseModel):
+    outcomes: list[OutcomeRecord]
+    total: int = Field(description="outcomes matching the query; `outcomes` holds the newest `limit`")
+
+
 class IdempotencyConflict(Exception):
     pass
 

@@ -18,6 +18,7 @@ from app.management.errors import MgmtError, not_found, unavailable
 from app.management.replays import (
     IdempotencyConflict,
     OutcomeIn,
+    OutcomePage,
     OutcomeRecord,
     ReplayAggregate,
     ReplayPage,
@@ -119,6 +120,13 @@ def replay_routes(mgmt: Management) -> APIRouter:
             redact_record(record, data=principal.can("data.read"), secrets=principal.can("secret_view"))
         )
 
+    async def list_outcomes(
+        limit: int = Query(1000, ge=1, le=10_000), replay_id: str | None = Query(None, max_length=256)
+    ) -> OutcomePage:
+        recorded = await asyncio.to_thread(mgmt.outcomes.list)  # a Redis store reads over the network
+        matching = [o for o in recorded if replay_id is None or o.replay_id == replay_id]
+        return OutcomePage(outcomes=matching[-limit:], total=len(matching))
+
     async def outcomes(
         request: Request,
         idempotency_key: str | None = Header(None, min_length=1, max_length=MAX_IDEMPOTENCY_KEY),
@@ -152,6 +160,15 @@ def replay_routes(mgmt: Management) -> APIRouter:
         "sensitive",
         responses={**REPLAYS_OFF, **mgmt_errors({404: "NOT_FOUND: no such replay record"})},
         summary="one replay record",
+    )
+    add(
+        "/api/v1/observability/outcomes",
+        list_outcomes,
+        "GET",
+        "observability.read",
+        "sensitive",
+        response_model=OutcomePage,
+        summary="submitted outcomes, oldest first (the newest `limit`); what recipe learning reads",
     )
     add(
         "/api/v1/observability/outcomes",
