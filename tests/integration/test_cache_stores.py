@@ -1,15 +1,18 @@
 """The response cache on a shared store, through the real graph: Redis, Milvus Lite, a hybrid.
 
-Each case deploys an svc-sr application of its own into the session's Ray instance (its own
-name, route prefix and state directory) from a config document that turns the semantic
-cache on with `global.stores.response_cache.backend_type` set; a second identical request
-is answered from the store. Deleting the application and deploying it again (new replicas,
-empty process memory) must keep that answer: the entries live in the store, not the
-replica. A store that is down costs a miss, never the request. The storage API's invalidate
-and flush act on a whole model+decision scope, its tenant partitions included.
+One svc-sr application (its own name, route prefix, state directory and metrics port) is
+deployed into the session's Ray instance for this module; each case activates its own
+configuration document through the management API (PUT /api/v1/config: the hot-reload path
+a user takes), which turns the semantic cache on with `global.stores.response_cache.
+backend_type` set; a second identical request is answered from the store. Killing the
+ResponseCache replica (Serve starts a new one: empty process memory) must keep that answer:
+the entries live in the store, not the replica. (A whole-process restart of `svc-sr serve`
+on Milvus Lite is test_cli_restart.py's.) A store that is down costs a miss, never the
+request. The storage API's invalidate and flush act on a whole model+decision scope, its
+tenant partitions included.
 
 Redis is a real server with RediSearch (tests/fakes/stores.py); Milvus Lite keeps its data
-in the application's state directory. Every application is deleted when its case ends.
+in the application's state directory. The application is deleted when the module ends.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,7 @@ from tests.integration.test_metrics import scrape, value
 pytestmark = pytest.mark.integration
 
 DEPLOY_TIMEOUT_S = 240.0  # three model deployments load on a 2-core box
+ACTIVATION_TIMEOUT_S = 180.0  # PUT /api/v1/config answers once every replica has the document
 WRITE_TIMEOUT_S = 30.0  # the answer's cache write happens after the answer is sent
 METRICS_TIMEOUT_S = 30.0  # replicas push their counters about once a second
 
@@ -96,28 +100,73 @@ def _ready(url: str) -> bool:
         return False
 
 
-@contextmanager
-def deployed(
-    stack: Stack, name: str, document: dict[str, Any], state_dir: Path, metrics: dict[str, Any] | None = None
-) -> Iterator[str]:
-    """An svc-sr application `name` at route prefix /name, deleted on exit; yields its base URL."""
+APP = "cache-stores"
+
+
+@dataclass
+class CacheApp:
+    base: str  # http://127.0.0.1:<port>/cache-stores
+    state_dir: Path
+    metrics_url: str
+
+
+@pytest.fixture(scope="module")
+def cache_app(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CacheApp]:
+    """The module's application, first serving the cache on process memory."""
     from ray import serve
 
     from deployments.graph import GraphArgs, build_graph
 
+    state_dir = tmp_path_factory.mktemp("cache-stores")
+    metrics_port = find_free_port()
     args = GraphArgs(
-        config=document,
+        config=cached_config(stack, {"backend_type": "memory"}),
         state_dir=str(state_dir),
-        metrics=metrics or {"enabled": False},
+        metrics={"port": metrics_port},
         decision_model=False,
     )
     try:
-        serve.run(build_graph(args), name=name, route_prefix=f"/{name}")
-        base = f"{stack.base_url}/{name}"
-        wait_until(lambda: _ready(f"{base}/ready"), DEPLOY_TIMEOUT_S, f"{name} to be ready")
-        yield base
+        serve.run(build_graph(args), name=APP, route_prefix=f"/{APP}")
+        base = f"{stack.base_url}/{APP}"
+        wait_until(lambda: _ready(f"{base}/ready"), DEPLOY_TIMEOUT_S, f"{APP} to be ready")
+        yield CacheApp(base, state_dir, f"http://127.0.0.1:{metrics_port}/metrics")
     finally:
-        serve.delete(name)
+        serve.delete(APP)
+
+
+def activate(app: CacheApp, document: dict[str, Any], backend: str | None) -> str:
+    """PUT the document (hot reload: the ResponseCache reconfigures onto its store); returns
+    the base URL once the cache reports `backend` (None: a store that is down, whose stats
+    raise CacheUnavailable; the PUT's 200 already says every replica has the document)."""
+    with httpx.Client(base_url=app.base, timeout=ACTIVATION_TIMEOUT_S) as client:
+        tag = client.get("/api/v1/config").headers["etag"]
+        reply = client.put("/api/v1/config", json=document, headers={"If-Match": tag})
+    assert reply.status_code == 200, reply.text
+    if backend is not None:
+        wait_until(lambda: cache_stats()["backend"] == backend, DEPLOY_TIMEOUT_S, f"the cache on {backend}")
+    return app.base
+
+
+def restart_cache_replica() -> None:
+    """ray.kill the ResponseCache replica; returns when Serve runs its replacement."""
+    import ray
+    from ray import serve
+    from ray.exceptions import RayActorError
+
+    prefix = f"SERVE_REPLICA::{APP}#ResponseCache#"
+    (name,) = [
+        a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix)
+    ]
+    handle = ray.get_actor(name, namespace="serve")
+    ray.kill(handle, no_restart=True)
+    with pytest.raises(RayActorError):  # answers only once the actor is dead
+        ray.get(handle.__ray_ready__.remote(), timeout=30)
+
+    def replaced() -> bool:
+        status = serve.status().applications[APP].deployments["ResponseCache"]
+        return status.status == "HEALTHY" and dict(status.replica_states) == {"RUNNING": 1}
+
+    wait_until(replaced, DEPLOY_TIMEOUT_S, "a new ResponseCache replica")
 
 
 def ask(
@@ -132,11 +181,11 @@ def ask(
     return response.status_code, response.headers, body
 
 
-def cache_stats(name: str) -> dict[str, Any]:
+def cache_stats() -> dict[str, Any]:
     from ray import serve
 
     stats: dict[str, Any] = (
-        serve.get_deployment_handle("ResponseCache", name).stats.remote().result(timeout_s=30)
+        serve.get_deployment_handle("ResponseCache", APP).stats.remote().result(timeout_s=30)
     )
     return stats
 
@@ -168,62 +217,54 @@ def store_settings(backend: str, redis_url: Callable[[], str]) -> dict[str, Any]
 
 
 @pytest.mark.parametrize("backend", STORES)
-def test_the_store_answers_across_an_application_restart(
-    stack: Stack, request: pytest.FixtureRequest, tmp_path: Path, backend: str
+def test_the_store_answers_across_a_replica_restart(
+    stack: Stack, cache_app: CacheApp, request: pytest.FixtureRequest, backend: str
 ) -> None:
-    name = f"cache-{backend}"
     settings = store_settings(backend, lambda: str(request.getfixturevalue("redis_url")))
-    document = cached_config(stack, settings)
     prompt = f"storecache: how long does it take light to reach Earth from the Sun? ({backend})"
+    base = activate(cache_app, cached_config(stack, settings), backend)
 
-    with deployed(stack, name, document, tmp_path) as base:
-        upstream_calls = stack.upstream_a.request_count
-        status, headers, first = ask(base, prompt)
-        assert status == 200 and headers["x-cache-status"] == "miss"
-        assert stack.upstream_a.request_count == upstream_calls + 1
-        wait_until(lambda: cache_stats(name)["entries"] >= 1, WRITE_TIMEOUT_S, "the answer's cache write")
-        hit = assert_answered_from_cache(stack, base, prompt)
-        assert hit["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
-        stats = cache_stats(name)
-        assert stats["backend"] == backend and stats["entries"] >= 1
-        if backend == "milvus":  # Milvus Lite keeps the collection in the app's state dir
-            assert (tmp_path / MILVUS_LITE_DB).is_dir()
+    upstream_calls = stack.upstream_a.request_count
+    status, headers, first = ask(base, prompt)
+    assert status == 200 and headers["x-cache-status"] == "miss"
+    assert stack.upstream_a.request_count == upstream_calls + 1
+    wait_until(lambda: cache_stats()["entries"] >= 1, WRITE_TIMEOUT_S, "the answer's cache write")
+    hit = assert_answered_from_cache(stack, base, prompt)
+    assert hit["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
+    if backend == "milvus":  # Milvus Lite keeps the collection in the app's state dir
+        assert (cache_app.state_dir / MILVUS_LITE_DB).is_dir()
 
-    # New replicas, empty process memory: only the store remembers the answer.
-    with deployed(stack, name, document, tmp_path) as base:
-        assert cache_stats(name)["backend"] == backend
-        again = assert_answered_from_cache(stack, base, prompt)
-        assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
+    # A new replica, empty process memory: only the store remembers the answer.
+    restart_cache_replica()
+    wait_until(lambda: cache_stats()["backend"] == backend, DEPLOY_TIMEOUT_S, f"the new replica on {backend}")
+    again = assert_answered_from_cache(stack, base, prompt)
+    assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
 
 
-def test_a_store_that_is_down_costs_a_miss_never_the_request(stack: Stack, tmp_path: Path) -> None:
+def test_a_store_that_is_down_costs_a_miss_never_the_request(stack: Stack, cache_app: CacheApp) -> None:
     closed_port = find_free_port()  # free now, and nothing listens on it
     settings = {
         "backend_type": "redis",
         "redis": {"url": f"redis://127.0.0.1:{closed_port}", "timeout_seconds": 1},
     }
-    metrics_url = f"http://127.0.0.1:{(metrics_port := find_free_port())}/metrics"
     prompt = "storecache: why is the sky blue? (store down)"
+    errors = "svc_router_cache_errors_total"
+    before = scrape(cache_app.metrics_url)
+    counted = {op: value(before, errors, operation=op) for op in ("lookup", "store")}
 
-    with deployed(
-        stack, "cache-down", cached_config(stack, settings), tmp_path, {"port": metrics_port}
-    ) as base:
-        upstream_calls = stack.upstream_a.request_count
-        for attempt in (1, 2):  # the second asks again: nothing was stored, so a miss again
-            status, headers, body = ask(base, prompt)
-            assert status == 200 and headers["x-cache-status"] == "miss"
-            assert body["choices"][0]["message"]["content"]
-            assert stack.upstream_a.request_count == upstream_calls + attempt
+    base = activate(cache_app, cached_config(stack, settings), None)
+    upstream_calls = stack.upstream_a.request_count
+    for attempt in (1, 2):  # the second asks again: nothing was stored, so a miss again
+        status, headers, body = ask(base, prompt)
+        assert status == 200 and headers["x-cache-status"] == "miss"
+        assert body["choices"][0]["message"]["content"]
+        assert stack.upstream_a.request_count == upstream_calls + attempt
 
-        def both_counted() -> bool:
-            series = scrape(metrics_url)
-            errors = "svc_router_cache_errors_total"
-            return (
-                value(series, errors, operation="lookup") >= 2
-                and value(series, errors, operation="store") >= 2
-            )
+    def both_counted() -> bool:
+        series = scrape(cache_app.metrics_url)
+        return all(value(series, errors, operation=op) >= counted[op] + 2 for op in counted)
 
-        wait_until(both_counted, METRICS_TIMEOUT_S, "two lookup and two store errors in the pushed metrics")
+    wait_until(both_counted, METRICS_TIMEOUT_S, "two lookup and two store errors in the pushed metrics")
 
 
 def two_decision_config(stack: Stack, store: dict[str, Any]) -> dict[str, Any]:
@@ -251,35 +292,35 @@ def storage(base: str, action: str, body: dict[str, Any] | None = None) -> dict[
     return result
 
 
-def test_invalidate_and_flush_act_on_a_whole_scope(stack: Stack, redis_url: str, tmp_path: Path) -> None:
+def test_invalidate_and_flush_act_on_a_whole_scope(stack: Stack, cache_app: CacheApp, redis_url: str) -> None:
     document = two_decision_config(stack, {"backend_type": "redis", "redis": redis_location(redis_url)})
     tenant = {"x-vsr-tenant": "acme"}
     stored, stored_for_tenant = "storecache: what is a light year?", "storecache: what is a parsec?"
     other = "othercache: what is an astronomical unit?"
     stored_scope = {"model": "model-a", "decision": "stored"}
 
-    with deployed(stack, "cache-scopes", document, tmp_path) as base:
-        for prompt, headers in ((stored, None), (stored_for_tenant, tenant), (other, None)):
-            status, answered, _ = ask(base, prompt, headers)
-            assert status == 200 and answered["x-cache-status"] == "miss"
-        wait_until(lambda: cache_stats("cache-scopes")["entries"] >= 3, WRITE_TIMEOUT_S, "three cache writes")
-        assert_answered_from_cache(stack, base, stored_for_tenant, tenant)
-
-        dry = storage(base, "invalidate", {"scope": stored_scope, "dry_run": True})
-        assert dry == {"scope": "model-a|stored", "dry_run": True, "entries": 2}
-        removed = storage(base, "invalidate", {"scope": stored_scope})
-        assert removed["entries"] == 2  # the tenant's partition with the plain one
-
-        for prompt, headers in ((stored, None), (stored_for_tenant, tenant)):
-            status, answered, _ = ask(base, prompt, headers)
-            assert status == 200 and answered["x-cache-status"] == "miss", prompt
-        assert_answered_from_cache(stack, base, other)
-
-        flushed = storage(base, "flush", {"scope": {"model": "model-a", "decision": "other"}})
-        assert flushed == {"scope": "model-a|other", "removed": 1, "epoch": 1}
-        assert storage(base, "flush", {})["epoch"] == 1
-        stats = storage(base, "stats")
-        assert stats["epoch"] == 1 and stats["scope_epochs"] == {"model-a|other": 1}
-        assert storage(base, "capabilities")["epochs"] == "shared"
-        status, answered, _ = ask(base, other)
+    base = activate(cache_app, document, "redis")
+    for prompt, headers in ((stored, None), (stored_for_tenant, tenant), (other, None)):
+        status, answered, _ = ask(base, prompt, headers)
         assert status == 200 and answered["x-cache-status"] == "miss"
+    wait_until(lambda: cache_stats()["entries"] >= 3, WRITE_TIMEOUT_S, "three cache writes")
+    assert_answered_from_cache(stack, base, stored_for_tenant, tenant)
+
+    dry = storage(base, "invalidate", {"scope": stored_scope, "dry_run": True})
+    assert dry == {"scope": "model-a|stored", "dry_run": True, "entries": 2}
+    removed = storage(base, "invalidate", {"scope": stored_scope})
+    assert removed["entries"] == 2  # the tenant's partition with the plain one
+
+    for prompt, headers in ((stored, None), (stored_for_tenant, tenant)):
+        status, answered, _ = ask(base, prompt, headers)
+        assert status == 200 and answered["x-cache-status"] == "miss", prompt
+    assert_answered_from_cache(stack, base, other)
+
+    flushed = storage(base, "flush", {"scope": {"model": "model-a", "decision": "other"}})
+    assert flushed == {"scope": "model-a|other", "removed": 1, "epoch": 1}
+    assert storage(base, "flush", {})["epoch"] == 1
+    stats = storage(base, "stats")
+    assert stats["epoch"] == 1 and stats["scope_epochs"] == {"model-a|other": 1}
+    assert storage(base, "capabilities")["epochs"] == "shared"
+    status, answered, _ = ask(base, other)
+    assert status == 200 and answered["x-cache-status"] == "miss"

@@ -4,7 +4,7 @@ The real CLI in its own process (it starts its own local Ray instance), with the
 cache on Milvus Lite (its file in the CLI's state directory, the one store whose place the CLI
 decides): a repeated prompt is a hit, and still is after the restart; a PATCH
 made through the management API is what the restarted router serves (the configuration
-file did not change); an edited file wins at the next start. Each start prints which.
+file did not change). Each start prints which document it serves.
 """
 
 from __future__ import annotations
@@ -140,7 +140,11 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
         yield Cli(work, config_path, find_free_port())
 
 
-def test_a_restart_keeps_the_cache_and_the_api_change_and_an_edited_file_wins(cli: Cli) -> None:
+# Two starts: which document a start serves (first, resumed, unchanged, an edited file) is
+# decided by resolve_startup_document, whose every case, the edited file winning included, is
+# tests/unit/test_management_shared_state.py's on both stores; this test proves the CLI wires
+# it to a real restart (a third start for the edited file cost CI about 2 minutes).
+def test_a_restart_keeps_the_cache_and_the_api_change(cli: Cli) -> None:
     first = cli.serve()
     try:
         assert "configuration: the configuration file (first start" in cli.output()
@@ -167,18 +171,3 @@ def test_a_restart_keeps_the_cache_and_the_api_change_and_an_edited_file_wins(cl
         assert cache_hit(cli.base) == "true"  # the entry outlived the router's processes
     finally:
         cli.stop(second)
-
-    edited = yaml.safe_load(cli.config_path.read_text())
-    edited["routing"]["decisions"][0]["description"] = "edited after the restart"
-    cli.config_path.write_text(yaml.safe_dump(edited))
-    third = cli.serve()
-    try:
-        assert "configuration: the configuration file (it changed since it was last loaded" in cli.output()
-        with httpx.Client(base_url=cli.base, timeout=60) as client:
-            current = client.get("/api/v1/config").json()
-            versions = client.get("/api/v1/config/versions").json()["versions"]
-        assert current["routing"]["decisions"][0]["description"] == "edited after the restart"
-        assert current["routing"].get("strategy", "priority") == "priority"  # the PATCH gave way
-        assert versions[0]["source"] == "file" and versions[1]["source"] == "api.patch"
-    finally:
-        cli.stop(third)
