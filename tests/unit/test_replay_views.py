@@ -8,6 +8,9 @@ from typing import Any
 from app.management import ReplayStore
 from app.management.redaction import REDACTED
 from app.management.replay_views import shadow_first
+from app.pipeline import PipelineServices
+from app.pipeline.phases.parse import MAX_SESSION_ID, session_id_of
+from tests.fakes.upstream import FakeUpstream
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth
 
 BASE = "/api/v1/observability/replays"
@@ -106,3 +109,73 @@ async def test_views_answer_503_without_replay_recording():
         for path in ["trajectory?session_id=x", "dataset", "dataset/judge-tasks"]:
             r = await c.get(f"{BASE}/{path}")
             assert r.status_code == 503 and error_code(r) == "SERVICE_UNAVAILABLE"
+
+
+def replayed_document(base_url: str) -> dict[str, Any]:
+    """base_document with the `math` decision recording replays."""
+    document = base_document(base_url)
+    document["routing"]["decisions"][0]["plugins"] = [{"type": "router_replay", "configuration": {}}]
+    return document
+
+
+async def test_requests_naming_a_session_form_its_trajectory_in_turn_order():
+    store = ReplayStore()
+    with FakeUpstream(name="session", reply="fine") as upstream:
+        h = Harness(
+            replayed_document(upstream.base_url),
+            replays=store,
+            services=PipelineServices(record_replay=store.record),
+        )
+        turns = [
+            ("alpha", "what is the integral of x"),
+            ("beta", "a derivative of x squared"),
+            ("alpha", "and the integral of x squared"),
+            (None, "an integral without a session"),
+            ("alpha", "now the derivative of sin x"),
+        ]
+        async with h.client() as c:
+            replay_ids: dict[str | None, list[str]] = {}
+            for session, text in turns:
+                headers = {"x-session-id": session} if session else {}
+                answer = await c.post(
+                    "/v1/chat/completions",
+                    json={"model": "MoM", "messages": [{"role": "user", "content": text}]},
+                    headers=headers,
+                )
+                assert answer.status_code == 200, answer.text
+                replay_ids.setdefault(session, []).append(answer.headers["x-vsr-replay-id"])
+            alpha = (await c.get(f"{BASE}/trajectory", params={"session_id": "alpha"})).json()
+            beta = (await c.get(f"{BASE}/trajectory", params={"session_id": "beta"})).json()
+            unknown = (await c.get(f"{BASE}/trajectory", params={"session_id": "gamma"})).json()
+    assert [s["replay_id"] for s in alpha["steps"]] == replay_ids["alpha"]
+    assert [s["sequence"] for s in alpha["steps"]] == sorted(s["sequence"] for s in alpha["steps"])
+    assert alpha["total"] == 3 and not alpha["truncated"]
+    assert all(s["decision"] == "math" and s["model"] == "big" for s in alpha["steps"])
+    assert all("keyword:math_kw" in s["matched_signals"] for s in alpha["steps"])
+    assert [s["replay_id"] for s in beta["steps"]] == replay_ids["beta"]
+    assert unknown["steps"] == [] and unknown["total"] == 0
+    # the record carries the session (null when the client named none)
+    assert store.get(replay_ids["alpha"][0])["session_id"] == "alpha"  # type: ignore[index]
+    assert store.get(replay_ids[None][0])["session_id"] is None  # type: ignore[index]
+
+
+async def test_replay_views_need_observability_read():
+    auth = {
+        "mode": "bearer",
+        "tokens": [{"name": "other", "token_env": "T_OTHER", "permissions": ["config.read"]}],
+    }
+    h = Harness(
+        with_auth(base_document(), auth), environ={"T_OTHER": "other-token-1234567890"}, replays=ReplayStore()
+    )
+    async with h.client("other-token-1234567890") as other, h.client() as anonymous:
+        for path in ["trajectory?session_id=x", "dataset", "dataset/judge-tasks"]:
+            denied = await other.get(f"{BASE}/{path}")
+            assert denied.status_code == 403, (path, denied.text)
+            assert (await anonymous.get(f"{BASE}/{path}")).status_code == 401
+
+
+def test_a_session_id_is_the_stripped_header_when_a_trajectory_query_could_name_it():
+    assert session_id_of({"x-session-id": "  chat-7 "}) == "chat-7"
+    assert session_id_of({"x-session-id": "x" * MAX_SESSION_ID}) == "x" * MAX_SESSION_ID
+    assert session_id_of({"x-session-id": "x" * (MAX_SESSION_ID + 1)}) is None
+    assert session_id_of({"x-session-id": "   "}) is None and session_id_of({}) is None
