@@ -21,7 +21,7 @@ import inspect
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from app.management.replays import OutcomeLog, ReplayPage, ReplaySource, redact_record
 
@@ -47,8 +47,9 @@ class Trajectory(BaseModel):
     session_id: str
     recipe: str
     steps: list[TrajectoryStep]
-    total: int
-    truncated: bool
+    total: int = Field(description="the session's records after the cursor")
+    truncated: bool = Field(description="more of the session follows: ask again after next_sequence")
+    next_sequence: int
 
 
 class DatasetManifest(BaseModel):
@@ -77,18 +78,28 @@ class JudgeTaskPage(BaseModel):
     key_visible: bool
 
 
-async def scan(source: ReplaySource, after_sequence: int = 0) -> AsyncIterator[dict[str, Any]]:
-    """Every record after `after_sequence`, oldest first, through the store's pages."""
-    seen = 0
-    while seen < MAX_SCAN:
-        listed = source.list(limit=SCAN_PAGE, after_sequence=after_sequence)
-        page: ReplayPage = await listed if inspect.isawaitable(listed) else listed
-        for record in page.records:
-            yield record
-        seen += len(page.records)
-        if not page.has_more or not page.records:
-            return
-        after_sequence = page.next_sequence
+class Scan:
+    """Every record after `after_sequence`, oldest first, through the store's pages, at most
+    MAX_SCAN of them: `complete` is False when the walk stopped there with records left, and
+    `last_sequence` is the last record walked (where a next page resumes)."""
+
+    def __init__(self, source: ReplaySource, after_sequence: int = 0) -> None:
+        self.source = source
+        self.last_sequence = after_sequence
+        self.complete = False
+
+    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        seen = 0
+        while seen < MAX_SCAN:
+            listed = self.source.list(limit=SCAN_PAGE, after_sequence=self.last_sequence)
+            page: ReplayPage = await listed if inspect.isawaitable(listed) else listed
+            for record in page.records:
+                self.last_sequence = int(record["sequence"])
+                yield record
+            seen += len(page.records)
+            if not page.has_more or not page.records:
+                self.complete = True
+                return
 
 
 def session_of(record: dict[str, Any]) -> str | None:
@@ -113,10 +124,17 @@ def latest_outcomes(outcomes: OutcomeLog | None) -> dict[str, dict[str, Any]]:
 
 
 async def trajectory(
-    source: ReplaySource, outcomes: OutcomeLog | None, session_id: str, recipe: str, limit: int
+    source: ReplaySource,
+    outcomes: OutcomeLog | None,
+    session_id: str,
+    recipe: str,
+    limit: int,
+    after_sequence: int = 0,
 ) -> Trajectory:
+    """The session's records after `after_sequence` in recorded order, the first `limit` of them."""
     matched: list[dict[str, Any]] = []
-    async for record in scan(source):
+    walk = Scan(source, after_sequence)
+    async for record in walk:
         if session_of(record) == session_id and recipe_of(record) == recipe:
             matched.append(record)
     verdicts = latest_outcomes(outcomes)
@@ -135,7 +153,12 @@ async def trajectory(
         for r in matched[:limit]
     ]
     return Trajectory(
-        session_id=session_id, recipe=recipe, steps=steps, total=len(matched), truncated=len(matched) > limit
+        session_id=session_id,
+        recipe=recipe,
+        steps=steps,
+        total=len(matched),
+        truncated=len(matched) > limit or not walk.complete,
+        next_sequence=steps[-1].sequence if steps else after_sequence,
     )
 
 
@@ -144,27 +167,30 @@ def is_shadow_pair(record: dict[str, Any], recipe: str) -> bool:
     return isinstance(shadow, dict) and bool(shadow.get("model")) and recipe_of(record) == recipe
 
 
-async def shadow_pairs(
-    source: ReplaySource, recipe: str, after_sequence: int, limit: int
-) -> tuple[list[dict[str, Any]], bool]:
-    """Up to `limit` shadow comparisons after `after_sequence`, and whether more follow."""
+class PairPage(BaseModel):
+    pairs: list[dict[str, Any]]
+    next_sequence: int
+    has_more: bool
+
+
+async def shadow_pairs(source: ReplaySource, recipe: str, after_sequence: int, limit: int) -> PairPage:
+    """Up to `limit` shadow comparisons after `after_sequence`, the cursor of the next page and
+    whether more may follow (also when the walk stopped at MAX_SCAN: the cursor moves past it)."""
     pairs: list[dict[str, Any]] = []
-    async for record in scan(source, after_sequence):
+    walk = Scan(source, after_sequence)
+    async for record in walk:
         if is_shadow_pair(record, recipe):
             if len(pairs) == limit:
-                return pairs, True
+                return PairPage(pairs=pairs, next_sequence=int(pairs[-1]["sequence"]), has_more=True)
             pairs.append(record)
-    return pairs, False
-
-
-def _next(pairs: list[dict[str, Any]], after_sequence: int) -> int:
-    return int(pairs[-1]["sequence"]) if pairs else after_sequence
+    return PairPage(pairs=pairs, next_sequence=walk.last_sequence, has_more=not walk.complete)
 
 
 async def dataset_manifest(
     source: ReplaySource, recipe: str, after_sequence: int, limit: int
 ) -> DatasetManifest:
-    pairs, more = await shadow_pairs(source, recipe, after_sequence, limit)
+    page = await shadow_pairs(source, recipe, after_sequence, limit)
+    pairs = page.pairs
     models = sorted({(_model(p) or "unknown", str(p["shadow"]["model"])) for p in pairs})
     times = sorted(str(p["timestamp"]) for p in pairs if p.get("timestamp"))
     return DatasetManifest(
@@ -174,8 +200,8 @@ async def dataset_manifest(
         first_timestamp=times[0] if times else None,
         last_timestamp=times[-1] if times else None,
         fields=DATASET_FIELDS,
-        next_sequence=_next(pairs, after_sequence),
-        has_more=more,
+        next_sequence=page.next_sequence,
+        has_more=page.has_more,
     )
 
 
@@ -211,10 +237,10 @@ async def judge_tasks(
     secrets: bool,
     with_key: bool,
 ) -> JudgeTaskPage:
-    pairs, more = await shadow_pairs(source, recipe, after_sequence, limit)
+    page = await shadow_pairs(source, recipe, after_sequence, limit)
     return JudgeTaskPage(
-        tasks=[judge_task(p, data=data, secrets=secrets, with_key=with_key) for p in pairs],
-        next_sequence=_next(pairs, after_sequence),
-        has_more=more,
+        tasks=[judge_task(p, data=data, secrets=secrets, with_key=with_key) for p in page.pairs],
+        next_sequence=page.next_sequence,
+        has_more=page.has_more,
         key_visible=with_key,
     )

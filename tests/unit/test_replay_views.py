@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.management import ReplayStore
+from app.management import ReplayStore, replay_views
 from app.management.redaction import REDACTED
 from app.management.replay_views import shadow_first
 from app.pipeline import PipelineServices
@@ -179,3 +179,29 @@ def test_a_session_id_is_the_stripped_header_when_a_trajectory_query_could_name_
     assert session_id_of({"x-session-id": "x" * MAX_SESSION_ID}) == "x" * MAX_SESSION_ID
     assert session_id_of({"x-session-id": "x" * (MAX_SESSION_ID + 1)}) is None
     assert session_id_of({"x-session-id": "   "}) is None and session_id_of({}) is None
+
+
+async def test_a_long_trajectory_pages_on_after_sequence():
+    store, ids = seeded()
+    async with Harness(replays=store).client() as c:
+        first = (await c.get(f"{BASE}/trajectory", params={"session_id": "s1", "limit": 1})).json()
+        after = {"session_id": "s1", "limit": 1, "after_sequence": first["next_sequence"]}
+        second = (await c.get(f"{BASE}/trajectory", params=after)).json()
+    assert [s["replay_id"] for s in first["steps"]] == [ids["r0"]] and first["truncated"]
+    assert [s["replay_id"] for s in second["steps"]] == [ids["r2"]] and not second["truncated"]
+    assert second["total"] == 1 and second["next_sequence"] == second["steps"][0]["sequence"]
+
+
+async def test_a_walk_cut_at_max_scan_says_more_may_follow_and_moves_the_cursor(monkeypatch):
+    monkeypatch.setattr(replay_views, "SCAN_PAGE", 2)
+    monkeypatch.setattr(replay_views, "MAX_SCAN", 3)  # two pages of two: the walk stops after 4
+    store, _ = seeded()  # 4 session records (sequences 1-4), then 6 shadow pairs (5-10)
+    async with Harness(replays=store).client() as c:
+        cut = (await c.get(f"{BASE}/dataset")).json()
+        on = (await c.get(f"{BASE}/dataset", params={"after_sequence": cut["next_sequence"]})).json()
+        tasks = (await c.get(f"{BASE}/dataset/judge-tasks")).json()
+        path = (await c.get(f"{BASE}/trajectory", params={"session_id": "s1", "after_sequence": 4})).json()
+    assert cut["pairs"] == 0 and cut["has_more"] and cut["next_sequence"] == 4
+    assert on["pairs"] == 4 and on["has_more"] and on["next_sequence"] == 8
+    assert tasks["tasks"] == [] and tasks["has_more"] and tasks["next_sequence"] == 4
+    assert path["steps"] == [] and path["truncated"]  # the walk did not reach the store's end

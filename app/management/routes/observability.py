@@ -197,8 +197,9 @@ def add_replay_views(add: Any, mgmt: Management) -> None:
         session_id: str = Query(..., min_length=1, max_length=256),
         recipe: str = Query(DEFAULT_RECIPE, min_length=1, max_length=128),
         limit: int = Query(100, ge=1, le=1000),
+        after_sequence: int = Query(0, ge=0),
     ) -> Trajectory:
-        return await trajectory(replays_of(mgmt), mgmt.outcomes, session_id, recipe, limit)
+        return await trajectory(replays_of(mgmt), mgmt.outcomes, session_id, recipe, limit, after_sequence)
 
     async def get_dataset(
         recipe: str = Query(DEFAULT_RECIPE, min_length=1, max_length=128),
@@ -232,7 +233,7 @@ def add_replay_views(add: Any, mgmt: Management) -> None:
         "observability.read",
         response_model=Trajectory,
         responses=REPLAYS_OFF,
-        summary="recipe-scoped session trajectory (query: session_id, recipe, limit)",
+        summary="recipe-scoped session trajectory (query: session_id, recipe, limit, after_sequence)",
     )
     add(
         "/api/v1/observability/replays/dataset",
