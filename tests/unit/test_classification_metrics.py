@@ -131,13 +131,16 @@ async def test_per_signal_family_requests_matches_errors_and_latency(upstream: F
         assert latency["count"] == 3 and latency["mean_ms"] >= 0
         assert 0 < latency["p50_ms"] <= latency["p90_ms"] <= latency["p99_ms"]
 
-    # the counters go on from there; an explicit model (no classification) adds nothing
+    # the counters go on from there; an explicit model (no classification) and a routing preview
+    # add nothing
     more = await signals_after(harness, ["a derivative please"])
     assert more["keyword"]["requests"] == 4 and more["keyword"]["rules"]["math_kw"]["matched"] == 2
     assert more["embedding"]["errors"] == 4 and more["embedding"]["latency"]["count"] == 4
     async with harness.client() as client:
         explicit = {"model": "small", "messages": [{"role": "user", "content": "hello"}]}
         assert (await client.post("/v1/chat/completions", json=explicit)).status_code == 200
+        preview = {"model": "MoM", "messages": [{"role": "user", "content": "hello integral"}]}
+        assert (await client.post("/api/v1/routing/preview", json=preview)).status_code == 200
     assert (await signals_after(harness, []))["keyword"]["requests"] == 4
 
 
