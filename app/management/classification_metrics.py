@@ -7,6 +7,11 @@ by action, routing reason codes. Timing: the classification time per routed requ
 evaluation and the decision), with quantiles estimated from the histogram's buckets (the upper
 bound of the bucket holding the quantile, as Prometheus' histogram_quantile does without
 interpolation), so they are bucket-resolution figures, not exact ones.
+
+Per signal family (`signals`; app/pipeline/metrics.py records them at route()): the routed
+requests that evaluated it, split by result (error when a rule errored, else matched when a rule
+matched, else unmatched), each rule's results, and the family's evaluation time (guard rules
+count as their family's requests; they have no timing of their own).
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ class MetricsReport(BaseModel):
 MetricsSource = Callable[[], MetricsReport | Awaitable[MetricsReport]]
 
 CLASSIFICATION_HISTOGRAM = "svc_router_classification_duration_seconds"
+SIGNAL_HISTOGRAM = "svc_router_signal_duration_seconds"
+EVALUATIONS = "svc_router_signal_evaluations_total"
+RULE_RESULTS = "svc_router_signal_results_total"
+RESULT_FIELDS = {"matched": "matched", "unmatched": "unmatched", "error": "errors"}
 
 
 class TimingSummary(BaseModel):
@@ -41,9 +50,25 @@ class TimingSummary(BaseModel):
     p99_ms: float | None = None
 
 
+class RuleCounts(BaseModel):
+    matched: int = 0
+    unmatched: int = 0
+    errors: int = 0
+
+
+class SignalFamilyMetrics(BaseModel):
+    requests: int = Field(0, description="routed requests that evaluated the family")
+    matched: int = Field(0, description="requests where a rule matched (and none errored)")
+    unmatched: int = 0
+    errors: int = Field(0, description="requests where a rule of the family errored")
+    rules: dict[str, RuleCounts] = Field(default_factory=dict, description="by signal rule name")
+    latency: TimingSummary = Field(default_factory=TimingSummary)
+
+
 class ClassificationMetrics(BaseModel):
     sources: int = Field(description="processes whose metrics are summed (replicas, front doors)")
     classification: TimingSummary
+    signals: dict[str, SignalFamilyMetrics] = Field(default_factory=dict, description="by signal family")
     requests_by_category: dict[str, int] = Field(default_factory=dict)
     requests_by_status: dict[str, int] = Field(default_factory=dict)
     pii_detections: dict[str, int] = Field(default_factory=dict, description="by action taken")
@@ -73,29 +98,61 @@ def _by_label(series: dict[str, float], position: int) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def timing_summary(state: HistogramState | None, buckets: tuple[float, ...]) -> TimingSummary:
+    if state is None or state.count <= 0:
+        return TimingSummary()
+
+    def ms(q: float) -> float | None:
+        value = bucket_quantile(state, buckets, q)
+        return None if value is None else round(value * 1000, 3)
+
+    return TimingSummary(
+        count=state.count,
+        mean_ms=round(state.sum / state.count * 1000, 3),
+        p50_ms=ms(0.5),
+        p90_ms=ms(0.9),
+        p99_ms=ms(0.99),
+    )
+
+
+def _count(target: SignalFamilyMetrics | RuleCounts, result: str, value: float) -> None:
+    field = RESULT_FIELDS.get(result)
+    if field is not None:
+        setattr(target, field, getattr(target, field) + int(value))
+
+
+def signal_families(snapshot: MetricsSnapshot) -> dict[str, SignalFamilyMetrics]:
+    families: dict[str, SignalFamilyMetrics] = {}
+    for key, value in snapshot.counters.get(EVALUATIONS, {}).items():
+        family, result = json.loads(key)
+        entry = families.setdefault(family, SignalFamilyMetrics())
+        entry.requests += int(value)
+        _count(entry, result, value)
+    for key, value in snapshot.counters.get(RULE_RESULTS, {}).items():
+        family, signal, result = json.loads(key)
+        entry = families.setdefault(family, SignalFamilyMetrics())
+        _count(entry.rules.setdefault(signal, RuleCounts()), result, value)
+    buckets = CATALOG[SIGNAL_HISTOGRAM].buckets
+    for key, state in snapshot.histograms.get(SIGNAL_HISTOGRAM, {}).items():
+        (family,) = json.loads(key)
+        families.setdefault(family, SignalFamilyMetrics()).latency = timing_summary(state, buckets)
+    for entry in families.values():
+        entry.rules = dict(sorted(entry.rules.items()))
+    return dict(sorted(families.items()))
+
+
 def classification_metrics(report: MetricsReport) -> ClassificationMetrics:
     snapshot = report.snapshot
     counters = snapshot.counters
     buckets = CATALOG[CLASSIFICATION_HISTOGRAM].buckets
-    state = snapshot.histograms.get(CLASSIFICATION_HISTOGRAM, {}).get(json.dumps([]))
-    timing = TimingSummary()
-    if state is not None and state.count > 0:
-
-        def ms(q: float) -> float | None:
-            value = bucket_quantile(state, buckets, q)
-            return None if value is None else round(value * 1000, 3)
-
-        timing = TimingSummary(
-            count=state.count,
-            mean_ms=round(state.sum / state.count * 1000, 3),
-            p50_ms=ms(0.5),
-            p90_ms=ms(0.9),
-            p99_ms=ms(0.99),
-        )
+    timing = timing_summary(
+        snapshot.histograms.get(CLASSIFICATION_HISTOGRAM, {}).get(json.dumps([])), buckets
+    )
     requests = counters.get("svc_router_requests_total", {})  # (endpoint, category, status)
     return ClassificationMetrics(
         sources=report.sources,
         classification=timing,
+        signals=signal_families(snapshot),
         requests_by_category=_by_label(requests, 1),
         requests_by_status=_by_label(requests, 2),
         pii_detections=_by_label(counters.get("svc_router_pii_detections_total", {}), 0),

@@ -161,6 +161,26 @@ CATALOG: dict[str, MetricDef] = _defs(
         LATENCY_BUCKETS,
     ),
     MetricDef(
+        "svc_router_signal_evaluations_total",
+        "counter",
+        "Routed requests that evaluated a signal family, by result: error when a rule of the family"
+        " errored, else matched when a rule matched, else unmatched.",
+        ("family", "result"),
+    ),
+    MetricDef(
+        "svc_router_signal_results_total",
+        "counter",
+        "Signal rule results (matched, unmatched, error) of routed requests.",
+        ("family", "signal", "result"),
+    ),
+    MetricDef(
+        "svc_router_signal_duration_seconds",
+        "histogram",
+        "Evaluation time of a signal family per routed request.",
+        ("family",),
+        RUNTIME_BUCKETS,
+    ),
+    MetricDef(
         "svc_router_cache_lookups_total",
         "counter",
         "Response-cache lookups by result (hit, miss).",

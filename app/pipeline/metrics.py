@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from app.observability.metrics import MetricsRecorder
-from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.pipeline.plan import Accounting, CompletionReport, RoutePlan, SignalMatch
 
 log = logging.getLogger("svc_sr.metrics")
 
@@ -25,6 +25,10 @@ def request_category(plan: RoutePlan) -> str:
     if domains:
         return domains[0]
     return plan.decision or "none"
+
+
+def signal_result(match: SignalMatch) -> str:
+    return "error" if match.error else "matched" if match.matched else "unmatched"
 
 
 def _guard_action(plan: RoutePlan, blocking_reason: str) -> str:
@@ -61,6 +65,7 @@ class RouterMetrics:
         r = self.recorder
         if plan.auto:
             r.observe("svc_router_classification_duration_seconds", plan.classification_ms / 1000)
+            self._signal_metrics(plan)
         if plan.security.pii_detected:
             r.inc("svc_router_pii_detections_total", action=_guard_action(plan, "pii_policy_denied"))
         if plan.security.jailbreak_detected:
@@ -88,6 +93,22 @@ class RouterMetrics:
                 )
                 if enabled:
                     r.inc("llm_reasoning_effort_usage_total", family=family, effort=effort)
+
+    def _signal_metrics(self, plan: RoutePlan) -> None:
+        """Per signal family (guard rules included): one evaluation per request, each rule's
+        result, and the family's evaluation time (families the signal phase ran)."""
+        r = self.recorder
+        by_family: dict[str, list[SignalMatch]] = {}
+        for match in plan.signals.matches:
+            by_family.setdefault(match.type, []).append(match)
+        for family, matches in by_family.items():
+            results = [signal_result(m) for m in matches]
+            result = "error" if "error" in results else "matched" if "matched" in results else "unmatched"
+            r.inc("svc_router_signal_evaluations_total", family=family, result=result)
+            for match, rule_result in zip(matches, results, strict=True):
+                r.inc("svc_router_signal_results_total", family=family, signal=match.name, result=rule_result)
+        for family, ms in plan.signals.timings_ms.items():
+            r.observe("svc_router_signal_duration_seconds", ms / 1000, family=family)
 
     def _on_complete(self, plan: RoutePlan, report: CompletionReport, accounting: Accounting) -> None:
         r = self.recorder

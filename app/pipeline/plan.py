@@ -81,6 +81,7 @@ class ReplayCapture(BaseModel):
 
 class RoutePlan(BaseModel):
     request_id: str
+    session_id: str | None = None  # the client's x-session-id (replay records group turns by it)
     requested_model: str
     auto: bool  # MoM/auto: signals evaluated; explicit model: pass-through
     stream: bool = False

@@ -72,6 +72,7 @@ def replay_record(plan: RoutePlan, report: CompletionReport, accounting: Account
     record: dict[str, Any] = {
         "id": capture.replay_id,
         "request_id": plan.request_id,
+        "session_id": plan.session_id,  # x-session-id; None when the client named no session
         "timestamp": _iso(plan.started_at) if plan.started_at else None,
         "endpoint": plan.endpoint,
         "requested_model": plan.requested_model,

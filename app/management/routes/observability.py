@@ -6,6 +6,7 @@ outcome of an `elo` decision also updates its ratings) and the classification me
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
@@ -15,6 +16,15 @@ from app.management.audit import AuditPage
 from app.management.classification_metrics import ClassificationMetrics, classification_metrics
 from app.management.elo_feedback import rate_outcome
 from app.management.errors import MgmtError, not_found, unavailable
+from app.management.replay_views import (
+    DEFAULT_RECIPE,
+    DatasetManifest,
+    JudgeTaskPage,
+    Trajectory,
+    dataset_manifest,
+    judge_tasks,
+    trajectory,
+)
 from app.management.replays import (
     IdempotencyConflict,
     OutcomeIn,
@@ -152,6 +162,7 @@ def replay_routes(mgmt: Management) -> APIRouter:
         responses=REPLAYS_OFF,
         summary="routing and cost aggregates",
     )
+    add_replay_views(add, mgmt)  # before /replays/{replay_id}, which would swallow them
     add(
         "/api/v1/observability/replays/{replay_id}",
         get_replay,
@@ -194,6 +205,72 @@ def replay_routes(mgmt: Management) -> APIRouter:
         openapi_extra=json_body(OutcomeIn),
     )
     return router
+
+
+def add_replay_views(add: Any, mgmt: Management) -> None:
+    """Trajectory, shadow dataset and judge tasks (app/management/replay_views.py)."""
+
+    async def get_trajectory(
+        session_id: str = Query(..., min_length=1, max_length=256),
+        recipe: str = Query(DEFAULT_RECIPE, min_length=1, max_length=128),
+        limit: int = Query(100, ge=1, le=1000),
+        after_sequence: int = Query(0, ge=0),
+    ) -> Trajectory:
+        return await trajectory(replays_of(mgmt), mgmt.outcomes, session_id, recipe, limit, after_sequence)
+
+    async def get_dataset(
+        recipe: str = Query(DEFAULT_RECIPE, min_length=1, max_length=128),
+        limit: int = Query(100, ge=1, le=1000),
+        after_sequence: int = Query(0, ge=0),
+    ) -> DatasetManifest:
+        return await dataset_manifest(replays_of(mgmt), recipe, after_sequence, limit)
+
+    async def get_judge_tasks(
+        request: Request,
+        recipe: str = Query(DEFAULT_RECIPE, min_length=1, max_length=128),
+        limit: int = Query(100, ge=1, le=1000),
+        after_sequence: int = Query(0, ge=0),
+    ) -> JSONResponse:
+        principal = principal_of(request)
+        page = await judge_tasks(
+            replays_of(mgmt),
+            recipe,
+            after_sequence,
+            limit,
+            data=principal.can("data.read"),
+            secrets=principal.can("secret_view"),
+            with_key=principal.can("audit.read"),
+        )
+        return json_response(page)
+
+    add(
+        "/api/v1/observability/replays/trajectory",
+        get_trajectory,
+        "GET",
+        "observability.read",
+        response_model=Trajectory,
+        responses=REPLAYS_OFF,
+        summary="recipe-scoped session trajectory (query: session_id, recipe, limit, after_sequence)",
+    )
+    add(
+        "/api/v1/observability/replays/dataset",
+        get_dataset,
+        "GET",
+        "observability.read",
+        response_model=DatasetManifest,
+        responses=REPLAYS_OFF,
+        summary="shadow comparison dataset manifest (query: recipe, limit, after_sequence)",
+    )
+    add(
+        "/api/v1/observability/replays/dataset/judge-tasks",
+        get_judge_tasks,
+        "GET",
+        "observability.read",
+        "sensitive",
+        response_model=JudgeTaskPage,
+        responses=REPLAYS_OFF,
+        summary="blinded pairwise judge tasks; the A/B key only with audit.read",
+    )
 
 
 def replays_of(mgmt: Management) -> ReplaySource:

@@ -16,6 +16,7 @@ from app.management.models import PreviewRequest, PreviewResponse
 from app.management.redaction import redact
 from app.management.routes.common import Registrar, json_response, mgmt_errors, parse_model, principal_of
 from app.management.service import Management
+from app.pipeline.phases.parse import SESSION_ID_HEADER
 
 log = logging.getLogger("svc_sr.management")
 
@@ -59,7 +60,7 @@ async def run_preview(mgmt: Management, body: PreviewRequest) -> dict[str, Any]:
     request_body = body.model_dump(exclude={"preview_context"}, exclude_none=True)
     headers = dict(context.headers) if context else {}
     if context and context.session_id:
-        headers.setdefault("x-session-id", context.session_id)
+        headers.setdefault(SESSION_ID_HEADER, context.session_id)
     deadline = mgmt.preview_deadline_s
     try:
         result = await asyncio.wait_for(

@@ -16,9 +16,21 @@ from app.pipeline.selection import InvalidRequestError
 from app.pipeline.services import PipelineServices
 from app.pipeline.signals.base import SignalContext
 
+# The client's session identity (spec 1 preview_context; Ray Serve's session-affinity header
+# too): it names the session a replay record belongs to (/api/v1/observability/replays/trajectory).
+SESSION_ID_HEADER = "x-session-id"
+MAX_SESSION_ID = 256
+
 
 def lower_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     return {k.lower(): v for k, v in (headers or {}).items()}
+
+
+def session_id_of(headers: Mapping[str, str]) -> str | None:
+    """The request's session id (lower-cased `headers`): the stripped `x-session-id`, None when
+    absent, blank or longer than MAX_SESSION_ID characters (a trajectory query could not name it)."""
+    value = headers.get(SESSION_ID_HEADER, "").strip()
+    return value if 0 < len(value) <= MAX_SESSION_ID else None
 
 
 def chat_body(request: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
@@ -63,6 +75,7 @@ def new_plan(
         body=body,
         tools_selected=len(tools) if isinstance(tools, list) else 0,
         started_at=started_at,
+        session_id=session_id_of(headers),
     )
 
 
