@@ -39,6 +39,7 @@ CONFIG = "app.cli.config_cmds:register"
         "completion": OPS,
         "logs": "app.cli.local_ops:logs",
         "dashboard": "app.cli.local_ops:dashboard",
+        "recipe": "app.cli.recipe_cmds:recipe",
     },
 )
 @click.version_option("0.1.0", prog_name="svc-sr")
