@@ -22,6 +22,7 @@ from app.common.api_docs import BODY_TOO_LARGE, Responses, errors, json_body, mo
 from app.common.background import BackgroundTasks
 from app.common.errors import ErrorBody
 from app.config.models import RouterConfig
+from app.config.recipes import entrypoint_models
 from app.exchange.client_api import ChatApi, ClientApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Reply, RouterClient
 from app.exchange.openai_models import ChatCompletion, ChatCompletionRequest, ModelList, ResponseObject
@@ -144,7 +145,7 @@ class DataPlane:
     def models(self) -> dict[str, Any]:
         config = self.config.current()
         created = int(time.time())
-        names = [config.global_.router.auto_model_name]
+        names = [config.global_.router.auto_model_name, *entrypoint_models(config)]
         if config.global_.router.include_config_models_in_list:
             names += [m.name for m in config.providers.models]
         listed = list(dict.fromkeys(["MoM", *names]))

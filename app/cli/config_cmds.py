@@ -17,15 +17,16 @@ import click
 from rich.console import Console
 
 from app.cli.remote import (
-    EXIT_FAILURE,
     EXIT_INVALID,
-    EXIT_OK,
     Remote,
     check,
     echo_json,
     error_text,
     fail,
+    print_reasons,
+    read_document,
     remote_options,
+    report_mutation,
     status_exit_code,
 )
 
@@ -60,31 +61,6 @@ routing:
       modelRefs:
         - model: general
 """
-
-
-def _read_document(path: Path) -> dict[str, Any]:
-    """A local file (or - for stdin) as a mapping; exit 2 when it does not parse."""
-    from app.config.errors import ConfigError
-    from app.config.loader import parse_text
-
-    try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        fail(f"cannot read {path}: {exc.strerror}", EXIT_INVALID)
-    except UnicodeDecodeError:
-        fail(f"{path} is not UTF-8 text", EXIT_INVALID)
-    try:
-        return parse_text(text, source=str(path))
-    except ConfigError as exc:
-        fail(str(exc), EXIT_INVALID)
-
-
-def _print_reasons(reasons: list[dict[str, Any]]) -> None:
-    for reason in reasons:
-        where = reason.get("path") or "(document)"
-        click.echo(
-            f"  - [{reason.get('stage')}] {where}: {reason.get('message')} ({reason.get('code')})", err=True
-        )
 
 
 # ---------------------------------------------------------------------- init
@@ -133,7 +109,7 @@ def config_validate(path: Path, remote: Remote) -> None:
             click.echo(f"warning: {warning}", err=True)
         click.echo(json.dumps({"valid": True, "legacy": loaded.legacy, "hash": loaded.source_hash}))
         return
-    document = _read_document(path)
+    document = read_document(path)
     with remote.client() as client:
         response = client.request("POST", "/api/v1/config/validate", json=document)
     check(response)
@@ -142,7 +118,7 @@ def config_validate(path: Path, remote: Remote) -> None:
         click.echo(f"warning: {warning}", err=True)
     if not body["valid"]:
         click.echo(f"invalid configuration {path}:", err=True)
-        _print_reasons(body.get("reasons", []))
+        print_reasons(body.get("reasons", []))
         sys.exit(EXIT_INVALID)
     click.echo(
         json.dumps(
@@ -226,14 +202,14 @@ def _config_option(func: Any) -> Any:
 @remote_options
 def config_plan(config_path: Path, mode: str, remote: Remote) -> None:
     """Show what `apply` would change (no write); exit 2 when the result is invalid."""
-    document = _read_document(config_path)
+    document = read_document(config_path)
     with remote.client() as client:
         response = client.request("POST", "/api/v1/config/plan", json={"mode": mode, "document": document})
     check(response)
     body = response.json()
     if not body["valid"]:
         click.echo("the planned configuration is invalid:", err=True)
-        _print_reasons(body.get("reasons", []))
+        print_reasons(body.get("reasons", []))
         sys.exit(EXIT_INVALID)
     echo_json(body)
 
@@ -248,37 +224,13 @@ def config_apply(config_path: Path, mode: str, if_match: str | None, remote: Rem
 
     Exit 0 once active; 5 when activation failed (persisted, the previous generation serves);
     6 when still pending; 4 on a conflict (stale ETag, restart required); 2 when invalid."""
-    document = _read_document(config_path)
+    document = read_document(config_path)
     with remote.client() as client:
         tag = if_match or client.etag()
         method = "PUT" if mode == "replace" else "PATCH"
         with console.status(f"{method} {client.endpoint}/api/v1/config: validating and activating..."):
             response = client.request(method, "/api/v1/config", json=document, headers={"If-Match": tag})
-    code = status_exit_code(response.status_code)
-    if response.status_code in (200, 202, 503):
-        body = response.json()
-        echo_json(
-            {
-                k: body.get(k)
-                for k in (
-                    "status",
-                    "config_version",
-                    "version",
-                    "etag",
-                    "source_config_hash",
-                    "activation_status",
-                )
-            }
-        )
-        for warning in body.get("warnings", []):
-            click.echo(f"warning: {warning}", err=True)
-        if response.status_code == 503:
-            click.echo(
-                "activation failed (the document is persisted; the previous configuration serves):", err=True
-            )
-            _print_reasons((body.get("activation") or {}).get("reasons", []))
-        sys.exit(code)
-    fail(error_text(response), code if code != EXIT_OK else EXIT_FAILURE)
+    report_mutation(response)
 
 
 # ---------------------------------------------------------------------- versions, rollback
@@ -320,7 +272,7 @@ def config_rollback(version: str, if_match: str | None, remote: Remote) -> None:
         answer = response.json()
         echo_json({k: answer.get(k) for k in ("status", "config_version", "rollback_of", "etag")})
         if response.status_code == 503:
-            _print_reasons((answer.get("activation") or {}).get("reasons", []))
+            print_reasons((answer.get("activation") or {}).get("reasons", []))
         sys.exit(code)
     fail(error_text(response), code)
 
@@ -336,7 +288,7 @@ def config_import(source: Path, output: Path | None) -> None:
     from app.config.errors import ConfigError
     from app.config.loader import parse_config, to_yaml
 
-    document = _read_document(source)
+    document = read_document(source)
     try:
         loaded = parse_config(document, source=str(source))
     except ConfigError as exc:

@@ -40,6 +40,7 @@ CONFIG = "app.cli.config_cmds:register"
         "logs": "app.cli.local_ops:logs",
         "dashboard": "app.cli.local_ops:dashboard",
         "optimize": "app.cli.optimize_cmds:optimize",
+        "recipe": "app.cli.recipe_cmds:recipe",
     },
 )
 @click.version_option("0.1.0", prog_name="svc-sr")

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn, cast
 
 import click
@@ -110,6 +111,52 @@ def check(response: httpx.Response) -> None:
     """Exit with the status's code unless the answer is a success."""
     if response.status_code >= 300:
         fail(error_text(response), status_exit_code(response.status_code))
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """A local file (or - for stdin) as a mapping; exit 2 when it does not parse."""
+    from app.config.errors import ConfigError
+    from app.config.loader import parse_text
+
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}", EXIT_INVALID)
+    except UnicodeDecodeError:
+        fail(f"{path} is not UTF-8 text", EXIT_INVALID)
+    try:
+        return parse_text(text, source=str(path))
+    except ConfigError as exc:
+        fail(str(exc), EXIT_INVALID)
+
+
+def print_reasons(reasons: list[dict[str, Any]]) -> None:
+    for reason in reasons:
+        where = reason.get("path") or "(document)"
+        click.echo(
+            f"  - [{reason.get('stage')}] {where}: {reason.get('message')} ({reason.get('code')})", err=True
+        )
+
+
+MUTATION_FIELDS = ("status", "config_version", "version", "etag", "source_config_hash", "activation_status")
+
+
+def report_mutation(response: httpx.Response) -> NoReturn:
+    """Print a configuration mutation's answer and exit with its code: 0 active, 6 pending,
+    5 activation failed (persisted, the previous configuration serves), else the error's."""
+    code = status_exit_code(response.status_code)
+    if response.status_code in (200, 202, 503):
+        body = response.json()
+        echo_json({k: body.get(k) for k in MUTATION_FIELDS})
+        for warning in body.get("warnings", []):
+            click.echo(f"warning: {warning}", err=True)
+        if response.status_code == 503:
+            click.echo(
+                "activation failed (the document is persisted; the previous configuration serves):", err=True
+            )
+            print_reasons((body.get("activation") or {}).get("reasons", []))
+        sys.exit(code)
+    fail(error_text(response), code if code != EXIT_OK else EXIT_FAILURE)
 
 
 def echo_json(value: Any) -> None:

@@ -24,6 +24,7 @@ from pydantic_core import ErrorDetails
 from app.config.errors import ConfigError, ConfigIssue, issues_from_validation_error
 from app.config.legacy import LEGACY_KEY_HOME, Migration, is_legacy, migrate
 from app.config.models import RouterConfig
+from app.config.recipes import recipe_issues
 from app.config.validate import semantic_issues
 
 # A document expanding (through YAML aliases) to more nodes than this is refused:
@@ -234,6 +235,8 @@ def _build(document: dict[str, Any], source: str) -> LoadedConfig:
         issue = ConfigIssue(path="", message=f"invalid document: {exc}", code="invalid", stage="validate")
         raise ConfigError([issue], source=source) from None
     errors, more = semantic_issues(config)
+    recipe_errors, recipe_warnings = recipe_issues(config)
+    errors, more = errors + recipe_errors, more + recipe_warnings
     if errors:
         raise ConfigError(_with_legacy_paths(errors, migration), source=source)
     warnings.extend(more)

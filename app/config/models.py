@@ -17,6 +17,7 @@ from app.config.global_config import GlobalConfig
 from app.config.model_base import Strict
 from app.config.model_deployments import DecisionModelRef, ModelDeployment, check_references, read_bindings
 from app.config.providers import ProviderModel, Providers
+from app.config.recipes import Entrypoint, Recipe
 from app.config.routing import Routing
 
 # ---------------------------------------------------------------- listeners
@@ -40,8 +41,9 @@ class RouterConfig(Strict):
     providers: Providers = Field(default_factory=Providers)
     routing: Routing = Field(default_factory=Routing)
     global_: GlobalConfig = Field(default_factory=GlobalConfig, alias="global")
-    entrypoints: list[dict[str, Any]] = Field(default_factory=list)
-    recipes: list[dict[str, Any]] = Field(default_factory=list)
+    # Virtual model names -> a named recipe (a `routing:` of its own); app/config/recipes.py.
+    entrypoints: list[Entrypoint] = Field(default_factory=list)
+    recipes: list[Recipe] = Field(default_factory=list)
     # Model-runtime deployments (spec 2): provider model_runtime, managed by the router
     # (`svc-srun run` over a Unix socket) or attached through `endpoint`; docs/model-runtime.md.
     model_deployments: dict[str, ModelDeployment] = Field(default_factory=dict)

@@ -28,6 +28,7 @@ def client_headers(plan: RoutePlan, started: float) -> dict[str, str]:
 def routing_metadata(plan: RoutePlan, started: float, cost: float | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "selected_model": plan.selected_model,
+        "recipe": plan.recipe,
         "decision": plan.decision,
         "reason_code": plan.reason_code,
         "confidence": plan.confidence,

@@ -183,6 +183,9 @@ class RoutingMetadata(_Open):
     """`routing_metadata` of an answer (app/exchange/answer.py builds it)."""
 
     selected_model: str | None = None
+    recipe: str | None = Field(
+        None, description="the recipe that routed an auto request (`default`: MoM/auto)"
+    )
     decision: str | None = None
     reason_code: str | None = None
     confidence: float | None = None

@@ -9,6 +9,8 @@ Routes and the permission each needs (auth mode bearer; with mode none all are o
     GET  /api/v1/config[/schema|/versions|/hash]     config.read (secrets need secret_view)  routes/config.py
     POST /api/v1/config/validate, /plan              config.read                  routes/config.py
     PATCH, PUT /api/v1/config; POST .../rollback     config.write (If-Match)      routes/config_writes.py
+    GET  /api/v1/config/recipes[/{name}]; POST .../recipes/validate  config.read  routes/recipes.py
+    PUT, DELETE /api/v1/config/recipes/{name}        config.write (If-Match)      routes/recipes.py
     GET  /api/v1/observability/audit                 audit.read                   routes/observability.py
     POST /api/v1/routing/preview                     classify.invoke              routes/routing.py
     GET  /api/v1/inventory/*, /info/*                inventory.read               routes/inventory.py
@@ -34,6 +36,7 @@ from app.management.routes.config import config_read_routes
 from app.management.routes.config_writes import config_write_routes
 from app.management.routes.inventory import inventory_routes, older_info_routes
 from app.management.routes.observability import audit_routes, replay_routes
+from app.management.routes.recipes import recipe_routes
 from app.management.routes.routing import routing_routes
 from app.management.routes.storage import storage_routes
 from app.management.routes.system import install_discovery, system_routes
@@ -49,6 +52,7 @@ def management_router(mgmt: Management) -> APIRouter:
         system_routes,
         config_read_routes,
         config_write_routes,
+        recipe_routes,
         audit_routes,
         routing_routes,
         inventory_routes,

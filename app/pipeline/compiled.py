@@ -12,6 +12,7 @@ import asyncio
 import logging
 
 from app.config.models import RouterConfig
+from app.config.recipes import DEFAULT_RECIPE, as_default, entrypoint_models
 from app.config.reliability import FallbackConfig
 from app.config.routing import Decision
 from app.pipeline import decisions as engine
@@ -32,10 +33,24 @@ EXTRA_AUTO_NAMES = frozenset({"vllm-sr/auto"})
 
 
 class CompiledConfig:
-    """One config version, compiled: decisions, model index, plugins, guards, evaluators."""
+    """One config version, compiled: decisions, model index, plugins, guards, evaluators.
 
-    def __init__(self, config: RouterConfig, services: PipelineServices) -> None:
+    The root instance compiles the top-level routing (recipe `default`) and holds one child
+    CompiledConfig per named recipe, built with the config whose routing is the recipe's:
+    an entrypoint request runs the same phases over its recipe's child."""
+
+    def __init__(
+        self, config: RouterConfig, services: PipelineServices, recipe: str = DEFAULT_RECIPE
+    ) -> None:
         self.config = config
+        self.recipe = recipe
+        root = recipe == DEFAULT_RECIPE
+        self.entrypoints: dict[str, str] = entrypoint_models(config) if root else {}
+        self.recipes: dict[str, CompiledConfig] = (
+            {r.name: CompiledConfig(as_default(config, r.routing), services, r.name) for r in config.recipes}
+            if root
+            else {}
+        )
         routing = config.routing
         self.decisions: list[Decision] = list(routing.decisions)
         self.strategy = routing.strategy
@@ -43,7 +58,8 @@ class CompiledConfig:
         self.tiered = self.decision_table.tiered
         self.referenced = engine.referenced_signals(self.decisions)
         self.models = ModelIndex(config)
-        self.auto_names = frozenset(config.auto_model_names) | EXTRA_AUTO_NAMES
+        # entrypoint model names are auto too: routed by their recipe (for_model)
+        self.auto_names = frozenset(config.auto_model_names) | EXTRA_AUTO_NAMES | frozenset(self.entrypoints)
         # `global.router.enabled: false`: auto requests go to the default model unrouted.
         self.routing_enabled = config.global_.router.enabled
         self.global_cache = config.global_.stores.response_cache
@@ -72,6 +88,13 @@ class CompiledConfig:
         self._ratings = services.ratings if uses_elo else None
         self.prefetch_vector = bool(self.global_cache.enabled and services.cache_lookup is not None)
 
+    def for_model(self, model: str) -> CompiledConfig:
+        """The compiled recipe routing a request for `model` (self: the default recipe)."""
+        return self.for_recipe(self.entrypoints.get(model, self.recipe))
+
+    def for_recipe(self, name: str | None) -> CompiledConfig:
+        return self.recipes.get(name or self.recipe, self)
+
     def global_guards(self) -> list[GuardRule]:
         """The guards every auto request passes: `prompt_guard` and its `harmful` part (when enabled)."""
         guards: list[GuardRule] = []
@@ -90,7 +113,9 @@ class CompiledConfig:
 
     async def warm_up(self) -> None:
         """Embed candidate phrases, load models etc. now, not on the first request."""
-        await asyncio.gather(*(ev.warm_up() for ev in self.evaluators.values()))
+        await asyncio.gather(
+            *(ev.warm_up() for ev in self.evaluators.values()), *(r.warm_up() for r in self.recipes.values())
+        )
         if self._ratings is not None:  # serve the stored ratings from the first request on
             await self._ratings.refresh()
 

@@ -1,7 +1,7 @@
 """Routing headers of a RoutePlan (spec 01 "Routing headers", reference x-vsr-* set).
 
 Response (client) headers: x-selected-model, x-routing-confidence, x-request-id,
-x-cache-status (hit|miss|bypass), x-vsr-selected-{decision,model,confidence,reasoning},
+x-cache-status (hit|miss|bypass), x-vsr-selected-{recipe,decision,model,confidence,reasoning},
 x-vsr-matched-<family> (comma list of matched rule names: keywords, embeddings,
 context, domains, pii, jailbreak, ...), x-security-checks, x-vsr-unscanned (safety
 families whose input a model runtime did not scan, e.g. `jailbreak`; only when there are
@@ -49,6 +49,8 @@ def fill_routing_headers(plan: RoutePlan, cache_status: str) -> None:
     }
     response = plan.response_headers
     response.update(common)
+    if plan.recipe:
+        response["x-vsr-selected-recipe"] = header_value(plan.recipe)
     if plan.decision:
         response["x-vsr-selected-decision"] = header_value(plan.decision)
     if model:

@@ -108,7 +108,7 @@ class RouterPipeline:
             plan, ranked = await self._route(request, headers, None, preview=True, rng=rng, state=state)
         except NoRouteError as exc:
             return no_route_preview(exc)
-        return preview_of(state, plan, ranked)
+        return preview_of(state.for_recipe(plan.recipe), plan, ranked)
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
         """Usage, cost, TTFT/TPOT, metrics, replay and the cache write (app/pipeline/completion.py)."""
@@ -132,6 +132,8 @@ class RouterPipeline:
         if not plan.auto:
             pass_through(state, plan, rng)
             return plan, []
+        state = state.for_model(plan.requested_model)  # MoM/auto: `default`; an entrypoint: its recipe
+        plan.recipe = state.recipe
         if not state.routing_enabled:
             routing_disabled(state, plan, rng)
             return plan, []
@@ -181,7 +183,7 @@ class RouterPipeline:
         recorded = self.services.capture_replays or self.services.record_replay is not None
         if not recorded or plan.decision is None:
             return
-        plugins = self._state.plugins.get(plan.decision)
+        plugins = self._state.for_recipe(plan.recipe).plugins.get(plan.decision)
         if plugins is None or plugins.replay is None:
             return
         plan.replay = new_capture(plugins.replay)

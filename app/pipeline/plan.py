@@ -85,6 +85,7 @@ class RoutePlan(BaseModel):
     requested_model: str
     auto: bool  # MoM/auto: signals evaluated; explicit model: pass-through
     stream: bool = False
+    recipe: str | None = None  # the recipe that routed an auto request (`default` for MoM/auto)
     decision: str | None = None
     selected_model: str | None = None
     reason_code: str = "auto_routing"  # auto_routing | model_specified | default_model | ...

@@ -28,6 +28,7 @@ def preview_of(state: CompiledConfig, plan: RoutePlan, ranked: list[DecisionMatc
         "request_id": plan.request_id,
         "requested_model": plan.requested_model,
         "auto": plan.auto,
+        "recipe": plan.recipe,
         "decision": plan.decision,
         "selected_model": plan.selected_model,
         "confidence": plan.confidence,

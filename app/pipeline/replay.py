@@ -77,6 +77,7 @@ def replay_record(plan: RoutePlan, report: CompletionReport, accounting: Account
         "endpoint": plan.endpoint,
         "requested_model": plan.requested_model,
         "auto": plan.auto,
+        "recipe": plan.recipe,
         "decision": plan.decision,
         "selected_model": plan.selected_model,
         "served_model": accounting.model or report.model,

@@ -119,6 +119,8 @@ def test_every_lazy_command_resolves_with_its_help() -> None:
     for expected in (
         "svc-sr config validate",
         "svc-sr config apply",
+        "svc-sr recipe apply",
+        "svc-sr recipe delete",
         "svc-sr route",
         "svc-sr manifest",
         "svc-sr benchmark",
