@@ -74,14 +74,11 @@ def create_app(
             max_body_bytes=config.current().global_.services.data_plane.max_body_bytes,
         )
     )
-    app.include_router(
-        diagnostics_router(Diagnostics(classifiers, config)),
-        dependencies=[Depends(route_guard(management, "classify.invoke", "sensitive"))],
-    )
-    app.include_router(
-        model_diagnostics_router(),
-        dependencies=[Depends(route_guard(management, "classify.invoke", "sensitive"))],
-    )
+    diagnostics = Diagnostics(classifiers, config)
+    for routes in (diagnostics_router(diagnostics), model_diagnostics_router(diagnostics)):
+        app.include_router(
+            routes, dependencies=[Depends(route_guard(management, "classify.invoke", "sensitive"))]
+        )
     install(app, management)
 
     @app.get("/health")
