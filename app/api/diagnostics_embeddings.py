@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from app.api.classify_models import Text, _Request
 from app.api.diagnostics_requests import invalid, max_batch_size
 from app.api.diagnostics_service import Diagnostics, _elapsed_ms
-from app.api.model_bindings import DEFAULT_RECIPE, Binding, find_binding
+from app.api.model_bindings import DEFAULT_RECIPE, Binding, binding_for
 from app.runtime.encoder import EMBEDDING_DIM
 
 
@@ -95,13 +95,13 @@ class EmbeddingDiagnostics:
             raise invalid(f"{what} has {n} items; the maximum is {limit}")
 
     @staticmethod
-    def _encoder() -> Binding:
-        return find_binding(DEFAULT_RECIPE, "embedding")
+    async def _encoder() -> Binding:
+        return await binding_for(DEFAULT_RECIPE, "embedding")
 
     async def embeddings(self, request: EmbeddingsRequest) -> EmbeddingsResponse:
         started = time.perf_counter()
         self._check_size("texts", len(request.texts))
-        binding = self._encoder()
+        binding = await self._encoder()
         vectors = await self._diagnostics.embed(list(request.texts))
         width = int(vectors.shape[1])
         return EmbeddingsResponse(
@@ -116,7 +116,7 @@ class EmbeddingDiagnostics:
 
     async def similarity(self, request: SimilarityRequest) -> SimilarityResponse:
         started = time.perf_counter()
-        binding = self._encoder()
+        binding = await self._encoder()
         first, second = await self._diagnostics.embed([request.text1, request.text2])
         (score,) = cosines(first, second[None, :])
         return SimilarityResponse(
@@ -126,7 +126,7 @@ class EmbeddingDiagnostics:
     async def similarity_batch(self, request: BatchSimilarityRequest) -> BatchSimilarityResponse:
         started = time.perf_counter()
         self._check_size("candidates", len(request.candidates))
-        binding = self._encoder()
+        binding = await self._encoder()
         vectors = await self._diagnostics.embed([request.query, *request.candidates])
         scores = cosines(vectors[0], vectors[1:])
         order = sorted(range(len(request.candidates)), key=lambda i: (-scores[i], i))

@@ -12,6 +12,7 @@ Nothing is loaded to list them. Named recipes do not exist yet, so the only reci
 
 from __future__ import annotations
 
+import asyncio
 from functools import cache
 
 from pydantic import BaseModel
@@ -110,6 +111,17 @@ def _binding(name: str) -> Binding:
 def prepared_bindings(recipe: str = DEFAULT_RECIPE) -> list[Binding]:
     check_recipe(recipe)
     return [_binding(name) for name in GRAPH_BINDINGS]
+
+
+async def bindings_of(recipe: str) -> list[Binding]:
+    """`prepared_bindings` off the event loop: the first listing hashes the pinned files (and
+    may build the int8 encoder on a machine that has none yet)."""
+    return await asyncio.to_thread(prepared_bindings, recipe)
+
+
+async def binding_for(recipe: str, binding: str, tasks: tuple[str, ...] | None = None) -> Binding:
+    """`find_binding` off the event loop (see `bindings_of`)."""
+    return await asyncio.to_thread(find_binding, recipe, binding, tasks)
 
 
 def check_recipe(recipe: str) -> None:

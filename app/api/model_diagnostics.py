@@ -29,7 +29,7 @@ from app.api.diagnostics_embeddings import (
 )
 from app.api.diagnostics_requests import ManagementError
 from app.api.diagnostics_service import Diagnostics
-from app.api.model_bindings import DEFAULT_RECIPE, BindingList, prepared_bindings
+from app.api.model_bindings import DEFAULT_RECIPE, BindingList, bindings_of
 from app.api.model_calls import (
     LabelScoresRequest,
     LabelScoresResponse,
@@ -55,7 +55,7 @@ def model_diagnostics_router(diagnostics: Diagnostics) -> APIRouter:
     @router.get(f"{PREFIX}/models", response_model=BindingList, responses=NOT_FOUND)
     async def list_models(recipe: str = DEFAULT_RECIPE) -> Response:
         try:
-            bindings = prepared_bindings(recipe)
+            bindings = await bindings_of(recipe)
         except ManagementError as exc:
             return exc.to_response()
         return JSONResponse(BindingList(recipe=recipe, bindings=bindings).model_dump(mode="json"))
