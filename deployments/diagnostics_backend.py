@@ -77,5 +77,5 @@ class HandleClassifiers:
         return await self._call(self._router, "preview", body, {})
 
     async def embed(self, texts: list[str]) -> Any:
-        """Unit sentence vectors from the graph's encoder (the fact-check diagnostics' features)."""
+        """Unit sentence vectors from the graph's encoder (fact-check, embeddings, similarity, rerank)."""
         return await self._call(self._embedding, "embed", texts)

@@ -11,6 +11,7 @@ from app.api.decisions import DecisionBackend, NoDecisionBackend, decisions_rout
 from app.api.diagnostics import diagnostics_router
 from app.api.diagnostics_service import ClassifierBackend, Diagnostics
 from app.api.errors import BodySizeLimitMiddleware, install_error_handlers
+from app.api.model_diagnostics import model_diagnostics_router
 from app.api.rate_limit import RateLimiter
 from app.api.responses_store import ResponseStoreService, responses_store_router
 from app.config.models import RouterConfig
@@ -73,10 +74,11 @@ def create_app(
             max_body_bytes=config.current().global_.services.data_plane.max_body_bytes,
         )
     )
-    app.include_router(
-        diagnostics_router(Diagnostics(classifiers, config)),
-        dependencies=[Depends(route_guard(management, "classify.invoke", "sensitive"))],
-    )
+    diagnostics = Diagnostics(classifiers, config)
+    for routes in (diagnostics_router(diagnostics), model_diagnostics_router(diagnostics)):
+        app.include_router(
+            routes, dependencies=[Depends(route_guard(management, "classify.invoke", "sensitive"))]
+        )
     install(app, management)
 
     @app.get("/health")

@@ -43,7 +43,7 @@ from app.api.diagnostics_feedback import (
 )
 from app.api.diagnostics_requests import ManagementError, parse
 from app.api.diagnostics_service import Diagnostics
-from app.common.api_docs import BODY_TOO_LARGE, errors, json_body
+from app.common.api_docs import BODY_TOO_LARGE, Responses, errors, json_body
 from app.management.errors import MgmtErrorBody
 
 GUARDED = errors(MgmtErrorBody, {401: "missing or invalid bearer token", 403: "classify.invoke missing"})
@@ -65,6 +65,36 @@ DIAGNOSTICS_PREFIX = "/api/v1/diagnostics/classify"
 LEGACY_PREFIX = "/api/v1/classify"
 
 
+def post_route(
+    router: APIRouter,
+    path: str,
+    model: type[BaseModel],
+    handler: Callable[[Any], Awaitable[BaseModel]],
+    response_model: type[BaseModel],
+    responses: Responses = FAILURES,
+) -> None:
+    """POST `path`: the body parsed as `model` (400 in the management body when it is not),
+    `handler`'s answer as JSON, a ManagementError as its own status and body."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            body = parse(model, await request.body())
+            result = await handler(body)
+        except ManagementError as exc:
+            return exc.to_response()
+        return JSONResponse(result.model_dump(mode="json"))
+
+    router.add_api_route(
+        path,
+        endpoint,
+        methods=["POST"],
+        response_model=response_model,
+        name=path.strip("/").replace("/", "_"),
+        openapi_extra=json_body(model),
+        responses=responses,
+    )
+
+
 def diagnostics_router(diagnostics: Diagnostics) -> APIRouter:
     router = APIRouter(tags=["diagnostics"])
 
@@ -74,23 +104,7 @@ def diagnostics_router(diagnostics: Diagnostics) -> APIRouter:
         handler: Callable[[Any], Awaitable[BaseModel]],
         response_model: type[BaseModel],
     ) -> None:
-        async def endpoint(request: Request) -> Response:
-            try:
-                body = parse(model, await request.body())
-                result = await handler(body)
-            except ManagementError as exc:
-                return exc.to_response()
-            return JSONResponse(result.model_dump(mode="json"))
-
-        router.add_api_route(
-            path,
-            endpoint,
-            methods=["POST"],
-            response_model=response_model,
-            name=path.strip("/").replace("/", "_"),
-            openapi_extra=json_body(model),
-            responses=FAILURES,
-        )
+        post_route(router, path, model, handler, response_model)
 
     for prefix in (DIAGNOSTICS_PREFIX, LEGACY_PREFIX):
         route(f"{prefix}/intent", IntentRequest, diagnostics.intent, IntentResponse)

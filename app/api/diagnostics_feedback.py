@@ -11,16 +11,13 @@ text, since a conversation's first turn is never feedback.
 from __future__ import annotations
 
 import time
-from typing import Any
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from app.api.classify_models import Text, Threshold, _Options, _Request
 from app.api.diagnostics_service import Diagnostics, _elapsed_ms
 from app.models.fact_check import shared_fact_check_head
 from app.models.feedback import detect_feedback
-from app.runtime.schemas import ModelNotLoadedError
 
 
 class FactCheckOptions(_Options):
@@ -64,14 +61,8 @@ class FeedbackDiagnostics:
 
     async def fact_check(self, request: FactCheckRequest) -> FactCheckResponse:
         started = time.perf_counter()
-
-        async def embed(backend: Any) -> list[Any]:
-            if getattr(backend, "embed", None) is None:
-                raise ModelNotLoadedError("no encoder serves the fact-check head")
-            return list(np.asarray(await backend.embed([request.text]), dtype=np.float32))
-
-        (vector,) = await self._diagnostics._call(embed, 1)
-        labels = shared_fact_check_head().labels(np.asarray(vector, dtype=np.float32))
+        (vector,) = await self._diagnostics.embed([request.text])
+        labels = shared_fact_check_head().labels(vector)
         needs = labels["needs_fact_check"] >= request.options.confidence_threshold
         label = "needs_fact_check" if needs else "no_fact_check_needed"
         return FactCheckResponse(

@@ -23,6 +23,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import numpy as np
+
 from app.api.classify_models import (
     BatchRequest,
     BatchResponse,
@@ -85,6 +87,8 @@ class ClassifierBackend(Protocol):
 
     # Optional: `detect_harmful(texts, threshold, categories)` -> HarmfulResult dicts. A backend
     # without it (or whose harmful-content classifier is not loaded) answers jailbreak-only.
+    # Optional: `embed(texts)` -> (n, dim) unit vectors of the graph's encoder (the Embedding
+    # deployment): fact-check, embeddings, similarity and rerank read it; without it they are 503.
 
     async def preview(self, text: str) -> dict[str, Any] | None:
         """Routing preview of a one-message MoM request (recommended model, decision)."""
@@ -133,6 +137,17 @@ class Diagnostics:
         if not isinstance(results, list) or len(results) != n:
             raise ManagementError(500, error_code, "classifier returned a malformed result")
         return results
+
+    async def embed(self, texts: list[str], error_code: str = "CLASSIFICATION_ERROR") -> np.ndarray:
+        """(len(texts), dim) unit vectors from the backend's `embed`; 503 MODEL_NOT_LOADED without one."""
+
+        async def call(backend: ClassifierBackend) -> list[Any]:
+            embed = getattr(backend, "embed", None)
+            if embed is None:
+                raise ModelNotLoadedError("no encoder is bound to the diagnostics")
+            return list(np.asarray(await embed(texts), dtype=np.float32))
+
+        return np.stack(await self._call(call, len(texts), error_code)).astype(np.float32, copy=False)
 
     async def _preview(self, text: str) -> dict[str, Any] | None:
         if self.backend is None:

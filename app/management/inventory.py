@@ -37,6 +37,11 @@ def _cards() -> list[dict[str, Any]]:
     return [card.model_dump(mode="json") for card in list_builtin_models()]
 
 
+def precision_of(engine: str | None) -> str:
+    """Weights' precision of an engine: int8 (dynamic ONNX build) or fp32 (torch, rules)."""
+    return "int8" if engine == "onnxruntime" else "fp32"
+
+
 def binding_of(card: dict[str, Any]) -> dict[str, Any]:
     """A built-in card as an inventory binding with spec 1's input-limit fields."""
     limits = card.get("limits") or {}
@@ -46,7 +51,7 @@ def binding_of(card: dict[str, Any]) -> dict[str, Any]:
         "recipe": "default",
         "provider": "svc-sr",
         "device": card.get("device", "cpu"),
-        "precision": "int8" if card.get("engines", [None])[0] == "onnxruntime" else "fp32",
+        "precision": precision_of(card.get("engines", [None])[0]),
         "engines": card.get("engines", []),
         "labels": card.get("labels", []),
         "status": card.get("status"),

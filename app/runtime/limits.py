@@ -89,6 +89,12 @@ class TextTokenizer:
         enc = self._tok.encode(text, add_special_tokens=False)
         return TokenSlice(list(enc.offsets), list(enc.word_ids), complete=True)
 
+    def pieces(self, text: str) -> list[tuple[str, int, int]]:
+        """(token, start, end) of each content token: the vocabulary's piece (`##` marks a
+        continuation) and its code point offsets into the original text, end exclusive."""
+        enc = self._tok.encode(text, add_special_tokens=False)
+        return [(piece, int(a), int(b)) for piece, (a, b) in zip(enc.tokens, enc.offsets, strict=True)]
+
     def prefix(self, text: str, need: int) -> TokenSlice:
         """At least `need` leading content tokens, or all of them (`complete`), tokenizing
         only a prefix of a long text."""

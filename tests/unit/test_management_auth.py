@@ -77,8 +77,14 @@ async def test_data_plane_model_list_stays_public_and_diagnostics_need_classify_
     async with h.client() as anonymous, h.client(VIEWER) as viewer:
         models = await anonymous.get("/v1/models")
         diag = await viewer.post("/api/v1/diagnostics/classify/intent", json={"text": "x"})
+        typed = await viewer.post(
+            "/api/v1/diagnostics/models/labels",
+            json={"recipe": "default", "binding": "domain_classifier", "text": "x"},
+        )
+        similarity = await viewer.post("/api/v1/diagnostics/similarity", json={"text1": "a", "text2": "b"})
     assert models.status_code == 200
-    assert diag.status_code == 403 and error_code(diag) == "FORBIDDEN"
+    for denied in (diag, typed, similarity):
+        assert denied.status_code == 403 and error_code(denied) == "FORBIDDEN"
 
 
 async def test_roles_and_permissions():
@@ -194,6 +200,9 @@ async def test_discovery_reports_the_enforced_permission_of_each_route():
     assert by_key[("PATCH", "/api/v1/config")]["permission"] == "config.write"
     assert by_key[("GET", "/api/v1/observability/audit")]["permission"] == "audit.read"
     assert by_key[("POST", "/api/v1/diagnostics/classify/intent")]["permission"] == "classify.invoke"
+    for path in ("/models/tokens", "/models/rerank", "/embeddings", "/similarity/batch"):
+        assert by_key[("POST", f"/api/v1/diagnostics{path}")]["permission"] == "classify.invoke"
+    assert by_key[("GET", "/api/v1/diagnostics/models")]["sensitivity"] == "sensitive"
     assert by_key[("POST", "/api/v1/observability/outcomes")]["permission"] == "learning.ingest"
     assert by_key[("GET", "/api/v1/status")]["permission"] == "ready.read"
     assert not by_key[("POST", "/v1/chat/completions")]["authenticated"]
