@@ -28,7 +28,7 @@ from app.runtime.encoder import EMBEDDING_DIM
 
 class EmbeddingsRequest(_Request):
     texts: list[Text] = Field(min_length=1, description="texts to embed (at most max_batch_size)")
-    dimension: Literal[EMBEDDING_DIM] | None = Field(  # type: ignore[valid-type]
+    dimension: Literal[EMBEDDING_DIM] | None = Field(  # type: ignore[valid-type]  # mypy takes no constant in Literal; the value is 384
         default=None, description=f"the encoder's width ({EMBEDDING_DIM}); MiniLM has no other"
     )
 

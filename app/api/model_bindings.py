@@ -6,23 +6,24 @@ built-in model card behind it (app/runtime/registry.py; the reranker's is the wo
 catalogue's, app/srun/catalog.py): task, labels, limits, the engine the graph picks on CPU
 (`auto`: int8 ONNX for the MiniLM models, presidio + spaCy for PII), and the pinned revision
 and digest of the files that engine loads (`registry.pin`, the same pins `/v1/models` reports).
-Nothing is loaded to list them. Named recipes do not exist yet, so the only recipe is
-`default`; any other name and any unknown binding is an explicit error, never a fallback model.
+Nothing is loaded to list them. A recipe is `default` or one of the configuration's named recipes (all run on the graph's models); any other name
+and any unknown binding is an explicit error, never a fallback model.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from functools import cache
 
 from pydantic import BaseModel
 
 from app.api.diagnostics_requests import ManagementError
+from app.config.recipes import DEFAULT_RECIPE
 from app.management.inventory import precision_of
 from app.runtime import registry
 from app.srun.catalog import RERANKER, SPECS
 
-DEFAULT_RECIPE = "default"
 DEVICE = "cpu"  # the graph's model deployments run on CPU unless Serve gives a replica a GPU
 
 # binding name -> (built-in model, graph deployment that serves it)
@@ -108,33 +109,45 @@ def _binding(name: str) -> Binding:
     )
 
 
-def prepared_bindings(recipe: str = DEFAULT_RECIPE) -> list[Binding]:
-    check_recipe(recipe)
+def prepared_bindings(
+    recipe: str = DEFAULT_RECIPE, known: Collection[str] = (DEFAULT_RECIPE,)
+) -> list[Binding]:
+    check_recipe(recipe, known)
     return [_binding(name) for name in GRAPH_BINDINGS]
 
 
-async def bindings_of(recipe: str) -> list[Binding]:
+async def bindings_of(recipe: str, known: Collection[str] = (DEFAULT_RECIPE,)) -> list[Binding]:
     """`prepared_bindings` off the event loop: the first listing hashes the pinned files (and
     may build the int8 encoder on a machine that has none yet)."""
-    return await asyncio.to_thread(prepared_bindings, recipe)
+    return await asyncio.to_thread(prepared_bindings, recipe, known)
 
 
-async def binding_for(recipe: str, binding: str, tasks: tuple[str, ...] | None = None) -> Binding:
+async def binding_for(
+    recipe: str,
+    binding: str,
+    tasks: tuple[str, ...] | None = None,
+    known: Collection[str] = (DEFAULT_RECIPE,),
+) -> Binding:
     """`find_binding` off the event loop (see `bindings_of`)."""
-    return await asyncio.to_thread(find_binding, recipe, binding, tasks)
+    return await asyncio.to_thread(find_binding, recipe, binding, tasks, known)
 
 
-def check_recipe(recipe: str) -> None:
-    if recipe != DEFAULT_RECIPE:
+def check_recipe(recipe: str, known: Collection[str] = (DEFAULT_RECIPE,)) -> None:
+    if recipe not in known:
         raise ManagementError(
-            404, "RECIPE_NOT_FOUND", f"recipe {recipe!r} does not exist; known: {DEFAULT_RECIPE}"
+            404, "RECIPE_NOT_FOUND", f"recipe {recipe!r} does not exist; known: {', '.join(sorted(known))}"
         )
 
 
-def find_binding(recipe: str, binding: str, tasks: tuple[str, ...] | None = None) -> Binding:
+def find_binding(
+    recipe: str,
+    binding: str,
+    tasks: tuple[str, ...] | None = None,
+    known: Collection[str] = (DEFAULT_RECIPE,),
+) -> Binding:
     """The binding, 404 RECIPE_NOT_FOUND / BINDING_NOT_FOUND; with `tasks` (those the route
     serves), 400 INVALID_INPUT for a binding that answers another task."""
-    check_recipe(recipe)
+    check_recipe(recipe, known)
     if binding not in GRAPH_BINDINGS:
         raise ManagementError(
             404,

@@ -31,6 +31,7 @@ from app.api.classify_models import Text, Threshold, _Request
 from app.api.diagnostics_requests import invalid, max_batch_size
 from app.api.diagnostics_service import Diagnostics, _elapsed_ms
 from app.api.model_bindings import Binding, binding_for
+from app.config.recipes import recipe_names
 from app.models.domain import DomainResult
 from app.models.jailbreak import DEFAULT_THRESHOLD, JailbreakResult
 from app.models.pii import PIIResult
@@ -130,9 +131,12 @@ class ModelCalls:
     def __init__(self, diagnostics: Diagnostics) -> None:
         self._diagnostics = diagnostics
 
+    def _recipes(self) -> list[str]:
+        return recipe_names(self._diagnostics.config.current())
+
     async def embeddings(self, request: ModelTextRequest) -> ModelEmbeddingResponse:
         started = time.perf_counter()
-        binding = await binding_for(request.recipe, request.binding, ("embeddings",))
+        binding = await binding_for(request.recipe, request.binding, ("embeddings",), self._recipes())
         (vector,) = await self._diagnostics.embed([request.text])
         return ModelEmbeddingResponse(
             binding=binding,
@@ -143,7 +147,9 @@ class ModelCalls:
 
     async def labels(self, request: ModelTextRequest) -> LabelsResponse:
         started = time.perf_counter()
-        binding = await binding_for(request.recipe, request.binding, ("label_probabilities",))
+        binding = await binding_for(
+            request.recipe, request.binding, ("label_probabilities",), self._recipes()
+        )
         texts = [request.text]
         (raw,) = await self._diagnostics._call(lambda b: b.classify_domain(texts, None, "other"), 1)
         result = DomainResult.model_validate(raw)
@@ -161,7 +167,7 @@ class ModelCalls:
 
     async def label_scores(self, request: LabelScoresRequest) -> LabelScoresResponse:
         started = time.perf_counter()
-        binding = await binding_for(request.recipe, request.binding, ("label_scores",))
+        binding = await binding_for(request.recipe, request.binding, ("label_scores",), self._recipes())
         point = self._guard_point(request.threshold)
         texts = [request.text]
         (raw,) = await self._diagnostics._call(
@@ -187,7 +193,9 @@ class ModelCalls:
 
     async def tokens(self, request: ModelTextRequest) -> TokensResponse:
         started = time.perf_counter()
-        binding = await binding_for(request.recipe, request.binding, ("token_spans", "embeddings", "rerank"))
+        binding = await binding_for(
+            request.recipe, request.binding, ("token_spans", "embeddings", "rerank"), self._recipes()
+        )
         text = request.text
         if binding.task != "token_spans":
             pieces = await asyncio.to_thread(shared_tokenizer().pieces, text)
@@ -220,7 +228,7 @@ class ModelCalls:
 
     async def rerank(self, request: RerankRequest) -> RerankResponse:
         started = time.perf_counter()
-        binding = await binding_for(request.recipe, request.binding, ("rerank",))
+        binding = await binding_for(request.recipe, request.binding, ("rerank",), self._recipes())
         limit = max_batch_size(self._diagnostics.config.current())
         if len(request.documents) > limit:
             raise invalid(f"documents has {len(request.documents)} items; the maximum is {limit}")

@@ -42,6 +42,7 @@ from app.api.model_calls import (
     TokensResponse,
 )
 from app.common.api_docs import errors
+from app.config.recipes import recipe_names
 from app.management.errors import MgmtErrorBody
 
 PREFIX = "/api/v1/diagnostics"
@@ -55,7 +56,7 @@ def model_diagnostics_router(diagnostics: Diagnostics) -> APIRouter:
     @router.get(f"{PREFIX}/models", response_model=BindingList, responses=NOT_FOUND)
     async def list_models(recipe: str = DEFAULT_RECIPE) -> Response:
         try:
-            bindings = await bindings_of(recipe)
+            bindings = await bindings_of(recipe, recipe_names(diagnostics.config.current()))
         except ManagementError as exc:
             return exc.to_response()
         return JSONResponse(BindingList(recipe=recipe, bindings=bindings).model_dump(mode="json"))

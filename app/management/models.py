@@ -109,7 +109,7 @@ class PlanResponse(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-def _no_default(schema: dict[str, Any]) -> None:
+def no_null_default(schema: dict[str, Any]) -> None:
     schema.pop("default", None)  # the null default is not a value a client may send
 
 
@@ -123,10 +123,10 @@ class RollbackRequest(BaseModel):
     version: int | str | SkipJsonSchema[None] = Field(
         default=None,
         description="version id/timestamp, or a config_version number",
-        json_schema_extra=_no_default,
+        json_schema_extra=no_null_default,
     )
     config_version: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = Field(
-        default=None, json_schema_extra=_no_default
+        default=None, json_schema_extra=no_null_default
     )
 
     @model_validator(mode="after")

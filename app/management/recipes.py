@@ -14,10 +14,11 @@ import copy
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from app.config.recipes import DEFAULT_RECIPE
 from app.management.errors import MgmtError, invalid_input
-from app.management.models import ReasonOut
+from app.management.models import ReasonOut, no_null_default
 from app.management.redaction import redact, restore_redacted
 
 
@@ -53,10 +54,26 @@ class RecipeList(BaseModel):
 class RecipeValidateRequest(BaseModel):
     """POST /api/v1/config/recipes/validate: a recipe PUT (`recipe`) or DELETE, checked only."""
 
-    model_config = ConfigDict(extra="forbid")
+    # `recipe` with put (the default action), none with delete: the schema says so (one of the
+    # two forms), the validator enforces it.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["recipe"], "properties": {"action": {"enum": ["put"]}}},
+                {
+                    "required": ["action"],
+                    "properties": {"action": {"enum": ["delete"]}},
+                    "not": {"required": ["recipe"]},
+                },
+            ]
+        },
+    )
     name: str = Field(min_length=1, max_length=128)
     action: Literal["put", "delete"] = "put"
-    recipe: RecipeBody | None = Field(default=None, description="required with action put")
+    recipe: RecipeBody | SkipJsonSchema[None] = Field(
+        default=None, description="required with action put", json_schema_extra=no_null_default
+    )
 
     @model_validator(mode="after")
     def _recipe_with_put(self) -> RecipeValidateRequest:

@@ -115,6 +115,21 @@ async def test_foreign_recipe_and_unknown_binding_are_explicit_404s(client):
     assert "domain_classifier" in message
 
 
+async def test_a_configured_recipe_prepares_the_graphs_bindings(engines):
+    document = {
+        "recipes": [{"name": "coder", "routing": {"decisions": []}}],
+    }
+    async with app_client(engines, document) as client:
+        listed = await client.get(MODELS, params={"recipe": "coder"})
+        assert listed.status_code == 200, listed.text
+        assert listed.json()["recipe"] == "coder"
+        assert {b["binding"] for b in listed.json()["bindings"]} >= {"embedding", "domain_classifier"}
+        body = {"recipe": "coder", "binding": "domain_classifier", "text": "solve 2x + 3 = 7 for x"}
+        assert (await client.post(f"{MODELS}/labels", json=body)).status_code == 200
+        message = error_of(await client.get(MODELS, params={"recipe": "other"}), 404, "RECIPE_NOT_FOUND")
+        assert "coder" in message and "default" in message
+
+
 async def test_bad_bodies_are_the_specs_400s(client):
     labels = f"{MODELS}/labels"
     error_of(
