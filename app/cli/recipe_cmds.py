@@ -1,6 +1,7 @@
-"""`svc-sr recipe ...` (spec 2 `recipe`): list, get, apply, delete, validate over the
-management API's recipe routes (docs/management-api.md). A recipe file is
-`{name, description?, routing}` (YAML or JSON): what `recipe get` prints.
+"""`svc-sr recipe ...` (spec 2 `recipe`): list, get, apply, delete, validate, plan over the
+management API's recipe routes (docs/management-api.md); builtin and pack work on local
+files (app/cli/recipe_local_cmds.py). A recipe file is `{name, description?, routing}` (YAML
+or JSON): what `recipe get` prints.
 
 Exit codes: app/cli/remote.py (0 ok, 2 invalid, 3 unreachable, 4 conflict: stale ETag or a
 recipe an entrypoint references, 5 activation failed, 6 pending, 7 auth, 8 not found).
@@ -18,6 +19,7 @@ import click
 import yaml
 from rich.console import Console
 
+from app.cli.recipe_local_cmds import FILE_KEYS, builtin, recipe_pack
 from app.cli.remote import (
     EXIT_INVALID,
     Remote,
@@ -32,7 +34,6 @@ from app.cli.remote import (
 
 console = Console(stderr=True)
 RECIPES = "/api/v1/config/recipes"
-FILE_KEYS = ("name", "description", "routing")
 
 
 def recipe_path(name: str) -> str:
@@ -41,7 +42,8 @@ def recipe_path(name: str) -> str:
 
 @click.group("recipe")
 def recipe() -> None:
-    """List, read, apply, delete and validate routing recipes on the router."""
+    """Routing recipes: list, read, plan, apply, delete and validate them on the router;
+    built-in recipes and packing recipe files locally."""
 
 
 @recipe.command("list")
@@ -178,3 +180,48 @@ def recipe_validate(path: Path | None, name: str | None, delete: str | None, rem
         click.echo(f"the recipe {request['action']} would be refused:", err=True)
         print_reasons(answer.get("reasons", []))
         sys.exit(EXIT_INVALID)
+
+
+@recipe.command("plan")
+@_file_option
+@_name_option
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON only.")
+@remote_options
+def recipe_plan(path: Path, name: str | None, as_json: bool, remote: Remote) -> None:
+    """Show what `recipe apply -f` would change (decisions and signals added, removed,
+    changed), writing nothing; exit 2 when the apply would be refused."""
+    from app.cli.recipe_plan import plan
+
+    chosen, body = _recipe_file(path, name)
+    request = {"name": chosen, "action": "put", "recipe": body}
+    with remote.client() as client:
+        response = client.request("POST", f"{RECIPES}/validate", json=request)
+        check(response)
+        answer = response.json()
+        current = client.request("GET", recipe_path(chosen))
+    if current.status_code != 404:
+        check(current)
+    if not answer["valid"]:
+        click.echo(f"applying recipe {chosen!r} would be refused:", err=True)
+        print_reasons(answer.get("reasons", []))
+        sys.exit(EXIT_INVALID)
+    result = plan(chosen, answer, None if current.status_code == 404 else current.json())
+    if as_json:
+        echo_json(result.model_dump())
+        return
+    verb = "create" if result.created else ("change" if result.changed else "leave unchanged")
+    click.echo(f"recipe {chosen}: would {verb} (ETag {result.current_etag} -> {result.candidate_etag})")
+    for kind, changes in (("decision", result.decisions), ("signal", result.signals)):
+        for mark, names in (("+", changes.added), ("-", changes.removed), ("~", changes.changed)):
+            for item in names:
+                click.echo(f"  {mark} {kind} {item}")
+    if result.description_changed:
+        click.echo("  ~ description")
+    if result.strategy_changed:
+        click.echo("  ~ strategy")
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
+recipe.add_command(builtin)
+recipe.add_command(recipe_pack)

@@ -62,8 +62,7 @@ NOT_BUILT = {
     "benchmark experiment show", "benchmark plan", "benchmark preview", "benchmark reconcile-usage",
     "benchmark recover", "benchmark recover-plan", "benchmark regrade", "benchmark replay-options",
     "benchmark serve", "benchmark setup", "benchmark target", "benchmark target list",
-    "benchmark target register", "recipe builtin", "recipe builtin export", "recipe builtin init",
-    "recipe builtin list", "recipe pack", "recipe plan", "storage", "storage rotate",
+    "benchmark target register", "storage", "storage rotate",
     "storage vector-stores",
 }  # fmt: skip
 
