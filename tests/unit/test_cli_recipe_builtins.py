@@ -197,3 +197,42 @@ def test_builtin_init_then_plan_and_apply(server: cli_support.Server, tmp_path: 
     applied = run("recipe", "apply", "-f", str(out), *ep)
     assert applied.exit_code == 0, applied.stderr
     assert [r.name for r in server.harness.pipeline.config.recipes] == ["coder", "spare", "safety-first"]
+
+
+@pytest.mark.parametrize(
+    ("name", "models", "cases"),
+    [
+        (
+            "coding",
+            ["big", "small"],
+            [
+                ("Fix the traceback my python script prints", "code", "big"),
+                ("Why does my code throw a null pointer exception?", "code", "big"),
+                ("Tell me a short story about a cat", "general", "small"),
+            ],
+        ),
+        (
+            "cost-saver",
+            ["small", "big"],
+            [
+                ("Prove this theorem step by step and analyse every case in depth", "hard", "big"),
+                ("What is the capital of Spain?", "easy", "small"),
+            ],
+        ),
+    ],
+)
+async def test_builtins_route_with_the_real_encoder(name, models, cases, minilm_embed):
+    """An init'd built-in as the default routing of an in-process router over MiniLM: the
+    requests it is for reach the model of its slot (routing preview; `--model` fills the
+    slots in order)."""
+    from app.pipeline.services import PipelineServices
+    from tests.unit.test_management_recipes import preview
+    from tests.unit.test_management_support import Harness
+
+    out = yaml.safe_load(run("recipe", "builtin", "init", name, *(f"--model={m}" for m in models)).stdout)
+    doc = base_document()
+    doc["routing"] = out["routing"]
+    async with Harness(doc, services=PipelineServices(embed=minilm_embed)).client() as c:
+        for text, decision, model in cases:
+            routed = await preview(c, "MoM", text)
+            assert (routed["decision"], routed["selected_model"]) == (decision, model), (text, routed)
