@@ -87,13 +87,12 @@ CODING = BuiltinRecipe(
 
 SAFETY_FIRST = BuiltinRecipe(
     name="safety-first",
-    description="Jailbreak attempts, harmful content and PII refused; everything else to one model",
+    description="Jailbreak attempts and harmful content answered with a refusal, PII blocked; the rest to one model",
     slots=["model"],
     routing={
         "signals": {
             "jailbreak": [{"name": "jailbreak", "threshold": 0.6}],
             "harmful": [{"name": "harmful", "threshold": 0.5}],
-            "pii": [{"name": "pii", "threshold": 0.6}],
         },
         "decisions": [
             _route(
