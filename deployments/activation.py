@@ -16,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.config.models import RouterConfig
 from app.management.activation import ActivationFailed
-from app.management.cache_admin import ResponseCacheAdmin
 from app.management.rollout import AppState, GraphActivator, declarative_update
 from app.management.service import Management, ManagementParts
 from app.management.startup import StartupTracker
@@ -153,9 +152,10 @@ def build_management(
     config_view: Any,
     previewer: Any,
     compile_check: Callable[[RouterConfig], None],
-    cache_admin: ResponseCacheAdmin | None = None,
+    **extra: Unpack[ManagementParts],
 ) -> Management:
-    """The Ingress replica's Management: persistent store, graph activator, real startup status."""
+    """The Ingress replica's Management: persistent store, graph activator, real startup status;
+    `extra` adds parts the Ingress holds (its cache admin, its metrics recorder)."""
     context = serve.get_replica_context()
     app_name = context.app_name
     tracker = StartupTracker()
@@ -181,10 +181,9 @@ def build_management(
         "compile_check": compile_check,
         "replays": ObservabilityReplays(observability) if observability is not None else None,
         "metrics": metrics_source(observability) if observability is not None else None,
-        "cache_admin": cache_admin,
     }
     stores = open_replica_stores(graph_args, app_name)
-    management = Management(config, **(parts | stores.parts()))
+    management = Management(config, **(parts | extra | stores.parts()))
     log.info(
         "management API: state in %s, configuration version %s",
         stores.store.backend.describe(),

@@ -81,6 +81,7 @@ class Ingress:
             compile_check=_compile_check(domain, guard),
             # The storage API (spec 1 "Storage") over the ResponseCache (none in the graph: 503s).
             cache_admin=LocalCacheAdmin(HandleCacheControl(cache)) if cache is not None else None,
+            recorder=self._metrics.recorder,  # outcomes set svc_router_classification_accuracy
         )
 
     def __serve_build_asgi_app__(self) -> Any:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack
 
 from app.config.models import RouterConfig
+from app.management.accuracy import ClassificationAccuracy
 from app.management.activation import (
     ActivationController,
     Activator,
@@ -38,6 +39,7 @@ from app.management.shared_store import StoreUnavailable
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
+from app.observability.metrics import MetricsRecorder
 
 if TYPE_CHECKING:
     pass
@@ -70,6 +72,7 @@ class ManagementParts(TypedDict, total=False):
     inventory: InventoryBackend | None
     cache_admin: ResponseCacheAdmin | None  # None: the storage routes answer 503
     metrics: MetricsSource | None  # every replica's metrics summed (None: classification-metrics 503)
+    recorder: MetricsRecorder | None  # this replica's metrics (outcomes set classification accuracy)
     response_store: ResponseBackend | None  # the shared Responses store (None: memory only)
     rate_buckets: BucketBackend | None  # the shared rate-limit buckets (None: memory only)
     filename: str
@@ -103,6 +106,7 @@ class Management:
         self.inventory = parts.get("inventory") or LocalInventory(self.startup)
         self.cache_admin = parts.get("cache_admin")
         self.metrics = parts.get("metrics")
+        self.accuracy = ClassificationAccuracy(parts.get("recorder"))
         # The data plane's stores kept where the management state is (Redis: shared).
         self.response_store = parts.get("response_store")
         self.rate_buckets = parts.get("rate_buckets")

@@ -152,6 +152,7 @@ CATALOG: dict[str, MetricDef] = _defs(
         "gauge",
         "Share of correct domain classifications among submitted outcomes.",
         ("category",),
+        aggregate="max",  # a per-replica share: summing replicas would exceed 1
     ),
     MetricDef(
         "svc_router_classification_duration_seconds",

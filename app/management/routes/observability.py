@@ -293,6 +293,8 @@ async def submit_outcome(mgmt: Management, request: Request, idempotency_key: st
             raise MgmtError(
                 409, "this Idempotency-Key was used with a different body", code="IDEMPOTENCY_CONFLICT"
             ) from None
+        if replay is not None and not record.idempotent_replay:
+            mgmt.accuracy.record(replay, body)  # svc_router_classification_accuracy
         if replay is not None and mgmt.ratings is not None and not record.idempotent_replay:
             # An elo decision's ratings learn from it (app/management/elo_feedback.py); never fails.
             await asyncio.to_thread(rate_outcome, mgmt.ratings, mgmt.config, replay, body)
