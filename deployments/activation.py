@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any, Unpack
+from typing import Any
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
@@ -149,13 +148,11 @@ def build_management(
     *,
     router: DeploymentHandle,
     observability: DeploymentHandle | None,
-    config_view: Any,
-    previewer: Any,
-    compile_check: Callable[[RouterConfig], None],
-    **extra: Unpack[ManagementParts],
+    held: ManagementParts,
 ) -> Management:
     """The Ingress replica's Management: persistent store, graph activator, real startup status;
-    `extra` adds parts the Ingress holds (its cache admin, its metrics recorder)."""
+    `held`: the parts the Ingress holds itself (config view, previewer, compile check, cache
+    admin, metrics recorder)."""
     context = serve.get_replica_context()
     app_name = context.app_name
     tracker = StartupTracker()
@@ -174,16 +171,14 @@ def build_management(
         timeout_s=float(getattr(graph_args, "activation_timeout_s", 120.0)),
     )
     parts: ManagementParts = {
+        **held,
         "activator": activator,
-        "config_view": config_view,
         "startup": tracker,
-        "previewer": previewer,
-        "compile_check": compile_check,
         "replays": ObservabilityReplays(observability) if observability is not None else None,
         "metrics": metrics_source(observability) if observability is not None else None,
     }
     stores = open_replica_stores(graph_args, app_name)
-    management = Management(config, **(parts | extra | stores.parts()))
+    management = Management(config, **(parts | stores.parts()))
     log.info(
         "management API: state in %s, configuration version %s",
         stores.store.backend.describe(),

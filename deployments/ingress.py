@@ -76,12 +76,14 @@ class Ingress:
             graph_args,
             router=router,
             observability=observability,
-            config_view=self._config,
-            previewer=self._router,
-            compile_check=_compile_check(domain, guard),
-            # The storage API (spec 1 "Storage") over the ResponseCache (none in the graph: 503s).
-            cache_admin=LocalCacheAdmin(HandleCacheControl(cache)) if cache is not None else None,
-            recorder=self._metrics.recorder,  # outcomes set svc_router_classification_accuracy
+            held={
+                "config_view": self._config,
+                "previewer": self._router,
+                "compile_check": _compile_check(domain, guard),
+                # The storage API (spec 1 "Storage") over the ResponseCache (none: 503s).
+                "cache_admin": LocalCacheAdmin(HandleCacheControl(cache)) if cache is not None else None,
+                "recorder": self._metrics.recorder,  # outcomes set svc_router_classification_accuracy
+            },
         )
 
     def __serve_build_asgi_app__(self) -> Any:
