@@ -113,7 +113,7 @@ def prepared_bindings(
     recipe: str = DEFAULT_RECIPE, known: Collection[str] = (DEFAULT_RECIPE,)
 ) -> list[Binding]:
     check_recipe(recipe, known)
-    return [_binding(name) for name in GRAPH_BINDINGS]
+    return [in_recipe(_binding(name), recipe) for name in GRAPH_BINDINGS]
 
 
 async def bindings_of(recipe: str, known: Collection[str] = (DEFAULT_RECIPE,)) -> list[Binding]:
@@ -139,6 +139,11 @@ def check_recipe(recipe: str, known: Collection[str] = (DEFAULT_RECIPE,)) -> Non
         )
 
 
+def in_recipe(binding: Binding, recipe: str) -> Binding:
+    """The cached graph binding as the recipe that asked for it prepares it (same model)."""
+    return binding if binding.recipe == recipe else binding.model_copy(update={"recipe": recipe})
+
+
 def find_binding(
     recipe: str,
     binding: str,
@@ -154,7 +159,7 @@ def find_binding(
             "BINDING_NOT_FOUND",
             f"binding {binding!r} is not prepared in recipe {recipe!r}; prepared: {', '.join(GRAPH_BINDINGS)}",
         )
-    found = _binding(binding)
+    found = in_recipe(_binding(binding), recipe)
     if tasks is not None and found.task not in tasks:
         serving = [name for name in GRAPH_BINDINGS if _binding(name).task in tasks]
         raise ManagementError(

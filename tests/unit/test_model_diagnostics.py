@@ -124,8 +124,10 @@ async def test_a_configured_recipe_prepares_the_graphs_bindings(engines):
         assert listed.status_code == 200, listed.text
         assert listed.json()["recipe"] == "coder"
         assert {b["binding"] for b in listed.json()["bindings"]} >= {"embedding", "domain_classifier"}
+        assert {b["recipe"] for b in listed.json()["bindings"]} == {"coder"}
         body = {"recipe": "coder", "binding": "domain_classifier", "text": "solve 2x + 3 = 7 for x"}
-        assert (await client.post(f"{MODELS}/labels", json=body)).status_code == 200
+        labelled = await client.post(f"{MODELS}/labels", json=body)
+        assert labelled.status_code == 200 and labelled.json()["binding"]["recipe"] == "coder"
         message = error_of(await client.get(MODELS, params={"recipe": "other"}), 404, "RECIPE_NOT_FOUND")
         assert "coder" in message and "default" in message
 
