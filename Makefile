@@ -46,13 +46,10 @@ llm-start: $(STAMP)
 llm-stop:
 	bash scripts/local-llm.sh stop
 
-# The whole contract's proof: the structure checks (lint), then every test.
-# --durations: the slowest tests, so the suite's time budget (CI: under 45 minutes) can be kept.
-# The unit tests (no Ray, no clock) run on both cores; then everything that starts Ray, Envoy,
-# stores or workers, one test at a time (they measure deadlines: sharing the cores made them flaky).
-test: lint $(VLLM_STAMP)
-	$(VENV)/bin/pytest -q -p no:cacheprovider -n 2 --durations=10 tests/unit
-	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=30 --ignore=tests/unit tests
+# The whole contract's proof: the structure checks (lint), then every test; scripts/run-tests.sh
+# says what runs side by side and what runs one test at a time.
+test: $(STAMP) $(VLLM_STAMP)
+	VENV=$(VENV) bash scripts/run-tests.sh
 
 # The cluster path users take alone (`ray up`'s setup commands, `ray start`, `serve deploy
 # cluster/serve-config.yaml`, a rolling change under load); `make test` runs them too.

@@ -131,15 +131,54 @@ def _if_match_option(func: Any) -> Any:
 @_if_match_option
 @remote_options
 def recipe_apply(path: Path, name: str | None, if_match: str | None, remote: Remote) -> None:
-    """Create or replace a recipe (`default`: the top-level routing) as one config version.
+    """Create or replace a recipe (`default`: the top-level routing) as one config version;
+    a packed file (`recipe pack`: `{recipes: [...]}`) creates or replaces each of its named
+    recipes, all in one config version.
 
     Exit 0 once active; 2 invalid; 4 conflict (stale ETag); 5 activation failed; 6 pending."""
+    document = read_document(path)
+    if "recipes" in document:
+        if name:
+            fail("--name names one recipe: a packed file names its own", EXIT_INVALID)
+        _apply_packed(path, document, if_match, remote)
     chosen, body = _recipe_file(path, name)
     with remote.client() as client:
         tag = if_match or client.etag()
         with console.status(f"PUT {client.endpoint}{recipe_path(chosen)}: validating and activating..."):
             response = client.request("PUT", recipe_path(chosen), json=body, headers={"If-Match": tag})
     report_mutation(response)
+
+
+def _apply_packed(path: Path, document: dict[str, Any], if_match: str | None, remote: Remote) -> None:
+    """PATCH the document's `recipes:` with the packed entries replacing same-named ones (a
+    merge patch replaces a list whole, so the current list is read and merged here)."""
+    packed = document["recipes"]
+    if set(document) != {"recipes"} or not isinstance(packed, list) or not packed:
+        fail(f"{path}: a packed file is `recipes: [...]` and nothing else (see `recipe pack`)", EXIT_INVALID)
+    entries = [_pack_entry_of(path, index, entry) for index, entry in enumerate(packed)]
+    with remote.client() as client:
+        current = client.request("GET", "/api/v1/config")
+        check(current)
+        tag = if_match or current.headers["etag"]
+        by_name = {entry["name"]: entry for entry in current.json().get("recipes") or []}
+        by_name |= {entry["name"]: entry for entry in entries}
+        with console.status(f"PATCH {client.endpoint}/api/v1/config: {len(entries)} recipe(s)..."):
+            response = client.request(
+                "PATCH", "/api/v1/config", json={"recipes": list(by_name.values())}, headers={"If-Match": tag}
+            )
+    report_mutation(response)
+
+
+def _pack_entry_of(path: Path, index: int, entry: Any) -> dict[str, Any]:
+    where = f"{path}: recipes[{index}]"
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+        fail(f"{where}: each packed recipe is a mapping with a `name`", EXIT_INVALID)
+    unknown = sorted(set(entry) - set(FILE_KEYS))
+    if unknown:
+        fail(f"{where}: unknown keys {unknown} (a recipe has {', '.join(FILE_KEYS)})", EXIT_INVALID)
+    if entry["name"] == "default":
+        fail(f"{where}: `default` is the top-level routing, not a named recipe", EXIT_INVALID)
+    return dict(entry)
 
 
 @recipe.command("delete")

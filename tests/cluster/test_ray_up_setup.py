@@ -236,6 +236,11 @@ def node_env(home: Path, venv: Path) -> dict[str, str]:
         "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
         "VIRTUAL_ENV": str(venv),
         "PIP_CACHE_DIR": str(ROOT / ".cache" / "pip"),
+        # No .pyc for the 28k installed modules (a minute of one core): `make test` runs this setup
+        # beside the unit tests, and what is checked is what gets installed, not its bytecode.
+        # "0" is pip's spelling of --no-compile here: a store_false option read from the
+        # environment takes the value itself (PIP_NO_COMPILE=1 leaves compiling on; checked).
+        "PIP_NO_COMPILE": "0",
         "RAY_USAGE_STATS_ENABLED": "0",
     }
 

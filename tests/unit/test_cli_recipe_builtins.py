@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -197,6 +198,33 @@ def test_builtin_init_then_plan_and_apply(server: cli_support.Server, tmp_path: 
     applied = run("recipe", "apply", "-f", str(out), *ep)
     assert applied.exit_code == 0, applied.stderr
     assert [r.name for r in server.harness.pipeline.config.recipes] == ["coder", "spare", "safety-first"]
+
+
+def test_apply_of_a_packed_file_is_one_version(server: cli_support.Server, tmp_path: Path):
+    """`recipe pack` then `recipe apply -f` of the pack: its recipes replace same-named ones and
+    join the others, in one configuration version; a bad pack changes nothing."""
+    ep = ("--endpoint", server.url)
+    src = tmp_path / "recipes"
+    src.mkdir()
+    (src / "coder.yaml").write_text(yaml.safe_dump({"description": "packed", "routing": coder_routing()}))
+    (src / "writer.yaml").write_text(yaml.safe_dump({"routing": coder_routing("big", "poem")}))
+    pack = tmp_path / "pack.yaml"
+    assert run("recipe", "pack", str(src), "-o", str(pack)).exit_code == 0
+    versions = len(httpx.get(f"{server.url}/api/v1/config/versions").json()["versions"])
+    applied = run("recipe", "apply", "-f", str(pack), *ep)
+    assert applied.exit_code == 0, applied.stderr
+    recipes = {r.name: r for r in server.harness.pipeline.config.recipes}
+    assert list(recipes) == ["coder", "spare", "writer"] and recipes["coder"].description == "packed"
+    assert len(httpx.get(f"{server.url}/api/v1/config/versions").json()["versions"]) == versions + 1
+    before = server.harness.pipeline.config
+    named = run("recipe", "apply", "-f", str(pack), "--name", "x", *ep)
+    assert named.exit_code == EXIT_INVALID and "packed file" in named.stderr
+    pack.write_text(yaml.safe_dump({"recipes": [{"name": "default", "routing": coder_routing()}]}))
+    assert run("recipe", "apply", "-f", str(pack), *ep).exit_code == EXIT_INVALID
+    pack.write_text(yaml.safe_dump({"recipes": [{"name": "w2", "routing": coder_routing("ghost")}]}))
+    refused = run("recipe", "apply", "-f", str(pack), *ep)
+    assert refused.exit_code == EXIT_INVALID and "modelRefs" in refused.stderr
+    assert server.harness.pipeline.config is before
 
 
 @pytest.mark.parametrize(
