@@ -7,6 +7,7 @@ everything between the OpenAI SDK and them is the real product.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,6 +270,31 @@ def _print_tail(path: str, lines: int, out: object) -> None:
 
 def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
     wait_http_ok(url, timeout_s)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def vllm_python() -> Path:
+    """The vLLM environment's interpreter (make test sets it up; SVC_SR_VLLM_PYTHON overrides)."""
+    python = Path(os.environ.get("SVC_SR_VLLM_PYTHON") or ROOT / ".venv-vllm" / "bin" / "python")
+    if not python.exists():
+        pytest.fail(f"no vLLM environment at {python}: run `bash scripts/vllm-venv.sh` (make test does)")
+    return python
+
+
+@pytest.fixture(scope="session")
+def tiny_guard_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/fakes/tiny_llama.py --guard, built once for the session (torch training: about half
+    a minute) and read by every test that serves it with vLLM; nobody writes to it."""
+    model_dir = tmp_path_factory.mktemp("tiny-guard") / "tiny-llama"
+    subprocess.run(
+        [str(vllm_python()), str(ROOT / "tests" / "fakes" / "tiny_llama.py"), str(model_dir), "--guard"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return model_dir
 
 
 @pytest.fixture(scope="session")

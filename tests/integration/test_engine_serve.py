@@ -6,7 +6,6 @@ the OpenAI SDK's requests, by `MoM` and by the model's name, are answered by tha
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import openai
@@ -14,21 +13,15 @@ import pytest
 import yaml
 
 from tests.fakes.upstream import find_free_port
-from tests.integration.test_cli_restart import ROOT, Cli
-from tests.integration.test_in_cluster_vllm import vllm_python
+from tests.integration.conftest import vllm_python
+from tests.integration.test_cli_restart import Cli
 
 pytestmark = pytest.mark.integration
 
 
-def test_native_serving_answers_from_the_engine_in_the_graph(tmp_path: Path) -> None:
+def test_native_serving_answers_from_the_engine_in_the_graph(tmp_path: Path, tiny_guard_llama: Path) -> None:
     python = vllm_python()
-    model_dir = tmp_path / "tiny-llama"
-    subprocess.run(
-        [str(python), str(ROOT / "tests" / "fakes" / "tiny_llama.py"), str(model_dir), "--guard"],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    model_dir = tiny_guard_llama
     serve_args = [str(model_dir), "--engine", "--platform", "cpu", "--data-parallel-size", "1"]
     serve_args += ["--max-model-len", "256", "--enforce-eager"]  # the router's path, not vLLM's compiler
     cli = Cli(tmp_path, None, find_free_port(), serve_args)
