@@ -17,15 +17,19 @@ PAGE = 1000  # the replay list's largest page
 
 
 def newest_replays(client: MgmtClient, limit: int) -> list[dict[str, Any]]:
-    """The newest `limit` replay records, oldest first (the list pages forward by sequence)."""
+    """The newest `limit` replay records, oldest first: one small read learns the newest
+    sequence, then the list pages forward from `limit` before it (sequences are consecutive)."""
     records: list[dict[str, Any]] = []
-    after = 0
+    after: int | None = None
     while True:
-        response = client.request(
-            "GET", "/api/v1/observability/replays", params={"limit": PAGE, "after_sequence": after}
-        )
+        params = {"limit": PAGE if after is not None else 1, "after_sequence": after or 0}
+        response = client.request("GET", "/api/v1/observability/replays", params=params)
         check(response)
         page = response.json()
+        if after is None:
+            newest = page.get("newest_sequence")
+            after = max(newest - limit, 0) if isinstance(newest, int) else 0
+            continue
         records = (records + page["records"])[-limit:]
         if not page["has_more"] or page["next_sequence"] <= after:
             return records

@@ -51,6 +51,9 @@ class ReplayPage(BaseModel):
     next_sequence: int
     has_more: bool
     oldest_sequence: int | None
+    # Sequences are consecutive and records leave only from the oldest end, so the newest N
+    # records follow newest_sequence - N: a reader jumps there instead of paging everything.
+    newest_sequence: int | None = None
 
 
 class ModelAggregate(BaseModel):
@@ -146,8 +149,9 @@ class ReplayStore:
     ) -> ReplayPage:
         with self._lock:
             oldest = self._records[0]["sequence"] if self._records else None
+            newest = self._records[-1]["sequence"] if self._records else None
         matching = [r for r in self._matching(decision, model) if r["sequence"] > after_sequence]
-        return replay_page(copy.deepcopy(matching[: limit + 1]), limit, after_sequence, oldest)
+        return replay_page(copy.deepcopy(matching[: limit + 1]), limit, after_sequence, (oldest, newest))
 
     def get(self, replay_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -159,16 +163,18 @@ class ReplayStore:
 
 
 def replay_page(
-    matching: list[dict[str, Any]], limit: int, after_sequence: int, oldest: int | None
+    matching: list[dict[str, Any]], limit: int, after_sequence: int, kept: tuple[int | None, int | None]
 ) -> ReplayPage:
     """The page of `matching` (the filtered records after `after_sequence`, oldest first;
-    more than `limit` of them when there are more)."""
+    more than `limit` of them when there are more); `kept` = the store's (oldest, newest)
+    sequences."""
     page = matching[:limit]
     return ReplayPage(
         records=page,
         has_more=len(matching) > limit,
         next_sequence=page[-1]["sequence"] if page else max(after_sequence, 0),
-        oldest_sequence=oldest,
+        oldest_sequence=kept[0],
+        newest_sequence=kept[1],
     )
 
 

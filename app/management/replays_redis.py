@@ -157,15 +157,18 @@ class RedisReplayStore:
                 return
             cursor = pairs[-1][1]
 
-    def _oldest_sequence(self) -> int | None:
-        with store_errors("replay read"):
-            first = _by_sequence(self.client.zrange(self._order_key, 0, 0, withscores=True))
-        return first[0][1] if first else None
+    def _kept_sequences(self) -> tuple[int | None, int | None]:
+        """(oldest, newest) sequence kept."""
+        with store_errors("replay read"), self.client.pipeline(transaction=True) as pipe:
+            pipe.zrange(self._order_key, 0, 0, withscores=True)
+            pipe.zrange(self._order_key, -1, -1, withscores=True)
+            first, last = (_by_sequence(pairs) for pairs in pipe.execute())
+        return (first[0][1] if first else None, last[0][1] if last else None)
 
     def list(
         self, limit: int = 100, after_sequence: int = 0, decision: str | None = None, model: str | None = None
     ) -> ReplayPage:
-        oldest = self._oldest_sequence()
+        kept = self._kept_sequences()
         chunk = limit + 1 if decision is None and model is None else max(limit + 1, READ_CHUNK)
         matching: list[dict[str, Any]] = []
         for record in self._records_after(after_sequence, chunk):
@@ -173,7 +176,7 @@ class RedisReplayStore:
                 matching.append(record)
                 if len(matching) > limit:
                     break
-        return replay_page(matching, limit, after_sequence, oldest)
+        return replay_page(matching, limit, after_sequence, kept)
 
     def get(self, replay_id: str) -> dict[str, Any] | None:
         with store_errors("replay read"), self.client.pipeline(transaction=True) as pipe:

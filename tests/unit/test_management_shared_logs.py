@@ -230,7 +230,7 @@ def test_replay_store_is_bounded_and_aggregates(make_replays: ReplayFactory) -> 
     assert len(store) == 3 and store.get(ids[0]) is None and store.get(ids[4]) is not None
     page = store.list(limit=2)
     assert [r["request_id"] for r in page.records] == ["r2", "r3"] and page.has_more
-    assert page.oldest_sequence == 3 and page.next_sequence == 4
+    assert page.oldest_sequence == 3 and page.next_sequence == 4 and page.newest_sequence == 5
     assert store.list(after_sequence=page.next_sequence).records[0]["request_id"] == "r4"
     agg = store.aggregate()
     assert agg.total == 3 and agg.by_model["small"].requests == 2 and agg.cost == {"USD": 1.5}

@@ -13,6 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from app.cli.main import cli
+from app.cli.optimize_cmds import newest_replays
 from app.management.recipe_learning import learn
 from app.management.replays import ReplayStore
 from tests.unit.test_cli_config import Server
@@ -116,3 +117,21 @@ def test_the_cli_reads_replays_and_outcomes_and_writes_a_plan_it_never_applies(t
             cli, ["optimize", "recipe-learning", "--endpoint", server.url, "--limit", "4"]
         )
         assert few.exit_code == 0 and "keep math:" in few.output and "propose" not in few.output
+
+
+def test_the_newest_replays_are_read_from_the_end_not_paged_from_the_start() -> None:
+    """2,500 records, the newest 5 wanted: one read of the newest sequence, one page after it."""
+    store = ReplayStore(capacity=5000)
+    for record in records("big", 2500, 0.02):
+        store.record(record)
+    with Server(Harness(two_model_document(), replays=store)) as server:
+        asked: list[dict[str, Any]] = []
+
+        class Client:
+            def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+                asked.append(kwargs["params"])
+                return httpx.request(method, f"{server.url}{path}", timeout=10, **kwargs)
+
+        newest = newest_replays(Client(), 5)  # type: ignore[arg-type]  # only .request is used
+    assert [r["sequence"] for r in newest] == [2496, 2497, 2498, 2499, 2500]
+    assert len(asked) == 2 and asked[1]["after_sequence"] == 2495
