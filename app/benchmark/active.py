@@ -151,7 +151,7 @@ class ActiveRuns:
             state.status = "interrupted"
         return state
 
-    def list(self) -> list[ActiveState]:
+    def states(self) -> list[ActiveState]:
         out = []
         for run_id in self.ids():
             with contextlib.suppress(StoreError):

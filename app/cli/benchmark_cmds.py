@@ -28,8 +28,14 @@ from rich.table import Table
 from app.benchmark.dataset import Dataset, DatasetError
 from app.benchmark.registry import Registry
 from app.benchmark.store import StoreError, index_dataset
-from app.cli.benchmark_exec import RunOptions, execute, invalid, load_dataset, question_ids
+from app.cli.benchmark_audit_cmds import register_audit_commands
+from app.cli.benchmark_dataset_cmds import register_dataset_commands
+from app.cli.benchmark_exec import RunOptions, execute, invalid, load_dataset, parse_ids, question_ids
+from app.cli.benchmark_plan_cmds import register_plan_commands
+from app.cli.benchmark_recovery_cmds import register_recovery_commands
+from app.cli.benchmark_registry_cmds import register_registry_commands
 from app.cli.benchmark_report_cmds import current_store, open_store, register_report_commands
+from app.cli.benchmark_serve_cmd import serve_command
 from app.cli.benchmark_sources import URL_KEY, config_file, fetch_config, router_client, router_options
 from app.cli.remote import DEFAULT_ENDPOINT, echo_json, option_group
 from app.config.models import RouterConfig
@@ -157,25 +163,13 @@ def _print_index(index: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------- run, replay
 
 
-def _parse_ids(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
-    if value is None:
-        return None
-    try:
-        ids = [int(part) for part in value.split(",") if part.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: give question ids as 1,2,3") from None
-    if not ids:
-        raise click.BadParameter("no question ids given")
-    return ids
-
-
 run_options = option_group(
     "options",
     RunOptions,
     click.option(
         "--dataset", "dataset_ref", required=True, help="Dataset directory, or a prepared dataset's name."
     ),
-    click.option("--ids", callback=_parse_ids, default=None, help="Only these question ids (1,2,3)."),
+    click.option("--ids", callback=parse_ids, default=None, help="Only these question ids (1,2,3)."),
     click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N questions."),
     click.option("--batch-size", type=click.IntRange(1, 4096), default=64, show_default=True),
     click.option("--seed", type=int, default=0, show_default=True, help="Weighted selection's draws."),
@@ -243,3 +237,9 @@ def _start(config: RouterConfig, label: str, kind: str, options: RunOptions) -> 
 
 
 register_report_commands(benchmark)
+register_registry_commands(benchmark)
+register_dataset_commands(benchmark, dataset_group)
+register_plan_commands(benchmark)
+register_audit_commands(benchmark)
+register_recovery_commands(benchmark)
+benchmark.add_command(serve_command)

@@ -45,6 +45,18 @@ class RunOptions:
     experiment: str | None
 
 
+def parse_ids(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        ids = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give question ids as 1,2,3") from None
+    if not ids:
+        raise click.BadParameter("no question ids given")
+    return ids
+
+
 def invalid(exc: Exception) -> NoReturn:
     fail(str(exc), EXIT_INVALID)
 
@@ -85,6 +97,8 @@ def question_ids(
             fail(f"question(s) {', '.join(map(str, named))} are excluded from this dataset", EXIT_INVALID)
         return ids
     kept = [q.question_id for q in dataset.questions if q.question_id not in left_out]
+    if not kept:
+        fail("every question of this dataset is excluded (`dataset exclusions NAME --clear`)", EXIT_INVALID)
     if limit is not None:
         return kept[:limit]
     return kept if left_out else None

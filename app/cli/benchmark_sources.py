@@ -100,3 +100,23 @@ router_options = [
         "--token-env", default=DEFAULT_TOKEN_ENV, show_default=True, help="Env var with the management token."
     ),
 ]
+
+
+def any_config(
+    config_path: Path | None, target_name: str | None, url: str | None, timeout: float, token_env: str
+) -> tuple[RouterConfig, str]:
+    """--config FILE, --target NAME (either kind) or --url URL (a router's active config)."""
+    if sum(x is not None for x in (config_path, target_name, url)) != 1:
+        raise click.UsageError("give one of --config FILE, --target NAME, --url URL")
+    if target_name is not None:
+        try:
+            kind = Registry(current_store()).target(target_name).kind
+        except StoreError as exc:
+            fail(str(exc), EXIT_INVALID)
+        if kind == "config":
+            return config_file(None, target_name)
+    if config_path is not None:
+        return config_file(config_path, None)
+    client = router_client(url, target_name, timeout, token_env)
+    config, served = fetch_config(client, None)
+    return config, f"{client.endpoint}#version={served}"
