@@ -11,6 +11,7 @@ questions (a candidate plan reuses them instead of running again).
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -122,3 +123,13 @@ def _reusable(
         if sorted(record.question_ids if record.question_ids is not None else every) == wanted:
             out.append(record.run_id)
     return out
+
+
+class Candidate(BaseModel):
+    """One candidate config of `candidate-plan`: its plan and what to do about it."""
+
+    plan: Plan
+    action: Literal["reuse", "run"]
+    run: str | None  # the stored run reused
+    command: str | None  # the run to start
+    compare: str | None  # the comparison with --baseline

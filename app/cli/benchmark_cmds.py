@@ -220,13 +220,19 @@ def benchmark_replay(
     """Replay a dataset through the configuration a running router serves (before activating
     a candidate, compare it with this run)."""
     client = router_client(url, target_name, timeout, token_env)
-    load_dataset(options.dataset_ref)  # bad input is said before the router is asked
+    loaded = load_dataset(options.dataset_ref)  # bad input is said before the router is asked
     config, served = fetch_config(client, version)
-    _start(config, f"{client.endpoint}#version={served}", "replay", options)
+    _start(config, f"{client.endpoint}#version={served}", "replay", options, loaded)
 
 
-def _start(config: RouterConfig, label: str, kind: str, options: RunOptions) -> None:
-    dataset, excluded = load_dataset(options.dataset_ref)
+def _start(
+    config: RouterConfig,
+    label: str,
+    kind: str,
+    options: RunOptions,
+    loaded: tuple[Dataset, list[int]] | None = None,
+) -> None:
+    dataset, excluded = loaded or load_dataset(options.dataset_ref)
     chosen = question_ids(dataset, options.ids, options.limit, excluded)
     if options.experiment is not None:
         try:

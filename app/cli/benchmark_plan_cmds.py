@@ -16,30 +16,21 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import click
-from pydantic import BaseModel
 from rich.table import Table
 
-from app.benchmark.planning import Plan, plan_run
 from app.benchmark.store import StoreError
 from app.cli.benchmark_exec import invalid, load_dataset, parse_ids, question_ids
 from app.cli.benchmark_report_cmds import _money, current_store, stderr, stdout
 from app.cli.benchmark_sources import any_config, config_file, router_options
 from app.cli.remote import echo_json, option_group
 
+if TYPE_CHECKING:
+    from app.benchmark.planning import Plan
+
 PREVIEW_MAX = 25
-
-
-class Candidate(BaseModel):
-    """One candidate config of `candidate-plan`: its plan and what to do about it."""
-
-    plan: Plan
-    action: Literal["reuse", "run"]
-    run: str | None  # the stored run reused
-    command: str | None  # the run to start
-    compare: str | None  # the comparison with --baseline
 
 
 def _sources(func: Any) -> Any:
@@ -82,6 +73,8 @@ def plan_command(
     as_json: bool,
 ) -> None:
     """What a run would do: questions, models' recorded answers, cost range; nothing is routed."""
+    from app.benchmark.planning import plan_run  # imports the pipeline: only when planning
+
     config, label = any_config(**source)
     dataset, excluded = load_dataset(dataset_ref)
     chosen = question_ids(dataset, ids, limit, excluded)
@@ -139,6 +132,8 @@ def candidate_plan_command(
     as_json: bool,
 ) -> None:
     """Plan measuring candidate configs: per candidate, reuse a stored run or run it; then compare."""
+    from app.benchmark.planning import Candidate, plan_run
+
     if not configs and not targets:
         raise click.UsageError("give one --config FILE or --target NAME or more")
     loaded = [config_file(path, None) for path in configs] + [config_file(None, name) for name in targets]
