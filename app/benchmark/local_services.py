@@ -33,6 +33,7 @@ from app.runtime.batching import MicroBatcher
 from app.runtime.encoder import shared_encoder, token_counter
 
 ProgressFn = Callable[[int, int], None]  # (done, total)
+BatchFn = Callable[[list[Any]], None]  # a batch's QuestionResults, as they are scored
 
 
 class VectorTable:
@@ -119,10 +120,12 @@ def learned_families(config: RouterConfig) -> frozenset[str]:
 class RunFeeds:
     """Where a run's router metrics and replay records go, as live traffic's do: `metrics`
     receives spec 1's router metrics from route() and complete(); `record_replay` the replay
-    records of decisions with a `router_replay` plugin (None: not recorded)."""
+    records of decisions with a `router_replay` plugin (None: not recorded); `on_batch` each
+    batch's results as they are scored (a checkpoint: what it raises stops the run there)."""
 
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     record_replay: Callable[[dict[str, Any]], Any] | None = None
+    on_batch: BatchFn | None = None
 
 
 def local_services(

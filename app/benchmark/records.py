@@ -49,7 +49,8 @@ class RunRecord(_Record):
     dataset_fingerprint: str  # sha256 of questions.jsonl + model_results.csv
     config: str  # the config file, absolute, or `<url>#version=N` for a replay of a live config
     config_fingerprint: str  # sha256 of the config document (canonical JSON)
-    kind: str = "run"  # run | replay
+    kind: str = "run"  # run | replay | regrade
+    source_run: str | None = None  # a regrade's: the run whose routing it grades again
     question_ids: list[int] | None = None  # a subset (--ids, --fold); None: every question
     summary: Summary
     decision_mix: dict[str, int] = Field(default_factory=dict)  # decision (or "(default)") -> questions

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from app.benchmark.dataset import Dataset, Question, RecordedAnswer, question_text
-from app.benchmark.local_services import RunFeeds, VectorTable, local_services, shared_vector_table
+from app.benchmark.local_services import BatchFn, RunFeeds, VectorTable, local_services, shared_vector_table
 from app.benchmark.records import QuestionResult, Summary
 from app.benchmark.report import summarize
 from app.config.loader import load_config
@@ -144,7 +144,8 @@ async def run_benchmark(
     `vectors`: the query-vector table (default: the process's shared one; a vector depends on
     its text alone, so runs of different configs share it safely). `feeds`: where the run's
     router metrics and replay records go, as live traffic's do (default: a recorder of its
-    own, no replay records). `seed`: weighted selection's draws, so a run is repeatable.
+    own, no replay records; its `on_batch` sees each batch's results). `seed`: weighted
+    selection's draws, so a run is repeatable.
     Nothing else outlives the call: each call builds its pipeline from `config`, so configs
     whose artifacts differ under one path never mix. DatasetError for an unknown question id;
     ConfigError for an invalid config file."""
@@ -158,7 +159,9 @@ async def run_benchmark(
     try:
         pipeline = RouterPipeline(loaded, local.services, rng=random.Random(seed))
         await pipeline.warm_up()
-        results = await _route_all(_Scorer(pipeline, chosen), questions, table, batch_size, progress)
+        scorer = _Scorer(pipeline, chosen)
+        on_batch = feeds.on_batch if feeds is not None else None
+        results = await _route_all(scorer, questions, table, batch_size, progress, on_batch)
     finally:
         await local.aclose()
     return results, summarize(results)
@@ -170,11 +173,14 @@ async def _route_all(
     table: VectorTable,
     batch_size: int,
     progress: ProgressFn | None,
+    on_batch: BatchFn | None = None,
 ) -> list[QuestionResult]:
     if not questions:
         return []
     misses = table.misses
     results = [await scorer.score(questions[0])]  # the probe: does this config embed queries?
+    if on_batch is not None:
+        on_batch(results[:])
     if table.misses > misses:
         texts = [question_text(q) for q in questions]
         await table.fill(
@@ -185,7 +191,10 @@ async def _route_all(
         progress("route", 1, total)
     for start in range(1, total, batch_size):
         batch = questions[start : start + batch_size]
-        results += await asyncio.gather(*(scorer.score(q) for q in batch))
+        scored = await asyncio.gather(*(scorer.score(q) for q in batch))
+        results += scored
+        if on_batch is not None:
+            on_batch(list(scored))
         if progress is not None:
             progress("route", len(results), total)
     return results

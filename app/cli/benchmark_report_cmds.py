@@ -17,6 +17,7 @@ from rich.table import Table
 from app.benchmark.baselines import Baselines, compute_baselines
 from app.benchmark.export import export_csv, export_json
 from app.benchmark.records import QuestionResult, RunRecord
+from app.benchmark.registry import MARKER
 from app.benchmark.report import (
     Comparison,
     Report,
@@ -35,17 +36,28 @@ stderr = Console(stderr=True, highlight=False, markup=False)
 Run = tuple[RunRecord, list[QuestionResult]]
 
 
-def open_store(ctx: click.Context, store: Path | None) -> None:
+NO_AUTOSTART = "svc_sr.benchmark.no_autostart"
+
+
+def open_store(ctx: click.Context, store: Path | None, autostart: bool = True) -> None:
     """The `benchmark` group's one --store resolution: the directory given, else the default
     store directory. Every benchmark command finds the store with current_store()."""
     ctx.obj = RunStore(store or default_store_dir())
+    ctx.meta[NO_AUTOSTART] = not autostart
 
 
-def current_store() -> RunStore:
+def current_store(set_up: bool = True) -> RunStore:
     """The store the `benchmark` group opened (open_store); the default one for a command run
-    outside the group."""
-    found = click.get_current_context().find_object(RunStore)
-    return found if found is not None else RunStore(default_store_dir())
+    outside the group. Under --no-autostart, a store `setup` has not made is bad input
+    (`set_up=False`: setup's own call, which makes it)."""
+    ctx = click.get_current_context()
+    found = ctx.find_object(RunStore)
+    store = found if found is not None else RunStore(default_store_dir())
+    if set_up and ctx.meta.get(NO_AUTOSTART) and not (store.root / MARKER).is_file():
+        fail(
+            f"no benchmark store at {store.root} (--no-autostart: run `svc-sr benchmark setup`)", EXIT_INVALID
+        )
+    return store
 
 
 def _load(reference: str) -> Run:

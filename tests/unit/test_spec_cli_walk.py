@@ -52,18 +52,9 @@ SUBCOMMANDS: dict[str, list[str]] = {
     "serve": [],
 }  # fmt: skip
 
-# Named by the spec, not built yet (issue 20: built-in recipes, pack, plan; issue 19: storage; the benchmark
-# service's experiment/target/recovery commands).
+# Named by the spec, not built yet (issue 19: storage).
 NOT_BUILT = {
-    "benchmark cancel", "benchmark candidate-plan", "benchmark catalog",
-    "benchmark comparison-options", "benchmark dataset combine", "benchmark dataset exclusions",
-    "benchmark dataset preparations", "benchmark experiment", "benchmark experiment attach",
-    "benchmark experiment create", "benchmark experiment delete", "benchmark experiment list",
-    "benchmark experiment show", "benchmark plan", "benchmark preview", "benchmark reconcile-usage",
-    "benchmark recover", "benchmark recover-plan", "benchmark regrade", "benchmark replay-options",
-    "benchmark serve", "benchmark setup", "benchmark target", "benchmark target list",
-    "benchmark target register", "storage", "storage rotate",
-    "storage vector-stores",
+    "storage", "storage rotate", "storage vector-stores",
 }  # fmt: skip
 
 ALL = sorted(
