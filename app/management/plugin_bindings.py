@@ -104,7 +104,7 @@ def _view(config: RouterConfig, recipe: str, decision: str, index: int, plugin: 
         type=plugin.type,
         declared_enabled=enabled,
         applied=applied,
-        reachability=reachability,  # type: ignore[arg-type]  # one of the Literal's values above
+        reachability=reachability,
         dependencies=deps,
         dependencies_available=available,
     )

@@ -174,7 +174,8 @@ async def system_prompt_preview(ctx: PreviewContext) -> PreviewOutcome:
     text, mode = _compiled(ctx).system_prompt or ("", "replace")
     injected = apply_system_prompt(ctx.request, text, mode) if text else False
     messages = ctx.request.get("messages") or []
-    return PreviewOutcome(SystemPromptPreview(messages=messages, injected=injected, mode=mode).model_dump())  # type: ignore[arg-type]  # mode is insert|replace (the typed model's Literal)
+    preview = SystemPromptPreview.model_validate({"messages": messages, "injected": injected, "mode": mode})
+    return PreviewOutcome(preview.model_dump())
 
 
 async def request_params_preview(ctx: PreviewContext) -> PreviewOutcome:

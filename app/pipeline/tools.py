@@ -90,7 +90,8 @@ def pinned_tool(body: dict[str, Any]) -> str | None:
 
 def apply_policy(names: list[str], policy: ToolPolicy, pinned: str | None) -> tuple[list[str], list[str]]:
     """(kept, removed) names under a static policy."""
-    kept, removed = [], []
+    kept: list[str] = []
+    removed: list[str] = []
     for name in names:
         allowed = (not policy.allow or name in policy.allow) and name not in policy.deny
         (kept if allowed or name == pinned else removed).append(name)
@@ -171,7 +172,8 @@ async def select_tools(
         outcome.kept, outcome.removed_by_policy = apply_policy(names, policy, pinned)
         outcome.method = "static"
     if selection is not None and outcome.kept:
-        await _semantic(outcome, tools, selection, pinned, query_vector, embed, cache or ToolVectorCache())
+        vectors = cache if cache is not None else ToolVectorCache()  # an empty cache is falsy
+        await _semantic(outcome, tools, selection, pinned, query_vector, embed, vectors)
     _rewrite(body, tools, names, outcome.kept)
     return outcome
 

@@ -186,3 +186,15 @@ async def test_a_decision_without_the_plugins_forwards_every_tool() -> None:
     assert len(plan.body["tools"]) == len(TOOLS) and plan.response_headers["x-tools-selected"] == str(
         len(TOOLS)
     )
+
+
+async def test_tool_vectors_are_embedded_once_per_config_version() -> None:
+    plugins = [{"type": "tool_selection", "configuration": {"top_k": 2, "similarity_threshold": 0.1}}]
+    embed = CountingEmbed()
+    pipeline = RouterPipeline(parse_config(pipeline_document(plugins)).config, PipelineServices(embed=embed))
+    for text in ("a trip to see the weather", "a trip: search flights"):
+        await pipeline.route(
+            {"model": "MoM", "messages": [{"role": "user", "content": text}], "tools": TOOLS}
+        )
+    tool_batches = [texts for texts in embed.calls if len(texts) > 1]
+    assert tool_batches == [[tool_text(t) for t in TOOLS]]  # the second request reads the cache
