@@ -75,6 +75,8 @@ def create_app(
         )
     )
     diagnostics = Diagnostics(classifiers, config)
+    if management.embed is None and classifiers is not None:
+        management.embed = diagnostics.embed  # plugin probes (tool_selection) use the same encoder
     for routes in (diagnostics_router(diagnostics), model_diagnostics_router(diagnostics)):
         app.include_router(
             routes, dependencies=[Depends(route_guard(management, "classify.invoke", "sensitive"))]

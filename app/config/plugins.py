@@ -172,6 +172,25 @@ class RequestParamsPlugin(PluginConfig):
     strip_unknown: bool = False
 
 
+class ToolsPlugin(PluginConfig):
+    """`tools`: a static policy on the request's `tools[]`, by function name. A non-empty
+    `allow` keeps only those names; `deny` removes names (deny wins over allow)."""
+
+    allow: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
+
+
+class ToolSelectionPlugin(PluginConfig):
+    """`tool_selection`: keep the request's own tools that its last user turn needs, by cosine
+    similarity of the router's sentence vectors (query vs each tool's `name: description`):
+    the `top_k` best at or above `similarity_threshold`. When none reaches the threshold,
+    `fallback_to_empty` false keeps every tool, true keeps none (reference key names)."""
+
+    top_k: int = Field(default=3, ge=1, le=128)
+    similarity_threshold: float = Field(default=0.25, ge=0, le=1)
+    fallback_to_empty: bool = False
+
+
 PLUGIN_MODELS: dict[str, type[PluginConfig]] = {
     "system_prompt": SystemPromptPlugin,
     "header_mutation": HeaderMutationPlugin,
@@ -182,6 +201,8 @@ PLUGIN_MODELS: dict[str, type[PluginConfig]] = {
     "jailbreak": JailbreakPlugin,
     "router_replay": RouterReplayPlugin,
     "request_params": RequestParamsPlugin,
+    "tools": ToolsPlugin,
+    "tool_selection": ToolSelectionPlugin,
 }
 assert set(PLUGIN_MODELS) == set(PLUGIN_TYPES), "every applied plugin type needs a model"
 

@@ -66,12 +66,12 @@ PLUGIN_TYPES = frozenset(
         "jailbreak",
         "router_replay",
         "request_params",
+        "tools",
+        "tool_selection",
     }
 )
 REFERENCE_ONLY_PLUGIN_TYPES = frozenset(
     {
-        "tools",
-        "tool_selection",
         "context_compression",
         "rag",
         "memory",

@@ -40,6 +40,7 @@ from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
 from app.observability.metrics import MetricsRecorder
+from app.pipeline.signals.base import EmbedFn
 
 if TYPE_CHECKING:
     pass
@@ -81,6 +82,9 @@ class ManagementParts(TypedDict, total=False):
     activation_wait_s: float
     compile_check: Callable[[RouterConfig], None]
     preview_deadline_s: float
+    # The router's encoder (texts -> unit vectors) for plugin probes (tool_selection); None:
+    # create_app binds the diagnostics' one when it has classifiers, else probes answer 503.
+    embed: EmbedFn | None
 
 
 def now_stamp() -> str:
@@ -103,6 +107,7 @@ class Management:
         self.ratings = parts.get("ratings")
         self.previewer = parts.get("previewer")
         self.preview_deadline_s = parts.get("preview_deadline_s", PREVIEW_DEADLINE_S)
+        self.embed = parts.get("embed")
         self.inventory = parts.get("inventory") or LocalInventory(self.startup)
         self.cache_admin = parts.get("cache_admin")
         self.metrics = parts.get("metrics")

@@ -26,6 +26,7 @@ from app.pipeline.signals.base import EvaluatorFactory, SignalEvaluator
 from app.pipeline.signals.harmful import prompt_guard_harmful_rule
 from app.pipeline.signals.jailbreak import prompt_guard_rule
 from app.pipeline.signals.runtime import bound_evaluators
+from app.pipeline.tools import ToolVectorCache
 
 log = logging.getLogger("svc_sr.pipeline")
 
@@ -86,6 +87,9 @@ class CompiledConfig:
         }
         uses_elo = any(s.kind == "elo" for s in self.selectors.values())
         self._ratings = services.ratings if uses_elo else None
+        # `tool_selection`: the router's encoder, tool vectors kept per config version (bounded)
+        self.embed = services.embed
+        self.tool_vectors = ToolVectorCache()
         self.prefetch_vector = bool(self.global_cache.enabled and services.cache_lookup is not None)
 
     def for_model(self, model: str) -> CompiledConfig:

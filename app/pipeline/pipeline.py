@@ -14,7 +14,8 @@ for `model: MoM` / `auto` (any `config.auto_model_names`, or "vllm-sr/auto"):
 5. plugins: `fast_response` answers without a model;
 6. select: model selection (`selection.py`);
 7. cache: response-cache lookup (a hit answers) and the write complete() performs;
-8. plugins: request mutations, routing headers (`headers.py`), header_mutation.
+8. plugins: `tools` / `tool_selection` (`tools.py`), request mutations, routing headers
+   (`headers.py`), header_mutation.
 
 Blocking (spec 01 "Errors"): with `global.model_catalog.modules.prompt_guard.enabled`
 every auto request is also checked for jailbreaks (concurrently with the signals) and
@@ -47,7 +48,7 @@ from app.pipeline.headers import fill_routing_headers
 from app.pipeline.phases import guard, parse
 from app.pipeline.phases.cache import cache_step
 from app.pipeline.phases.decide import decide
-from app.pipeline.phases.plugins import answer_fast_response, mutate_request
+from app.pipeline.phases.plugins import answer_fast_response, choose_tools, mutate_request
 from app.pipeline.phases.select import pass_through, routing_disabled, select_model
 from app.pipeline.phases.signals import evaluate_signals
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
@@ -176,6 +177,7 @@ class RouterPipeline:
             if plan.immediate is not None:
                 fill_routing_headers(plan, cache_status)
                 return ranked
+        await choose_tools(state, plan, plugins, ctx, semantic=not preview)
         mutate_request(state, plan, plugins, selection, cache_status)
         return ranked
 

@@ -1,7 +1,8 @@
 """Phase `plugins`: the decision's plugins that act on the request itself (compiled in
 `app/pipeline/plugins.py`): `fast_response` answers before any model is chosen; after
 selection and the cache, the request mutations `system_prompt`, reasoning toggle
-(`reasoning.py`) and `request_params`, then the routing headers and `header_mutation`.
+(`reasoning.py`) and `request_params`, then the routing headers and `header_mutation`;
+`tools` / `tool_selection` (`choose_tools`, async: it may embed) run just before them.
 The guard plugins (`jailbreak`, `pii`) are phase `guard`, the cache plugin phase `cache`.
 """
 
@@ -19,6 +20,8 @@ from app.pipeline.plugins import (
 )
 from app.pipeline.reasoning import apply_reasoning
 from app.pipeline.selection import Selection
+from app.pipeline.signals.base import SignalContext
+from app.pipeline.tools import select_tools
 
 
 def answer_fast_response(plan: RoutePlan, plugins: DecisionPlugins | None) -> bool:
@@ -33,6 +36,32 @@ def answer_fast_response(plan: RoutePlan, plugins: DecisionPlugins | None) -> bo
     )
     fill_routing_headers(plan, "bypass")
     return True
+
+
+async def choose_tools(
+    state: CompiledConfig,
+    plan: RoutePlan,
+    plugins: DecisionPlugins | None,
+    ctx: SignalContext,
+    semantic: bool,
+) -> None:
+    """The decision's `tools` policy, then `tool_selection` (semantic: skipped in routing
+    previews, which make no model call beyond the signals'); sets x-tools-selected's count."""
+    if plugins is None or (plugins.tools is None and plugins.tool_selection is None):
+        return
+    outcome = await select_tools(
+        plan.body,
+        plugins.tools,
+        plugins.tool_selection,
+        query_vector=ctx.query_vector if semantic and ctx.text else None,
+        embed=state.embed if semantic else None,
+        cache=state.tool_vectors,
+    )
+    if outcome is None:
+        return
+    plan.tools_selected = len(outcome.kept)
+    if outcome.error:
+        plan.signals.errors.append(outcome.error)
 
 
 def mutate_request(

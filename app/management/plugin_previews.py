@@ -1,0 +1,296 @@
+"""POST /api/v1/plugins/{type}/preview: what one plugin would do to a sample request, with
+nothing written (persisted false) and every model call counted (backend_calls).
+
+The configuration is a typed candidate (`configuration`, validated against the type's model)
+or the active binding (`binding` {recipe, decision}); guard, RAG and tool previews take the
+binding only. Mode `preview` (the default) makes no call; `probe` (explicit) calls what the
+plugin calls: the embedding for tool_selection; a RAG probe answers 503 (svc-sr has no
+vector-store retrieval).
+
+Dispatcher: `PREVIEWS` maps a type to its `PreviewFn`; `register_preview(type, fn)` adds
+one. Types in `PENDING` without an entry answer 501 NOT_IMPLEMENTED.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from app.common.errors import validation_message
+from app.config.global_config import ResponseCacheConfig
+from app.config.models import RouterConfig
+from app.config.plugins import PLUGIN_MODELS, PluginConfig
+from app.config.routing import Decision, Plugin
+from app.management.errors import MgmtError, invalid_input, not_implemented, unavailable
+from app.management.plugin_bindings import declared_enabled, find_decision, find_plugin
+from app.management.plugin_models import (
+    FastResponsePreview,
+    HeaderMutationPreview,
+    PluginPreviewRequest,
+    PluginPreviewResponse,
+    PreviewBinding,
+    RagPreview,
+    RequestParamsPreview,
+    SystemPromptPreview,
+    ToolsPreview,
+)
+from app.management.plugins_registry import BINDING_REQUIRED, PREVIEW_TYPES, PROBE_TYPES, kind_of
+from app.pipeline.plugins import (
+    DecisionPlugins,
+    apply_header_mutation,
+    apply_request_params,
+    apply_system_prompt,
+    compile_plugins,
+    completion_body,
+)
+from app.pipeline.signals.base import EmbedFn, content_text
+from app.pipeline.tools import ToolVectorCache, select_tools
+
+# Built by the other plugin modules; registered here when they land (register_preview).
+PENDING = frozenset({"context_compression", "hallucination", "response_jailbreak"})
+
+
+@dataclass
+class PreviewContext:
+    """One preview's inputs. `configuration`: the raw mapping (`enabled` folded in); `typed`:
+    it validated against the type's model (None for types svc-sr does not type)."""
+
+    plugin_type: str
+    mode: str
+    source: str
+    binding: PreviewBinding | None
+    configuration: dict[str, Any]
+    typed: PluginConfig | None
+    request: dict[str, Any]  # a deep copy: a preview may rewrite it
+    headers: dict[str, str]
+    supplied_context: list[str] | None
+    config: RouterConfig  # the active configuration
+    embed: EmbedFn | None  # the router's encoder (None: probes that need it answer 503)
+
+
+@dataclass
+class PreviewOutcome:
+    result: dict[str, Any]
+    backend_calls: int = 0
+    selection: dict[str, str] = field(default_factory=dict)  # selection_status / _method / selected_model
+
+
+PreviewFn = Callable[[PreviewContext], Awaitable[PreviewOutcome]]
+PREVIEWS: dict[str, PreviewFn] = {}
+
+
+def register_preview(plugin_type: str, fn: PreviewFn) -> None:
+    """Serve POST /api/v1/plugins/{plugin_type}/preview with `fn`."""
+    PREVIEWS[plugin_type] = fn
+
+
+async def run_preview(
+    plugin_type: str, body: PluginPreviewRequest, config: RouterConfig, embed: EmbedFn | None
+) -> PluginPreviewResponse:
+    if plugin_type not in PREVIEW_TYPES:
+        raise invalid_input(
+            f"plugin {plugin_type!r} has no preview (see its operations in GET /api/v1/plugins/{plugin_type})"
+        )
+    if body.mode == "probe" and plugin_type not in PROBE_TYPES:
+        raise invalid_input(f"plugin {plugin_type!r} has no probe: use mode `preview`")
+    if plugin_type in BINDING_REQUIRED and body.binding is None:
+        raise invalid_input(f"a {plugin_type} preview takes `binding` {{recipe, decision}}, not a candidate")
+    ctx = _context(plugin_type, body, config, embed)
+    fn = PREVIEWS.get(plugin_type)
+    if fn is None:
+        raise not_implemented(f"the {plugin_type} preview is not built yet")
+    outcome = await fn(ctx)
+    return PluginPreviewResponse(
+        type=plugin_type,
+        mode=body.mode,
+        persisted=False,
+        backend_calls=outcome.backend_calls,
+        source="binding" if body.binding is not None else "candidate",
+        binding=body.binding,
+        enabled=ctx.configuration.get("enabled") is not False,
+        applied=plugin_type in PLUGIN_MODELS,
+        result=outcome.result,
+        **outcome.selection,
+    )
+
+
+def _context(
+    plugin_type: str, body: PluginPreviewRequest, config: RouterConfig, embed: EmbedFn | None
+) -> PreviewContext:
+    if body.binding is not None:
+        decision = find_decision(config, body.binding.recipe, body.binding.decision)
+        found = find_plugin(decision, plugin_type)
+        if found is None:
+            raise MgmtError(
+                404,
+                f"decision {decision.name!r} of recipe {body.binding.recipe!r} has no {plugin_type} plugin",
+                code="NOT_FOUND",
+            )
+        plugin = found[1]
+        raw = dict(plugin.configuration)
+        raw["enabled"] = declared_enabled(plugin)
+    else:
+        raw = dict(body.configuration or {})
+    typed: PluginConfig | None = None
+    model = PLUGIN_MODELS.get(plugin_type)
+    if model is not None:
+        try:
+            typed = model.model_validate(raw)
+        except ValidationError as exc:
+            message, _ = validation_message([dict(e) for e in exc.errors()])
+            raise invalid_input(f"invalid {plugin_type} configuration: {message}") from None
+    return PreviewContext(
+        plugin_type=plugin_type,
+        mode=body.mode,
+        source="binding" if body.binding is not None else "candidate",
+        binding=body.binding,
+        configuration=raw,
+        typed=typed,
+        request=copy.deepcopy(body.request.model_dump(exclude_none=True)),
+        headers={k.lower(): v for k, v in body.headers.items()},
+        supplied_context=body.supplied_context,
+        config=config,
+        embed=embed,
+    )
+
+
+def _compiled(ctx: PreviewContext) -> DecisionPlugins:
+    """The plugin compiled exactly as the pipeline compiles it (enabled forced on: a
+    disabled plugin is previewed for what it would do)."""
+    configuration = {**ctx.configuration, "enabled": True}
+    decision = Decision(name="preview", plugins=[Plugin(type=ctx.plugin_type, configuration=configuration)])
+    return compile_plugins(decision, ResponseCacheConfig())
+
+
+# ------------------------------------------------------------------ built-in previews
+
+
+async def system_prompt_preview(ctx: PreviewContext) -> PreviewOutcome:
+    text, mode = _compiled(ctx).system_prompt or ("", "replace")
+    injected = apply_system_prompt(ctx.request, text, mode) if text else False
+    messages = ctx.request.get("messages") or []
+    preview = SystemPromptPreview.model_validate({"messages": messages, "injected": injected, "mode": mode})
+    return PreviewOutcome(preview.model_dump())
+
+
+async def request_params_preview(ctx: PreviewContext) -> PreviewOutcome:
+    settings = _compiled(ctx).request_params or {}
+    changed = apply_request_params(ctx.request, settings)
+    return PreviewOutcome(RequestParamsPreview(request=ctx.request, changed=changed).model_dump())
+
+
+async def header_mutation_preview(ctx: PreviewContext) -> PreviewOutcome:
+    headers = dict(ctx.headers)
+    removed: list[str] = []
+    apply_header_mutation(_compiled(ctx), headers, removed)
+    return PreviewOutcome(HeaderMutationPreview(headers=headers, removed=removed).model_dump())
+
+
+async def fast_response_preview(ctx: PreviewContext) -> PreviewOutcome:
+    message = _compiled(ctx).fast_response or ""
+    body = completion_body(ctx.request.get("model"), message)
+    return PreviewOutcome(
+        FastResponsePreview(response=body).model_dump(),
+        selection={"selection_status": "not_required", "selection_method": "fast_response"},
+    )
+
+
+async def rag_preview(ctx: PreviewContext) -> PreviewOutcome:
+    if ctx.mode == "probe":
+        raise unavailable(
+            "rag probe: svc-sr has no vector-store retrieval; preview with `supplied_context` instead"
+        )
+    if not ctx.supplied_context:
+        raise invalid_input("a rag preview needs `supplied_context` (the documents to inject)")
+    context = "\n\n".join(ctx.supplied_context)
+    text = f"Use the following context to answer.\n\n{context}"
+    messages = list(ctx.request.get("messages") or [])
+    apply_system_prompt(ctx.request, text, "insert")
+    messages = ctx.request.get("messages") or messages
+    return PreviewOutcome(
+        RagPreview(injected_context=text, messages=messages, retrieval="supplied_context").model_dump()
+    )
+
+
+async def tools_preview(ctx: PreviewContext) -> PreviewOutcome:
+    """Static policy in preview; the semantic selection only in probe (one embedding of the
+    query, one of the tools)."""
+    compiled = _compiled(ctx)
+    probing = ctx.mode == "probe" and compiled.tool_selection is not None
+    if probing and ctx.embed is None:
+        raise unavailable(
+            "tool_selection probe: the embedding model is not available", code="MODEL_NOT_LOADED"
+        )
+    query = _last_user_text(ctx.request)
+    if probing and not query:
+        raise invalid_input("a tool_selection probe needs a user message in `request.messages`")
+    calls = 0
+    embed = ctx.embed
+
+    async def counted(texts: list[str]) -> np.ndarray:
+        nonlocal calls
+        assert embed is not None
+        calls += 1
+        return await embed(texts)
+
+    async def query_vector() -> np.ndarray:
+        return np.asarray(await counted([query]), dtype=np.float32).reshape(-1)
+
+    outcome = await select_tools(
+        ctx.request,
+        compiled.tools,
+        compiled.tool_selection,
+        query_vector=query_vector if probing else None,
+        embed=counted if probing else None,
+        cache=ToolVectorCache(),
+    )
+    if outcome is None:
+        preview = ToolsPreview(
+            offered=[], kept=[], removed_by_policy=[], scores={}, method="none", tools_selected=0
+        )
+    else:
+        if outcome.error:
+            raise unavailable(outcome.error, code="MODEL_NOT_LOADED")
+        preview = ToolsPreview(
+            offered=outcome.offered,
+            kept=outcome.kept,
+            removed_by_policy=outcome.removed_by_policy,
+            scores=outcome.scores,
+            method=outcome.method,
+            tools_selected=len(outcome.kept),
+        )
+    return PreviewOutcome(preview.model_dump(), backend_calls=calls)
+
+
+def _last_user_text(request: dict[str, Any]) -> str:
+    for message in reversed(request.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return content_text(message.get("content"))
+    return ""
+
+
+for _type, _fn in (
+    ("system_prompt", system_prompt_preview),
+    ("request_params", request_params_preview),
+    ("header_mutation", header_mutation_preview),
+    ("fast_response", fast_response_preview),
+    ("rag", rag_preview),
+    ("tools", tools_preview),
+    ("tool_selection", tools_preview),
+):
+    register_preview(_type, _fn)
+
+__all__ = [
+    "PREVIEWS",
+    "PreviewContext",
+    "PreviewFn",
+    "PreviewOutcome",
+    "kind_of",
+    "register_preview",
+    "run_preview",
+]
