@@ -134,7 +134,7 @@ class BindingSpec:
     family: str  # the routing signal family it evaluates ("" for none)
     safety: bool  # a safety signal: on_unscanned applies
     head: str | None = None  # default head; None: the binding takes none
-    # Why a model_deployments binding is refused (the graph serves it, app/api/graph_models.py);
+    # Why a model_deployments binding is refused (the graph serves it, app/management/graph_models.py);
     # None: a model-runtime deployment can serve it.
     refused: str | None = None
 
@@ -169,7 +169,7 @@ def _family(path: tuple[str, ...], family: str, head: str | None = None) -> Bind
 # Spec 2's binding names. Each sits in its module's own section, where the reference layout
 # keeps that module's settings (legacy `prompt_guard`, `classifier.category_model`,
 # `classifier.pii_model`, `feedback_detector`, `modality_detector`, `hallucination_mitigation`
-# migrate there unchanged). Which model serves each when unbound: app/api/graph_models.py.
+# migrate there unchanged). Which model serves each when unbound: app/management/graph_models.py.
 BINDINGS: dict[str, BindingSpec] = {
     "domain_classifier": _family(("modules", "classifier", "domain"), "domain"),
     "pii_classifier": _family(("modules", "classifier", "pii"), "pii"),
