@@ -22,6 +22,7 @@ from ray.serve.handle import DeploymentHandle
 
 from app.config.models import RouterConfig
 from app.management.activation import ActivationFailed
+from app.management.live_inventory import ServeFacts
 from app.management.rollout import AppState, GraphActivator, declarative_update
 from app.management.service import Management, ManagementParts
 from app.management.startup import StartupTracker
@@ -170,10 +171,13 @@ def build_management(
         backend,
         timeout_s=float(getattr(graph_args, "activation_timeout_s", 120.0)),
     )
+    details = lambda: ray_compat.serve_details().get("applications", {}).get(app_name, {})  # noqa: E731
+    facts = ServeFacts(details, _deployment_info(app_name), frozenset({context.deployment})).start()
     parts: ManagementParts = {
         **held,
         "activator": activator,
         "startup": tracker,
+        "runtime_facts": facts,
         "replays": ObservabilityReplays(observability) if observability is not None else None,
         "metrics": metrics_source(observability) if observability is not None else None,
     }

@@ -9,7 +9,7 @@ hosting in app/srun; app.config sits below app.srun, so they live here.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -131,27 +131,99 @@ class ModelBinding(StrictSettings):
 class BindingSpec:
     path: tuple[str, ...]  # under global.model_catalog
     contracts: tuple[str, ...]  # the first is the default
-    family: str  # the routing signal family it evaluates
+    family: str  # the routing signal family it evaluates ("" for none)
     safety: bool  # a safety signal: on_unscanned applies
     head: str | None = None  # default head; None: the binding takes none
+    # Why a model_deployments binding is refused (the graph serves it, app/management/graph_models.py);
+    # None: a model-runtime deployment can serve it.
+    refused: str | None = None
 
 
-# The bindings the routing pipeline consumes. Each sits in its module's own section, where the
-# reference layout keeps that module's settings (legacy `prompt_guard`, `classifier.category_model`,
-# `classifier.pii_model` migrate there unchanged).
+# Answer types each signal family can read from a deployment, and the default head.
+FAMILY_CONTRACTS: dict[str, tuple[str, ...]] = {
+    "domain": ("label_probabilities",),
+    "pii": ("token_spans",),
+    "jailbreak": ("label_scores", "label_probabilities"),
+    "fact_check": ("label_probabilities", "label_scores"),
+    "user_feedback": ("label_probabilities", "label_scores"),
+    "modality": ("label_probabilities", "label_scores"),
+}
+SAFETY_FAMILIES = ("jailbreak", "pii")
+LABEL_FAMILIES = ("fact_check", "user_feedback", "modality")
+# Per-rule bindings `safety.<rule>` / `classifier.<rule>` (spec 2 binding names): the section
+# `global.model_catalog.<kind>.<rule>` binds one routing.signals rule of these families.
+RULE_KINDS: dict[str, tuple[str, ...]] = {
+    "safety": SAFETY_FAMILIES,
+    "classifier": ("domain", *LABEL_FAMILIES),
+}
+_GRAPH_ONLY = (
+    "the router's vector space (every head and the embedding rules read one MiniLM vector) is "
+    "served by the graph's Embedding deployment; no model_deployments binding"
+)
+
+
+def _family(path: tuple[str, ...], family: str, head: str | None = None) -> BindingSpec:
+    return BindingSpec(path, FAMILY_CONTRACTS[family], family, family in SAFETY_FAMILIES, head)
+
+
+# Spec 2's binding names. Each sits in its module's own section, where the reference layout
+# keeps that module's settings (legacy `prompt_guard`, `classifier.category_model`,
+# `classifier.pii_model`, `feedback_detector`, `modality_detector`, `hallucination_mitigation`
+# migrate there unchanged). Which model serves each when unbound: app/management/graph_models.py.
 BINDINGS: dict[str, BindingSpec] = {
-    "domain_classifier": BindingSpec(
-        ("modules", "classifier", "domain"), ("label_probabilities",), "domain", False
+    "domain_classifier": _family(("modules", "classifier", "domain"), "domain"),
+    "pii_classifier": _family(("modules", "classifier", "pii"), "pii"),
+    "prompt_guard": _family(("modules", "prompt_guard"), "jailbreak", head="jailbreak"),
+    "fact_check_classifier": _family(("modules", "classifier", "fact_check"), "fact_check"),
+    "feedback_detector": _family(("modules", "feedback_detector"), "user_feedback"),
+    "modality_detector": _family(("modules", "modality_detector"), "modality"),
+    "hallucination_detector": BindingSpec(
+        ("modules", "hallucination_mitigation"), (), "", False, refused=_GRAPH_ONLY
     ),
-    "pii_classifier": BindingSpec(("modules", "classifier", "pii"), ("token_spans",), "pii", True),
-    "prompt_guard": BindingSpec(
-        ("modules", "prompt_guard"),
-        ("label_scores", "label_probabilities"),
-        "jailbreak",
-        True,
-        head="jailbreak",
+    "embedding": BindingSpec(("embeddings", "semantic"), (), "embedding", False, refused=_GRAPH_ONLY),
+    "rag.reranker": BindingSpec(
+        ("modules", "rag", "reranker"),
+        (),
+        "",
+        False,
+        refused="the reranker fuses the graph Embedding deployment's vectors with BM25 in the Ingress "
+        "(app/srun/rerank.py); no model_deployments binding",
     ),
 }
+
+
+def rule_spec(kind: str, rule: str, family: str) -> BindingSpec:
+    """The spec of a per-rule binding `<kind>.<rule>` whose rule is of `family`."""
+    head = "jailbreak" if family == "jailbreak" else None  # label families: the rule's name
+    return BindingSpec((kind, rule), FAMILY_CONTRACTS[family], family, family in SAFETY_FAMILIES, head)
+
+
+def spec_of(name: str) -> BindingSpec:
+    """A binding name's spec; a per-rule name's family is not known here ("")."""
+    kind, _, rule = name.partition(".")
+    if name in BINDINGS:
+        return BINDINGS[name]
+    return BindingSpec((kind, rule), (), "", kind == "safety")
+
+
+def _validated(where: str, name: str, spec: BindingSpec, given: dict[str, Any]) -> ModelBinding:
+    if spec.refused is not None:
+        raise ValueError(f"{where}.deployment: {name} cannot be bound to a deployment: {spec.refused}")
+    try:
+        binding = ModelBinding.model_validate(given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "deployment"
+        raise ValueError(f"{where}.{field}: {first['msg']}") from None
+    if spec.contracts and binding.contract is not None and binding.contract not in spec.contracts:
+        raise ValueError(
+            f"{where}.contract: {name} reads {' or '.join(spec.contracts)}, got {binding.contract!r}"
+        )
+    if binding.head is not None and spec.head is None and name in BINDINGS:
+        raise ValueError(
+            f"{where}.head: {name} reads no head (head applies to prompt_guard and per-rule bindings)"
+        )
+    return binding
 
 
 def catalog_node(catalog: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
@@ -163,36 +235,67 @@ def catalog_node(catalog: Mapping[str, Any], path: tuple[str, ...]) -> dict[str,
 
 
 def read_bindings(catalog: Mapping[str, Any]) -> dict[str, ModelBinding]:
-    """The bindings set in `global.model_catalog` by binding name. ValueError naming the path
-    (relative to global.model_catalog) for a malformed one."""
+    """The bindings set in `global.model_catalog` by binding name (per-rule ones as
+    `safety.<rule>` / `classifier.<rule>`). ValueError naming the path (relative to
+    global.model_catalog) for a malformed one or one svc-sr cannot serve."""
     out: dict[str, ModelBinding] = {}
     for name, spec in BINDINGS.items():
         section = catalog_node(catalog, spec.path)
         given = {key: section[key] for key in BINDING_KEYS if key in section}
-        if not given:
+        if given:
+            out[name] = _validated(".".join(spec.path), name, spec, given)
+    for kind in RULE_KINDS:
+        rules = catalog.get(kind)
+        if rules is None:
             continue
-        where = ".".join(spec.path)
-        try:
-            binding = ModelBinding.model_validate(given)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or "deployment"
-            raise ValueError(f"{where}.{field}: {first['msg']}") from None
+        if not isinstance(rules, Mapping):
+            raise ValueError(f"{kind}: a mapping of rule name to binding, got {type(rules).__name__}")
+        for rule, section in rules.items():
+            if not isinstance(section, Mapping):
+                raise ValueError(f"{kind}.{rule}: a binding {{deployment, contract, head}}")
+            extra = sorted(set(section) - set(BINDING_KEYS) - {"on_unscanned"})
+            if extra:
+                raise ValueError(f"{kind}.{rule}.{extra[0]}: not a binding key ({', '.join(BINDING_KEYS)})")
+            name = f"{kind}.{rule}"
+            if section.get("on_unscanned", "block") not in ("block", "allow"):
+                raise ValueError(f"{name}.on_unscanned: 'block' or 'allow', got {section['on_unscanned']!r}")
+            given = {key: section[key] for key in BINDING_KEYS if key in section}
+            out[name] = _validated(name, name, spec_of(name), given)
+    return out
+
+
+def check_rule_bindings(
+    bindings: Mapping[str, ModelBinding], rules: Mapping[str, Collection[str]]
+) -> dict[str, BindingSpec]:
+    """The spec of every per-rule binding, from the family of the rule it names (`rules`:
+    rule names by family). ValueError with the path for a rule of no family its kind binds
+    or a contract that family cannot read."""
+    out: dict[str, BindingSpec] = {}
+    for name, binding in bindings.items():
+        if name in BINDINGS:
+            continue
+        kind, _, rule = name.partition(".")
+        where = f"global.model_catalog.{name}"
+        families = [f for f in RULE_KINDS[kind] if rule in rules.get(f, ())]
+        if not families:
+            raise ValueError(
+                f"{where}: no routing.signals rule {rule!r} of {' / '.join(RULE_KINDS[kind])} to bind"
+            )
+        if len(families) > 1:
+            raise ValueError(f"{where}: rule {rule!r} is ambiguous ({', '.join(families)})")
+        spec = rule_spec(kind, rule, families[0])
         if binding.contract is not None and binding.contract not in spec.contracts:
             raise ValueError(
-                f"{where}.contract: {name} reads {' or '.join(spec.contracts)}, got {binding.contract!r}"
+                f"{where}.contract: a {families[0]} rule reads {' or '.join(spec.contracts)}, "
+                f"got {binding.contract!r}"
             )
-        if binding.head is not None and spec.head is None:
-            raise ValueError(f"{where}.head: {name} reads no head (head applies to prompt_guard)")
-        out[name] = binding
+        out[name] = spec
     return out
 
 
 def on_unscanned_of(catalog: Mapping[str, Any], binding: str) -> OnUnscanned:
     """`on_unscanned` of a safety binding's module (default `block`)."""
-    return (
-        "allow" if catalog_node(catalog, BINDINGS[binding].path).get("on_unscanned") == "allow" else "block"
-    )
+    return "allow" if catalog_node(catalog, spec_of(binding).path).get("on_unscanned") == "allow" else "block"
 
 
 def check_references(
@@ -208,7 +311,7 @@ def check_references(
         )
     for name, binding in (bindings or {}).items():
         if binding.deployment not in model_deployments:
-            where = ".".join(("global", "model_catalog", *BINDINGS[name].path, "deployment"))
+            where = ".".join(("global", "model_catalog", *spec_of(name).path, "deployment"))
             raise ValueError(
                 f"{where}: {binding.deployment!r} is not a key of model_deployments ({name} binding)"
             )

@@ -15,7 +15,14 @@ from pydantic import Field, model_validator
 
 from app.config.global_config import GlobalConfig
 from app.config.model_base import Strict
-from app.config.model_deployments import DecisionModelRef, ModelDeployment, check_references, read_bindings
+from app.config.model_deployments import (
+    BindingSpec,
+    DecisionModelRef,
+    ModelDeployment,
+    check_references,
+    check_rule_bindings,
+    read_bindings,
+)
 from app.config.providers import ProviderModel, Providers
 from app.config.recipes import Entrypoint, Recipe
 from app.config.routing import Routing
@@ -52,10 +59,23 @@ class RouterConfig(Strict):
 
     @model_validator(mode="after")
     def _runtime_refs(self) -> RouterConfig:
-        check_references(
-            self.model_deployments, self.decision_model, read_bindings(self.global_.model_catalog)
-        )
+        bindings = read_bindings(self.global_.model_catalog)
+        check_references(self.model_deployments, self.decision_model, bindings)
+        self.rule_binding_specs()
         return self
+
+    def rule_binding_specs(self) -> dict[str, BindingSpec]:
+        """The per-rule bindings (`safety.<rule>`, `classifier.<rule>`) with their rule's family."""
+        signals = self.routing.signals
+        rules: dict[str, list[str]] = {
+            "domain": [r.name for r in signals.domains],
+            "pii": [r.name for r in signals.pii],
+            "jailbreak": [r.name for r in signals.jailbreak],
+            "fact_check": [r.name for r in signals.fact_check],
+            "user_feedback": [r.name for r in signals.user_feedbacks],
+            "modality": [r.name for r in signals.modality],
+        }
+        return check_rule_bindings(read_bindings(self.global_.model_catalog), rules)
 
     # ---- lookups used by the pipeline
     def model(self, name: str) -> ProviderModel | None:

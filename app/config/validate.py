@@ -112,6 +112,7 @@ class _Checker:
         never flag a jailbreak)."""
         config = self.config
         bindings = read_bindings(config.global_.model_catalog)
+        rule_specs = config.rule_binding_specs()
         used = {b.deployment for b in bindings.values()}
         if config.decision_model is not None:
             used.add(config.decision_model.deployment)
@@ -120,10 +121,10 @@ class _Checker:
                 self.warn(
                     f"model_deployments.{name}",
                     "accepted but not applied: neither decision_model nor a "
-                    "binding (modules.prompt_guard, modules.classifier.domain / .pii) names it",
+                    "binding (global.model_catalog.modules.*, safety.<rule>, classifier.<rule>) names it",
                 )
         for name, binding in bindings.items():
-            spec = BINDINGS[name]
+            spec = rule_specs.get(name) or BINDINGS[name]
             path = ".".join(("global", "model_catalog", *spec.path))
             task = builtin_task(config.model_deployments[binding.deployment].artifact)
             wanted = binding.contract or spec.contracts[0]

@@ -30,6 +30,7 @@ from app.management.cache_admin import ResponseCacheAdmin
 from app.management.classification_metrics import MetricsSource
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
+from app.management.live_inventory import RuntimeFactsProvider
 from app.management.models import MutationResponse, StatusDocument
 from app.management.rate_buckets import BucketBackend
 from app.management.ratings import RatingStore
@@ -71,6 +72,7 @@ class ManagementParts(TypedDict, total=False):
     ratings: RatingStore | None  # the elo ratings outcomes update (None: outcomes rate nothing)
     previewer: RoutingPreviewer | None
     inventory: InventoryBackend | None
+    runtime_facts: RuntimeFactsProvider | None  # live deployment facts for the inventory (None: unknown)
     cache_admin: ResponseCacheAdmin | None  # None: the storage routes answer 503
     metrics: MetricsSource | None  # every replica's metrics summed (None: classification-metrics 503)
     recorder: MetricsRecorder | None  # this replica's metrics (outcomes set classification accuracy)
@@ -108,7 +110,9 @@ class Management:
         self.previewer = parts.get("previewer")
         self.preview_deadline_s = parts.get("preview_deadline_s", PREVIEW_DEADLINE_S)
         self.embed = parts.get("embed")
-        self.inventory = parts.get("inventory") or LocalInventory(self.startup)
+        self.inventory = parts.get("inventory") or LocalInventory(
+            self.startup, parts.get("runtime_facts"), lambda: self.config
+        )
         self.cache_admin = parts.get("cache_admin")
         self.metrics = parts.get("metrics")
         self.accuracy = ClassificationAccuracy(parts.get("recorder"))

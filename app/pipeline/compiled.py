@@ -74,7 +74,7 @@ class CompiledConfig:
         self.evaluators: dict[str, SignalEvaluator] = {
             family: factory(config, services) for family, factory in factories.items()
         }
-        self.evaluators.update(bound_evaluators(config, services.bound_workers))
+        self.evaluators.update(bound_evaluators(config, services.bound_workers, self.evaluators))
         self.global_fallback = _global_fallback(config)
         self.prompt_guard = prompt_guard_rule(config)
         self.prompt_guard_harmful = prompt_guard_harmful_rule(config)

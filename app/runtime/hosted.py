@@ -267,6 +267,7 @@ class HostedDomain:
         return {
             "name": "domain_classifier",
             "loaded": model is not None,
+            "device": model.card.device if model is not None else None,  # the inventory's device
             "error": self.loaded.error,
             "model": model.info() if model is not None else None,
         }

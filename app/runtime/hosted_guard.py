@@ -270,6 +270,8 @@ class HostedGuard:
         jailbreak = self.jailbreak.model
         return {
             "name": "guard",
+            # what this process runs its models on (the inventory's device)
+            "device": jailbreak.card.device if jailbreak is not None else None,
             "pii": {"loaded": self.pii.loaded, "error": self.pii.error, "model": pii_info},
             "jailbreak": {
                 "loaded": self.jailbreak.loaded,

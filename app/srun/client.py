@@ -12,6 +12,7 @@ the worker's Server-Timing total) and the worker's phases.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -151,10 +152,14 @@ class SrunClient:
         deadline = time.monotonic() + (deadline_s if deadline_s is not None else self.timeout_s)
         started = time.perf_counter()
         m, dep, rep = self.metrics, self.deployment, self.replica
+        # Serialized once: its size is what this call admits to the replica until it ends.
+        payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
+        admitted = len(payload or b"")
         m.add("svc_model_runtime_replica_inflight", 1, deployment=dep, replica=rep)
+        m.add("svc_model_runtime_replica_admitted_bytes", admitted, deployment=dep, replica=rep)
         outcome = "failed"
         try:
-            response = await self._send(method, path, body, deadline)
+            response = await self._send(method, path, payload, deadline)
             elapsed = time.perf_counter() - started
             m.observe("svc_model_runtime_request_duration_seconds", elapsed, deployment=dep, surface=surface)
             timing = parse_server_timing(response.headers.get("server-timing"))
@@ -175,8 +180,9 @@ class SrunClient:
                     )
             if response.status_code >= 400:
                 raise _error(response)
+            answer = _answer(response, m, dep)
             outcome = "ok"
-            return response.json()
+            return answer
         except RuntimeCallError as exc:
             outcome = exc.outcome
             raise
@@ -185,6 +191,7 @@ class SrunClient:
             raise
         finally:
             m.add("svc_model_runtime_replica_inflight", -1, deployment=dep, replica=rep)
+            m.add("svc_model_runtime_replica_admitted_bytes", -admitted, deployment=dep, replica=rep)
             m.inc(
                 "svc_model_runtime_requests_total",
                 deployment=dep,
@@ -197,14 +204,20 @@ class SrunClient:
                 outcome=REPLICA_OUTCOMES.get(outcome, outcome),
             )
 
-    async def _send(self, method: str, path: str, body: Any, deadline: float) -> httpx.Response:
+    async def _send(self, method: str, path: str, payload: bytes | None, deadline: float) -> httpx.Response:
         step = RETRY_STEP_S
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise RuntimeCallError(504, "timeout", f"{self.target}{path}: no answer before the deadline")
             try:
-                response = await self._http.request(method, path, json=body, timeout=left)
+                response = await self._http.request(
+                    method,
+                    path,
+                    content=payload,
+                    headers=_JSON if payload is not None else None,
+                    timeout=left,
+                )
             except httpx.ReadTimeout:
                 raise RuntimeCallError(
                     504, "timeout", f"{self.target}{path}: no answer before the deadline"
@@ -221,6 +234,24 @@ class SrunClient:
                 raise last
             await asyncio.sleep(step)
             step = min(step * 2, RETRY_MAX_STEP_S)
+
+
+_JSON = {"content-type": "application/json"}
+
+
+def _answer(response: httpx.Response, metrics: RuntimeMetrics, deployment: str) -> dict[str, Any]:
+    """A 2xx body as a JSON object; anything else is an answer the router cannot read
+    (svc_model_runtime_unknown_answers_total{reason}) and fails the call."""
+    try:
+        answer = response.json()
+    except ValueError:
+        reason = "not_json"
+    else:
+        if isinstance(answer, dict):
+            return answer
+        reason = "not_an_object"
+    metrics.inc("svc_model_runtime_unknown_answers_total", deployment=deployment, reason=reason)
+    raise RuntimeCallError(502, "unknown_answer", f"{response.request.url.path}: answer is {reason}")
 
 
 def _error(response: httpx.Response) -> RuntimeCallError:

@@ -148,16 +148,19 @@ async def test_inventory_and_older_views():
     encoder = next(m for m in models if m["name"] == "minilm-embedding")
     assert encoder["input_max_tokens"] > 0 and encoder["max_sequence_length"] == encoder["input_max_tokens"]
     assert [m["name"] for m in embeddings] == ["minilm-embedding"] and embeddings[0]["dimensions"] == [384]
-    assert runtime == [
-        {
+    assert (
+        len(runtime) == 1
+        and runtime[0].items()
+        >= {
             "name": "Embedding",
             "artifact": "minilm-embedding",
             "process": None,
             "state": "ready",
             "ready": True,
             "reason": None,
-        }
-    ]
+            "restarts": None,  # no live facts without a provider (tests/unit/test_live_inventory.py)
+        }.items()
+    )
     assert classifier.status_code == 200 and classifier.json()["decisions"][0]["name"] == "math"
     assert {"models", "system"} <= set(info_models) and "gpu_available" in info_models["system"]
     assert info_classifier["status"] == "active" and info_classifier["decisions"][0]["name"] == "math"

@@ -231,6 +231,7 @@ async def test_domain_not_loaded_raises_model_not_loaded() -> None:
     assert hosted.info() == {
         "name": "domain_classifier",
         "loaded": False,
+        "device": None,
         "error": "FileNotFoundError: /x/domain_head.npz",
         "model": None,
     }

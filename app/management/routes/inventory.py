@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.management.errors import not_implemented
-from app.management.inventory import classifier_view, legacy_info_classifier, legacy_info_models
+from app.management.inventory import classifier_view, legacy_info_classifier, legacy_info_models, system_info
 from app.management.redaction import redact
 from app.management.routes.common import Registrar, mgmt_errors, principal_of
 from app.management.service import Management
@@ -18,7 +18,9 @@ def inventory_routes(mgmt: Management) -> APIRouter:
     add = Registrar(router, mgmt).add
 
     async def inv_models() -> JSONResponse:
-        return JSONResponse({"models": await mgmt.inventory.models()})
+        models = await mgmt.inventory.models()
+        gpu = await mgmt.inventory.gpu_available()
+        return JSONResponse({"models": models, "system": system_info(gpu)})
 
     async def inv_classifier(request: Request) -> JSONResponse:
         view = classifier_view(mgmt.config)
@@ -61,7 +63,9 @@ def older_info_routes(mgmt: Management) -> APIRouter:
     add = Registrar(router, mgmt).add
 
     async def info_models() -> JSONResponse:
-        return JSONResponse(legacy_info_models(await mgmt.inventory.models(), mgmt.config))
+        models = await mgmt.inventory.models()
+        gpu = await mgmt.inventory.gpu_available()
+        return JSONResponse(legacy_info_models(models, mgmt.config, gpu))
 
     async def info_classifier() -> JSONResponse:
         return JSONResponse(legacy_info_classifier(mgmt.config))
