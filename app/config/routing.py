@@ -66,13 +66,13 @@ PLUGIN_TYPES = frozenset(
         "jailbreak",
         "router_replay",
         "request_params",
+        "context_compression",
     }
 )
 REFERENCE_ONLY_PLUGIN_TYPES = frozenset(
     {
         "tools",
         "tool_selection",
-        "context_compression",
         "rag",
         "memory",
         "hallucination",

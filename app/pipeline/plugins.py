@@ -3,7 +3,8 @@
 Order (reference router, `processor_req_body*.go`): `fast_response` (immediate answer),
 response cache (lookup; immediate answer on a hit), then the request mutations:
 `system_prompt`, `header_mutation`, reasoning toggle (`reasoning.py`),
-`request_params`. A plugin with `enabled: false` (on the plugin or inside its
+`request_params`, then `context_compression` (compression.py: the budget counts what is
+forwarded, the injected system prompt included). A plugin with `enabled: false` (on the plugin or inside its
 `configuration`) is skipped. `pii` and `jailbreak` are not request mutations:
 `compile_guards` turns them into guard rules (a PIISignal / JailbreakSignal named
 `plugin:<decision>`) that the pipeline checks once the decision is chosen, blocking with
@@ -22,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.config.global_config import ResponseCacheConfig
-from app.config.plugins import PROTECTED_HEADERS, parse_plugin
+from app.config.plugins import PROTECTED_HEADERS, ContextCompressionPlugin, parse_plugin
 from app.config.routing import Decision, Plugin
 from app.config.signals import HarmfulSignal, JailbreakSignal, PIISignal
+from app.pipeline import compression
 
 CACHE_TYPES = frozenset({"semantic-cache", "response_cache"})
 EXACT_MODE_THRESHOLD = 0.999  # "exact" cache mode: the same text embeds to cosine ~1.0
@@ -144,6 +146,7 @@ class DecisionPlugins:
     header_delete: list[str] = field(default_factory=list)
     request_params: dict[str, Any] | None = None
     replay: ReplayPolicy | None = None
+    compression: ContextCompressionPlugin | None = None
 
 
 def guard_rule_name(decision: str) -> str:
@@ -166,27 +169,34 @@ def compile_plugins(decision: Decision, global_cache: ResponseCacheConfig) -> De
         if kind in CACHE_TYPES:
             # an explicitly disabled cache plugin turns the global cache off for this decision
             out.cache = _cache_policy(settings, global_cache) if enabled else CachePolicy(False)
-        elif not enabled:
-            continue
-        elif kind == "fast_response":
-            out.fast_response = str(settings.get("message") or "")
-        elif kind == "system_prompt":
-            text = settings.get("system_prompt") or ""
-            if text:
-                out.system_prompt = (text, settings.get("mode") or "insert")
-        elif kind == "header_mutation":
-            out.header_add += [(_hname(h), str(h.get("value", ""))) for h in settings.get("add") or []]
-            out.header_update += [(_hname(h), str(h.get("value", ""))) for h in settings.get("update") or []]
-            out.header_delete += [str(n).lower() for n in settings.get("delete") or []]
-        elif kind == "request_params":
-            out.request_params = settings
-        elif kind == "router_replay":
-            out.replay = ReplayPolicy(
-                bool(settings.get("capture_request_body")),
-                bool(settings.get("capture_response_body")),
-                settings.get("max_body_bytes"),
-            )
+        elif enabled:
+            _compile_mutation(out, kind, settings)
     return out
+
+
+def _compile_mutation(out: DecisionPlugins, kind: str, settings: dict[str, Any]) -> None:
+    """An enabled plugin that acts on the request (or records it), into `out`."""
+    if kind == "fast_response":
+        out.fast_response = str(settings.get("message") or "")
+    elif kind == "system_prompt":
+        text = settings.get("system_prompt") or ""
+        if text:
+            out.system_prompt = (text, settings.get("mode") or "insert")
+    elif kind == "header_mutation":
+        out.header_add += [(_hname(h), str(h.get("value", ""))) for h in settings.get("add") or []]
+        out.header_update += [(_hname(h), str(h.get("value", ""))) for h in settings.get("update") or []]
+        out.header_delete += [str(n).lower() for n in settings.get("delete") or []]
+    elif kind == "request_params":
+        out.request_params = settings
+    elif kind == "context_compression":
+        out.compression = ContextCompressionPlugin.model_validate(settings)
+        compression.warm_up()  # the tokenizer loads with the config, not on a request
+    elif kind == "router_replay":
+        out.replay = ReplayPolicy(
+            bool(settings.get("capture_request_body")),
+            bool(settings.get("capture_response_body")),
+            settings.get("max_body_bytes"),
+        )
 
 
 GuardRule = tuple[str, PIISignal | JailbreakSignal | HarmfulSignal]  # (signal family, rule)

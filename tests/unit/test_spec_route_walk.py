@@ -39,10 +39,6 @@ NOT_BUILT = {
     ("GET", "/api/v1/plugins/{}"),
     ("GET", "/api/v1/plugins/{}/bindings"),
     ("POST", "/api/v1/plugins/{}/preview"),
-    ("GET", "/api/v1/plugins/context_compression/capabilities"),
-    ("GET", "/api/v1/plugins/context_compression/health"),
-    ("GET", "/api/v1/observability/plugins/context_compression/stats"),
-    ("POST", "/api/v1/plugins/context_compression/preview"),
 }
 
 
