@@ -173,7 +173,7 @@ def preview(config: RouterConfig, request: PreviewRequest) -> PreviewAnswer:
         raise invalid_input(
             f"configuration.{message}" if path else f"configuration: {message}", {"path": where}
         ) from None
-    return PreviewAnswer(**result.model_dump(), mode=request.mode, binding=request.binding)
+    return PreviewAnswer(**(result.model_dump() | {"mode": request.mode}), binding=request.binding)
 
 
 def stats(report: MetricsReport) -> Stats:
