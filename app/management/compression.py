@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from app.common.errors import validation_message
 from app.config.models import RouterConfig
 from app.config.plugins import ContextCompressionPlugin, parse_plugin
 from app.config.recipes import DEFAULT_RECIPE, recipe_names, recipe_routing
 from app.management.classification_metrics import MetricsReport, TimingSummary, timing_summary
-from app.management.errors import invalid_input, not_found
+from app.management.errors import not_found
 from app.observability.metrics import CATALOG
 from app.pipeline.compression import MESSAGE_OVERHEAD, TOKENIZER_NAME, count_texts
 from app.pipeline.compression_preview import CompressionPreview, preview_context_compression
@@ -44,13 +43,24 @@ class Binding(BaseModel):
     decision: str = Field(min_length=1, max_length=256)
 
 
+def _exactly_one_source(schema: dict[str, Any]) -> None:
+    """The documented body says "exactly one" too (no null, oneOf), so a body valid by the
+    schema is never refused for it."""
+    for name in ("configuration", "binding"):
+        field = schema["properties"][name]
+        branches = [b for b in field.pop("anyOf", []) if b.get("type") != "null"]
+        field.update(branches[0] if branches else {})
+    schema["oneOf"] = [{"required": ["configuration"]}, {"required": ["binding"]}]
+
+
 class PreviewRequest(BaseModel):
     """`configuration` (a candidate) or `binding` (the active one), exactly one."""
 
-    model_config = {"extra": "forbid"}
+    # the schema says "exactly one" too, so a schema-valid body is never refused for it
+    model_config = {"extra": "forbid", "json_schema_extra": _exactly_one_source}
 
     messages: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_PREVIEW_MESSAGES)
-    configuration: dict[str, Any] | None = Field(None, description="candidate plugin configuration")
+    configuration: ContextCompressionPlugin | None = Field(None, description="candidate plugin configuration")
     binding: Binding | None = None
     mode: Literal["preview", "probe"] = "preview"
 
@@ -160,19 +170,13 @@ def bound_configuration(config: RouterConfig, binding: Binding) -> ContextCompre
 
 
 def preview(config: RouterConfig, request: PreviewRequest) -> PreviewAnswer:
-    """400 for a candidate that is not a valid configuration (its path in the message)."""
+    """404 for a binding that names no configured context_compression plugin."""
     if request.binding is not None:
-        settings: ContextCompressionPlugin | dict[str, Any] = bound_configuration(config, request.binding)
+        settings = bound_configuration(config, request.binding)
     else:
-        settings = request.configuration or {}
-    try:
-        result = preview_context_compression(settings, request.messages)
-    except ValidationError as exc:
-        message, path = validation_message([dict(e) for e in exc.errors()])
-        where = f"configuration.{path}" if path else "configuration"
-        raise invalid_input(
-            f"configuration.{message}" if path else f"configuration: {message}", {"path": where}
-        ) from None
+        assert request.configuration is not None  # PreviewRequest: exactly one of the two
+        settings = request.configuration
+    result = preview_context_compression(settings, request.messages)
     return PreviewAnswer(**(result.model_dump() | {"mode": request.mode}), binding=request.binding)
 
 

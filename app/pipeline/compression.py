@@ -67,11 +67,16 @@ def message_text(message: Any) -> str:
     if not isinstance(message, dict):
         return ""
     parts = [content_text(message.get("content"))]
-    for call in message.get("tool_calls") or []:
+    for call in _calls(message):
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict):
             parts += [str(function.get("name") or ""), str(function.get("arguments") or "")]
     return "\n".join(p for p in parts if p)
+
+
+def _calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
 
 
 def role_of(message: Any) -> str:
@@ -132,9 +137,11 @@ def _summary_lines(plan: Plan, turn: Unit) -> list[str]:
         if role not in SUMMARY_ROLES:
             continue
         lead = lead_sentence(content_text(message.get("content")))
-        if not lead and message.get("tool_calls"):
-            names = [str((c.get("function") or {}).get("name") or "?") for c in message["tool_calls"]]
-            lead = "called " + ", ".join(names)
+        functions = [c.get("function") for c in _calls(message)]
+        if not lead and functions:
+            lead = "called " + ", ".join(
+                str(f.get("name") if isinstance(f, dict) else "?") for f in functions
+            )
         if lead:
             lines.append(f"- {role}: {lead}")
     return lines
@@ -193,7 +200,9 @@ def select(plan: Plan, config: ContextCompressionPlugin) -> None:
         reserve = plan.summary_tokens
 
 
-def compress(messages: list[Any], config: ContextCompressionPlugin) -> tuple[list[Any], CompressionOutcome, Plan]:
+def compress(
+    messages: list[Any], config: ContextCompressionPlugin
+) -> tuple[list[Any], CompressionOutcome, Plan]:
     """(forwarded messages, outcome, plan). The input list is never mutated; an untouched
     conversation comes back as the same list object."""
     plan = plan_units(messages, config.keep_system)
@@ -224,7 +233,6 @@ def compress(messages: list[Any], config: ContextCompressionPlugin) -> tuple[lis
         summary_tokens=plan.summary_tokens,
     )
     return (out if dropped else messages), outcome, plan
-
 
 
 def apply_compression(plan: RoutePlan, config: ContextCompressionPlugin) -> None:
