@@ -4,8 +4,10 @@ and 200 turns (a user message and an assistant reply of ~60 words each, one syst
 
 Two figures per size and strategy:
 - `plugin`: the plugin step alone, exactly as route() runs it (`apply_compression` on the
-  request's plan: tokenizing every message, choosing the turns, building the summary);
-- `route`: RouterPipeline.route() with the plugin, and without it (same config, the plugin
+  request's plan: counting every message, choosing the turns, building the summary); `cold`:
+  every message tokenized (the count cache cleared first), `warm`: the history already counted
+  (a client resending its conversation: only new messages are tokenized);
+- `route`: RouterPipeline.route() (warm) with the plugin, and without it (same config, the plugin
   removed), p50/p99 of each; `added_p50` is the difference of the medians.
 
     .venv/bin/python bench/bench_context_compression.py [--requests 300] [--json out.json]
@@ -27,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.config.loader import parse_config  # noqa: E402
 from app.config.plugins import ContextCompressionPlugin  # noqa: E402
 from app.pipeline import RouterPipeline  # noqa: E402
-from app.pipeline.compression import apply_compression, warm_up  # noqa: E402
+from app.pipeline.compression import COUNTS, apply_compression, warm_up  # noqa: E402
 from app.pipeline.plan import RoutePlan  # noqa: E402
 from bench.latency import percentile  # noqa: E402
 
@@ -90,16 +92,21 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 def plugin_step(messages: list[dict[str, Any]], strategy: str, requests: int) -> dict[str, Any]:
     config = ContextCompressionPlugin(max_tokens=BUDGET, keep_last_turns=4, strategy=strategy)  # type: ignore[arg-type]  # a checked literal
-    samples = []
+    out: dict[str, Any] = {}
     outcome = None
-    for _ in range(requests):
-        plan = RoutePlan(request_id="b", requested_model="MoM", auto=True, body={"messages": messages})
-        started = time.perf_counter()
-        apply_compression(plan, config)
-        samples.append(time.perf_counter() - started)
-        outcome = plan.compression
+    for kind in ("cold", "warm"):
+        samples = []
+        for _ in range(requests):
+            if kind == "cold":
+                COUNTS.clear()  # every message new to the router (not timed)
+            plan = RoutePlan(request_id="b", requested_model="MoM", auto=True, body={"messages": messages})
+            started = time.perf_counter()
+            apply_compression(plan, config)
+            samples.append(time.perf_counter() - started)
+            outcome = plan.compression
+        out[kind] = summary(samples)
     assert outcome is not None and outcome.compressed and not outcome.over_budget
-    return {**summary(samples), "tokens_before": outcome.tokens_before, "tokens_after": outcome.tokens_after}
+    return {**out, "tokens_before": outcome.tokens_before, "tokens_after": outcome.tokens_after}
 
 
 async def route_times(pipeline: RouterPipeline, messages: list[dict[str, Any]], requests: int) -> list[float]:

@@ -7,7 +7,8 @@ With `keep_system`, system/developer messages are pinned units kept in place.
 
 Budget. Tokens are counted with the MiniLM WordPiece tokenizer the router already ships for
 its `context` signals (app/runtime/encoder.py `load_tokenizer`: no model, no download), plus
-MESSAGE_OVERHEAD per message for the role and the chat template's delimiters. It is not the
+MESSAGE_OVERHEAD per message for the role and the chat template's delimiters. Counts are
+remembered by text (COUNTS): the history a client resends each turn is not tokenized again. It is not the
 backend's tokenizer: the budget is a router-side size bound, not an exact backend count.
 
 Selection. A conversation within `max_tokens` is forwarded untouched. Otherwise the oldest
@@ -25,7 +26,9 @@ for a long conversation: the lead sentence costs microseconds.
 from __future__ import annotations
 
 import re
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -40,6 +43,7 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 SUMMARY_ROLES = frozenset({"user", "assistant"})
 LEAD_MAX_WORDS = 40  # a lead "sentence" without punctuation stops here
 HEADER = "x-vsr-context-compressed"
+COUNT_CACHE_SIZE = 50_000  # distinct message texts remembered (~5 MB)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -50,11 +54,45 @@ def _tokenizer() -> Any:
     return load_tokenizer(None)
 
 
+class _CountCache:
+    """Token counts by text (a bounded LRU): a chat client resends the whole history every turn,
+    so only the new messages are tokenized. Keyed by (length, hash): a collision could only
+    misjudge a count, never change what is forwarded beyond the budget's tolerance."""
+
+    def __init__(self, size: int = COUNT_CACHE_SIZE) -> None:
+        self.size = size
+        self._counts: OrderedDict[tuple[int, int], int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def counts(self, texts: list[str]) -> list[int]:
+        keys = [(len(t), hash(t)) for t in texts]
+        with self._lock:
+            found = [self._counts.get(k) for k in keys]
+        missing = [i for i, n in enumerate(found) if n is None]
+        if missing:
+            encoded = _tokenizer().encode_batch([texts[i] for i in missing], add_special_tokens=False)
+            with self._lock:
+                for i, encoding in zip(missing, encoded, strict=True):
+                    found[i] = self._counts[keys[i]] = len(encoding.ids)
+                while len(self._counts) > self.size:
+                    self._counts.popitem(last=False)
+        with self._lock:
+            for key in keys:
+                if key in self._counts:
+                    self._counts.move_to_end(key)
+        return [int(n or 0) for n in found]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+
+COUNTS = _CountCache()
+
+
 def count_texts(texts: list[str]) -> list[int]:
-    """Tokens of each text (no special tokens), in one batched tokenizer call."""
-    if not texts:
-        return []
-    return [len(e.ids) for e in _tokenizer().encode_batch(texts, add_special_tokens=False)]
+    """Tokens of each text (no special tokens); new texts in one batched tokenizer call."""
+    return COUNTS.counts(texts) if texts else []
 
 
 def warm_up() -> None:

@@ -100,17 +100,28 @@ class RouterMetrics:
         """context_compression: counts and timing only (message content never leaves the plan)."""
         r, outcome = self.recorder, plan.compression
         assert outcome is not None
-        where = {"recipe": plan.recipe or "default", "decision": plan.decision or "none"}
+        recipe, decision = plan.recipe or "default", plan.decision or "none"
         r.inc(
             "svc_router_context_compression_requests_total",
-            **where,
+            recipe=recipe,
+            decision=decision,
             compressed=str(outcome.compressed).lower(),
             over_budget=str(outcome.over_budget).lower(),
         )
         if outcome.turns_dropped:
-            r.inc("svc_router_context_compression_turns_dropped_total", outcome.turns_dropped, **where)
+            r.inc(
+                "svc_router_context_compression_turns_dropped_total",
+                outcome.turns_dropped,
+                recipe=recipe,
+                decision=decision,
+            )
         if outcome.tokens_saved > 0:
-            r.inc("svc_router_context_compression_tokens_saved_total", outcome.tokens_saved, **where)
+            r.inc(
+                "svc_router_context_compression_tokens_saved_total",
+                outcome.tokens_saved,
+                recipe=recipe,
+                decision=decision,
+            )
         r.observe("svc_router_context_compression_duration_seconds", outcome.duration_ms / 1000)
 
     def _signal_metrics(self, plan: RoutePlan) -> None:

@@ -162,6 +162,17 @@ def test_a_disabled_plugin_changes_nothing() -> None:
     assert out is messages and not outcome.compressed
 
 
+def test_token_counts_are_remembered_by_text_and_bounded() -> None:
+    from app.pipeline.compression import _CountCache
+
+    cache = _CountCache(size=3)
+    texts = ["one two three", "four", "five six", "seven"]
+    first = cache.counts(texts)
+    assert first == [3, 1, 2, 1] == count_texts(texts)
+    assert len(cache._counts) == 3  # the oldest evicted
+    assert cache.counts(texts[::-1]) == first[::-1]
+
+
 def test_lead_sentence() -> None:
     assert lead_sentence("First one. Second one.") == "First one."
     assert lead_sentence("  Why? Because.") == "Why?"
