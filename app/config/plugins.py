@@ -181,7 +181,9 @@ class ContextCompressionPlugin(PluginConfig):
 
     max_tokens: int = Field(ge=16, le=10_000_000, description="token budget of the forwarded messages")
     keep_system: bool = True
-    keep_last_turns: int = Field(default=4, ge=1, le=10_000, description="a turn: a user message and its replies")
+    keep_last_turns: int = Field(
+        default=4, ge=1, le=10_000, description="a turn: a user message and its replies"
+    )
     strategy: Literal["drop", "summarize"] = "drop"
     summary_max_tokens: int = Field(default=256, ge=16, le=100_000)
 

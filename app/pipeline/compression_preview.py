@@ -79,7 +79,9 @@ def preview_context_compression(
 
 def _retained(plan: Plan, config: ContextCompressionPlugin) -> list[Retained]:
     dropped = {i for turn in plan.dropped for i in turn.indices}
-    last = {i for turn in plan.turns[max(0, len(plan.turns) - config.keep_last_turns) :] for i in turn.indices}
+    last = {
+        i for turn in plan.turns[max(0, len(plan.turns) - config.keep_last_turns) :] for i in turn.indices
+    }
     pinned = {i for unit in plan.units if unit.pinned for i in unit.indices}
     out = []
     for index, message in enumerate(plan.messages):
