@@ -189,6 +189,20 @@ class ToolSelectionPlugin(PluginConfig):
     top_k: int = Field(default=3, ge=1, le=128)
     similarity_threshold: float = Field(default=0.25, ge=0, le=1)
     fallback_to_empty: bool = False
+class ContextCompressionPlugin(PluginConfig):
+    """Fit the forwarded messages into `max_tokens` (app/pipeline/compression.py): every
+    system message (with `keep_system`) and the last `keep_last_turns` turns stay; the oldest
+    other turns are dropped, whole (a tool call never loses its result), until the rest fits.
+    `summarize` puts one system message in their place, the lead sentences of the dropped
+    turns (extractive, no model call), at most `summary_max_tokens` long."""
+
+    max_tokens: int = Field(ge=16, le=10_000_000, description="token budget of the forwarded messages")
+    keep_system: bool = True
+    keep_last_turns: int = Field(
+        default=4, ge=1, le=10_000, description="a turn: a user message and its replies"
+    )
+    strategy: Literal["drop", "summarize"] = "drop"
+    summary_max_tokens: int = Field(default=256, ge=16, le=100_000)
 
 
 PLUGIN_MODELS: dict[str, type[PluginConfig]] = {
@@ -203,6 +217,7 @@ PLUGIN_MODELS: dict[str, type[PluginConfig]] = {
     "request_params": RequestParamsPlugin,
     "tools": ToolsPlugin,
     "tool_selection": ToolSelectionPlugin,
+    "context_compression": ContextCompressionPlugin,
 }
 assert set(PLUGIN_MODELS) == set(PLUGIN_TYPES), "every applied plugin type needs a model"
 

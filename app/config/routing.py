@@ -68,11 +68,11 @@ PLUGIN_TYPES = frozenset(
         "request_params",
         "tools",
         "tool_selection",
+        "context_compression",
     }
 )
 REFERENCE_ONLY_PLUGIN_TYPES = frozenset(
     {
-        "context_compression",
         "rag",
         "memory",
         "hallucination",

@@ -22,6 +22,8 @@ Routes and the permission each needs (auth mode bearer; with mode none all are o
     POST /api/v1/storage/response-cache/{test,flush} cache.manage                 routes/storage.py
     GET  /api/v1/plugins[/{type}[/bindings]]         config.read                  routes/plugins.py
     POST /api/v1/plugins/{type}/preview              by type: config.read, data.read (rag), classify.invoke (guard probes)
+    GET  /api/v1/plugins/context_compression/{capabilities,health}; POST .../preview  config.read
+    GET  /api/v1/observability/plugins/context_compression/stats  observability.read  routes/compression.py
 
 Every request body and answer is a pydantic model (models.py); failures use MgmtError. A
 management store that is down or too slow (StoreUnavailable) answers 503 STORE_UNAVAILABLE
@@ -34,6 +36,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from app.management.errors import unavailable
+from app.management.routes.compression import compression_routes
 from app.management.routes.config import config_read_routes
 from app.management.routes.config_writes import config_write_routes
 from app.management.routes.inventory import inventory_routes, older_info_routes
@@ -62,6 +65,7 @@ def management_router(mgmt: Management) -> APIRouter:
         older_info_routes,
         replay_routes,
         storage_routes,
+        compression_routes,  # before a generic /api/v1/plugins/{type} family
         plugin_routes,
     ):
         router.include_router(family(mgmt))

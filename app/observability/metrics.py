@@ -194,6 +194,32 @@ CATALOG: dict[str, MetricDef] = _defs(
         " each lookup among them counted as a miss.",
         ("operation",),
     ),
+    MetricDef(
+        "svc_router_context_compression_requests_total",
+        "counter",
+        "Routed requests whose decision runs context_compression, by whether turns were dropped"
+        " and whether the result still exceeds the budget.",
+        ("recipe", "decision", "compressed", "over_budget"),
+    ),
+    MetricDef(
+        "svc_router_context_compression_turns_dropped_total",
+        "counter",
+        "Conversation turns context_compression dropped (summarised or not).",
+        ("recipe", "decision"),
+    ),
+    MetricDef(
+        "svc_router_context_compression_tokens_saved_total",
+        "counter",
+        "Tokens context_compression removed from forwarded requests (router tokenizer).",
+        ("recipe", "decision"),
+    ),
+    MetricDef(
+        "svc_router_context_compression_duration_seconds",
+        "histogram",
+        "Time context_compression took per routed request.",
+        (),
+        RUNTIME_BUCKETS,
+    ),
     MetricDef("svc_router_cache_hit_ratio", "gauge", "Response-cache hits / lookups since start."),
     MetricDef("svc_router_cache_size", "gauge", "Entries held by the response cache."),
     MetricDef(

@@ -75,6 +75,8 @@ class RouterMetrics:
         )
         if cache_status in ("hit", "miss"):
             r.inc("svc_router_cache_lookups_total", result=cache_status)
+        if plan.compression is not None:
+            self._compression_metrics(plan)
         reasoning = plan.reasoning
         if reasoning and plan.selected_model:
             enabled = bool(reasoning.get("enabled"))
@@ -93,6 +95,34 @@ class RouterMetrics:
                 )
                 if enabled:
                     r.inc("llm_reasoning_effort_usage_total", family=family, effort=effort)
+
+    def _compression_metrics(self, plan: RoutePlan) -> None:
+        """context_compression: counts and timing only (message content never leaves the plan)."""
+        r, outcome = self.recorder, plan.compression
+        assert outcome is not None
+        recipe, decision = plan.recipe or "default", plan.decision or "none"
+        r.inc(
+            "svc_router_context_compression_requests_total",
+            recipe=recipe,
+            decision=decision,
+            compressed=str(outcome.compressed).lower(),
+            over_budget=str(outcome.over_budget).lower(),
+        )
+        if outcome.turns_dropped:
+            r.inc(
+                "svc_router_context_compression_turns_dropped_total",
+                outcome.turns_dropped,
+                recipe=recipe,
+                decision=decision,
+            )
+        if outcome.tokens_saved > 0:
+            r.inc(
+                "svc_router_context_compression_tokens_saved_total",
+                outcome.tokens_saved,
+                recipe=recipe,
+                decision=decision,
+            )
+        r.observe("svc_router_context_compression_duration_seconds", outcome.duration_ms / 1000)
 
     def _signal_metrics(self, plan: RoutePlan) -> None:
         """Per signal family (guard rules included): one evaluation per request, each rule's

@@ -47,6 +47,31 @@ class SecurityChecks(BaseModel):
         return f"pii:{str(self.pii_detected).lower()},jailbreak:{str(self.jailbreak_detected).lower()}"
 
 
+class CompressionOutcome(BaseModel):
+    """What the `context_compression` plugin did to one conversation (app/pipeline/compression.py);
+    counts only, never message content."""
+
+    compressed: bool = Field(description="true when messages were dropped or summarised")
+    strategy: Literal["drop", "summarize"]
+    budget: int = Field(description="max_tokens of the configuration")
+    tokens_before: int
+    tokens_after: int
+    tokens_saved: int
+    over_budget: bool = Field(description="system messages and the last turns alone exceed the budget")
+    turns_total: int
+    turns_dropped: int
+    messages_before: int
+    messages_after: int
+    summary_tokens: int = 0
+    duration_ms: float = 0.0
+
+    def header(self) -> str:
+        return (
+            f"dropped={self.turns_dropped},tokens_before={self.tokens_before},"
+            f"tokens_after={self.tokens_after},strategy={self.strategy}"
+        )
+
+
 class ImmediateResponse(BaseModel):
     """An answer given without calling a backend: cache hit, fast_response, block."""
 
@@ -109,6 +134,7 @@ class RoutePlan(BaseModel):
     endpoint: str = "chat_completions"  # the client-facing API (set by the front door), a metrics label
     replay: ReplayCapture | None = None  # set when the decision records replays (x-vsr-replay-id)
     router_replica: str | None = None  # the Router replica that routed it (Ray graph only)
+    compression: CompressionOutcome | None = None  # the decision's context_compression plugin ran
 
 
 class CompletionReport(BaseModel):

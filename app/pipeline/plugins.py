@@ -3,7 +3,9 @@
 Order (reference router, `processor_req_body*.go`): `fast_response` (immediate answer),
 response cache (lookup; immediate answer on a hit), then the request mutations:
 `system_prompt`, `header_mutation`, reasoning toggle (`reasoning.py`),
-`request_params`, the `tools` policy and `tool_selection` (tools.py). A plugin with `enabled: false` (on the plugin or inside its
+`request_params`, the `tools` policy and `tool_selection` (tools.py), then `context_compression`
+(compression.py: the budget counts what is forwarded, the injected system prompt included). A
+plugin with `enabled: false` (on the plugin or inside its
 `configuration`) is skipped. `pii` and `jailbreak` are not request mutations:
 `compile_guards` turns them into guard rules (a PIISignal / JailbreakSignal named
 `plugin:<decision>`) that the pipeline checks once the decision is chosen, blocking with
@@ -22,10 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.config.global_config import ResponseCacheConfig
-from app.config.plugins import PROTECTED_HEADERS, parse_plugin
+from app.config.plugins import PROTECTED_HEADERS, ContextCompressionPlugin, parse_plugin
 from app.config.routing import Decision, Plugin
 from app.config.signals import HarmfulSignal, JailbreakSignal, PIISignal
 from app.pipeline.tools import ToolPolicy, ToolSelectionPolicy
+from app.pipeline import compression
 
 CACHE_TYPES = frozenset({"semantic-cache", "response_cache"})
 EXACT_MODE_THRESHOLD = 0.999  # "exact" cache mode: the same text embeds to cosine ~1.0
@@ -147,6 +150,7 @@ class DecisionPlugins:
     replay: ReplayPolicy | None = None
     tools: ToolPolicy | None = None  # `tools`: static allow/deny of the request's tools
     tool_selection: ToolSelectionPolicy | None = None  # `tool_selection`: semantic top_k
+    compression: ContextCompressionPlugin | None = None
 
 
 def guard_rule_name(decision: str) -> str:
@@ -194,6 +198,9 @@ def _compile_one(out: DecisionPlugins, kind: str, settings: dict[str, Any]) -> N
         out.tool_selection = ToolSelectionPolicy(
             settings["top_k"], settings["similarity_threshold"], settings["fallback_to_empty"]
         )
+    elif kind == "context_compression":
+        out.compression = ContextCompressionPlugin.model_validate(settings)
+        compression.warm_up()  # the tokenizer loads with the config, not on a request
     elif kind == "router_replay":
         out.replay = ReplayPolicy(
             bool(settings.get("capture_request_body")),

@@ -35,10 +35,6 @@ NOT_BUILT = {
     ("GET", "/api/v1/storage/knowledge-bases/{}/map/metadata"),
     ("GET", "/api/v1/storage/knowledge-bases/{}/map/data.ndjson"),
     ("POST", "/api/v1/storage/context-recovery/invalidate"),
-    ("GET", "/api/v1/plugins/context_compression/capabilities"),
-    ("GET", "/api/v1/plugins/context_compression/health"),
-    ("GET", "/api/v1/observability/plugins/context_compression/stats"),
-    ("POST", "/api/v1/plugins/context_compression/preview"),
 }
 
 

@@ -1,14 +1,15 @@
 """Phase `plugins`: the decision's plugins that act on the request itself (compiled in
 `app/pipeline/plugins.py`): `fast_response` answers before any model is chosen; after
 selection and the cache, the request mutations `system_prompt`, reasoning toggle
-(`reasoning.py`) and `request_params`, then the routing headers and `header_mutation`;
-`tools` / `tool_selection` (`choose_tools`, async: it may embed) run just before them.
+(`reasoning.py`), `request_params` and `context_compression`, then the routing headers and
+`header_mutation`; `tools` / `tool_selection` (`choose_tools`, async: it may embed) run just before them.
 The guard plugins (`jailbreak`, `pii`) are phase `guard`, the cache plugin phase `cache`.
 """
 
 from __future__ import annotations
 
 from app.pipeline.compiled import CompiledConfig
+from app.pipeline.compression import apply_compression
 from app.pipeline.headers import fill_routing_headers
 from app.pipeline.plan import ImmediateResponse, RoutePlan
 from app.pipeline.plugins import (
@@ -80,6 +81,8 @@ def mutate_request(
     plan.reasoning = apply_reasoning(plan.body, model, selection.ref, state.defaults)
     if plugins is not None and plugins.request_params is not None:
         apply_request_params(plan.body, plugins.request_params)
+    if plugins is not None and plugins.compression is not None:
+        apply_compression(plan, plugins.compression)
     fill_routing_headers(plan, cache_status)
     if plugins is not None:  # after the routing headers: a mutation may override them
         apply_header_mutation(plugins, plan.upstream_headers, plan.upstream_headers_remove)
