@@ -30,6 +30,8 @@ from app.management.cache_admin import ResponseCacheAdmin
 from app.management.classification_metrics import MetricsSource
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
+from app.management.kb_map import MapCache
+from app.management.knowledge_bases import KnowledgeBaseService
 from app.management.models import MutationResponse, StatusDocument
 from app.management.rate_buckets import BucketBackend
 from app.management.ratings import RatingStore
@@ -75,6 +77,8 @@ class ManagementParts(TypedDict, total=False):
     recorder: MetricsRecorder | None  # this replica's metrics (outcomes set classification accuracy)
     response_store: ResponseBackend | None  # the shared Responses store (None: memory only)
     rate_buckets: BucketBackend | None  # the shared rate-limit buckets (None: memory only)
+    # The knowledge bases (None: in memory, and mutations answer 503: no runtime to embed them)
+    knowledge_bases: KnowledgeBaseService | None
     filename: str
     file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)
     environ: Mapping[str, str] | None
@@ -110,6 +114,8 @@ class Management:
         # The data plane's stores kept where the management state is (Redis: shared).
         self.response_store = parts.get("response_store")
         self.rate_buckets = parts.get("rate_buckets")
+        self.knowledge_bases = parts.get("knowledge_bases") or KnowledgeBaseService()
+        self.kb_maps = MapCache()
         activator = parts.get("activator")
         # Without an activator nothing can reach the routers: status reads `unknown` and
         # mutations answer 503 instead of persisting a change that would never serve.
