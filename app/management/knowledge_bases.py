@@ -158,7 +158,7 @@ class KnowledgeBaseService:
         self._tasks = BackgroundTasks()
 
     # -- reads ------------------------------------------------------------------------------
-    async def list(self) -> list[KnowledgeBase]:
+    async def list_bases(self) -> list[KnowledgeBase]:
         document = await asyncio.to_thread(self.store.load)
         return [self._as_seen(base) for _, base in sorted(document.bases.items())]
 

@@ -31,7 +31,7 @@ from app.management.classification_metrics import MetricsSource
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
 from app.management.kb_map import MapCache
-from app.management.knowledge_bases import KnowledgeBaseService
+from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
 from app.management.models import MutationResponse, StatusDocument
 from app.management.rate_buckets import BucketBackend
 from app.management.ratings import RatingStore
@@ -42,6 +42,7 @@ from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
 from app.observability.metrics import MetricsRecorder
+from app.pipeline.signals.base import EmbedFn
 
 if TYPE_CHECKING:
     pass
@@ -77,8 +78,10 @@ class ManagementParts(TypedDict, total=False):
     recorder: MetricsRecorder | None  # this replica's metrics (outcomes set classification accuracy)
     response_store: ResponseBackend | None  # the shared Responses store (None: memory only)
     rate_buckets: BucketBackend | None  # the shared rate-limit buckets (None: memory only)
-    # The knowledge bases (None: in memory, and mutations answer 503: no runtime to embed them)
+    # The knowledge bases (None: a service over kb_store, embedding with kb_embed)
     knowledge_bases: KnowledgeBaseService | None
+    kb_store: KnowledgeBaseStore | None  # where they are kept (None: memory)
+    kb_embed: EmbedFn | None  # the router's encoder (None: mutations answer 503)
     filename: str
     file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)
     environ: Mapping[str, str] | None
@@ -114,7 +117,9 @@ class Management:
         # The data plane's stores kept where the management state is (Redis: shared).
         self.response_store = parts.get("response_store")
         self.rate_buckets = parts.get("rate_buckets")
-        self.knowledge_bases = parts.get("knowledge_bases") or KnowledgeBaseService()
+        self.knowledge_bases = parts.get("knowledge_bases") or KnowledgeBaseService(
+            parts.get("kb_store"), embed=parts.get("kb_embed")
+        )
         self.kb_maps = MapCache()
         activator = parts.get("activator")
         # Without an activator nothing can reach the routers: status reads `unknown` and

@@ -118,7 +118,7 @@ def _read_routes(mgmt: Management, add: Callable[..., None]) -> None:
     kbs = mgmt.knowledge_bases
 
     async def list_bases() -> JSONResponse:
-        return json_response(KbList(data=[summary(b) for b in await kbs.list()]))
+        return json_response(KbList(data=[summary(b) for b in await kbs.list_bases()]))
 
     async def get_base(name: str = NAME) -> JSONResponse:
         base = await kbs.get(name)

@@ -102,11 +102,15 @@ class LoadedKb:
     def __init__(self, base: KnowledgeBase, vectors: np.ndarray) -> None:
         self.name = base.name
         self.content_hash = base.content_hash
-        self.texts = [e.text for e in base.entries]
         self.label_names = sorted({e.label for e in base.entries})
         index = {label: i for i, label in enumerate(self.label_names)}
-        self.label_index = np.array([index[e.label] for e in base.entries], dtype=np.int64)
-        self.matrix = vectors
+        labels = np.array([index[e.label] for e in base.entries], dtype=np.int64)
+        # Rows grouped by label, so a label's best similarity is one reduceat (ufunc.at is slow).
+        order = np.argsort(labels, kind="stable")
+        self.label_index = labels[order]
+        self.starts = np.searchsorted(self.label_index, np.arange(len(self.label_names)))
+        self.texts = [base.entries[int(i)].text for i in order]
+        self.matrix = np.ascontiguousarray(vectors[order], dtype=np.float32)
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -128,8 +132,7 @@ def score_labels(
         scores = {kb.label_names[winner]: float(sums[winner] / max(counts[winner], 1))}
         nearest = int(top[np.argmax(sims[top])])
     else:
-        best = np.full(n_labels, -1.0, dtype=np.float32)
-        np.maximum.at(best, kb.label_index, sims)
+        best = np.maximum.reduceat(sims, kb.starts)
         scores = {label: float(best[i]) for i, label in enumerate(kb.label_names)}
         nearest = int(np.argmax(sims))
     detail = {
