@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app.config.errors import ConfigError
 from app.config.loader import parse_config
 from app.config.signals import KnowledgeBaseSignal
-from app.config.errors import ConfigError
-from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
+from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore, open_kb_store
+from app.management.shared_store import ManagementStoreSettings
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.signals.kb import KnowledgeBaseEvaluator, KnowledgeBaseFeed
 from app.pipeline.signals.kb_data import KbEntry
@@ -113,3 +115,15 @@ def test_config_accepts_kb_rules_and_rejects_an_unknown_rule_with_its_path() -> 
     with pytest.raises(ConfigError) as bad:
         parse_config(document([{"type": "kb", "name": "nope"}]))
     assert [i.path for i in bad.value.issues] == ["routing.decisions[0].rules.conditions[0].name"]
+
+
+async def test_a_router_feed_reads_what_an_ingress_wrote_to_the_file_store(tmp_path: Path) -> None:
+    settings = ManagementStoreSettings()
+    ingress = KnowledgeBaseService(open_kb_store(settings, "app", tmp_path), embed=fake_embed)
+    feed = KnowledgeBaseFeed(open_kb_store(settings, "app", tmp_path), refresh_s=0)
+    evaluator = KnowledgeBaseEvaluator([rule()], feed)
+    assert "warning" in (await judge(evaluator, TECH[2], {"r"}))["r"].detail
+    await ingress.create("support", None, kb_entries(BILLING, "billing") + kb_entries(TECH, "tech"))
+    await ingress.drain()
+    found = (await judge(evaluator, TECH[2], {"r"}))["r"]
+    assert found.matched and found.detail["label"] == "tech"
