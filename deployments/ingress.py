@@ -83,6 +83,7 @@ class Ingress:
                 # The storage API (spec 1 "Storage") over the ResponseCache (none: 503s).
                 "cache_admin": LocalCacheAdmin(HandleCacheControl(cache)) if cache is not None else None,
                 "recorder": self._metrics.recorder,  # outcomes set svc_router_classification_accuracy
+                "kb_embed": self._classifiers.embed,  # knowledge bases embedded by the graph's encoder
             },
         )
 

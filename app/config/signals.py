@@ -125,9 +125,22 @@ class HarmfulSignal(Strict):
     include_history: bool = False
 
 
+class KnowledgeBaseSignal(Strict):
+    """Matches when the request's nearest label in knowledge base `kb` is one of `labels`
+    (any when empty) with a score >= `threshold` (app/pipeline/signals/kb.py). `max`: a
+    label's score is its best exemplar's cosine similarity; `knn`: the `top_k` nearest vote."""
+
+    name: str
+    kb: str = Field(min_length=1, description="a knowledge base of /api/v1/storage/knowledge-bases")
+    threshold: float = Field(default=0.5, ge=0, le=1)
+    labels: list[str] = Field(default_factory=list)
+    method: Literal["max", "knn"] = "max"
+    top_k: int = Field(default=5, ge=1, le=100)
+
+
 class Signals(Open):
     """Signal rules by family. Families svc-sr evaluates are typed; the reference
-    router's other families (reask, structure, kb, ...) are kept as data
+    router's other families (reask, structure, ...) are kept as data
     and may not be referenced by a decision (validate.py says so)."""
 
     keywords: list[KeywordSignal] = Field(default_factory=list)
@@ -143,6 +156,7 @@ class Signals(Open):
     modality: list[ModalitySignal] = Field(default_factory=list)
     fact_check: list[FactCheckSignal] = Field(default_factory=list)
     user_feedbacks: list[UserFeedbackSignal] = Field(default_factory=list)
+    kb: list[KnowledgeBaseSignal] = Field(default_factory=list)
 
 
 # condition `type` -> the Signals attribute holding rules of that type
@@ -160,6 +174,7 @@ SIGNAL_FAMILIES: dict[str, str] = {
     "modality": "modality",
     "fact_check": "fact_check",
     "user_feedback": "user_feedbacks",
+    "kb": "kb",
 }
 
 # Condition types of the reference router that svc-sr does not evaluate (yet).
@@ -168,7 +183,6 @@ REFERENCE_ONLY_SIGNAL_TYPES = frozenset(
         "reask",
         "structure",
         "authz",
-        "kb",
         "conversation",
         "event",
         "metadata",

@@ -55,7 +55,6 @@ REFERENCE_SIGNAL_FAMILY_KEYS = frozenset(
         "reasks",
         "structure",
         "role_bindings",
-        "kb",
         "conversation",
         "events",
         "metadata",

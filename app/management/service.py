@@ -31,6 +31,8 @@ from app.management.classification_metrics import MetricsSource
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
 from app.management.live_inventory import RuntimeFactsProvider
+from app.management.kb_map import MapCache
+from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
 from app.management.models import MutationResponse, StatusDocument
 from app.management.rate_buckets import BucketBackend
 from app.management.ratings import RatingStore
@@ -78,6 +80,10 @@ class ManagementParts(TypedDict, total=False):
     recorder: MetricsRecorder | None  # this replica's metrics (outcomes set classification accuracy)
     response_store: ResponseBackend | None  # the shared Responses store (None: memory only)
     rate_buckets: BucketBackend | None  # the shared rate-limit buckets (None: memory only)
+    # The knowledge bases (None: a service over kb_store, embedding with kb_embed)
+    knowledge_bases: KnowledgeBaseService | None
+    kb_store: KnowledgeBaseStore | None  # where they are kept (None: memory)
+    kb_embed: EmbedFn | None  # the router's encoder (None: mutations answer 503)
     filename: str
     file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)
     environ: Mapping[str, str] | None
@@ -119,6 +125,10 @@ class Management:
         # The data plane's stores kept where the management state is (Redis: shared).
         self.response_store = parts.get("response_store")
         self.rate_buckets = parts.get("rate_buckets")
+        self.knowledge_bases = parts.get("knowledge_bases") or KnowledgeBaseService(
+            parts.get("kb_store"), embed=parts.get("kb_embed")
+        )
+        self.kb_maps = MapCache()
         activator = parts.get("activator")
         # Without an activator nothing can reach the routers: status reads `unknown` and
         # mutations answer 503 instead of persisting a change that would never serve.

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.config.loader import load_config, parse_config
 from app.management.audit import AuditTrail
 from app.management.documents import Candidate, candidate_of, merge_patch
+from app.management.knowledge_bases import KnowledgeBaseStore, open_kb_store
 from app.management.rate_buckets import BucketBackend, RedisBuckets
 from app.management.ratings import RatingStore, open_rating_store
 from app.management.redaction import redact_url
@@ -32,6 +33,8 @@ from app.management.shared_store import (
 )
 from app.management.state import ConfigStore, StartupKind, open_store, state_dir_of
 from app.management.state_backends import RedisStateBackend, StoreCorrupt
+from app.pipeline.elo_selector import RatingsFeed
+from app.pipeline.signals.kb import KnowledgeBaseFeed
 
 if TYPE_CHECKING:
     import redis
@@ -66,6 +69,7 @@ class ReplicaStores:
     outcomes: OutcomeLog | None = None
     replays: ReplaySource | None = None
     ratings: RatingStore | None = None
+    knowledge_bases: KnowledgeBaseStore | None = None  # on Redis, or the state directory's files
     # The data plane's shared stores (Responses store, rate-limit buckets): on Redis only.
     responses: ResponseBackend | None = None
     rate_buckets: BucketBackend | None = None
@@ -74,6 +78,8 @@ class ReplicaStores:
         parts: ManagementParts = {"store": self.store, "file_hash": self.file_hash, "filename": self.filename}
         if self.ratings is not None:
             parts["ratings"] = self.ratings
+        if self.knowledge_bases is not None:
+            parts["kb_store"] = self.knowledge_bases
         if self.audit is not None:
             parts["audit"] = self.audit
         if self.outcomes is not None:
@@ -114,6 +120,7 @@ def open_replica_stores(args: GraphStoreArgs, serve_app: str) -> ReplicaStores:
     stores = ReplicaStores(store, file_candidate(args).source_hash, filename)
     # The Routers read the same ratings (deployments/router.py opens them the same way).
     stores.ratings = open_rating_store(settings, name, state_dir, client)
+    stores.knowledge_bases = open_kb_store(settings, name, state_dir, client)
     if client is not None:
         from app.management.audit_redis import RedisAuditLog
         from app.management.replays_redis import RedisOutcomeStore, RedisReplayStore
@@ -139,6 +146,22 @@ def router_rating_store(
     Ingress replicas that write them (same settings, same application name)."""
     name = app_name or serve_app
     return open_rating_store(store_settings(management_store), name, state_dir_of(state_dir, name))
+
+
+def router_feeds(
+    management_store: ManagementStoreSettings | None,
+    app_name: str | None,
+    serve_app: str,
+    state_dir: str | None,
+) -> tuple[RatingsFeed, KnowledgeBaseFeed]:
+    """What a Router replica reads from the management store: the elo ratings and the
+    knowledge bases, where the Ingress replicas write them."""
+    name = app_name or serve_app
+    settings = store_settings(management_store)
+    kbs = open_kb_store(settings, name, state_dir_of(state_dir, name))
+    return RatingsFeed(
+        router_rating_store(management_store, app_name, serve_app, state_dir)
+    ), KnowledgeBaseFeed(kbs)
 
 
 def open_config_store(

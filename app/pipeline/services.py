@@ -17,6 +17,7 @@ from app.cache.calls import AsyncCache
 from app.pipeline.completion import CacheStore, CompletionServices
 from app.pipeline.elo_selector import RatingsFeed
 from app.pipeline.signals.base import CountTokensFn, EmbedFn, EvaluatorFactory
+from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.pipeline.signals.runtime import SignalHost
 from app.runtime.batching import MicroBatcher
 from app.upstream.client import UpstreamClient
@@ -66,6 +67,9 @@ class PipelineServices(CompletionServices):
     # The Elo ratings `algorithm.type: elo` selects by, shared by every replica through the
     # management store (app/pipeline/elo_selector.py); None: the initial ratings.
     ratings: RatingsFeed | None = None
+    # The knowledge bases `kb` rules score against, read from the management store
+    # (app/pipeline/signals/kb.py); None: every kb rule errors.
+    knowledge_bases: KnowledgeBaseFeed | None = None
 
 
 class CacheCalls(NamedTuple):

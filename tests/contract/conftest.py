@@ -38,10 +38,13 @@ from app.cache.memory import InMemorySemanticCache
 from app.config.loader import parse_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
+from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
+from app.management.service import Management
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.signals.jailbreak import jailbreak_factory
+from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import shared_encoder
 from app.runtime.hosted_guard import HostedGuard
@@ -279,19 +282,27 @@ class _Stack:
         config = parse_config(document).config
         cache = InMemorySemanticCache()
         calls = cache_calls(cache)
+        embed = encoder_embed(shared_encoder())
+        # Knowledge bases: created through the Ingress's management routes, scored by the pipeline.
+        kb_store = KnowledgeBaseStore()
         services = PipelineServices(
-            embed=encoder_embed(shared_encoder()),
+            embed=embed,
             cache_lookup=calls.lookup,
             cache_store=calls.store,
             cache_epoch=calls.epoch,
             evaluators=guards,
+            knowledge_bases=KnowledgeBaseFeed(kb_store, refresh_s=0.0),
         )
         pipeline = RouterPipeline(config, services)
         loop.run(pipeline.warm_up())
         ingress_router, envoy_router = RecordingRouter(pipeline), RecordingRouter(pipeline)
 
         upstream = UpstreamClient()
-        app = create_app(ingress_router, upstream, StaticConfigView(config))
+        view = StaticConfigView(config)
+        management = Management(
+            config, config_view=view, knowledge_bases=KnowledgeBaseService(kb_store, embed=embed)
+        )
+        app = create_app(ingress_router, upstream, view, management=management)
         plane = app.state.plane
         in_flight = _InFlight(app)
         server, serving, ingress_port = _serve_on(loop, in_flight)

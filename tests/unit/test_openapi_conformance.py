@@ -46,11 +46,13 @@ from app.config.global_config import ResponseCacheConfig
 from app.management import ReplayStore
 from app.management.cache_admin import LocalCacheAdmin, backend_control
 from app.management.classification_metrics import aggregator_report
+from app.management.knowledge_bases import KnowledgeBaseService
 from app.observability.metrics import MetricsAggregator
 from app.srun.catalog import DECISION_MODEL, load
 from app.upstream.client import UpstreamClient
 from tests.fakes.classifiers import FakeBackend
 from tests.fakes.upstream import FakeUpstream
+from tests.unit.test_knowledge_bases import fake_embed
 from tests.unit.test_management_support import Harness, base_document
 
 # Bounded and reproducible: the same cases on every run. The coverage phase adds each
@@ -95,6 +97,7 @@ def build_app(upstream_url: str) -> FastAPI:
         replays=replays,
         cache_admin=cache,
         metrics=lambda: aggregator_report(metrics),
+        knowledge_bases=KnowledgeBaseService(embed=fake_embed),  # a runtime: mutations answer 202
     )
     return create_app(
         harness.pipeline,

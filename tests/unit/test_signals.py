@@ -340,6 +340,7 @@ def test_builtin_registry_builds_each_family_from_config():
                     "modality": [{"name": "image"}],
                     "fact_check": [{"name": "needs_fact_check"}],
                     "user_feedbacks": [{"name": "wrong_answer"}],
+                    "kb": [{"name": "s", "kb": "support"}],
                 }
             },
         }
@@ -355,5 +356,6 @@ def test_builtin_registry_builds_each_family_from_config():
         "modality": ["image"],
         "fact_check": ["needs_fact_check"],
         "user_feedback": ["wrong_answer"],
+        "kb": ["s"],
     }
     assert all(ev.family == family for family, ev in built.items())

@@ -23,17 +23,9 @@ SPEC = Path(__file__).resolve().parents[3] / "shared" / "spec" / "01-router-mana
 VERBS = "GET|POST|PUT|PATCH|DELETE"
 OUTSIDE_THE_DOCUMENT = {("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/health")}
 
-# Issue 19 (storage: knowledge bases, context recovery), issue 20 (context_compression's routes), issue 21
-# (/nli: no NLI model offline).
+# Issue 19 (storage: context recovery), issue 21 (/nli: no NLI model offline).
 NOT_BUILT = {
     ("POST", "/api/v1/diagnostics/nli"),
-    ("GET", "/api/v1/storage/knowledge-bases"),
-    ("POST", "/api/v1/storage/knowledge-bases"),
-    ("GET", "/api/v1/storage/knowledge-bases/{}"),
-    ("PUT", "/api/v1/storage/knowledge-bases/{}"),
-    ("DELETE", "/api/v1/storage/knowledge-bases/{}"),
-    ("GET", "/api/v1/storage/knowledge-bases/{}/map/metadata"),
-    ("GET", "/api/v1/storage/knowledge-bases/{}/map/data.ndjson"),
     ("POST", "/api/v1/storage/context-recovery/invalidate"),
 }
 

@@ -1,7 +1,8 @@
 """Signal evaluators by condition type, and the registry the pipeline builds them from.
 
 Built in: `keyword`, `embedding`, `context`, and the families judged on the request or its
-sentence vector in the Router's own process: `preference`, `complexity`, `language`, `modality`, `fact_check`, `user_feedback`. Other families (domain, pii, jailbreak,
+sentence vector in the Router's own process: `preference`, `complexity`, `language`, `modality`, `fact_check`, `user_feedback`, and `kb` (knowledge bases
+of the management store, through `PipelineServices.knowledge_bases`). Other families (domain, pii, jailbreak,
 ...) are added through `PipelineServices.evaluators` with the same factory shape
 `(config, services) -> SignalEvaluator`; see `base.py`.
 """
@@ -19,6 +20,7 @@ from app.pipeline.signals.complexity import ComplexityEvaluator
 from app.pipeline.signals.context import ContextEvaluator
 from app.pipeline.signals.embedding import EmbeddingEvaluator
 from app.pipeline.signals.fact_check import FactCheckEvaluator
+from app.pipeline.signals.kb import KnowledgeBaseEvaluator
 from app.pipeline.signals.keyword import KeywordEvaluator
 from app.pipeline.signals.language import LanguageEvaluator
 from app.pipeline.signals.modality import ModalityEvaluator
@@ -35,6 +37,7 @@ BUILTIN_EVALUATORS: dict[str, EvaluatorFactory] = {
     "modality": ModalityEvaluator.from_config,
     "fact_check": FactCheckEvaluator.from_config,
     "user_feedback": UserFeedbackEvaluator.from_config,
+    "kb": KnowledgeBaseEvaluator.from_config,
 }
 
 __all__ = [
