@@ -66,6 +66,7 @@ PLUGIN_TYPES = frozenset(
         "jailbreak",
         "router_replay",
         "request_params",
+        "memory",
     }
 )
 REFERENCE_ONLY_PLUGIN_TYPES = frozenset(
@@ -74,7 +75,6 @@ REFERENCE_ONLY_PLUGIN_TYPES = frozenset(
         "tool_selection",
         "context_compression",
         "rag",
-        "memory",
         "hallucination",
         "response_jailbreak",
         "image_gen",

@@ -20,6 +20,7 @@ Routes and the permission each needs (auth mode bearer; with mode none all are o
     GET  /api/v1/storage/response-cache/{capabilities,health,stats}  cache.read  routes/storage.py
     POST /api/v1/storage/response-cache/invalidate   cache.invalidate             routes/storage.py
     POST /api/v1/storage/response-cache/{test,flush} cache.manage                 routes/storage.py
+    GET, DELETE /api/v1/storage/memories[/{id}]      data.read / data.write       routes/memories.py
 
 Every request body and answer is a pydantic model (models.py); failures use MgmtError. A
 management store that is down or too slow (StoreUnavailable) answers 503 STORE_UNAVAILABLE
@@ -35,6 +36,7 @@ from app.management.errors import unavailable
 from app.management.routes.config import config_read_routes
 from app.management.routes.config_writes import config_write_routes
 from app.management.routes.inventory import inventory_routes, older_info_routes
+from app.management.routes.memories import memory_routes
 from app.management.routes.observability import audit_routes, replay_routes
 from app.management.routes.recipes import recipe_routes
 from app.management.routes.routing import routing_routes
@@ -59,6 +61,7 @@ def management_router(mgmt: Management) -> APIRouter:
         older_info_routes,
         replay_routes,
         storage_routes,
+        memory_routes,
     ):
         router.include_router(family(mgmt))
     return router

@@ -32,6 +32,8 @@ from app.management.shared_store import (
 )
 from app.management.state import ConfigStore, StartupKind, open_store, state_dir_of
 from app.management.state_backends import RedisStateBackend, StoreCorrupt
+from app.pipeline.memory.redis_store import RedisMemoryStore
+from app.pipeline.memory.store import MemoryStore
 
 if TYPE_CHECKING:
     import redis
@@ -66,9 +68,10 @@ class ReplicaStores:
     outcomes: OutcomeLog | None = None
     replays: ReplaySource | None = None
     ratings: RatingStore | None = None
-    # The data plane's shared stores (Responses store, rate-limit buckets): on Redis only.
+    # The data plane's shared stores (Responses store, rate-limit buckets, memories): on Redis only.
     responses: ResponseBackend | None = None
     rate_buckets: BucketBackend | None = None
+    memories: MemoryStore | None = None  # the memory plugin's memories (app/pipeline/memory)
 
     def parts(self) -> ManagementParts:
         parts: ManagementParts = {"store": self.store, "file_hash": self.file_hash, "filename": self.filename}
@@ -84,6 +87,8 @@ class ReplicaStores:
             parts["response_store"] = self.responses
         if self.rate_buckets is not None:
             parts["rate_buckets"] = self.rate_buckets
+        if self.memories is not None:
+            parts["memory_store"] = self.memories
         return parts
 
 
@@ -126,6 +131,7 @@ def open_replica_stores(args: GraphStoreArgs, serve_app: str) -> ReplicaStores:
         where = redact_url(settings.url)
         stores.responses = RedisResponseBackend(client, prefix, where)
         stores.rate_buckets = RedisBuckets(client, prefix, where)
+        stores.memories = RedisMemoryStore(client, prefix, where)
     return stores
 
 

@@ -3,7 +3,7 @@
 Order (reference router, `processor_req_body*.go`): `fast_response` (immediate answer),
 response cache (lookup; immediate answer on a hit), then the request mutations:
 `system_prompt`, `header_mutation`, reasoning toggle (`reasoning.py`),
-`request_params`. A plugin with `enabled: false` (on the plugin or inside its
+`request_params`, then `memory` recall (app/pipeline/memory/). A plugin with `enabled: false` (on the plugin or inside its
 `configuration`) is skipped. `pii` and `jailbreak` are not request mutations:
 `compile_guards` turns them into guard rules (a PIISignal / JailbreakSignal named
 `plugin:<decision>`) that the pipeline checks once the decision is chosen, blocking with
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.config.global_config import ResponseCacheConfig
-from app.config.plugins import PROTECTED_HEADERS, parse_plugin
+from app.config.plugins import PROTECTED_HEADERS, MemoryPlugin, parse_plugin
 from app.config.routing import Decision, Plugin
 from app.config.signals import HarmfulSignal, JailbreakSignal, PIISignal
 
@@ -144,6 +144,7 @@ class DecisionPlugins:
     header_delete: list[str] = field(default_factory=list)
     request_params: dict[str, Any] | None = None
     replay: ReplayPolicy | None = None
+    memory: MemoryPlugin | None = None  # recall into the request, remember after (app/pipeline/memory)
 
 
 def guard_rule_name(decision: str) -> str:
@@ -178,15 +179,23 @@ def compile_plugins(decision: Decision, global_cache: ResponseCacheConfig) -> De
             out.header_add += [(_hname(h), str(h.get("value", ""))) for h in settings.get("add") or []]
             out.header_update += [(_hname(h), str(h.get("value", ""))) for h in settings.get("update") or []]
             out.header_delete += [str(n).lower() for n in settings.get("delete") or []]
-        elif kind == "request_params":
-            out.request_params = settings
-        elif kind == "router_replay":
-            out.replay = ReplayPolicy(
-                bool(settings.get("capture_request_body")),
-                bool(settings.get("capture_response_body")),
-                settings.get("max_body_bytes"),
-            )
+        else:
+            _compile_recorded(kind, settings, out)
     return out
+
+
+def _compile_recorded(kind: str, settings: dict[str, Any], out: DecisionPlugins) -> None:
+    """The plugins kept as their settings: request_params, memory, router_replay."""
+    if kind == "request_params":
+        out.request_params = settings
+    elif kind == "memory":
+        out.memory = MemoryPlugin.model_validate(settings)
+    elif kind == "router_replay":
+        out.replay = ReplayPolicy(
+            bool(settings.get("capture_request_body")),
+            bool(settings.get("capture_response_body")),
+            settings.get("max_body_bytes"),
+        )
 
 
 GuardRule = tuple[str, PIISignal | JailbreakSignal | HarmfulSignal]  # (signal family, rule)
