@@ -40,6 +40,7 @@ from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
+from app.pipeline.memory.store import InMemoryMemoryStore
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.pii import pii_factory
@@ -209,6 +210,7 @@ class FrontDoors:
     completions: dict[str, list[CompletionRecord]]  # by door
     metrics: dict[str, DoorMetrics]  # by door
     cache: InMemorySemanticCache
+    memories: InMemoryMemoryStore  # the memory plugin's store (also behind the Ingress's memories API)
     _settle: dict[str, Callable[[], None]] = field(default_factory=dict)
 
     def url(self, door: str) -> str:
@@ -219,8 +221,9 @@ class FrontDoors:
         self._settle[door]()
 
     def forget(self) -> None:
-        """A clean slate for the next scenario: the response cache emptied."""
+        """A clean slate for the next scenario: the response cache and the memories emptied."""
         self.cache.clear()
+        self.memories.clear()
 
 
 def _guard_evaluators() -> dict[str, Any]:
@@ -278,8 +281,10 @@ class _Stack:
         loop = self.loop
         config = parse_config(document).config
         cache = InMemorySemanticCache()
+        memories = InMemoryMemoryStore()
         calls = cache_calls(cache)
         services = PipelineServices(
+            memories=memories,
             embed=encoder_embed(shared_encoder()),
             cache_lookup=calls.lookup,
             cache_store=calls.store,
@@ -291,7 +296,7 @@ class _Stack:
         ingress_router, envoy_router = RecordingRouter(pipeline), RecordingRouter(pipeline)
 
         upstream = UpstreamClient()
-        app = create_app(ingress_router, upstream, StaticConfigView(config))
+        app = create_app(ingress_router, upstream, StaticConfigView(config), memories=memories)
         plane = app.state.plane
         in_flight = _InFlight(app)
         server, serving, ingress_port = _serve_on(loop, in_flight)
@@ -311,9 +316,11 @@ class _Stack:
         def settle_ingress() -> None:
             wait_until(lambda: in_flight.count == 0, "the Ingress's requests to end")
             loop.run(plane.background.drain(), SETTLE_TIMEOUT_S)
+            loop.run(services.memory_tasks.drain(), SETTLE_TIMEOUT_S)  # what complete() started
 
         def settle_envoy() -> None:
             loop.run(bridge.drain(), SETTLE_TIMEOUT_S)
+            loop.run(services.memory_tasks.drain(), SETTLE_TIMEOUT_S)
 
         pipeline_recorder = services.metrics.recorder
         return FrontDoors(
@@ -325,6 +332,7 @@ class _Stack:
                 ENVOY: DoorMetrics((bridge.metrics.recorder, pipeline_recorder)),
             },
             cache=cache,
+            memories=memories,
             _settle={INGRESS: settle_ingress, ENVOY: settle_envoy},
         )
 

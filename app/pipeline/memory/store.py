@@ -99,6 +99,11 @@ class InMemoryMemoryStore:
     def describe(self) -> str:
         return "memory"
 
+    def clear(self) -> None:
+        with self._lock:
+            self._by_id.clear()
+            self._scopes.clear()
+
     async def add(self, memory: Memory, max_memories: int) -> None:
         with self._lock:
             ids = self._scopes.setdefault(memory.scope.key(), OrderedDict())
