@@ -85,7 +85,7 @@ async def test_remembered_then_recalled_for_the_same_user_only(minilm_embed: Emb
     p = pipeline(minilm_embed, store)
     first = await exchange(p, "my name is Ada and I prefer answers in French", user="ada")
     assert first.response_headers["x-vsr-memories-recalled"] == "0"
-    kept = await store.list(MemoryScope(kind="user", id="ada"))
+    kept = await store.list_scope(MemoryScope(kind="user", id="ada"))
     assert sorted(m.text for m in kept) == ["The user prefers answers in French.", "The user's name is Ada."]
     assert kept[0].source.request_id == first.request_id and kept[0].source.decision == "chat"
 
@@ -100,11 +100,13 @@ async def test_remembered_then_recalled_for_the_same_user_only(minilm_embed: Emb
 
     other = await exchange(p, "What is my name?", user="bob")
     assert memory_message(other) is None and other.response_headers["x-vsr-memories-recalled"] == "0"
-    assert await store.list(MemoryScope(kind="user", id="bob")) == []  # a question is no fact
+    assert await store.list_scope(MemoryScope(kind="user", id="bob")) == []  # a question is no fact
 
     repeat = await exchange(p, "My name is Ada.", user="ada")
     assert repeat.memory_write is not None
-    assert len(await store.list(MemoryScope(kind="user", id="ada"))) == 2  # the same fact, not kept twice
+    assert (
+        len(await store.list_scope(MemoryScope(kind="user", id="ada"))) == 2
+    )  # the same fact, not kept twice
     assert p.services.memory_tasks.counts["duplicate"] == 1
 
 
@@ -112,10 +114,10 @@ async def test_session_scope_and_no_identity(minilm_embed: EmbedFn) -> None:
     store = InMemoryMemoryStore()
     p = pipeline(minilm_embed, store, scope="session", recall_threshold=0.0)
     await exchange(p, "I'm allergic to peanuts.", session="s1", user="ada")
-    assert [m.scope for m in await store.list(MemoryScope(kind="session", id="s1"))] == [
+    assert [m.scope for m in await store.list_scope(MemoryScope(kind="session", id="s1"))] == [
         MemoryScope(kind="session", id="s1")
     ]
-    assert await store.list(MemoryScope(kind="user", id="ada")) == []
+    assert await store.list_scope(MemoryScope(kind="user", id="ada")) == []
     other = await exchange(p, "Suggest a snack", session="s2")
     assert memory_message(other) is None
     same = await exchange(p, "Suggest a snack", session="s1")
@@ -125,7 +127,7 @@ async def test_session_scope_and_no_identity(minilm_embed: EmbedFn) -> None:
 
 
 class DownStore(InMemoryMemoryStore):
-    async def list(self, scope: MemoryScope) -> list[Memory]:
+    async def list_scope(self, scope: MemoryScope) -> list[Memory]:
         raise MemoryStoreUnavailable("down")
 
 

@@ -57,12 +57,12 @@ async def test_scopes_keep_apart(store: MemoryStore) -> None:
     )
     for item in (a, b, s):
         await store.add(item, 10)
-    assert [m.text for m in await store.list(ADA)] == ["The user's name is Ada."]
-    assert [m.text for m in await store.list(BOB)] == ["The user's name is Bob."]
-    assert [m.id for m in await store.list(ADA_SESSION)] == [s.id]
+    assert [m.text for m in await store.list_scope(ADA)] == ["The user's name is Ada."]
+    assert [m.text for m in await store.list_scope(BOB)] == ["The user's name is Bob."]
+    assert [m.id for m in await store.list_scope(ADA_SESSION)] == [s.id]
     assert await store.delete_scope(ADA) == 1
-    assert await store.list(ADA) == []
-    assert [m.id for m in await store.list(BOB)] == [b.id]  # another scope's delete took nothing
+    assert await store.list_scope(ADA) == []
+    assert [m.id for m in await store.list_scope(BOB)] == [b.id]  # another scope's delete took nothing
     assert (await store.get(s.id)) is not None
 
 
@@ -70,13 +70,13 @@ async def test_cap_drops_the_oldest_and_delete_by_id(store: MemoryStore) -> None
     items = [memory(ADA, f"fact {i}") for i in range(4)]
     for item in items:
         await store.add(item, 3)
-    kept = await store.list(ADA)
+    kept = await store.list_scope(ADA)
     assert [m.text for m in kept] == ["fact 1", "fact 2", "fact 3"]
     assert await store.get(items[0].id) is None
     deleted = await store.delete(items[2].id)
     assert deleted is not None and deleted.text == "fact 2"
     assert await store.delete(items[2].id) is None
-    assert [m.text for m in await store.list(ADA)] == ["fact 1", "fact 3"]
+    assert [m.text for m in await store.list_scope(ADA)] == ["fact 1", "fact 3"]
 
 
 async def test_touch_marks_use_only_in_the_scope(store: MemoryStore) -> None:
@@ -100,6 +100,6 @@ async def test_a_redis_that_does_not_answer_raises_unavailable() -> None:
     )
     store = RedisMemoryStore(client, "svc_sr:test:down:")
     with pytest.raises(MemoryStoreUnavailable):
-        await store.list(ADA)
+        await store.list_scope(ADA)
     with pytest.raises(MemoryStoreUnavailable):
         await store.add(memory(ADA, "x"), 10)

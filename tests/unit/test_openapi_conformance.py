@@ -47,6 +47,7 @@ from app.management import ReplayStore
 from app.management.cache_admin import LocalCacheAdmin, backend_control
 from app.management.classification_metrics import aggregator_report
 from app.observability.metrics import MetricsAggregator
+from app.pipeline.memory.store import InMemoryMemoryStore
 from app.srun.catalog import DECISION_MODEL, load
 from app.upstream.client import UpstreamClient
 from tests.fakes.classifiers import FakeBackend
@@ -95,6 +96,7 @@ def build_app(upstream_url: str) -> FastAPI:
         replays=replays,
         cache_admin=cache,
         metrics=lambda: aggregator_report(metrics),
+        memory_store=InMemoryMemoryStore(),
     )
     return create_app(
         harness.pipeline,

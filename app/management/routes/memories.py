@@ -1,10 +1,10 @@
 """Long-term memories (spec 1 "Storage": list/delete by scope, read/delete by id), over the
 store the `memory` plugin writes (app/pipeline/memory/):
 
-    GET    /api/v1/storage/memories?scope_kind=user|session&scope_id=...   data.read
-    DELETE /api/v1/storage/memories?scope_kind=...&scope_id=...           data.write
-    GET    /api/v1/storage/memories/{memory_id}[?scope_kind&scope_id]     data.read
-    DELETE /api/v1/storage/memories/{memory_id}[?scope_kind&scope_id]     data.write
+    GET    /api/v1/storage/memories?scope=user:<id>|session:<id>   data.read
+    DELETE /api/v1/storage/memories?scope=...                      data.write
+    GET    /api/v1/storage/memories/{memory_id}[?scope=...]        data.read
+    DELETE /api/v1/storage/memories/{memory_id}[?scope=...]        data.write
 
 A listing names exactly one scope and answers only that scope's memories. Read and delete by
 id take the scope too, optionally: given, a memory of another scope is 404 as an unknown one
@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from app.management.errors import invalid_input, not_found, unavailable
+from app.management.errors import not_found, unavailable
 from app.management.routes.common import Registrar, Responses, mgmt_errors, record_mutation
 from app.management.service import Management
 from app.pipeline.memory.store import (
@@ -30,12 +30,13 @@ from app.pipeline.memory.store import (
     MemorySource,
     MemoryStore,
     MemoryStoreUnavailable,
-    ScopeKind,
 )
 
 PREFIX = "/api/v1/storage/memories"
 TAGS: list[str | Enum] = ["storage"]
 UNAVAILABLE: Responses = mgmt_errors({503: "no memory store in this process, or it is unavailable"})
+# the kind, then an id of 1 to MAX_SCOPE_ID characters that does not start with a space
+SCOPE_PATTERN = rf"^(user|session):\S.{{0,{MAX_SCOPE_ID - 1}}}$"
 UNKNOWN: Responses = mgmt_errors({404: "NOT_FOUND: no such memory (in this scope)"})
 T = TypeVar("T")
 
@@ -76,12 +77,12 @@ def view(memory: Memory) -> MemoryView:
     return MemoryView.model_validate(memory.model_dump(exclude={"vector"}))
 
 
-def _scope(kind: ScopeKind | None, scope_id: str | None, required: bool) -> MemoryScope | None:
-    if kind is None and scope_id is None and not required:
+def _scope(value: str | None) -> MemoryScope | None:
+    """`user:<id>` or `session:<id>` (the Query pattern admits nothing else)."""
+    if value is None:
         return None
-    if kind is None or scope_id is None or not scope_id.strip():
-        raise invalid_input("scope_kind and scope_id name the scope together (both required)")
-    return MemoryScope(kind=kind, id=scope_id.strip())
+    kind, _, scope_id = value.partition(":")
+    return MemoryScope(kind=kind, id=scope_id)  # type: ignore[arg-type]  # the pattern checked the kind
 
 
 async def _answer(call: Awaitable[T]) -> T:
@@ -94,10 +95,11 @@ async def _answer(call: Awaitable[T]) -> T:
 def memory_routes(mgmt: Management) -> APIRouter:
     router = APIRouter()
     add = Registrar(router, mgmt).add
-    kind_q = Query(None, description="user or session")
-    kind_required = Query(..., description="user or session")
-    id_q = Query(None, max_length=MAX_SCOPE_ID)
-    id_required = Query(..., min_length=1, max_length=MAX_SCOPE_ID)
+    described = "the scope: user:<id> or session:<id>"
+    scope_required = Query(..., pattern=SCOPE_PATTERN, description=described)
+    scope_optional = Query(
+        None, pattern=SCOPE_PATTERN, description=described + "; another scope's memory is 404"
+    )
 
     def store() -> MemoryStore:
         if mgmt.memory_store is None:
@@ -105,29 +107,27 @@ def memory_routes(mgmt: Management) -> APIRouter:
         return mgmt.memory_store
 
     async def list_memories(
-        scope_kind: Literal["user", "session"] = kind_required,
-        scope_id: str = id_required,
+        scope: str = scope_required,
         limit: int = Query(100, ge=1, le=1000),
     ) -> MemoryList:
-        scope = _scope(scope_kind, scope_id, True)
-        assert scope is not None
-        kept = await _answer(store().list(scope))
+        named = _scope(scope)
+        assert named is not None
+        kept = await _answer(store().list_scope(named))
         newest = [view(m) for m in reversed(kept)][:limit]
-        return MemoryList(scope=scope, data=newest, total=len(kept))
+        return MemoryList(scope=named, data=newest, total=len(kept))
 
     async def delete_scope(
         request: Request,
-        scope_kind: Literal["user", "session"] = kind_required,
-        scope_id: str = id_required,
+        scope: str = scope_required,
     ) -> ScopeDeleted:
-        scope = _scope(scope_kind, scope_id, True)
-        assert scope is not None
-        deleted = await _answer(store().delete_scope(scope))
-        record_mutation(mgmt, "memory.delete_scope", request, 200, scope=scope.kind, deleted=deleted)
-        return ScopeDeleted(scope=scope, deleted=deleted)
+        named = _scope(scope)
+        assert named is not None
+        deleted = await _answer(store().delete_scope(named))
+        record_mutation(mgmt, "memory.delete_scope", request, 200, scope=named.kind, deleted=deleted)
+        return ScopeDeleted(scope=named, deleted=deleted)
 
-    async def _owned(memory_id: str, kind: ScopeKind | None, scope_id: str | None) -> Memory:
-        scope = _scope(kind, scope_id, False)
+    async def _owned(memory_id: str, value: str | None) -> Memory:
+        scope = _scope(value)
         found = await _answer(store().get(memory_id))
         if found is None or (scope is not None and found.scope != scope):
             raise not_found(f"no memory {memory_id!r}" + (" in this scope" if scope is not None else ""))
@@ -135,18 +135,16 @@ def memory_routes(mgmt: Management) -> APIRouter:
 
     async def get_memory(
         memory_id: str,
-        scope_kind: Literal["user", "session"] | None = kind_q,
-        scope_id: str | None = id_q,
+        scope: str | None = scope_optional,
     ) -> MemoryView:
-        return view(await _owned(memory_id, scope_kind, scope_id))
+        return view(await _owned(memory_id, scope))
 
     async def delete_memory(
         request: Request,
         memory_id: str,
-        scope_kind: Literal["user", "session"] | None = kind_q,
-        scope_id: str | None = id_q,
+        scope: str | None = scope_optional,
     ) -> MemoryDeleted:
-        found = await _owned(memory_id, scope_kind, scope_id)
+        found = await _owned(memory_id, scope)
         if await _answer(store().delete(found.id)) is None:
             raise not_found(f"no memory {memory_id!r}")  # deleted meanwhile
         record_mutation(mgmt, "memory.delete", request, 200, scope=found.scope.kind)

@@ -97,7 +97,7 @@ async def recall(
     threshold: float,
 ) -> list[Memory]:
     """The memories to inject (marked used); raises MemoryStoreUnavailable when the store is down."""
-    kept = await store.list(scope)
+    kept = await store.list_scope(scope)
     if not kept or top_k == 0:
         return []
     chosen = [m for m, _ in rank(kept, await query(), top_k, threshold)]
@@ -124,7 +124,7 @@ async def remember(
     if not facts:
         return 0, 0
     vectors = np.asarray(await embed([f.text for f in facts]), dtype=np.float32)
-    kept = [(_unit(m.vector), m.text.lower()) for m in await store.list(scope) if m.vector]
+    kept = [(_unit(m.vector), m.text.lower()) for m in await store.list_scope(scope) if m.vector]
     stored = skipped = 0
     for fact, vector in zip(facts, vectors, strict=True):
         unit = _unit(vector)

@@ -81,9 +81,9 @@ class RedisMemoryStore:
         args: list[str | int] = [memory.id, memory.model_dump_json(), int(time.time() * 1000), max_memories]
         await self._call("add", lambda: self._add(keys=keys, args=args))
 
-    async def list(self, scope: MemoryScope) -> list[Memory]:
+    async def list_scope(self, scope: MemoryScope) -> list[Memory]:
         def read() -> list[Any]:
-            ids = self._client.zrange(self._scope_key(scope), 0, -1)
+            ids: list[Any] = list(self._client.zrange(self._scope_key(scope), 0, -1))
             return list(self._client.hmget(self._records, ids)) if ids else []
 
         values = await self._call("list", read)
@@ -129,7 +129,7 @@ class RedisMemoryStore:
 
             def write() -> None:
                 kept = self._client.zmscore(scope_key, list(updates))
-                live = {
+                live: dict[Any, Any] = {  # redis-py's mapping type is invariant in its keys
                     k: v for (k, v), score in zip(updates.items(), kept, strict=True) if score is not None
                 }
                 if live:

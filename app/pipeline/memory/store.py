@@ -73,7 +73,7 @@ class MemoryStore(Protocol):
     async def add(self, memory: Memory, max_memories: int) -> None:
         """Keep `memory` in its scope; past `max_memories` the scope's oldest go."""
 
-    async def list(self, scope: MemoryScope) -> list[Memory]:
+    async def list_scope(self, scope: MemoryScope) -> list[Memory]:
         """The scope's memories, oldest first."""
 
     async def get(self, memory_id: str) -> Memory | None: ...
@@ -113,7 +113,7 @@ class InMemoryMemoryStore:
                 gone, _ = ids.popitem(last=False)
                 self._by_id.pop(gone, None)
 
-    async def list(self, scope: MemoryScope) -> list[Memory]:
+    async def list_scope(self, scope: MemoryScope) -> list[Memory]:
         ids = list(self._scopes.get(scope.key(), ()))
         return [self._by_id[i].model_copy(deep=True) for i in ids if i in self._by_id]
 
