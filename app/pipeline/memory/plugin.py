@@ -63,15 +63,16 @@ def _unit(vector: Any) -> np.ndarray:
     return array / norm if norm > 0 else array
 
 
-def rank(
-    memories: list[Memory], query: np.ndarray, top_k: int, threshold: float
-) -> list[tuple[Memory, float]]:
+def rank(memories: list[Memory], query: Any, top_k: int, threshold: float) -> list[tuple[Memory, float]]:
     """The `top_k` memories most similar to `query` at or above `threshold`, best first."""
-    query = _unit(query)
-    scored = [(m, float(np.dot(_unit(m.vector), query))) for m in memories if m.vector]
-    scored = [pair for pair in scored if pair[1] >= threshold]
-    scored.sort(key=lambda pair: pair[1], reverse=True)
-    return scored[:top_k]
+    embedded = [m for m in memories if m.vector]
+    if not embedded or top_k <= 0:
+        return []
+    matrix = np.asarray([m.vector for m in embedded], dtype=np.float32)  # one array, one product
+    norms = np.linalg.norm(matrix, axis=1)
+    scores = (matrix @ _unit(query)) / np.where(norms > 0, norms, 1.0)
+    order = np.argsort(-scores, kind="stable")[:top_k]
+    return [(embedded[i], float(scores[i])) for i in order if scores[i] >= threshold]
 
 
 def inject(body: dict[str, Any], memories: list[Memory]) -> None:
