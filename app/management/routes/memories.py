@@ -82,7 +82,7 @@ def _scope(value: str | None) -> MemoryScope | None:
     if value is None:
         return None
     kind, _, scope_id = value.partition(":")
-    return MemoryScope(kind=kind, id=scope_id)  # type: ignore[arg-type]  # the pattern checked the kind
+    return MemoryScope(kind=kind, id=scope_id)  # the Query pattern checked the kind
 
 
 async def _answer(call: Awaitable[T]) -> T:

@@ -19,7 +19,8 @@ MAX_FACTS_PER_TURN = 8
 _SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+|,?\s+\band\s+(?=(?:I|I'm|my|please)\b)", re.IGNORECASE)
 _SKIP = re.compile(
     r"^\s*(?:if|when|what|how|why|who|where|do|does|did|can|could|would|should|is|are|imagine|"
-    r"translate|write|say|rephrase|summari[sz]e|correct|repeat|spell)\b", re.I
+    r"translate|write|say|rephrase|summari[sz]e|correct|repeat|spell)\b",
+    re.I,
 )
 _NAME = r"([A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"
 _PHRASE = r"(.{2,160}?)"
