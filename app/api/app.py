@@ -16,6 +16,7 @@ from app.api.rate_limit import RateLimiter
 from app.api.responses_store import ResponseStoreService, responses_store_router
 from app.config.models import RouterConfig
 from app.exchange.exchange import RouterClient
+from app.pipeline.memory.store import MemoryStore
 from app.upstream.client import UpstreamClient
 
 if TYPE_CHECKING:
@@ -42,12 +43,14 @@ def create_app(
     classifiers: ClassifierBackend | None = None,
     management: Management | None = None,
     decisions: DecisionBackend | None = None,
+    memories: MemoryStore | None = None,
 ) -> FastAPI:
     """`classifiers`: the models behind the classification diagnostics (None: they answer 503).
     `management`: the management API state (None: an in-memory one over `config`, whose
     mutations only update `config`; routing preview through `router` when it has `preview`).
     `decisions`: the decision model behind POST /v1/decisions, /v1/systemone and GET
-    /v1/systemone/models (None: they answer 503 not_ready)."""
+    /v1/systemone/models (None: they answer 503 not_ready). `memories`: the memory plugin's
+    store, for the default management's /api/v1/storage/memories (a given `management` has its own)."""
     from app.management.api import install
     from app.management.routes.common import route_guard
     from app.management.service import Management
@@ -59,7 +62,9 @@ def create_app(
         # Duck-typed on purpose: any view with update(), any router with preview() (the pipeline).
         view: Any = config if hasattr(config, "update") else None
         previewer: Any = router if hasattr(router, "preview") else None
-        management = Management(config.current(), config_view=view, previewer=previewer)
+        management = Management(
+            config.current(), config_view=view, previewer=previewer, memory_store=memories
+        )
     # The Responses store and the rate-limit buckets live where the management state lives.
     responses = ResponseStoreService(config, management.response_store)
     limited = [Depends(RateLimiter(config, management.rate_buckets))]

@@ -189,6 +189,8 @@ class ToolSelectionPlugin(PluginConfig):
     top_k: int = Field(default=3, ge=1, le=128)
     similarity_threshold: float = Field(default=0.25, ge=0, le=1)
     fallback_to_empty: bool = False
+
+
 class ContextCompressionPlugin(PluginConfig):
     """Fit the forwarded messages into `max_tokens` (app/pipeline/compression.py): every
     system message (with `keep_system`) and the last `keep_last_turns` turns stay; the oldest
@@ -205,6 +207,21 @@ class ContextCompressionPlugin(PluginConfig):
     summary_max_tokens: int = Field(default=256, ge=16, le=100_000)
 
 
+class MemoryPlugin(PluginConfig):
+    """Long-term memory (app/pipeline/memory/): recall the scope's relevant memories into the
+    request as a system message, and remember durable facts of the user's turn after the answer."""
+
+    scope: Literal["user", "session"] = "user"
+    recall_top_k: int = Field(default=5, ge=0, le=50)
+    # cosine similarity of a memory to the request text for it to be recalled
+    recall_threshold: float = Field(default=0.25, ge=-1, le=1)
+    max_memories: int = Field(default=200, ge=1, le=10_000)  # per scope, the oldest dropped first
+    # a new fact this similar to a kept one is the same fact (not stored again)
+    dedupe_threshold: float = Field(default=0.9, ge=0, le=1)
+    extract: bool = True  # remember facts of the user's turns (false: recall only)
+    inject_as: Literal["system"] = "system"
+
+
 PLUGIN_MODELS: dict[str, type[PluginConfig]] = {
     "system_prompt": SystemPromptPlugin,
     "header_mutation": HeaderMutationPlugin,
@@ -218,6 +235,7 @@ PLUGIN_MODELS: dict[str, type[PluginConfig]] = {
     "tools": ToolsPlugin,
     "tool_selection": ToolSelectionPlugin,
     "context_compression": ContextCompressionPlugin,
+    "memory": MemoryPlugin,
 }
 assert set(PLUGIN_MODELS) == set(PLUGIN_TYPES), "every applied plugin type needs a model"
 

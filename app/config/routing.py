@@ -69,12 +69,12 @@ PLUGIN_TYPES = frozenset(
         "tools",
         "tool_selection",
         "context_compression",
+        "memory",
     }
 )
 REFERENCE_ONLY_PLUGIN_TYPES = frozenset(
     {
         "rag",
-        "memory",
         "hallucination",
         "response_jailbreak",
         "image_gen",

@@ -41,6 +41,8 @@ def routing_metadata(plan: RoutePlan, started: float, cost: float | None = None)
     }
     if plan.security.unscanned:  # safety signals a model runtime did not scan (spec 2 on_unscanned)
         meta["security_checks"]["unscanned"] = list(plan.security.unscanned)
+    if plan.memories_recalled is not None:  # the decision's memory plugin ran
+        meta["memories_recalled"] = plan.memories_recalled
     if cost is not None:
         meta["cost"] = cost
     return meta

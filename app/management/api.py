@@ -26,6 +26,7 @@ Routes and the permission each needs (auth mode bearer; with mode none all are o
     GET  /api/v1/observability/plugins/context_compression/stats  observability.read  routes/compression.py
     GET  /api/v1/storage/knowledge-bases[/{name}[/map/*]]  data.read             routes/knowledge_bases.py
     POST, PUT, DELETE /api/v1/storage/knowledge-bases[/{name}]  config.write      routes/knowledge_bases.py
+    GET, DELETE /api/v1/storage/memories[/{id}]      data.read / data.write       routes/memories.py
 
 Every request body and answer is a pydantic model (models.py); failures use MgmtError. A
 management store that is down or too slow (StoreUnavailable) answers 503 STORE_UNAVAILABLE
@@ -43,6 +44,7 @@ from app.management.routes.config import config_read_routes
 from app.management.routes.config_writes import config_write_routes
 from app.management.routes.inventory import inventory_routes, older_info_routes
 from app.management.routes.knowledge_bases import knowledge_base_routes
+from app.management.routes.memories import memory_routes
 from app.management.routes.observability import audit_routes, replay_routes
 from app.management.routes.plugins import plugin_routes
 from app.management.routes.recipes import recipe_routes
@@ -71,6 +73,7 @@ def management_router(mgmt: Management) -> APIRouter:
         compression_routes,  # before a generic /api/v1/plugins/{type} family
         plugin_routes,
         knowledge_base_routes,
+        memory_routes,
     ):
         router.include_router(family(mgmt))
     return router

@@ -30,9 +30,9 @@ from app.management.cache_admin import ResponseCacheAdmin
 from app.management.classification_metrics import MetricsSource
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
-from app.management.live_inventory import RuntimeFactsProvider
 from app.management.kb_map import MapCache
 from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
+from app.management.live_inventory import RuntimeFactsProvider
 from app.management.models import MutationResponse, StatusDocument
 from app.management.rate_buckets import BucketBackend
 from app.management.ratings import RatingStore
@@ -43,6 +43,7 @@ from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
 from app.observability.metrics import MetricsRecorder
+from app.pipeline.memory.store import MemoryStore
 from app.pipeline.signals.base import EmbedFn
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ class ManagementParts(TypedDict, total=False):
     knowledge_bases: KnowledgeBaseService | None
     kb_store: KnowledgeBaseStore | None  # where they are kept (None: memory)
     kb_embed: EmbedFn | None  # the router's encoder (None: mutations answer 503)
+    memory_store: MemoryStore | None  # the `memory` plugin's memories (None: the memory routes 503)
     filename: str
     file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)
     environ: Mapping[str, str] | None
@@ -129,6 +131,7 @@ class Management:
             parts.get("kb_store"), embed=parts.get("kb_embed")
         )
         self.kb_maps = MapCache()
+        self.memory_store = parts.get("memory_store")
         activator = parts.get("activator")
         # Without an activator nothing can reach the routers: status reads `unknown` and
         # mutations answer 503 instead of persisting a change that would never serve.

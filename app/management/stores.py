@@ -34,6 +34,8 @@ from app.management.shared_store import (
 from app.management.state import ConfigStore, StartupKind, open_store, state_dir_of
 from app.management.state_backends import RedisStateBackend, StoreCorrupt
 from app.pipeline.elo_selector import RatingsFeed
+from app.pipeline.memory.redis_store import RedisMemoryStore
+from app.pipeline.memory.store import MemoryStore
 from app.pipeline.signals.kb import KnowledgeBaseFeed
 
 if TYPE_CHECKING:
@@ -70,9 +72,10 @@ class ReplicaStores:
     replays: ReplaySource | None = None
     ratings: RatingStore | None = None
     knowledge_bases: KnowledgeBaseStore | None = None  # on Redis, or the state directory's files
-    # The data plane's shared stores (Responses store, rate-limit buckets): on Redis only.
+    # The data plane's shared stores (Responses store, rate-limit buckets, memories): on Redis only.
     responses: ResponseBackend | None = None
     rate_buckets: BucketBackend | None = None
+    memories: MemoryStore | None = None  # the memory plugin's memories (app/pipeline/memory)
 
     def parts(self) -> ManagementParts:
         parts: ManagementParts = {"store": self.store, "file_hash": self.file_hash, "filename": self.filename}
@@ -90,6 +93,8 @@ class ReplicaStores:
             parts["response_store"] = self.responses
         if self.rate_buckets is not None:
             parts["rate_buckets"] = self.rate_buckets
+        if self.memories is not None:
+            parts["memory_store"] = self.memories
         return parts
 
 
@@ -133,6 +138,7 @@ def open_replica_stores(args: GraphStoreArgs, serve_app: str) -> ReplicaStores:
         where = redact_url(settings.url)
         stores.responses = RedisResponseBackend(client, prefix, where)
         stores.rate_buckets = RedisBuckets(client, prefix, where)
+        stores.memories = RedisMemoryStore(client, prefix, where)
     return stores
 
 

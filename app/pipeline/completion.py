@@ -20,6 +20,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from app.accounting.cost import compute_cost
+from app.pipeline.memory.plugin import MemoryTasks, remember
+from app.pipeline.memory.store import MemorySource, MemoryStore
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CacheWrite, CompletionReport, RoutePlan
 from app.pipeline.replay import replay_record
@@ -47,12 +49,16 @@ class CacheStore(Protocol):
 class CompletionServices:
     """metrics: where the completion metrics go. cache_store: the response cache's write
     (None: no writes). embed: re-encodes the cache query when a plan carries no vector.
-    record_replay: receives replay records, called inline."""
+    record_replay: receives replay records, called inline. memories: where the `memory` plugin
+    keeps what it remembers; memory_tasks: its background writes."""
 
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     cache_store: CacheStore | None = None
     embed: Callable[[list[str]], Awaitable[np.ndarray]] | None = None
     record_replay: Callable[[dict[str, Any]], Any] | None = None
+    # long-term memories (the `memory` plugin): None, the plugin neither recalls nor remembers
+    memories: MemoryStore | None = None
+    memory_tasks: MemoryTasks = field(default_factory=MemoryTasks)
 
 
 async def complete_request(
@@ -67,12 +73,31 @@ async def complete_request(
         log.exception("complete() failed for request %s", plan.request_id)
         accounting = Accounting(model=model)
     services.metrics.on_complete(plan, report, accounting)
+    _remember_in_background(services, plan, report)
     if plan.replay is not None and services.record_replay is not None:
         try:
             services.record_replay(replay_record(plan, report, accounting))
         except Exception:
             log.exception("replay record failed for request %s", plan.request_id)
     return accounting
+
+
+def _remember_in_background(services: CompletionServices, plan: RoutePlan, report: CompletionReport) -> None:
+    """The `memory` plugin's write: after an answered exchange, off the answer's path."""
+    write = plan.memory_write
+    if write is None or services.memories is None or services.embed is None or report.status != 200:
+        return
+    replay_id = plan.replay.replay_id if plan.replay is not None else None
+    work = remember(
+        services.memories,
+        services.embed,
+        write.scope,
+        write.turn,
+        max_memories=write.max_memories,
+        dedupe_threshold=write.dedupe_threshold,
+        source=MemorySource(request_id=plan.request_id, replay_id=replay_id, decision=write.decision),
+    )
+    services.memory_tasks.start(work, plan.request_id)
 
 
 async def _account(

@@ -15,7 +15,8 @@ for `model: MoM` / `auto` (any `config.auto_model_names`, or "vllm-sr/auto"):
 6. select: model selection (`selection.py`);
 7. cache: response-cache lookup (a hit answers) and the write complete() performs;
 8. plugins: `tools` / `tool_selection` (`tools.py`), request mutations, routing headers
-   (`headers.py`), header_mutation.
+   (`headers.py`), header_mutation;
+9. memory: the `memory` plugin's recall (phases/memory.py; complete() remembers).
 
 Blocking (spec 01 "Errors"): with `global.model_catalog.modules.prompt_guard.enabled`
 every auto request is also checked for jailbreaks (concurrently with the signals) and
@@ -48,6 +49,7 @@ from app.pipeline.headers import fill_routing_headers
 from app.pipeline.phases import guard, parse
 from app.pipeline.phases.cache import cache_step
 from app.pipeline.phases.decide import decide
+from app.pipeline.phases.memory import memory_step
 from app.pipeline.phases.plugins import answer_fast_response, choose_tools, mutate_request
 from app.pipeline.phases.select import pass_through, routing_disabled, select_model
 from app.pipeline.phases.signals import evaluate_signals
@@ -179,6 +181,8 @@ class RouterPipeline:
                 return ranked
         await choose_tools(state, plan, plugins, ctx, semantic=not preview)
         mutate_request(state, plan, plugins, selection, cache_status)
+        if not preview and plugins is not None:
+            await memory_step(self.services, plan, plugins.memory, ctx, headers)
         return ranked
 
     def _mark_replay(self, plan: RoutePlan) -> None:

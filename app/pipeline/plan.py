@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from app.config.pricing import Pricing
 from app.config.reliability import FallbackConfig, ReliabilityConfig
+from app.pipeline.memory.store import MemoryScope
 from app.upstream.targets import UpstreamTarget
 
 
@@ -95,6 +96,16 @@ class CacheWrite(BaseModel):
     epoch: int | None = None
 
 
+class MemoryWrite(BaseModel):
+    """The decision's `memory` plugin: complete() remembers the user's turn (in the background)."""
+
+    scope: MemoryScope
+    turn: str  # the user's last message
+    max_memories: int
+    dedupe_threshold: float
+    decision: str | None = None
+
+
 class ReplayCapture(BaseModel):
     """The chosen decision's `router_replay` plugin: complete() records this request."""
 
@@ -125,6 +136,8 @@ class RoutePlan(BaseModel):
     pricing: dict[str, Pricing] = Field(default_factory=dict)  # by model name
     immediate: ImmediateResponse | None = None
     cache_write: CacheWrite | None = None
+    memory_write: MemoryWrite | None = None
+    memories_recalled: int | None = None  # the memory plugin ran: how many memories it injected
     signals: SignalReport = Field(default_factory=SignalReport)
     security: SecurityChecks = Field(default_factory=SecurityChecks)
     reasoning: dict[str, Any] = Field(default_factory=dict)  # {enabled, effort, family}

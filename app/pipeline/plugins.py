@@ -4,8 +4,8 @@ Order (reference router, `processor_req_body*.go`): `fast_response` (immediate a
 response cache (lookup; immediate answer on a hit), then the request mutations:
 `system_prompt`, `header_mutation`, reasoning toggle (`reasoning.py`),
 `request_params`, the `tools` policy and `tool_selection` (tools.py), then `context_compression`
-(compression.py: the budget counts what is forwarded, the injected system prompt included). A
-plugin with `enabled: false` (on the plugin or inside its
+(compression.py: the budget counts what is forwarded, the injected system prompt included), then
+`memory` recall (app/pipeline/memory/). A plugin with `enabled: false` (on the plugin or inside its
 `configuration`) is skipped. `pii` and `jailbreak` are not request mutations:
 `compile_guards` turns them into guard rules (a PIISignal / JailbreakSignal named
 `plugin:<decision>`) that the pipeline checks once the decision is chosen, blocking with
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.config.global_config import ResponseCacheConfig
-from app.config.plugins import PROTECTED_HEADERS, ContextCompressionPlugin, parse_plugin
+from app.config.plugins import PROTECTED_HEADERS, ContextCompressionPlugin, MemoryPlugin, parse_plugin
 from app.config.routing import Decision, Plugin
 from app.config.signals import HarmfulSignal, JailbreakSignal, PIISignal
-from app.pipeline.tools import ToolPolicy, ToolSelectionPolicy
 from app.pipeline import compression
+from app.pipeline.tools import ToolPolicy, ToolSelectionPolicy
 
 CACHE_TYPES = frozenset({"semantic-cache", "response_cache"})
 EXACT_MODE_THRESHOLD = 0.999  # "exact" cache mode: the same text embeds to cosine ~1.0
@@ -151,6 +151,7 @@ class DecisionPlugins:
     tools: ToolPolicy | None = None  # `tools`: static allow/deny of the request's tools
     tool_selection: ToolSelectionPolicy | None = None  # `tool_selection`: semantic top_k
     compression: ContextCompressionPlugin | None = None
+    memory: MemoryPlugin | None = None  # recall into the request, remember after (app/pipeline/memory)
 
 
 def guard_rule_name(decision: str) -> str:
@@ -201,6 +202,8 @@ def _compile_one(out: DecisionPlugins, kind: str, settings: dict[str, Any]) -> N
     elif kind == "context_compression":
         out.compression = ContextCompressionPlugin.model_validate(settings)
         compression.warm_up()  # the tokenizer loads with the config, not on a request
+    elif kind == "memory":
+        out.memory = MemoryPlugin.model_validate(settings)
     elif kind == "router_replay":
         out.replay = ReplayPolicy(
             bool(settings.get("capture_request_body")),

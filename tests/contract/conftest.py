@@ -42,6 +42,7 @@ from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseSt
 from app.management.service import Management
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
+from app.pipeline.memory.store import InMemoryMemoryStore
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.kb import KnowledgeBaseFeed
@@ -212,6 +213,7 @@ class FrontDoors:
     completions: dict[str, list[CompletionRecord]]  # by door
     metrics: dict[str, DoorMetrics]  # by door
     cache: InMemorySemanticCache
+    memories: InMemoryMemoryStore  # the memory plugin's store (also behind the Ingress's memories API)
     _settle: dict[str, Callable[[], None]] = field(default_factory=dict)
 
     def url(self, door: str) -> str:
@@ -222,8 +224,9 @@ class FrontDoors:
         self._settle[door]()
 
     def forget(self) -> None:
-        """A clean slate for the next scenario: the response cache emptied."""
+        """A clean slate for the next scenario: the response cache and the memories emptied."""
         self.cache.clear()
+        self.memories.clear()
 
 
 def _guard_evaluators() -> dict[str, Any]:
@@ -281,11 +284,13 @@ class _Stack:
         loop = self.loop
         config = parse_config(document).config
         cache = InMemorySemanticCache()
+        memories = InMemoryMemoryStore()
         calls = cache_calls(cache)
         embed = encoder_embed(shared_encoder())
         # Knowledge bases: created through the Ingress's management routes, scored by the pipeline.
         kb_store = KnowledgeBaseStore()
         services = PipelineServices(
+            memories=memories,
             embed=embed,
             cache_lookup=calls.lookup,
             cache_store=calls.store,
@@ -300,7 +305,10 @@ class _Stack:
         upstream = UpstreamClient()
         view = StaticConfigView(config)
         management = Management(
-            config, config_view=view, knowledge_bases=KnowledgeBaseService(kb_store, embed=embed)
+            config,
+            config_view=view,
+            knowledge_bases=KnowledgeBaseService(kb_store, embed=embed),
+            memory_store=memories,
         )
         app = create_app(ingress_router, upstream, view, management=management)
         plane = app.state.plane
@@ -322,9 +330,11 @@ class _Stack:
         def settle_ingress() -> None:
             wait_until(lambda: in_flight.count == 0, "the Ingress's requests to end")
             loop.run(plane.background.drain(), SETTLE_TIMEOUT_S)
+            loop.run(services.memory_tasks.drain(), SETTLE_TIMEOUT_S)  # what complete() started
 
         def settle_envoy() -> None:
             loop.run(bridge.drain(), SETTLE_TIMEOUT_S)
+            loop.run(services.memory_tasks.drain(), SETTLE_TIMEOUT_S)
 
         pipeline_recorder = services.metrics.recorder
         return FrontDoors(
@@ -336,6 +346,7 @@ class _Stack:
                 ENVOY: DoorMetrics((bridge.metrics.recorder, pipeline_recorder)),
             },
             cache=cache,
+            memories=memories,
             _settle={INGRESS: settle_ingress, ENVOY: settle_envoy},
         )
 

@@ -48,6 +48,7 @@ from app.management.cache_admin import LocalCacheAdmin, backend_control
 from app.management.classification_metrics import aggregator_report
 from app.management.knowledge_bases import KnowledgeBaseService
 from app.observability.metrics import MetricsAggregator
+from app.pipeline.memory.store import InMemoryMemoryStore
 from app.srun.catalog import DECISION_MODEL, load
 from app.upstream.client import UpstreamClient
 from tests.fakes.classifiers import FakeBackend
@@ -98,6 +99,7 @@ def build_app(upstream_url: str) -> FastAPI:
         cache_admin=cache,
         metrics=lambda: aggregator_report(metrics),
         knowledge_bases=KnowledgeBaseService(embed=fake_embed),  # a runtime: mutations answer 202
+        memory_store=InMemoryMemoryStore(),
     )
     return create_app(
         harness.pipeline,
