@@ -20,6 +20,8 @@ Routes and the permission each needs (auth mode bearer; with mode none all are o
     GET  /api/v1/storage/response-cache/{capabilities,health,stats}  cache.read  routes/storage.py
     POST /api/v1/storage/response-cache/invalidate   cache.invalidate             routes/storage.py
     POST /api/v1/storage/response-cache/{test,flush} cache.manage                 routes/storage.py
+    /api/v1/storage/files[/{id}[/content]]           data.read / data.write       routes/files.py
+    /api/v1/storage/vector-stores[/{id}[/files|/search|/rotate]]  data.read / data.write  routes/vector_stores.py
 
 Every request body and answer is a pydantic model (models.py); failures use MgmtError. A
 management store that is down or too slow (StoreUnavailable) answers 503 STORE_UNAVAILABLE
@@ -34,12 +36,14 @@ from fastapi.responses import JSONResponse
 from app.management.errors import unavailable
 from app.management.routes.config import config_read_routes
 from app.management.routes.config_writes import config_write_routes
+from app.management.routes.files import file_routes
 from app.management.routes.inventory import inventory_routes, older_info_routes
 from app.management.routes.observability import audit_routes, replay_routes
 from app.management.routes.recipes import recipe_routes
 from app.management.routes.routing import routing_routes
 from app.management.routes.storage import storage_routes
 from app.management.routes.system import install_discovery, system_routes
+from app.management.routes.vector_stores import vector_store_routes
 from app.management.service import Management
 from app.management.shared_store import StoreUnavailable
 
@@ -59,6 +63,8 @@ def management_router(mgmt: Management) -> APIRouter:
         older_info_routes,
         replay_routes,
         storage_routes,
+        file_routes,
+        vector_store_routes,
     ):
         router.include_router(family(mgmt))
     return router

@@ -39,6 +39,7 @@ from app.management.shared_store import StoreUnavailable
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
+from app.management.storage import StorageService
 from app.observability.metrics import MetricsRecorder
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class ManagementParts(TypedDict, total=False):
     recorder: MetricsRecorder | None  # this replica's metrics (outcomes set classification accuracy)
     response_store: ResponseBackend | None  # the shared Responses store (None: memory only)
     rate_buckets: BucketBackend | None  # the shared rate-limit buckets (None: memory only)
+    storage: StorageService | None  # files and vector stores (None: their routes answer 503)
     filename: str
     file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)
     environ: Mapping[str, str] | None
@@ -110,6 +112,7 @@ class Management:
         # The data plane's stores kept where the management state is (Redis: shared).
         self.response_store = parts.get("response_store")
         self.rate_buckets = parts.get("rate_buckets")
+        self.storage = parts.get("storage")
         activator = parts.get("activator")
         # Without an activator nothing can reach the routers: status reads `unknown` and
         # mutations answer 503 instead of persisting a change that would never serve.
