@@ -52,7 +52,7 @@ SUBCOMMANDS: dict[str, list[str]] = {
     "serve": [],
 }  # fmt: skip
 
-# Named by the spec, not built yet (issue 20: built-in recipes, pack, plan; issue 19: storage; the benchmark
+# Named by the spec, not built yet (issue 20: built-in recipes, pack, plan; the benchmark
 # service's experiment/target/recovery commands).
 NOT_BUILT = {
     "benchmark cancel", "benchmark candidate-plan", "benchmark catalog",
@@ -62,8 +62,7 @@ NOT_BUILT = {
     "benchmark experiment show", "benchmark plan", "benchmark preview", "benchmark reconcile-usage",
     "benchmark recover", "benchmark recover-plan", "benchmark regrade", "benchmark replay-options",
     "benchmark serve", "benchmark setup", "benchmark target", "benchmark target list",
-    "benchmark target register", "storage", "storage rotate",
-    "storage vector-stores",
+    "benchmark target register",
 }  # fmt: skip
 
 ALL = sorted(

@@ -127,10 +127,10 @@ def test_a_failed_write_leaves_no_file(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr("app.management.storage.files.os.fsync", failing_fsync)
     with pytest.raises(OSError, match="unavailable"):
         store.create("a.txt", b"hello", "assistants")
-    assert list(tmp_path.iterdir()) == [] and store.list() == []
+    assert list(tmp_path.iterdir()) == [] and store.listing() == []
     # leftovers of a crash mid-write are swept when the store opens
     (tmp_path / ".upload-1.tmp").write_bytes(b"partial")
-    assert FileStore(tmp_path, 1024, 10).list() == [] and not (tmp_path / ".upload-1.tmp").exists()
+    assert FileStore(tmp_path, 1024, 10).listing() == [] and not (tmp_path / ".upload-1.tmp").exists()
 
 
 async def test_503_when_the_file_service_is_unavailable(tmp_path: Path) -> None:

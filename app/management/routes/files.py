@@ -130,7 +130,7 @@ class FileEndpoints:
 
     async def list_files(self, purpose: Literal["assistants", "vision"] | None = None) -> JSONResponse:
         storage = storage_of(self.mgmt)
-        return json_response(FileList(data=await call(lambda: storage.files.list(purpose))))
+        return json_response(FileList(data=await call(lambda: storage.files.listing(purpose))))
 
     async def inspect(self, file_id: str) -> JSONResponse:
         return json_response(await self.found(lambda s: s.files.get(file_id), file_id))
@@ -158,7 +158,7 @@ class FileEndpoints:
 
 def remove_file(storage: StorageService, file_id: str) -> None:
     """Detach the file from every vector store holding it, then delete it."""
-    for store in storage.vector_stores.list():
+    for store in storage.vector_stores.listing():
         if any(f.id == file_id for f in storage.vector_stores.list_files(store.id)):
             storage.vector_stores.detach(store.id, file_id)
     storage.files.delete(file_id)

@@ -76,7 +76,7 @@ class StoreEndpoints:
 
     async def list_stores(self) -> JSONResponse:
         vs = self.stores()
-        return json_response(VectorStoreList(data=await call(vs.list)))
+        return json_response(VectorStoreList(data=await call(vs.listing)))
 
     async def read(self, store_id: str) -> JSONResponse:
         vs = self.stores()
@@ -157,7 +157,7 @@ def vector_store_routes(mgmt: Management) -> APIRouter:
     ]
     for path, endpoint, method, permission, model, body in routes:
         options: dict[str, Any] = {"openapi_extra": json_body(body)} if body is not None else {}
-        responses = UNAVAILABLE if path == PREFIX else ONE
+        responses = UNAVAILABLE if (path, method) == (PREFIX, "GET") else ONE
         add(
             path,
             endpoint,

@@ -176,7 +176,7 @@ class FileStore:
                 raise FileServiceDown(f"file storage unavailable: {exc}") from exc
         return record
 
-    def list(self, purpose: str | None = None) -> list[FileObject]:
+    def listing(self, purpose: str | None = None) -> list[FileObject]:
         records = [r for r in self._records() if purpose is None or r.purpose == purpose]
         return sorted(records, key=lambda r: (r.created_at, r.id))
 

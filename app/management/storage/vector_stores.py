@@ -128,7 +128,7 @@ class VectorStores:
             self.attach(store.id, FileAttach(file_id=file_id))
         return self.get(store.id)
 
-    def list(self) -> list[VectorStoreObject]:
+    def listing(self) -> list[VectorStoreObject]:
         with self._lock:
             ids = sorted(self._records.stores, key=lambda i: (self._records.stores[i].store.created_at, i))
         return [self.get(i) for i in ids]
