@@ -102,7 +102,9 @@ def build_app(upstream_url: str) -> FastAPI:
         replays=replays,
         cache_admin=cache,
         metrics=lambda: aggregator_report(metrics),
-        storage=open_storage(VectorStoreConfig(directory=tempfile.mkdtemp()), Path("unused"), embed=hashed_embed),
+        storage=open_storage(
+            VectorStoreConfig(directory=tempfile.mkdtemp()), Path("unused"), embed=hashed_embed
+        ),
     )
     return create_app(
         harness.pipeline,

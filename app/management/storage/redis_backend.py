@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import redis
