@@ -41,6 +41,7 @@ CONFIG = "app.cli.config_cmds:register"
         "dashboard": "app.cli.local_ops:dashboard",
         "optimize": "app.cli.optimize_cmds:optimize",
         "recipe": "app.cli.recipe_cmds:recipe",
+        "storage": "app.cli.storage_cmds:storage",
     },
 )
 @click.version_option("0.1.0", prog_name="svc-sr")

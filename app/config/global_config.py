@@ -11,6 +11,7 @@ from app.config.external_models import parse_external_models
 from app.config.model_base import Open, Strict
 from app.config.model_deployments import read_bindings
 from app.config.reliability import FallbackConfig
+from app.config.storage import VectorStoreConfig
 
 
 class RouterSettings(Open):
@@ -47,6 +48,7 @@ class ResponseCacheConfig(Open, HnswSettings):
 
 class Stores(Open):
     response_cache: ResponseCacheConfig = Field(default_factory=ResponseCacheConfig)
+    vector_store: VectorStoreConfig = Field(default_factory=VectorStoreConfig)
 
 
 class AuthConfig(Open):

@@ -27,6 +27,8 @@ Routes and the permission each needs (auth mode bearer; with mode none all are o
     GET  /api/v1/storage/knowledge-bases[/{name}[/map/*]]  data.read             routes/knowledge_bases.py
     POST, PUT, DELETE /api/v1/storage/knowledge-bases[/{name}]  config.write      routes/knowledge_bases.py
     GET, DELETE /api/v1/storage/memories[/{id}]      data.read / data.write       routes/memories.py
+    /api/v1/storage/files[/{id}[/content]]           data.read / data.write       routes/files.py
+    /api/v1/storage/vector-stores[/{id}[/files|/search|/rotate]]  data.read / data.write  routes/vector_stores.py
 
 Every request body and answer is a pydantic model (models.py); failures use MgmtError. A
 management store that is down or too slow (StoreUnavailable) answers 503 STORE_UNAVAILABLE
@@ -42,6 +44,7 @@ from app.management.errors import unavailable
 from app.management.routes.compression import compression_routes
 from app.management.routes.config import config_read_routes
 from app.management.routes.config_writes import config_write_routes
+from app.management.routes.files import file_routes
 from app.management.routes.inventory import inventory_routes, older_info_routes
 from app.management.routes.knowledge_bases import knowledge_base_routes
 from app.management.routes.memories import memory_routes
@@ -51,6 +54,7 @@ from app.management.routes.recipes import recipe_routes
 from app.management.routes.routing import routing_routes
 from app.management.routes.storage import storage_routes
 from app.management.routes.system import install_discovery, system_routes
+from app.management.routes.vector_stores import vector_store_routes
 from app.management.service import Management
 from app.management.shared_store import StoreUnavailable
 
@@ -74,6 +78,8 @@ def management_router(mgmt: Management) -> APIRouter:
         plugin_routes,
         knowledge_base_routes,
         memory_routes,
+        file_routes,
+        vector_store_routes,
     ):
         router.include_router(family(mgmt))
     return router

@@ -42,6 +42,7 @@ from app.management.shared_store import StoreUnavailable
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
+from app.management.storage import StorageService
 from app.observability.metrics import MetricsRecorder
 from app.pipeline.memory.store import MemoryStore
 from app.pipeline.signals.base import EmbedFn
@@ -86,6 +87,7 @@ class ManagementParts(TypedDict, total=False):
     kb_store: KnowledgeBaseStore | None  # where they are kept (None: memory)
     kb_embed: EmbedFn | None  # the router's encoder (None: mutations answer 503)
     memory_store: MemoryStore | None  # the `memory` plugin's memories (None: the memory routes 503)
+    storage: StorageService | None  # files and vector stores (None: their routes answer 503)
     filename: str
     file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)
     environ: Mapping[str, str] | None
@@ -132,6 +134,7 @@ class Management:
         )
         self.kb_maps = MapCache()
         self.memory_store = parts.get("memory_store")
+        self.storage = parts.get("storage")
         activator = parts.get("activator")
         # Without an activator nothing can reach the routers: status reads `unknown` and
         # mutations answer 503 instead of persisting a change that would never serve.

@@ -22,7 +22,9 @@ Checks on every generated request (positive and negative, bounded and derandomiz
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,15 +45,18 @@ from app.api.decisions import LocalDecisionBackend
 from app.cache.base import CacheUnavailable
 from app.cache.memory import InMemorySemanticCache
 from app.config.global_config import ResponseCacheConfig
+from app.config.storage import VectorStoreConfig
 from app.management import ReplayStore
 from app.management.cache_admin import LocalCacheAdmin, backend_control
 from app.management.classification_metrics import aggregator_report
 from app.management.knowledge_bases import KnowledgeBaseService
+from app.management.storage import open_storage
 from app.observability.metrics import MetricsAggregator
 from app.pipeline.memory.store import InMemoryMemoryStore
 from app.srun.catalog import DECISION_MODEL, load
 from app.upstream.client import UpstreamClient
 from tests.fakes.classifiers import FakeBackend
+from tests.fakes.embedding import hashed_embed
 from tests.fakes.upstream import FakeUpstream
 from tests.unit.test_knowledge_bases import fake_embed
 from tests.unit.test_management_support import Harness, base_document
@@ -75,7 +80,9 @@ CHECKS = [
     content_type_conformance,
     response_schema_conformance,
 ]
-CARD_DEPENDENT = {"/v1/decisions", "/v1/systemone"}
+# Also the file upload: whether a file is accepted depends on its bytes (sniffed kind, UTF-8,
+# size), which no schema states.
+CARD_DEPENDENT = {"/v1/decisions", "/v1/systemone", "/api/v1/storage/files"}
 
 
 class LocalProbeCacheAdmin(LocalCacheAdmin):
@@ -100,6 +107,9 @@ def build_app(upstream_url: str) -> FastAPI:
         metrics=lambda: aggregator_report(metrics),
         knowledge_bases=KnowledgeBaseService(embed=fake_embed),  # a runtime: mutations answer 202
         memory_store=InMemoryMemoryStore(),
+        storage=open_storage(
+            VectorStoreConfig(directory=tempfile.mkdtemp()), Path("unused"), embed=hashed_embed
+        ),
     )
     return create_app(
         harness.pipeline,
