@@ -66,6 +66,8 @@ PLUGIN_TYPES = frozenset(
         "jailbreak",
         "router_replay",
         "request_params",
+        "response_jailbreak",
+        "hallucination",
     }
 )
 REFERENCE_ONLY_PLUGIN_TYPES = frozenset(
@@ -75,8 +77,6 @@ REFERENCE_ONLY_PLUGIN_TYPES = frozenset(
         "context_compression",
         "rag",
         "memory",
-        "hallucination",
-        "response_jailbreak",
         "image_gen",
         "shadow_dispatch",
     }

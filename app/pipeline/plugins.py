@@ -7,7 +7,9 @@ response cache (lookup; immediate answer on a hit), then the request mutations:
 `configuration`) is skipped. `pii` and `jailbreak` are not request mutations:
 `compile_guards` turns them into guard rules (a PIISignal / JailbreakSignal named
 `plugin:<decision>`) that the pipeline checks once the decision is chosen, blocking with
-403 before any other plugin answers. `router_replay` is compiled into a `ReplayPolicy`:
+403 before any other plugin answers. `response_jailbreak` and `hallucination` check the
+answer: route() puts them on the plan (`answer_checks`), the front door asks the Router's
+`check_answer` once the answer is whole (app/pipeline/answers, app/exchange/answer_checks.py). `router_replay` is compiled into a `ReplayPolicy`:
 route() gives the request a replay id (x-vsr-replay-id), complete() records it (replay.py).
 
 Configurations are the typed models of `app.config.plugins` (`parse_plugin`), compiled
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.config.global_config import ResponseCacheConfig
-from app.config.plugins import PROTECTED_HEADERS, parse_plugin
+from app.config.plugins import PROTECTED_HEADERS, HallucinationPlugin, ResponseJailbreakPlugin, parse_plugin
 from app.config.routing import Decision, Plugin
 from app.config.signals import HarmfulSignal, JailbreakSignal, PIISignal
 
@@ -144,6 +146,9 @@ class DecisionPlugins:
     header_delete: list[str] = field(default_factory=list)
     request_params: dict[str, Any] | None = None
     replay: ReplayPolicy | None = None
+    # response-side plugins: checked on the answer (app/pipeline/answers)
+    response_jailbreak: ResponseJailbreakPlugin | None = None
+    hallucination: HallucinationPlugin | None = None
 
 
 def guard_rule_name(decision: str) -> str:
@@ -186,7 +191,21 @@ def compile_plugins(decision: Decision, global_cache: ResponseCacheConfig) -> De
                 bool(settings.get("capture_response_body")),
                 settings.get("max_body_bytes"),
             )
+    out.response_jailbreak, out.hallucination = _answer_plugins(decision)
     return out
+
+
+def _answer_plugins(decision: Decision) -> tuple[ResponseJailbreakPlugin | None, HallucinationPlugin | None]:
+    """The decision's enabled response-side plugins (the last of each type wins)."""
+    jailbreak: ResponseJailbreakPlugin | None = None
+    halluc: HallucinationPlugin | None = None
+    for plugin in decision.plugins:
+        parsed = parse_plugin(plugin) if plugin.type in ("response_jailbreak", "hallucination") else None
+        if isinstance(parsed, ResponseJailbreakPlugin) and parsed.enabled:
+            jailbreak = parsed
+        elif isinstance(parsed, HallucinationPlugin) and parsed.enabled:
+            halluc = parsed
+    return jailbreak, halluc
 
 
 GuardRule = tuple[str, PIISignal | JailbreakSignal | HarmfulSignal]  # (signal family, rule)

@@ -40,6 +40,7 @@ from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
+from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.pii import pii_factory
@@ -109,6 +110,9 @@ class RecordingRouter:
 
     async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
         return await self.pipeline.route(body, headers, request_id)
+
+    async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
+        return await self.pipeline.check_answer(checks, answer, context)
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
         accounting = await self.pipeline.complete(plan, report)
