@@ -10,11 +10,14 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from app.config.models import RouterConfig
 from app.config.plugins import HallucinationPlugin, ResponseJailbreakPlugin, parse_plugin
 from app.config.routing import Plugin
 from app.exchange import answer_checks
 from app.exchange.client_api import ChatApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward
+from app.management.replays import ReplayStore
+from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.answers import hallucination
 from app.pipeline.answers.checker import check_answer
 from app.pipeline.answers.models import Action, AnswerChecks, AnswerVerdict, CheckOutcome
@@ -23,6 +26,7 @@ from app.pipeline.plan import Accounting, CompletionReport, RoutePlan, SignalMat
 from app.pipeline.signals.base import SignalContext
 from app.upstream.sse import SSEParser
 from tests.unit.test_exchange import RecordingRouter, chunk, raw
+from tests.unit.test_replay_recording import body, config
 
 CONTEXT = "The Eiffel Tower was completed in 1889 for the World's Fair in Paris. It is 330 metres tall."
 
@@ -264,3 +268,40 @@ def test_request_context_takes_system_tool_and_long_user_messages() -> None:
         ]
     }
     assert answer_checks.request_context(body, 40) == ["sys", "tool result", "x" * 50]
+
+
+# -- route() puts the checks on the plan; complete() records the verdict -------------------------
+def _two_plugins(require_fact_check: bool) -> RouterConfig:
+    document = config({"type": "response_jailbreak", "configuration": {"action": "block"}}).model_dump(
+        by_alias=True, exclude_none=True
+    )
+    decision = document["routing"]["decisions"][0]
+    hal = {"action": "annotate", "require_fact_check": require_fact_check}
+    decision["plugins"].append({"type": "hallucination", "configuration": hal})
+    decision["plugins"].append({"type": "router_replay", "configuration": {}})
+    return RouterConfig.model_validate(document)
+
+
+async def test_route_carries_the_checks_and_complete_records_the_verdict() -> None:
+    store = ReplayStore()
+    pipeline = RouterPipeline(_two_plugins(False), PipelineServices(record_replay=store.record))
+    plan = await pipeline.route(body("urgent: check it"), {}, "req-1")
+    checks = plan.answer_checks
+    assert checks is not None and checks.decision == "urgent"
+    assert checks.response_jailbreak is not None and checks.response_jailbreak.action == "block"
+    assert checks.hallucination is not None and checks.hallucination.action == "annotate"
+    assert checks.blocks
+    summary = verdict("header").summary()
+    report = CompletionReport(status=200, model="small", response={"choices": []}, response_checks=summary)
+    await pipeline.complete(plan, report)
+    assert plan.replay is not None
+    record = store.get(plan.replay.replay_id)
+    assert record is not None and record["response_checks"]["flagged"] == ["hallucination"]
+    other = await pipeline.route(body("nothing to match"), {}, "req-2")
+    assert other.answer_checks is None  # the default route has no response-side plugins
+
+
+async def test_require_fact_check_drops_the_hallucination_check_without_the_signal() -> None:
+    pipeline = RouterPipeline(_two_plugins(True), PipelineServices())
+    plan = await pipeline.route(body("urgent: check it"), {}, "req-1")
+    assert plan.answer_checks is not None and plan.answer_checks.hallucination is None
