@@ -14,7 +14,7 @@ from app.config.models import RouterConfig
 from app.config.plugins import HallucinationPlugin, ResponseJailbreakPlugin, parse_plugin
 from app.config.routing import Plugin
 from app.exchange import answer_checks
-from app.exchange.client_api import ChatApi
+from app.exchange.client_api import ChatApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward
 from app.management.replays import ReplayStore
 from app.pipeline import PipelineServices, RouterPipeline
@@ -305,3 +305,20 @@ async def test_require_fact_check_drops_the_hallucination_check_without_the_sign
     pipeline = RouterPipeline(_two_plugins(True), PipelineServices())
     plan = await pipeline.route(body("urgent: check it"), {}, "req-1")
     assert plan.answer_checks is not None and plan.answer_checks.hallucination is None
+
+
+async def test_a_responses_client_gets_the_annotated_answer_as_responses_events() -> None:
+    router = CheckingRouter(verdict("annotate"))
+    exchange = Exchange(ExchangeSettings(router), ResponsesApi())
+    step = await exchange.begin(
+        json.dumps({"model": "MoM", "input": "urgent: go", "stream": True}).encode(), {}
+    )
+    assert isinstance(step, Forward)
+    head = exchange.respond(200, {"content-type": "text/event-stream"}, step.plan.candidates[0])
+    assert head.hold
+    reply = await exchange.held_stream(chunk("An ") + chunk("answer.", "stop") + b"data: [DONE]\n\n")
+    events = [e.json() for e in SSEParser().feed(reply.body) if not e.is_done]
+    text = "".join(e.get("delta") or "" for e in events if e.get("type") == "response.output_text.delta")
+    assert reply.status == 200 and text.startswith("An answer.\n\n[svc-sr notice:")
+    assert events[-1]["type"] == "response.completed"
+    assert reply.headers["x-vsr-response-warnings"].startswith("hallucination;score=")
