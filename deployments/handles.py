@@ -15,6 +15,7 @@ from app.cache.base import CacheScope, CacheUnavailable, FlushOutcome
 from app.common.background import BackgroundTasks
 from app.common.errors import SvcError
 from app.management.replays import ReplayAggregate, ReplayPage
+from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
@@ -43,6 +44,11 @@ class HandleRouterClient:
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
         return await complete_request(self._completion, plan, report)
+
+    async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
+        """The response-side plugins on a Router replica (its evaluators and encoder)."""
+        verdict: AnswerVerdict = await ray_compat.call(self._handle, "check_answer", checks, answer, context)
+        return verdict
 
     async def preview(self, request: Any, headers: Any = None, seed: int | None = None) -> dict[str, Any]:
         """The management API's routing preview (RoutingPreviewer) on a Router replica."""

@@ -13,11 +13,11 @@ The learned signal families (`domain`, `pii`, `jailbreak`, `harmful`) call the
 DomainClassifier and Guard deployments; the request's query vector is passed along, so the
 text is encoded once per request. With `InProcess.heads` the heads on that vector (domain,
 jailbreak, harmful) and PII's pattern-only checks run in this replica instead, and only PII
-checks that need NER call the Guard. The response cache's lookups and epoch reads
-(the token the front door's write carries) go over the ResponseCache's lane. A family the configuration binds to a
-`model_deployments` entry (`prompt_guard`, `pii_classifier`, `domain_classifier`) calls that
-deployment's `svc-srun` workers instead, which each replica runs itself (sockets under
-SVC_SRUN_DIR/<replica id>/, stopped with the replica; app/srun/hosting.py BindingRuntimes).
+checks that need NER call the Guard. Cache lookups and epoch reads go over the ResponseCache's
+lane. A family the configuration binds to a `model_deployments` entry (`prompt_guard`,
+`pii_classifier`, `domain_classifier`) calls that deployment's `svc-srun` workers, which each
+replica runs itself (SVC_SRUN_DIR/<replica id>/; app/srun/hosting.py BindingRuntimes).
+check_answer() runs the response-side plugins for the front doors (app/pipeline/answers).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from ray.serve.handle import DeploymentHandle
 from app.common.heap import freeze_startup_heap
 from app.management.stores import router_feeds
 from app.pipeline import PipelineServices, encoder_embed
+from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.local_models import router_evaluators
 from app.pipeline.plan import RoutePlan
 from app.pipeline.reload import ReloadingPipeline
@@ -147,8 +148,7 @@ class Router:
             # no Ray call or batch wait for them; PII calls that need spaCy's NER go to the Guard.
             remote_pii = _retried(guard, "detect_pii") if guard is not None else None
             services.evaluators.update(router_evaluators(lambda texts: services.embed(texts), remote_pii))
-        # The front doors complete requests and send their replay records to Observability;
-        # route() only marks the requests whose decision records replays.
+        # The front doors complete requests and record replays; route() only marks them.
         services.capture_replays = observability is not None
         # External LLM classifiers and guards are asked over this client; in-cluster ones by handle.
         services.llm_client = UpstreamClient(mounts=in_cluster_mounts(serve.get_replica_context().app_name))
@@ -165,33 +165,33 @@ class Router:
         self._host = ReloadingPipeline(services, bindings)
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
-        """A routing configuration (user_config) arrives: at startup, or a hot reload."""
+        """A routing configuration (user_config) arrives: at startup or a hot reload."""
         first = self._host.generation()["hash"] is None
         await self._host.apply(user_config["config"])
         if first:
             freeze_startup_heap()
 
     async def check_health(self) -> None:
-        """Serve's periodic probe: a bound deployment's worker is restarted by its supervisor,
-        not by failing the replica; this only keeps the health watch running."""
+        """Serve's probe: a bound worker is restarted by its supervisor; keep the watch running."""
         self._host.bindings.start_watch()
 
     def __del__(self) -> None:
-        # Serve calls this when the replica stops: end the bound deployments' workers (SIGTERM,
-        # then SIGKILL after 10 s); workers of a replica killed outright stop on their own.
+        # The replica stops: end the bound workers (SIGTERM, SIGKILL after 10 s).
         host = getattr(self, "_host", None)
         if host is not None:
             host.bindings.stop_processes()
 
     async def generation(self) -> dict[str, Any]:
-        """Which configuration this replica serves, and the last reload that failed on it
-        (the activator's warm check)."""
+        """The configuration served and the last failed reload (the activator's warm check)."""
         return {"replica": self._replica, **self._host.generation()}
 
     async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
         plan = await self._host.pipeline.route(body, headers, request_id=request_id)
         plan.router_replica = self._replica  # replay records name it (the front door completes)
         return plan
+
+    async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
+        return await self._host.pipeline.check_answer(checks, answer, context)  # response-side plugins
 
     async def preview(
         self, body: dict[str, Any], headers: dict[str, str] | None = None, seed: int | None = None

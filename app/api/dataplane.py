@@ -96,7 +96,7 @@ class DataPlane:
             return _response(exchange.upstream_failed(exc), exchange)
         first_byte = None if result.first_byte_s is None else called + result.first_byte_s
         exchange.respond(result.status, result.headers, result.target, result.local, first_byte)
-        reply = exchange.whole_body(result.content)
+        reply = await exchange.answer_body(result.content)
         await exchange.api.persist()  # kept before the client has the id
         return _response(reply, exchange)
 
@@ -115,7 +115,12 @@ class DataPlane:
             return _response(exchange.upstream_failed(exc), exchange)
         head = exchange.respond(stream.status, stream.headers, stream.target, stream.local)
         if not head.streaming:  # an error document answers the stream request
-            return _response(exchange.whole_body(await _read_all(stream)), exchange)
+            return _response(await exchange.answer_body(await _read_all(stream)), exchange)
+        if head.hold:  # answer checks on the whole answer: read it all first
+            raw = await _read_all(stream)
+            reply = await exchange.held_stream(raw)
+            await exchange.api.persist()
+            return _response(reply, exchange)
         return StreamingResponse(
             self._relay(exchange, stream),
             status_code=head.status,

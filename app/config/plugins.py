@@ -222,6 +222,41 @@ class MemoryPlugin(PluginConfig):
     inject_as: Literal["system"] = "system"
 
 
+AnswerAction = Literal["header", "annotate", "block"]
+
+
+class ResponseJailbreakPlugin(PluginConfig):
+    """Check the ANSWER with the prompt guard (jailbreak) and the harmful-content classifier.
+
+    `threshold` unset: the guard's default (`prompt_guard.threshold`, else 0.5). `action`:
+    `header` adds x-vsr-response-warnings, `annotate` also appends a visible notice,
+    `block` replaces the answer with a 403 security_violation (docs/hallucination.md)."""
+
+    threshold: float | None = Field(default=None, ge=0, le=1)
+    action: AnswerAction = "header"
+    harmful: bool = True  # also run the harmful-content classifier on the answer
+
+
+class HallucinationPlugin(PluginConfig):
+    """Flag answer sentences the request's context does not support (app/pipeline/answers).
+
+    A sentence's support mixes its best embedding similarity to a context sentence and the
+    share of its content words/numbers found in the context; under `threshold` it is
+    unsupported. Runs only when the request carried context (system/developer/tool
+    messages, or a user message of at least `min_context_chars`), and with
+    `require_fact_check` only when a fact_check signal `needs_fact_check` matched."""
+
+    model_config = ConfigDict(extra="allow")  # reference keys (e.g. model ids) are kept, not used
+
+    threshold: float = Field(default=0.5, ge=0, le=1)
+    action: AnswerAction = "header"
+    min_unsupported: int = Field(default=1, ge=1)  # flagged sentences before the answer is flagged
+    min_context_chars: int = Field(default=200, ge=0)
+    require_fact_check: bool = False
+    # false: lexical overlap alone (~0.1 ms an answer instead of one encoder pass per sentence)
+    use_embeddings: bool = True
+
+
 PLUGIN_MODELS: dict[str, type[PluginConfig]] = {
     "system_prompt": SystemPromptPlugin,
     "header_mutation": HeaderMutationPlugin,
@@ -236,6 +271,8 @@ PLUGIN_MODELS: dict[str, type[PluginConfig]] = {
     "tool_selection": ToolSelectionPlugin,
     "context_compression": ContextCompressionPlugin,
     "memory": MemoryPlugin,
+    "response_jailbreak": ResponseJailbreakPlugin,
+    "hallucination": HallucinationPlugin,
 }
 assert set(PLUGIN_MODELS) == set(PLUGIN_TYPES), "every applied plugin type needs a model"
 

@@ -70,13 +70,13 @@ PLUGIN_TYPES = frozenset(
         "tool_selection",
         "context_compression",
         "memory",
+        "response_jailbreak",
+        "hallucination",
     }
 )
 REFERENCE_ONLY_PLUGIN_TYPES = frozenset(
     {
         "rag",
-        "hallucination",
-        "response_jailbreak",
         "image_gen",
         "shadow_dispatch",
     }

@@ -7,13 +7,15 @@ Both front doors drive the same object and only translate their transport:
       Forward  -> the front door forwards `exchange.upstream_body` to the plan's candidates
                   (the Ingress with its upstream client and fallback, Envoy to the first one)
     head  = exchange.respond(status, headers, target)        # the upstream answered
-    body  = exchange.whole_body(raw)                         # buffered answer, or, streaming:
+    body  = await exchange.answer_body(raw)                  # buffered answer, or, streaming:
     bytes = exchange.stream_chunk(raw) ... exchange.stream_end()
+    body  = await exchange.held_stream(raw)                  # a stream held whole (head.hold)
     exchange.close()                                         # always: a client that left counts
     await exchange.finish()                                  # completion, when the door chooses
 
 Translation (the backend's wire, the client's API), routing headers and `routing_metadata`,
-the completion report (cost, metrics, cache write, replay) are decided here, once. The
+the completion report (cost, metrics, cache write, replay) and the response-side plugins
+(app/exchange/answer_checks.py: one `check_answer` call per answer) are decided here, once. The
 completion runs when the front door calls `finish()`: the Ingress after the answer is sent,
 the bridge as soon as the exchange knows it.
 """
@@ -30,9 +32,11 @@ from typing import Any, Protocol
 
 from app.accounting.cost import compute_cost
 from app.common.errors import SvcError, body_too_large, from_upstream_unavailable, upstream_unavailable
+from app.exchange import answer_checks
 from app.exchange.answer import client_headers, routing_metadata
 from app.exchange.client_api import ClientApi
 from app.exchange.relay import StreamRelay
+from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.results import UpstreamUnavailable
@@ -53,6 +57,8 @@ class RouterClient(Protocol):
     async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan: ...
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting: ...
+
+    async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict: ...
 
 
 @dataclass
@@ -93,6 +99,7 @@ class ResponseHead:
     status: int
     headers: dict[str, str]
     streaming: bool  # an event stream: relay it chunk by chunk
+    hold: bool = False  # an event stream checked whole: read it all, then `held_stream`
 
 
 class Exchange:
@@ -257,6 +264,7 @@ class Exchange:
         self._upstream_type = headers.get("content-type") or JSON
         streaming = EVENT_STREAM in self._upstream_type.lower()
         out = {**client_headers(plan, self.started), "x-selected-model": target.model}
+        hold = streaming and status == 200 and plan.answer_checks is not None
         if streaming:
             out.update({"content-type": EVENT_STREAM, **SSE_HEADERS})
             translator = (
@@ -267,7 +275,7 @@ class Exchange:
             self.relay = StreamRelay(translator, self.api.stream(), self.settings.clock)
         elif status == 200 or (self._wire is not None and not isinstance(self._wire, ChatWire)):
             out["content-type"] = JSON  # a translated answer is chat JSON; a chat error page keeps its type
-        return ResponseHead(status, out, streaming)
+        return ResponseHead(status, out, streaming, hold)
 
     def stream_chunk(self, raw: bytes) -> bytes:
         return self._relay().feed(raw)
@@ -298,7 +306,73 @@ class Exchange:
 
     def whole_body(self, raw: bytes) -> Reply:
         """A buffered answer, translated to chat and to the client's API. Its status may differ
-        from the upstream's (a messages backend's success that is no message: 502)."""
+        from the upstream's (a messages backend's success that is no message: 502). No answer
+        checks: `answer_body` runs them."""
+        answer = self._whole(raw)
+        if isinstance(answer, Reply):
+            return answer
+        payload, headers = answer
+        self._settle(self._completion(payload))
+        return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
+
+    async def answer_body(self, raw: bytes) -> Reply:
+        """`whole_body`, with the plan's answer checks (header, annotate or block)."""
+        answer = self._whole(raw)
+        if isinstance(answer, Reply):
+            return answer
+        payload, headers = answer
+        if self._plan().answer_checks is None:
+            self._settle(self._completion(payload))
+            return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
+        return await self._checked(payload, headers, stream=False)
+
+    async def held_stream(self, raw: bytes) -> Reply:
+        """A stream read whole for its answer checks: relayed to the chat accumulator, checked,
+        then sent as one event stream (the answer replayed as chunks) or blocked (403 JSON).
+        A stream that broke off is relayed as it came, with its error end."""
+        relay = self._relay()
+        out = relay.feed(raw)
+        out += relay.end()
+        headers = {**client_headers(self._plan(), self.started), "x-selected-model": self._target().model}
+        headers.update({"content-type": EVENT_STREAM, **SSE_HEADERS})
+        if not relay.completed:
+            out += relay.broken("the upstream stream broke off before the answer was complete")
+            self._settle(self._completion(None, finished=False, reason="upstream_5xx"))
+            return Reply(self.status, headers, out, EVENT_STREAM)
+        return await self._checked(relay.accumulator.to_chat_completion(), headers, stream=True)
+
+    async def _checked(self, payload: dict[str, Any], headers: dict[str, str], stream: bool) -> Reply:
+        plan = self._plan()
+        checks = plan.answer_checks
+        assert checks is not None
+        verdict = await answer_checks.ask(self.settings.router.check_answer, checks, plan.body, payload)
+        summary = verdict.summary()
+        headers.update(answer_checks.warning_headers(verdict))
+        report = self._completion(payload)
+        report.response_checks = {**summary, "flagged": bool(summary["flagged"])}
+        if verdict.action == "block":
+            error = answer_checks.blocked(verdict)
+            self.status = report.status = error.status
+            report.error_reason = "response_blocked"
+            report.response = payload  # its usage and cost still count; never cached
+            self._settle(report)
+            headers["content-type"] = JSON
+            for name in SSE_HEADERS:
+                headers.pop(name, None)
+            return Reply(error.status, {**headers, **error.headers}, json.dumps(error.body()).encode())
+        self._settle(report)
+        if verdict.action == "annotate":
+            payload = json.loads(json.dumps(payload))  # the report keeps the answer as it came
+            answer_checks.annotate(payload, verdict)
+        if not stream:
+            payload.setdefault("routing_metadata", {})["response_checks"] = summary
+            return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
+        client = self.api.stream()
+        body = b"".join(client.feed(chunk) for chunk in replay_as_sse(payload)) + client.finish()
+        return Reply(200, headers, body, EVENT_STREAM)
+
+    def _whole(self, raw: bytes) -> Reply | tuple[dict[str, Any], dict[str, str]]:
+        """The answer as chat JSON with routing_metadata and its headers, or the error Reply."""
         plan = self._plan()
         target = self._target()
         status, content = (
@@ -315,8 +389,7 @@ class Exchange:
         payload["routing_metadata"] = routing_metadata(
             plan.model_copy(update={"selected_model": target.model}), self.started, cost
         )
-        self._settle(self._completion(payload))
-        return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
+        return payload, headers
 
     def end_without_body(self) -> None:
         """The upstream's response had a head and no body."""

@@ -28,6 +28,7 @@ class ExtProcStream:
         self.exchange: Exchange | None = None
         self.headers: dict[str, str] = {}
         self.streaming = False
+        self.hold = False  # a stream held whole for its answer checks
 
     @property
     def request_id(self) -> str:
@@ -43,7 +44,7 @@ class ExtProcStream:
         if kind == "response_headers":
             return self.on_response_headers(self.exchange, request.response_headers)
         if kind == "response_body":
-            return self.on_response_body(self.exchange, request.response_body)
+            return await self.on_response_body(self.exchange, request.response_body)
         return em.passthrough(kind)
 
     def on_failure(self, kind: str) -> pb.ProcessingResponse:
@@ -91,13 +92,14 @@ class ExtProcStream:
         plan = exchange.plan
         assert plan is not None and plan.candidates
         head = exchange.respond(int(response.get(":status", "0") or 0), response, plan.candidates[0])
-        self.streaming = head.streaming
+        # A stream with answer checks stays buffered (Envoy's default body mode): checked whole.
+        self.streaming, self.hold = head.streaming and not head.hold, head.hold
         if headers.end_of_stream:
             exchange.end_without_body()
         # The body will be rewritten (translation, routing_metadata): its length changes.
-        return em.response_headers_response(head.headers, ["content-length"], stream_body=head.streaming)
+        return em.response_headers_response(head.headers, ["content-length"], stream_body=self.streaming)
 
-    def on_response_body(self, exchange: Exchange, body: pb.HttpBody) -> pb.ProcessingResponse:
+    async def on_response_body(self, exchange: Exchange, body: pb.HttpBody) -> pb.ProcessingResponse:
         raw = bytes(body.body)
         if self.streaming:
             out = exchange.stream_chunk(raw)
@@ -105,12 +107,17 @@ class ExtProcStream:
                 out += exchange.stream_end()
             return em.response_body_response(out if out != raw else None)
         upstream_status = exchange.status
-        reply = exchange.whole_body(raw)
+        reply = await (exchange.held_stream(raw) if self.hold else exchange.answer_body(raw))
         if reply.status != upstream_status:  # the answer became an error: Envoy sends ours instead
             return _immediate(reply)
+        late = {k: v for k, v in reply.headers.items() if k.startswith("x-vsr-response-")}  # answer checks
         return em.response_body_response(
             reply.body,
-            {"content-length": str(len(reply.body)), "x-processing-time": reply.headers["x-processing-time"]},
+            {
+                "content-length": str(len(reply.body)),
+                "x-processing-time": reply.headers["x-processing-time"],
+                **late,
+            },
         )
 
     def complete_if_due(self) -> None:

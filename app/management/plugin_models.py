@@ -96,6 +96,24 @@ class SampleRequest(BaseModel):
     )
 
 
+class AnswerConditions(BaseModel):
+    """What a detector would have said, for a preview of the policy alone (no model call)."""
+
+    model_config = ConfigDict(extra="forbid")
+    score: float | SkipJsonSchema[None] = Field(
+        default=None, ge=0, le=1, description="response_jailbreak: the guard's risk on the answer"
+    )
+    unsupported_sentences: int | SkipJsonSchema[None] = Field(
+        default=None,
+        ge=0,
+        le=10_000,
+        description="hallucination: answer sentences the context does not support",
+    )
+    support: float | SkipJsonSchema[None] = Field(
+        default=None, ge=0, le=1, description="hallucination: the lowest sentence support"
+    )
+
+
 class PluginPreviewRequest(BaseModel):
     """Exactly one of `configuration` (a typed candidate) and `binding` (the active one)."""
 
@@ -115,6 +133,17 @@ class PluginPreviewRequest(BaseModel):
     supplied_context: list[str] | SkipJsonSchema[None] = Field(
         default=None,
         description="rag: documents to inject instead of a retrieval",
+        json_schema_extra=no_null_default,
+    )
+    answer: str | SkipJsonSchema[None] = Field(
+        default=None,
+        max_length=200_000,
+        description="hallucination / response_jailbreak probe: the answer text the detectors check",
+        json_schema_extra=no_null_default,
+    )
+    conditions: AnswerConditions | SkipJsonSchema[None] = Field(
+        default=None,
+        description="hallucination / response_jailbreak preview: the detector outcome to apply the policy to",
         json_schema_extra=no_null_default,
     )
     mode: PreviewMode = Field(default="preview", description="`probe` calls models/services; explicit only")

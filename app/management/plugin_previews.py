@@ -4,8 +4,9 @@ nothing written (persisted false) and every model call counted (backend_calls).
 The configuration is a typed candidate (`configuration`, validated against the type's model)
 or the active binding (`binding` {recipe, decision}); guard, RAG and tool previews take the
 binding only. Mode `preview` (the default) makes no call; `probe` (explicit) calls what the
-plugin calls: the embedding for tool_selection; a RAG probe answers 503 (svc-sr has no
-vector-store retrieval).
+plugin calls: the embedding for tool_selection, the Router's answer checks (the guard, the
+hallucination detector) for response_jailbreak and hallucination, whose preview applies the
+policy to supplied `conditions`; a RAG probe answers 503 (svc-sr has no vector-store retrieval).
 
 Dispatcher: `PREVIEWS` maps a type to its `PreviewFn`; `register_preview(type, fn)` adds
 one. Types in `PENDING` without an entry answer 501 NOT_IMPLEMENTED.
@@ -24,11 +25,13 @@ from pydantic import ValidationError
 from app.common.errors import validation_message
 from app.config.global_config import ResponseCacheConfig
 from app.config.models import RouterConfig
-from app.config.plugins import PLUGIN_MODELS, PluginConfig
+from app.config.plugins import PLUGIN_MODELS, HallucinationPlugin, PluginConfig, ResponseJailbreakPlugin
 from app.config.routing import Decision, Plugin
+from app.exchange.answer_checks import request_context
 from app.management.errors import MgmtError, invalid_input, not_implemented, unavailable
 from app.management.plugin_bindings import declared_enabled, find_decision, find_plugin
 from app.management.plugin_models import (
+    AnswerConditions,
     FastResponsePreview,
     HeaderMutationPreview,
     PluginPreviewRequest,
@@ -40,6 +43,7 @@ from app.management.plugin_models import (
     ToolsPreview,
 )
 from app.management.plugins_registry import BINDING_REQUIRED, PREVIEW_TYPES, PROBE_TYPES, kind_of
+from app.pipeline.answers.policy import Checker, preview_hallucination, preview_response_jailbreak
 from app.pipeline.plugins import (
     DecisionPlugins,
     apply_header_mutation,
@@ -51,8 +55,9 @@ from app.pipeline.plugins import (
 from app.pipeline.signals.base import EmbedFn, content_text
 from app.pipeline.tools import ToolVectorCache, select_tools
 
-# Built by the other plugin modules; registered here when they land (register_preview).
-PENDING = frozenset({"context_compression", "hallucination", "response_jailbreak"})
+# context_compression's preview is its own route, POST /api/v1/plugins/context_compression/preview
+# (routes/compression.py, registered first), so the generic route never sees that type.
+PENDING: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -71,6 +76,9 @@ class PreviewContext:
     supplied_context: list[str] | None
     config: RouterConfig  # the active configuration
     embed: EmbedFn | None  # the router's encoder (None: probes that need it answer 503)
+    answer: str | None = None  # the answer a response-side probe checks
+    conditions: AnswerConditions | None = None  # a response-side preview's supplied detector outcome
+    checker: Checker | None = None  # the Router's check_answer (None: response-side probes answer 503)
 
 
 @dataclass
@@ -90,7 +98,11 @@ def register_preview(plugin_type: str, fn: PreviewFn) -> None:
 
 
 async def run_preview(
-    plugin_type: str, body: PluginPreviewRequest, config: RouterConfig, embed: EmbedFn | None
+    plugin_type: str,
+    body: PluginPreviewRequest,
+    config: RouterConfig,
+    embed: EmbedFn | None,
+    checker: Checker | None = None,
 ) -> PluginPreviewResponse:
     if plugin_type not in PREVIEW_TYPES:
         raise invalid_input(
@@ -100,7 +112,7 @@ async def run_preview(
         raise invalid_input(f"plugin {plugin_type!r} has no probe: use mode `preview`")
     if plugin_type in BINDING_REQUIRED and body.binding is None:
         raise invalid_input(f"a {plugin_type} preview takes `binding` {{recipe, decision}}, not a candidate")
-    ctx = _context(plugin_type, body, config, embed)
+    ctx = _context(plugin_type, body, config, embed, checker)
     fn = PREVIEWS.get(plugin_type)
     if fn is None:
         raise not_implemented(f"the {plugin_type} preview is not built yet")
@@ -120,7 +132,11 @@ async def run_preview(
 
 
 def _context(
-    plugin_type: str, body: PluginPreviewRequest, config: RouterConfig, embed: EmbedFn | None
+    plugin_type: str,
+    body: PluginPreviewRequest,
+    config: RouterConfig,
+    embed: EmbedFn | None,
+    checker: Checker | None,
 ) -> PreviewContext:
     if body.binding is not None:
         decision = find_decision(config, body.binding.recipe, body.binding.decision)
@@ -156,6 +172,9 @@ def _context(
         supplied_context=body.supplied_context,
         config=config,
         embed=embed,
+        answer=body.answer,
+        conditions=body.conditions,
+        checker=checker,
     )
 
 
@@ -274,7 +293,56 @@ def _last_user_text(request: dict[str, Any]) -> str:
     return ""
 
 
+async def response_jailbreak_preview(ctx: PreviewContext) -> PreviewOutcome:
+    """preview: the policy on a supplied `conditions.score`; probe: the Router's guard on `answer`."""
+    config = ctx.typed if isinstance(ctx.typed, ResponseJailbreakPlugin) else ResponseJailbreakPlugin()
+    score = ctx.conditions.score if ctx.conditions else None
+    result = await _answer_preview(
+        lambda checker: preview_response_jailbreak(
+            config, ctx.answer, ctx.mode == "probe", score=score, checker=checker
+        ),
+        ctx,
+    )
+    return PreviewOutcome(result, backend_calls=result.get("backend_calls", 0))
+
+
+async def hallucination_preview(ctx: PreviewContext) -> PreviewOutcome:
+    """preview: the policy on supplied `conditions` (unsupported_sentences or support); probe:
+    the detector on `answer` against `supplied_context` (else the request's context messages)."""
+    config = ctx.typed if isinstance(ctx.typed, HallucinationPlugin) else HallucinationPlugin()
+    conditions = ctx.conditions or AnswerConditions()
+    context = ctx.supplied_context or request_context(ctx.request, config.min_context_chars)
+    result = await _answer_preview(
+        lambda checker: preview_hallucination(
+            config,
+            ctx.answer,
+            context,
+            ctx.mode == "probe",
+            unsupported_sentences=conditions.unsupported_sentences,
+            support=conditions.support,
+            checker=checker,
+        ),
+        ctx,
+    )
+    return PreviewOutcome(result, backend_calls=result.get("backend_calls", 0))
+
+
+async def _answer_preview(
+    run: Callable[[Checker | None], Awaitable[dict[str, Any]]], ctx: PreviewContext
+) -> dict[str, Any]:
+    if ctx.mode == "probe" and ctx.checker is None:
+        raise unavailable(
+            "no Router answers answer checks here: the detectors are not reachable", "MODEL_NOT_LOADED"
+        )
+    try:
+        return await run(ctx.checker)
+    except ValueError as exc:  # a missing answer or condition
+        raise invalid_input(str(exc)) from None
+
+
 for _type, _fn in (
+    ("response_jailbreak", response_jailbreak_preview),
+    ("hallucination", hallucination_preview),
     ("system_prompt", system_prompt_preview),
     ("request_params", request_params_preview),
     ("header_mutation", header_mutation_preview),

@@ -135,7 +135,8 @@ async def _cache_write(
 ) -> bool:
     write = plan.cache_write
     store = services.cache_store
-    if write is None or store is None or report.status != 200 or response is None:
+    flagged = bool((report.response_checks or {}).get("flagged"))  # never replay a flagged answer
+    if write is None or store is None or report.status != 200 or response is None or flagged:
         return False
     if report.stream and not report.stream_finished:
         return False  # an aborted stream is a partial answer

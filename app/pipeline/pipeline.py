@@ -42,6 +42,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from app.config.models import RouterConfig
+from app.pipeline.answers.checker import check_answer
+from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.completion import complete_request
 from app.pipeline.decisions import DecisionMatch
@@ -116,6 +118,15 @@ class RouterPipeline:
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
         """Usage, cost, TTFT/TPOT, metrics, replay and the cache write (app/pipeline/completion.py)."""
         return await complete_request(self.services, plan, report)
+
+    async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
+        """The response-side plugins on a whole answer (app/pipeline/answers/checker.py), with
+        the evaluators of the recipe that routed it, on the current config version."""
+        state = self._state.for_recipe(checks.recipe)
+        guard = state.prompt_guard
+        return await check_answer(
+            state.evaluators, self.services.embed, checks, answer, context, guard.threshold if guard else None
+        )
 
     # -------------------------------------------------------------- the phases
     async def _route(

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from app.config.pricing import Pricing
 from app.config.reliability import FallbackConfig, ReliabilityConfig
+from app.pipeline.answers.models import AnswerChecks
 from app.pipeline.memory.store import MemoryScope
 from app.upstream.targets import UpstreamTarget
 
@@ -148,6 +149,7 @@ class RoutePlan(BaseModel):
     replay: ReplayCapture | None = None  # set when the decision records replays (x-vsr-replay-id)
     router_replica: str | None = None  # the Router replica that routed it (Ray graph only)
     compression: CompressionOutcome | None = None  # the decision's context_compression plugin ran
+    answer_checks: AnswerChecks | None = None  # response_jailbreak / hallucination on the answer
 
 
 class CompletionReport(BaseModel):
@@ -161,6 +163,7 @@ class CompletionReport(BaseModel):
     ttft_s: float | None = None
     total_s: float | None = None
     error_reason: str | None = None  # timeout | upstream_4xx | upstream_5xx | ...
+    response_checks: dict[str, Any] | None = None  # AnswerVerdict.summary(): replay records it
 
 
 class Accounting(BaseModel):

@@ -9,7 +9,9 @@ response cache (lookup; immediate answer on a hit), then the request mutations:
 `configuration`) is skipped. `pii` and `jailbreak` are not request mutations:
 `compile_guards` turns them into guard rules (a PIISignal / JailbreakSignal named
 `plugin:<decision>`) that the pipeline checks once the decision is chosen, blocking with
-403 before any other plugin answers. `router_replay` is compiled into a `ReplayPolicy`:
+403 before any other plugin answers. `response_jailbreak` and `hallucination` check the
+answer: route() puts them on the plan (`answer_checks`), the front door asks the Router's
+`check_answer` once the answer is whole (app/pipeline/answers, app/exchange/answer_checks.py). `router_replay` is compiled into a `ReplayPolicy`:
 route() gives the request a replay id (x-vsr-replay-id), complete() records it (replay.py).
 
 Configurations are the typed models of `app.config.plugins` (`parse_plugin`), compiled
@@ -24,7 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.config.global_config import ResponseCacheConfig
-from app.config.plugins import PROTECTED_HEADERS, ContextCompressionPlugin, MemoryPlugin, parse_plugin
+from app.config.plugins import (
+    PROTECTED_HEADERS,
+    ContextCompressionPlugin,
+    HallucinationPlugin,
+    MemoryPlugin,
+    ResponseJailbreakPlugin,
+    parse_plugin,
+)
 from app.config.routing import Decision, Plugin
 from app.config.signals import HarmfulSignal, JailbreakSignal, PIISignal
 from app.pipeline import compression
@@ -152,6 +161,9 @@ class DecisionPlugins:
     tool_selection: ToolSelectionPolicy | None = None  # `tool_selection`: semantic top_k
     compression: ContextCompressionPlugin | None = None
     memory: MemoryPlugin | None = None  # recall into the request, remember after (app/pipeline/memory)
+    # response-side plugins: checked on the answer (app/pipeline/answers)
+    response_jailbreak: ResponseJailbreakPlugin | None = None
+    hallucination: HallucinationPlugin | None = None
 
 
 def guard_rule_name(decision: str) -> str:
@@ -176,6 +188,7 @@ def compile_plugins(decision: Decision, global_cache: ResponseCacheConfig) -> De
             out.cache = _cache_policy(settings, global_cache) if enabled else CachePolicy(False)
         elif enabled:
             _compile_one(out, kind, settings)
+    out.response_jailbreak, out.hallucination = _answer_plugins(decision)
     return out
 
 
@@ -210,6 +223,19 @@ def _compile_one(out: DecisionPlugins, kind: str, settings: dict[str, Any]) -> N
             bool(settings.get("capture_response_body")),
             settings.get("max_body_bytes"),
         )
+
+
+def _answer_plugins(decision: Decision) -> tuple[ResponseJailbreakPlugin | None, HallucinationPlugin | None]:
+    """The decision's enabled response-side plugins (the last of each type wins)."""
+    jailbreak: ResponseJailbreakPlugin | None = None
+    halluc: HallucinationPlugin | None = None
+    for plugin in decision.plugins:
+        parsed = parse_plugin(plugin) if plugin.type in ("response_jailbreak", "hallucination") else None
+        if isinstance(parsed, ResponseJailbreakPlugin) and parsed.enabled:
+            jailbreak = parsed
+        elif isinstance(parsed, HallucinationPlugin) and parsed.enabled:
+            halluc = parsed
+    return jailbreak, halluc
 
 
 GuardRule = tuple[str, PIISignal | JailbreakSignal | HarmfulSignal]  # (signal family, rule)

@@ -42,6 +42,7 @@ from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseSt
 from app.management.service import Management
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
+from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.memory.store import InMemoryMemoryStore
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.signals.jailbreak import jailbreak_factory
@@ -113,6 +114,9 @@ class RecordingRouter:
 
     async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
         return await self.pipeline.route(body, headers, request_id)
+
+    async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
+        return await self.pipeline.check_answer(checks, answer, context)
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
         accounting = await self.pipeline.complete(plan, report)

@@ -11,6 +11,7 @@ from typing import Any
 from app.exchange.client_api import ChatApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward, Reply
 from app.pipeline import PipelineServices, RouterPipeline
+from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, ImmediateResponse, RoutePlan
 from tests.unit.test_replay_recording import body, config
@@ -32,6 +33,9 @@ class RecordingRouter:
         if self.no_candidates:
             plan.candidates = []
         return plan
+
+    async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
+        return await self.pipeline.check_answer(checks, answer, context)
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
         self.reports.append(report)

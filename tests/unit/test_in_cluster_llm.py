@@ -262,6 +262,9 @@ class _InClusterRouter:
     async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> Any:
         return await self.pipeline.route(body, headers, request_id)
 
+    async def check_answer(self, checks: Any, answer: str, context: list[str]) -> Any:
+        return await self.pipeline.check_answer(checks, answer, context)
+
     async def complete(self, plan: Any, report: Any) -> Any:
         from app.pipeline.plan import Accounting
 

@@ -10,7 +10,7 @@ import pytest
 
 from app.config.plugins import PLUGIN_MODELS
 from app.config.routing import REFERENCE_ONLY_PLUGIN_TYPES
-from app.management.plugin_previews import PENDING, PREVIEWS
+from app.management.plugin_previews import PENDING
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth
 from tests.unit.test_tool_selection import TOOLS, CountingEmbed
 
@@ -25,6 +25,7 @@ def plugin_document() -> dict[str, Any]:
         {"type": "system_prompt", "configuration": {"system_prompt": "Be exact."}, "enabled": False},
         {"type": "rag", "configuration": {"top_k": 3}},
         {"type": "hallucination", "configuration": {}},
+        {"type": "response_jailbreak", "configuration": {"action": "block", "threshold": 0.7}},
     ]
     document["recipes"] = [
         {"name": "travel", "routing": copy.deepcopy(document["routing"])},
@@ -202,10 +203,46 @@ async def test_probe_without_an_encoder_and_rag_probe_are_503(harness: Harness) 
     assert "Doc A." in rag["result"]["injected_context"] and rag["result"]["messages"][0]["role"] == "system"
 
 
-async def test_pending_previews_are_501_and_bad_bindings_404(harness: Harness) -> None:
-    assert PENDING.isdisjoint(PREVIEWS)  # registered by the context_compression / guard plugins
+async def test_answer_check_previews_apply_the_policy_and_probes_run_the_detectors(harness: Harness) -> None:
+    math = {"decision": "math"}
     async with harness.client() as client:
-        pending = await preview(client, "hallucination", {"binding": {"decision": "math"}})
+        risky = await preview(client, "response_jailbreak", {"binding": math, "conditions": {"score": 0.9}})
+        calm = await preview(client, "response_jailbreak", {"binding": math, "conditions": {"score": 0.2}})
+        unsupported = await preview(
+            client, "hallucination", {"binding": math, "conditions": {"unsupported_sentences": 2}}
+        )
+        no_conditions = await preview(client, "hallucination", {"binding": math})
+        candidate = await preview(
+            client, "hallucination", {"configuration": {}, "conditions": {"support": 0.1}}
+        )
+        probed = await preview(
+            client,
+            "hallucination",
+            {
+                "binding": math,
+                "mode": "probe",
+                "answer": "The Louvre opened its glass pyramid entrance in 1989, designed by the architect Pei.",
+                "supplied_context": ["The Eiffel Tower is a wrought-iron tower in Paris, completed in 1889."],
+            },
+        )
+        no_answer = await preview(client, "hallucination", {"binding": math, "mode": "probe"})
+    assert risky.status_code == 200 and risky.json()["result"]["action"] == "block"
+    assert risky.json()["backend_calls"] == 0 and risky.json()["persisted"] is False
+    assert calm.json()["result"]["outcome"]["flagged"] is False
+    assert unsupported.json()["result"]["outcome"]["flagged"] is True
+    assert unsupported.json()["result"]["action"] == "header"
+    assert no_conditions.status_code == 400 and candidate.status_code == 400  # binding required
+    body = probed.json()
+    assert probed.status_code == 200, body
+    assert body["mode"] == "probe" and body["backend_calls"] == 1
+    assert body["result"]["outcome"]["check"] == "hallucination", body
+    assert body["result"]["outcome"]["flagged"] is True, body["result"]["outcome"]
+    assert no_answer.status_code == 400
+
+
+async def test_bad_bindings_are_404_and_bad_bodies_400(harness: Harness) -> None:
+    assert not PENDING
+    async with harness.client() as client:
         no_decision = await preview(client, "tools", {"binding": {"decision": "nope"}})
         no_recipe = await preview(client, "tools", {"binding": {"recipe": "nope", "decision": "math"}})
         not_bound = await preview(client, "fast_response", {"binding": {"decision": "math"}})
@@ -213,7 +250,6 @@ async def test_pending_previews_are_501_and_bad_bindings_404(harness: Harness) -
         both = await preview(client, "system_prompt", {"configuration": {}, "binding": {"decision": "math"}})
         bad = await preview(client, "system_prompt", {"configuration": {"system_prompt": ""}})
         no_preview = await preview(client, "pii", {"configuration": {}})
-    assert pending.status_code == 501 and error_code(pending) == "NOT_IMPLEMENTED"
     assert no_decision.status_code == 404 and no_recipe.status_code == 404 and not_bound.status_code == 404
     assert unknown.status_code == 404
     assert {both.status_code, bad.status_code, no_preview.status_code} == {400}

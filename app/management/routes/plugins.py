@@ -66,7 +66,9 @@ def plugin_routes(mgmt: Management) -> APIRouter:
         except AuthError as exc:
             record_denial(mgmt, request, exc)
             raise MgmtError(exc.status, exc.message, code=exc.code) from None
-        result = await run_preview(plugin_type, body, mgmt.config, mgmt.embed)
+        # The Router's answer checks (the data plane's RouterClient; a local pipeline in tests).
+        checker = getattr(mgmt.previewer, "check_answer", None)
+        result = await run_preview(plugin_type, body, mgmt.config, mgmt.embed, checker)
         return JSONResponse(result.model_dump(mode="json", exclude_none=True))
 
     add(

@@ -8,6 +8,7 @@ The guard plugins (`jailbreak`, `pii`) are phase `guard`, the cache plugin phase
 
 from __future__ import annotations
 
+from app.pipeline.answers.models import AnswerChecks
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.compression import apply_compression
 from app.pipeline.headers import fill_routing_headers
@@ -86,3 +87,28 @@ def mutate_request(
     fill_routing_headers(plan, cache_status)
     if plugins is not None:  # after the routing headers: a mutation may override them
         apply_header_mutation(plugins, plan.upstream_headers, plan.upstream_headers_remove)
+        plan.answer_checks = answer_checks(plan, plugins)
+
+
+FACT_CHECK_NEEDED = "needs_fact_check"
+
+
+def answer_checks(plan: RoutePlan, plugins: DecisionPlugins) -> AnswerChecks | None:
+    """The response-side plugins the front door runs on this answer. `hallucination` with
+    `require_fact_check` applies only when the fact_check rule `needs_fact_check` matched
+    (a rule some decision references, so the signal phase evaluated it)."""
+    halluc = plugins.hallucination
+    if (
+        halluc is not None
+        and halluc.require_fact_check
+        and FACT_CHECK_NEEDED not in plan.signals.matched("fact_check")
+    ):
+        halluc = None
+    if plugins.response_jailbreak is None and halluc is None:
+        return None
+    return AnswerChecks(
+        decision=plan.decision or "",
+        recipe=plan.recipe,
+        response_jailbreak=plugins.response_jailbreak,
+        hallucination=halluc,
+    )

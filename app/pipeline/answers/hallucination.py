@@ -1,0 +1,266 @@
+"""The `hallucination` detector: answer sentences the request's context does not support.
+
+No NLI or token-level hallucination model ships offline, so this is a measured heuristic
+over what the Router already runs (docs/hallucination.md has its figures and model card):
+
+- the answer is split into sentences; the context (system/developer/tool messages, long
+  user messages) into sentences too;
+- each answer sentence gets `similarity`: its best cosine to a context sentence (the
+  Router's MiniLM encoder, one call for both sides), and `overlap`: the share of its
+  content words found in the context;
+- support = SIM_WEIGHT * rescaled similarity + (1 - SIM_WEIGHT) * overlap; a number the
+  context does not contain caps support at NUMBER_CAP (wrong figures are the commonest
+  unsupported claim a paraphrase check would miss);
+- a sentence with support under the threshold is unsupported. Sentences with fewer than
+  MIN_CONTENT_WORDS content words (greetings, "Sure.") are not judged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+EmbedFn = Callable[[list[str]], Awaitable[np.ndarray]]
+
+SIM_WEIGHT = 0.2  # swept on the labelled set (0.2, 0.35, 0.5): docs/hallucination.md
+SIM_FLOOR, SIM_CEIL = 0.25, 0.85  # cosine rescaled to [0, 1] over this band (MiniLM's useful range)
+NUMBER_CAP = 0.3
+MIN_CONTENT_WORDS = 3
+MAX_CONTEXT_SENTENCES = 96  # bounds the encoder's work per answer (the first ones are embedded)
+MAX_ANSWER_SENTENCES = 32
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n{1,}")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d+(?:[.,]\d+)*%?")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+STOPWORDS = frozenset(
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "yes",
+        "one",
+        "may",
+        "might",
+        "must",
+        "shall",
+        "upon",
+        "however",
+        "therefore",
+        "thus",
+        "per",
+        "via",
+        "based",
+        "according",
+    ]
+)
+
+
+def split_sentences(text: str) -> list[str]:
+    parts = (p.strip(" \t-*•") for p in _SENTENCE.split(text or ""))
+    return [p for p in parts if p]
+
+
+def content_words(text: str) -> list[str]:
+    words = (w.lower().strip("'-") for w in _WORD.findall(text))
+    return [w for w in words if w and w not in STOPWORDS and (len(w) > 2 or w[0].isdigit())]
+
+
+def numbers(text: str) -> set[str]:
+    return {n.replace(",", "") for n in _NUMBER.findall(text)}
+
+
+def _stem(word: str) -> str:
+    """Crude suffix stripping so `founded`/`founds`/`founding` meet."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+@dataclass
+class SentenceScore:
+    text: str
+    support: float
+    similarity: float | None
+    overlap: float
+    missing_numbers: list[str] = field(default_factory=list)
+
+
+@dataclass
+class HallucinationResult:
+    judged: list[SentenceScore]
+    unsupported: list[SentenceScore]
+
+    @property
+    def lowest_support(self) -> float | None:
+        return min((s.support for s in self.judged), default=None)
+
+
+def score_sentence(
+    sentence: str, similarity: float | None, context_stems: set[str], context_numbers: set[str]
+) -> SentenceScore:
+    """`similarity` None (no encoder): support is the overlap alone."""
+    words = content_words(sentence)
+    stems = [_stem(w) for w in words]
+    overlap = sum(1 for s in stems if s in context_stems) / len(stems) if stems else 1.0
+    support = overlap
+    if similarity is not None:
+        scaled = min(1.0, max(0.0, (similarity - SIM_FLOOR) / (SIM_CEIL - SIM_FLOOR)))
+        support = SIM_WEIGHT * scaled + (1 - SIM_WEIGHT) * overlap
+    missing = sorted(numbers(sentence) - context_numbers)
+    if missing:
+        support = min(support, NUMBER_CAP)
+    shown = None if similarity is None else round(similarity, 4)
+    return SentenceScore(sentence, round(support, 4), shown, round(overlap, 4), missing)
+
+
+async def detect(
+    answer: str, context: list[str], embed: EmbedFn | None, threshold: float
+) -> HallucinationResult:
+    """Score the answer's sentences against `context`; `embed` None: overlap alone (e.g. a
+    preview without the encoder)."""
+    sentences = [s for s in split_sentences(answer) if len(content_words(s)) >= MIN_CONTENT_WORDS]
+    sentences = sentences[:MAX_ANSWER_SENTENCES]
+    if not sentences:
+        return HallucinationResult([], [])
+    context_text = "\n".join(context)
+    context_sentences = split_sentences(context_text)[:MAX_CONTEXT_SENTENCES]
+    context_stems = {_stem(w) for w in content_words(context_text)}
+    context_numbers = numbers(context_text)
+    similarities: list[float | None] = [None] * len(sentences)
+    if embed is not None and context_sentences:  # overlap covers the whole context either way
+        vectors = np.asarray(await embed(sentences + context_sentences), dtype=np.float32)
+        answer_vectors, context_vectors = vectors[: len(sentences)], vectors[len(sentences) :]
+        similarities = [float(v) for v in (answer_vectors @ context_vectors.T).max(axis=1)]
+    judged = [
+        score_sentence(s, sim, context_stems, context_numbers)
+        for s, sim in zip(sentences, similarities, strict=True)
+    ]
+    return HallucinationResult(judged, [s for s in judged if s.support < threshold])
