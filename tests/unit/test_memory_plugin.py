@@ -174,3 +174,16 @@ def test_bad_memory_configuration_is_rejected(bad: dict[str, Any]) -> None:
 
     with pytest.raises((ConfigError, ValueError)):
         parse_config(document(**bad))
+
+
+def test_with_a_memory_plugin_the_scope_keys_the_response_cache() -> None:
+    """The cache is looked up before recall: without the scope in the partition, Bob could be
+    served the answer made with Ada's memories."""
+    from app.pipeline.phases.cache import cache_partition
+
+    body, _ = ask("what should I cook tonight?")
+    ada = cache_partition("small", "chat", body, {"x-user-id": "ada"}, "user:ada")
+    bob = cache_partition("small", "chat", body, {"x-user-id": "bob"}, "user:bob")
+    plain = cache_partition("small", "chat", body, {"x-user-id": "ada"})
+    assert len({ada, bob, plain}) == 3
+    assert cache_partition("small", "chat", body, {}, "user:ada") == ada  # the scope, not the header

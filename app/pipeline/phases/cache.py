@@ -36,6 +36,7 @@ import numpy as np
 
 from app.pipeline.cache_guard import polarity_signature
 from app.pipeline.compiled import CompiledConfig
+from app.pipeline.memory.plugin import scope_of
 from app.pipeline.plan import CacheWrite, ImmediateResponse, RoutePlan
 from app.pipeline.plugins import (
     CacheControl,
@@ -66,7 +67,13 @@ async def cache_step(
     store = control.store and services.cache_store is not None
     if not control.lookup and not store:
         return "bypass"
-    partition = cache_partition(plan.selected_model or "", plan.decision or "", plan.body, headers)
+    partition = cache_partition(
+        plan.selected_model or "",
+        plan.decision or "",
+        plan.body,
+        headers,
+        _memory_scope(plugins, plan, headers),
+    )
     # Started first so it overlaps the embedding and the lookup; a hit or a bypass leaves it.
     epoch = _start_epoch_read(services.cache_epoch, partition, plan.request_id) if store else None
     try:
@@ -152,10 +159,24 @@ def _too_old(created_at: Any, max_age_s: float | None) -> bool:
 TENANT_HEADER = "x-vsr-tenant"
 
 
+def _memory_scope(plugins: DecisionPlugins | None, plan: RoutePlan, headers: Mapping[str, str]) -> str | None:
+    """With a `memory` plugin the answer depends on the scope's recalled memories (injected
+    after this lookup), so the scope keys the cache: one user's answer never reaches another."""
+    if plugins is None or plugins.memory is None:
+        return None
+    scope = scope_of(plugins.memory.scope, headers, plan.body, plan.session_id)
+    return scope.key() if scope is not None else "none"
+
+
 def cache_partition(
-    model: str, decision: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    model: str,
+    decision: str,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str] | None = None,
+    memory_scope: str | None = None,
 ) -> str:
-    """The partition of a request's entry; `headers` lower-cased (as the pipeline passes them)."""
+    """The partition of a request's entry; `headers` lower-cased (as the pipeline passes them);
+    `memory_scope`: the memory plugin's scope key, when the decision has one."""
     messages = body.get("messages") or []
     last_user = max(
         (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), default=-1
@@ -173,6 +194,8 @@ def cache_partition(
     user = body.get("user")
     if tenant or user:
         partition += f"|tenant:{_digest([tenant or '', user or ''])}"
+    if memory_scope is not None:
+        partition += f"|memory:{_digest([memory_scope])}"
     question = content_text(messages[last_user].get("content")) if last_user >= 0 else ""
     negation = polarity_signature(question)
     if negation:
