@@ -178,8 +178,8 @@ def router_memories(
     file or memory management store there is none (the replicas share no memory), so the
     plugin does nothing there: no recall, no `x-vsr-memories-recalled`, no write; logged once."""
     settings = store_settings(management_store)
-    if settings.backend != "redis":
-        log.warning(
+    if settings.backend != "redis":  # info: most configurations use no memory plugin
+        log.info(
             "memory plugin inactive on %r: the management store is %r, not redis, and the Router and "
             "Ingress replicas share no memory store (configure management_store redis to enable it)",
             app_name or serve_app,
