@@ -46,8 +46,11 @@ class HandleRouterClient:
         return await complete_request(self._completion, plan, report)
 
     async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
-        """The response-side plugins on a Router replica (its evaluators and encoder)."""
-        verdict: AnswerVerdict = await ray_compat.call(self._handle, "check_answer", checks, answer, context)
+        """The response-side plugins on a Router replica (its evaluators and encoder); they change
+        nothing, so a replica lost under the call is asked again elsewhere, as route() is."""
+        verdict: AnswerVerdict = await ray_compat.call(
+            self._handle, "check_answer", checks, answer, context, retries=1
+        )
         return verdict
 
     async def preview(self, request: Any, headers: Any = None, seed: int | None = None) -> dict[str, Any]:

@@ -63,9 +63,8 @@ class Ingress:
         self._decisions = HandleDecisionBackend(decision_model) if decision_model is not None else None
         self._metrics = RouterMetrics()
         self._replay_sends = BackgroundTasks()
-        self._router = HandleRouterClient(
-            router, front_door_completion(cache, observability, self._metrics, self._replay_sends)
-        )
+        completion = front_door_completion(cache, observability, self._metrics, self._replay_sends)
+        self._router = HandleRouterClient(router, completion)
         # In-cluster models (vLLM deployments of this application) are reached by handle.
         self._upstream = UpstreamClient(mounts=in_cluster_mounts(serve.get_replica_context().app_name))
         self._classifiers = HandleClassifiers(domain, guard, router, embedding)
@@ -86,6 +85,12 @@ class Ingress:
                 "kb_embed": self._classifiers.embed,  # knowledge bases embedded by the graph's encoder
             },
         )
+        # The `memory` plugin's write after the answer runs here (complete()): the store the
+        # Routers recall from (Redis; None on a file store, app/management/stores.py
+        # router_memories), each fact embedded by the graph's encoder.
+        completion.memories = self._management.memory_store
+        if completion.memories is not None:  # else no encoder pass added to complete()
+            completion.embed = self._classifiers.embed
 
     def __serve_build_asgi_app__(self) -> Any:
         app = create_app(

@@ -32,7 +32,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.common.heap import freeze_startup_heap
-from app.management.stores import router_feeds
+from app.management.stores import router_feeds, router_memories
 from app.pipeline import PipelineServices, encoder_embed
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.local_models import router_evaluators
@@ -153,12 +153,12 @@ class Router:
         # External LLM classifiers and guards are asked over this client; in-cluster ones by handle.
         services.llm_client = UpstreamClient(mounts=in_cluster_mounts(serve.get_replica_context().app_name))
         self._replica = serve.get_replica_context().replica_id.unique_id
-        # The elo ratings the Ingress's outcomes update and the knowledge bases its routes
-        # write (GraphArgs' store, app name, state dir).
+        # The elo ratings, knowledge bases and memories the Ingress writes (GraphArgs' store).
         if ratings_at is not None:
             store, app_name, state_dir = ratings_at
             app = serve.get_replica_context().app_name
             services.ratings, services.knowledge_bases = router_feeds(store, app_name, app, state_dir)
+            services.memories = router_memories(store, app_name, app)  # recall (Redis only)
         # Workers of the model deployments the configuration binds; their metrics are pushed
         # with the replica's own.
         bindings = BindingRuntimes(self._replica, RuntimeMetrics(services.metrics.recorder))

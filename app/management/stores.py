@@ -170,6 +170,27 @@ def router_feeds(
     ), KnowledgeBaseFeed(kbs)
 
 
+def router_memories(
+    management_store: ManagementStoreSettings | None, app_name: str | None, serve_app: str
+) -> MemoryStore | None:
+    """The `memory` plugin's store on the Ray graph: Redis only, shared by the Router replicas
+    (recall) and the Ingress replicas (the write after the answer, the memory routes). On a
+    file or memory management store there is none (the replicas share no memory), so the
+    plugin does nothing there: no recall, no `x-vsr-memories-recalled`, no write; logged once."""
+    settings = store_settings(management_store)
+    if settings.backend != "redis":  # info: most configurations use no memory plugin
+        log.info(
+            "memory plugin inactive on %r: the management store is %r, not redis, and the Router and "
+            "Ingress replicas share no memory store (configure management_store redis to enable it)",
+            app_name or serve_app,
+            settings.backend,
+        )
+        return None
+    assert settings.url is not None  # the settings' validator requires it
+    prefix = settings.prefix_for(app_name or serve_app)
+    return RedisMemoryStore(redis_client(settings), prefix, redact_url(settings.url))
+
+
 def open_config_store(
     settings: ManagementStoreSettings, app_name: str, state_dir: Path, client: redis.Redis | None = None
 ) -> ConfigStore:

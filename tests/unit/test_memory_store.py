@@ -103,3 +103,23 @@ async def test_a_redis_that_does_not_answer_raises_unavailable() -> None:
         await store.list_scope(ADA)
     with pytest.raises(MemoryStoreUnavailable):
         await store.add(memory(ADA, "x"), 10)
+
+
+async def test_the_ray_routers_recall_from_the_ingress_store_on_redis_only(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """router_memories (the Router replicas' store) reads what the Ingress's store (named as
+    open_replica_stores names it) keeps; on a file management store there is none, logged."""
+    from app.management.stores import router_memories
+
+    settings = ManagementStoreSettings(backend="redis", url=redis_url)
+    app = f"app-{uuid.uuid4().hex[:8]}"
+    ingress = RedisMemoryStore(redis_client(settings), settings.prefix_for(app))
+    await ingress.add(memory(ADA, "The user's name is Ada."), max_memories=10)
+    router = router_memories(settings, None, app)
+    assert router is not None
+    assert [m.text for m in await router.list_scope(ADA)] == ["The user's name is Ada."]
+    assert await router.list_scope(BOB) == []
+    with caplog.at_level("INFO", logger="svc_sr.management.stores"):
+        assert router_memories(ManagementStoreSettings(), None, app) is None
+    assert "memory plugin inactive" in caplog.text
