@@ -318,6 +318,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         apply_fast_path_env()  # as `svc-sr serve` does: HAProxy + throughput-optimized Serve
         # Management state (config versions) of each app under this session's tmp dir, not .cache/
         os.environ["SVC_SR_MANAGEMENT_STATE_DIR"] = str(work / "management-state")
+        # Serve kills a proxy not ready within 5 s (serve.start then fails with ActorDiedError):
+        # seen on 2 busy cores; the controller reads this at ray.init (docs/deploy.md).
+        os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
         _start_ray()
         try:
             try:
