@@ -149,3 +149,15 @@ async def test_the_probe_searches_every_time_and_counts_calls() -> None:
     with pytest.raises(MgmtError) as none:
         await rag_probe(policy(), body(), None)
     assert none.value.status == 503
+
+
+async def test_the_replay_record_names_the_chunks() -> None:
+    from app.pipeline.plan import Accounting, CompletionReport
+    from app.pipeline.plugins import ReplayPolicy
+    from app.pipeline.replay import new_capture, replay_record
+
+    plan = RoutePlan(request_id="r5", requested_model="MoM", auto=True, body=body())
+    await rag_step(PipelineServices(retrieve=FakeStore()), plan, policy(top_k=1))
+    plan.replay = new_capture(ReplayPolicy())
+    record = replay_record(plan, CompletionReport(status=200), Accounting())
+    assert record["rag"]["chunks"][0]["chunk_id"] == "c1" and record["rag"]["vector_store_ids"] == ["vs_1"]
