@@ -151,3 +151,21 @@ def test_a_store_that_is_down_is_skipped_and_the_request_is_answered(
             assert injected(upstreams) is None, door
     finally:
         doors.services.retrieve = working
+
+
+def test_the_preview_probe_searches_the_store_without_the_result_cache(doors: FrontDoors) -> None:
+    request = {
+        "binding": {"decision": "handbook_qa"},
+        "mode": "probe",
+        "request": {"messages": user("Which soup does the cafeteria serve on Tuesdays?")},
+    }
+    cafeteria = next(f.id for f in doors.storage.files.listing() if f.filename == "cafeteria.txt")
+    doors.forget()
+    for _ in range(2):  # the second probe searches again: backend_calls stays 1
+        probe = httpx.post(f"{doors.ingress_url}/api/v1/plugins/rag/preview", json=request, timeout=60)
+        assert probe.status_code == 200, probe.text
+        answer = probe.json()
+        assert answer["backend_calls"] == 1 and answer["result"]["retrieval"] == "vector_store"
+        assert [c["file_id"] for c in answer["result"]["chunks"]] == [cafeteria]
+        assert "lentil soup" in answer["result"]["injected_context"]
+    assert len(doors.services.rag_cache) == 0  # the probe neither read nor filled the pipeline's cache
