@@ -120,6 +120,7 @@ async def test_on_error_fail_answers_the_spec_503() -> None:
     plan = RoutePlan(request_id="r2", requested_model="MoM", auto=True, body=body())
     await rag_step(PipelineServices(retrieve=FakeStore(fail=True)), plan, policy(on_error="fail"))
     assert plan.immediate is not None and plan.immediate.status == 503
+    assert plan.reason_code == "rag_unavailable"
     error = plan.immediate.body["error"]
     assert error["type"] == "service_unavailable_error" and error["code"] == "rag_unavailable"
     assert set(error) >= {"message", "type", "code"}

@@ -24,6 +24,7 @@ async def rag_step(services: PipelineServices, plan: RoutePlan, policy: RagPlugi
             "rag_unavailable",
         )
         plan.selected_model = None
+        plan.reason_code = "rag_unavailable"  # the error metric's reason, not a security block's
         headers = {STATUS_HEADER: "unavailable", "retry-after": "1"}
         plan.immediate = ImmediateResponse(kind="block", status=503, body=error.body(), headers=headers)
         plan.response_headers.update(headers)
