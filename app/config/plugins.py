@@ -222,6 +222,34 @@ class MemoryPlugin(PluginConfig):
     inject_as: Literal["system"] = "system"
 
 
+class RagPlugin(PluginConfig):
+    """Retrieval-augmented generation (app/pipeline/rag.py): the request's last user turn
+    searched in the named vector store(s), the passages injected within `max_context_tokens`
+    (MiniLM WordPiece tokens, as context_compression counts)."""
+
+    # a vector store's id, or its name (/api/v1/storage/vector-stores; the newest of that name)
+    vector_store_id: str | None = Field(default=None, min_length=1, max_length=256)
+    vector_store_ids: list[str] = Field(default_factory=list, max_length=16)
+    top_k: int = Field(default=4, ge=1, le=50)
+    score_threshold: float = Field(default=0.0, ge=0)
+    ranker: Literal["hybrid", "vector", "bm25"] = "hybrid"
+    inject_as: Literal["system", "context_block"] = "system"
+    max_context_tokens: int = Field(default=1024, ge=16, le=1_000_000)
+    cache_ttl_seconds: float = Field(default=300.0, ge=0, le=86_400, description="0: no result cache")
+    on_error: Literal["skip", "fail"] = "skip"
+
+    @model_validator(mode="after")
+    def _a_store(self) -> RagPlugin:
+        if not self.store_ids:
+            raise ValueError("rag needs `vector_store_id` or `vector_store_ids`")
+        return self
+
+    @property
+    def store_ids(self) -> list[str]:
+        ids = ([self.vector_store_id] if self.vector_store_id else []) + self.vector_store_ids
+        return list(dict.fromkeys(ids))
+
+
 AnswerAction = Literal["header", "annotate", "block"]
 
 
@@ -273,6 +301,7 @@ PLUGIN_MODELS: dict[str, type[PluginConfig]] = {
     "memory": MemoryPlugin,
     "response_jailbreak": ResponseJailbreakPlugin,
     "hallucination": HallucinationPlugin,
+    "rag": RagPlugin,
 }
 assert set(PLUGIN_MODELS) == set(PLUGIN_TYPES), "every applied plugin type needs a model"
 

@@ -72,11 +72,11 @@ PLUGIN_TYPES = frozenset(
         "memory",
         "response_jailbreak",
         "hallucination",
+        "rag",
     }
 )
 REFERENCE_ONLY_PLUGIN_TYPES = frozenset(
     {
-        "rag",
         "image_gen",
         "shadow_dispatch",
     }

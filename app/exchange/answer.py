@@ -43,6 +43,8 @@ def routing_metadata(plan: RoutePlan, started: float, cost: float | None = None)
         meta["security_checks"]["unscanned"] = list(plan.security.unscanned)
     if plan.memories_recalled is not None:  # the decision's memory plugin ran
         meta["memories_recalled"] = plan.memories_recalled
+    if plan.rag is not None:  # the decision's rag plugin ran: which chunks went in
+        meta["rag"] = plan.rag
     if cost is not None:
         meta["cost"] = cost
     return meta

@@ -136,7 +136,6 @@ def dependencies(config: RouterConfig, plugin_type: str) -> list[PluginDependenc
                 kind="store",
                 config_path=path,
                 configured=_has(document, path),
-                available=False,
             )
         ]
     if kind == "memory":

@@ -195,10 +195,19 @@ class FastResponsePreview(BaseModel):
     response: dict[str, Any] = Field(description="the chat.completion the router would answer")
 
 
+class RagChunkUsed(BaseModel):
+    vector_store_id: str
+    file_id: str
+    chunk_id: str
+    score: float
+
+
 class RagPreview(BaseModel):
     injected_context: str
     messages: list[dict[str, Any]]
-    retrieval: Literal["supplied_context"]
+    retrieval: Literal["supplied_context", "vector_store"]  # vector_store: a probe's real search
+    chunks: list[RagChunkUsed] = Field(default_factory=list)  # the probe's chunks, best first
+    tokens: int | None = None  # the probe's injected passages, MiniLM WordPiece tokens
 
 
 class ToolsPreview(BaseModel):

@@ -6,7 +6,8 @@ or the active binding (`binding` {recipe, decision}); guard, RAG and tool previe
 binding only. Mode `preview` (the default) makes no call; `probe` (explicit) calls what the
 plugin calls: the embedding for tool_selection, the Router's answer checks (the guard, the
 hallucination detector) for response_jailbreak and hallucination, whose preview applies the
-policy to supplied `conditions`; a RAG probe answers 503 (svc-sr has no vector-store retrieval).
+policy to supplied `conditions`; a RAG probe searches the binding's vector stores
+(rag_probe.py), without the result cache.
 
 Dispatcher: `PREVIEWS` maps a type to its `PreviewFn`; `register_preview(type, fn)` adds
 one. Types in `PENDING` without an entry answer 501 NOT_IMPLEMENTED.
@@ -25,7 +26,13 @@ from pydantic import ValidationError
 from app.common.errors import validation_message
 from app.config.global_config import ResponseCacheConfig
 from app.config.models import RouterConfig
-from app.config.plugins import PLUGIN_MODELS, HallucinationPlugin, PluginConfig, ResponseJailbreakPlugin
+from app.config.plugins import (
+    PLUGIN_MODELS,
+    HallucinationPlugin,
+    PluginConfig,
+    RagPlugin,
+    ResponseJailbreakPlugin,
+)
 from app.config.routing import Decision, Plugin
 from app.exchange.answer_checks import request_context
 from app.management.errors import MgmtError, invalid_input, not_implemented, unavailable
@@ -43,6 +50,7 @@ from app.management.plugin_models import (
     ToolsPreview,
 )
 from app.management.plugins_registry import BINDING_REQUIRED, PREVIEW_TYPES, PROBE_TYPES, kind_of
+from app.management.rag_probe import rag_probe
 from app.pipeline.answers.policy import Checker, preview_hallucination, preview_response_jailbreak
 from app.pipeline.plugins import (
     DecisionPlugins,
@@ -52,6 +60,7 @@ from app.pipeline.plugins import (
     compile_plugins,
     completion_body,
 )
+from app.pipeline.rag import Retrieve
 from app.pipeline.signals.base import EmbedFn, content_text
 from app.pipeline.tools import ToolVectorCache, select_tools
 
@@ -77,6 +86,7 @@ class PreviewContext:
     config: RouterConfig  # the active configuration
     embed: EmbedFn | None  # the router's encoder (None: probes that need it answer 503)
     answer: str | None = None  # the answer a response-side probe checks
+    retrieve: Retrieve | None = None  # the rag probe's vector-store search (None: it answers 503)
     conditions: AnswerConditions | None = None  # a response-side preview's supplied detector outcome
     checker: Checker | None = None  # the Router's check_answer (None: response-side probes answer 503)
 
@@ -103,6 +113,7 @@ async def run_preview(
     config: RouterConfig,
     embed: EmbedFn | None,
     checker: Checker | None = None,
+    retrieve: Retrieve | None = None,
 ) -> PluginPreviewResponse:
     if plugin_type not in PREVIEW_TYPES:
         raise invalid_input(
@@ -113,6 +124,7 @@ async def run_preview(
     if plugin_type in BINDING_REQUIRED and body.binding is None:
         raise invalid_input(f"a {plugin_type} preview takes `binding` {{recipe, decision}}, not a candidate")
     ctx = _context(plugin_type, body, config, embed, checker)
+    ctx.retrieve = retrieve
     fn = PREVIEWS.get(plugin_type)
     if fn is None:
         raise not_implemented(f"the {plugin_type} preview is not built yet")
@@ -221,9 +233,9 @@ async def fast_response_preview(ctx: PreviewContext) -> PreviewOutcome:
 
 async def rag_preview(ctx: PreviewContext) -> PreviewOutcome:
     if ctx.mode == "probe":
-        raise unavailable(
-            "rag probe: svc-sr has no vector-store retrieval; preview with `supplied_context` instead"
-        )
+        assert isinstance(ctx.typed, RagPlugin)  # the binding's configuration, validated
+        result, calls = await rag_probe(ctx.typed, ctx.request, ctx.retrieve)
+        return PreviewOutcome(result, backend_calls=calls)
     if not ctx.supplied_context:
         raise invalid_input("a rag preview needs `supplied_context` (the documents to inject)")
     context = "\n\n".join(ctx.supplied_context)

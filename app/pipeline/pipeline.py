@@ -16,7 +16,8 @@ for `model: MoM` / `auto` (any `config.auto_model_names`, or "vllm-sr/auto"):
 7. cache: response-cache lookup (a hit answers) and the write complete() performs;
 8. plugins: `tools` / `tool_selection` (`tools.py`), request mutations, routing headers
    (`headers.py`), header_mutation;
-9. memory: the `memory` plugin's recall (phases/memory.py; complete() remembers).
+9. rag: the `rag` plugin's retrieval into the request (phases/rag.py);
+10. memory: the `memory` plugin's recall (phases/memory.py; complete() remembers).
 
 Blocking (spec 01 "Errors"): with `global.model_catalog.modules.prompt_guard.enabled`
 every auto request is also checked for jailbreaks (concurrently with the signals) and
@@ -53,6 +54,7 @@ from app.pipeline.phases.cache import cache_step
 from app.pipeline.phases.decide import decide
 from app.pipeline.phases.memory import memory_step
 from app.pipeline.phases.plugins import answer_fast_response, choose_tools, mutate_request
+from app.pipeline.phases.rag import rag_step
 from app.pipeline.phases.select import pass_through, routing_disabled, select_model
 from app.pipeline.phases.signals import evaluate_signals
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
@@ -193,6 +195,9 @@ class RouterPipeline:
         await choose_tools(state, plan, plugins, ctx, semantic=not preview)
         mutate_request(state, plan, plugins, selection, cache_status)
         if not preview and plugins is not None:
+            await rag_step(self.services, plan, plugins.rag)
+            if plan.immediate is not None:  # on_error: fail and the store is down
+                return ranked
             await memory_step(self.services, plan, plugins.memory, ctx, headers)
         return ranked
 

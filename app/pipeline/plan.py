@@ -139,6 +139,7 @@ class RoutePlan(BaseModel):
     cache_write: CacheWrite | None = None
     memory_write: MemoryWrite | None = None
     memories_recalled: int | None = None  # the memory plugin ran: how many memories it injected
+    rag: dict[str, Any] | None = None  # the rag plugin ran: app/pipeline/rag.py RagUsage
     signals: SignalReport = Field(default_factory=SignalReport)
     security: SecurityChecks = Field(default_factory=SecurityChecks)
     reasoning: dict[str, Any] = Field(default_factory=dict)  # {enabled, effort, family}

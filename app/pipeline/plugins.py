@@ -31,6 +31,7 @@ from app.config.plugins import (
     ContextCompressionPlugin,
     HallucinationPlugin,
     MemoryPlugin,
+    RagPlugin,
     ResponseJailbreakPlugin,
     parse_plugin,
 )
@@ -160,6 +161,7 @@ class DecisionPlugins:
     tools: ToolPolicy | None = None  # `tools`: static allow/deny of the request's tools
     tool_selection: ToolSelectionPolicy | None = None  # `tool_selection`: semantic top_k
     compression: ContextCompressionPlugin | None = None
+    rag: RagPlugin | None = None  # retrieval into the request (app/pipeline/rag.py)
     memory: MemoryPlugin | None = None  # recall into the request, remember after (app/pipeline/memory)
     # response-side plugins: checked on the answer (app/pipeline/answers)
     response_jailbreak: ResponseJailbreakPlugin | None = None
@@ -217,6 +219,9 @@ def _compile_one(out: DecisionPlugins, kind: str, settings: dict[str, Any]) -> N
         compression.warm_up()  # the tokenizer loads with the config, not on a request
     elif kind == "memory":
         out.memory = MemoryPlugin.model_validate(settings)
+    elif kind == "rag":
+        out.rag = RagPlugin.model_validate(settings)
+        compression.warm_up()  # its token budget's tokenizer loads with the config
     elif kind == "router_replay":
         out.replay = ReplayPolicy(
             bool(settings.get("capture_request_body")),

@@ -103,6 +103,8 @@ def replay_record(plan: RoutePlan, report: CompletionReport, accounting: Account
     }
     if plan.router_replica is not None:
         record["router_replica"] = plan.router_replica
+    if plan.rag is not None:  # the rag plugin's retrieval: which chunks the answer was grounded on
+        record["rag"] = plan.rag
     if report.response_checks is not None:  # response_jailbreak / hallucination on the answer
         record["response_checks"] = report.response_checks
     if record["timestamp"] is None:

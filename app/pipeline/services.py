@@ -16,6 +16,7 @@ import numpy as np
 from app.cache.calls import AsyncCache
 from app.pipeline.completion import CacheStore, CompletionServices
 from app.pipeline.elo_selector import RatingsFeed
+from app.pipeline.rag import ResultCache, Retrieve
 from app.pipeline.signals.base import CountTokensFn, EmbedFn, EvaluatorFactory
 from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.pipeline.signals.runtime import SignalHost
@@ -70,6 +71,10 @@ class PipelineServices(CompletionServices):
     # The knowledge bases `kb` rules score against, read from the management store
     # (app/pipeline/signals/kb.py); None: every kb rule errors.
     knowledge_bases: KnowledgeBaseFeed | None = None
+    # The `rag` plugin's vector-store search (app/pipeline/rag.py; the storage service's search,
+    # app/management/storage/retrieval.py); None: every rag plugin finds its store unavailable.
+    retrieve: Retrieve | None = None
+    rag_cache: ResultCache = field(default_factory=ResultCache)
 
 
 class CacheCalls(NamedTuple):

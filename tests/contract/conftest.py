@@ -36,10 +36,13 @@ import uvicorn
 from app.api.app import StaticConfigView, create_app
 from app.cache.memory import InMemorySemanticCache
 from app.config.loader import parse_config
+from app.config.storage import VectorStoreConfig
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
 from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
 from app.management.service import Management
+from app.management.storage import StorageService, open_storage
+from app.management.storage.retrieval import storage_retrieve
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
@@ -218,6 +221,8 @@ class FrontDoors:
     metrics: dict[str, DoorMetrics]  # by door
     cache: InMemorySemanticCache
     memories: InMemoryMemoryStore  # the memory plugin's store (also behind the Ingress's memories API)
+    storage: StorageService  # files and vector stores: the Ingress's storage API and the rag plugin's search
+    services: PipelineServices  # the pipeline's (a test may swap `retrieve` to take a store down)
     _settle: dict[str, Callable[[], None]] = field(default_factory=dict)
 
     def url(self, door: str) -> str:
@@ -231,6 +236,7 @@ class FrontDoors:
         """A clean slate for the next scenario: the response cache and the memories emptied."""
         self.cache.clear()
         self.memories.clear()
+        self.services.rag_cache = type(self.services.rag_cache)()
 
 
 def _guard_evaluators() -> dict[str, Any]:
@@ -293,7 +299,12 @@ class _Stack:
         embed = encoder_embed(shared_encoder())
         # Knowledge bases: created through the Ingress's management routes, scored by the pipeline.
         kb_store = KnowledgeBaseStore()
+        # Files and vector stores: created through the Ingress's storage routes, searched by `rag`.
+        storage = open_storage(VectorStoreConfig(), work, embed=shared_encoder().encode)
+        assert storage is not None, "the contract stack's storage service did not open"
+        self._stops.append(storage.vector_stores.close)
         services = PipelineServices(
+            retrieve=storage_retrieve(storage.vector_stores),
             memories=memories,
             embed=embed,
             cache_lookup=calls.lookup,
@@ -313,6 +324,7 @@ class _Stack:
             config_view=view,
             knowledge_bases=KnowledgeBaseService(kb_store, embed=embed),
             memory_store=memories,
+            storage=storage,
         )
         app = create_app(ingress_router, upstream, view, management=management)
         plane = app.state.plane
@@ -351,6 +363,8 @@ class _Stack:
             },
             cache=cache,
             memories=memories,
+            storage=storage,
+            services=services,
             _settle={INGRESS: settle_ingress, ENVOY: settle_envoy},
         )
 

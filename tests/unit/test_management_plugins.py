@@ -23,7 +23,7 @@ def plugin_document() -> dict[str, Any]:
         {"type": "tools", "configuration": {"deny": ["delete_file"]}},
         {"type": "tool_selection", "configuration": {"top_k": 2, "similarity_threshold": 0.1}},
         {"type": "system_prompt", "configuration": {"system_prompt": "Be exact."}, "enabled": False},
-        {"type": "rag", "configuration": {"top_k": 3}},
+        {"type": "rag", "configuration": {"top_k": 3, "vector_store_id": "vs_missing"}},
         {"type": "hallucination", "configuration": {}},
         {"type": "response_jailbreak", "configuration": {"action": "block", "threshold": 0.7}},
     ]
@@ -44,7 +44,8 @@ async def test_the_registry_lists_every_known_type_with_its_operations(harness: 
         answer = (await client.get("/api/v1/plugins")).json()["plugins"]
     by_type = {p["type"]: p for p in answer}
     assert set(by_type) == set(PLUGIN_MODELS) | set(REFERENCE_ONLY_PLUGIN_TYPES)
-    assert by_type["tool_selection"]["applied"] and not by_type["rag"]["applied"]
+    assert by_type["tool_selection"]["applied"] and by_type["rag"]["applied"]
+    assert not by_type["image_gen"]["applied"]
     assert by_type["tool_selection"]["bindings_url"] == "/api/v1/plugins/tool_selection/bindings"
     assert {o["name"] for o in by_type["tool_selection"]["operations"]} == {"bindings", "preview", "probe"}
     assert {o["name"] for o in by_type["system_prompt"]["operations"]} == {"bindings", "preview"}
@@ -62,7 +63,7 @@ async def test_the_registry_lists_every_known_type_with_its_operations(harness: 
 async def test_a_descriptor_carries_its_schema_and_unknown_types_are_404(harness: Harness) -> None:
     async with harness.client() as client:
         typed = (await client.get("/api/v1/plugins/tool_selection")).json()
-        untyped = (await client.get("/api/v1/plugins/rag")).json()
+        untyped = (await client.get("/api/v1/plugins/image_gen")).json()
         missing = await client.get("/api/v1/plugins/teleport")
     assert set(typed["configuration_schema"]["properties"]) >= {
         "top_k",
@@ -99,8 +100,8 @@ async def test_bindings_by_scope(harness: Harness) -> None:
     assert [d["name"] for d in first["dependencies"]] == ["embedding"]
     assert disabled["bindings"][0]["declared_enabled"] is False
     assert disabled["bindings"][0]["reachability"] == "disabled"
-    assert rag["bindings"][0]["reachability"] == "not_applied"
-    assert rag["bindings"][0]["dependencies_available"] is False
+    assert rag["bindings"][0]["reachability"] == "configured"  # rag is applied (app/pipeline/rag.py)
+    assert [d["name"] for d in rag["bindings"][0]["dependencies"]] == ["vector_store"]
     assert none["bindings"] == [] and none["runtime_inspected"] is False
     assert no_recipe.status_code == 404 and error_code(no_recipe) == "RECIPE_NOT_FOUND"
     assert no_decision.status_code == 404 and error_code(no_decision) == "NOT_FOUND"
@@ -199,6 +200,7 @@ async def test_probe_without_an_encoder_and_rag_probe_are_503(harness: Harness) 
             )
         ).json()
     assert no_encoder.status_code == 503 and error_code(no_encoder) == "MODEL_NOT_LOADED"
+    # the harness has no storage service: the probe cannot search
     assert rag_probe.status_code == 503 and error_code(rag_probe) == "SERVICE_UNAVAILABLE"
     assert "Doc A." in rag["result"]["injected_context"] and rag["result"]["messages"][0]["role"] == "system"
 
