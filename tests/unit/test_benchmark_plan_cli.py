@@ -102,10 +102,17 @@ def test_comparison_options_pair_runs_of_one_dataset(tmp_path: Path, config_file
     other = tmp_path / "mini-copy"
     shutil.copytree(MINI, other)
     (other / "model_results.csv").write_text((MINI / "model_results.csv").read_text() + "1,tiny,A,0,10\n")
-    as_json(store, "run", "--dataset", str(MINI), "--config", str(config_file))
-    as_json(store, "run", "--dataset", str(MINI), "--config", str(config_file), "--ids", "2,3")
-    as_json(store, "run", "--dataset", str(other), "--config", str(config_file))
-    foreign, subset, full = RunStore(store).run_ids()
+
+    def new_run(*args: str) -> str:
+        """The id the run stored (ids made in one second do not sort by time)."""
+        before = set(RunStore(store).run_ids()) if store.exists() else set()
+        as_json(store, "run", *args, "--config", str(config_file))
+        (made,) = set(RunStore(store).run_ids()) - before
+        return made
+
+    full = new_run("--dataset", str(MINI))
+    subset = new_run("--dataset", str(MINI), "--ids", "2,3")
+    new_run("--dataset", str(other))  # another dataset: never a comparison option of `full`
     options = as_json(store, "comparison-options", full)
     assert [(o["run_id"], o["shared_questions"]) for o in options["options"]] == [(subset, 2)]
     groups = as_json(store, "comparison-options")["groups"]

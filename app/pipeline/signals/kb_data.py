@@ -27,6 +27,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field, field_validator
 
+from app.common.api_docs import NON_BLANK
+
 KbStatus = Literal["pending", "active", "failed"]
 KbOperation = Literal["create", "update", "delete"]
 KB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -36,7 +38,7 @@ MAX_TEXT_CHARS = 8_000
 
 class KbEntry(BaseModel):
     id: str | None = Field(default=None, max_length=128, description="given, else the entry's index")
-    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS, pattern=NON_BLANK)  # in the schema too
     label: str = Field(min_length=1, max_length=128)
     metadata: dict[str, str | int | float | bool | None] | None = None
 
