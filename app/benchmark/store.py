@@ -128,13 +128,16 @@ class RunStore:
         return target
 
     def run_ids(self) -> list[str]:
-        """Stored run ids, newest first (ids sort by creation time)."""
+        """Stored run ids, newest first: by the id's second, then by when the run was stored (two
+        runs of one second would otherwise order by their random suffix)."""
         if not self.runs_dir.is_dir():
             return []
-        ids = [
-            p.name for p in self.runs_dir.iterdir() if not p.name.startswith(".") and (p / RUN_FILE).is_file()
+        stored = [
+            (p.name[:15], (p / RUN_FILE).stat().st_mtime_ns, p.name)
+            for p in self.runs_dir.iterdir()
+            if not p.name.startswith(".") and (p / RUN_FILE).is_file()
         ]
-        return sorted(ids, reverse=True)
+        return [name for _, _, name in sorted(stored, reverse=True)]
 
     def list_runs(self) -> list[RunRecord]:
         """Every readable run, newest first (a damaged one is left out)."""
