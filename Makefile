@@ -80,6 +80,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_tool_selection.py
 	$(PY) bench/bench_context_compression.py
 	$(PY) bench/bench_answer_checks.py
+	$(PY) bench/bench_request_params.py
 
 # A 10-minute soak (not part of `make test`): steady load on a real local stack (fake upstreams on
 # 127.0.0.1), the resident memory of every process and every failed request (docs/performance.md).
