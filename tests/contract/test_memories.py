@@ -84,10 +84,10 @@ def test_a_users_memory_reaches_their_next_request_and_never_another_users(
             upstreams.chat.requests[-1].body
         )
 
-        listing = httpx.get(f"{doors.ingress_url}/api/v1/storage/memories", params={"scope": "user:ada"})
+        listing = httpx.get(f"{doors.ingress_url}/api/v1/storage/memories", params={"scope": "user:ada"}, timeout=60)
         assert sorted(m["text"] for m in listing.json()["data"]) == [
             "The user prefers answers in French.",
             "The user's name is Ada.",
         ], door
-        bobs = httpx.get(f"{doors.ingress_url}/api/v1/storage/memories", params={"scope": "user:bob"})
+        bobs = httpx.get(f"{doors.ingress_url}/api/v1/storage/memories", params={"scope": "user:bob"}, timeout=60)
         assert bobs.json()["total"] == 0, door

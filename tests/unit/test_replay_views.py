@@ -92,16 +92,21 @@ async def test_judge_tasks_are_blinded_deterministic_and_keyed_only_for_audit_re
         again = (await auditor.get(f"{BASE}/dataset/judge-tasks")).json()
         blind = await viewer.get(f"{BASE}/dataset/judge-tasks")
     assert keyed == again and keyed["key_visible"] and len(keyed["tasks"]) == 6
-    orders = set()
     for task in keyed["tasks"]:
         a_is_shadow = task["key"]["A"] == "small"
         assert a_is_shadow == shadow_first(task["task_id"])
         assert set(task["key"].values()) == {"big", "small"}
-        orders.add(a_is_shadow)
-    assert orders == {True, False}  # both orders occur: the label does not give the model away
     assert blind.status_code == 200 and not blind.json()["key_visible"]
     assert "small" not in blind.text and "big" not in blind.text
     assert all(t["key"] is None and t["answer_a"] == REDACTED for t in blind.json()["tasks"])
+
+
+def test_the_blinded_order_is_about_half_each_way():
+    # Record ids are random, so six tasks can all fall one way (1 in 32): the split is checked on
+    # fixed ids instead; the label must not give the model away.
+    firsts = [shadow_first(f"judge-{i:08x}") for i in range(400)]
+    assert 160 < sum(firsts) < 240
+    assert firsts == [shadow_first(f"judge-{i:08x}") for i in range(400)]
 
 
 async def test_views_answer_503_without_replay_recording():
