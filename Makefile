@@ -52,7 +52,7 @@ test: $(STAMP) $(VLLM_STAMP)
 	VENV=$(VENV) bash scripts/run-tests.sh
 
 # The cluster path users take alone (`ray up`'s setup commands, `ray start`, `serve deploy
-# cluster/serve-config.yaml`, a rolling change under load); `make test` runs them too.
+# cluster/serve-config.yaml`, a rolling change under load); `make test` runs all but `ray up`'s setup.
 test-cluster: $(STAMP)
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/cluster
 

@@ -153,7 +153,7 @@ def users_serve_config(config_path: Path, redis_url: str, port: int) -> dict[str
 class Load:
     """Chat requests back to back from a few clients; every failure recorded."""
 
-    def __init__(self, base: str, clients: int = 3) -> None:
+    def __init__(self, base: str, clients: int = 2) -> None:
         self.base = base
         self.stop = threading.Event()
         self.sent = 0
