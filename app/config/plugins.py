@@ -9,7 +9,7 @@ to get the typed object instead of reading raw dicts.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -222,16 +222,32 @@ class MemoryPlugin(PluginConfig):
     inject_as: Literal["system"] = "system"
 
 
+# A knowledge base's name, as /api/v1/storage/knowledge-bases accepts it (kb_data.KB_NAME;
+# app/config imports nothing outside itself, so the pattern is repeated, and a test pins it).
+KB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+KbName = Annotated[str, Field(min_length=1, max_length=64, pattern=KB_NAME_PATTERN)]
+
+
 class RagPlugin(PluginConfig):
     """Retrieval-augmented generation (app/pipeline/rag.py): the request's last user turn
-    searched in the named vector store(s), the passages injected within `max_context_tokens`
-    (MiniLM WordPiece tokens, as context_compression counts)."""
+    searched in the named vector store(s) and/or knowledge base(s), the passages injected
+    within `max_context_tokens` (MiniLM WordPiece tokens, as context_compression counts).
+
+    A knowledge base's entries are scored by cosine similarity to the request's vector (the
+    kb signal's encoder and vectors); each source kind keeps its best `top_k`, and when both
+    kinds are named the two lists are interleaved by rank (docs/storage.md "rag plugin")."""
 
     # a vector store's id, or its name (/api/v1/storage/vector-stores; the newest of that name)
     vector_store_id: str | None = Field(default=None, min_length=1, max_length=256)
     vector_store_ids: list[str] = Field(default_factory=list, max_length=16)
+    # a knowledge base of /api/v1/storage/knowledge-bases: its entries' texts are the passages
+    knowledge_base: KbName | None = None
+    knowledge_bases: list[KbName] = Field(default_factory=list, max_length=16)
     top_k: int = Field(default=4, ge=1, le=50)
+    # a vector-store chunk's ranker score (hybrid: RRF; vector: cosine; bm25: BM25)
     score_threshold: float = Field(default=0.0, ge=0)
+    # a knowledge-base entry's cosine similarity to the request
+    knowledge_base_threshold: float = Field(default=0.0, ge=-1, le=1)
     ranker: Literal["hybrid", "vector", "bm25"] = "hybrid"
     inject_as: Literal["system", "context_block"] = "system"
     max_context_tokens: int = Field(default=1024, ge=16, le=1_000_000)
@@ -239,15 +255,23 @@ class RagPlugin(PluginConfig):
     on_error: Literal["skip", "fail"] = "skip"
 
     @model_validator(mode="after")
-    def _a_store(self) -> RagPlugin:
-        if not self.store_ids:
-            raise ValueError("rag needs `vector_store_id` or `vector_store_ids`")
+    def _a_source(self) -> RagPlugin:
+        if not self.store_ids and not self.kb_names:
+            raise ValueError(
+                "rag needs a source: `vector_store_id`, `vector_store_ids`, `knowledge_base` "
+                "or `knowledge_bases`"
+            )
         return self
 
     @property
     def store_ids(self) -> list[str]:
         ids = ([self.vector_store_id] if self.vector_store_id else []) + self.vector_store_ids
         return list(dict.fromkeys(ids))
+
+    @property
+    def kb_names(self) -> list[str]:
+        names = ([self.knowledge_base] if self.knowledge_base else []) + self.knowledge_bases
+        return list(dict.fromkeys(names))
 
 
 AnswerAction = Literal["header", "annotate", "block"]

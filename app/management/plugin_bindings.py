@@ -82,7 +82,7 @@ def bindings(
 def _view(config: RouterConfig, recipe: str, decision: str, index: int, plugin: Plugin) -> PluginBindingView:
     enabled = declared_enabled(plugin)
     applied = plugin.type in PLUGIN_MODELS
-    deps = dependencies(config, plugin.type)
+    deps = dependencies(config, plugin.type, plugin.configuration)
     if not enabled:
         reachability = "disabled"
     elif not applied:
@@ -110,8 +110,11 @@ def _view(config: RouterConfig, recipe: str, decision: str, index: int, plugin: 
     )
 
 
-def dependencies(config: RouterConfig, plugin_type: str) -> list[PluginDependency]:
-    """What the plugin needs besides the request, as the configuration sets it up."""
+def dependencies(
+    config: RouterConfig, plugin_type: str, configuration: dict[str, Any] | None = None
+) -> list[PluginDependency]:
+    """What the plugin needs besides the request, as the configuration sets it up (a rag
+    binding's `configuration` says which of vector stores and knowledge bases it reads)."""
     document = config.to_document()
     kind = kind_of(plugin_type)
     if kind in ("tool_selection", "response_cache"):
@@ -129,15 +132,7 @@ def dependencies(config: RouterConfig, plugin_type: str) -> list[PluginDependenc
     if kind in ("pii", "jailbreak"):
         return [PluginDependency(name=f"{kind} classifier", kind="model", configured=True)]
     if kind == "rag":
-        path = "global.stores.vector_store"
-        return [
-            PluginDependency(
-                name="vector_store",
-                kind="store",
-                config_path=path,
-                configured=_has(document, path),
-            )
-        ]
+        return _rag_dependencies(document, configuration or {})
     if kind == "memory":
         path = "global.stores.memory"
         return [
@@ -151,6 +146,24 @@ def dependencies(config: RouterConfig, plugin_type: str) -> list[PluginDependenc
             )
         ]
     return []
+
+
+def _rag_dependencies(document: dict[str, Any], configuration: dict[str, Any]) -> list[PluginDependency]:
+    """The vector-store service when the binding names a store (or no source: as before), and
+    each knowledge base it names (kept outside the configuration: configured by being named)."""
+    kbs = ([configuration.get("knowledge_base")] if configuration.get("knowledge_base") else []) + list(
+        configuration.get("knowledge_bases") or []
+    )
+    deps: list[PluginDependency] = []
+    if configuration.get("vector_store_id") or configuration.get("vector_store_ids") or not kbs:
+        path = "global.stores.vector_store"
+        deps.append(
+            PluginDependency(
+                name="vector_store", kind="store", config_path=path, configured=_has(document, path)
+            )
+        )
+    names = dict.fromkeys(str(name) for name in kbs)
+    return deps + [PluginDependency(name=f"knowledge_base {n}", kind="store", configured=True) for n in names]
 
 
 def _has(document: dict[str, Any], path: str) -> bool:

@@ -196,16 +196,27 @@ class FastResponsePreview(BaseModel):
 
 
 class RagChunkUsed(BaseModel):
-    vector_store_id: str
-    file_id: str
-    chunk_id: str
+    """A probe's passage: a vector-store chunk or a knowledge-base entry (app/pipeline/rag.py)."""
+
+    source: Literal["vector_store", "knowledge_base"] = "vector_store"
     score: float
+    vector_store_id: str | None = None
+    file_id: str | None = None
+    chunk_id: str | None = None
+    knowledge_base: str | None = None
+    entry_id: str | None = None
+    index: int | None = None  # the entry's position in its base
+    label: str | None = None
+
+
+# a probe's real search: of vector stores, knowledge bases, or both (mixed)
+RagRetrieval = Literal["supplied_context", "vector_store", "knowledge_base", "mixed"]
 
 
 class RagPreview(BaseModel):
     injected_context: str
     messages: list[dict[str, Any]]
-    retrieval: Literal["supplied_context", "vector_store"]  # vector_store: a probe's real search
+    retrieval: RagRetrieval
     chunks: list[RagChunkUsed] = Field(default_factory=list)  # the probe's chunks, best first
     tokens: int | None = None  # the probe's injected passages, MiniLM WordPiece tokens
 

@@ -60,7 +60,7 @@ from app.pipeline.plugins import (
     compile_plugins,
     completion_body,
 )
-from app.pipeline.rag import Retrieve
+from app.pipeline.rag import KbSearch, Retrieve
 from app.pipeline.signals.base import EmbedFn, content_text
 from app.pipeline.tools import ToolVectorCache, select_tools
 
@@ -87,6 +87,7 @@ class PreviewContext:
     embed: EmbedFn | None  # the router's encoder (None: probes that need it answer 503)
     answer: str | None = None  # the answer a response-side probe checks
     retrieve: Retrieve | None = None  # the rag probe's vector-store search (None: it answers 503)
+    kbs: KbSearch | None = None  # the rag probe's knowledge-base search (None: it answers 503)
     conditions: AnswerConditions | None = None  # a response-side preview's supplied detector outcome
     checker: Checker | None = None  # the Router's check_answer (None: response-side probes answer 503)
 
@@ -114,6 +115,7 @@ async def run_preview(
     embed: EmbedFn | None,
     checker: Checker | None = None,
     retrieve: Retrieve | None = None,
+    kbs: KbSearch | None = None,
 ) -> PluginPreviewResponse:
     if plugin_type not in PREVIEW_TYPES:
         raise invalid_input(
@@ -125,6 +127,7 @@ async def run_preview(
         raise invalid_input(f"a {plugin_type} preview takes `binding` {{recipe, decision}}, not a candidate")
     ctx = _context(plugin_type, body, config, embed, checker)
     ctx.retrieve = retrieve
+    ctx.kbs = kbs
     fn = PREVIEWS.get(plugin_type)
     if fn is None:
         raise not_implemented(f"the {plugin_type} preview is not built yet")
@@ -234,7 +237,7 @@ async def fast_response_preview(ctx: PreviewContext) -> PreviewOutcome:
 async def rag_preview(ctx: PreviewContext) -> PreviewOutcome:
     if ctx.mode == "probe":
         assert isinstance(ctx.typed, RagPlugin)  # the binding's configuration, validated
-        result, calls = await rag_probe(ctx.typed, ctx.request, ctx.retrieve)
+        result, calls = await rag_probe(ctx.typed, ctx.request, ctx.retrieve, ctx.kbs)
         return PreviewOutcome(result, backend_calls=calls)
     if not ctx.supplied_context:
         raise invalid_input("a rag preview needs `supplied_context` (the documents to inject)")

@@ -195,7 +195,7 @@ class RouterPipeline:
         await choose_tools(state, plan, plugins, ctx, semantic=not preview)
         mutate_request(state, plan, plugins, selection, cache_status)
         if not preview and plugins is not None:
-            await rag_step(self.services, plan, plugins.rag)
+            await rag_step(self.services, plan, plugins.rag, ctx)
             if plan.immediate is not None:  # on_error: fail and the store is down
                 return ranked
             await memory_step(self.services, plan, plugins.memory, ctx, headers)

@@ -1,15 +1,24 @@
-"""The `rag` plugin: retrieval from the storage service's vector stores, injected into the request.
+"""The `rag` plugin: retrieval from the storage service's vector stores and from knowledge
+bases, injected into the request.
 
 route() calls `run_rag` once per routed request, after the request mutations (so a
 `system_prompt` in `replace` mode cannot drop the passages). The query is the request's last
 user turn; each named store is searched through `PipelineServices.retrieve` (the storage
-service's hybrid/vector/BM25 search); the best `top_k` chunks over all stores that fit
-`max_context_tokens` (MiniLM WordPiece tokens, app/pipeline/compression.py) are injected as
+service's hybrid/vector/BM25 search), each named knowledge base through a `KbSearch`
+(app/pipeline/rag_kb.py: the kb signal's feed and vectors, cosine to the request's vector).
+
+Merging: the stores' chunks are ranked together by score (one ranker, one scale) and the
+knowledge bases' entries together by cosine (one encoder), each list cut at `top_k`; with
+both kinds named the two lists are interleaved by rank (store 1st, entry 1st, store 2nd, ...),
+because an RRF or BM25 score and a cosine are not on one scale. The best `top_k` of that which
+fit `max_context_tokens` (MiniLM WordPiece tokens, app/pipeline/compression.py) are injected as
 one system message or as a context block appended to the last user message.
 
-A result cache (bounded LRU, `cache_ttl_seconds`) keys on query text + stores + settings, so a
-repeated question does not search again. A store that fails or times out skips retrieval
-(`x-vsr-rag-status: unavailable`), unless `on_error: fail`, which answers 503.
+A result cache (bounded LRU, `cache_ttl_seconds`) keys on query text + sources + settings (and
+the knowledge bases' content hashes, so an updated base is searched again), so a repeated
+question does not search again. A source that fails, is unknown (a knowledge base not active),
+or times out skips retrieval (`x-vsr-rag-status: unavailable`), unless `on_error: fail`, which
+answers 503.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -37,27 +46,56 @@ RETRIEVE_TIMEOUT_S = 2.0  # a slow store is a down store: the request goes on wi
 
 
 class RagChunk(BaseModel):
-    """One retrieved passage."""
+    """One retrieved passage: a vector-store chunk (vector_store_id, file_id, chunk_id) or a
+    knowledge-base entry (knowledge_base, entry_id, index: its position in the base, label)."""
 
-    vector_store_id: str
-    file_id: str
-    chunk_id: str
     score: float
     text: str
+    vector_store_id: str | None = None
+    file_id: str | None = None
+    chunk_id: str | None = None
+    knowledge_base: str | None = None
+    entry_id: str | None = None
+    index: int | None = None
+    label: str | None = None
+
+    @property
+    def source(self) -> str:
+        return "knowledge_base" if self.knowledge_base is not None else "vector_store"
+
+    def metadata(self) -> dict[str, Any]:
+        """What routing_metadata.rag.chunks and the replay record name it by (no text)."""
+        return {"source": self.source, **self.model_dump(exclude={"text"}, exclude_none=True)}
 
 
 class RagUsage(BaseModel):
     """What the plugin did for one request: routing_metadata.rag and the replay record."""
 
     vector_store_ids: list[str]
+    knowledge_bases: list[str] = Field(default_factory=list)
     status: str = "ok"  # ok | no_query | unavailable
     cached: bool = False
-    chunks: list[dict[str, Any]] = Field(default_factory=list)  # {vector_store_id, file_id, chunk_id, score}
+    # RagChunk.metadata(): {source: vector_store, vector_store_id, file_id, chunk_id, score}
+    # or {source: knowledge_base, knowledge_base, entry_id, index, label, score}
+    chunks: list[dict[str, Any]] = Field(default_factory=list)
     tokens: int = 0
 
 
 # (store_id, query, top_k, ranker) -> chunks; raises on a store that is down or unknown
 Retrieve = Callable[[str, str, int, str], Awaitable[list[RagChunk]]]
+
+
+class KbSearch(Protocol):
+    """Knowledge-base retrieval (app/pipeline/rag_kb.py KbRetriever)."""
+
+    async def versions(self, names: list[str]) -> tuple[str | None, ...]:
+        """The named bases' content hashes as served now (None: not served): the cache key's."""
+        ...
+
+    async def search(self, names: list[str], query: str, top_k: int, threshold: float) -> list[RagChunk]:
+        """The best `top_k` entries over the named bases at or above `threshold` (cosine), best
+        first; raises when a base is not served or the query cannot be embedded."""
+        ...
 
 
 class RagUnavailable(RuntimeError):
@@ -103,23 +141,62 @@ def last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
-def cache_key(policy: RagPlugin, query: str) -> tuple[Any, ...]:
-    return (query, tuple(policy.store_ids), policy.top_k, policy.ranker, policy.score_threshold)
+def cache_key(policy: RagPlugin, query: str, kb_versions: tuple[str | None, ...] = ()) -> tuple[Any, ...]:
+    return (
+        query,
+        tuple(policy.store_ids),
+        policy.top_k,
+        policy.ranker,
+        policy.score_threshold,
+        tuple(policy.kb_names),
+        policy.knowledge_base_threshold,
+        kb_versions,
+    )
+
+
+def merge_by_rank(ranked: list[list[RagChunk]], top_k: int) -> list[RagChunk]:
+    """Lists each ranked on its own scale, interleaved rank by rank (every list's first, then
+    every list's second, ...; at one rank in the lists' order), cut at `top_k`."""
+    merged: list[RagChunk] = []
+    for rank in range(max((len(chunks) for chunks in ranked), default=0)):
+        merged += [chunks[rank] for chunks in ranked if rank < len(chunks)]
+    return merged[:top_k]
 
 
 async def retrieve_all(
-    retrieve: Retrieve, policy: RagPlugin, query: str, timeout_s: float = RETRIEVE_TIMEOUT_S
+    retrieve: Retrieve | None,
+    policy: RagPlugin,
+    query: str,
+    timeout_s: float = RETRIEVE_TIMEOUT_S,
+    kbs: KbSearch | None = None,
 ) -> list[RagChunk]:
-    """The best `top_k` chunks over every named store at or above `score_threshold`;
-    RagUnavailable when a store fails or does not answer within `timeout_s`."""
-    calls = [retrieve(store, query, policy.top_k, policy.ranker) for store in policy.store_ids]
+    """The best `top_k` chunks over every named store at or above `score_threshold`, merged by
+    rank with the best `top_k` knowledge-base entries at or above `knowledge_base_threshold`
+    (module doc); RagUnavailable when a source fails or does not answer within `timeout_s`."""
+    if policy.store_ids and retrieve is None:
+        raise RagUnavailable("no vector-store retrieval is wired to this router")
+    if policy.kb_names and kbs is None:
+        raise RagUnavailable("no knowledge-base store in this process")
+
+    async def from_stores() -> list[RagChunk]:
+        assert retrieve is not None
+        found = await asyncio.gather(
+            *(retrieve(s, query, policy.top_k, policy.ranker) for s in policy.store_ids)
+        )
+        chunks = [c for per_store in found for c in per_store if c.score >= policy.score_threshold]
+        chunks.sort(key=lambda c: -c.score)
+        return chunks[: policy.top_k]
+
+    async def from_kbs() -> list[RagChunk]:
+        assert kbs is not None
+        return await kbs.search(policy.kb_names, query, policy.top_k, policy.knowledge_base_threshold)
+
+    calls = ([from_stores()] if policy.store_ids else []) + ([from_kbs()] if policy.kb_names else [])
     try:
         found = await asyncio.wait_for(asyncio.gather(*calls), timeout_s)
-    except Exception as exc:  # noqa: BLE001 - any store failure is "unavailable" to the request
+    except Exception as exc:  # noqa: BLE001 - any source failure is "unavailable" to the request
         raise RagUnavailable(f"{type(exc).__name__}: {exc}") from exc
-    chunks = [c for per_store in found for c in per_store if c.score >= policy.score_threshold]
-    chunks.sort(key=lambda c: -c.score)
-    return chunks[: policy.top_k]
+    return merge_by_rank(list(found), policy.top_k)
 
 
 def within_budget(chunks: list[RagChunk], max_tokens: int) -> tuple[list[RagChunk], int]:
@@ -134,8 +211,14 @@ def within_budget(chunks: list[RagChunk], max_tokens: int) -> tuple[list[RagChun
     return kept, used
 
 
+def where(chunk: RagChunk) -> str:
+    if chunk.knowledge_base is not None:
+        return f"knowledge base {chunk.knowledge_base}, entry {chunk.entry_id}"
+    return f"file {chunk.file_id}, chunk {chunk.chunk_id}"
+
+
 def passages_text(chunks: list[RagChunk]) -> str:
-    blocks = [f"[{i}] (file {c.file_id}, chunk {c.chunk_id})\n{c.text}" for i, c in enumerate(chunks, 1)]
+    blocks = [f"[{i}] ({where(c)})\n{c.text}" for i, c in enumerate(chunks, 1)]
     return "\n\n".join([PREAMBLE, *blocks])
 
 
@@ -164,23 +247,26 @@ def inject(body: dict[str, Any], chunks: list[RagChunk], inject_as: str) -> None
 
 
 async def run_rag(
-    retrieve: Retrieve | None, cache: ResultCache, policy: RagPlugin, body: dict[str, Any]
+    retrieve: Retrieve | None,
+    cache: ResultCache,
+    policy: RagPlugin,
+    body: dict[str, Any],
+    kbs: KbSearch | None = None,
 ) -> RagUsage:
     """Retrieve and inject into `body`; raises RagUnavailable only with `on_error: fail`."""
-    usage = RagUsage(vector_store_ids=policy.store_ids)
+    usage = RagUsage(vector_store_ids=policy.store_ids, knowledge_bases=policy.kb_names)
     query = last_user_text(body)
     if not query:
         usage.status = "no_query"
         return usage
-    key = cache_key(policy, query)
+    versions = await kbs.versions(policy.kb_names) if kbs is not None and policy.kb_names else ()
+    key = cache_key(policy, query, versions)
     chunks = cache.get(key) if policy.cache_ttl_seconds > 0 else None
     if chunks is not None:
         usage.cached = True
     else:
         try:
-            if retrieve is None:
-                raise RagUnavailable("no vector-store retrieval is wired to this router")
-            chunks = await retrieve_all(retrieve, policy, query)
+            chunks = await retrieve_all(retrieve, policy, query, kbs=kbs)
         except RagUnavailable as exc:
             if policy.on_error == "fail":
                 raise
@@ -191,8 +277,5 @@ async def run_rag(
     kept, usage.tokens = within_budget(chunks, policy.max_context_tokens)
     if kept:
         inject(body, kept, policy.inject_as)
-    usage.chunks = [
-        {"vector_store_id": c.vector_store_id, "file_id": c.file_id, "chunk_id": c.chunk_id, "score": c.score}
-        for c in kept
-    ]
+    usage.chunks = [c.metadata() for c in kept]
     return usage

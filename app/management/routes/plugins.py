@@ -25,9 +25,11 @@ from app.management.plugin_models import (
 )
 from app.management.plugin_previews import run_preview
 from app.management.plugins_registry import GUARD_TYPES, descriptors, detail, require_known
+from app.management.rag_probe import probe_kbs
 from app.management.routes.common import Registrar, mgmt_errors, parse_model, principal_of, record_denial
 from app.management.service import Management
 from app.management.storage.retrieval import storage_retrieve
+from app.pipeline.signals.kb import KnowledgeBaseFeed
 
 TYPE = Path(min_length=1, max_length=64, description="plugin type, e.g. system_prompt, tool_selection")
 NOT_FOUND = mgmt_errors({404: "NOT_FOUND / RECIPE_NOT_FOUND: unknown plugin type, recipe or decision"})
@@ -42,6 +44,9 @@ def preview_permission(plugin_type: str, mode: str) -> str:
 
 
 def plugin_routes(mgmt: Management) -> APIRouter:
+    # The rag probe's knowledge bases: those the kb signal scores, read from the management
+    # store (one feed for this router: a base is re-read only when the store changed).
+    kb_feed = KnowledgeBaseFeed(mgmt.knowledge_bases.store, refresh_s=0.0) if mgmt.knowledge_bases else None
     router = APIRouter()
     add = Registrar(router, mgmt).add
 
@@ -70,7 +75,9 @@ def plugin_routes(mgmt: Management) -> APIRouter:
         # The Router's answer checks (the data plane's RouterClient; a local pipeline in tests).
         checker = getattr(mgmt.previewer, "check_answer", None)
         retrieve = storage_retrieve(mgmt.storage.vector_stores) if mgmt.storage is not None else None
-        result = await run_preview(plugin_type, body, mgmt.config, mgmt.embed, checker, retrieve)
+        # the router's encoder: the Management's, else the one that embeds the bases' entries
+        kbs = probe_kbs(kb_feed, mgmt.embed or mgmt.knowledge_bases.embed)
+        result = await run_preview(plugin_type, body, mgmt.config, mgmt.embed, checker, retrieve, kbs)
         return JSONResponse(result.model_dump(mode="json", exclude_none=True))
 
     add(

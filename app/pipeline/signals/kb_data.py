@@ -112,6 +112,10 @@ class LoadedKb:
         self.label_index = labels[order]
         self.starts = np.searchsorted(self.label_index, np.arange(len(self.label_names)))
         self.texts = [base.entries[int(i)].text for i in order]
+        # Row -> the entry it came from (the rag plugin names its passages by them).
+        ids = entry_ids(base.entries)
+        self.entry_index = order
+        self.entry_ids = [ids[int(i)] for i in order]
         self.matrix = np.ascontiguousarray(vectors[order], dtype=np.float32)
 
     def __len__(self) -> int:
