@@ -5,10 +5,12 @@
     svc-sr storage vector-stores attach ID FILE_ID [--attribute k=v ...]
     svc-sr storage vector-stores search ID QUERY [-n 5] [--ranker hybrid|vector|bm25]
     svc-sr storage rotate ID
+    svc-sr storage context-recovery invalidate --scope user:<id>|session:<id> [--dry-run] [--reason R]
 
 `rotate` rebuilds a vector store's index: every file is re-ingested from its stored bytes with
 the deployment's current chunking and encoder (after changing either). It returns at once;
-`vector-stores show` reports the files' progress. Exit codes are the remote commands'
+`vector-stores show` reports the files' progress. `context-recovery invalidate` stops the router
+recalling the scope's earlier memories and serving its earlier cached answers (docs/memories.md). Exit codes are the remote commands'
 (app/cli/remote.py): 8 not found, 2 bad input, 5 service unavailable (503).
 """
 
@@ -133,3 +135,21 @@ def search(store_id: str, query: str, max_results: int, ranker: str, remote: Rem
     for hit in _call(remote, "POST", f"{STORES}/{store_id}/search", json=body)["data"]:
         text = " ".join(hit["content"][0]["text"].split())
         click.echo(f"{hit['score']:.4f}  {hit['filename']}  {text[:160]}")
+
+
+@storage.group("context-recovery")
+def context_recovery() -> None:
+    """The router's recovery of a scope's earlier context (memories, cached answers)."""
+
+
+@context_recovery.command("invalidate")
+@click.option("--scope", required=True, help="user:<id> or session:<id>")
+@click.option("--dry-run", is_flag=True, help="Report what would be excluded; write nothing.")
+@click.option("--reason", default=None, help="Kept on the mark and in the audit log.")
+@remote_options
+def invalidate_recovery(scope: str, dry_run: bool, reason: str | None, remote: Remote) -> None:
+    """Stop recalling SCOPE's earlier memories and serving its earlier cached answers."""
+    body: dict[str, Any] = {"scope": scope, "dry_run": dry_run}
+    if reason is not None:
+        body["reason"] = reason
+    echo_json(_call(remote, "POST", "/api/v1/storage/context-recovery/invalidate", json=body))

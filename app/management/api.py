@@ -27,6 +27,7 @@ Routes and the permission each needs (auth mode bearer; with mode none all are o
     GET  /api/v1/storage/knowledge-bases[/{name}[/map/*]]  data.read             routes/knowledge_bases.py
     POST, PUT, DELETE /api/v1/storage/knowledge-bases[/{name}]  config.write      routes/knowledge_bases.py
     GET, DELETE /api/v1/storage/memories[/{id}]      data.read / data.write       routes/memories.py
+    POST /api/v1/storage/context-recovery/invalidate  cache.invalidate            routes/context_recovery.py
     /api/v1/storage/files[/{id}[/content]]           data.read / data.write       routes/files.py
     /api/v1/storage/vector-stores[/{id}[/files|/search|/rotate]]  data.read / data.write  routes/vector_stores.py
 
@@ -44,6 +45,7 @@ from app.management.errors import unavailable
 from app.management.routes.compression import compression_routes
 from app.management.routes.config import config_read_routes
 from app.management.routes.config_writes import config_write_routes
+from app.management.routes.context_recovery import context_recovery_routes
 from app.management.routes.files import file_routes
 from app.management.routes.inventory import inventory_routes, older_info_routes
 from app.management.routes.knowledge_bases import knowledge_base_routes
@@ -78,6 +80,7 @@ def management_router(mgmt: Management) -> APIRouter:
         plugin_routes,
         knowledge_base_routes,
         memory_routes,
+        context_recovery_routes,
         file_routes,
         vector_store_routes,
     ):

@@ -96,6 +96,7 @@ def _remember_in_background(services: CompletionServices, plan: RoutePlan, repor
         max_memories=write.max_memories,
         dedupe_threshold=write.dedupe_threshold,
         source=MemorySource(request_id=plan.request_id, replay_id=replay_id, decision=write.decision),
+        generation=write.generation,
     )
     services.memory_tasks.start(work, plan.request_id)
 

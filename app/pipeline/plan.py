@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from app.config.pricing import Pricing
 from app.config.reliability import FallbackConfig, ReliabilityConfig
 from app.pipeline.answers.models import AnswerChecks
-from app.pipeline.memory.store import MemoryScope
+from app.pipeline.memory.store import MemoryScope, RecoveryMark
 from app.upstream.targets import UpstreamTarget
 
 
@@ -105,6 +105,8 @@ class MemoryWrite(BaseModel):
     max_memories: int
     dedupe_threshold: float
     decision: str | None = None
+    # the scope's context-recovery generation at route(): an invalidation since drops the write
+    generation: int | None = None
 
 
 class ReplayCapture(BaseModel):
@@ -139,6 +141,9 @@ class RoutePlan(BaseModel):
     cache_write: CacheWrite | None = None
     memory_write: MemoryWrite | None = None
     memories_recalled: int | None = None  # the memory plugin ran: how many memories it injected
+    # the memory scope's context-recovery mark, read once per request (the cache step keys the
+    # partition with its generation, recall filters by it); None: not read
+    recovery_mark: RecoveryMark | None = None
     rag: dict[str, Any] | None = None  # the rag plugin ran: app/pipeline/rag.py RagUsage
     signals: SignalReport = Field(default_factory=SignalReport)
     security: SecurityChecks = Field(default_factory=SecurityChecks)

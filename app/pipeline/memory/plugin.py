@@ -8,6 +8,10 @@
   durable facts (extract.py), each embedded and stored unless the scope already keeps one
   at least `dedupe_threshold` similar.
 
+Both halves honour the scope's context-recovery mark (recovery.py): after an invalidation
+only memories created since are recalled or count as duplicates, and a write whose request
+was routed before the invalidation (an older generation) is dropped.
+
 Neither half can fail or hold up the answer: a store that is down skips recall (header
 `x-vsr-memory-status: unavailable`) and drops the write; every failure is logged and
 counted (`MemoryTasks.counts`).
@@ -24,12 +28,14 @@ from typing import Any
 import numpy as np
 
 from app.pipeline.memory.extract import extract_facts
+from app.pipeline.memory.recovery import recallable
 from app.pipeline.memory.store import (
     Memory,
     MemoryScope,
     MemorySource,
     MemoryStore,
     MemoryStoreUnavailable,
+    RecoveryMark,
     new_memory_id,
     now_stamp,
 )
@@ -96,9 +102,13 @@ async def recall(
     query: Callable[[], Awaitable[np.ndarray]],
     top_k: int,
     threshold: float,
+    mark: RecoveryMark | None = None,
 ) -> list[Memory]:
-    """The memories to inject (marked used); raises MemoryStoreUnavailable when the store is down."""
-    kept = await store.list_scope(scope)
+    """The memories to inject (marked used); raises MemoryStoreUnavailable when the store is down.
+    `mark`: the scope's recovery mark when the caller read it already (else read here)."""
+    if mark is None:
+        mark = await store.mark(scope)
+    kept = recallable(await store.list_scope(scope), mark)
     if not kept or top_k == 0:
         return []
     chosen = [m for m, _ in rank(kept, await query(), top_k, threshold)]
@@ -119,13 +129,21 @@ async def remember(
     max_memories: int,
     dedupe_threshold: float,
     source: MemorySource,
+    generation: int | None = None,
 ) -> tuple[int, int]:
-    """Store the turn's new facts; (stored, skipped as duplicates)."""
+    """Store the turn's new facts; (stored, skipped as duplicates). `generation`: the scope's
+    recovery generation when the request was routed; an invalidation since drops the write."""
     facts = extract_facts(turn)
     if not facts:
         return 0, 0
+    mark = await store.mark(scope)
+    if generation is not None and mark.generation != generation:
+        log.info("memories of %s not kept: the scope was invalidated since the request", source.request_id)
+        return 0, 0
     vectors = np.asarray(await embed([f.text for f in facts]), dtype=np.float32)
-    kept = [(_unit(m.vector), m.text.lower()) for m in await store.list_scope(scope) if m.vector]
+    kept = [
+        (_unit(m.vector), m.text.lower()) for m in recallable(await store.list_scope(scope), mark) if m.vector
+    ]
     stored = skipped = 0
     for fact, vector in zip(facts, vectors, strict=True):
         unit = _unit(vector)

@@ -3,10 +3,12 @@ replica on every node reads the same memories):
 
     P mem:records             hash: memory id -> the memory's JSON
     P mem:scope:<kind>:<id>   sorted set: memory id -> when it was written (ms), one per scope
+    P mem:recovery:<kind>:<id>  hash: the scope's RecoveryMark (generation, invalidated_at,
+                              reason); never deleted, never expires
 
 A scope's memories are found through its own sorted set only, so a listing or a recall
 never reads another scope's ids. One Lua script stores a memory and trims its scope to the
-cap; another deletes a scope with its records. Every Redis error or timeout raises
+cap; another deletes a scope with its records; a third advances a recovery mark. Every Redis error or timeout raises
 `MemoryStoreUnavailable`; the calls run in a worker thread (the client is synchronous).
 """
 
@@ -18,15 +20,20 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from app.pipeline.memory.store import Memory, MemoryScope, MemoryStoreUnavailable
+from app.pipeline.memory.store import Memory, MemoryScope, MemoryStoreUnavailable, RecoveryMark
 
 if TYPE_CHECKING:
     import redis
 
 # KEYS[1] scope set, KEYS[2] records; ARGV[1] id, ARGV[2] JSON, ARGV[3] score (ms), ARGV[4] cap.
+# The score is kept above the scope's newest: two writes in one millisecond would otherwise
+# order by their random ids, and "oldest first" (and the cap's victim) with them.
 _ADD = """
+local score = tonumber(ARGV[3])
+local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if newest[2] and tonumber(newest[2]) >= score then score = tonumber(newest[2]) + 1 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[1], score, ARGV[1])
 local extra = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[4])
 if extra > 0 then
   for _, gone in ipairs(redis.call('ZRANGE', KEYS[1], 0, extra - 1)) do redis.call('HDEL', KEYS[2], gone) end
@@ -41,6 +48,19 @@ local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 for _, id in ipairs(ids) do redis.call('HDEL', KEYS[2], id) end
 redis.call('DEL', KEYS[1])
 return #ids
+"""
+
+
+# KEYS[1] the scope's mark; ARGV[1] when, ARGV[2] reason ("" none). One step, so concurrent
+# invalidations each get their own generation; invalidated_at only moves forward (two
+# management replicas' clocks may differ). Returns {generation, invalidated_at}.
+_INVALIDATE = """
+local generation = redis.call('HINCRBY', KEYS[1], 'generation', 1)
+local before = redis.call('HGET', KEYS[1], 'invalidated_at')
+local latest = ARGV[1]
+if before and before > latest then latest = before end
+redis.call('HSET', KEYS[1], 'invalidated_at', latest, 'reason', ARGV[2])
+return {generation, latest}
 """
 
 
@@ -59,9 +79,11 @@ class RedisMemoryStore:
         self._client = client
         self._records = f"{prefix}mem:records"
         self._scope_prefix = f"{prefix}mem:scope:"
+        self._mark_prefix = f"{prefix}mem:recovery:"
         self._where = where
         self._add = client.register_script(_ADD)
         self._delete_scope = client.register_script(_DELETE_SCOPE)
+        self._invalidate = client.register_script(_INVALIDATE)
 
     def describe(self) -> str:
         return f"redis {self._where}"
@@ -136,3 +158,27 @@ class RedisMemoryStore:
                     self._client.hset(self._records, mapping=live)
 
             await self._call("touch", write)
+
+    async def mark(self, scope: MemoryScope) -> RecoveryMark:
+        key = self._mark_prefix + scope.key()
+        generation, when, reason = await self._call(
+            "mark", lambda: self._client.hmget(key, ["generation", "invalidated_at", "reason"])
+        )
+        if generation is None:
+            return RecoveryMark(scope=scope)
+        return RecoveryMark(
+            scope=scope, generation=int(generation), invalidated_at=_text(when), reason=_text(reason) or None
+        )
+
+    async def invalidate(self, scope: MemoryScope, when: str, reason: str | None) -> RecoveryMark:
+        keys = [self._mark_prefix + scope.key()]
+        generation, latest = await self._call(
+            "invalidate", lambda: self._invalidate(keys=keys, args=[when, reason or ""])
+        )
+        return RecoveryMark(
+            scope=scope, generation=int(generation), invalidated_at=_text(latest), reason=reason
+        )
+
+
+def _text(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value

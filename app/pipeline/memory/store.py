@@ -8,6 +8,11 @@ cannot reach another's request or listing.
 
 `MemoryStoreUnavailable` is what every operation raises when the store did not answer
 (Redis down or too slow): the routes answer 503, the plugin skips recall and writes.
+
+A scope's `RecoveryMark` (context recovery, app/pipeline/memory/recovery.py) lives in the same
+store: how many times the scope was invalidated and when last. A mark is never deleted (not
+even with the scope's memories): its generation keys the scope's response-cache partition,
+and going back to 0 would serve the answers cached before the first invalidation again.
 """
 
 from __future__ import annotations
@@ -59,6 +64,15 @@ class Memory(BaseModel):
     vector: list[float] | None = Field(default=None, description="the fact's embedding (never served)")
 
 
+class RecoveryMark(BaseModel):
+    """A scope's context-recovery invalidations: generation 0 (no invalidated_at) until the first."""
+
+    scope: MemoryScope
+    generation: int = Field(default=0, ge=0, description="invalidations so far")
+    invalidated_at: str | None = Field(default=None, description="the latest one, ISO 8601 UTC (now_stamp)")
+    reason: str | None = None
+
+
 def now_stamp() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -87,6 +101,12 @@ class MemoryStore(Protocol):
     async def touch(self, scope: MemoryScope, memory_ids: list[str], when: str) -> None:
         """Mark recalled memories used (last_used_at, use_count)."""
 
+    async def mark(self, scope: MemoryScope) -> RecoveryMark:
+        """The scope's recovery mark (generation 0 when never invalidated)."""
+
+    async def invalidate(self, scope: MemoryScope, when: str, reason: str | None) -> RecoveryMark:
+        """Advance the scope's generation by one, atomically; invalidated_at never goes back."""
+
 
 class InMemoryMemoryStore:
     """One process's memories (the standalone app, a replica without a shared store, tests)."""
@@ -94,6 +114,7 @@ class InMemoryMemoryStore:
     def __init__(self) -> None:
         self._by_id: dict[str, Memory] = {}
         self._scopes: dict[str, OrderedDict[str, None]] = {}
+        self._marks: dict[str, RecoveryMark] = {}
         self._lock = threading.Lock()  # never held across an await
 
     def describe(self) -> str:
@@ -103,6 +124,7 @@ class InMemoryMemoryStore:
         with self._lock:
             self._by_id.clear()
             self._scopes.clear()
+            self._marks.clear()
 
     async def add(self, memory: Memory, max_memories: int) -> None:
         with self._lock:
@@ -145,3 +167,16 @@ class InMemoryMemoryStore:
                     self._by_id[memory_id] = found.model_copy(
                         update={"last_used_at": when, "use_count": found.use_count + 1}
                     )
+
+    async def mark(self, scope: MemoryScope) -> RecoveryMark:
+        return self._marks.get(scope.key()) or RecoveryMark(scope=scope)
+
+    async def invalidate(self, scope: MemoryScope, when: str, reason: str | None) -> RecoveryMark:
+        with self._lock:
+            before = self._marks.get(scope.key()) or RecoveryMark(scope=scope)
+            latest = max(when, before.invalidated_at or when)
+            mark = RecoveryMark(
+                scope=scope, generation=before.generation + 1, invalidated_at=latest, reason=reason
+            )
+            self._marks[scope.key()] = mark
+        return mark

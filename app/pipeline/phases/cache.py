@@ -8,6 +8,8 @@ suffixes that keep answers from crossing into requests they do not answer:
   another that merely ends with the same question;
 - "|tenant:<hash>" when it names a tenant (header `x-vsr-tenant`) or an end user (the
   OpenAI `user` field): tenants and users never share entries;
+- "|memory:<hash>" when the decision has a `memory` plugin: its scope (and, once the scope's
+  context recovery was invalidated, the mark's generation: app/pipeline/memory/recovery.py);
 - "|neg:<signature>" when the question negates something (app/pipeline/cache_guard.py):
   "disable 2FA" is never answered with "enable 2FA", which encoders place within any
   usable threshold.
@@ -37,6 +39,8 @@ import numpy as np
 from app.pipeline.cache_guard import polarity_signature
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.memory.plugin import scope_of
+from app.pipeline.memory.recovery import memory_partition_suffix
+from app.pipeline.memory.store import MemoryStoreUnavailable
 from app.pipeline.plan import CacheWrite, ImmediateResponse, RoutePlan
 from app.pipeline.plugins import (
     CacheControl,
@@ -67,12 +71,18 @@ async def cache_step(
     store = control.store and services.cache_store is not None
     if not control.lookup and not store:
         return "bypass"
+    try:
+        memory_scope, generation = await _memory_scope(services, plugins, plan, headers)
+    except MemoryStoreUnavailable as exc:  # fail closed: the scope may have been invalidated
+        log.warning("cache skipped for %s: recovery mark unreadable: %s", plan.request_id, exc)
+        return "bypass"
     partition = cache_partition(
         plan.selected_model or "",
         plan.decision or "",
         plan.body,
         headers,
-        _memory_scope(plugins, plan, headers),
+        memory_scope,
+        generation,
     )
     # Started first so it overlaps the embedding and the lookup; a hit or a bypass leaves it.
     epoch = _start_epoch_read(services.cache_epoch, partition, plan.request_id) if store else None
@@ -159,13 +169,22 @@ def _too_old(created_at: Any, max_age_s: float | None) -> bool:
 TENANT_HEADER = "x-vsr-tenant"
 
 
-def _memory_scope(plugins: DecisionPlugins | None, plan: RoutePlan, headers: Mapping[str, str]) -> str | None:
+async def _memory_scope(
+    services: PipelineServices, plugins: DecisionPlugins | None, plan: RoutePlan, headers: Mapping[str, str]
+) -> tuple[str | None, int]:
     """With a `memory` plugin the answer depends on the scope's recalled memories (injected
-    after this lookup), so the scope keys the cache: one user's answer never reaches another."""
+    after this lookup), so the scope keys the cache: one user's answer never reaches another.
+    With a memory store the scope's recovery generation keys it too (read once: plan.recovery_mark,
+    which recall reuses); raises MemoryStoreUnavailable when the mark cannot be read."""
     if plugins is None or plugins.memory is None:
-        return None
+        return None, 0
     scope = scope_of(plugins.memory.scope, headers, plan.body, plan.session_id)
-    return scope.key() if scope is not None else "none"
+    if scope is None:
+        return "none", 0
+    if services.memories is None:
+        return scope.key(), 0
+    plan.recovery_mark = await services.memories.mark(scope)
+    return scope.key(), plan.recovery_mark.generation
 
 
 def cache_partition(
@@ -174,9 +193,11 @@ def cache_partition(
     body: Mapping[str, Any],
     headers: Mapping[str, str] | None = None,
     memory_scope: str | None = None,
+    memory_generation: int = 0,
 ) -> str:
     """The partition of a request's entry; `headers` lower-cased (as the pipeline passes them);
-    `memory_scope`: the memory plugin's scope key, when the decision has one."""
+    `memory_scope`: the memory plugin's scope key, when the decision has one, and its
+    context-recovery generation."""
     messages = body.get("messages") or []
     last_user = max(
         (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), default=-1
@@ -195,7 +216,7 @@ def cache_partition(
     if tenant or user:
         partition += f"|tenant:{_digest([tenant or '', user or ''])}"
     if memory_scope is not None:
-        partition += f"|memory:{_digest([memory_scope])}"
+        partition += memory_partition_suffix(memory_scope, memory_generation)
     question = content_text(messages[last_user].get("content")) if last_user >= 0 else ""
     negation = polarity_signature(question)
     if negation:

@@ -1,5 +1,6 @@
 """Phase `memory`: the decision's `memory` plugin before the request goes out: the scope's
-relevant memories injected (app/pipeline/memory/plugin.py), and the write complete()
+relevant memories injected (app/pipeline/memory/plugin.py; only those since the scope's
+context-recovery invalidation, app/pipeline/memory/recovery.py), and the write complete()
 performs after the answer (`plan.memory_write`). Runs after the other request mutations,
 so a `system_prompt` plugin in `replace` mode cannot overwrite the recalled memories."""
 
@@ -35,8 +36,15 @@ async def memory_step(
     recalled = 0
     if ctx.text and services.embed is not None:
         try:
+            if plan.recovery_mark is None or plan.recovery_mark.scope != scope:
+                plan.recovery_mark = await store.mark(scope)  # the cache step did not read it
             memories = await recall(
-                store, scope, ctx.query_vector, policy.recall_top_k, policy.recall_threshold
+                store,
+                scope,
+                ctx.query_vector,
+                policy.recall_top_k,
+                policy.recall_threshold,
+                plan.recovery_mark,
             )
         except MemoryStoreUnavailable as exc:
             log.warning("memory recall skipped for %s: %s", plan.request_id, exc)
@@ -54,4 +62,5 @@ async def memory_step(
             max_memories=policy.max_memories,
             dedupe_threshold=policy.dedupe_threshold,
             decision=plan.decision,
+            generation=plan.recovery_mark.generation if plan.recovery_mark is not None else None,
         )
