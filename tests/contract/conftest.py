@@ -36,7 +36,6 @@ import uvicorn
 from app.api.app import StaticConfigView, create_app
 from app.cache.memory import InMemorySemanticCache
 from app.config.loader import parse_config
-from app.config.storage import VectorStoreConfig
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
 from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
@@ -299,9 +298,14 @@ class _Stack:
         embed = encoder_embed(shared_encoder())
         # Knowledge bases: created through the Ingress's management routes, scored by the pipeline.
         kb_store = KnowledgeBaseStore()
-        # Files and vector stores: created through the Ingress's storage routes, searched by `rag`.
-        storage = open_storage(VectorStoreConfig(), work, embed=shared_encoder().encode)
+        # Files and vector stores: created through the Ingress's storage routes, searched by `rag`;
+        # the document's `global.stores.vector_store` picks the backend, as at activation (its
+        # default: memory; Milvus Lite and the storage files under this stack's own `work`).
+        storage = open_storage(config.global_.stores.vector_store, work, embed=shared_encoder().encode)
         assert storage is not None, "the contract stack's storage service did not open"
+        backend_close = getattr(storage.vector_stores.backend, "close", None)  # Milvus Lite's server
+        if callable(backend_close):
+            self._stops.append(backend_close)
         self._stops.append(storage.vector_stores.close)
         services = PipelineServices(
             retrieve=storage_retrieve(storage.vector_stores),

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from app.config.cache_stores import MilvusCacheSettings, MilvusCollection, RedisCacheSettings
+from app.management.storage import milvus_backend
 from app.management.storage.backends import Chunk, MemoryBackend, VectorBackend, VectorBackendDown
 from app.management.storage.files import FileStore
 from app.management.storage.milvus_backend import MilvusBackend
@@ -96,3 +97,93 @@ def test_an_unreachable_store_is_backend_down(tmp_path: Path) -> None:
     server = MilvusBackend(MilvusCacheSettings(uri="http://127.0.0.1:1", timeout_seconds=0.5), "unused")
     with pytest.raises(VectorBackendDown):
         server.ping()
+
+
+def test_rotate_rebuilds_a_store_without_leftover_chunks(backend: VectorBackend, tmp_path: Path) -> None:
+    files = FileStore(tmp_path / "files", 1 << 20, 100)
+    stores = VectorStores(tmp_path, files, backend, hashed_embed, chunk_words=8, chunk_overlap_words=1)
+    try:
+        text = files.create(
+            "all.txt", " ".join(TEXTS * 2).encode(), "assistants"
+        )  # 30 words: 5 chunks of 8, then 2 of 16
+        store = stores.create(VectorStoreCreate(name="s", file_ids=[text.id]))
+        stores.wait_idle()
+        assert sorted(c.index for c in backend.chunks(store.id)) == [0, 1, 2, 3, 4]
+        stores.chunk_words, stores.chunk_overlap_words = 16, 2  # fewer, bigger chunks
+        assert stores.rotate(store.id).files_queued == 1
+        stores.wait_idle()
+        rebuilt = sorted(backend.chunks(store.id), key=lambda c: c.index)
+        assert [(c.id, c.index) for c in rebuilt] == [(f"{store.id}:{text.id}:{i}", i) for i in (0, 1)]
+        assert stores.get(store.id).file_counts.completed == 1
+        top = stores.search(store.id, SearchRequest(query="rocket launch")).data
+        assert top and top[0].chunk_id in {c.id for c in rebuilt}
+    finally:
+        stores.close()
+
+
+def test_milvus_lists_a_store_bigger_than_one_query_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One Milvus query answers at most QUERY_WINDOW rows: BM25 must still see every chunk."""
+    monkeypatch.setattr(milvus_backend, "QUERY_WINDOW", 2)
+    milvus = MilvusBackend(
+        MilvusCacheSettings(collection=MilvusCollection(name="chunks_test")), str(tmp_path / "v.db")
+    )
+    try:
+        milvus.add(chunks_of("vs_a", "file-1", TEXTS + TEXTS[:1]), hashed_embed(TEXTS + TEXTS[:1]))
+        milvus.add(chunks_of("vs_b", "file-1", TEXTS[:1]), hashed_embed(TEXTS[:1]))
+        assert sorted(c.index for c in milvus.chunks("vs_a")) == [0, 1, 2, 3, 4]
+        assert [c.store_id for c in milvus.chunks("vs_b")] == ["vs_b"]
+    finally:
+        milvus.close()
+
+
+def test_milvus_checks_its_collection_again_after_a_failed_connect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server flaps between connecting and `has_collection`: the next call must not take
+    the existing collection for none (searches would come back empty)."""
+    from pymilvus import MilvusClient
+
+    settings = MilvusCacheSettings(collection=MilvusCollection(name="chunks_test"))
+    first = MilvusBackend(settings, str(tmp_path / "v.db"))
+    first.add(chunks_of("vs_a", "file-1", TEXTS[:2]), hashed_embed(TEXTS[:2]))
+    first.close()
+    real, calls = MilvusClient.has_collection, []
+
+    def flapping(self: MilvusClient, *args: object, **kwargs: object) -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("the server went away")
+        return bool(real(self, *args, **kwargs))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(MilvusClient, "has_collection", flapping)
+    second = MilvusBackend(settings, str(tmp_path / "v.db"))
+    try:
+        with pytest.raises(VectorBackendDown):
+            second.ping()
+        assert sorted(c.text for c in second.chunks("vs_a")) == sorted(TEXTS[:2])
+        assert second.nearest("vs_a", hashed_embed(["apple pie"])[0], 1, None)
+    finally:
+        second.close()
+
+
+def test_a_milvus_ping_asks_the_server_each_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rotation asks the backend first (503 while it is down): a client that connected while
+    the server was up must not answer for it once it is gone."""
+    from pymilvus import MilvusClient
+
+    milvus = MilvusBackend(
+        MilvusCacheSettings(collection=MilvusCollection(name="chunks_test")), str(tmp_path / "v.db")
+    )
+    try:
+        milvus.ping()
+
+        def gone(self: MilvusClient, *args: object, **kwargs: object) -> bool:
+            raise ConnectionError("the server went away")
+
+        monkeypatch.setattr(MilvusClient, "has_collection", gone)
+        with pytest.raises(VectorBackendDown):
+            milvus.ping()
+    finally:
+        milvus.close()

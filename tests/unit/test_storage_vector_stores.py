@@ -201,10 +201,14 @@ async def test_503_when_the_vector_backend_is_down(tmp_path: Path) -> None:
         assert response.status_code == 503 and response.json()["error"]["code"] == "SERVICE_UNAVAILABLE"
         assert (await client.delete(f"{STORES}/{sid}")).status_code == 503
         assert (await client.get(f"{STORES}/{sid}")).status_code == 200  # the record was kept
+        # a rotation now would fail every file and hide the store's intact chunks: refused
+        assert (await client.post(f"{STORES}/{sid}/rotate")).status_code == 503
         await client.post(f"{STORES}/{sid}/files", json={"file_id": ids["law.html"]})
-        failed = (await wait_done(client, sid))["file_counts"]["failed"]
-        assert failed == 1
+        counts = (await wait_done(client, sid))["file_counts"]
+        assert counts["failed"] == 1 and counts["completed"] == 1
         backend.down = False
+        found = await client.post(f"{STORES}/{sid}/search", json={"query": "rocket orbit"})
+        assert [r["file_id"] for r in found.json()["data"]][:1] == [ids["space.txt"]], found.text
         assert (await client.delete(f"{STORES}/{sid}")).status_code == 200
 
 

@@ -21,7 +21,7 @@ from app.management.storage.backends import Chunk, VectorBackendDown
 
 T = TypeVar("T")
 TEXT_MAX_BYTES = 65_535  # Milvus's VARCHAR ceiling
-QUERY_WINDOW = 16_384  # Milvus's largest query result
+QUERY_WINDOW = 16_384  # Milvus's largest query result (and query-iterator page)
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 
 
@@ -96,17 +96,40 @@ class MilvusBackend:
         client = self._connected()
         if not self._has_collection:
             return []
+        where = f'store_id == "{_safe(store_id)}"'
+        fields = ["id", "store_id", "file_id", "idx", "text"]
         rows = self._call(
-            client.query,
-            self._collection,
-            filter=f'store_id == "{_safe(store_id)}"',
-            output_fields=["id", "store_id", "file_id", "idx", "text"],
-            limit=QUERY_WINDOW,
+            client.query, self._collection, filter=where, output_fields=fields, limit=QUERY_WINDOW
         )
+        if len(rows) >= QUERY_WINDOW:  # one query's most: page through it all, or BM25 misses chunks
+            rows = self._every_row(client, where, fields)
         return [self._chunk(r) for r in rows]
 
+    def _every_row(self, client: Any, where: str, fields: list[str]) -> list[dict[str, Any]]:
+        """Every matching row, a window at a time (Milvus caps one query's offset + limit)."""
+        pages = self._call(
+            client.query_iterator,
+            self._collection,
+            batch_size=QUERY_WINDOW,
+            filter=where,
+            output_fields=fields,
+        )
+
+        def next_page(timeout: float) -> list[dict[str, Any]]:
+            del timeout  # the iterator keeps the one it was opened with
+            return list(pages.next())
+
+        rows: list[dict[str, Any]] = []
+        try:
+            while page := self._call(next_page):
+                rows.extend(page)
+        finally:
+            pages.close()
+        return rows
+
     def ping(self) -> None:
-        self._connected()
+        # one round trip: a client connected earlier says nothing of the server now
+        self._call(self._connected().has_collection, self._collection)
 
     def close(self) -> None:
         if self._client is not None:
@@ -126,10 +149,13 @@ class MilvusBackend:
 
                 s = self._settings
                 auth = {"token": s.token} if s.token else {"user": s.user or "", "password": s.password or ""}
-                self._client = self._call(MilvusClient, uri=self._uri, db_name=s.database, **auth)
-                self._has_collection = bool(self._call(self._client.has_collection, self._collection))
-                if self._has_collection:
-                    self._call(self._client.load_collection, self._collection)
+                client = self._call(MilvusClient, uri=self._uri, db_name=s.database, **auth)
+                has_collection = bool(self._call(client.has_collection, self._collection))
+                if has_collection:
+                    self._call(client.load_collection, self._collection)
+                # kept only once all of it answered: a half-open client would take an existing
+                # collection for none (empty searches, a failing create) until the process restarts
+                self._client, self._has_collection = client, has_collection
             return self._client
 
     def _create(self, client: Any, dim: int) -> None:

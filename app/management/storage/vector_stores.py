@@ -210,6 +210,11 @@ class VectorStores:
 
     def rotate(self, store_id: str) -> RotateResult:
         with self._lock:
+            self._record(store_id)  # an unknown store is 404, whatever the backend
+        # A backend that is down would fail every re-ingestion and leave the store's intact
+        # chunks behind `failed` files (unsearchable): refuse (503) before touching a record.
+        self.backend.ping()
+        with self._lock:
             record = self._record(store_id)
             for file_id, item in record.files.items():
                 record.files[file_id] = item.model_copy(update={"status": "in_progress", "last_error": None})
