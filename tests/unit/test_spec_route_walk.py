@@ -23,9 +23,8 @@ SPEC = Path(__file__).resolve().parents[3] / "shared" / "spec" / "01-router-mana
 VERBS = "GET|POST|PUT|PATCH|DELETE"
 OUTSIDE_THE_DOCUMENT = {("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/health")}
 
-# Issue 19 (storage: context recovery), issue 21 (/nli: no NLI model offline).
+# Issue 19 (storage: context recovery).
 NOT_BUILT = {
-    ("POST", "/api/v1/diagnostics/nli"),
     ("POST", "/api/v1/storage/context-recovery/invalidate"),
 }
 
