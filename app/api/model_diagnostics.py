@@ -5,6 +5,7 @@
                                                        typed model calls (`model_calls`)
     POST /api/v1/diagnostics/embeddings, /similarity, /similarity/batch
                                                        the router's encoder (`diagnostics_embeddings`)
+    POST /api/v1/diagnostics/nli                       premise/hypothesis pair (`diagnostics_nli`)
 
 Errors are the management body: 404 RECIPE_NOT_FOUND / BINDING_NOT_FOUND, 400 INVALID_INPUT
 (malformed body, a binding of another task, a list over max_batch_size), 400 TEXT_TOO_LONG,
@@ -27,6 +28,7 @@ from app.api.diagnostics_embeddings import (
     SimilarityRequest,
     SimilarityResponse,
 )
+from app.api.diagnostics_nli import NLIDiagnostics, NLIRequest, NLIResponse
 from app.api.diagnostics_requests import ManagementError
 from app.api.diagnostics_service import Diagnostics
 from app.api.model_bindings import DEFAULT_RECIPE, BindingList, bindings_of
@@ -81,4 +83,6 @@ def model_diagnostics_router(diagnostics: Diagnostics) -> APIRouter:
         encoder.similarity_batch,
         BatchSimilarityResponse,
     )
+    nli = NLIDiagnostics(diagnostics)
+    post_route(router, f"{PREFIX}/nli", NLIRequest, nli.nli, NLIResponse, MODEL_FAILURES)
     return router
