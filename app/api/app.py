@@ -18,6 +18,7 @@ from app.config.models import RouterConfig
 from app.exchange.exchange import RouterClient
 from app.pipeline.memory.store import MemoryStore
 from app.upstream.client import UpstreamClient
+from app.upstream.image_files import ImageFile, ImageStoreDown, ResolveImageFile, StoredImages
 
 if TYPE_CHECKING:
     from app.management.service import Management
@@ -34,6 +35,20 @@ class StaticConfigView:
 
     def update(self, config: RouterConfig) -> None:
         self._config = config
+
+
+def management_images(management: Management) -> ResolveImageFile:
+    """Responses input_image file ids read from the management app's files store (the one behind
+    /api/v1/storage/files). Without one (storage disabled, or its directory unusable) they answer
+    503 file_store_unavailable, as the files routes do."""
+
+    async def resolve(file_id: str) -> ImageFile | None:
+        storage = management.storage
+        if storage is None:
+            raise ImageStoreDown("no files store in this process (global.stores.vector_store)")
+        return await StoredImages(storage.files)(file_id)
+
+    return resolve
 
 
 def create_app(
@@ -68,7 +83,7 @@ def create_app(
     # The Responses store and the rate-limit buckets live where the management state lives.
     responses = ResponseStoreService(config, management.response_store)
     limited = [Depends(RateLimiter(config, management.rate_buckets))]
-    plane = DataPlane(router, upstream, config, responses=responses)
+    plane = DataPlane(router, upstream, config, responses=responses, images=management_images(management))
     # The data plane (chat, responses, /v1/models) is not behind management auth: listeners own its access.
     app.include_router(dataplane_router(plane), dependencies=limited)
     app.include_router(responses_store_router(responses), dependencies=limited)

@@ -29,6 +29,7 @@ from app.exchange.openai_models import ChatCompletion, ChatCompletionRequest, Mo
 from app.exchange.stored_responses import ConversationStore
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
+from app.upstream.image_files import ResolveImageFile
 from app.upstream.responses_request import ResponsesRequest
 from app.upstream.results import UpstreamStreamError, UpstreamUnavailable
 from app.upstream.transport import UpstreamStream
@@ -44,7 +45,8 @@ class ResponsesStore(Protocol):
 
 class DataPlane:
     """`responses`: the Responses API store (app/api/responses_store.py; None: none, as
-    behind Envoy: previous_response_id answers 400 and nothing is kept)."""
+    behind Envoy: previous_response_id answers 400 and nothing is kept). `images`: the files
+    store's images for Responses input_image file ids (None: such a part answers 400)."""
 
     def __init__(
         self,
@@ -53,16 +55,19 @@ class DataPlane:
         config: ConfigView,
         metrics: RouterMetrics | None = None,
         responses: ResponsesStore | None = None,
+        images: ResolveImageFile | None = None,
     ) -> None:
         self.router = router
         self.upstream = upstream
         self.config = config
         self.metrics = metrics or RouterMetrics()
         self.responses = responses
+        self.images = images
         self.background = BackgroundTasks()  # completions of streams, after their last byte
 
     def responses_api(self) -> ResponsesApi:
-        return ResponsesApi(self.responses.for_request() if self.responses is not None else None)
+        store = self.responses.for_request() if self.responses is not None else None
+        return ResponsesApi(store, self.images)
 
     async def handle(self, api: ClientApi, raw: bytes, headers: dict[str, str]) -> Response:
         exchange = Exchange(ExchangeSettings(self.router, self.metrics), api)
@@ -193,12 +198,15 @@ def _answers(answer: type[BaseModel], stream_events: str) -> Responses:
         **errors(
             ErrorBody,
             {
-                400: "invalid request (invalid_json, invalid_request, no_route)",
+                400: "invalid request (invalid_json, invalid_request, no_route; invalid_image_file: "
+                "a Responses input_image file_id that is not a purpose=vision image)",
                 403: "blocked: security_violation (pii_detected, jailbreak_detected)",
                 404: "model_not_found: an explicit model that is not configured; "
-                "previous_response_not_found (Responses: unknown or expired)",
+                "previous_response_not_found (Responses: unknown or expired); file_not_found "
+                "(Responses input_image file_id)",
                 429: "RATE_LIMIT_EXCEEDED (Retry-After)",
-                503: "upstream_unavailable: no backend answered; response_store_unavailable (Retry-After)",
+                503: "upstream_unavailable: no backend answered; response_store_unavailable, "
+                "file_store_unavailable (Retry-After)",
                 504: "upstream_timeout: every attempt timed out",
             },
         ),

@@ -12,6 +12,11 @@ and every answer that reaches the client whole (a finished stream included) is k
 `persist()`, which the front door awaits before the answer's last bytes leave, so a client
 can continue the conversation as soon as it has the answer. Without one (the ext_proc
 bridge), `previous_response_id` answers 400 and nothing is kept.
+
+With a files store (`ResolveImageFile`, app/upstream/image_files.py), `prepare()` also reads
+the images that `input_image` parts name by `file_id` (400 `file_not_found` /
+`invalid_image_file`, 503 `file_store_unavailable`), which the chat body then carries inline as
+data URLs (and so does the stored conversation). Without one, such a part answers 400.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pydantic import ValidationError
 from app.common.errors import SvcError, bad_request, validation_message
 from app.exchange.openai_models import parse_chat_request
 from app.exchange.stored_responses import ConversationStore, StoredResponse, stored_response
+from app.upstream.image_files import ImageFile, ResolveImageFile, resolve_input_images
 from app.upstream.responses_api import ChatToResponsesStream, chat_to_response
 from app.upstream.responses_request import ResponsesRequest, responses_to_chat
 from app.upstream.sse import SSEParser
@@ -44,7 +50,7 @@ class ClientApi(Protocol):
     endpoint: str  # the metrics label
 
     async def prepare(self, raw: bytes) -> None:
-        """What parsing needs from elsewhere (a stored conversation); raises SvcError."""
+        """What parsing needs from elsewhere (a stored conversation, uploaded images); raises SvcError."""
         ...
 
     def parse(self, raw: bytes) -> dict[str, Any]:
@@ -126,20 +132,30 @@ def previous_not_found(response_id: str) -> SvcError:
 class ResponsesApi:
     endpoint = "responses"
 
-    def __init__(self, store: ConversationStore | None = None) -> None:
+    def __init__(
+        self, store: ConversationStore | None = None, images: ResolveImageFile | None = None
+    ) -> None:
         self._store = store
+        self._resolve_image = images
+        self._images: dict[str, ImageFile] = {}  # the input_image file ids, read by prepare()
         self._request: ResponsesRequest | None = None
         self._history: list[dict[str, Any]] | None = None
         self._pending: StoredResponse | None = None
 
     async def prepare(self, raw: bytes) -> None:
-        if self._store is None:
+        if self._store is None and self._resolve_image is None:
             return
         request = self._validate(raw)
+        if self._store is not None:
+            await self._continue(self._store, request)
+        if self._resolve_image is not None:
+            self._images = await resolve_input_images(request.input, self._resolve_image)
+
+    async def _continue(self, store: ConversationStore, request: ResponsesRequest) -> None:
         if request.store is None:  # with a store, responses are kept unless `store: false`
             request = self._request = request.model_copy(update={"store": True})
         if request.previous_response_id:
-            previous = await self._store.get(request.previous_response_id)
+            previous = await store.get(request.previous_response_id)
             if previous is None:
                 raise previous_not_found(request.previous_response_id)
             self._history = previous.conversation
@@ -147,7 +163,7 @@ class ResponsesApi:
     def parse(self, raw: bytes) -> dict[str, Any]:
         request = self._request or self._validate(raw)
         try:
-            body = responses_to_chat(request, self._history)
+            body = responses_to_chat(request, self._history, self._images)
         except ValueError as exc:  # ResponsesInputError: input chat cannot hold
             raise bad_request(f"invalid Responses request: {exc}") from exc
         return chat_body(json.dumps(body).encode())
@@ -172,7 +188,7 @@ class ResponsesApi:
         """Keep `response` at the next persist() (when there is a store and the client lets it)."""
         request = self._parsed()
         if self._store is not None and request.store and response.get("status") != "failed":
-            self._pending = stored_response(response, request, self._history)
+            self._pending = stored_response(response, request, self._history, self._images)
 
     async def persist(self) -> None:
         record, self._pending = self._pending, None
@@ -185,11 +201,12 @@ class ResponsesApi:
         return self._request
 
 
-def client_api(path: str) -> ClientApi | None:
-    """The API a request path asks for (query string ignored); None: not one the router handles."""
+def client_api(path: str, images: ResolveImageFile | None = None) -> ClientApi | None:
+    """The API a request path asks for (query string ignored); None: not one the router handles.
+    `images`: the files store for Responses input_image file ids (None: they answer 400)."""
     path = path.split("?", 1)[0]
     if path == CHAT_PATH:
         return ChatApi()
     if path == RESPONSES_PATH:
-        return ResponsesApi()
+        return ResponsesApi(images=images)
     return None

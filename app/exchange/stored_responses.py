@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from app.upstream.responses_request import ResponsesRequest, input_messages
+from app.upstream.responses_request import Images, ResponsesRequest, input_messages
 
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
@@ -102,13 +102,16 @@ def stored_response(
     response: dict[str, Any],
     request: ResponsesRequest,
     history: list[dict[str, Any]] | None,
+    images: Images | None = None,
 ) -> StoredResponse:
-    """The record of one answered request (`history`: the previous response's conversation)."""
+    """The record of one answered request (`history`: the previous response's conversation;
+    `images`: its input_image files, kept inline in the conversation as the upstream got them,
+    so a continuation does not depend on the file still being there)."""
     kept = {k: v for k, v in response.items() if k != "routing_metadata"}
     return StoredResponse(
         id=str(response["id"]),
         created_at=int(response.get("created_at") or 0),
         response=kept,
         input_items=input_items(request),
-        conversation=[*(history or []), *input_messages(request), answer_message(response)],
+        conversation=[*(history or []), *input_messages(request, images), answer_message(response)],
     )

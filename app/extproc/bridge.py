@@ -34,6 +34,7 @@ from app.exchange.exchange import ExchangeSettings, RouterClient
 from app.extproc.stream import ExtProcStream
 from app.llm.addressing import is_in_cluster
 from app.pipeline.metrics import RouterMetrics
+from app.upstream.image_files import ResolveImageFile
 
 log = logging.getLogger("svc_sr.extproc")
 
@@ -50,8 +51,12 @@ class ExtProcBridge(pbg.ExternalProcessorServicer):
         router: RouterClient,
         settings: BridgeSettings | None = None,
         metrics: RouterMetrics | None = None,
+        images: ResolveImageFile | None = None,
     ) -> None:
         self.settings = settings or BridgeSettings()
+        # Responses input_image file ids: the files store, where this process reaches one
+        # (None: such a part answers 400).
+        self.images = images
         self.exchange_settings = ExchangeSettings(
             router,
             metrics or RouterMetrics(),

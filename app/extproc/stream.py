@@ -63,7 +63,7 @@ class ExtProcStream:
 
     def on_request_headers(self, headers: pb.HttpHeaders) -> pb.ProcessingResponse:
         self.headers = em.read_headers(headers)
-        api = client_api(self.headers.get(":path", ""))
+        api = client_api(self.headers.get(":path", ""), self.bridge.images)
         if self.headers.get(":method", "POST").upper() != "POST" or api is None:
             return em.continue_request_headers(skip_bodies=True)
         self.exchange = Exchange(self.bridge.exchange_settings, api)

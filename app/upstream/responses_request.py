@@ -4,17 +4,23 @@
 and reasoning.effort. Built-in tools (web_search, file_search, ...) cannot be expressed as a
 chat call, nor `previous_response_id` without the stored conversation (`previous_messages`,
 which the Responses store of the front door resolves); they raise `ResponsesInputError`
-(a ValueError: answer 400).
+(a ValueError: answer 400). An `input_image` part with a `file_id` (an image uploaded with
+purpose=vision) becomes a chat `image_url` part with a data URL when `images` holds that file
+(resolved by the front door beforehand: `app.upstream.image_files`), else it is refused.
 The answer's way back (chat -> Responses objects and events) is `responses_api`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from app.common.api_docs import NON_BLANK
+from app.upstream.image_files import ImageFile
+
+Images = Mapping[str, ImageFile]  # file id -> the uploaded image (resolve_input_images)
 
 # Chat parameters that mean the same in both APIs and are copied when present.
 _PASSTHROUGH = ("temperature", "top_p", "user", "seed", "stop", "presence_penalty", "frequency_penalty")
@@ -36,8 +42,14 @@ _PARTS = {
             {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["refusal"]}}},
             {
                 "type": "object",
-                "required": ["type", "image_url"],
-                "properties": {"type": {"enum": ["input_image"]}, "image_url": _NAME},
+                "required": ["type"],
+                "properties": {
+                    "type": {"enum": ["input_image"]},
+                    "image_url": _NAME,
+                    "file_id": {**_NAME, "description": "an image uploaded with purpose=vision"},
+                    "detail": {"type": "string", "description": "kept as the chat part's detail"},
+                },
+                "anyOf": [{"required": ["image_url"]}, {"required": ["file_id"]}],
             },
             {
                 "type": "object",
@@ -141,10 +153,13 @@ class ResponsesRequest(BaseModel):
 
 # -- request: Responses -> chat ----------------------------------------------------------
 def responses_to_chat(
-    req: ResponsesRequest, previous_messages: list[dict[str, Any]] | None = None
+    req: ResponsesRequest,
+    previous_messages: list[dict[str, Any]] | None = None,
+    images: Images | None = None,
 ) -> dict[str, Any]:
-    """Chat-completions body for `req`; `previous_messages` resolves previous_response_id."""
-    body: dict[str, Any] = {"model": req.model, "messages": _conversation(req, previous_messages)}
+    """Chat-completions body for `req`; `previous_messages` resolves previous_response_id,
+    `images` the input_image parts' file ids."""
+    body: dict[str, Any] = {"model": req.model, "messages": _conversation(req, previous_messages, images)}
     for key in _PASSTHROUGH:
         value = getattr(req, key, None)
         if value is None and req.model_extra:
@@ -172,7 +187,7 @@ def responses_to_chat(
 
 
 def _conversation(
-    req: ResponsesRequest, previous_messages: list[dict[str, Any]] | None
+    req: ResponsesRequest, previous_messages: list[dict[str, Any]] | None, images: Images | None
 ) -> list[dict[str, Any]]:
     """instructions, the previous turns, then the input, as chat messages."""
     if req.previous_response_id and previous_messages is None:
@@ -183,20 +198,20 @@ def _conversation(
     if req.instructions:
         messages.append({"role": "system", "content": req.instructions})
     messages.extend(previous_messages or [])
-    messages.extend(input_messages(req))
+    messages.extend(input_messages(req, images))
     if not messages:
         raise ResponsesInputError("input must contain at least one message")
     return messages
 
 
-def input_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
+def input_messages(req: ResponsesRequest, images: Images | None = None) -> list[dict[str, Any]]:
     """The request's input (not its instructions) as chat messages."""
     if isinstance(req.input, str):
         return [{"role": "user", "content": req.input}]
-    return _input_messages(req.input)
+    return _input_messages(req.input, images or {})
 
 
-def _input_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _input_messages(items: list[dict[str, Any]], images: Images) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for index, item in enumerate(items):
         where = f"input[{index}]"
@@ -204,7 +219,7 @@ def _input_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             raise ResponsesInputError(f"{where} must be an object")
         kind = item.get("type") or ("message" if "role" in item else None)
         if kind == "message":
-            messages.append(_message(item, where))
+            messages.append(_message(item, where, images))
         elif kind == "function_call":
             call = {
                 "id": _required_str(item, "call_id", where),
@@ -221,7 +236,7 @@ def _input_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
             output = item.get("output")
-            text = output if isinstance(output, str) else _parts_text(output, where)
+            text = output if isinstance(output, str) else _parts_text(output, where, images)
             messages.append(
                 {"role": "tool", "tool_call_id": _required_str(item, "call_id", where), "content": text}
             )
@@ -239,7 +254,7 @@ def _required_str(item: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
+def _message(item: dict[str, Any], where: str, images: Images) -> dict[str, Any]:
     role = item.get("role")
     if role not in ("user", "system", "developer", "assistant"):
         raise ResponsesInputError(f"{where}.role must be user, system, developer or assistant")
@@ -249,7 +264,7 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
         return {"role": chat_role, "content": content}
     if not isinstance(content, list):
         raise ResponsesInputError(f"{where}.content must be a string or an array of content parts")
-    parts = [_chat_part(part, f"{where}.content[{i}]") for i, part in enumerate(content)]
+    parts = [_chat_part(part, f"{where}.content[{i}]", images) for i, part in enumerate(content)]
     if chat_role != "user" or all(p["type"] == "text" for p in parts):
         # Text-only content as one string: the form every chat backend accepts.
         return {
@@ -259,7 +274,7 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     return {"role": chat_role, "content": parts}
 
 
-def _chat_part(part: Any, where: str) -> dict[str, Any]:
+def _chat_part(part: Any, where: str, images: Images) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise ResponsesInputError(f"{where} must be an object")
     kind = part.get("type")
@@ -270,7 +285,12 @@ def _chat_part(part: Any, where: str) -> dict[str, Any]:
     if kind == "input_image":
         url = part.get("image_url")
         if not isinstance(url, str) or not url:
-            raise ResponsesInputError(f"{where}: input_image needs image_url (file_id needs the files store)")
+            stored = images.get(part.get("file_id") or "")
+            if stored is None:
+                raise ResponsesInputError(
+                    f"{where}: input_image needs image_url (file_id needs the files store)"
+                )
+            url = stored.data_url()  # OpenAI's chat vision shape: the image inline
         image: dict[str, Any] = {"url": url}
         if part.get("detail"):
             image["detail"] = part["detail"]
@@ -283,10 +303,14 @@ def _chat_part(part: Any, where: str) -> dict[str, Any]:
     raise ResponsesInputError(f"{where}: content part type {kind!r} is not supported")
 
 
-def _parts_text(parts: Any, where: str) -> str:
+def _parts_text(parts: Any, where: str, images: Images) -> str:
     if not isinstance(parts, list):
         raise ResponsesInputError(f"{where}.output must be a string or an array of content parts")
-    return "\n".join(p.get("text", "") for p in (_chat_part(x, where) for x in parts) if p["type"] == "text")
+    # A chat tool result is text: its images are dropped (a file_id one is not even read).
+    kept = [x for x in parts if not (isinstance(x, dict) and x.get("type") == "input_image")]
+    return "\n".join(
+        p.get("text", "") for p in (_chat_part(x, where, images) for x in kept) if p["type"] == "text"
+    )
 
 
 def _chat_tool(tool: dict[str, Any], index: int) -> dict[str, Any]:
