@@ -28,22 +28,16 @@ from app.pipeline import PipelineServices, RouterPipeline, encoder_embed  # noqa
 from app.pipeline.answers.models import AnswerChecks  # noqa: E402
 from app.pipeline.local_models import router_evaluators  # noqa: E402
 from app.runtime.encoder import shared_encoder  # noqa: E402
+from bench.documents import one_model_document  # noqa: E402
 from bench.latency import percentile  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "hallucination_eval.jsonl"
-DOCUMENT = {
-    "version": "v0.3",
-    "providers": {
-        "defaults": {"default_model": "m"},
-        "models": [{"name": "m", "backend_refs": [{"base_url": "http://127.0.0.1:9"}]}],
-    },
-}
 
 
 async def run(rounds: int) -> dict[str, dict[str, float]]:
     embed = encoder_embed(shared_encoder())
     services = PipelineServices(embed=embed, evaluators=router_evaluators(embed, None))
-    pipeline = RouterPipeline(parse_config(DOCUMENT).config, services)
+    pipeline = RouterPipeline(parse_config(one_model_document()).config, services)
     await pipeline.warm_up()
     items = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
     cases = {

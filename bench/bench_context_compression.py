@@ -31,7 +31,8 @@ from app.config.plugins import ContextCompressionPlugin  # noqa: E402
 from app.pipeline import RouterPipeline  # noqa: E402
 from app.pipeline.compression import COUNTS, apply_compression, warm_up  # noqa: E402
 from app.pipeline.plan import RoutePlan  # noqa: E402
-from bench.latency import percentile  # noqa: E402
+from bench.documents import keyword_decision, one_model_document  # noqa: E402
+from bench.latency import p50_p99_ms, percentile  # noqa: E402
 
 SIZES = (10, 50, 200)
 BUDGET = 1024
@@ -53,41 +54,13 @@ def conversation(turns: int) -> list[dict[str, Any]]:
 
 
 def document(strategy: str | None) -> dict[str, Any]:
-    plugins = (
-        []
-        if strategy is None
-        else [
-            {
-                "type": "context_compression",
-                "configuration": {"max_tokens": BUDGET, "keep_last_turns": 4, "strategy": strategy},
-            }
-        ]
-    )
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "m"},
-            "models": [{"name": "m", "backend_refs": [{"endpoint": "127.0.0.1:9"}]}],
-        },
-        "routing": {
-            "signals": {"keywords": [{"name": "recap", "keywords": ["recap"]}]},
-            "decisions": [
-                {
-                    "name": "long",
-                    "rules": {"type": "keyword", "name": "recap"},
-                    "modelRefs": [{"model": "m"}],
-                    "plugins": plugins,
-                }
-            ],
-        },
+    compression = {
+        "type": "context_compression",
+        "configuration": {"max_tokens": BUDGET, "keep_last_turns": 4, "strategy": strategy},
     }
-
-
-def summary(samples: list[float]) -> dict[str, float]:
-    return {
-        "p50_ms": round(percentile(samples, 50, 1000), 3),
-        "p99_ms": round(percentile(samples, 99, 1000), 3),
-    }
+    plugins = [] if strategy is None else [compression]
+    signals = {"keywords": [{"name": "recap", "keywords": ["recap"]}]}
+    return one_model_document([keyword_decision("long", "recap", plugins)], signals)
 
 
 def plugin_step(messages: list[dict[str, Any]], strategy: str, requests: int) -> dict[str, Any]:
@@ -104,7 +77,7 @@ def plugin_step(messages: list[dict[str, Any]], strategy: str, requests: int) ->
             apply_compression(plan, config)
             samples.append(time.perf_counter() - started)
             outcome = plan.compression
-        out[kind] = summary(samples)
+        out[kind] = p50_p99_ms(samples, 3)
     assert outcome is not None and outcome.compressed and not outcome.over_budget
     return {**out, "tokens_before": outcome.tokens_before, "tokens_after": outcome.tokens_after}
 
@@ -127,13 +100,13 @@ async def run(requests: int) -> dict[str, Any]:
     for turns in SIZES:
         messages = conversation(turns)
         without = await route_times(plain, messages, requests)
-        row: dict[str, Any] = {"route_without": summary(without)}
+        row: dict[str, Any] = {"route_without": p50_p99_ms(without, 3)}
         for strategy in ("drop", "summarize"):
             pipeline = RouterPipeline(parse_config(document(strategy)).config)
             with_plugin = await route_times(pipeline, messages, requests)
             row[strategy] = {
                 "plugin": plugin_step(messages, strategy, requests),
-                "route_with": summary(with_plugin),
+                "route_with": p50_p99_ms(with_plugin, 3),
                 "added_p50_ms": round(percentile(with_plugin, 50, 1000) - percentile(without, 50, 1000), 3),
             }
         results["sizes"][str(turns)] = row

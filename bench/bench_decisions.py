@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.config.loader import parse_config  # noqa: E402
 from app.pipeline.decisions import DecisionTable, index_matches  # noqa: E402
 from app.pipeline.plan import SignalMatch  # noqa: E402
+from bench.documents import MODEL, one_model_document  # noqa: E402
 from bench.latency import percentile  # noqa: E402
 
 SIGNALS = 50
@@ -38,29 +39,21 @@ def rule(rng: random.Random, depth: int = 0) -> dict[str, Any]:
 
 
 def document(decisions: int, rng: random.Random) -> dict[str, Any]:
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "m"},
-            "models": [{"name": "m", "backend_refs": [{"endpoint": "127.0.0.1:9"}]}],
-        },
-        "routing": {
-            "signals": {
-                "keywords": [
-                    {"name": f"k{i}", "operator": "OR", "keywords": [f"w{i}"]} for i in range(SIGNALS)
-                ]
-            },
-            "decisions": [
-                {
-                    "name": f"d{n}",
-                    "priority": rng.randrange(1000),
-                    "rules": {"operator": "AND", "conditions": [rule(rng), rule(rng)]},
-                    "modelRefs": [{"model": "m"}],
-                }
-                for n in range(decisions)
-            ],
-        },
+    signals = {
+        "keywords": [{"name": f"k{i}", "operator": "OR", "keywords": [f"w{i}"]} for i in range(SIGNALS)]
     }
+    return one_model_document(
+        [
+            {
+                "name": f"d{n}",
+                "priority": rng.randrange(1000),
+                "rules": {"operator": "AND", "conditions": [rule(rng), rule(rng)]},
+                "modelRefs": [{"model": MODEL}],
+            }
+            for n in range(decisions)
+        ],
+        signals,
+    )
 
 
 def main() -> None:

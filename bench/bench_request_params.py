@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.config.loader import parse_config  # noqa: E402
 from app.pipeline import RouterPipeline  # noqa: E402
 from app.pipeline.plugins import apply_request_params  # noqa: E402
-from bench.latency import percentile  # noqa: E402
+from bench.documents import keyword_decision, one_model_document  # noqa: E402
+from bench.latency import p50_p99_ms, percentile  # noqa: E402
 
 SETTINGS = {"blocked_params": ["logprobs", "top_logprobs"], "max_tokens_limit": 64, "max_n": 1}
 BODY = {
@@ -38,31 +39,8 @@ BODY = {
 
 def document(with_plugin: bool) -> dict[str, Any]:
     plugins = [{"type": "request_params", "configuration": SETTINGS}] if with_plugin else []
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "m"},
-            "models": [{"name": "m", "backend_refs": [{"endpoint": "127.0.0.1:9"}]}],
-        },
-        "routing": {
-            "signals": {"keywords": [{"name": "budget", "keywords": ["budget"]}]},
-            "decisions": [
-                {
-                    "name": "limited",
-                    "rules": {"type": "keyword", "name": "budget"},
-                    "modelRefs": [{"model": "m"}],
-                    "plugins": plugins,
-                }
-            ],
-        },
-    }
-
-
-def summary(samples: list[float]) -> dict[str, float]:
-    return {
-        "p50_ms": round(percentile(samples, 50, 1000), 4),
-        "p99_ms": round(percentile(samples, 99, 1000), 4),
-    }
+    signals = {"keywords": [{"name": "budget", "keywords": ["budget"]}]}
+    return one_model_document([keyword_decision("limited", "budget", plugins)], signals)
 
 
 async def route_times(pipeline: RouterPipeline, requests: int, clamped: bool) -> list[float]:
@@ -83,7 +61,7 @@ def plugin_step(requests: int) -> dict[str, float]:
         started = time.perf_counter()
         apply_request_params(body, SETTINGS)
         samples.append(time.perf_counter() - started)
-    return summary(samples)
+    return p50_p99_ms(samples)
 
 
 async def run(requests: int) -> dict[str, Any]:
@@ -91,8 +69,8 @@ async def run(requests: int) -> dict[str, Any]:
     with_plugin = await route_times(RouterPipeline(parse_config(document(True)).config), requests, True)
     return {
         "requests": requests,
-        "route_without": summary(without),
-        "route_with": summary(with_plugin),
+        "route_without": p50_p99_ms(without),
+        "route_with": p50_p99_ms(with_plugin),
         "added_p50_ms": round(percentile(with_plugin, 50, 1000) - percentile(without, 50, 1000), 4),
         "plugin": plugin_step(requests),
     }

@@ -34,6 +34,7 @@ from app.config.loader import parse_config  # noqa: E402
 from app.pipeline import PipelineServices, RouterPipeline, encoder_embed  # noqa: E402
 from app.pipeline.tools import ToolSelectionPolicy, ToolVectorCache, rank, select_tools, tool_text  # noqa: E402
 from app.runtime.encoder import shared_encoder  # noqa: E402
+from bench.documents import keyword_decision, one_model_document  # noqa: E402
 from bench.latency import percentile  # noqa: E402
 
 TOOL_SPECS = {
@@ -131,34 +132,18 @@ async def accuracy(top_k: int, threshold: float) -> dict[str, Any]:
 
 
 def document(top_k: int, threshold: float) -> dict[str, Any]:
-    def decision(name: str, keyword: str, plugins: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "name": name,
-            "rules": {"type": "keyword", "name": keyword},
-            "modelRefs": [{"model": "m"}],
-            "plugins": plugins,
-        }
-
     selection = {
         "type": "tool_selection",
         "configuration": {"top_k": top_k, "similarity_threshold": threshold},
     }
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "m"},
-            "models": [{"name": "m", "backend_refs": [{"base_url": "http://127.0.0.1:9/v1"}]}],
-        },
-        "routing": {
-            "signals": {
-                "keywords": [
-                    {"name": "with", "keywords": ["zwith"]},
-                    {"name": "without", "keywords": ["zwithout"]},
-                ]
-            },
-            "decisions": [decision("with", "with", [selection]), decision("without", "without", [])],
-        },
+    signals = {
+        "keywords": [
+            {"name": "with", "keywords": ["zwith"]},
+            {"name": "without", "keywords": ["zwithout"]},
+        ]
     }
+    decisions = [keyword_decision("with", "with", [selection]), keyword_decision("without", "without", [])]
+    return one_model_document(decisions, signals)
 
 
 async def latency(requests: int, top_k: int, threshold: float) -> dict[str, Any]:

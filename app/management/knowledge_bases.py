@@ -1,7 +1,7 @@
 """Knowledge bases (spec 1 "Storage"): where they are kept and how a mutation activates.
 
-Kept alongside the management state, by its own backends (state_backends.py) and their
-compare-and-set, so every Ingress replica and every Router replica sees the same bases:
+Kept alongside the management state, as JSON documents (json_document.py) over its backends
+and their compare-and-set, so every Ingress replica and every Router replica sees the same bases:
 - memory: one process (tests; the standalone app);
 - file: `<state_dir>/knowledge_bases.json`, and `kb_vectors_<name>.json` per base, each
   under its own lock file;
@@ -28,20 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import ValidationError
 
 from app.common.background import BackgroundTasks
 from app.management.errors import MgmtError, not_found, unavailable
-from app.management.redaction import redact_url
-from app.management.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
-from app.management.state_backends import (
-    FileStateBackend,
-    MemoryStateBackend,
-    RedisStateBackend,
-    StateBackend,
-    StateConflict,
-    StoreCorrupt,
-)
+from app.management.json_document import DocumentBackends, JsonDocumentStore
+from app.management.shared_store import ManagementStoreSettings
+from app.management.state_backends import MemoryStateBackend, StateBackend
 from app.pipeline.signals.base import EmbedFn
 from app.pipeline.signals.kb_data import (
     KbEntry,
@@ -57,12 +49,11 @@ if TYPE_CHECKING:
 
 KB_FILE = "knowledge_bases.json"
 KB_LOCK = ".knowledge_bases.lock"
-MAX_ATTEMPTS = 20
 EMBED_CHUNK = 64  # the encoder's efficient batch on CPU (as the embedding signal)
 PENDING_TIMEOUT_S = 600.0
 
 
-class KnowledgeBaseStore:
+class KnowledgeBaseStore(JsonDocumentStore[KnowledgeBasesDocument]):
     """The bases document and each base's vectors, over state backends (module doc)."""
 
     def __init__(
@@ -70,69 +61,30 @@ class KnowledgeBaseStore:
         backend: StateBackend | None = None,
         vectors_backend: Callable[[str], StateBackend] | None = None,
     ) -> None:
-        self.backend = backend or MemoryStateBackend()
+        super().__init__(KnowledgeBasesDocument, "knowledge bases", backend)
         memory: dict[str, StateBackend] = {}
         self._vectors_backend = vectors_backend or (
             lambda name: memory.setdefault(name, MemoryStateBackend())
         )
 
-    def describe(self) -> str:
-        return self.backend.describe()
-
-    def revision(self) -> int:
-        return self.backend.revision()
-
-    def load(self) -> KnowledgeBasesDocument:
-        text = self.backend.load_json()
-        if text is None:
-            return KnowledgeBasesDocument()
-        try:
-            return KnowledgeBasesDocument.model_validate_json(text)
-        except ValidationError as exc:
-            raise StoreCorrupt(f"knowledge bases in {self.describe()}: {exc}") from None
-
-    def save(self, document: KnowledgeBasesDocument, expected: int) -> None:
-        self.backend.save(document, expected)
+    def _vectors(self, name: str) -> JsonDocumentStore[KbVectors]:
+        return JsonDocumentStore(KbVectors, f"knowledge base {name!r} vectors", self._vectors_backend(name))
 
     def vectors(self, name: str) -> KbVectors | None:
-        text = self._vectors_backend(name).load_json()
-        if text is None:
-            return None
-        try:
-            return KbVectors.model_validate_json(text)
-        except ValidationError as exc:
-            raise StoreCorrupt(f"knowledge base {name!r} vectors: {exc}") from None
+        return self._vectors(name).read()
 
     def save_vectors(self, name: str, matrix: np.ndarray, hash_: str) -> None:
-        backend = self._vectors_backend(name)
-        for _ in range(MAX_ATTEMPTS):
-            current = backend.revision()
-            try:
-                backend.save(KbVectors.of(matrix, hash_, current + 1), expected=current)
-                return
-            except StateConflict:
-                continue
-        raise StoreUnavailable(f"knowledge base {name!r} vectors: {MAX_ATTEMPTS} concurrent writers won")
+        self._vectors(name).replace(lambda current: KbVectors.of(matrix, hash_, current + 1))
 
 
 def open_kb_store(
     settings: ManagementStoreSettings, app_name: str, state_dir: Path, client: redis.Redis | None = None
 ) -> KnowledgeBaseStore:
     """The knowledge bases of application `app_name`, where its management state lives."""
-    if settings.backend == "redis":
-        assert settings.url is not None  # the settings' validator requires it
-        prefix = f"{settings.prefix_for(app_name)}kb:"
-        where = redact_url(settings.url)
-        shared = client or redis_client(settings)
-        return KnowledgeBaseStore(
-            RedisStateBackend(shared, prefix, where=where),
-            lambda name: RedisStateBackend(shared, f"{prefix}vectors:{name}:", where=where),
-        )
+    backends = DocumentBackends(settings, app_name, state_dir, client)
     return KnowledgeBaseStore(
-        FileStateBackend(state_dir, filename=KB_FILE, lock_name=KB_LOCK),
-        lambda name: FileStateBackend(
-            state_dir, filename=f"kb_vectors_{name}.json", lock_name=f".kb_{name}.lock"
-        ),
+        backends.open("kb:", KB_FILE, KB_LOCK),
+        lambda name: backends.open(f"kb:vectors:{name}:", f"kb_vectors_{name}.json", f".kb_{name}.lock"),
     )
 
 
@@ -245,8 +197,7 @@ class KnowledgeBaseService:
     def _persist(
         self, name: str, change: Callable[[KnowledgeBasesDocument, float], KnowledgeBase]
     ) -> KnowledgeBase:
-        for _ in range(MAX_ATTEMPTS):
-            document = self.store.load()
+        def mutate(document: KnowledgeBasesDocument) -> KnowledgeBasesDocument:
             pending = [b for b in document.bases.values() if b.status == "pending" and not self._stale(b)]
             if pending:
                 first = pending[0]
@@ -256,18 +207,12 @@ class KnowledgeBaseService:
                     code="CONFIG_ACTIVATION_PENDING",
                     details={"pending": first.name, "operation": first.operation},
                 )
-            base = change(document, self._clock())
-            bases = {**document.bases, name: base}
-            try:
-                self.store.save(
-                    KnowledgeBasesDocument(revision=document.revision + 1, bases=bases), document.revision
-                )
-            except StateConflict:
-                continue
-            return base
-        raise StoreUnavailable(
-            f"knowledge bases in {self.store.describe()}: {MAX_ATTEMPTS} concurrent writers won"
-        )
+            bases = {**document.bases, name: change(document, self._clock())}
+            return KnowledgeBasesDocument(revision=document.revision + 1, bases=bases)
+
+        saved = self.store.update(mutate)
+        assert saved is not None  # mutate always returns a document
+        return saved.bases[name]
 
     async def _activate(self, name: str, operation: KbOperation, attempt: float) -> None:
         """Embed (or drop) the base in the background, then record the outcome."""
@@ -298,11 +243,10 @@ class KnowledgeBaseService:
         return np.concatenate(parts)
 
     def _finish(self, name: str, attempt: float, error: str | None) -> None:
-        for _ in range(MAX_ATTEMPTS):
-            document = self.store.load()
+        def record(document: KnowledgeBasesDocument) -> KnowledgeBasesDocument | None:
             base = document.bases.get(name)
             if base is None or base.pending_since != attempt:
-                return
+                return None  # replaced meanwhile: nothing to record
             bases = dict(document.bases)
             if error is not None:
                 bases[name] = base.model_copy(
@@ -313,13 +257,9 @@ class KnowledgeBaseService:
             else:
                 update = {"status": "active", "active_hash": base.content_hash, "pending_since": None}
                 bases[name] = base.model_copy(update=update)
-            try:
-                self.store.save(
-                    KnowledgeBasesDocument(revision=document.revision + 1, bases=bases), document.revision
-                )
-                return
-            except StateConflict:
-                continue
+            return KnowledgeBasesDocument(revision=document.revision + 1, bases=bases)
+
+        self.store.update(record)
 
     async def drain(self) -> None:
         """Wait for the activations in flight (tests, shutdown)."""

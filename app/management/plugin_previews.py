@@ -10,7 +10,7 @@ policy to supplied `conditions`; a RAG probe searches the binding's vector store
 (rag_probe.py), without the result cache.
 
 Dispatcher: `PREVIEWS` maps a type to its `PreviewFn`; `register_preview(type, fn)` adds
-one. Types in `PENDING` without an entry answer 501 NOT_IMPLEMENTED.
+one. A previewable type without an entry answers 501 NOT_IMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -63,10 +63,6 @@ from app.pipeline.plugins import (
 from app.pipeline.rag import KbSearch, Retrieve
 from app.pipeline.signals.base import EmbedFn, content_text
 from app.pipeline.tools import ToolVectorCache, select_tools
-
-# context_compression's preview is its own route, POST /api/v1/plugins/context_compression/preview
-# (routes/compression.py, registered first), so the generic route never sees that type.
-PENDING: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -355,6 +351,8 @@ async def _answer_preview(
         raise invalid_input(str(exc)) from None
 
 
+# context_compression's preview is its own route, POST /api/v1/plugins/context_compression/preview
+# (routes/compression.py, registered first), so the generic route never sees that type.
 for _type, _fn in (
     ("response_jailbreak", response_jailbreak_preview),
     ("hallucination", hallucination_preview),

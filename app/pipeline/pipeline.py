@@ -44,6 +44,7 @@ from pydantic import BaseModel
 
 from app.config.models import RouterConfig
 from app.pipeline.answers.checker import check_answer
+from app.pipeline.answers.hallucination import CONTEXT_VECTOR_CACHE_SIZE
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.completion import complete_request
@@ -63,6 +64,7 @@ from app.pipeline.replay import REPLAY_ID_HEADER, new_capture
 from app.pipeline.selection import NoRouteError
 from app.pipeline.services import PipelineServices
 from app.pipeline.signals.base import SignalContext
+from app.pipeline.vector_cache import TextVectorCache
 
 Ranked = list[DecisionMatch]
 
@@ -74,6 +76,8 @@ class RouterPipeline:
         self.services = services or PipelineServices()
         self.rng = rng or random.Random()
         self._state = CompiledConfig(config, self.services)
+        # the hallucination check's context sentence vectors (services.embed's, so across versions)
+        self._context_vectors = TextVectorCache(CONTEXT_VECTOR_CACHE_SIZE)
 
     @property
     def config(self) -> RouterConfig:
@@ -127,7 +131,13 @@ class RouterPipeline:
         state = self._state.for_recipe(checks.recipe)
         guard = state.prompt_guard
         return await check_answer(
-            state.evaluators, self.services.embed, checks, answer, context, guard.threshold if guard else None
+            state.evaluators,
+            self.services.embed,
+            checks,
+            answer,
+            context,
+            guard.threshold if guard else None,
+            self._context_vectors,
         )
 
     # -------------------------------------------------------------- the phases

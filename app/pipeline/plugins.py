@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from app.config.global_config import ResponseCacheConfig
@@ -172,30 +172,51 @@ def guard_rule_name(decision: str) -> str:
     return f"plugin:{decision}"
 
 
+# Plugin types whose typed configuration the compiled decision keeps as parsed: type -> field.
+TYPED_FIELDS: dict[str, str] = {
+    "context_compression": "compression",
+    "memory": "memory",
+    "rag": "rag",
+    "response_jailbreak": "response_jailbreak",
+    "hallucination": "hallucination",
+}
+assert set(TYPED_FIELDS.values()) <= {f.name for f in fields(DecisionPlugins)}
+# Types that count tokens (the compression budget, rag's budget): the tokenizer loads with the
+# config, not on a request.
+TOKENIZER_TYPES = frozenset({"context_compression", "rag"})
+
+
 def compile_plugins(decision: Decision, global_cache: ResponseCacheConfig) -> DecisionPlugins:
+    """Each plugin parsed once; of a type, the last enabled one wins."""
     out = DecisionPlugins()
     for index, plugin in enumerate(decision.plugins):
         try:
-            settings = plugin_settings(plugin)
+            parsed = parse_plugin(plugin)
         except ValueError as exc:
             raise ValueError(
                 f"routing.decisions[{decision.name}].plugins[{index}] ({plugin.type}): {exc}"
             ) from exc
-        if settings is None:
+        if parsed is None:
             continue
-        enabled = settings.get("enabled") is not False
         kind = plugin.type
         if kind in CACHE_TYPES:
             # an explicitly disabled cache plugin turns the global cache off for this decision
-            out.cache = _cache_policy(settings, global_cache) if enabled else CachePolicy(False)
-        elif enabled:
-            _compile_one(out, kind, settings)
-    out.response_jailbreak, out.hallucination = _answer_plugins(decision)
+            out.cache = (
+                _cache_policy(parsed.model_dump(), global_cache) if parsed.enabled else CachePolicy(False)
+            )
+        elif not parsed.enabled:
+            continue
+        elif kind in TYPED_FIELDS:
+            setattr(out, TYPED_FIELDS[kind], parsed)
+            if kind in TOKENIZER_TYPES:
+                compression.warm_up()
+        else:
+            _compile_one(out, kind, parsed.model_dump())
     return out
 
 
 def _compile_one(out: DecisionPlugins, kind: str, settings: dict[str, Any]) -> None:
-    """An enabled plugin's settings into `out` (cache and guards are compiled elsewhere)."""
+    """An enabled plugin's settings into `out` (cache, guards and TYPED_FIELDS are compiled elsewhere)."""
     if kind == "fast_response":
         out.fast_response = str(settings.get("message") or "")
     elif kind == "system_prompt":
@@ -214,33 +235,12 @@ def _compile_one(out: DecisionPlugins, kind: str, settings: dict[str, Any]) -> N
         out.tool_selection = ToolSelectionPolicy(
             settings["top_k"], settings["similarity_threshold"], settings["fallback_to_empty"]
         )
-    elif kind == "context_compression":
-        out.compression = ContextCompressionPlugin.model_validate(settings)
-        compression.warm_up()  # the tokenizer loads with the config, not on a request
-    elif kind == "memory":
-        out.memory = MemoryPlugin.model_validate(settings)
-    elif kind == "rag":
-        out.rag = RagPlugin.model_validate(settings)
-        compression.warm_up()  # its token budget's tokenizer loads with the config
     elif kind == "router_replay":
         out.replay = ReplayPolicy(
             bool(settings.get("capture_request_body")),
             bool(settings.get("capture_response_body")),
             settings.get("max_body_bytes"),
         )
-
-
-def _answer_plugins(decision: Decision) -> tuple[ResponseJailbreakPlugin | None, HallucinationPlugin | None]:
-    """The decision's enabled response-side plugins (the last of each type wins)."""
-    jailbreak: ResponseJailbreakPlugin | None = None
-    halluc: HallucinationPlugin | None = None
-    for plugin in decision.plugins:
-        parsed = parse_plugin(plugin) if plugin.type in ("response_jailbreak", "hallucination") else None
-        if isinstance(parsed, ResponseJailbreakPlugin) and parsed.enabled:
-            jailbreak = parsed
-        elif isinstance(parsed, HallucinationPlugin) and parsed.enabled:
-            halluc = parsed
-    return jailbreak, halluc
 
 
 GuardRule = tuple[str, PIISignal | JailbreakSignal | HarmfulSignal]  # (signal family, rule)

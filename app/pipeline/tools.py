@@ -17,7 +17,6 @@ unbounded cache would grow with every new tool text.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from app.pipeline.signals.base import EmbedFn
+from app.pipeline.vector_cache import TextVectorCache
 
 TOOL_VECTOR_CACHE_SIZE = 4096
 
@@ -111,39 +111,11 @@ def rank(
     return [names[i] for i in sorted(chosen)], scores, False
 
 
-class ToolVectorCache:
+class ToolVectorCache(TextVectorCache):
     """Tool text -> unit vector, least recently used first out."""
 
     def __init__(self, capacity: int = TOOL_VECTOR_CACHE_SIZE) -> None:
-        self.capacity = capacity
-        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._vectors)
-
-    async def vectors(self, texts: list[str], embed: EmbedFn) -> tuple[np.ndarray, int]:
-        """(len(texts), dim) vectors and the number of embed calls made (0 or 1)."""
-        missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
-        calls = 0
-        if missing:
-            fresh = np.asarray(await embed(missing), dtype=np.float32)
-            calls = 1
-            if fresh.shape[0] != len(missing):
-                raise RuntimeError(f"embedding returned {fresh.shape[0]} vectors for {len(missing)} texts")
-            for text, vector in zip(missing, fresh, strict=True):
-                self._vectors[text] = vector
-        out = []
-        for text in texts:
-            vector = self._vectors.get(text)
-            if vector is None:  # evicted by this very call (more texts than capacity)
-                vector = np.asarray(await embed([text]), dtype=np.float32).reshape(-1)
-                calls += 1
-            else:
-                self._vectors.move_to_end(text)
-            out.append(vector)
-        while len(self._vectors) > self.capacity:
-            self._vectors.popitem(last=False)
-        return np.stack(out), calls
+        super().__init__(capacity)
 
 
 QueryVector = Callable[[], Awaitable[np.ndarray]]

@@ -5,7 +5,7 @@ ids or timings), the body without ids, creation times and timing fields."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -145,27 +145,44 @@ def user(text: str) -> list[ChatCompletionMessageParam]:
     return [{"role": "user", "content": text}]
 
 
+def sdk_chat(url: str, messages: Sequence[Mapping[str, Any]], model: str = "MoM", **params: Any) -> Answer:
+    """A chat completion with the OpenAI SDK, read by the SDK (an error status raises
+    openai.APIStatusError); `params`: the SDK's other create() arguments."""
+    raw = sdk(url).chat.completions.with_raw_response.create(
+        model=model,
+        messages=messages,  # type: ignore[arg-type]  # plain dicts are the SDK's message shapes
+        **params,
+    )
+    raw.parse()
+    return Answer.of(raw.http_response)
+
+
 def chat(text: str, model: str = "MoM") -> Call:
     """A chat completion with the OpenAI SDK (an error status is the same answer, raised)."""
 
     def call(url: str) -> Answer:
         try:
-            raw = sdk(url).chat.completions.with_raw_response.create(model=model, messages=user(text))
+            return sdk_chat(url, user(text), model)
         except openai.APIStatusError as exc:
             return Answer.of(exc.response)
-        raw.parse()  # the SDK reads the answer
-        return Answer.of(raw.http_response)
 
     return call
+
+
+def sdk_chat_stream(url: str, messages: Sequence[Mapping[str, Any]], model: str = "MoM") -> Answer:
+    """A streamed chat completion with the OpenAI SDK, read whole (an error status raises)."""
+    with sdk(url).chat.completions.with_streaming_response.create(
+        model=model,
+        messages=messages,  # type: ignore[arg-type]  # plain dicts are the SDK's message shapes
+        stream=True,
+    ) as response:
+        return Answer.of(response.http_response, response.read())
 
 
 def chat_stream(text: str, model: str = "MoM") -> Call:
     def call(url: str) -> Answer:
         try:
-            with sdk(url).chat.completions.with_streaming_response.create(
-                model=model, messages=user(text), stream=True
-            ) as response:
-                return Answer.of(response.http_response, response.read())
+            return sdk_chat_stream(url, user(text), model)
         except openai.APIStatusError as exc:
             return Answer.of(exc.response)
 

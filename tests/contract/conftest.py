@@ -25,7 +25,7 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,6 +181,34 @@ class Upstreams:
 
     def calls(self) -> int:
         return self.chat.request_count + self.messages.request_count
+
+    def document(
+        self,
+        decisions: list[dict[str, Any]],
+        signals: dict[str, Any] | None = None,
+        models: Sequence[str] = ("general",),
+    ) -> dict[str, Any]:
+        """A v0.3 document whose `models` (the first is the default) are all the chat fake."""
+        routing: dict[str, Any] = {"decisions": decisions}
+        if signals is not None:
+            routing["signals"] = signals
+        return {
+            "version": "v0.3",
+            "providers": {
+                "defaults": {"default_model": models[0]},
+                "models": [
+                    {"name": name, "backend_refs": [{"base_url": self.chat.host_url}]} for name in models
+                ],
+            },
+            "routing": routing,
+        }
+
+    def forwarded_system(self, marker: str) -> str | None:
+        """The system message containing `marker` that the chat fake last received (an
+        injected memory or retrieved passage), if any."""
+        messages = self.chat.requests[-1].body["messages"]
+        found = [m["content"] for m in messages if m["role"] == "system" and marker in str(m["content"])]
+        return found[0] if found else None
 
 
 @pytest.fixture(scope="session")

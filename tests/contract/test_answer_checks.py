@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.contract.answers import Answer, sdk
+from tests.contract.answers import Answer, sdk_chat, sdk_chat_stream
 from tests.contract.conftest import DOORS, FrontDoors, Upstreams
 
 ACTIONS = ("header", "annotate", "block")
@@ -42,21 +42,8 @@ def document(up: Upstreams) -> dict[str, Any]:
         }
 
     checks = ("response_jailbreak", "hallucination")
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "general"},
-            "models": [{"name": "general", "backend_refs": [{"base_url": up.chat.host_url}]}],
-        },
-        "routing": {
-            "signals": {
-                "keywords": [
-                    {"name": f"{c}-{a}", "keywords": [f"zz{c[:4]}{a}"]} for c in checks for a in ACTIONS
-                ]
-            },
-            "decisions": [decision(a, c) for c in checks for a in ACTIONS],
-        },
-    }
+    keywords = [{"name": f"{c}-{a}", "keywords": [f"zz{c[:4]}{a}"]} for c in checks for a in ACTIONS]
+    return up.document([decision(a, c) for c in checks for a in ACTIONS], {"keywords": keywords})
 
 
 @pytest.fixture(scope="module")
@@ -69,16 +56,8 @@ def ask(url: str, check: str, action: str, stream: bool) -> Answer:
         {"role": "system", "content": f"Answer from this context only. {CONTEXT}"},
         {"role": "user", "content": f"zz{check[:4]}{action} Tell me about the Eiffel Tower."},
     ]
-    client = sdk(url)
     try:
-        if stream:
-            with client.chat.completions.with_streaming_response.create(
-                model="MoM", messages=messages, stream=True
-            ) as response:
-                return Answer.of(response.http_response, response.read())
-        raw = client.chat.completions.with_raw_response.create(model="MoM", messages=messages)
-        raw.parse()
-        return Answer.of(raw.http_response)
+        return sdk_chat_stream(url, messages) if stream else sdk_chat(url, messages)
     except openai.PermissionDeniedError as exc:  # a blocked answer: the SDK raises on 403
         return Answer.of(exc.response)
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.pipeline.compression import HEADER, count_texts, message_text
-from tests.contract.answers import Answer, sdk
+from tests.contract.answers import Answer, sdk_chat
 from tests.contract.conftest import DOORS, FrontDoors, Upstreams
 from tests.unit.test_context_compression import conversation
 
@@ -21,33 +21,19 @@ KEEP = 3
 
 
 def compression_document(up: Upstreams) -> dict[str, Any]:
-    def model(name: str) -> dict[str, Any]:
-        return {"name": name, "backend_refs": [{"base_url": up.chat.host_url}]}
-
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "general"},
-            "models": [model("general"), model("long-model")],
-        },
-        "routing": {
-            "signals": {"keywords": [{"name": "recap", "keywords": ["recap"]}]},
-            "decisions": [
-                {
-                    "name": "long-chat",
-                    "priority": 10,
-                    "rules": {"operator": "AND", "conditions": [{"type": "keyword", "name": "recap"}]},
-                    "modelRefs": [{"model": "long-model"}],
-                    "plugins": [
-                        {
-                            "type": "context_compression",
-                            "configuration": {"max_tokens": BUDGET, "keep_last_turns": KEEP},
-                        }
-                    ],
-                }
-            ],
-        },
+    compression = {
+        "type": "context_compression",
+        "configuration": {"max_tokens": BUDGET, "keep_last_turns": KEEP},
     }
+    long_chat = {
+        "name": "long-chat",
+        "priority": 10,
+        "rules": {"operator": "AND", "conditions": [{"type": "keyword", "name": "recap"}]},
+        "modelRefs": [{"model": "long-model"}],
+        "plugins": [compression],
+    }
+    signals = {"keywords": [{"name": "recap", "keywords": ["recap"]}]}
+    return up.document([long_chat], signals, models=("general", "long-model"))
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +42,7 @@ def doors(front_doors: Callable[[dict[str, Any]], FrontDoors], upstreams: Upstre
 
 
 def send(url: str, messages: list[dict[str, Any]]) -> Answer:
-    raw = sdk(url).chat.completions.with_raw_response.create(model="MoM", messages=messages)  # type: ignore[arg-type]  # plain dicts are the SDK's message shapes
-    raw.parse()
-    return Answer.of(raw.http_response)
+    return sdk_chat(url, messages)
 
 
 def tokens(messages: list[dict[str, Any]]) -> int:

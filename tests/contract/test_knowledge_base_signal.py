@@ -35,9 +35,6 @@ ASTRONOMY = [
 
 
 def kb_document(up: Upstreams) -> dict[str, Any]:
-    def model(name: str) -> dict[str, Any]:
-        return {"name": name, "backend_refs": [{"base_url": up.chat.host_url}]}
-
     def decision(name: str, priority: int) -> dict[str, Any]:
         return {
             "name": name,
@@ -46,22 +43,14 @@ def kb_document(up: Upstreams) -> dict[str, Any]:
             "modelRefs": [{"model": f"{name}-model"}],
         }
 
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": DEFAULT},
-            "models": [model(DEFAULT), model("cooking-model"), model("astronomy-model")],
-        },
-        "routing": {
-            "signals": {
-                "kb": [
-                    {"name": "cooking", "kb": KB, "labels": ["cooking"], "threshold": 0.3},
-                    {"name": "astronomy", "kb": KB, "labels": ["astronomy"], "threshold": 0.3},
-                ]
-            },
-            "decisions": [decision("cooking", 20), decision("astronomy", 10)],
-        },
+    signals = {
+        "kb": [
+            {"name": "cooking", "kb": KB, "labels": ["cooking"], "threshold": 0.3},
+            {"name": "astronomy", "kb": KB, "labels": ["astronomy"], "threshold": 0.3},
+        ]
     }
+    decisions = [decision("cooking", 20), decision("astronomy", 10)]
+    return up.document(decisions, signals, models=(DEFAULT, "cooking-model", "astronomy-model"))
 
 
 @pytest.fixture(scope="module")

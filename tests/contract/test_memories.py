@@ -13,27 +13,13 @@ import httpx
 import pytest
 
 from app.pipeline.memory.plugin import PREAMBLE
-from tests.contract.answers import Answer, sdk, user
+from tests.contract.answers import Answer, sdk_chat, user
 from tests.contract.conftest import DOORS, FrontDoors, Upstreams
 
 
 def memory_document(up: Upstreams) -> dict[str, Any]:
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "general"},
-            "models": [{"name": "general", "backend_refs": [{"base_url": up.chat.host_url}]}],
-        },
-        "routing": {
-            "decisions": [
-                {
-                    "name": "assistant",
-                    "modelRefs": [{"model": "general"}],
-                    "plugins": [{"type": "memory", "configuration": {"scope": "user", "recall_top_k": 3}}],
-                }
-            ]
-        },
-    }
+    memory = {"type": "memory", "configuration": {"scope": "user", "recall_top_k": 3}}
+    return up.document([{"name": "assistant", "modelRefs": [{"model": "general"}], "plugins": [memory]}])
 
 
 @pytest.fixture(scope="module")
@@ -42,17 +28,11 @@ def doors(front_doors: Callable[[dict[str, Any]], FrontDoors], upstreams: Upstre
 
 
 def ask(url: str, text: str, who: str) -> Answer:
-    raw = sdk(url).chat.completions.with_raw_response.create(
-        model="MoM", messages=user(text), extra_headers={"x-user-id": who}
-    )
-    raw.parse()
-    return Answer.of(raw.http_response)
+    return sdk_chat(url, user(text), extra_headers={"x-user-id": who})
 
 
 def recalled_system(upstreams: Upstreams) -> str | None:
-    messages = upstreams.chat.requests[-1].body["messages"]
-    found = [m["content"] for m in messages if m["role"] == "system" and PREAMBLE in str(m["content"])]
-    return found[0] if found else None
+    return upstreams.forwarded_system(PREAMBLE)
 
 
 def test_a_users_memory_reaches_their_next_request_and_never_another_users(
@@ -84,10 +64,14 @@ def test_a_users_memory_reaches_their_next_request_and_never_another_users(
             upstreams.chat.requests[-1].body
         )
 
-        listing = httpx.get(f"{doors.ingress_url}/api/v1/storage/memories", params={"scope": "user:ada"}, timeout=60)
+        listing = httpx.get(
+            f"{doors.ingress_url}/api/v1/storage/memories", params={"scope": "user:ada"}, timeout=60
+        )
         assert sorted(m["text"] for m in listing.json()["data"]) == [
             "The user prefers answers in French.",
             "The user's name is Ada.",
         ], door
-        bobs = httpx.get(f"{doors.ingress_url}/api/v1/storage/memories", params={"scope": "user:bob"}, timeout=60)
+        bobs = httpx.get(
+            f"{doors.ingress_url}/api/v1/storage/memories", params={"scope": "user:bob"}, timeout=60
+        )
         assert bobs.json()["total"] == 0, door

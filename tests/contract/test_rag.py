@@ -32,7 +32,7 @@ from app.management.storage.backends import MemoryBackend, VectorBackend
 from app.management.storage.milvus_backend import MilvusBackend
 from app.management.storage.redis_backend import RedisBackend
 from app.pipeline.rag import PREAMBLE
-from tests.contract.answers import Answer, sdk, user
+from tests.contract.answers import Answer, sdk_chat, user
 from tests.contract.conftest import DOORS, FrontDoors, Upstreams
 from tests.stores.backends import BackendKind, unreachable_location
 
@@ -55,32 +55,9 @@ REACTOR_QUESTION = "At what temperature does the Zorblax reactor run at night?"
 
 
 def rag_document(up: Upstreams, vector_store: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "general"},
-            "models": [{"name": "general", "backend_refs": [{"base_url": up.chat.host_url}]}],
-        },
-        "routing": {
-            "decisions": [
-                {
-                    "name": "handbook_qa",
-                    "modelRefs": [{"model": "general"}],
-                    "plugins": [
-                        {
-                            "type": "rag",
-                            "configuration": {
-                                "vector_store_id": STORE,
-                                "top_k": 1,
-                                "max_context_tokens": 256,
-                            },
-                        }
-                    ],
-                }
-            ]
-        },
-        "global": {"stores": {"vector_store": vector_store}},
-    }
+    rag = {"type": "rag", "configuration": {"vector_store_id": STORE, "top_k": 1, "max_context_tokens": 256}}
+    document = up.document([{"name": "handbook_qa", "modelRefs": [{"model": "general"}], "plugins": [rag]}])
+    return document | {"global": {"stores": {"vector_store": vector_store}}}
 
 
 def vector_store_config(backend: str, request: pytest.FixtureRequest) -> dict[str, Any]:
@@ -145,15 +122,11 @@ def ingest(base: str) -> tuple[str, dict[str, str]]:
 
 
 def ask(url: str, text: str) -> Answer:
-    raw = sdk(url).chat.completions.with_raw_response.create(model="MoM", messages=user(text))
-    raw.parse()
-    return Answer.of(raw.http_response)
+    return sdk_chat(url, user(text))
 
 
 def injected(upstreams: Upstreams) -> str | None:
-    messages = upstreams.chat.requests[-1].body["messages"]
-    found = [m["content"] for m in messages if m["role"] == "system" and PREAMBLE in str(m["content"])]
-    return found[0] if found else None
+    return upstreams.forwarded_system(PREAMBLE)
 
 
 def test_the_right_passage_reaches_the_upstream_and_the_answer_names_its_chunk(

@@ -10,34 +10,21 @@ from typing import Any
 
 import pytest
 
-from tests.contract.answers import Answer, sdk
+from tests.contract.answers import Answer, sdk_chat, user
 from tests.contract.conftest import DOORS, FrontDoors, Upstreams
 
 PARAMS = {"blocked_params": ["logprobs", "top_logprobs"], "max_tokens_limit": 64, "max_n": 1}
 
 
 def params_document(up: Upstreams) -> dict[str, Any]:
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "open"},
-            "models": [
-                {"name": name, "backend_refs": [{"base_url": up.chat.host_url}]}
-                for name in ("open", "guarded")
-            ],
-        },
-        "routing": {
-            "signals": {"keywords": [{"name": "limits", "keywords": ["budget"]}]},
-            "decisions": [
-                {
-                    "name": "guarded",
-                    "rules": {"type": "keyword", "name": "limits"},
-                    "modelRefs": [{"model": "guarded"}],
-                    "plugins": [{"type": "request_params", "configuration": PARAMS}],
-                }
-            ],
-        },
+    guarded = {
+        "name": "guarded",
+        "rules": {"type": "keyword", "name": "limits"},
+        "modelRefs": [{"model": "guarded"}],
+        "plugins": [{"type": "request_params", "configuration": PARAMS}],
     }
+    signals = {"keywords": [{"name": "limits", "keywords": ["budget"]}]}
+    return up.document([guarded], signals, models=("open", "guarded"))
 
 
 @pytest.fixture(scope="module")
@@ -46,17 +33,7 @@ def doors(front_doors: Callable[[dict[str, Any]], FrontDoors], upstreams: Upstre
 
 
 def ask(url: str, text: str) -> Answer:
-    raw = sdk(url).chat.completions.with_raw_response.create(
-        model="MoM",
-        messages=[{"role": "user", "content": text}],
-        max_tokens=4000,
-        n=3,
-        logprobs=True,
-        top_logprobs=2,
-        temperature=0.2,
-    )
-    raw.parse()
-    return Answer.of(raw.http_response)
+    return sdk_chat(url, user(text), max_tokens=4000, n=3, logprobs=True, top_logprobs=2, temperature=0.2)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract.answers import Answer, Call, chat, sdk
+from tests.contract.answers import Answer, Call, chat, sdk_chat
 from tests.contract.conftest import DOORS, FrontDoors, Upstreams
 
 DEFAULT = "general"
@@ -90,9 +90,7 @@ def chat_messages(messages: list[dict[str, Any]]) -> Call:
     """A chat completion with these messages."""
 
     def call(url: str) -> Answer:
-        raw = sdk(url).chat.completions.with_raw_response.create(model="MoM", messages=messages)  # type: ignore[arg-type]
-        raw.parse()
-        return Answer.of(raw.http_response)
+        return sdk_chat(url, messages)
 
     return call
 

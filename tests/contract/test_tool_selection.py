@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract.answers import Answer, sdk
+from tests.contract.answers import Answer, sdk_chat, user
 from tests.contract.conftest import DOORS, FrontDoors, Upstreams
 
 
@@ -49,29 +49,18 @@ def tools_document(up: Upstreams) -> dict[str, Any]:
             "plugins": plugins,
         }
 
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "agent"},
-            "models": [{"name": "agent", "backend_refs": [{"base_url": up.chat.host_url}]}],
-        },
-        "routing": {
-            "signals": {
-                "keywords": [
-                    {"name": "assist", "keywords": ["assistant"]},
-                    {"name": "files", "keywords": ["cleanup"]},
-                ]
-            },
-            "decisions": [
-                decision(
-                    "assistant",
-                    "assist",
-                    [{"type": "tool_selection", "configuration": {"top_k": 2, "similarity_threshold": 0.2}}],
-                ),
-                decision("files", "files", [{"type": "tools", "configuration": {"deny": ["delete_file"]}}]),
-            ],
-        },
+    selection = {"type": "tool_selection", "configuration": {"top_k": 2, "similarity_threshold": 0.2}}
+    decisions = [
+        decision("assistant", "assist", [selection]),
+        decision("files", "files", [{"type": "tools", "configuration": {"deny": ["delete_file"]}}]),
+    ]
+    signals = {
+        "keywords": [
+            {"name": "assist", "keywords": ["assistant"]},
+            {"name": "files", "keywords": ["cleanup"]},
+        ]
     }
+    return up.document(decisions, signals, models=("agent",))
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +69,7 @@ def doors(front_doors: Callable[[dict[str, Any]], FrontDoors], upstreams: Upstre
 
 
 def ask(url: str, text: str) -> Answer:
-    raw = sdk(url).chat.completions.with_raw_response.create(
-        model="MoM",
-        messages=[{"role": "user", "content": text}],
-        tools=TOOLS,  # type: ignore[arg-type]  # plain dicts in the SDK's tool shape
-    )
-    raw.parse()
-    return Answer.of(raw.http_response)
+    return sdk_chat(url, user(text), tools=TOOLS)
 
 
 def forwarded_tools(upstreams: Upstreams) -> list[str]:

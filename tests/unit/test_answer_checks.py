@@ -24,6 +24,7 @@ from app.pipeline.answers.models import Action, AnswerChecks, AnswerVerdict, Che
 from app.pipeline.answers.policy import preview_hallucination, preview_response_jailbreak
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan, SignalMatch
 from app.pipeline.signals.base import SignalContext
+from app.pipeline.vector_cache import TextVectorCache
 from app.upstream.sse import SSEParser
 from tests.unit.test_exchange import RecordingRouter, chunk, raw
 from tests.unit.test_replay_recording import body, config
@@ -75,6 +76,50 @@ async def test_embedding_similarity_lifts_a_paraphrase() -> None:
     embedded = await hallucination.detect(paraphrase, [CONTEXT], embed, 0.5)
     assert embedded.judged[0].support > lexical.judged[0].support
     assert embedded.judged[0].similarity == pytest.approx(1.0)
+
+
+class CountingEncoder:
+    """A deterministic encoder (a vector per text from its hash) that records its calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    async def __call__(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        rows = [np.random.default_rng(abs(hash(t)) % 2**32).normal(size=8) for t in texts]
+        return np.asarray([r / np.linalg.norm(r) for r in rows], dtype=np.float32)
+
+
+async def test_context_vectors_are_embedded_once_across_checks() -> None:
+    encoder, cache = CountingEncoder(), TextVectorCache(capacity=64)
+    answer = "The Eiffel Tower was completed in 1889 for the fair."
+    uncached = await hallucination.detect(answer, [CONTEXT], encoder, 0.5)
+    first = await hallucination.detect(answer, [CONTEXT], encoder, 0.5, cache)
+    again = await hallucination.detect(answer, [CONTEXT], encoder, 0.5, cache)
+    context_sentences = hallucination.split_sentences(CONTEXT)
+    # one call each; the context is in the first cached call only, the answer in every call
+    assert encoder.calls[1] == [answer, *context_sentences]
+    assert encoder.calls[2] == [answer]
+    assert uncached.judged == first.judged == again.judged  # the same scores, cached or not
+    # a new context embeds only its sentences the cache does not hold
+    await hallucination.detect(
+        answer, [CONTEXT + " It was designed by Eiffel's company."], encoder, 0.5, cache
+    )
+    assert encoder.calls[3] == [answer, "It was designed by Eiffel's company."]
+    assert len(encoder.calls) == 4
+
+
+async def test_the_router_keeps_context_vectors_across_answer_checks() -> None:
+    encoder = CountingEncoder()
+    pipeline = RouterPipeline(config(None), PipelineServices(embed=encoder))
+    checks = AnswerChecks(decision="urgent", hallucination=HallucinationPlugin())
+    answer = "The Eiffel Tower was completed in 1889 for the fair."
+    for _ in range(3):  # a stream checked again, or the same context on another request
+        verdict = await pipeline.check_answer(checks, answer, [CONTEXT])
+        assert verdict.outcomes[0].check == "hallucination" and verdict.outcomes[0].error is None
+    context_sentences = hallucination.split_sentences(CONTEXT)
+    assert [call for call in encoder.calls if set(context_sentences) & set(call)] == [encoder.calls[0]]
+    assert len(encoder.calls) == 3
 
 
 # -- policy and previews -------------------------------------------------------------------------

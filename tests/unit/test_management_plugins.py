@@ -10,7 +10,8 @@ import pytest
 
 from app.config.plugins import PLUGIN_MODELS
 from app.config.routing import REFERENCE_ONLY_PLUGIN_TYPES
-from app.management.plugin_previews import PENDING
+from app.management.plugin_previews import PREVIEWS
+from app.management.plugins_registry import PREVIEW_TYPES
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth
 from tests.unit.test_tool_selection import TOOLS, CountingEmbed
 
@@ -242,8 +243,12 @@ async def test_answer_check_previews_apply_the_policy_and_probes_run_the_detecto
     assert no_answer.status_code == 400
 
 
+def test_every_previewable_type_has_a_preview() -> None:
+    # context_compression's preview is its own route (routes/compression.py)
+    assert set(PREVIEWS) == PREVIEW_TYPES - {"context_compression"}
+
+
 async def test_bad_bindings_are_404_and_bad_bodies_400(harness: Harness) -> None:
-    assert not PENDING
     async with harness.client() as client:
         no_decision = await preview(client, "tools", {"binding": {"decision": "nope"}})
         no_recipe = await preview(client, "tools", {"binding": {"recipe": "nope", "decision": "math"}})

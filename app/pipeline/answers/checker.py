@@ -27,6 +27,7 @@ from app.pipeline.answers.policy import (
 from app.pipeline.phases.signals import run_guards
 from app.pipeline.plugins import GuardRule
 from app.pipeline.signals.base import EmbedFn, SignalContext, SignalEvaluator
+from app.pipeline.vector_cache import TextVectorCache
 
 log = logging.getLogger("svc_sr.pipeline")
 
@@ -38,15 +39,17 @@ async def check_answer(
     answer: str,
     context: list[str],
     guard_threshold: float | None = None,
+    context_vectors: TextVectorCache | None = None,
 ) -> AnswerVerdict:
-    """`guard_threshold`: `prompt_guard.threshold`, the default of a plugin that sets none."""
+    """`guard_threshold`: `prompt_guard.threshold`, the default of a plugin that sets none;
+    `context_vectors`: the hallucination detector's cache of `embed`'s context vectors."""
     jobs = []
     if checks.response_jailbreak is not None and checks.response_jailbreak.enabled:
         jobs.append(
             _jailbreak(evaluators, embed, checks.response_jailbreak, checks.decision, answer, guard_threshold)
         )
     if checks.hallucination is not None and checks.hallucination.enabled:
-        jobs.append(_hallucination(embed, checks.hallucination, answer, context))
+        jobs.append(_hallucination(embed, checks.hallucination, answer, context, context_vectors))
     return AnswerVerdict(outcomes=list(await asyncio.gather(*jobs)))
 
 
@@ -100,7 +103,11 @@ async def _jailbreak(
 
 
 async def _hallucination(
-    embed: EmbedFn | None, config: HallucinationPlugin, answer: str, context: list[str]
+    embed: EmbedFn | None,
+    config: HallucinationPlugin,
+    answer: str,
+    context: list[str],
+    cache: TextVectorCache | None = None,
 ) -> CheckOutcome:
     started = time.perf_counter()
     outcome = CheckOutcome(check="hallucination", threshold=config.threshold)
@@ -109,7 +116,7 @@ async def _hallucination(
         return outcome
     try:
         encoder = embed if config.use_embeddings else None
-        result = await hallucination.detect(answer, context, encoder, config.threshold)
+        result = await hallucination.detect(answer, context, encoder, config.threshold, cache)
     except Exception as exc:  # a detector failure never blocks an answer
         log.warning("hallucination check failed: %s", exc)
         outcome.error = f"{type(exc).__name__}: {exc}"

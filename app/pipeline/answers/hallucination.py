@@ -6,7 +6,8 @@ over what the Router already runs (docs/hallucination.md has its figures and mod
 - the answer is split into sentences; the context (system/developer/tool messages, long
   user messages) into sentences too;
 - each answer sentence gets `similarity`: its best cosine to a context sentence (the
-  Router's MiniLM encoder, one call for both sides), and `overlap`: the share of its
+  Router's MiniLM encoder, one call for the answer and the context sentences the Router's
+  bounded LRU (`TextVectorCache`) does not hold yet), and `overlap`: the share of its
   content words found in the context;
 - support = SIM_WEIGHT * rescaled similarity + (1 - SIM_WEIGHT) * overlap; a number the
   context does not contain caps support at NUMBER_CAP (wrong figures are the commonest
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.pipeline.vector_cache import TextVectorCache
+
 EmbedFn = Callable[[list[str]], Awaitable[np.ndarray]]
 
 SIM_WEIGHT = 0.2  # swept on the labelled set (0.2, 0.35, 0.5): docs/hallucination.md
@@ -31,6 +34,8 @@ NUMBER_CAP = 0.3
 MIN_CONTENT_WORDS = 3
 MAX_CONTEXT_SENTENCES = 96  # bounds the encoder's work per answer (the first ones are embedded)
 MAX_ANSWER_SENTENCES = 32
+# Context sentence vectors a Router keeps (x 384 float32: ~6 MB): a few hundred contexts' worth.
+CONTEXT_VECTOR_CACHE_SIZE = 4096
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n{1,}")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d+(?:[.,]\d+)*%?")
@@ -242,10 +247,15 @@ def score_sentence(
 
 
 async def detect(
-    answer: str, context: list[str], embed: EmbedFn | None, threshold: float
+    answer: str,
+    context: list[str],
+    embed: EmbedFn | None,
+    threshold: float,
+    cache: TextVectorCache | None = None,
 ) -> HallucinationResult:
     """Score the answer's sentences against `context`; `embed` None: overlap alone (e.g. a
-    preview without the encoder)."""
+    preview without the encoder). `cache`: context sentence vectors of `embed`, kept across
+    checks (a stream's context is checked again, a system prompt recurs across requests)."""
     sentences = [s for s in split_sentences(answer) if len(content_words(s)) >= MIN_CONTENT_WORDS]
     sentences = sentences[:MAX_ANSWER_SENTENCES]
     if not sentences:
@@ -256,11 +266,29 @@ async def detect(
     context_numbers = numbers(context_text)
     similarities: list[float | None] = [None] * len(sentences)
     if embed is not None and context_sentences:  # overlap covers the whole context either way
-        vectors = np.asarray(await embed(sentences + context_sentences), dtype=np.float32)
-        answer_vectors, context_vectors = vectors[: len(sentences)], vectors[len(sentences) :]
+        answer_vectors, context_vectors = await _embed(sentences, context_sentences, embed, cache)
         similarities = [float(v) for v in (answer_vectors @ context_vectors.T).max(axis=1)]
     judged = [
         score_sentence(s, sim, context_stems, context_numbers)
         for s, sim in zip(sentences, similarities, strict=True)
     ]
     return HallucinationResult(judged, [s for s in judged if s.support < threshold])
+
+
+async def _embed(
+    sentences: list[str], context: list[str], embed: EmbedFn, cache: TextVectorCache | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(answer vectors, context vectors): one encoder call for the answer and the context
+    sentences not in `cache`."""
+    known = {t: v for t in dict.fromkeys(context) if cache is not None and (v := cache.get(t)) is not None}
+    missing = [t for t in dict.fromkeys(context) if t not in known]
+    vectors = np.asarray(await embed(sentences + missing), dtype=np.float32)
+    if len(vectors) != len(sentences) + len(missing):
+        raise RuntimeError(
+            f"embedding returned {len(vectors)} vectors for {len(sentences) + len(missing)} texts"
+        )
+    fresh = vectors[len(sentences) :]
+    if cache is not None:
+        cache.put(missing, fresh)
+    known.update(zip(missing, fresh, strict=True))
+    return vectors[: len(sentences)], np.stack([known[t] for t in context])
