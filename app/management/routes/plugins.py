@@ -27,7 +27,6 @@ from app.management.plugin_previews import run_preview
 from app.management.plugins_registry import GUARD_TYPES, descriptors, detail, require_known
 from app.management.routes.common import Registrar, mgmt_errors, parse_model, principal_of, record_denial
 from app.management.service import Management
-from app.management.storage.retrieval import storage_retrieve
 
 TYPE = Path(min_length=1, max_length=64, description="plugin type, e.g. system_prompt, tool_selection")
 NOT_FOUND = mgmt_errors({404: "NOT_FOUND / RECIPE_NOT_FOUND: unknown plugin type, recipe or decision"})
@@ -69,7 +68,7 @@ def plugin_routes(mgmt: Management) -> APIRouter:
             raise MgmtError(exc.status, exc.message, code=exc.code) from None
         # The Router's answer checks (the data plane's RouterClient; a local pipeline in tests).
         checker = getattr(mgmt.previewer, "check_answer", None)
-        retrieve = storage_retrieve(mgmt.storage.vector_stores) if mgmt.storage is not None else None
+        retrieve = mgmt.storage.retrieve if mgmt.storage is not None else None
         result = await run_preview(plugin_type, body, mgmt.config, mgmt.embed, checker, retrieve)
         return JSONResponse(result.model_dump(mode="json", exclude_none=True))
 
