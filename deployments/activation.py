@@ -27,8 +27,6 @@ from app.management.rollout import AppState, GraphActivator, declarative_update
 from app.management.service import Management, ManagementParts
 from app.management.startup import StartupTracker
 from app.management.startup_watch import READY_STATES, InfoFn, StartupWatcher
-from app.management.state import state_dir_of
-from app.management.storage import open_storage
 from app.management.stores import open_replica_stores
 from deployments import ray_compat
 from deployments.handles import ObservabilityReplays
@@ -182,11 +180,6 @@ def build_management(
         "runtime_facts": facts,
         "replays": ObservabilityReplays(observability) if observability is not None else None,
         "metrics": metrics_source(observability) if observability is not None else None,
-        # Files and vector stores: under the state directory unless configured elsewhere.
-        "storage": open_storage(
-            config.global_.stores.vector_store,
-            state_dir_of(graph_args.state_dir, graph_args.app_name or app_name),
-        ),
     }
     stores = open_replica_stores(graph_args, app_name)
     management = Management(config, **(parts | stores.parts()))

@@ -9,6 +9,8 @@
                  +-(diagnostics)-> DomainClassifier, Guard -> Embedding (texts without vectors)
                  +-(/v1/decisions)-> DecisionModel (built in, or managed `svc-srun` workers)
                  +-(upstream call to an in-cluster model, by name)-> LLMServer-<model> (vLLM)
+                 +-(files and vector-store routes)-> Storage (one replica: records, ingestion, chunks)
+    Router -> Storage (the `rag` plugin's retrieval)
     Router -> LLMServers (anchors the LLMServer deployments in the graph)
     Router, Ingress, ResponseCache, DecisionModel --(metrics push)--> Observability (:9190/metrics)
 
@@ -46,7 +48,9 @@ from deployments.ingress import Ingress
 from deployments.llm_graph import llm_servers
 from deployments.observability import Observability
 from deployments.response_cache import ResponseCache
+from deployments.rollout import single_replica
 from deployments.router import InProcess, Router
+from deployments.storage import storage_node
 from deployments.versioning import stamp_versions
 
 log = logging.getLogger("svc_sr.graph")
@@ -112,18 +116,6 @@ def start_document_of(graph_args: GraphArgs) -> tuple[dict[str, Any], StartupKin
     )
 
 
-def one_replica_unless_shared(options: dict[str, Any], backend_type: str) -> dict[str, Any]:
-    """The in-memory cache lives in its replica: two replicas would be two caches (a hit
-    would depend on which one answered), so a memory backend keeps one replica whatever the
-    Serve config asks; redis, milvus and hybrid keep their entries in the store and scale."""
-    if backend_type != "memory" or (
-        options.get("num_replicas", 1) == 1 and "autoscaling_config" not in options
-    ):
-        return options
-    log.warning("ResponseCache: backend_type memory cannot be shared by replicas; running one replica")
-    return {k: v for k, v in options.items() if k != "autoscaling_config"} | {"num_replicas": 1}
-
-
 def build_app(args: dict[str, Any] | GraphArgs | None = None) -> Application:
     """The builder `serve deploy` imports (Serve requires exactly one parameter)."""
     return build_graph(args)
@@ -160,11 +152,17 @@ def build_graph(
         .options(
             **{
                 "user_config": {"response_cache": cache_settings},
-                **one_replica_unless_shared(options.get("ResponseCache", {}), cache_settings["backend_type"]),
+                **(
+                    single_replica(options.get("ResponseCache", {}), "ResponseCache", "backend_type memory")
+                    if cache_settings["backend_type"] == "memory"
+                    else options.get("ResponseCache", {})
+                ),
             }
         )
         .bind(observability, state_dir=graph_args.state_dir)
     )
+    # Always deployed: the Ingress's arguments must not depend on the document.
+    storage = storage_node(loaded.config.global_.stores.vector_store, graph_args, options.get("Storage", {}))
     domain = _deployment(DomainClassifier).options(**options.get("DomainClassifier", {})).bind(embedding)
     guard = _deployment(Guard).options(**options.get("Guard", {})).bind(embedding)
     router = (
@@ -179,6 +177,7 @@ def build_graph(
             observability=observability,
             llm_servers=llm_servers(loaded.config, options),
             ratings_at=(graph_args.management_store, graph_args.app_name, graph_args.state_dir),
+            storage=storage,
         )
     )
     decision = None
@@ -192,6 +191,6 @@ def build_graph(
     ingress = (
         _deployment(Ingress)
         .options(**{"user_config": {"config": document}, **options.get("Ingress", {})})
-        .bind(router, graph_args, domain, guard, observability, decision, cache, embedding)
+        .bind(router, graph_args, domain, guard, observability, decision, cache, embedding, storage)
     )
     return stamp_versions(ingress)

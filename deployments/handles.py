@@ -1,7 +1,7 @@
 """The Ingress's and the ext_proc sidecar's views of other deployments, over their handles.
 
 Each adapts a DeploymentHandle to a Ray-free protocol of app/ (the exchange's RouterClient,
-the management API's ReplaySource and CacheControl), unwrapping Ray's
+the management API's ReplaySource and CacheControl, the StorageClient's transport), unwrapping Ray's
 errors through deployments/ray_compat.py so a replica's own error reaches the caller as itself.
 """
 
@@ -15,6 +15,8 @@ from app.cache.base import CacheScope, CacheUnavailable, FlushOutcome
 from app.common.background import BackgroundTasks
 from app.common.errors import SvcError
 from app.management.replays import ReplayAggregate, ReplayPage
+from app.management.storage.client import StorageClient, StorageReply
+from app.management.storage.files import FileServiceDown
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.metrics import RouterMetrics
@@ -141,3 +143,19 @@ class HandleCacheControl:
 def _plain(scope: CacheScope | None) -> dict[str, Any] | None:
     """A scope as the ResponseCache deployment takes it over the handle."""
     return None if scope is None else scope.model_dump()
+
+
+def storage_client(handle: DeploymentHandle) -> StorageClient:
+    """The storage routes' and the rag plugin's StorageClient over the Storage deployment
+    (deployments/storage.py): each operation is the method of its name, its reply carries the
+    storage errors as data; a deployment without a live replica, or a full queue, is the
+    service down (FileServiceDown: 503 on the routes, `unavailable` to the rag plugin)."""
+
+    def down(exc: BaseException) -> BaseException:
+        return FileServiceDown(f"Storage deployment unavailable ({type(exc).__name__})")
+
+    async def send(op: str, args: tuple[Any, ...]) -> StorageReply:
+        reply: StorageReply = await ray_compat.call(handle, op, *args, unavailable=down, overloaded=down)
+        return reply
+
+    return StorageClient(send)

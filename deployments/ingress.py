@@ -24,7 +24,7 @@ from deployments.activation import build_management
 from deployments.decision_model import HandleDecisionBackend
 from deployments.diagnostics_backend import HandleClassifiers
 from deployments.error_page import install_error_pages
-from deployments.handles import HandleCacheControl, HandleRouterClient, front_door_completion
+from deployments.handles import HandleCacheControl, HandleRouterClient, front_door_completion, storage_client
 from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import replica_pusher
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
@@ -38,7 +38,7 @@ from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 )
 @serve.ingress()
 class Ingress:
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one handle per deployment it calls (Serve binds them)
         self,
         router: DeploymentHandle,
         graph_args: Any,
@@ -48,6 +48,7 @@ class Ingress:
         decision_model: DeploymentHandle | None = None,
         cache: DeploymentHandle | None = None,
         embedding: DeploymentHandle | None = None,
+        storage: DeploymentHandle | None = None,
     ) -> None:
         # The configuration arrives as user_config (hot reload without restarting this replica,
         # which runs the activation); Serve calls reconfigure() only after the ASGI app is built,
@@ -56,7 +57,7 @@ class Ingress:
         transport = ray_compat.process_transport
         router, observability, cache = transport(router), transport(observability), transport(cache)
         domain, guard, decision_model = transport(domain), transport(guard), transport(decision_model)
-        embedding = transport(embedding)
+        embedding, storage = transport(embedding), transport(storage)
         config = parse_config(_current_document(graph_args)).config
         self._config = StaticConfigView(config)
         # /v1/decisions, /v1/systemone (None: no DecisionModel in the graph, they answer 503)
@@ -83,6 +84,8 @@ class Ingress:
                 "cache_admin": LocalCacheAdmin(HandleCacheControl(cache)) if cache is not None else None,
                 "recorder": self._metrics.recorder,  # outcomes set svc_router_classification_accuracy
                 "kb_embed": self._classifiers.embed,  # knowledge bases embedded by the graph's encoder
+                # Files and vector stores: the Storage deployment's one service (None: 503s).
+                "storage": storage_client(storage) if storage is not None else None,
             },
         )
         # The `memory` plugin's write after the answer runs here (complete()): the store the
@@ -130,7 +133,7 @@ def _compile_check(domain: DeploymentHandle | None, guard: DeploymentHandle | No
     """Stage compile: build the routing pipeline with the Router's own signal evaluators
     (no model is called; that is the Routers' warm stage)."""
     from app.pipeline import PipelineServices, RouterPipeline
-    from deployments.router import classifier_evaluators
+    from deployments.router_services import classifier_evaluators
 
     def check(config: RouterConfig) -> None:
         RouterPipeline(config, PipelineServices(evaluators=classifier_evaluators(domain, guard)))

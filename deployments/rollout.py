@@ -8,7 +8,9 @@ every request waiting on it in an Ingress times out (3 of 711 in the `serve depl
 a surge the replacement starts first and the old replica stops once it serves, so there is
 always one. A replacement that finds no room waits while the old replica keeps serving.
 
-LLMServer keeps Serve's default: a second engine on a full GPU would wait forever.
+LLMServer keeps Serve's default: a second engine on a full GPU would wait forever. So does the
+Storage deployment: its replacement must not open the records file and a Milvus Lite file while
+the old replica still holds them.
 
 A stopping replica drains its in-flight requests (up to `graceful_shutdown_timeout_s`), checking
 every `graceful_shutdown_wait_loop_s`, and waits one period even when idle. A graph stops in
@@ -20,8 +22,21 @@ requests: an idle level stops in ~0.06 s.
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 # Extra replicas allowed during a roll-out, as a percentage of the target count (rounded up).
 SURGE_PERCENT = 100
 
 # How often a stopping replica checks whether its in-flight requests have finished (Serve: 2 s).
 SHUTDOWN_POLL_S = 0.05
+
+
+def single_replica(options: dict[str, Any], name: str, why: str) -> dict[str, Any]:
+    """Serve `options` with one replica whatever the Serve config asks (warned): the in-memory
+    ResponseCache (two replicas would be two caches; redis, milvus and hybrid scale), and the
+    Storage deployment (it owns the records file, the ingestion worker and a Milvus Lite file)."""
+    if options.get("num_replicas", 1) == 1 and "autoscaling_config" not in options:
+        return options
+    logging.getLogger("svc_sr.graph").warning("%s: %s; running one replica", name, why)
+    return {k: v for k, v in options.items() if k != "autoscaling_config"} | {"num_replicas": 1}

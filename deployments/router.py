@@ -18,87 +18,37 @@ lane. A family the configuration binds to a `model_deployments` entry (`prompt_g
 `pii_classifier`, `domain_classifier`) calls that deployment's `svc-srun` workers, which each
 replica runs itself (SVC_SRUN_DIR/<replica id>/; app/srun/hosting.py BindingRuntimes).
 check_answer() runs the response-side plugins for the front doors (app/pipeline/answers).
+The `rag` plugin searches the Storage deployment's vector stores over its handle
+(deployments/router_services.py, deployments/storage.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
-import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.common.heap import freeze_startup_heap
 from app.management.stores import router_feeds, router_memories
-from app.pipeline import PipelineServices, encoder_embed
+from app.pipeline import encoder_embed
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.local_models import router_evaluators
 from app.pipeline.plan import RoutePlan
 from app.pipeline.reload import ReloadingPipeline
-from app.pipeline.signals.base import EvaluatorFactory
-from app.pipeline.signals.domain import domain_factory
-from app.pipeline.signals.harmful import harmful_factory
-from app.pipeline.signals.jailbreak import jailbreak_factory
-from app.pipeline.signals.pii import pii_factory
-from app.runtime.encoder import MiniLMEncoder, token_counter
+from app.runtime.encoder import MiniLMEncoder
 from app.srun.hosting import BindingRuntimes
 from app.srun.runtime_metrics import RuntimeMetrics
 from app.upstream.client import UpstreamClient
 from deployments import ray_compat
 from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import replica_pusher
-from deployments.response_cache import cache_lane
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
+from deployments.router_services import handle_services, retried
 
 log = logging.getLogger("svc_sr.router")
-
-
-def _retried(handle: DeploymentHandle, method: str) -> Callable[..., Awaitable[list[Any]]]:
-    """A model deployment's method, sent again once when its replica died under it (every such
-    method changes nothing)."""
-
-    async def call(*args: Any) -> list[Any]:
-        return cast(list[Any], await ray_compat.call(handle, method, *args, retries=1))
-
-    return call
-
-
-def classifier_evaluators(
-    domain: DeploymentHandle | None, guard: DeploymentHandle | None
-) -> dict[str, EvaluatorFactory]:
-    """Evaluator factories of the learned families over the model deployments' handles; a call
-    a replica died under is sent again (to another replica or the replacement), not errored."""
-    evaluators: dict[str, EvaluatorFactory] = {}
-    if domain is not None:
-        evaluators["domain"] = domain_factory(_retried(domain, "classify"))
-    if guard is not None:
-        evaluators["pii"] = pii_factory(_retried(guard, "detect_pii"))
-        evaluators["jailbreak"] = jailbreak_factory(_retried(guard, "detect_jailbreak"))
-        evaluators["harmful"] = harmful_factory(_retried(guard, "detect_harmful"))
-    return evaluators
-
-
-def handle_services(
-    embedding: DeploymentHandle,
-    cache: DeploymentHandle,
-    domain: DeploymentHandle | None = None,
-    guard: DeploymentHandle | None = None,
-) -> PipelineServices:
-    async def embed(texts: list[str]) -> np.ndarray:  # retried as the classifiers' calls
-        return await ray_compat.call(embedding, "embed", texts, retries=1)
-
-    lane = cache_lane(cache)
-    return PipelineServices(
-        embed=embed,
-        cache_lookup=lane.lookup,
-        cache_store=lane.store,
-        cache_epoch=lane.epoch,  # the token route() puts on the plan's write (stale-write guard)
-        count_tokens=token_counter(),
-        evaluators=classifier_evaluators(domain, guard),
-    )
 
 
 class InProcess(NamedTuple):
@@ -118,7 +68,7 @@ ALL_REMOTE = InProcess()
     graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S,
 )
 class Router:
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one handle per deployment it calls (Serve binds them)
         self,
         embedding: DeploymentHandle,
         cache: DeploymentHandle,
@@ -128,11 +78,15 @@ class Router:
         observability: DeploymentHandle | None = None,
         llm_servers: DeploymentHandle | None = None,
         ratings_at: tuple[Any, str | None, str | None] | None = None,
+        storage: DeploymentHandle | None = None,
     ) -> None:
         # llm_servers only keeps the in-cluster models in the graph (deployments/llm_server.py).
         transport = ray_compat.process_transport
         guard = transport(guard)
-        services = handle_services(transport(embedding), transport(cache), transport(domain), guard)
+        # Retrieval for the rag plugin: the Storage deployment's vector stores (deployments/storage.py).
+        services = handle_services(
+            transport(embedding), transport(cache), transport(domain), guard, transport(storage)
+        )
         observability = transport(observability)
         self._pusher = replica_pusher(services.metrics.recorder, observability)
         if local.encoder:
@@ -146,7 +100,7 @@ class Router:
         if local.heads:
             # Matrix products on a vector this replica holds, and PII's pattern-only checks:
             # no Ray call or batch wait for them; PII calls that need spaCy's NER go to the Guard.
-            remote_pii = _retried(guard, "detect_pii") if guard is not None else None
+            remote_pii = retried(guard, "detect_pii") if guard is not None else None
             services.evaluators.update(router_evaluators(lambda texts: services.embed(texts), remote_pii))
         # The front doors complete requests and record replays; route() only marks them.
         services.capture_replays = observability is not None

@@ -122,6 +122,12 @@ _DEPLOYMENTS: tuple[dict[str, Any], ...] = (
         "num_replicas": 1,
         "max_ongoing_requests": 1024,
         "ray_actor_options": {"num_cpus": 0.1},
+    },  # One replica: it owns the records file, the ingestion worker and a Milvus Lite file.
+    {
+        "name": "Storage",
+        "num_replicas": 1,
+        "max_ongoing_requests": 64,
+        "ray_actor_options": {"num_cpus": 0.1},
     },
 )
 

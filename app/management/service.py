@@ -43,6 +43,7 @@ from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
 from app.management.storage import StorageService
+from app.management.storage.client import StorageClient, storage_client
 from app.observability.metrics import MetricsRecorder
 from app.pipeline.memory.store import MemoryStore
 from app.pipeline.signals.base import EmbedFn
@@ -87,7 +88,9 @@ class ManagementParts(TypedDict, total=False):
     kb_store: KnowledgeBaseStore | None  # where they are kept (None: memory)
     kb_embed: EmbedFn | None  # the router's encoder (None: mutations answer 503)
     memory_store: MemoryStore | None  # the `memory` plugin's memories (None: the memory routes 503)
-    storage: StorageService | None  # files and vector stores (None: their routes answer 503)
+    # files and vector stores: this process's service, or a client of the Storage deployment
+    # (None: their routes answer 503)
+    storage: StorageService | StorageClient | None
     filename: str
     file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)
     environ: Mapping[str, str] | None
@@ -134,7 +137,7 @@ class Management:
         )
         self.kb_maps = MapCache()
         self.memory_store = parts.get("memory_store")
-        self.storage = parts.get("storage")
+        self.storage = storage_client(parts.get("storage"))  # one code path for the routes
         activator = parts.get("activator")
         # Without an activator nothing can reach the routers: status reads `unknown` and
         # mutations answer 503 instead of persisting a change that would never serve.

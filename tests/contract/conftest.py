@@ -41,7 +41,7 @@ from app.extproc.server import start_bridge_server
 from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
 from app.management.service import Management
 from app.management.storage import StorageService, open_storage
-from app.management.storage.retrieval import storage_retrieve
+from app.management.storage.client import StorageClient, local_transport
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
@@ -336,7 +336,9 @@ class _Stack:
             self._stops.append(backend_close)
         self._stops.append(storage.vector_stores.close)
         services = PipelineServices(
-            retrieve=storage_retrieve(storage.vector_stores),
+            # The rag plugin searches through the StorageClient, as a Router replica does over
+            # the Storage deployment's handle (here the local transport).
+            retrieve=StorageClient(local_transport(storage)).retrieve,
             memories=memories,
             embed=embed,
             cache_lookup=calls.lookup,

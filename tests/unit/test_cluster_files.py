@@ -35,6 +35,7 @@ EXPECTED_DEPLOYMENTS = {
     "DomainClassifier",
     "Guard",
     "DecisionModel",
+    "Storage",
 }
 MODEL_DEPLOYMENTS = {"Embedding"}
 LAPTOP_CPUS = 2.0

@@ -11,14 +11,23 @@ from deployments.shutdown import NoTopology, app_calls, replica_actor_names, sto
 
 # svc-sr's graph as the controller reports it (deployments/graph.py's bindings).
 SVC_SR_CALLS = {
-    "Ingress": ["Router", "DomainClassifier", "Guard", "Observability", "DecisionModel", "ResponseCache"],
-    "Router": ["Observability"],
+    "Ingress": [
+        "Router",
+        "DomainClassifier",
+        "Guard",
+        "Observability",
+        "DecisionModel",
+        "ResponseCache",
+        "Storage",
+    ],
+    "Router": ["Observability", "Storage"],
     "DecisionModel": ["Embedding"],
     "DomainClassifier": ["Embedding"],
     "Guard": ["Embedding"],
     "ResponseCache": ["Observability"],
     "Embedding": [],
     "Observability": [],
+    "Storage": [],
 }
 
 

@@ -228,13 +228,15 @@ def test_the_graph_adds_one_llm_server_per_in_cluster_model(
     surging = {name for name, node in nodes.items() if node._deployment_config.max_surge_percent == 100}
     assert surging >= {"Ingress", "Router", "Embedding", "DomainClassifier", "Guard", "Observability"}
     assert server._deployment_config.max_surge_percent == 0
+    # Nor the Storage replica: its replacement must not open the records and Milvus Lite files first.
+    assert nodes["Storage"]._deployment_config.max_surge_percent == 0 and nodes["Storage"].num_replicas == 1
     # A stopping replica polls its drain at SHUTDOWN_POLL_S, not Serve's 2 s (svc-sr stop, roll-outs).
     polling = {
         n
         for n, node in nodes.items()
         if node._deployment_config.graceful_shutdown_wait_loop_s == SHUTDOWN_POLL_S
     }
-    assert polling == surging
+    assert polling == surging | {"Storage"}
     plain = {**document, "providers": {"models": [{"name": "ext", "backend_refs": [{"endpoint": "h:1"}]}]}}
     names = {bound_deployment(n).name for n in graph_nodes(build_graph(args, plain))}
     assert not any(name.startswith("LLMServer") for name in names)

@@ -7,16 +7,17 @@
     DELETE /api/v1/storage/files/{file_id}            data.write   also detaches it from every vector store
 
 A rejected upload (kind by content, size, count) is 400 INVALID_INPUT with the limit in
-details; the file service unavailable (no storage in this process, directory or vector
-backend down) is 503 SERVICE_UNAVAILABLE. The multipart body is parsed here (a closing
-boundary is required: a cut-short upload stores nothing).
+details; the file service unavailable (no storage service, directory or vector backend
+down, the Storage deployment unreachable) is 503 SERVICE_UNAVAILABLE. The multipart body is
+parsed here (a closing boundary is required: a cut-short upload stores nothing). The routes
+call a StorageClient (app/management/storage/client.py): the service in this process, or the
+Storage deployment's (deployments/storage.py) on the Ray graph, with the same answers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import Any, Literal, TypeVar
 
@@ -26,8 +27,8 @@ from fastapi.responses import JSONResponse
 from app.management.errors import MgmtError, invalid_input, not_found, unavailable
 from app.management.routes.common import Registrar, Responses, json_response, mgmt_errors, record_mutation
 from app.management.service import Management
-from app.management.storage import StorageService
 from app.management.storage.backends import VectorBackendDown
+from app.management.storage.client import StorageClient
 from app.management.storage.files import FileDeleted, FileList, FileObject, FileRejected, FileServiceDown
 from app.management.storage.vector_stores import NotFound
 
@@ -62,16 +63,17 @@ UPLOAD_BODY = {
 }
 
 
-def storage_of(mgmt: Management) -> StorageService:
+def storage_of(mgmt: Management) -> StorageClient:
     if mgmt.storage is None:
         raise unavailable("the file and vector-store service is not available in this process")
     return mgmt.storage
 
 
-async def call(fn: Callable[[], T]) -> T:
-    """`fn` off the event loop (file and store I/O block); its failures as management errors."""
+async def call(operation: Awaitable[T]) -> T:
+    """A storage operation (the client runs it off the event loop or on the Storage
+    deployment); the storage errors, raised again by the client, as management errors."""
     try:
-        return await asyncio.to_thread(fn)
+        return await operation
     except (FileServiceDown, VectorBackendDown, OSError) as exc:
         raise unavailable(f"storage unavailable: {exc}") from None
     except FileRejected as exc:
@@ -124,13 +126,13 @@ class FileEndpoints:
         if purpose_raw not in ("assistants", "vision"):
             raise invalid_input("purpose must be assistants (documents) or vision (images)")
         purpose: Literal["assistants", "vision"] = "vision" if purpose_raw == "vision" else "assistants"
-        record = await call(lambda: storage.files.create(filename, data, purpose))
+        record = await call(storage.files.create(filename, data, purpose))
         record_mutation(self.mgmt, "storage.file.upload", request, 200, file_id=record.id, bytes=record.bytes)
         return json_response(record)
 
     async def list_files(self, purpose: Literal["assistants", "vision"] | None = None) -> JSONResponse:
         storage = storage_of(self.mgmt)
-        return json_response(FileList(data=await call(lambda: storage.files.listing(purpose))))
+        return json_response(FileList(data=await call(storage.files.listing(purpose))))
 
     async def inspect(self, file_id: str) -> JSONResponse:
         return json_response(await self.found(lambda s: s.files.get(file_id), file_id))
@@ -144,24 +146,16 @@ class FileEndpoints:
     async def delete(self, file_id: str, request: Request) -> JSONResponse:
         storage = storage_of(self.mgmt)
         await self.found(lambda s: s.files.get(file_id), file_id)
-        await call(lambda: remove_file(storage, file_id))
+        await call(storage.files.remove(file_id))
         record_mutation(self.mgmt, "storage.file.delete", request, 200, file_id=file_id)
         return json_response(FileDeleted(id=file_id))
 
-    async def found(self, get: Callable[[StorageService], T | None], file_id: str) -> T:
+    async def found(self, get: Callable[[StorageClient], Awaitable[T | None]], file_id: str) -> T:
         storage = storage_of(self.mgmt)
-        value = await call(lambda: get(storage))
+        value = await call(get(storage))
         if value is None:
             raise not_found(f"file {file_id!r} not found")
         return value
-
-
-def remove_file(storage: StorageService, file_id: str) -> None:
-    """Detach the file from every vector store holding it, then delete it."""
-    for store in storage.vector_stores.listing():
-        if any(f.id == file_id for f in storage.vector_stores.list_files(store.id)):
-            storage.vector_stores.detach(store.id, file_id)
-    storage.files.delete(file_id)
 
 
 DOWNLOAD_OK: Responses = {

@@ -28,7 +28,6 @@ from app.management.plugins_registry import GUARD_TYPES, descriptors, detail, re
 from app.management.rag_probe import probe_kbs
 from app.management.routes.common import Registrar, mgmt_errors, parse_model, principal_of, record_denial
 from app.management.service import Management
-from app.management.storage.retrieval import storage_retrieve
 from app.pipeline.signals.kb import KnowledgeBaseFeed
 
 TYPE = Path(min_length=1, max_length=64, description="plugin type, e.g. system_prompt, tool_selection")
@@ -74,7 +73,7 @@ def plugin_routes(mgmt: Management) -> APIRouter:
             raise MgmtError(exc.status, exc.message, code=exc.code) from None
         # The Router's answer checks (the data plane's RouterClient; a local pipeline in tests).
         checker = getattr(mgmt.previewer, "check_answer", None)
-        retrieve = storage_retrieve(mgmt.storage.vector_stores) if mgmt.storage is not None else None
+        retrieve = mgmt.storage.retrieve if mgmt.storage is not None else None
         # the router's encoder: the Management's, else the one that embeds the bases' entries
         kbs = probe_kbs(kb_feed, mgmt.embed or mgmt.knowledge_bases.embed)
         result = await run_preview(plugin_type, body, mgmt.config, mgmt.embed, checker, retrieve, kbs)

@@ -37,6 +37,7 @@ from app.management.routes.common import (
 )
 from app.management.routes.files import UNAVAILABLE, call, storage_of
 from app.management.service import Management
+from app.management.storage.client import VectorStoresClient
 from app.management.storage.models import (
     FileAttach,
     SearchRequest,
@@ -50,7 +51,7 @@ from app.management.storage.models import (
     VectorStoreObject,
     VectorStoreUpdate,
 )
-from app.management.storage.vector_stores import RotateResult, VectorStores
+from app.management.storage.vector_stores import RotateResult
 
 PREFIX = "/api/v1/storage/vector-stores"
 TAGS: list[str | Enum] = ["storage"]
@@ -64,52 +65,52 @@ class StoreEndpoints:
     def __init__(self, mgmt: Management) -> None:
         self.mgmt = mgmt
 
-    def stores(self) -> VectorStores:
+    def stores(self) -> VectorStoresClient:
         return storage_of(self.mgmt).vector_stores
 
     async def create(self, request: Request) -> JSONResponse:
         vs = self.stores()
         body = parse_model(VectorStoreCreate, await request.body() or b"{}")
-        created = await call(lambda: vs.create(body))
+        created = await call(vs.create(body))
         record_mutation(self.mgmt, "storage.vector_store.create", request, 200, vector_store_id=created.id)
         return json_response(created)
 
     async def list_stores(self) -> JSONResponse:
         vs = self.stores()
-        return json_response(VectorStoreList(data=await call(vs.listing)))
+        return json_response(VectorStoreList(data=await call(vs.listing())))
 
     async def read(self, store_id: str) -> JSONResponse:
         vs = self.stores()
-        return json_response(await call(lambda: vs.get(store_id)))
+        return json_response(await call(vs.get(store_id)))
 
     async def update(self, store_id: str, request: Request) -> JSONResponse:
         vs = self.stores()
         body = parse_model(VectorStoreUpdate, await request.body())
-        updated = await call(lambda: vs.update(store_id, body))
+        updated = await call(vs.update(store_id, body))
         record_mutation(self.mgmt, "storage.vector_store.update", request, 200, vector_store_id=store_id)
         return json_response(updated)
 
     async def delete(self, store_id: str, request: Request) -> JSONResponse:
         vs = self.stores()
-        await call(lambda: vs.delete(store_id))
+        await call(vs.delete(store_id))
         record_mutation(self.mgmt, "storage.vector_store.delete", request, 200, vector_store_id=store_id)
         return json_response(VectorStoreDeleted(id=store_id))
 
     async def search(self, store_id: str, request: Request) -> JSONResponse:
         vs = self.stores()
         body = parse_model(SearchRequest, await request.body())
-        return json_response(await call(lambda: vs.search(store_id, body)))
+        return json_response(await call(vs.search(store_id, body)))
 
     async def rotate(self, store_id: str, request: Request) -> JSONResponse:
         vs = self.stores()
-        result = await call(lambda: vs.rotate(store_id))
+        result = await call(vs.rotate(store_id))
         record_mutation(self.mgmt, "storage.vector_store.rotate", request, 200, vector_store_id=store_id)
         return json_response(result)
 
     async def attach(self, store_id: str, request: Request) -> JSONResponse:
         vs = self.stores()
         body = parse_model(FileAttach, await request.body())
-        item = await call(lambda: vs.attach(store_id, body))
+        item = await call(vs.attach(store_id, body))
         record_mutation(
             self.mgmt,
             "storage.vector_store.attach",
@@ -122,15 +123,15 @@ class StoreEndpoints:
 
     async def list_files(self, store_id: str) -> JSONResponse:
         vs = self.stores()
-        return json_response(VectorStoreFileList(data=await call(lambda: vs.list_files(store_id))))
+        return json_response(VectorStoreFileList(data=await call(vs.list_files(store_id))))
 
     async def inspect(self, store_id: str, file_id: str) -> JSONResponse:
         vs = self.stores()
-        return json_response(await call(lambda: vs.get_file(store_id, file_id)))
+        return json_response(await call(vs.get_file(store_id, file_id)))
 
     async def detach(self, store_id: str, file_id: str, request: Request) -> JSONResponse:
         vs = self.stores()
-        await call(lambda: vs.detach(store_id, file_id))
+        await call(vs.detach(store_id, file_id))
         record_mutation(
             self.mgmt, "storage.vector_store.detach", request, 200, vector_store_id=store_id, file_id=file_id
         )

@@ -1,0 +1,70 @@
+"""What a Router replica calls over handles (deployments/router.py): the Embedding deployment,
+the ResponseCache's lane, the learned signal families on the DomainClassifier and Guard, and
+the `rag` plugin's retrieval on the Storage deployment; as PipelineServices (app/pipeline)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import numpy as np
+from ray.serve.handle import DeploymentHandle
+
+from app.pipeline import PipelineServices
+from app.pipeline.signals.base import EvaluatorFactory
+from app.pipeline.signals.domain import domain_factory
+from app.pipeline.signals.harmful import harmful_factory
+from app.pipeline.signals.jailbreak import jailbreak_factory
+from app.pipeline.signals.pii import pii_factory
+from app.runtime.encoder import token_counter
+from deployments import ray_compat
+from deployments.handles import storage_client
+from deployments.response_cache import cache_lane
+
+
+def retried(handle: DeploymentHandle, method: str) -> Callable[..., Awaitable[list[Any]]]:
+    """A model deployment's method, sent again once when its replica died under it (every such
+    method changes nothing)."""
+
+    async def call(*args: Any) -> list[Any]:
+        return cast(list[Any], await ray_compat.call(handle, method, *args, retries=1))
+
+    return call
+
+
+def classifier_evaluators(
+    domain: DeploymentHandle | None, guard: DeploymentHandle | None
+) -> dict[str, EvaluatorFactory]:
+    """Evaluator factories of the learned families over the model deployments' handles; a call
+    a replica died under is sent again (to another replica or the replacement), not errored."""
+    evaluators: dict[str, EvaluatorFactory] = {}
+    if domain is not None:
+        evaluators["domain"] = domain_factory(retried(domain, "classify"))
+    if guard is not None:
+        evaluators["pii"] = pii_factory(retried(guard, "detect_pii"))
+        evaluators["jailbreak"] = jailbreak_factory(retried(guard, "detect_jailbreak"))
+        evaluators["harmful"] = harmful_factory(retried(guard, "detect_harmful"))
+    return evaluators
+
+
+def handle_services(
+    embedding: DeploymentHandle,
+    cache: DeploymentHandle,
+    domain: DeploymentHandle | None = None,
+    guard: DeploymentHandle | None = None,
+    storage: DeploymentHandle | None = None,
+) -> PipelineServices:
+    async def embed(texts: list[str]) -> np.ndarray:  # retried as the classifiers' calls
+        return await ray_compat.call(embedding, "embed", texts, retries=1)
+
+    lane = cache_lane(cache)
+    return PipelineServices(
+        embed=embed,
+        cache_lookup=lane.lookup,
+        cache_store=lane.store,
+        cache_epoch=lane.epoch,  # the token route() puts on the plan's write (stale-write guard)
+        count_tokens=token_counter(),
+        evaluators=classifier_evaluators(domain, guard),
+        # The rag plugin searches the application's vector stores (None: `unavailable`).
+        retrieve=storage_client(storage).retrieve if storage is not None else None,
+    )
