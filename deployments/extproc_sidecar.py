@@ -44,7 +44,8 @@ async def run(args: argparse.Namespace) -> None:
 
     from app.common.background import BackgroundTasks
     from app.observability.push import LoopMetricsPusher
-    from deployments.handles import HandleRouterClient, front_door_completion
+    from app.upstream.image_files import StoredImages
+    from deployments.handles import HandleRouterClient, front_door_completion, storage_client
     from deployments.observability import handle_pusher
 
     config = load_config(args.config).config
@@ -63,6 +64,9 @@ async def run(args: argparse.Namespace) -> None:
         )
     if "ResponseCache" in application.deployments:
         cache = serve.get_deployment_handle("ResponseCache", app_name=args.app)
+    images = None  # Responses input_image file ids: read from the Storage deployment's files
+    if "Storage" in application.deployments:
+        images = StoredImages(storage_client(serve.get_deployment_handle("Storage", app_name=args.app)).files)
     replay_sends = BackgroundTasks()
     settings = BridgeSettings(
         failure_mode=services.ext_proc.failure_mode,
@@ -71,7 +75,7 @@ async def run(args: argparse.Namespace) -> None:
     )
     # Requests are completed here (accounting, cache write, replay), like the Ingress does.
     completion = front_door_completion(cache, observability, metrics, replay_sends)
-    bridge = ExtProcBridge(HandleRouterClient(router, completion), settings, metrics)
+    bridge = ExtProcBridge(HandleRouterClient(router, completion), settings, metrics, images=images)
     host = args.host or services.ext_proc.bind_address
     server = await start_bridge_server(bridge, host, args.port or services.ext_proc.port)
     print(f"ext_proc bridge listening on {host}:{server.svc_sr_port}", flush=True)

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from app.api.app import StaticConfigView, create_app
+from app.api.app import StaticConfigView, create_app, management_images
 from app.cache.memory import InMemorySemanticCache
 from app.config.loader import parse_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
@@ -371,7 +371,9 @@ class _Stack:
 
         self._stops += [lambda: loop.run(upstream.aclose()), stop_ingress]
 
-        bridge = ExtProcBridge(envoy_router, BridgeSettings(failure_mode="closed"))
+        bridge = ExtProcBridge(
+            envoy_router, BridgeSettings(failure_mode="closed"), images=management_images(management)
+        )
         grpc_server = loop.run(start_bridge_server(bridge, port=0))
         self._stops.append(lambda: loop.run(grpc_server.stop(0)))
         envoy, listener = start_envoy(document, work, grpc_server.svc_sr_port, "closed")

@@ -2,8 +2,8 @@
 uploaded with purpose=vision): a PNG uploaded through the Ingress's /api/v1/storage/files, then
 `client.responses.create` with the file id. The Ingress reads the files store: the fake upstream
 receives the image inline as a chat `image_url` data URL (detail kept), and the `image` modality
-signal routes it. The ext_proc bridge reaches no files store (it keeps none, as it keeps no
-Responses store): behind Envoy the same request answers 400 and nothing is forwarded."""
+signal routes it. Both front doors: the ext_proc bridge reads the same files store (on Ray the
+sidecar reaches the Storage deployment)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from tests.contract.answers import sdk
-from tests.contract.conftest import ENVOY, INGRESS, FrontDoors, Upstreams
+from tests.contract.conftest import DOORS, FrontDoors, Upstreams
 from tests.unit.test_responses_image_files import png
 
 PNG = png(4, 4)
@@ -67,15 +67,16 @@ def image_input(file_id: str) -> Any:
     ]
 
 
+@pytest.mark.parametrize("door", DOORS)
 def test_an_uploaded_image_reaches_the_upstream_as_a_data_url(
-    doors: FrontDoors, upstreams: Upstreams
+    door: str, doors: FrontDoors, upstreams: Upstreams
 ) -> None:
     file_id = upload_png(doors.ingress_url)
     doors.forget()
     upstreams.reset()
-    raw = sdk(doors.url(INGRESS)).responses.with_raw_response.create(model="MoM", input=image_input(file_id))
+    raw = sdk(doors.url(door)).responses.with_raw_response.create(model="MoM", input=image_input(file_id))
     answer = raw.parse()
-    doors.settle(INGRESS)
+    doors.settle(door)
     assert answer.status == "completed" and answer.output_text
     assert raw.headers["x-vsr-selected-decision"] == "vision"  # the modality signal saw the image
     [sent] = upstreams.chat.requests
@@ -92,24 +93,14 @@ def test_an_uploaded_image_reaches_the_upstream_as_a_data_url(
     ]
 
 
-def test_behind_envoy_a_file_id_answers_400_without_a_files_store(
-    doors: FrontDoors, upstreams: Upstreams
+@pytest.mark.parametrize("door", DOORS)
+def test_an_unknown_file_id_is_404_and_nothing_is_forwarded(
+    door: str, doors: FrontDoors, upstreams: Upstreams
 ) -> None:
-    file_id = upload_png(doors.ingress_url)
-    doors.forget()
-    upstreams.reset()
-    with pytest.raises(openai.BadRequestError) as refused:
-        sdk(doors.url(ENVOY)).responses.create(model="MoM", input=image_input(file_id))
-    doors.settle(ENVOY)
-    assert "file_id needs the files store" in refused.value.message
-    assert upstreams.calls() == 0
-
-
-def test_an_unknown_file_id_is_404_and_nothing_is_forwarded(doors: FrontDoors, upstreams: Upstreams) -> None:
     doors.forget()
     upstreams.reset()
     with pytest.raises(openai.NotFoundError) as missing:
-        sdk(doors.url(INGRESS)).responses.create(model="MoM", input=image_input("file-0badc0de"))
-    doors.settle(INGRESS)
+        sdk(doors.url(door)).responses.create(model="MoM", input=image_input("file-0badc0de"))
+    doors.settle(door)
     assert missing.value.code == "file_not_found"
     assert upstreams.calls() == 0
