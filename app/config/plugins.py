@@ -232,7 +232,7 @@ class RagPlugin(PluginConfig):
     vector_store_ids: list[str] = Field(default_factory=list, max_length=16)
     top_k: int = Field(default=4, ge=1, le=50)
     score_threshold: float = Field(default=0.0, ge=0)
-    ranker: Literal["hybrid", "vector", "bm25"] = "hybrid"
+    ranker: Literal["hybrid", "vector", "bm25", "hybrid_rerank"] = "hybrid"
     inject_as: Literal["system", "context_block"] = "system"
     max_context_tokens: int = Field(default=1024, ge=16, le=1_000_000)
     cache_ttl_seconds: float = Field(default=300.0, ge=0, le=86_400, description="0: no result cache")
