@@ -3,7 +3,7 @@
     svc-sr storage upload FILE [--purpose vision]
     svc-sr storage vector-stores list | create [--name N] [--file ID ...] | show ID | delete ID
     svc-sr storage vector-stores attach ID FILE_ID [--attribute k=v ...]
-    svc-sr storage vector-stores search ID QUERY [-n 5] [--ranker hybrid|vector|bm25]
+    svc-sr storage vector-stores search ID QUERY [-n 5] [--ranker hybrid|vector|bm25|hybrid_rerank]
     svc-sr storage rotate ID
     svc-sr storage context-recovery invalidate --scope user:<id>|session:<id> [--dry-run] [--reason R]
 
@@ -126,7 +126,10 @@ def attach(store_id: str, file_id: str, attributes: tuple[str, ...], remote: Rem
 @click.argument("query")
 @click.option("-n", "--max-results", default=5, show_default=True, type=click.IntRange(1, 50))
 @click.option(
-    "--ranker", type=click.Choice(["hybrid", "vector", "bm25"]), default="hybrid", show_default=True
+    "--ranker",
+    type=click.Choice(["hybrid", "vector", "bm25", "hybrid_rerank"]),
+    default="hybrid",
+    show_default=True,
 )
 @remote_options
 def search(store_id: str, query: str, max_results: int, ranker: str, remote: Remote) -> None:

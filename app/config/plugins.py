@@ -244,11 +244,11 @@ class RagPlugin(PluginConfig):
     knowledge_base: KbName | None = None
     knowledge_bases: list[KbName] = Field(default_factory=list, max_length=16)
     top_k: int = Field(default=4, ge=1, le=50)
-    # a vector-store chunk's ranker score (hybrid: RRF; vector: cosine; bm25: BM25)
+    # a vector-store chunk's ranker score (hybrid, hybrid_rerank: 0..1 fused; vector: cosine; bm25: BM25)
     score_threshold: float = Field(default=0.0, ge=0)
     # a knowledge-base entry's cosine similarity to the request
     knowledge_base_threshold: float = Field(default=0.0, ge=-1, le=1)
-    ranker: Literal["hybrid", "vector", "bm25"] = "hybrid"
+    ranker: Literal["hybrid", "vector", "bm25", "hybrid_rerank"] = "hybrid"
     inject_as: Literal["system", "context_block"] = "system"
     max_context_tokens: int = Field(default=1024, ge=16, le=1_000_000)
     cache_ttl_seconds: float = Field(default=300.0, ge=0, le=86_400, description="0: no result cache")

@@ -10,7 +10,7 @@ service's hybrid/vector/BM25 search), each named knowledge base through a `KbSea
 Merging: the stores' chunks are ranked together by score (one ranker, one scale) and the
 knowledge bases' entries together by cosine (one encoder), each list cut at `top_k`; with
 both kinds named the two lists are interleaved by rank (store 1st, entry 1st, store 2nd, ...),
-because an RRF or BM25 score and a cosine are not on one scale. The best `top_k` of that which
+because a fused or BM25 score and a cosine are not on one scale. The best `top_k` of that which
 fit `max_context_tokens` (MiniLM WordPiece tokens, app/pipeline/compression.py) are injected as
 one system message or as a context block appended to the last user message.
 

@@ -12,7 +12,7 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -113,11 +113,19 @@ def words(text: str) -> list[str]:
 
 class Bm25:
     """Okapi BM25 (k1 1.2, b 0.75) over one store's chunks. Each term's postings hold its
-    precomputed per-chunk weights, so a query is a few numpy scatter-adds (10k chunks: ms)."""
+    precomputed per-chunk weights, so a query is a few numpy scatter-adds (10k chunks: ms).
+    `tokenize` makes the terms of chunks and queries alike (vector stores pass ranking.terms)."""
 
-    def __init__(self, chunks: Iterable[Chunk], k1: float = 1.2, b: float = 0.75) -> None:
+    def __init__(
+        self,
+        chunks: Iterable[Chunk],
+        k1: float = 1.2,
+        b: float = 0.75,
+        tokenize: Callable[[str], list[str]] = words,
+    ) -> None:
         self.chunks = list(chunks)
-        counts = [Counter(words(c.text)) for c in self.chunks]
+        self.tokenize = tokenize
+        counts = [Counter(tokenize(c.text)) for c in self.chunks]
         lengths = np.array([sum(tf.values()) for tf in counts], np.float32)
         avg = float(lengths.mean()) if len(lengths) else 1.0
         postings: dict[str, tuple[list[int], list[int]]] = {}
@@ -139,7 +147,7 @@ class Bm25:
 
     def search(self, query: str, k: int, file_ids: set[str] | None) -> list[tuple[Chunk, float]]:
         scores = np.zeros(len(self.chunks), np.float32)
-        for term in set(words(query)):
+        for term in set(self.tokenize(query)):
             posting = self._postings.get(term)
             if posting is not None:
                 scores[posting[0]] += posting[1]

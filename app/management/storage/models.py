@@ -103,7 +103,8 @@ class CompoundFilter(Strict):
 
 
 class RankingOptions(Strict):
-    ranker: Literal["hybrid", "vector", "bm25"] = "hybrid"
+    # hybrid_rerank: hybrid's candidates re-scored by the reranker's fusion (docs/storage.md)
+    ranker: Literal["hybrid", "vector", "bm25", "hybrid_rerank"] = "hybrid"
     score_threshold: float = Field(default=0.0, ge=0.0)
 
 
@@ -122,7 +123,10 @@ class SearchContent(BaseModel):
 class SearchResult(BaseModel):
     file_id: str
     filename: str
-    score: float = Field(description="hybrid: the fused reciprocal-rank score; vector: cosine; bm25: BM25")
+    score: float = Field(
+        description="hybrid: 0.7 x min-max cosine + 0.3 x min-max BM25 over the candidates, in [0, 1];"
+        " hybrid_rerank: the reranker's relevance in [0, 1); vector: cosine; bm25: BM25"
+    )
     attributes: dict[str, AttributeValue] = Field(default_factory=dict)
     chunk_id: str
     content: list[SearchContent]

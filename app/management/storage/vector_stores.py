@@ -8,9 +8,11 @@ thread chunks it, embeds the chunks in batches and stores them, then marks it `c
 its chunks removed when the worker finishes.
 
 Search: the query's vector against the store's chunks (vector), BM25 over the same chunks
-(bm25), or both fused by reciprocal rank (hybrid, the default); metadata filters select the
-files by their attributes before either ranking. No rerank: the reranker runs in the
-model runtime (app/srun), which the management process does not hold.
+(bm25, stemmed terms without stopwords), or both fused by normalized score (hybrid, the
+default: ranking.hybrid); hybrid_rerank re-scores hybrid's candidates with the reranker's
+cosine + BM25 fusion (app/srun/rerank.py, pure numpy, in this process, on the cosines the
+vector ranking returned: nothing is embedded again). Metadata filters select the files by their
+attributes before either ranking.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from app.management.storage.backends import Bm25, Chunk, VectorBackend, rrf
+from app.management.storage import ranking
+from app.management.storage.backends import Bm25, Chunk, VectorBackend
 from app.management.storage.chunking import chunk_words, document_text
 from app.management.storage.files import FileStore, atomic_write
 from app.management.storage.models import (
@@ -247,13 +250,22 @@ class VectorStores:
         k = body.max_num_results
         depth = max(20, CANDIDATES * k)
         ranker = body.ranking_options.ranker
-        rankings = []
-        if ranker in ("hybrid", "vector"):
-            vector = np.asarray(self.embed([body.query])[0], np.float32)
-            rankings.append(self.backend.nearest(store_id, vector, depth, allowed))
-        if ranker in ("hybrid", "bm25"):
-            rankings.append(self._bm25_of(store_id).search(body.query, depth, allowed))
-        ranked = rrf(rankings, k) if ranker == "hybrid" else rankings[0][:k]
+        vector: ranking.Ranking = []
+        lexical: ranking.Ranking = []
+        if ranker != "bm25":
+            query_vector = np.asarray(self.embed([body.query])[0], np.float32)
+            vector = self.backend.nearest(store_id, query_vector, depth, allowed)
+        if ranker != "vector":
+            lexical = self._bm25_of(store_id).search(body.query, depth, allowed)
+        if ranker == "vector":
+            ranked = vector[:k]
+        elif ranker == "bm25":
+            ranked = lexical[:k]
+        elif ranker == "hybrid":
+            ranked = ranking.hybrid(vector, lexical, k)
+        else:  # hybrid_rerank: hybrid's candidates, as deep as each ranking, re-scored
+            candidates = ranking.hybrid(vector, lexical, depth)
+            ranked = ranking.rerank(body.query, candidates, vector, k)
         data = [
             SearchResult(
                 file_id=chunk.file_id,
@@ -276,7 +288,7 @@ class VectorStores:
         cached = self._bm25.get(store_id)
         if cached is not None and cached[0] == generation:
             return cached[1]
-        index = Bm25(self.backend.chunks(store_id))
+        index = Bm25(self.backend.chunks(store_id), tokenize=ranking.terms)
         self._bm25[store_id] = (generation, index)
         return index
 
