@@ -168,7 +168,8 @@ class GlobalConfig(Open):
     services: Services = Field(default_factory=Services)
     stores: Stores = Field(default_factory=Stores)
     # Reference-layout model settings, kept as data; the keys svc-sr acts on are checked below:
-    # `signal_timeout_ms` (deadline of model-runtime signals), `on_unscanned` of the prompt
+    # `signal_timeout_ms` (deadline of model-runtime signals), `bundle_window_ms` (how long a
+    # stage's questions to one deployment wait to go as one bundle), `on_unscanned` of the prompt
     # guard and the PII classifier, and the bindings (`deployment`, `contract`, `head`) of
     # modules.classifier.domain / .pii and modules.prompt_guard (spec 2 "Router settings for
     # managed runtimes"; app/config/model_deployments.py BINDINGS).
@@ -181,6 +182,11 @@ class GlobalConfig(Open):
         timeout = catalog.get("signal_timeout_ms")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
             raise ValueError(f"signal_timeout_ms: a positive integer of milliseconds, got {timeout!r}")
+        window = catalog.get("bundle_window_ms")
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int | float) or not 0 <= window <= 50
+        ):
+            raise ValueError(f"bundle_window_ms: milliseconds from 0 to 50, got {window!r}")
         for path in ON_UNSCANNED_MODULES:
             node: Any = catalog
             for key in path:

@@ -113,20 +113,20 @@ RUNTIME_CATALOG: dict[str, MetricDef] = _defs(
     MetricDef(
         "svc_model_runtime_stage_decision_calls_total",
         "counter",
-        "Decision calls per routing stage round.",
+        "Calls of a request's routing stage to a runtime deployment (round: first or later).",
         ("deployment", "round"),
     ),
     MetricDef(
         "svc_model_runtime_bundle_question_wait_seconds",
         "histogram",
-        "Wait of a question for its bundle to be sent.",
+        "Wait of a stage question from its arrival to its bundle's send.",
         (),
         RUNTIME_BUCKETS,
     ),
     MetricDef(
         "svc_model_runtime_bundle_wait_seconds",
         "histogram",
-        "Wait of a bundle before it is sent.",
+        "Wait of a stage bundle from its first question to its send.",
         (),
         RUNTIME_BUCKETS,
     ),

@@ -16,11 +16,15 @@ Deadlines: a routing or safety signal gets `signal_timeout_ms`, else the request
 time less a tenth (at least 1 s), or 45 s with no visible deadline (`signal()`). The native
 decision API is not a signal: its calls get its own 30 s budget less a tenth, so the router
 still answers 504 `systemone_deadline_exceeded` itself when a worker is too slow.
+
+Bundling: a request's signal-stage questions to one deployment go as one /v1/bundle within
+`bundle_window_ms` (`ask()`, app/srun/stage.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -37,6 +41,7 @@ from app.srun.settings import (
     signal_timeout_s,
     unscanned_matches,
 )
+from app.srun.stage import BUNDLED_SURFACES, DEFAULT_WINDOW_MS, current_stage
 from app.srun.supervisor import RuntimeSupervisor
 
 log = logging.getLogger("svc_sr.model_runtime")
@@ -49,10 +54,13 @@ RETIRE_GRACE_S = 30.0
 
 def runtime_settings(config: RouterConfig) -> RuntimeSettings:
     """The router-side runtime block of a config (validated already by RouterConfig)."""
-    timeout = config.global_.model_catalog.get("signal_timeout_ms")
+    catalog = config.global_.model_catalog
+    window = catalog.get("bundle_window_ms", DEFAULT_WINDOW_MS)
     return RuntimeSettings(
         model_deployments=config.model_deployments,
-        model_catalog=ModelCatalogSettings(signal_timeout_ms=timeout),
+        model_catalog=ModelCatalogSettings(
+            signal_timeout_ms=catalog.get("signal_timeout_ms"), bundle_window_ms=window
+        ),
         decision_model=config.decision_model,
     )
 
@@ -178,6 +186,40 @@ class ManagedRuntimes:
             out["options"] = options
         return out
 
+    async def _send(
+        self, deployment: str, surface: str, body: dict[str, Any], deadline_s: float
+    ) -> dict[str, Any]:
+        """One call to a replica of `deployment`; a busy worker's 429: another replica first."""
+        return await spread_overload(
+            self.supervisor.client_for(deployment),
+            lambda client: self.supervisor.other_client(deployment, client),
+            lambda client: client.call(
+                "POST", f"/v1/{surface}", body, surface=surface, deadline_s=deadline_s
+            ),
+        )
+
+    async def ask(
+        self, deployment: str, surface: str, body: dict[str, Any], deadline_s: float
+    ) -> dict[str, Any]:
+        """A question of the current request's stage (app/srun/stage.py): collected with the
+        stage's other questions to `deployment` and sent as one /v1/bundle within
+        `bundle_window_ms`; sent alone when bundling is off (0), outside a stage, or for a
+        surface a bundle does not carry. Stage calls count in
+        svc_model_runtime_stage_decision_calls_total{deployment, round}."""
+        stage = current_stage()
+        window_s = self.settings.model_catalog.bundle_window_ms / 1000
+        if stage is None:
+            return await self._send(deployment, surface, body, deadline_s)
+        if window_s <= 0 or surface not in BUNDLED_SURFACES:
+            self.metrics.inc(
+                "svc_model_runtime_stage_decision_calls_total",
+                deployment=deployment,
+                round=stage.round(deployment),
+            )
+            return await self._send(deployment, surface, body, deadline_s)
+        send = functools.partial(self._send, deployment)
+        return await stage.ask(deployment, surface, body, deadline_s, send, self.metrics, window_s)
+
     async def signal(
         self,
         deployment: str,
@@ -196,13 +238,7 @@ class ManagedRuntimes:
         try:
             payload = self.signal_body(deployment, surface, body, safety)
             deadline_s = self.signal_deadline_s(remaining_s)
-            answer = await spread_overload(  # a busy worker's 429: another replica first
-                self.supervisor.client_for(deployment),
-                lambda client: self.supervisor.other_client(deployment, client),
-                lambda client: client.call(
-                    "POST", f"/v1/{surface}", payload, surface=surface, deadline_s=deadline_s
-                ),
-            )
+            answer = await self.ask(deployment, surface, payload, deadline_s)
         except Exception as exc:  # RuntimeCallError, or a transport or decoding failure
             code = exc.code if isinstance(exc, RuntimeCallError) else type(exc).__name__
             if safety:

@@ -35,6 +35,9 @@ MIN_SIGNAL_TIMEOUT_S = 1.0
 
 class ModelCatalogSettings(StrictSettings):
     signal_timeout_ms: int | None = Field(default=None, ge=1)
+    # How long a stage's questions to one deployment wait for each other before going as one
+    # /v1/bundle (app/srun/stage.py); 0 sends each question alone.
+    bundle_window_ms: float = Field(default=2.0, ge=0, le=50)
 
 
 class RuntimeSettings(StrictSettings):

@@ -21,13 +21,8 @@ SPECS = (
     ROOT.parent / "shared" / "spec" / "01-router-management-metrics.md",
     ROOT.parent / "shared" / "spec" / "02-runtime-config-cli.md",
 )
-# Spec 2 names them for a router that bundles decision-model questions per routing stage;
-# svc-sr's router sends no staged decision bundles, so nothing can record them yet.
-NOT_RECORDED = {
-    "svc_model_runtime_stage_decision_calls_total": "no staged decision-model routing",
-    "svc_model_runtime_bundle_question_wait_seconds": "no router-side question bundling",
-    "svc_model_runtime_bundle_wait_seconds": "no router-side question bundling",
-}
+# Registered metrics no code path records yet (none: every declared metric is recorded).
+NOT_RECORDED: dict[str, str] = {}
 RECORDING = frozenset({"inc", "set", "add", "observe"})
 
 

@@ -17,6 +17,7 @@ from app.pipeline.compiled import CompiledConfig
 from app.pipeline.plan import SignalMatch, SignalReport
 from app.pipeline.plugins import GuardRule
 from app.pipeline.signals.base import SignalContext, SignalEvaluator, error_matches
+from app.srun.stage import enter_stage
 
 log = logging.getLogger("svc_sr.pipeline")
 
@@ -26,6 +27,7 @@ async def evaluate_signals(
 ) -> tuple[SignalReport, list[SignalMatch]]:
     """(the signal report, the global guard's matches)."""
     wanted = state.all_signal_names() if preview else state.referenced
+    enter_stage(ctx)  # the request's model-runtime questions bundle per deployment (app/srun/stage.py)
     return await asyncio.gather(
         evaluate_families(state.evaluators, ctx, wanted),
         run_guards(state.evaluators, ctx, state.global_guards()),
