@@ -46,7 +46,10 @@ def _op(name: str) -> Any:
 @serve.deployment(
     num_replicas=1,
     max_ongoing_requests=64,
-    ray_actor_options={"num_cpus": 0.1},
+    # Idle but for an ingestion or a search: a small reservation, so that adding it to every
+    # application does not crowd out replicas that need their CPU (the test cluster's 6 CPUs
+    # held four applications before it and none after, at 0.1).
+    ray_actor_options={"num_cpus": 0.01},
     graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S,
 )
 class Storage:
