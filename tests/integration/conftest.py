@@ -223,7 +223,10 @@ def _start_ray(attempts: int = 2) -> None:
     for attempt in range(1, attempts + 1):
         started, sessions_before = time.monotonic(), set(glob.glob("/tmp/ray/session_2*"))
         try:
-            ray.init(num_cpus=6, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+            # Logical CPUs (the box has 2): enough for the session's applications side by side,
+            # each a whole graph of fractional reservations (at 6, a fourth one's Ingress waited
+            # forever once the Storage deployment joined every graph).
+            ray.init(num_cpus=8, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
             return
         except Exception:
             print(
