@@ -14,9 +14,10 @@ import numpy as np
 
 from app.config.storage import VectorStoreConfig
 from app.management.storage import StorageService, open_storage
-from app.management.storage.backends import Bm25, Chunk, MemoryBackend, rrf
+from app.management.storage.backends import Bm25, Chunk, MemoryBackend
 from app.management.storage.chunking import chunk_words, document_text
 from app.management.storage.models import FileAttach, VectorStoreCreate
+from app.management.storage.ranking import rrf
 from tests.fakes.embedding import hashed_embed
 from tests.unit.test_management_support import Harness
 

@@ -157,15 +157,3 @@ class Bm25:
         hits = np.flatnonzero(scores > 0)
         top = hits[np.argsort(-scores[hits], kind="stable")[:k]]
         return [(self.chunks[int(i)], float(scores[int(i)])) for i in top]
-
-
-def rrf(rankings: list[list[tuple[Chunk, float]]], k: int, rrf_k: int = RRF_K) -> list[tuple[Chunk, float]]:
-    """Reciprocal rank fusion: each list adds 1 / (rrf_k + rank) to its chunks."""
-    fused: dict[str, float] = {}
-    by_id: dict[str, Chunk] = {}
-    for ranking in rankings:
-        for rank, (chunk, _) in enumerate(ranking, start=1):
-            fused[chunk.id] = fused.get(chunk.id, 0.0) + 1.0 / (rrf_k + rank)
-            by_id[chunk.id] = chunk
-    ranked = sorted(fused.items(), key=lambda kv: -kv[1])[:k]
-    return [(by_id[cid], score) for cid, score in ranked]

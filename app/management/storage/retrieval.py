@@ -1,16 +1,14 @@
-"""The `rag` plugin's retrieval (app/pipeline/rag.py `Retrieve`) over the storage service's
-vector-store search, run off the event loop (the search embeds and scans in Python).
+"""The `rag` plugin's retrieval over the storage service's vector-store search: the Storage
+service runs it for a StorageClient's `retrieve` (client.py; app/pipeline/rag.py `Retrieve`).
 
 A decision names its store by id or, since ids are minted when a store is created through the
 API, by the store's `name` (the newest store of that name wins)."""
 
 from __future__ import annotations
 
-import asyncio
-
 from app.management.storage.models import RankingOptions, SearchRequest
 from app.management.storage.vector_stores import NotFound, VectorStores
-from app.pipeline.rag import RagChunk, Retrieve
+from app.pipeline.rag import RagChunk
 
 
 def search_chunks(stores: VectorStores, store_id: str, query: str, top_k: int, ranker: str) -> list[RagChunk]:
@@ -43,10 +41,3 @@ def resolve(stores: VectorStores, ref: str) -> str:
         if not named:
             raise
         return named[-1].id
-
-
-def storage_retrieve(stores: VectorStores) -> Retrieve:
-    async def retrieve(store_id: str, query: str, top_k: int, ranker: str) -> list[RagChunk]:
-        return await asyncio.to_thread(search_chunks, stores, store_id, query, top_k, ranker)
-
-    return retrieve
