@@ -81,6 +81,8 @@ bench: $(STAMP)
 	$(PY) bench/bench_context_compression.py
 	$(PY) bench/bench_answer_checks.py
 	$(PY) bench/bench_request_params.py
+	$(PY) -m app.local_llm install
+	$(PY) bench/bench_demo_llm.py
 
 # A 10-minute soak (not part of `make test`): steady load on a real local stack (fake upstreams on
 # 127.0.0.1), the resident memory of every process and every failed request (docs/performance.md).
