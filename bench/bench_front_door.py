@@ -80,7 +80,9 @@ async def begin(settings: ExchangeSettings, raw: bytes) -> float:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -95,7 +97,9 @@ async def main() -> None:
     settings = ExchangeSettings(router=HopClient(pipeline))
     long_text = (LONG_TURN * 8).strip()  # ~2,100 characters, ~500 tokens with the system prompt
     bodies = {
-        "short": [json.dumps(prompt(f"please deploy the fix now (case {i})")).encode() for i in range(args.n)],
+        "short": [
+            json.dumps(prompt(f"please deploy the fix now (case {i})")).encode() for i in range(args.n)
+        ],
         "500_tokens": [json.dumps(prompt(f"{long_text} (case {i})")).encode() for i in range(args.n)],
     }
     for name in bodies:  # warm regexes, pydantic's validators, the allocator
