@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.common.chat_text import content_text
+
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 MODEL_ALIAS = "gemma-3-270m"
 DEFAULT_PORT = 18082
@@ -259,30 +261,20 @@ def _log_tail(path: Path, lines: int = 20) -> str:
 # ---------------------------------------------------------------- server child
 
 
-def _message_text(content: object) -> str:
-    """OpenAI content: a string or a list of parts; only text parts mean anything to this model."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        return "\n".join(t for t in parts if isinstance(t, str))
-    return ""
-
-
 def demo_chat_prompt(messages: Sequence[dict[str, object]]) -> tuple[str, list[str]]:
     """Prompt and stop sequences for DEMO_CHAT_FORMAT: vicuna-style turns, one per line.
 
     System messages replace the default system prompt (stock vicuna ignores them); every other role
     speaks as USER, so tool results still reach the model as context.
     """
-    system = [_message_text(m.get("content")) for m in messages if m.get("role") == "system"]
+    system = [content_text(m.get("content")) for m in messages if m.get("role") == "system"]
     lines = ["\n".join(t for t in system if t) or DEMO_SYSTEM_PROMPT, ""]
     for m in messages:
         role = m.get("role")
         if role == "system":
             continue
         speaker = "ASSISTANT" if role == "assistant" else "USER"
-        lines.append(f"{speaker}: {_message_text(m.get('content')).strip()}")
+        lines.append(f"{speaker}: {content_text(m.get('content')).strip()}")
     lines.append("ASSISTANT:")
     return "\n".join(lines), list(DEMO_STOP)
 
