@@ -7,9 +7,14 @@ encoder, no cache), so the figures are the request's parsing and validation plus
 route. Two prompts: a short one and one of ~500 tokens (a system prompt and a long user
 turn). One run measures both, interleaved, after a warm-up.
 
+`parse` is the part of that a body's parsing costs, alone: the chat API's parse at the door,
+the hop's pickling of the arguments, the plan and the signal context on the Router (the
+human's ask); `responses_parse` is a Responses request's parse at the door (its translation
+to a chat body included).
+
     .venv/bin/python bench/bench_front_door.py [--n 3000] [--json]
 
-Prints p50 / p99 (ms) per prompt.
+Prints p50 / p99 (ms) per prompt and scenario.
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.config.models import RouterConfig  # noqa: E402
-from app.exchange.client_api import ChatApi  # noqa: E402
+from app.exchange.client_api import ChatApi, ResponsesApi  # noqa: E402
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward  # noqa: E402
 from app.pipeline import PipelineServices, RouterPipeline  # noqa: E402
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict  # noqa: E402
+from app.pipeline.phases.parse import new_plan  # noqa: E402
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan  # noqa: E402
+from app.pipeline.signals.base import SignalContext  # noqa: E402
 from bench.bench_pipeline import document  # noqa: E402
 from bench.latency import percentile  # noqa: E402
 
@@ -79,6 +86,24 @@ async def begin(settings: ExchangeSettings, raw: bytes) -> float:
     return elapsed
 
 
+def parse(raw: bytes) -> float:
+    start = time.perf_counter()
+    body = ChatApi().parse(raw)
+    sent = pickle.loads(pickle.dumps((body, {}, "id"), protocol=5))
+    plan = new_plan(sent[0], {}, "id", AUTO)
+    SignalContext(plan.body["messages"], body=plan.body)
+    return time.perf_counter() - start
+
+
+def responses_parse(raw: bytes) -> float:
+    start = time.perf_counter()
+    ResponsesApi().parse(raw)
+    return time.perf_counter() - start
+
+
+AUTO = frozenset({"MoM"})
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -102,28 +127,38 @@ async def main() -> None:
         ],
         "500_tokens": [json.dumps(prompt(f"{long_text} (case {i})")).encode() for i in range(args.n)],
     }
+    responses = {
+        name: [
+            json.dumps(
+                {"model": "MoM", "instructions": SYSTEM, "input": m["messages"][1]["content"]}
+            ).encode()
+            for m in map(json.loads, raws)
+        ]
+        for name, raws in bodies.items()
+    }
     for name in bodies:  # warm regexes, pydantic's validators, the allocator
         for raw in bodies[name][:200]:
             await begin(settings, raw)
-    samples: dict[str, list[float]] = {name: [] for name in bodies}
+            parse(raw)
+        for raw in responses[name][:200]:
+            responses_parse(raw)
+    samples: dict[str, list[float]] = {}
     gc.collect()
     for i in range(args.n):
         for name, raws in bodies.items():
-            samples[name].append(await begin(settings, raws[i]))
+            samples.setdefault(name, []).append(await begin(settings, raws[i]))
+            samples.setdefault(f"parse {name}", []).append(parse(raws[i]))
+            samples.setdefault(f"responses_parse {name}", []).append(responses_parse(responses[name][i]))
     results = {
-        name: {
-            "p50_ms": round(percentile(s, 50, 1000), 4),
-            "p99_ms": round(percentile(s, 99, 1000), 4),
-            "bytes": len(bodies[name][0]),
-        }
+        name: {"p50_ms": round(percentile(s, 50, 1000), 4), "p99_ms": round(percentile(s, 99, 1000), 4)}
         for name, s in samples.items()
     }
     if args.json:
         print(json.dumps({"n": args.n, **results}, indent=2))
         return
-    print(f"Exchange.begin() of a MoM chat request, {args.n} per prompt (ms)")
+    print(f"Exchange.begin() of a MoM chat request, and its parsing alone, {args.n} per prompt (ms)")
     for name, r in results.items():
-        print(f"  {name:<10} {r['bytes']:>6} B   p50 {r['p50_ms']:>7.4f}   p99 {r['p99_ms']:>7.4f}")
+        print(f"  {name:<26} p50 {r['p50_ms']:>7.4f}   p99 {r['p99_ms']:>7.4f}")
 
 
 if __name__ == "__main__":
