@@ -68,9 +68,9 @@ def parse_chat_body(raw: bytes | str) -> dict[str, Any]:
 
 
 def validate_chat_body(data: Any) -> dict[str, Any]:
-    """`data` checked as a chat body (ChatCompletionRequest) and returned as the client sent it,
-    unknown fields included, with the model name stripped (in place); raises SvcError 400. The hand checks
-    first give the reference router's messages for the commonest mistakes."""
+    """`data` checked as a chat body (ChatCompletionRequest) and returned as the client sent
+    it, unknown fields included, with the model name stripped (in place); raises SvcError 400.
+    The hand checks first give the reference router's messages for the commonest mistakes."""
     if not isinstance(data, dict):
         raise bad_request("request body must be a JSON object")
     if "messages" not in data or data["messages"] is None:

@@ -6,7 +6,8 @@ matches when the guard flags the text (`is_jailbreak`: score >= threshold). The 
 the human's ask, or with `include_history` the conversation text as paragraphs
 (app/common/chat_text.py: every user turn, so an attack split over turns is seen whole).
 For the ask the request's shared query embedding is passed along, so the guard does not
-encode it again; history texts are encoded by the guard's side. Confidence is the guard's risk score, also when not matched (so `NOT` works).
+encode it again; history texts are encoded by the guard's side. Confidence is the guard's
+risk score, also when not matched (so `NOT` works).
 
 A rule that leaves `threshold` unset takes `prompt_guard.threshold` when configured.
 The guard arrives as an async callable (`JailbreakDetectFn`): the Router adapts the Guard
