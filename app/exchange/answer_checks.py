@@ -20,10 +20,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from app.common.chat_text import content_text
 from app.common.errors import SvcError, security_violation
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict, CheckName, CheckOutcome
 from app.pipeline.answers.policy import Checker
-from app.pipeline.signals.base import content_text
 
 log = logging.getLogger("svc_sr.exchange")
 

@@ -29,14 +29,11 @@ MAX_ITEMS = 2048  # inputs per request; bigger jobs should be split (one request
 
 
 class ErrorDetail(BaseModel):
+    """One item's error in a result. A whole request's failure is `RuntimeFailure`, which a
+    worker answers with app/srun/models.py's `WorkerErrorBody`."""
+
     code: str
     message: str
-
-
-class ErrorBody(BaseModel):
-    """Worker HTTP error body: ``{"error": {"code", "message"}}``."""
-
-    error: ErrorDetail
 
 
 class RuntimeFailure(Exception):
@@ -48,9 +45,6 @@ class RuntimeFailure(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-
-    def body(self) -> ErrorBody:
-        return ErrorBody(error=ErrorDetail(code=self.code, message=self.message))
 
 
 class InvalidRequest(RuntimeFailure, ValueError):
