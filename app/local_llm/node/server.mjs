@@ -43,12 +43,14 @@ if (!opts.model || !opts.modules) {
   process.exit(2);
 }
 
-// A message's text: a string, or the text parts of a content list (images mean nothing to this model).
+// A message's text: a string, or the text parts of a content list (images mean nothing to this model);
+// the router's definition (app/common/chat_text.py), for the part types a chat body carries.
+const TEXT_PARTS = new Set(["text", "input_text", "output_text"]);
 function contentText(content) {
   if (typeof content === "string") return content;
   if (Array.isArray(content)) {
     return content
-      .filter((p) => p && typeof p === "object" && p.type === "text" && typeof p.text === "string")
+      .filter((p) => p && typeof p === "object" && TEXT_PARTS.has(p.type) && typeof p.text === "string")
       .map((p) => p.text)
       .join("\n");
   }
