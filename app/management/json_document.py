@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, Self, TypeVar
 
 from pydantic import ValidationError
 
-from app.management.redaction import redact_url
+from app.common.redaction import redact_url
 from app.management.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
 from app.management.state_backends import (
     FileStateBackend,

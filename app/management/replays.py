@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from app.management.redaction import REDACTED, redact
+from app.common.redaction import REDACTED, redact
 
 DEFAULT_REPLAY_CAPACITY = 10_000
 CONTENT_KEYS = frozenset(

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from app.common.redaction import redact_url
 from app.config.loader import load_config, parse_config
 from app.management.audit import AuditTrail
 from app.management.documents import Candidate, candidate_of, merge_patch
 from app.management.knowledge_bases import KnowledgeBaseStore, open_kb_store
 from app.management.rate_buckets import BucketBackend, RedisBuckets
 from app.management.ratings import RatingStore, open_rating_store
-from app.management.redaction import redact_url
 from app.management.replays import DEFAULT_REPLAY_CAPACITY, OutcomeLog, ReplaySource, ReplayStore
 from app.management.response_store import RedisResponseBackend, ResponseBackend
 from app.management.shared_store import (

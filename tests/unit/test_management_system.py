@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from app.common.redaction import REDACTED
 from app.management import ReplayStore, StartupTracker
-from app.management.redaction import REDACTED
 from tests.unit.test_management_support import SECRET, Harness, error_code
 
 

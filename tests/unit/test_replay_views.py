@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.common.redaction import REDACTED
 from app.management import ReplayStore, replay_views
-from app.management.redaction import REDACTED
 from app.management.replay_views import shadow_first
 from app.pipeline import PipelineServices
 from app.pipeline.phases.parse import MAX_SESSION_ID, session_id_of
