@@ -41,7 +41,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from app.management.errors import unavailable
+from app.common.mgmt_errors import unavailable
 from app.management.routes.compression import compression_routes
 from app.management.routes.config import config_read_routes
 from app.management.routes.config_writes import config_write_routes

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.common.background import BackgroundTasks
-from app.management.errors import MgmtError, not_found, unavailable
+from app.common.mgmt_errors import MgmtError, not_found, unavailable
 from app.management.json_document import DocumentBackends, JsonDocumentStore
 from app.management.shared_store import ManagementStoreSettings
 from app.management.state_backends import MemoryStateBackend, StateBackend

@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from app.common.errors import validation_message
+from app.common.mgmt_errors import MgmtError, invalid_input, not_implemented, unavailable
 from app.config.global_config import ResponseCacheConfig
 from app.config.models import RouterConfig
 from app.config.plugins import (
@@ -35,7 +36,6 @@ from app.config.plugins import (
 )
 from app.config.routing import Decision, Plugin
 from app.exchange.answer_checks import request_context
-from app.management.errors import MgmtError, invalid_input, not_implemented, unavailable
 from app.management.plugin_bindings import declared_enabled, find_decision, find_plugin
 from app.management.plugin_models import (
     AnswerConditions,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.common.mgmt_errors import MgmtError
 from app.config.plugins import PLUGIN_KIND, PLUGIN_MODELS
 from app.config.routing import REFERENCE_ONLY_PLUGIN_TYPES
-from app.management.errors import MgmtError
 from app.management.plugin_models import (
     PluginDescriptor,
     PluginDetail,

@@ -18,8 +18,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.common.api_docs import json_body
+from app.common.mgmt_errors import unavailable
 from app.management import compression
-from app.management.errors import unavailable
 from app.management.routes.common import Registrar, json_response, maybe_await, mgmt_errors, parse_model
 from app.management.service import Management
 

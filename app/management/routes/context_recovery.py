@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.common.api_docs import json_body
-from app.management.errors import unavailable
+from app.common.mgmt_errors import unavailable
 from app.management.routes.common import (
     Registrar,
     Responses,

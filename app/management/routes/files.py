@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.management.errors import MgmtError, invalid_input, not_found, unavailable
+from app.common.mgmt_errors import MgmtError, invalid_input, not_found, unavailable
 from app.management.routes.common import Registrar, Responses, json_response, mgmt_errors, record_mutation
 from app.management.service import Management
 from app.management.storage.backends import VectorBackendDown

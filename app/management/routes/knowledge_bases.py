@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
 from app.common.api_docs import json_body
-from app.management.errors import MgmtError
+from app.common.mgmt_errors import MgmtError
 from app.management.kb_map import KbMap, KbMapMetadata
 from app.management.routes.common import Registrar, json_response, mgmt_errors, parse_model, record_mutation
 from app.management.service import Management

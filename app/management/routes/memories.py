@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from app.management.errors import not_found, unavailable
+from app.common.mgmt_errors import not_found, unavailable
 from app.management.routes.common import Registrar, Responses, mgmt_errors, record_mutation
 from app.management.service import Management
 from app.pipeline.memory.store import (

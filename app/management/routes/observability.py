@@ -12,10 +12,10 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
 
 from app.common.api_docs import json_body
+from app.common.mgmt_errors import MgmtError, not_found, unavailable
 from app.management.audit import AuditPage
 from app.management.classification_metrics import ClassificationMetrics, classification_metrics
 from app.management.elo_feedback import rate_outcome
-from app.management.errors import MgmtError, not_found, unavailable
 from app.management.replay_views import (
     DEFAULT_RECIPE,
     DatasetManifest,

@@ -13,8 +13,8 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from app.common.api_docs import json_body
+from app.common.mgmt_errors import MgmtError
 from app.management.auth import AuthError
-from app.management.errors import MgmtError
 from app.management.plugin_bindings import bindings
 from app.management.plugin_models import (
     PluginBindingList,

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.common.api_docs import json_body
+from app.common.mgmt_errors import MgmtError, unavailable
 from app.common.redaction import redact
-from app.management.errors import MgmtError, unavailable
 from app.management.models import PreviewRequest, PreviewResponse
 from app.management.routes.common import Registrar, json_response, mgmt_errors, parse_model, principal_of
 from app.management.service import Management

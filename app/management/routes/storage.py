@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from app.cache.base import CacheUnavailable
 from app.common.api_docs import json_body
+from app.common.mgmt_errors import unavailable
 from app.common.redaction import redact
 from app.config.global_config import ResponseCacheConfig
 from app.management.cache_admin import (
@@ -35,7 +36,6 @@ from app.management.cache_admin import (
     ResponseCacheAdmin,
     scope_name,
 )
-from app.management.errors import unavailable
 from app.management.routes.common import (
     Registrar,
     Responses,
