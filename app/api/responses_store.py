@@ -29,7 +29,7 @@ from app.config.global_config import ResponseApiConfig
 from app.exchange.openai_models import ResponseObject
 from app.exchange.stored_responses import ConversationStore, StoredResponse
 from app.management.response_store import MemoryResponseBackend, ResponseBackend
-from app.management.shared_store import StoreUnavailable
+from app.state.shared_store import StoreUnavailable
 
 log = logging.getLogger("svc_sr.responses_store")
 

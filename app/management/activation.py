@@ -32,8 +32,8 @@ from app.config.models import RouterConfig
 from app.management.audit import AuditTrail
 from app.management.auth import auth_issues
 from app.management.documents import Candidate, DocumentRejected, Reason, Stage, etag_of, restart_required
-from app.management.shared_store import StoreUnavailable
 from app.management.state import ConfigStore, StaleDocument, VersionRecord, VersionResult
+from app.state.shared_store import StoreUnavailable
 
 log = logging.getLogger("svc_sr.management.activation")
 

@@ -58,7 +58,7 @@ from app.management.routes.storage import storage_routes
 from app.management.routes.system import install_discovery, system_routes
 from app.management.routes.vector_stores import vector_store_routes
 from app.management.service import Management
-from app.management.shared_store import StoreUnavailable
+from app.state.shared_store import StoreUnavailable
 
 __all__ = ["install", "management_router"]
 

@@ -1,6 +1,6 @@
 """Knowledge bases (spec 1 "Storage"): where they are kept and how a mutation activates.
 
-Kept alongside the management state, as JSON documents (json_document.py) over its backends
+Kept alongside the management state, as JSON documents (app/state/json_document.py) over its backends
 and their compare-and-set, so every Ingress replica and every Router replica sees the same bases:
 - memory: one process (tests; the standalone app);
 - file: `<state_dir>/knowledge_bases.json`, and `kb_vectors_<name>.json` per base, each
@@ -31,9 +31,6 @@ import numpy as np
 
 from app.common.background import BackgroundTasks
 from app.common.mgmt_errors import MgmtError, not_found, unavailable
-from app.management.json_document import DocumentBackends, JsonDocumentStore
-from app.management.shared_store import ManagementStoreSettings
-from app.management.state_backends import MemoryStateBackend, StateBackend
 from app.pipeline.signals.base import EmbedFn
 from app.pipeline.signals.kb_data import (
     KbEntry,
@@ -43,6 +40,9 @@ from app.pipeline.signals.kb_data import (
     KnowledgeBasesDocument,
     content_hash,
 )
+from app.state.json_document import DocumentBackends, JsonDocumentStore
+from app.state.shared_store import ManagementStoreSettings
+from app.state.state_backends import MemoryStateBackend, StateBackend
 
 if TYPE_CHECKING:
     import redis

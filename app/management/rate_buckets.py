@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from app.management.shared_store import store_errors
+from app.state.shared_store import store_errors
 
 if TYPE_CHECKING:
     import redis

@@ -1,7 +1,7 @@
 """Where the Elo ratings live (`algorithm.type: elo`): one `RatingsDocument` in the management
 store, so every Router replica reads the same ratings and a restart keeps them.
 
-The document is a JsonDocumentStore (json_document.py) over the management store's own
+The document is a JsonDocumentStore (app/state/json_document.py) over the management store's own
 backends with their compare-and-set: `apply(games)` reads the document, applies the games
 (app/models/elo.py `apply_games`) and saves it only if no other writer saved since, else
 re-reads and retries. So two Ingress replicas accepting outcomes at once both count.
@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.management.json_document import DocumentBackends, JsonDocumentStore
-from app.management.shared_store import ManagementStoreSettings
-from app.management.state_backends import StateBackend
 from app.models.elo import Game, RatingsDocument, apply_games
+from app.state.json_document import DocumentBackends, JsonDocumentStore
+from app.state.shared_store import ManagementStoreSettings
+from app.state.state_backends import StateBackend
 
 if TYPE_CHECKING:
     import redis

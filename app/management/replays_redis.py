@@ -50,7 +50,7 @@ from app.management.replays import (
     replay_item,
     replay_page,
 )
-from app.management.shared_store import store_errors
+from app.state.shared_store import store_errors
 
 # Records read per round trip by filtered pages and aggregates.
 READ_CHUNK = 1000

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from app.exchange.stored_responses import StoredResponse
-from app.management.shared_store import store_errors
+from app.state.shared_store import store_errors
 
 if TYPE_CHECKING:
     import redis

@@ -38,7 +38,6 @@ from app.management.rate_buckets import BucketBackend
 from app.management.ratings import RatingStore
 from app.management.replays import OutcomeLog, OutcomeStore, ReplaySource
 from app.management.response_store import ResponseBackend
-from app.management.shared_store import StoreUnavailable
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
@@ -47,6 +46,7 @@ from app.management.storage.client import StorageClient, storage_client
 from app.observability.metrics import MetricsRecorder
 from app.pipeline.memory.store import MemoryStore
 from app.pipeline.signals.base import EmbedFn
+from app.state.shared_store import StoreUnavailable
 
 if TYPE_CHECKING:
     pass

@@ -25,18 +25,18 @@ from app.management.rate_buckets import BucketBackend, RedisBuckets
 from app.management.ratings import RatingStore, open_rating_store
 from app.management.replays import DEFAULT_REPLAY_CAPACITY, OutcomeLog, ReplaySource, ReplayStore
 from app.management.response_store import RedisResponseBackend, ResponseBackend
-from app.management.shared_store import (
+from app.management.state import ConfigStore, StartupKind, open_store, state_dir_of
+from app.pipeline.elo_selector import RatingsFeed
+from app.pipeline.memory.redis_store import RedisMemoryStore
+from app.pipeline.memory.store import MemoryStore
+from app.pipeline.signals.kb import KnowledgeBaseFeed
+from app.state.shared_store import (
     ManagementStoreSettings,
     StoreUnavailable,
     redis_client,
     store_settings,
 )
-from app.management.state import ConfigStore, StartupKind, open_store, state_dir_of
-from app.management.state_backends import RedisStateBackend, StoreCorrupt
-from app.pipeline.elo_selector import RatingsFeed
-from app.pipeline.memory.redis_store import RedisMemoryStore
-from app.pipeline.memory.store import MemoryStore
-from app.pipeline.signals.kb import KnowledgeBaseFeed
+from app.state.state_backends import RedisStateBackend, StoreCorrupt
 
 if TYPE_CHECKING:
     import redis

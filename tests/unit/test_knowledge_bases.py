@@ -16,7 +16,7 @@ import pytest
 
 from app.management.kb_map import project
 from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore, open_kb_store
-from app.management.shared_store import ManagementStoreSettings
+from app.state.shared_store import ManagementStoreSettings
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth
 
 DIM = 16

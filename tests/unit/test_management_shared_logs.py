@@ -21,7 +21,7 @@ from app.management.audit import AuditEntry, AuditLog, AuditTrail, verify_chain
 from app.management.audit_redis import RedisAuditLog
 from app.management.replays import IdempotencyConflict, OutcomeIn, OutcomeLog, OutcomeStore, ReplayStore
 from app.management.replays_redis import RedisOutcomeStore, RedisReplayStore
-from app.management.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
+from app.state.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
 from tests.fakes.upstream import find_free_port
 
 AuditFactory = Callable[..., AuditTrail]

@@ -22,11 +22,11 @@ from app.management.activation import Activator
 from app.management.audit_redis import RedisAuditLog
 from app.management.ratings import RATINGS_FILE, RATINGS_LOCK, RatingStore, open_rating_store
 from app.management.replays_redis import RedisOutcomeStore
-from app.management.shared_store import ManagementStoreSettings, redis_client
 from app.management.state import ConfigStore
-from app.management.state_backends import FileStateBackend, RedisStateBackend
 from app.pipeline.pipeline import RouterPipeline
 from app.pipeline.services import PipelineServices
+from app.state.shared_store import ManagementStoreSettings, redis_client
+from app.state.state_backends import FileStateBackend, RedisStateBackend
 from app.upstream.client import UpstreamClient
 
 SECRET = "sk-live-0123456789abcdef"

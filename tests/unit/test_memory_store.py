@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.management.shared_store import ManagementStoreSettings, redis_client
 from app.pipeline.memory.redis_store import RedisMemoryStore
 from app.pipeline.memory.store import (
     InMemoryMemoryStore,
@@ -21,6 +20,7 @@ from app.pipeline.memory.store import (
     new_memory_id,
     now_stamp,
 )
+from app.state.shared_store import ManagementStoreSettings, redis_client
 
 ADA = MemoryScope(kind="user", id="ada")
 BOB = MemoryScope(kind="user", id="bob")

@@ -18,8 +18,8 @@ from app.config.loader import parse_config
 from app.exchange.stored_responses import StoredResponse
 from app.management.response_store import MemoryResponseBackend, RedisResponseBackend, ResponseBackend
 from app.management.service import Management
-from app.management.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
 from app.pipeline import PipelineServices, RouterPipeline
+from app.state.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
 from app.upstream.client import UpstreamClient
 from tests.fakes.upstream import FakeUpstream
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Generic, Protocol, Self, TypeVar
 from pydantic import ValidationError
 
 from app.common.redaction import redact_url
-from app.management.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
-from app.management.state_backends import (
+from app.state.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
+from app.state.state_backends import (
     FileStateBackend,
     MemoryStateBackend,
     RedisStateBackend,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 from pydantic import BaseModel
 
 from app.common.persist import atomic_write_bytes, remove_orphan_temps
-from app.management.shared_store import StoreUnavailable, store_errors
+from app.state.shared_store import StoreUnavailable, store_errors
 
 if TYPE_CHECKING:
     import redis
