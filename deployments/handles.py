@@ -15,12 +15,12 @@ from app.cache.base import CacheScope, CacheUnavailable, FlushOutcome
 from app.common.background import BackgroundTasks
 from app.common.errors import SvcError
 from app.management.replays import ReplayAggregate, ReplayPage
-from app.management.storage.client import StorageClient, StorageReply
-from app.management.storage.files import FileServiceDown
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.storage.client import StorageClient, StorageReply
+from app.storage.files import FileServiceDown
 from deployments import ray_compat
 from deployments.observability import replay_sender
 from deployments.response_cache import cache_lane

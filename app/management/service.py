@@ -30,8 +30,6 @@ from app.management.cache_admin import ResponseCacheAdmin
 from app.management.classification_metrics import MetricsSource
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
-from app.management.kb_map import MapCache
-from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
 from app.management.live_inventory import RuntimeFactsProvider
 from app.management.models import MutationResponse, StatusDocument
 from app.management.rate_buckets import BucketBackend
@@ -41,12 +39,14 @@ from app.management.response_store import ResponseBackend
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
-from app.management.storage import StorageService
-from app.management.storage.client import StorageClient, storage_client
 from app.observability.metrics import MetricsRecorder
 from app.pipeline.memory.store import MemoryStore
 from app.pipeline.signals.base import EmbedFn
 from app.state.shared_store import StoreUnavailable
+from app.storage import StorageService
+from app.storage.client import StorageClient, storage_client
+from app.storage.kb_map import MapCache
+from app.storage.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
 
 if TYPE_CHECKING:
     pass

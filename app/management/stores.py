@@ -20,7 +20,6 @@ from app.common.redaction import redact_url
 from app.config.loader import load_config, parse_config
 from app.management.audit import AuditTrail
 from app.management.documents import Candidate, candidate_of, merge_patch
-from app.management.knowledge_bases import KnowledgeBaseStore, open_kb_store
 from app.management.rate_buckets import BucketBackend, RedisBuckets
 from app.management.ratings import RatingStore, open_rating_store
 from app.management.replays import DEFAULT_REPLAY_CAPACITY, OutcomeLog, ReplaySource, ReplayStore
@@ -37,6 +36,7 @@ from app.state.shared_store import (
     store_settings,
 )
 from app.state.state_backends import RedisStateBackend, StoreCorrupt
+from app.storage.knowledge_bases import KnowledgeBaseStore, open_kb_store
 
 if TYPE_CHECKING:
     import redis

@@ -38,10 +38,7 @@ from app.cache.memory import InMemorySemanticCache
 from app.config.loader import parse_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
-from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
 from app.management.service import Management
-from app.management.storage import StorageService, open_storage
-from app.management.storage.client import StorageClient, local_transport
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
@@ -52,6 +49,9 @@ from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import shared_encoder
 from app.runtime.hosted_guard import HostedGuard
+from app.storage import StorageService, open_storage
+from app.storage.client import StorageClient, local_transport
+from app.storage.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
 from app.upstream.client import UpstreamClient
 from tests.envoy.conftest import LoopThread, start_envoy
 from tests.fakes.messages_upstream import FakeMessagesUpstream

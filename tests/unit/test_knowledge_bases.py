@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.management.kb_map import project
-from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore, open_kb_store
 from app.state.shared_store import ManagementStoreSettings
+from app.storage.kb_map import project
+from app.storage.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore, open_kb_store
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth
 
 DIM = 16

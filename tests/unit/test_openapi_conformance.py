@@ -49,11 +49,11 @@ from app.config.storage import VectorStoreConfig
 from app.management import ReplayStore
 from app.management.cache_admin import LocalCacheAdmin, backend_control
 from app.management.classification_metrics import aggregator_report
-from app.management.knowledge_bases import KnowledgeBaseService
-from app.management.storage import open_storage
 from app.observability.metrics import MetricsAggregator
 from app.pipeline.memory.store import InMemoryMemoryStore
 from app.srun.catalog import DECISION_MODEL, load
+from app.storage import open_storage
+from app.storage.knowledge_bases import KnowledgeBaseService
 from app.upstream.client import UpstreamClient
 from tests.fakes.classifiers import FakeBackend
 from tests.fakes.embedding import hashed_embed

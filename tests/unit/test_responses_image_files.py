@@ -22,9 +22,9 @@ from app.config.loader import parse_config
 from app.config.storage import VectorStoreConfig
 from app.exchange.client_api import client_api
 from app.management.service import Management
-from app.management.storage import open_storage
-from app.management.storage.files import FileServiceDown, FileStore
 from app.pipeline import PipelineServices, RouterPipeline
+from app.storage import open_storage
+from app.storage.files import FileServiceDown, FileStore
 from app.upstream.client import UpstreamClient
 from app.upstream.image_files import (
     ImageFile,

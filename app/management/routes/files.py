@@ -10,7 +10,7 @@ A rejected upload (kind by content, size, count) is 400 INVALID_INPUT with the l
 details; the file service unavailable (no storage service, directory or vector backend
 down, the Storage deployment unreachable) is 503 SERVICE_UNAVAILABLE. The multipart body is
 parsed here (a closing boundary is required: a cut-short upload stores nothing). The routes
-call a StorageClient (app/management/storage/client.py): the service in this process, or the
+call a StorageClient (app/storage/client.py): the service in this process, or the
 Storage deployment's (deployments/storage.py) on the Ray graph, with the same answers.
 """
 
@@ -27,10 +27,10 @@ from fastapi.responses import JSONResponse
 from app.common.mgmt_errors import MgmtError, invalid_input, not_found, unavailable
 from app.management.routes.common import Registrar, Responses, json_response, mgmt_errors, record_mutation
 from app.management.service import Management
-from app.management.storage.backends import VectorBackendDown
-from app.management.storage.client import StorageClient
-from app.management.storage.files import FileDeleted, FileList, FileObject, FileRejected, FileServiceDown
-from app.management.storage.vector_stores import NotFound
+from app.storage.backends import VectorBackendDown
+from app.storage.client import StorageClient
+from app.storage.files import FileDeleted, FileList, FileObject, FileRejected, FileServiceDown
+from app.storage.vector_stores import NotFound
 
 PREFIX = "/api/v1/storage/files"
 TAGS: list[str | Enum] = ["storage"]

@@ -10,7 +10,7 @@
 
 Entries are request-like content, so reading them takes data.read; a mutation changes how
 requests route, as a configuration change does, so it takes config.write. A mutation while
-another is pending answers 409 CONFIG_ACTIVATION_PENDING (app/management/knowledge_bases.py).
+another is pending answers 409 CONFIG_ACTIVATION_PENDING (app/storage/knowledge_bases.py).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from pydantic import BaseModel, Field
 
 from app.common.api_docs import json_body
 from app.common.mgmt_errors import MgmtError
-from app.management.kb_map import KbMap, KbMapMetadata
 from app.management.routes.common import Registrar, json_response, mgmt_errors, parse_model, record_mutation
 from app.management.service import Management
 from app.pipeline.signals.kb_data import KB_NAME, MAX_ENTRIES, KbEntry, KbStatus, KnowledgeBase
+from app.storage.kb_map import KbMap, KbMapMetadata
 
 PREFIX = "/api/v1/storage/knowledge-bases"
 TAGS: list[str | Enum] = ["storage"]

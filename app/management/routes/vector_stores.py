@@ -37,8 +37,8 @@ from app.management.routes.common import (
 )
 from app.management.routes.files import UNAVAILABLE, call, storage_of
 from app.management.service import Management
-from app.management.storage.client import VectorStoresClient
-from app.management.storage.models import (
+from app.storage.client import VectorStoresClient
+from app.storage.models import (
     FileAttach,
     SearchRequest,
     SearchResults,
@@ -51,7 +51,7 @@ from app.management.storage.models import (
     VectorStoreObject,
     VectorStoreUpdate,
 )
-from app.management.storage.vector_stores import RotateResult
+from app.storage.vector_stores import RotateResult
 
 PREFIX = "/api/v1/storage/vector-stores"
 TAGS: list[str | Enum] = ["storage"]

@@ -21,7 +21,7 @@ from redis.commands.search.query import Query
 
 from app.cache.redis_store import redis_client
 from app.config.cache_stores import RedisCacheSettings
-from app.management.storage.backends import Chunk, VectorBackendDown
+from app.storage.backends import Chunk, VectorBackendDown
 
 _TAG_SPECIAL = re.compile(r"([^A-Za-z0-9_])")
 

@@ -30,11 +30,11 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from app.management.storage import ranking
-from app.management.storage.backends import Bm25, Chunk, VectorBackend
-from app.management.storage.chunking import chunk_words, document_text
-from app.management.storage.files import FileStore, atomic_write
-from app.management.storage.models import (
+from app.storage import ranking
+from app.storage.backends import Bm25, Chunk, VectorBackend
+from app.storage.chunking import chunk_words, document_text
+from app.storage.files import FileStore, atomic_write
+from app.storage.models import (
     FileAttach,
     FileCounts,
     LastError,

@@ -25,10 +25,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from app.management.storage import StorageService
-from app.management.storage.backends import VectorBackendDown
-from app.management.storage.files import FileObject, FileRejected, FileServiceDown, Purpose
-from app.management.storage.models import (
+from app.pipeline.rag import RagChunk
+from app.storage import StorageService
+from app.storage.backends import VectorBackendDown
+from app.storage.files import FileObject, FileRejected, FileServiceDown, Purpose
+from app.storage.models import (
     FileAttach,
     SearchRequest,
     SearchResults,
@@ -37,9 +38,8 @@ from app.management.storage.models import (
     VectorStoreObject,
     VectorStoreUpdate,
 )
-from app.management.storage.retrieval import search_chunks
-from app.management.storage.vector_stores import NotFound, RotateResult
-from app.pipeline.rag import RagChunk
+from app.storage.retrieval import search_chunks
+from app.storage.vector_stores import NotFound, RotateResult
 
 FaultKind = Literal["unavailable", "rejected", "not_found", "invalid"]
 DISABLED = (

@@ -4,6 +4,10 @@
 and records under the configured directory (default `<management state dir>/storage`),
 chunks in the configured backend, embedded with the router's MiniLM encoder (loaded on the
 first ingestion or search, not at start).
+
+The storage package also keeps the knowledge bases (`knowledge_bases`, their maps `kb_map`);
+the Router reads them, and retrieves through `client.StorageClient`, by the ports the pipeline
+declares (app/pipeline/rag.py, app/pipeline/signals/kb.py), so storage sits above the pipeline.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from app.config.storage import VectorStoreConfig
-from app.management.storage.backends import MemoryBackend, VectorBackend
-from app.management.storage.files import FileStore
-from app.management.storage.vector_stores import Embed, VectorStores
+from app.storage.backends import MemoryBackend, VectorBackend
+from app.storage.files import FileStore
+from app.storage.vector_stores import Embed, VectorStores
 
 log = logging.getLogger("svc_sr.storage")
 
@@ -42,11 +46,11 @@ def router_encoder() -> Embed:
 
 def open_backend(config: VectorStoreConfig, directory: Path) -> VectorBackend:
     if config.backend_type == "milvus":
-        from app.management.storage.milvus_backend import MilvusBackend
+        from app.storage.milvus_backend import MilvusBackend
 
         return MilvusBackend(config.milvus, str(directory / "vectors.db"))
     if config.backend_type == "redis":
-        from app.management.storage.redis_backend import RedisBackend
+        from app.storage.redis_backend import RedisBackend
 
         return RedisBackend(config.redis)
     return MemoryBackend()

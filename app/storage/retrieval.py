@@ -6,9 +6,9 @@ API, by the store's `name` (the newest store of that name wins)."""
 
 from __future__ import annotations
 
-from app.management.storage.models import RankingOptions, SearchRequest
-from app.management.storage.vector_stores import NotFound, VectorStores
 from app.pipeline.rag import RagChunk
+from app.storage.models import RankingOptions, SearchRequest
+from app.storage.vector_stores import NotFound, VectorStores
 
 
 def search_chunks(stores: VectorStores, store_id: str, query: str, top_k: int, ranker: str) -> list[RagChunk]:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from app.config.cache_stores import MilvusCacheSettings
-from app.management.storage.backends import Chunk, VectorBackendDown
+from app.storage.backends import Chunk, VectorBackendDown
 
 T = TypeVar("T")
 TEXT_MAX_BYTES = 65_535  # Milvus's VARCHAR ceiling
