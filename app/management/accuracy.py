@@ -17,8 +17,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from app.management.elo_feedback import outcome_score
-from app.management.replays import OutcomeIn
+from app.management.replays import OutcomeIn, outcome_score
 from app.observability.metrics import MetricsRecorder
 
 METRIC = "svc_router_classification_accuracy"

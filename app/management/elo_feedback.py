@@ -10,7 +10,7 @@ The result, for the outcome's subject:
 - `score` in [0, 1] when given (1 win/good, 0 loss/bad, 0.5 a tie; fractions allowed);
 - else the verdict word (case and `-`/space insensitive): good, correct, win, thumbs_up,
   accepted, ... count 1; bad, wrong, loss, thumbs_down, rejected, ... count 0; tie, draw,
-  neutral, ... count 0.5 (`VERDICTS`);
+  neutral, ... count 0.5 (`replays.VERDICTS`, with `outcome_score`);
 - neither (another word, a score outside [0, 1]): no rating moves.
 
 The game:
@@ -34,28 +34,12 @@ from typing import Any
 
 from app.config.models import RouterConfig
 from app.management.ratings import RatingStore
-from app.management.replays import OutcomeIn
+from app.management.replays import OutcomeIn, outcome_score
 from app.models.elo import Game
 from app.pipeline.elo_selector import EloDecision, elo_decision
 from app.pipeline.selection import ModelIndex
 
 log = logging.getLogger("svc_sr.management")
-
-_WIN = ("good", "correct", "right", "win", "won", "thumbs_up", "accepted", "accept", "pass",
-        "passed", "positive", "preferred", "better", "success", "helpful", "upvote")  # fmt: skip
-_LOSS = ("bad", "wrong", "incorrect", "loss", "lost", "lose", "thumbs_down", "rejected", "reject",
-         "fail", "failed", "negative", "worse", "failure", "unhelpful", "downvote")  # fmt: skip
-_TIE = ("tie", "draw", "neutral", "same", "equal", "both_good", "both_bad")
-VERDICTS: dict[str, float] = (
-    {word: 1.0 for word in _WIN} | dict.fromkeys(_LOSS, 0.0) | dict.fromkeys(_TIE, 0.5)
-)
-
-
-def outcome_score(verdict: str, score: float | None) -> float | None:
-    """The subject's result in [0, 1], or None when the outcome says none (module doc)."""
-    if score is not None and 0.0 <= score <= 1.0:
-        return float(score)
-    return VERDICTS.get(verdict.strip().lower().replace("-", "_").replace(" ", "_"))
 
 
 def outcome_games(config: RouterConfig, record: dict[str, Any], outcome: OutcomeIn) -> list[Game]:

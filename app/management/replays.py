@@ -260,6 +260,23 @@ class OutcomeIn(BaseModel):
     source: str | None = Field(default=None, description="ignored: provenance is the authenticated principal")
 
 
+_WIN = ("good", "correct", "right", "win", "won", "thumbs_up", "accepted", "accept", "pass",
+        "passed", "positive", "preferred", "better", "success", "helpful", "upvote")  # fmt: skip
+_LOSS = ("bad", "wrong", "incorrect", "loss", "lost", "lose", "thumbs_down", "rejected", "reject",
+         "fail", "failed", "negative", "worse", "failure", "unhelpful", "downvote")  # fmt: skip
+_TIE = ("tie", "draw", "neutral", "same", "equal", "both_good", "both_bad")
+VERDICTS: dict[str, float] = (
+    {word: 1.0 for word in _WIN} | dict.fromkeys(_LOSS, 0.0) | dict.fromkeys(_TIE, 0.5)
+)
+
+
+def outcome_score(verdict: str, score: float | None) -> float | None:
+    """The subject's result in [0, 1], or None when the outcome says none (elo_feedback.py says how)."""
+    if score is not None and 0.0 <= score <= 1.0:
+        return float(score)
+    return VERDICTS.get(verdict.strip().lower().replace("-", "_").replace(" ", "_"))
+
+
 class OutcomeRecord(BaseModel):
     outcome_id: str
     replay_id: str

@@ -14,9 +14,9 @@ from app.config.loader import parse_config
 from app.config.models import RouterConfig
 from app.config.selection import Algorithm
 from app.config.validate import semantic_issues
-from app.management.elo_feedback import outcome_games, outcome_score
+from app.management.elo_feedback import outcome_games
 from app.management.ratings import RATINGS_FILE, RATINGS_LOCK, RatingStore
-from app.management.replays import OutcomeIn
+from app.management.replays import OutcomeIn, outcome_score
 from app.models.elo import (
     GLOBAL_SCOPE,
     Game,
