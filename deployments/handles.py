@@ -14,11 +14,11 @@ from ray.serve.handle import DeploymentHandle
 from app.cache.base import CacheScope, CacheUnavailable, FlushOutcome
 from app.common.background import BackgroundTasks
 from app.common.errors import SvcError
-from app.management.replays import ReplayAggregate, ReplayPage
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.replays.replays import ReplayAggregate, ReplayPage
 from app.storage.client import StorageClient, StorageReply
 from app.storage.files import FileServiceDown
 from deployments import ray_compat

@@ -18,10 +18,10 @@ from app.common.mgmt_errors import not_found
 from app.config.models import RouterConfig
 from app.config.plugins import ContextCompressionPlugin, parse_plugin
 from app.config.recipes import DEFAULT_RECIPE, recipe_names, recipe_routing
-from app.management.classification_metrics import MetricsReport, TimingSummary, timing_summary
 from app.observability.metrics import CATALOG
 from app.pipeline.compression import MESSAGE_OVERHEAD, TOKENIZER_NAME, count_texts
 from app.pipeline.compression_preview import CompressionPreview, preview_context_compression
+from app.replays.classification_metrics import MetricsReport, TimingSummary, timing_summary
 
 PLUGIN = "context_compression"
 MAX_PREVIEW_MESSAGES = 10_000

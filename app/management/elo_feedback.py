@@ -34,10 +34,10 @@ from typing import Any
 
 from app.config.models import RouterConfig
 from app.management.ratings import RatingStore
-from app.management.replays import OutcomeIn, outcome_score
 from app.models.elo import Game
 from app.pipeline.elo_selector import EloDecision, elo_decision
 from app.pipeline.selection import ModelIndex
+from app.replays.replays import OutcomeIn, outcome_score
 
 log = logging.getLogger("svc_sr.management")
 

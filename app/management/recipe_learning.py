@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from app.management.replays import outcome_score
+from app.replays.replays import outcome_score
 
 DEFAULT_MIN_OUTCOMES = 5
 DEFAULT_MARGIN = 0.1

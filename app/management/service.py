@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack
 
 from app.config.models import RouterConfig
-from app.management.accuracy import ClassificationAccuracy
 from app.management.activation import (
     ActivationController,
     Activator,
@@ -27,14 +26,12 @@ from app.management.activation import (
 from app.management.audit import AuditLog, AuditTrail
 from app.management.auth import Authenticator
 from app.management.cache_admin import ResponseCacheAdmin
-from app.management.classification_metrics import MetricsSource
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
 from app.management.live_inventory import RuntimeFactsProvider
 from app.management.models import MutationResponse, StatusDocument
 from app.management.rate_buckets import BucketBackend
 from app.management.ratings import RatingStore
-from app.management.replays import OutcomeLog, OutcomeStore, ReplaySource
 from app.management.response_store import ResponseBackend
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
@@ -42,6 +39,9 @@ from app.management.status import conditions
 from app.observability.metrics import MetricsRecorder
 from app.pipeline.memory.store import MemoryStore
 from app.pipeline.signals.base import EmbedFn
+from app.replays.accuracy import ClassificationAccuracy
+from app.replays.classification_metrics import MetricsSource
+from app.replays.replays import OutcomeLog, OutcomeStore, ReplaySource
 from app.state.shared_store import StoreUnavailable
 from app.storage import StorageService
 from app.storage.client import StorageClient, storage_client

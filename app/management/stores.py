@@ -22,13 +22,13 @@ from app.management.audit import AuditTrail
 from app.management.documents import Candidate, candidate_of, merge_patch
 from app.management.rate_buckets import BucketBackend, RedisBuckets
 from app.management.ratings import RatingStore, open_rating_store
-from app.management.replays import DEFAULT_REPLAY_CAPACITY, OutcomeLog, ReplaySource, ReplayStore
 from app.management.response_store import RedisResponseBackend, ResponseBackend
 from app.management.state import ConfigStore, StartupKind, open_store, state_dir_of
 from app.pipeline.elo_selector import RatingsFeed
 from app.pipeline.memory.redis_store import RedisMemoryStore
 from app.pipeline.memory.store import MemoryStore
 from app.pipeline.signals.kb import KnowledgeBaseFeed
+from app.replays.replays import DEFAULT_REPLAY_CAPACITY, OutcomeLog, ReplaySource, ReplayStore
 from app.state.shared_store import (
     ManagementStoreSettings,
     StoreUnavailable,
@@ -41,8 +41,8 @@ from app.storage.knowledge_bases import KnowledgeBaseStore, open_kb_store
 if TYPE_CHECKING:
     import redis
 
-    from app.management.replays_redis import RedisReplayStore
     from app.management.service import ManagementParts
+    from app.replays.replays_redis import RedisReplayStore
 
 log = logging.getLogger("svc_sr.management.stores")
 
@@ -102,7 +102,7 @@ def open_replay_store(settings: ManagementStoreSettings, name: str) -> ReplaySto
     """Where the replay records go: Redis (every replica and every node sees them) or memory."""
     if settings.backend != "redis":
         return ReplayStore(DEFAULT_REPLAY_CAPACITY)
-    from app.management.replays_redis import RedisReplayStore
+    from app.replays.replays_redis import RedisReplayStore
 
     return RedisReplayStore(redis_client(settings), settings.prefix_for(name))
 
@@ -128,7 +128,7 @@ def open_replica_stores(args: GraphStoreArgs, serve_app: str) -> ReplicaStores:
     stores.knowledge_bases = open_kb_store(settings, name, state_dir, client)
     if client is not None:
         from app.management.audit_redis import RedisAuditLog
-        from app.management.replays_redis import RedisOutcomeStore, RedisReplayStore
+        from app.replays.replays_redis import RedisOutcomeStore, RedisReplayStore
 
         prefix = settings.prefix_for(name)
         stores.audit = RedisAuditLog(client, prefix)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from app.management.classification_metrics import MetricsReport, aggregator_report
 from app.observability.metrics import MetricsAggregator
+from app.replays.classification_metrics import MetricsReport, aggregator_report
 from tests.fakes.upstream import FakeUpstream
 from tests.unit.test_context_compression import conversation, with_plugin
 from tests.unit.test_management_support import Harness, base_document, with_auth

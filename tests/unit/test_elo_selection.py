@@ -16,7 +16,6 @@ from app.config.selection import Algorithm
 from app.config.validate import semantic_issues
 from app.management.elo_feedback import outcome_games
 from app.management.ratings import RATINGS_FILE, RATINGS_LOCK, RatingStore
-from app.management.replays import OutcomeIn, outcome_score
 from app.models.elo import (
     GLOBAL_SCOPE,
     Game,
@@ -33,6 +32,7 @@ from app.models.elo import (
 from app.models.selection import SelectionArtifactError
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.elo_selector import RatingsFeed
+from app.replays.replays import OutcomeIn, outcome_score
 from app.state.state_backends import FileStateBackend
 
 

@@ -17,14 +17,15 @@ from fastapi import FastAPI
 from app.api.app import StaticConfigView, create_app
 from app.config.loader import parse_config
 from app.config.models import RouterConfig
-from app.management import InProcessActivator, Management, ReplayStore
+from app.management import InProcessActivator, Management
 from app.management.activation import Activator
 from app.management.audit_redis import RedisAuditLog
 from app.management.ratings import RATINGS_FILE, RATINGS_LOCK, RatingStore, open_rating_store
-from app.management.replays_redis import RedisOutcomeStore
 from app.management.state import ConfigStore
 from app.pipeline.pipeline import RouterPipeline
 from app.pipeline.services import PipelineServices
+from app.replays.replays import ReplayStore
+from app.replays.replays_redis import RedisOutcomeStore
 from app.state.shared_store import ManagementStoreSettings, redis_client
 from app.state.state_backends import FileStateBackend, RedisStateBackend
 from app.upstream.client import UpstreamClient

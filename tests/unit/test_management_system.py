@@ -7,7 +7,8 @@ import asyncio
 from typing import Any
 
 from app.common.redaction import REDACTED
-from app.management import ReplayStore, StartupTracker
+from app.management import StartupTracker
+from app.replays.replays import ReplayStore
 from tests.unit.test_management_support import SECRET, Harness, error_code
 
 

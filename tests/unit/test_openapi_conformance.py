@@ -46,11 +46,11 @@ from app.cache.base import CacheUnavailable
 from app.cache.memory import InMemorySemanticCache
 from app.config.global_config import ResponseCacheConfig
 from app.config.storage import VectorStoreConfig
-from app.management import ReplayStore
 from app.management.cache_admin import LocalCacheAdmin, backend_control
-from app.management.classification_metrics import aggregator_report
 from app.observability.metrics import MetricsAggregator
 from app.pipeline.memory.store import InMemoryMemoryStore
+from app.replays.classification_metrics import aggregator_report
+from app.replays.replays import ReplayStore
 from app.srun.catalog import DECISION_MODEL, load
 from app.storage import open_storage
 from app.storage.knowledge_bases import KnowledgeBaseService

@@ -1,7 +1,7 @@
 """Observability routes: the audit log (audit.read), replay records and aggregates
 (observability.read; content needs data.read), outcome submission (learning.ingest; an
 outcome of an `elo` decision also updates its ratings) and the classification metrics
-(observability.read; app/management/classification_metrics.py)."""
+(observability.read; app/replays/classification_metrics.py)."""
 
 from __future__ import annotations
 
@@ -14,27 +14,7 @@ from fastapi.responses import JSONResponse
 from app.common.api_docs import json_body
 from app.common.mgmt_errors import MgmtError, not_found, unavailable
 from app.management.audit import AuditPage
-from app.management.classification_metrics import ClassificationMetrics, classification_metrics
 from app.management.elo_feedback import rate_outcome
-from app.management.replay_views import (
-    DEFAULT_RECIPE,
-    DatasetManifest,
-    JudgeTaskPage,
-    Trajectory,
-    dataset_manifest,
-    judge_tasks,
-    trajectory,
-)
-from app.management.replays import (
-    IdempotencyConflict,
-    OutcomeIn,
-    OutcomePage,
-    OutcomeRecord,
-    ReplayAggregate,
-    ReplayPage,
-    ReplaySource,
-    redact_record,
-)
 from app.management.routes.common import (
     Registrar,
     Responses,
@@ -46,6 +26,26 @@ from app.management.routes.common import (
     record_mutation,
 )
 from app.management.service import Management
+from app.replays.classification_metrics import ClassificationMetrics, classification_metrics
+from app.replays.replay_views import (
+    DEFAULT_RECIPE,
+    DatasetManifest,
+    JudgeTaskPage,
+    Trajectory,
+    dataset_manifest,
+    judge_tasks,
+    trajectory,
+)
+from app.replays.replays import (
+    IdempotencyConflict,
+    OutcomeIn,
+    OutcomePage,
+    OutcomeRecord,
+    ReplayAggregate,
+    ReplayPage,
+    ReplaySource,
+    redact_record,
+)
 
 MAX_IDEMPOTENCY_KEY = 255
 REPLAYS_OFF: Responses = mgmt_errors({503: "replay recording is not enabled"})
@@ -208,7 +208,7 @@ def replay_routes(mgmt: Management) -> APIRouter:
 
 
 def add_replay_views(add: Any, mgmt: Management) -> None:
-    """Trajectory, shadow dataset and judge tasks (app/management/replay_views.py)."""
+    """Trajectory, shadow dataset and judge tasks (app/replays/replay_views.py)."""
 
     async def get_trajectory(
         session_id: str = Query(..., min_length=1, max_length=256),

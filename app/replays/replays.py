@@ -299,7 +299,7 @@ class IdempotencyConflict(Exception):
 
 class OutcomeLog(Protocol):
     """What the management API needs of an outcome store: `OutcomeStore` (one process) or
-    `app.management.replays_redis.RedisOutcomeStore` (shared by every Ingress replica)."""
+    `app.replays.replays_redis.RedisOutcomeStore` (shared by every Ingress replica)."""
 
     def submit(
         self, outcome: OutcomeIn, principal: str, idempotency_key: str | None = None

@@ -17,8 +17,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from app.management.replays import OutcomeIn, outcome_score
 from app.observability.metrics import MetricsRecorder
+from app.replays.replays import OutcomeIn, outcome_score
 
 METRIC = "svc_router_classification_accuracy"
 

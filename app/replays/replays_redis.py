@@ -36,7 +36,7 @@ from typing import Any
 import redis
 from pydantic import BaseModel
 
-from app.management.replays import (
+from app.replays.replays import (
     DEFAULT_REPLAY_CAPACITY,
     IdempotencyConflict,
     OutcomeIn,

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from app.management.replays import OutcomeLog, ReplayPage, ReplaySource, redact_record
+from app.replays.replays import OutcomeLog, ReplayPage, ReplaySource, redact_record
 
 DEFAULT_RECIPE = "default"
 SCAN_PAGE = 1000
