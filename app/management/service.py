@@ -31,12 +31,12 @@ from app.management.inventory import InventoryBackend, LocalInventory
 from app.management.live_inventory import RuntimeFactsProvider
 from app.management.models import MutationResponse, StatusDocument
 from app.management.rate_buckets import BucketBackend
-from app.management.ratings import RatingStore
 from app.management.response_store import ResponseBackend
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
 from app.observability.metrics import MetricsRecorder
+from app.pipeline.learning.ratings import RatingStore
 from app.pipeline.memory.store import MemoryStore
 from app.pipeline.signals.base import EmbedFn
 from app.replays.accuracy import ClassificationAccuracy

@@ -21,10 +21,10 @@ from app.config.loader import load_config, parse_config
 from app.management.audit import AuditTrail
 from app.management.documents import Candidate, candidate_of, merge_patch
 from app.management.rate_buckets import BucketBackend, RedisBuckets
-from app.management.ratings import RatingStore, open_rating_store
 from app.management.response_store import RedisResponseBackend, ResponseBackend
 from app.management.state import ConfigStore, StartupKind, open_store, state_dir_of
 from app.pipeline.elo_selector import RatingsFeed
+from app.pipeline.learning.ratings import RatingStore, open_rating_store
 from app.pipeline.memory.redis_store import RedisMemoryStore
 from app.pipeline.memory.store import MemoryStore
 from app.pipeline.signals.kb import KnowledgeBaseFeed

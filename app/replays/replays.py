@@ -271,7 +271,7 @@ VERDICTS: dict[str, float] = (
 
 
 def outcome_score(verdict: str, score: float | None) -> float | None:
-    """The subject's result in [0, 1], or None when the outcome says none (elo_feedback.py says how)."""
+    """The subject's result in [0, 1], or None when the outcome says none (app/pipeline/learning/elo_feedback.py)."""
     if score is not None and 0.0 <= score <= 1.0:
         return float(score)
     return VERDICTS.get(verdict.strip().lower().replace("-", "_").replace(" ", "_"))

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from app.management.ratings import RatingStore
 from app.models.elo import GLOBAL_SCOPE
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.elo_selector import RatingsFeed
+from app.pipeline.learning.ratings import RatingStore
 from app.pipeline.plan import CompletionReport
 from app.pipeline.replay import REPLAY_ID_HEADER
 from app.replays.replays import ReplayStore

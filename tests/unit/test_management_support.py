@@ -20,8 +20,8 @@ from app.config.models import RouterConfig
 from app.management import InProcessActivator, Management
 from app.management.activation import Activator
 from app.management.audit_redis import RedisAuditLog
-from app.management.ratings import RATINGS_FILE, RATINGS_LOCK, RatingStore, open_rating_store
 from app.management.state import ConfigStore
+from app.pipeline.learning.ratings import RATINGS_FILE, RATINGS_LOCK, RatingStore, open_rating_store
 from app.pipeline.pipeline import RouterPipeline
 from app.pipeline.services import PipelineServices
 from app.replays.replays import ReplayStore

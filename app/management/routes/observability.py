@@ -14,7 +14,6 @@ from fastapi.responses import JSONResponse
 from app.common.api_docs import json_body
 from app.common.mgmt_errors import MgmtError, not_found, unavailable
 from app.management.audit import AuditPage
-from app.management.elo_feedback import rate_outcome
 from app.management.routes.common import (
     Registrar,
     Responses,
@@ -26,6 +25,7 @@ from app.management.routes.common import (
     record_mutation,
 )
 from app.management.service import Management
+from app.pipeline.learning.elo_feedback import rate_outcome
 from app.replays.classification_metrics import ClassificationMetrics, classification_metrics
 from app.replays.replay_views import (
     DEFAULT_RECIPE,
@@ -296,7 +296,7 @@ async def submit_outcome(mgmt: Management, request: Request, idempotency_key: st
         if replay is not None and not record.idempotent_replay:
             mgmt.accuracy.record(replay, body)  # svc_router_classification_accuracy
         if replay is not None and mgmt.ratings is not None and not record.idempotent_replay:
-            # An elo decision's ratings learn from it (app/management/elo_feedback.py); never fails.
+            # An elo decision's ratings learn from it (app/pipeline/learning/elo_feedback.py); never fails.
             await asyncio.to_thread(rate_outcome, mgmt.ratings, mgmt.config, replay, body)
         status = 200 if record.idempotent_replay else 201
         return json_response(record, status)

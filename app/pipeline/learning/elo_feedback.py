@@ -23,7 +23,7 @@ The game:
 
 Each game is played in every scope the decision writes (its own and `_global` when
 `category_weighted`, else `_global`) with its `k_factor`, and stored in one atomic update
-(app/management/ratings.py). An idempotent replay of an outcome rates nothing again. A store
+(app/pipeline/learning/ratings.py). An idempotent replay of an outcome rates nothing again. A store
 that fails leaves the ratings as they were; the outcome itself is still answered as before.
 """
 
@@ -33,9 +33,9 @@ import logging
 from typing import Any
 
 from app.config.models import RouterConfig
-from app.management.ratings import RatingStore
 from app.models.elo import Game
 from app.pipeline.elo_selector import EloDecision, elo_decision
+from app.pipeline.learning.ratings import RatingStore
 from app.pipeline.selection import ModelIndex
 from app.replays.replays import OutcomeIn, outcome_score
 
