@@ -16,9 +16,9 @@ from app.api.rate_limit import RateLimiter
 from app.api.responses_store import ResponseStoreService, responses_store_router
 from app.config.models import RouterConfig
 from app.exchange.exchange import RouterClient
+from app.exchange.responses.images import ImageFile, ImageStoreDown, ResolveImageFile, StoredImages
 from app.pipeline.memory.store import MemoryStore
 from app.upstream.client import UpstreamClient
-from app.upstream.image_files import ImageFile, ImageStoreDown, ResolveImageFile, StoredImages
 
 if TYPE_CHECKING:
     from app.management.service import Management

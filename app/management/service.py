@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack
 
 from app.config.models import RouterConfig
+from app.exchange.responses.store import ResponseBackend
 from app.management.activation import (
     ActivationController,
     Activator,
@@ -31,7 +32,6 @@ from app.management.inventory import InventoryBackend, LocalInventory
 from app.management.live_inventory import RuntimeFactsProvider
 from app.management.models import MutationResponse, StatusDocument
 from app.management.rate_buckets import BucketBackend
-from app.management.response_store import ResponseBackend
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from app.common.redaction import redact_url
 from app.config.loader import load_config, parse_config
+from app.exchange.responses.store import RedisResponseBackend, ResponseBackend
 from app.management.audit import AuditTrail
 from app.management.documents import Candidate, candidate_of, merge_patch
 from app.management.rate_buckets import BucketBackend, RedisBuckets
-from app.management.response_store import RedisResponseBackend, ResponseBackend
 from app.management.state import ConfigStore, StartupKind, open_store, state_dir_of
 from app.pipeline.elo_selector import RatingsFeed
 from app.pipeline.learning.ratings import RatingStore, open_rating_store

@@ -21,12 +21,7 @@ from app.common.errors import SvcError
 from app.config.loader import parse_config
 from app.config.storage import VectorStoreConfig
 from app.exchange.client_api import client_api
-from app.management.service import Management
-from app.pipeline import PipelineServices, RouterPipeline
-from app.storage import open_storage
-from app.storage.files import FileServiceDown, FileStore
-from app.upstream.client import UpstreamClient
-from app.upstream.image_files import (
+from app.exchange.responses.images import (
     ImageFile,
     ImageFileRejected,
     ImageStoreDown,
@@ -34,7 +29,12 @@ from app.upstream.image_files import (
     image_file_ids,
     resolve_input_images,
 )
-from app.upstream.responses_request import ResponsesInputError, ResponsesRequest, responses_to_chat
+from app.exchange.responses.request import ResponsesInputError, ResponsesRequest, responses_to_chat
+from app.management.service import Management
+from app.pipeline import PipelineServices, RouterPipeline
+from app.storage import open_storage
+from app.storage.files import FileServiceDown, FileStore
+from app.upstream.client import UpstreamClient
 from tests.fakes.upstream import FakeUpstream
 
 

@@ -15,8 +15,8 @@ from fastapi import FastAPI
 
 from app.api.app import StaticConfigView, create_app
 from app.config.loader import parse_config
-from app.exchange.stored_responses import StoredResponse
-from app.management.response_store import MemoryResponseBackend, RedisResponseBackend, ResponseBackend
+from app.exchange.responses.store import MemoryResponseBackend, RedisResponseBackend, ResponseBackend
+from app.exchange.responses.stored import StoredResponse
 from app.management.service import Management
 from app.pipeline import PipelineServices, RouterPipeline
 from app.state.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client

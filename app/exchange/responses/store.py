@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from app.exchange.stored_responses import StoredResponse
+from app.exchange.responses.stored import StoredResponse
 from app.state.shared_store import store_errors
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from app.upstream.responses_request import Images, ResponsesRequest, input_messages
+from app.exchange.responses.request import Images, ResponsesRequest, input_messages
 
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 

@@ -1,4 +1,4 @@
-"""OpenAI Responses API answers from chat completions (the request side: `responses_request`).
+"""OpenAI Responses API answers from chat completions (the request side: `request`).
 
 - `chat_to_response(chat_completion, req)`: a chat.completion -> a Responses object.
 - `ChatToResponsesStream`: chat.completion.chunk events -> Responses SSE events
@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Any
 
-from app.upstream.responses_request import ResponsesRequest
+from app.exchange.responses.request import ResponsesRequest
 from app.upstream.sse import SSEEvent, SSEParser, StreamAccumulator, encode_sse
 
 

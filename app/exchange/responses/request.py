@@ -6,8 +6,8 @@ chat call, nor `previous_response_id` without the stored conversation (`previous
 which the Responses store of the front door resolves); they raise `ResponsesInputError`
 (a ValueError: answer 400). An `input_image` part with a `file_id` (an image uploaded with
 purpose=vision) becomes a chat `image_url` part with a data URL when `images` holds that file
-(resolved by the front door beforehand: `app.upstream.image_files`), else it is refused.
-The answer's way back (chat -> Responses objects and events) is `responses_api`.
+(resolved by the front door beforehand: `app.exchange.responses.images`), else it is refused.
+The answer's way back (chat -> Responses objects and events) is `answer`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from app.common.api_docs import NON_BLANK
-from app.upstream.image_files import ImageFile
+from app.exchange.responses.images import ImageFile
 
 Images = Mapping[str, ImageFile]  # file id -> the uploaded image (resolve_input_images)
 
