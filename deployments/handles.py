@@ -106,7 +106,7 @@ class ObservabilityReplays:
 
 
 class HandleCacheControl:
-    """The storage API's CacheControl (app/management/cache_admin.py) over the ResponseCache
+    """The storage API's CacheControl (app/cache/admin.py) over the ResponseCache
     deployment: its store's outage (CacheUnavailable) and an unreachable or overloaded
     deployment both reach the admin as CacheUnavailable (a 503)."""
 

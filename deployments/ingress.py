@@ -11,11 +11,11 @@ from ray.serve.handle import DeploymentHandle
 
 from app.api.app import StaticConfigView, create_app
 from app.api.request_id import ServerEchoesRequestId
+from app.cache.admin import LocalCacheAdmin
 from app.common.background import BackgroundTasks
 from app.common.heap import freeze_startup_heap
 from app.config.loader import parse_config
 from app.config.models import RouterConfig
-from app.management.cache_admin import LocalCacheAdmin
 from app.management.stores import file_candidate
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack
 
+from app.cache.admin import ResponseCacheAdmin
 from app.config.models import RouterConfig
 from app.exchange.responses.store import ResponseBackend
 from app.management.activation import (
@@ -26,7 +27,6 @@ from app.management.activation import (
 )
 from app.management.audit import AuditLog, AuditTrail
 from app.management.auth import Authenticator
-from app.management.cache_admin import ResponseCacheAdmin
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
 from app.management.live_inventory import RuntimeFactsProvider

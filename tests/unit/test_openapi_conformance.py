@@ -42,11 +42,11 @@ from schemathesis.specs.openapi.checks import (
 
 from app.api.app import create_app
 from app.api.decisions import LocalDecisionBackend
+from app.cache.admin import LocalCacheAdmin, backend_control
 from app.cache.base import CacheUnavailable
 from app.cache.memory import InMemorySemanticCache
 from app.config.global_config import ResponseCacheConfig
 from app.config.storage import VectorStoreConfig
-from app.management.cache_admin import LocalCacheAdmin, backend_control
 from app.observability.metrics import MetricsAggregator
 from app.pipeline.memory.store import InMemoryMemoryStore
 from app.replays.classification_metrics import aggregator_report

@@ -5,7 +5,7 @@
     POST /api/v1/storage/response-cache/test, /flush                    cache.manage
 
 invalidate: {"scope": {"model", "decision"?} | absent, "dry_run"}; flush: {"scope"?}. A scope
-covers every partition of its model (and decision); cache_admin.py says how epochs work.
+covers every partition of its model (and decision); app/cache/admin.py says how epochs work.
 Without a cache admin (no response cache in this process) every route answers 503; so does
 one whose live store is unavailable (health reports it in its body instead)."""
 
@@ -19,12 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from app.cache.base import CacheUnavailable
-from app.common.api_docs import json_body
-from app.common.mgmt_errors import unavailable
-from app.common.redaction import redact
-from app.config.global_config import ResponseCacheConfig
-from app.management.cache_admin import (
+from app.cache.admin import (
     CacheCapabilities,
     CacheHealth,
     CacheStatsView,
@@ -36,6 +31,11 @@ from app.management.cache_admin import (
     ResponseCacheAdmin,
     scope_name,
 )
+from app.cache.base import CacheUnavailable
+from app.common.api_docs import json_body
+from app.common.mgmt_errors import unavailable
+from app.common.redaction import redact
+from app.config.global_config import ResponseCacheConfig
 from app.management.routes.common import (
     Registrar,
     Responses,
