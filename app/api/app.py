@@ -66,6 +66,7 @@ def create_app(
     `decisions`: the decision model behind POST /v1/decisions, /v1/systemone and GET
     /v1/systemone/models (None: they answer 503 not_ready). `memories`: the memory plugin's
     store, for the default management's /api/v1/storage/memories (a given `management` has its own)."""
+    from app.api.routes import wing_routes
     from app.management.api import install
     from app.management.routes.common import route_guard
     from app.management.service import Management
@@ -101,7 +102,7 @@ def create_app(
         app.include_router(
             routes, dependencies=[Depends(route_guard(management, "classify.invoke", "sensitive"))]
         )
-    install(app, management)
+    install(app, management, wing_routes(management))
 
     @app.get("/health")
     async def health() -> dict[str, str]:

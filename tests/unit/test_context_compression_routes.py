@@ -1,4 +1,4 @@
-"""The context_compression routes (app/management/routes/compression.py): capabilities, health,
+"""The context_compression routes (app/api/routes/compression.py): capabilities, health,
 preview of a candidate or a binding (mode, persisted, backend_calls; 400 with the path of a bad
 candidate, 404 for an unknown binding) and the redacted statistics of routed requests."""
 

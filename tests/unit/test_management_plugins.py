@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from app.api.plugins.plugin_previews import PREVIEWS
+from app.api.plugins.plugins_registry import PREVIEW_TYPES
 from app.config.plugins import PLUGIN_MODELS
 from app.config.routing import REFERENCE_ONLY_PLUGIN_TYPES
-from app.management.plugin_previews import PREVIEWS
-from app.management.plugins_registry import PREVIEW_TYPES
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth
 from tests.unit.test_tool_selection import TOOLS, CountingEmbed
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from app.api.routes.files import parse_multipart
 from app.config.storage import VectorStoreConfig
-from app.management.routes.files import parse_multipart
 from app.storage import StorageService, open_storage
 from app.storage.files import FileStore
 from tests.fakes.embedding import hashed_embed

@@ -1,4 +1,4 @@
-"""The `context_compression` plugin's own routes (spec 1 "Plugins"; app/management/compression.py):
+"""The `context_compression` plugin's own routes (spec 1 "Plugins"; app/api/plugins/compression.py):
 
     GET  /api/v1/plugins/context_compression/capabilities       config.read
     GET  /api/v1/plugins/context_compression/health             config.read
@@ -17,9 +17,9 @@ from enum import Enum
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from app.api.plugins import compression
 from app.common.api_docs import json_body
 from app.common.mgmt_errors import unavailable
-from app.management import compression
 from app.management.routes.common import Registrar, json_response, maybe_await, mgmt_errors, parse_model
 from app.management.service import Management
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.common.mgmt_errors import MgmtError
-from app.config.plugins import PLUGIN_KIND, PLUGIN_MODELS
-from app.config.routing import REFERENCE_ONLY_PLUGIN_TYPES
-from app.management.plugin_models import (
+from app.api.plugins.plugin_models import (
     PluginDescriptor,
     PluginDetail,
     PluginOperation,
     PluginPhase,
 )
+from app.common.mgmt_errors import MgmtError
+from app.config.plugins import PLUGIN_KIND, PLUGIN_MODELS
+from app.config.routing import REFERENCE_ONLY_PLUGIN_TYPES
 
 BASE = "/api/v1/plugins"
 DESCRIPTIONS: dict[str, str] = {

@@ -26,6 +26,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from app.api.routes.files import UNAVAILABLE, call, storage_of
 from app.common.api_docs import json_body
 from app.management.routes.common import (
     Registrar,
@@ -35,7 +36,6 @@ from app.management.routes.common import (
     parse_model,
     record_mutation,
 )
-from app.management.routes.files import UNAVAILABLE, call, storage_of
 from app.management.service import Management
 from app.storage.client import VectorStoresClient
 from app.storage.models import (

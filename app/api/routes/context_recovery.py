@@ -22,6 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api.routes.memories import SCOPE_PATTERN
 from app.common.api_docs import json_body
 from app.common.mgmt_errors import unavailable
 from app.management.routes.common import (
@@ -32,7 +33,6 @@ from app.management.routes.common import (
     parse_model,
     record_mutation,
 )
-from app.management.routes.memories import SCOPE_PATTERN
 from app.management.service import Management
 from app.pipeline.memory import recovery
 from app.pipeline.memory.store import MemoryScope, MemoryStoreUnavailable

@@ -23,6 +23,21 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from app.api.plugins.plugin_bindings import declared_enabled, find_decision, find_plugin
+from app.api.plugins.plugin_models import (
+    AnswerConditions,
+    FastResponsePreview,
+    HeaderMutationPreview,
+    PluginPreviewRequest,
+    PluginPreviewResponse,
+    PreviewBinding,
+    RagPreview,
+    RequestParamsPreview,
+    SystemPromptPreview,
+    ToolsPreview,
+)
+from app.api.plugins.plugins_registry import BINDING_REQUIRED, PREVIEW_TYPES, PROBE_TYPES, kind_of
+from app.api.plugins.rag_probe import rag_probe
 from app.common.errors import validation_message
 from app.common.mgmt_errors import MgmtError, invalid_input, not_implemented, unavailable
 from app.config.global_config import ResponseCacheConfig
@@ -36,21 +51,6 @@ from app.config.plugins import (
 )
 from app.config.routing import Decision, Plugin
 from app.exchange.answer_checks import request_context
-from app.management.plugin_bindings import declared_enabled, find_decision, find_plugin
-from app.management.plugin_models import (
-    AnswerConditions,
-    FastResponsePreview,
-    HeaderMutationPreview,
-    PluginPreviewRequest,
-    PluginPreviewResponse,
-    PreviewBinding,
-    RagPreview,
-    RequestParamsPreview,
-    SystemPromptPreview,
-    ToolsPreview,
-)
-from app.management.plugins_registry import BINDING_REQUIRED, PREVIEW_TYPES, PROBE_TYPES, kind_of
-from app.management.rag_probe import rag_probe
 from app.pipeline.answers.policy import Checker, preview_hallucination, preview_response_jailbreak
 from app.pipeline.plugins import (
     DecisionPlugins,

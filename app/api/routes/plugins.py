@@ -12,20 +12,20 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
-from app.common.api_docs import json_body
-from app.common.mgmt_errors import MgmtError
-from app.management.auth import AuthError
-from app.management.plugin_bindings import bindings
-from app.management.plugin_models import (
+from app.api.plugins.plugin_bindings import bindings
+from app.api.plugins.plugin_models import (
     PluginBindingList,
     PluginDetail,
     PluginList,
     PluginPreviewRequest,
     PluginPreviewResponse,
 )
-from app.management.plugin_previews import run_preview
-from app.management.plugins_registry import GUARD_TYPES, descriptors, detail, require_known
-from app.management.rag_probe import probe_kbs
+from app.api.plugins.plugin_previews import run_preview
+from app.api.plugins.plugins_registry import GUARD_TYPES, descriptors, detail, require_known
+from app.api.plugins.rag_probe import probe_kbs
+from app.common.api_docs import json_body
+from app.common.mgmt_errors import MgmtError
+from app.management.auth import AuthError
 from app.management.routes.common import Registrar, mgmt_errors, parse_model, principal_of, record_denial
 from app.management.service import Management
 from app.pipeline.signals.kb import KnowledgeBaseFeed
