@@ -1,7 +1,7 @@
 """The response-cache storage API's state (spec 1, "Storage"): capabilities, health, stats,
 probing a candidate configuration, invalidating a scope and flushing with an epoch.
 
-`ResponseCacheAdmin` is what the routes (routes/storage.py) call; `LocalCacheAdmin` is its
+`ResponseCacheAdmin` is what the routes (app/api/routes/storage.py) call; `LocalCacheAdmin` is its
 one implementation, over a `CacheControl` (the live cache's stats and clear): an app.cache
 backend in this process (`backend_control`), or the ResponseCache deployment's handle
 (deployments/handles.py). No Ray and no HTTP here.

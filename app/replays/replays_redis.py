@@ -43,6 +43,7 @@ from app.replays.replays import (
     OutcomeRecord,
     ReplayAggregate,
     ReplayPage,
+    ReplayStore,
     aggregate_records,
     new_outcome_record,
     outcome_fingerprint,
@@ -50,7 +51,7 @@ from app.replays.replays import (
     replay_item,
     replay_page,
 )
-from app.state.shared_store import store_errors
+from app.state.shared_store import ManagementStoreSettings, redis_client, store_errors
 
 # Records read per round trip by filtered pages and aggregates.
 READ_CHUNK = 1000
@@ -231,3 +232,10 @@ class RedisOutcomeStore:
         with store_errors("outcome read"):
             raw = self.client.lrange(self._keys[0], 0, -1)
         return [OutcomeRecord.model_validate_json(item) for item in raw]
+
+
+def open_replay_store(settings: ManagementStoreSettings, name: str) -> ReplayStore | RedisReplayStore:
+    """Where the replay records go: Redis (every replica and every node sees them) or memory."""
+    if settings.backend != "redis":
+        return ReplayStore(DEFAULT_REPLAY_CAPACITY)
+    return RedisReplayStore(redis_client(settings), settings.prefix_for(name))

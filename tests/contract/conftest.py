@@ -34,6 +34,7 @@ import pytest
 import uvicorn
 
 from app.api.app import StaticConfigView, create_app, management_images
+from app.api.parts import IngressParts
 from app.cache.memory import InMemorySemanticCache
 from app.config.loader import parse_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
@@ -52,6 +53,7 @@ from app.runtime.hosted_guard import HostedGuard
 from app.storage import StorageService, open_storage
 from app.storage.client import StorageClient, local_transport
 from app.storage.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
+from app.storage.parts import storage_parts
 from app.upstream.client import UpstreamClient
 from tests.envoy.conftest import LoopThread, start_envoy
 from tests.fakes.messages_upstream import FakeMessagesUpstream
@@ -353,14 +355,13 @@ class _Stack:
 
         upstream = UpstreamClient()
         view = StaticConfigView(config)
-        management = Management(
-            config,
-            config_view=view,
-            knowledge_bases=KnowledgeBaseService(kb_store, embed=embed),
-            memory_store=memories,
-            storage=storage,
+        management = Management(config, config_view=view)
+        parts = IngressParts(
+            storage=storage_parts(
+                storage, knowledge_bases=KnowledgeBaseService(kb_store, embed=embed), memories=memories
+            )
         )
-        app = create_app(ingress_router, upstream, view, management=management)
+        app = create_app(ingress_router, upstream, view, management=management, parts=parts)
         plane = app.state.plane
         in_flight = _InFlight(app)
         server, serving, ingress_port = _serve_on(loop, in_flight)
@@ -372,7 +373,7 @@ class _Stack:
         self._stops += [lambda: loop.run(upstream.aclose()), stop_ingress]
 
         bridge = ExtProcBridge(
-            envoy_router, BridgeSettings(failure_mode="closed"), images=management_images(management)
+            envoy_router, BridgeSettings(failure_mode="closed"), images=management_images(parts.storage)
         )
         grpc_server = loop.run(start_bridge_server(bridge, port=0))
         self._stops.append(lambda: loop.run(grpc_server.stop(0)))

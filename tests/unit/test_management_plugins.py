@@ -153,7 +153,7 @@ async def test_configuration_previews_default_to_preview_and_persist_nothing(har
 
 async def test_tool_previews_need_a_binding_and_probe_is_explicit(harness: Harness) -> None:
     sample = {"messages": [USER], "tools": TOOLS}
-    embed: CountingEmbed = harness.management.embed  # type: ignore[assignment]  # the fixture's fake
+    embed: CountingEmbed = harness.parts.embed  # type: ignore[assignment]  # the fixture's fake
     async with harness.client() as client:
         candidate = await preview(client, "tools", {"configuration": {"deny": ["x"]}, "request": sample})
         static = (await preview(client, "tools", {"binding": {"decision": "math"}, "request": sample})).json()

@@ -17,6 +17,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.api.app import StaticConfigView, create_app
+from app.api.parts import IngressParts
 from app.common.errors import SvcError
 from app.config.loader import parse_config
 from app.config.storage import VectorStoreConfig
@@ -34,6 +35,7 @@ from app.management.service import Management
 from app.pipeline import PipelineServices, RouterPipeline
 from app.storage import open_storage
 from app.storage.files import FileServiceDown, FileStore
+from app.storage.parts import storage_parts
 from app.upstream.client import UpstreamClient
 from tests.fakes.upstream import FakeUpstream
 
@@ -280,9 +282,10 @@ def ingress(upstream: FakeUpstream, storage_dir: Path | None) -> FastAPI:
     config = parse_config(document).config
     view = StaticConfigView(config)
     storage = open_storage(VectorStoreConfig(), storage_dir) if storage_dir is not None else None
-    management = Management(config, config_view=view, storage=storage)
+    management = Management(config, config_view=view)
+    parts = IngressParts(storage=storage_parts(storage))
     return create_app(
-        RouterPipeline(config, PipelineServices()), UpstreamClient(), view, management=management
+        RouterPipeline(config, PipelineServices()), UpstreamClient(), view, management=management, parts=parts
     )
 
 

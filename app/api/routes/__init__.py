@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from app.api.parts import IngressParts
 from app.api.routes.compression import compression_routes
 from app.api.routes.context_recovery import context_recovery_routes
 from app.api.routes.files import file_routes
@@ -18,19 +19,16 @@ from app.api.routes.vector_stores import vector_store_routes
 from app.management.service import Management
 
 
-def wing_routes(mgmt: Management) -> list[APIRouter]:
-    """Every wing's route family, in the order they are mounted."""
+def wing_routes(mgmt: Management, parts: IngressParts) -> list[APIRouter]:
+    """Every wing's route family, each over its own parts, in the order they are mounted."""
     return [
-        family(mgmt)
-        for family in (
-            replay_routes,
-            storage_routes,
-            compression_routes,  # before a generic /api/v1/plugins/{type} family
-            plugin_routes,
-            knowledge_base_routes,
-            memory_routes,
-            context_recovery_routes,
-            file_routes,
-            vector_store_routes,
-        )
+        replay_routes(mgmt, parts.replays, parts.ratings),
+        storage_routes(mgmt, parts.cache_admin),
+        compression_routes(mgmt, parts.replays),  # before a generic /api/v1/plugins/{type} family
+        plugin_routes(mgmt, parts),
+        knowledge_base_routes(mgmt, parts.storage),
+        memory_routes(mgmt, parts.storage),
+        context_recovery_routes(mgmt, parts.storage),
+        file_routes(mgmt, parts.storage),
+        vector_store_routes(mgmt, parts.storage),
     ]

@@ -22,13 +22,14 @@ from app.common.api_docs import json_body
 from app.common.mgmt_errors import unavailable
 from app.management.routes.common import Registrar, json_response, maybe_await, mgmt_errors, parse_model
 from app.management.service import Management
+from app.replays.parts import ReplayParts
 
 PREFIX = "/api/v1/plugins/context_compression"
 STATS_PATH = "/api/v1/observability/plugins/context_compression/stats"
 TAGS: list[str | Enum] = ["plugins"]
 
 
-def compression_routes(mgmt: Management) -> APIRouter:
+def compression_routes(mgmt: Management, replays: ReplayParts) -> APIRouter:
     router = APIRouter()
     add = Registrar(router, mgmt).add
 
@@ -46,10 +47,10 @@ def compression_routes(mgmt: Management) -> APIRouter:
         return json_response(answer)
 
     async def stats() -> compression.Stats:
-        if mgmt.metrics is None:
+        if replays.metrics is None:
             raise unavailable("metrics are not collected (no Observability deployment)")
         try:
-            report = await maybe_await(mgmt.metrics())
+            report = await maybe_await(replays.metrics())
         except Exception as exc:  # the Observability replica restarting: a 503, never a 500
             raise unavailable(f"metrics could not be read: {type(exc).__name__}") from exc
         return compression.stats(report)

@@ -36,6 +36,7 @@ from app.management.routes.common import (
 from app.management.service import Management
 from app.pipeline.memory import recovery
 from app.pipeline.memory.store import MemoryScope, MemoryStoreUnavailable
+from app.storage.parts import StorageParts
 
 PATH = "/api/v1/storage/context-recovery/invalidate"
 TAGS: list[str | Enum] = ["storage"]
@@ -58,11 +59,11 @@ def scope_of(value: str) -> MemoryScope:
     return MemoryScope(kind=kind, id=scope_id)
 
 
-def context_recovery_routes(mgmt: Management) -> APIRouter:
+def context_recovery_routes(mgmt: Management, parts: StorageParts) -> APIRouter:
     router = APIRouter()
     Registrar(router, mgmt).add(
         PATH,
-        invalidate_route(mgmt),
+        invalidate_route(mgmt, parts),
         "POST",
         "cache.invalidate",
         response_model=recovery.RecoveryInvalidation,
@@ -73,15 +74,15 @@ def context_recovery_routes(mgmt: Management) -> APIRouter:
     return router
 
 
-def invalidate_route(mgmt: Management) -> Callable[[Request], Awaitable[JSONResponse]]:
+def invalidate_route(mgmt: Management, parts: StorageParts) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def invalidate(request: Request) -> JSONResponse:
         body = parse_model(InvalidateRecovery, await request.body())
         scope = scope_of(body.scope)
-        if mgmt.memory_store is None:
+        if parts.memories is None:
             raise unavailable("no memory store in this process")
         try:
             result = await recovery.invalidate(
-                mgmt.memory_store, scope, dry_run=body.dry_run, reason=body.reason
+                parts.memories, scope, dry_run=body.dry_run, reason=body.reason
             )
         except MemoryStoreUnavailable as exc:
             raise unavailable(f"memory store unavailable: {exc}") from None

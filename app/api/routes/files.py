@@ -30,6 +30,7 @@ from app.management.service import Management
 from app.storage.backends import VectorBackendDown
 from app.storage.client import StorageClient
 from app.storage.files import FileDeleted, FileList, FileObject, FileRejected, FileServiceDown
+from app.storage.parts import StorageParts
 from app.storage.vector_stores import NotFound
 
 PREFIX = "/api/v1/storage/files"
@@ -63,10 +64,10 @@ UPLOAD_BODY = {
 }
 
 
-def storage_of(mgmt: Management) -> StorageClient:
-    if mgmt.storage is None:
+def storage_of(parts: StorageParts) -> StorageClient:
+    if parts.storage is None:
         raise unavailable("the file and vector-store service is not available in this process")
-    return mgmt.storage
+    return parts.storage
 
 
 async def call(operation: Awaitable[T]) -> T:
@@ -113,11 +114,12 @@ def parse_multipart(content_type: str, body: bytes) -> dict[str, tuple[str | Non
 class FileEndpoints:
     """The route handlers (bound methods: FastAPI reads their parameters)."""
 
-    def __init__(self, mgmt: Management) -> None:
+    def __init__(self, mgmt: Management, parts: StorageParts) -> None:
         self.mgmt = mgmt
+        self.parts = parts
 
     async def upload(self, request: Request) -> JSONResponse:
-        storage = storage_of(self.mgmt)
+        storage = storage_of(self.parts)
         fields = parse_multipart(request.headers.get("content-type", ""), await request.body())
         filename, data = fields.get("file", (None, b""))
         if not filename:
@@ -131,7 +133,7 @@ class FileEndpoints:
         return json_response(record)
 
     async def list_files(self, purpose: Literal["assistants", "vision"] | None = None) -> JSONResponse:
-        storage = storage_of(self.mgmt)
+        storage = storage_of(self.parts)
         return json_response(FileList(data=await call(storage.files.listing(purpose))))
 
     async def inspect(self, file_id: str) -> JSONResponse:
@@ -144,14 +146,14 @@ class FileEndpoints:
         return Response(data, media_type=record.content_type, headers={"content-disposition": disposition})
 
     async def delete(self, file_id: str, request: Request) -> JSONResponse:
-        storage = storage_of(self.mgmt)
+        storage = storage_of(self.parts)
         await self.found(lambda s: s.files.get(file_id), file_id)
         await call(storage.files.remove(file_id))
         record_mutation(self.mgmt, "storage.file.delete", request, 200, file_id=file_id)
         return json_response(FileDeleted(id=file_id))
 
     async def found(self, get: Callable[[StorageClient], Awaitable[T | None]], file_id: str) -> T:
-        storage = storage_of(self.mgmt)
+        storage = storage_of(self.parts)
         value = await call(get(storage))
         if value is None:
             raise not_found(f"file {file_id!r} not found")
@@ -163,10 +165,10 @@ DOWNLOAD_OK: Responses = {
 }
 
 
-def file_routes(mgmt: Management) -> APIRouter:
+def file_routes(mgmt: Management, parts: StorageParts) -> APIRouter:
     router = APIRouter()
     add = Registrar(router, mgmt).add
-    ep = FileEndpoints(mgmt)
+    ep = FileEndpoints(mgmt, parts)
     one = {**UNAVAILABLE, **MISSING}
     item = PREFIX + "/{file_id}"
     routes: list[tuple[str, Callable[..., Any], str, str, dict[str, Any]]] = [

@@ -1,4 +1,4 @@
-"""Knowledge bases (spec 1 "Storage"), over Management.knowledge_bases:
+"""Knowledge bases (spec 1 "Storage"), over the Ingress's knowledge-base service (app/storage/knowledge_bases.py):
 
     GET    /api/v1/storage/knowledge-bases                     data.read     list (summaries)
     POST   /api/v1/storage/knowledge-bases                     config.write  create -> 202 pending
@@ -30,6 +30,7 @@ from app.management.routes.common import Registrar, json_response, mgmt_errors, 
 from app.management.service import Management
 from app.pipeline.signals.kb_data import KB_NAME, MAX_ENTRIES, KbEntry, KbStatus, KnowledgeBase
 from app.storage.kb_map import KbMap, KbMapMetadata
+from app.storage.parts import StorageParts
 
 PREFIX = "/api/v1/storage/knowledge-bases"
 TAGS: list[str | Enum] = ["storage"]
@@ -105,17 +106,17 @@ def summary(base: KnowledgeBase) -> KbSummary:
     )
 
 
-def knowledge_base_routes(mgmt: Management) -> APIRouter:
+def knowledge_base_routes(mgmt: Management, parts: StorageParts) -> APIRouter:
     router = APIRouter()
     add = Registrar(router, mgmt).add
-    _read_routes(mgmt, add)
-    _write_routes(mgmt, add)
-    _map_routes(mgmt, add)
+    _read_routes(parts, add)
+    _write_routes(mgmt, parts, add)
+    _map_routes(parts, add)
     return router
 
 
-def _read_routes(mgmt: Management, add: Callable[..., None]) -> None:
-    kbs = mgmt.knowledge_bases
+def _read_routes(parts: StorageParts, add: Callable[..., None]) -> None:
+    kbs = parts.knowledge_bases
 
     async def list_bases() -> JSONResponse:
         return json_response(KbList(data=[summary(b) for b in await kbs.list_bases()]))
@@ -136,8 +137,8 @@ def _read_routes(mgmt: Management, add: Callable[..., None]) -> None:
     )
 
 
-def _write_routes(mgmt: Management, add: Callable[..., None]) -> None:
-    kbs = mgmt.knowledge_bases
+def _write_routes(mgmt: Management, parts: StorageParts, add: Callable[..., None]) -> None:
+    kbs = parts.knowledge_bases
 
     async def accepted(request: Request, action: str, call: Awaitable[KnowledgeBase]) -> JSONResponse:
         """202 with the pending base; a refusal (409, 404, 503) is audited with its status."""
@@ -181,8 +182,8 @@ def _write_routes(mgmt: Management, add: Callable[..., None]) -> None:
     add(item, delete, "DELETE", "config.write", responses=changes, **common)
 
 
-def _map_routes(mgmt: Management, add: Callable[..., None]) -> None:
-    kbs = mgmt.knowledge_bases
+def _map_routes(parts: StorageParts, add: Callable[..., None]) -> None:
+    kbs = parts.knowledge_bases
 
     async def map_of(name: str) -> KbMap:
         base = await kbs.get(name)
@@ -191,7 +192,7 @@ def _map_routes(mgmt: Management, add: Callable[..., None]) -> None:
             raise MgmtError(
                 409, f"knowledge base {name!r} is {base.status}: no map yet", code="KB_NOT_ACTIVE"
             )
-        return mgmt.kb_maps.get(base, vectors.matrix())
+        return parts.kb_maps.get(base, vectors.matrix())
 
     async def map_metadata(name: str = NAME) -> JSONResponse:
         return json_response((await map_of(name)).metadata())

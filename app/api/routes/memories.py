@@ -31,6 +31,7 @@ from app.pipeline.memory.store import (
     MemoryStore,
     MemoryStoreUnavailable,
 )
+from app.storage.parts import StorageParts
 
 PREFIX = "/api/v1/storage/memories"
 TAGS: list[str | Enum] = ["storage"]
@@ -92,7 +93,7 @@ async def _answer(call: Awaitable[T]) -> T:
         raise unavailable(f"memory store unavailable: {exc}") from None
 
 
-def memory_routes(mgmt: Management) -> APIRouter:
+def memory_routes(mgmt: Management, parts: StorageParts) -> APIRouter:
     router = APIRouter()
     add = Registrar(router, mgmt).add
     described = "the scope: user:<id> or session:<id>"
@@ -102,9 +103,9 @@ def memory_routes(mgmt: Management) -> APIRouter:
     )
 
     def store() -> MemoryStore:
-        if mgmt.memory_store is None:
+        if parts.memories is None:
             raise unavailable("no memory store in this process")
-        return mgmt.memory_store
+        return parts.memories
 
     async def list_memories(
         scope: str = scope_required,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
+from app.api.parts import IngressParts
 from app.api.plugins.plugin_bindings import bindings
 from app.api.plugins.plugin_models import (
     PluginBindingList,
@@ -42,10 +43,13 @@ def preview_permission(plugin_type: str, mode: str) -> str:
     return "config.read"
 
 
-def plugin_routes(mgmt: Management) -> APIRouter:
+def plugin_routes(mgmt: Management, parts: IngressParts) -> APIRouter:
     # The rag probe's knowledge bases: those the kb signal scores, read from the management
     # store (one feed for this router: a base is re-read only when the store changed).
-    kb_feed = KnowledgeBaseFeed(mgmt.knowledge_bases.store, refresh_s=0.0) if mgmt.knowledge_bases else None
+    storage = parts.storage
+    kb_feed = (
+        KnowledgeBaseFeed(storage.knowledge_bases.store, refresh_s=0.0) if storage.knowledge_bases else None
+    )
     router = APIRouter()
     add = Registrar(router, mgmt).add
 
@@ -73,10 +77,10 @@ def plugin_routes(mgmt: Management) -> APIRouter:
             raise MgmtError(exc.status, exc.message, code=exc.code) from None
         # The Router's answer checks (the data plane's RouterClient; a local pipeline in tests).
         checker = getattr(mgmt.previewer, "check_answer", None)
-        retrieve = mgmt.storage.retrieve if mgmt.storage is not None else None
-        # the router's encoder: the Management's, else the one that embeds the bases' entries
-        kbs = probe_kbs(kb_feed, mgmt.embed or mgmt.knowledge_bases.embed)
-        result = await run_preview(plugin_type, body, mgmt.config, mgmt.embed, checker, retrieve, kbs)
+        retrieve = storage.storage.retrieve if storage.storage is not None else None
+        # the router's encoder: the Ingress's, else the one that embeds the bases' entries
+        kbs = probe_kbs(kb_feed, parts.embed or storage.knowledge_bases.embed)
+        result = await run_preview(plugin_type, body, mgmt.config, parts.embed, checker, retrieve, kbs)
         return JSONResponse(result.model_dump(mode="json", exclude_none=True))
 
     add(

@@ -26,7 +26,9 @@ from app.management.routes.common import (
 )
 from app.management.service import Management
 from app.pipeline.learning.elo_feedback import rate_outcome
+from app.pipeline.learning.ratings import RatingStore
 from app.replays.classification_metrics import ClassificationMetrics, classification_metrics
+from app.replays.parts import ReplayParts
 from app.replays.replay_views import (
     DEFAULT_RECIPE,
     DatasetManifest,
@@ -51,15 +53,15 @@ MAX_IDEMPOTENCY_KEY = 255
 REPLAYS_OFF: Responses = mgmt_errors({503: "replay recording is not enabled"})
 
 
-def replay_routes(mgmt: Management) -> APIRouter:
+def replay_routes(mgmt: Management, parts: ReplayParts, ratings: RatingStore | None) -> APIRouter:
     router = APIRouter()
     add = Registrar(router, mgmt).add
 
     async def metrics() -> ClassificationMetrics:
-        if mgmt.metrics is None:
+        if parts.metrics is None:
             raise unavailable("metrics are not collected (no Observability deployment)")
         try:
-            report = await maybe_await(mgmt.metrics())
+            report = await maybe_await(parts.metrics())
         except Exception as exc:  # the Observability replica restarting: a 503, never a 500
             raise unavailable(f"metrics could not be read: {type(exc).__name__}") from exc
         return classification_metrics(report)
@@ -82,7 +84,7 @@ def replay_routes(mgmt: Management) -> APIRouter:
         model: str | None = Query(None, max_length=256),
     ) -> JSONResponse:
         page: ReplayPage = await maybe_await(
-            replays_of(mgmt).list(limit=limit, after_sequence=after_sequence, decision=decision, model=model)
+            replays_of(parts).list(limit=limit, after_sequence=after_sequence, decision=decision, model=model)
         )
         principal = principal_of(request)
         page.records = [
@@ -95,12 +97,12 @@ def replay_routes(mgmt: Management) -> APIRouter:
         decision: str | None = Query(None, max_length=256), model: str | None = Query(None, max_length=256)
     ) -> ReplayAggregate:
         result: ReplayAggregate = await maybe_await(
-            replays_of(mgmt).aggregate(decision=decision, model=model)
+            replays_of(parts).aggregate(decision=decision, model=model)
         )
         return result
 
     async def get_replay(request: Request, replay_id: str) -> JSONResponse:
-        record = await maybe_await(replays_of(mgmt).get(replay_id))
+        record = await maybe_await(replays_of(parts).get(replay_id))
         if record is None:
             raise not_found(f"no replay record {replay_id!r}")
         principal = principal_of(request)
@@ -111,7 +113,7 @@ def replay_routes(mgmt: Management) -> APIRouter:
     async def list_outcomes(
         limit: int = Query(1000, ge=1, le=10_000), replay_id: str | None = Query(None, max_length=256)
     ) -> OutcomePage:
-        recorded = await asyncio.to_thread(mgmt.outcomes.list)  # a Redis store reads over the network
+        recorded = await asyncio.to_thread(parts.outcomes.list)  # a Redis store reads over the network
         matching = [o for o in recorded if replay_id is None or o.replay_id == replay_id]
         return OutcomePage(outcomes=matching[-limit:], total=len(matching))
 
@@ -119,7 +121,7 @@ def replay_routes(mgmt: Management) -> APIRouter:
         request: Request,
         idempotency_key: str | None = Header(None, min_length=1, max_length=MAX_IDEMPOTENCY_KEY),
     ) -> JSONResponse:
-        return await submit_outcome(mgmt, request, idempotency_key)
+        return await submit_outcome(mgmt, parts, ratings, request, idempotency_key)
 
     add(
         "/api/v1/observability/replays",
@@ -140,7 +142,7 @@ def replay_routes(mgmt: Management) -> APIRouter:
         responses=REPLAYS_OFF,
         summary="routing and cost aggregates",
     )
-    add_replay_views(add, mgmt)  # before /replays/{replay_id}, which would swallow them
+    add_replay_views(add, parts)  # before /replays/{replay_id}, which would swallow them
     add(
         "/api/v1/observability/replays/{replay_id}",
         get_replay,
@@ -185,7 +187,7 @@ def replay_routes(mgmt: Management) -> APIRouter:
     return router
 
 
-def add_replay_views(add: Any, mgmt: Management) -> None:
+def add_replay_views(add: Any, parts: ReplayParts) -> None:
     """Trajectory, shadow dataset and judge tasks (app/replays/replay_views.py)."""
 
     async def get_trajectory(
@@ -194,14 +196,14 @@ def add_replay_views(add: Any, mgmt: Management) -> None:
         limit: int = Query(100, ge=1, le=1000),
         after_sequence: int = Query(0, ge=0),
     ) -> Trajectory:
-        return await trajectory(replays_of(mgmt), mgmt.outcomes, session_id, recipe, limit, after_sequence)
+        return await trajectory(replays_of(parts), parts.outcomes, session_id, recipe, limit, after_sequence)
 
     async def get_dataset(
         recipe: str = Query(DEFAULT_RECIPE, min_length=1, max_length=128),
         limit: int = Query(100, ge=1, le=1000),
         after_sequence: int = Query(0, ge=0),
     ) -> DatasetManifest:
-        return await dataset_manifest(replays_of(mgmt), recipe, after_sequence, limit)
+        return await dataset_manifest(replays_of(parts), recipe, after_sequence, limit)
 
     async def get_judge_tasks(
         request: Request,
@@ -211,7 +213,7 @@ def add_replay_views(add: Any, mgmt: Management) -> None:
     ) -> JSONResponse:
         principal = principal_of(request)
         page = await judge_tasks(
-            replays_of(mgmt),
+            replays_of(parts),
             recipe,
             after_sequence,
             limit,
@@ -251,31 +253,37 @@ def add_replay_views(add: Any, mgmt: Management) -> None:
     )
 
 
-def replays_of(mgmt: Management) -> ReplaySource:
-    if mgmt.replays is None:
+def replays_of(parts: ReplayParts) -> ReplaySource:
+    if parts.replays is None:
         raise unavailable("replay recording is not enabled (router_replay plugin)")
-    return mgmt.replays
+    return parts.replays
 
 
-async def submit_outcome(mgmt: Management, request: Request, idempotency_key: str | None) -> JSONResponse:
+async def submit_outcome(
+    mgmt: Management,
+    parts: ReplayParts,
+    ratings: RatingStore | None,
+    request: Request,
+    idempotency_key: str | None,
+) -> JSONResponse:
     """201 a new outcome, 200 its idempotent replay; the audit entry records the status (500 if none)."""
     status = 500
     try:
         body = parse_model(OutcomeIn, await request.body())
-        replay = await maybe_await(mgmt.replays.get(body.replay_id)) if mgmt.replays is not None else None
-        if mgmt.replays is not None and replay is None:
+        replay = await maybe_await(parts.replays.get(body.replay_id)) if parts.replays is not None else None
+        if parts.replays is not None and replay is None:
             raise not_found(f"no replay record {body.replay_id!r}")
         try:
-            record = mgmt.outcomes.submit(body, principal_of(request).name, idempotency_key)
+            record = parts.outcomes.submit(body, principal_of(request).name, idempotency_key)
         except IdempotencyConflict:
             raise MgmtError(
                 409, "this Idempotency-Key was used with a different body", code="IDEMPOTENCY_CONFLICT"
             ) from None
         if replay is not None and not record.idempotent_replay:
-            mgmt.accuracy.record(replay, body)  # svc_router_classification_accuracy
-        if replay is not None and mgmt.ratings is not None and not record.idempotent_replay:
+            parts.accuracy.record(replay, body)  # svc_router_classification_accuracy
+        if replay is not None and ratings is not None and not record.idempotent_replay:
             # An elo decision's ratings learn from it (app/pipeline/learning/elo_feedback.py); never fails.
-            await asyncio.to_thread(rate_outcome, mgmt.ratings, mgmt.config, replay, body)
+            await asyncio.to_thread(rate_outcome, ratings, mgmt.config, replay, body)
         status = 200 if record.idempotent_replay else 201
         return json_response(record, status)
     except MgmtError as exc:

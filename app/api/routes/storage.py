@@ -1,4 +1,4 @@
-"""The response-cache storage routes (spec 1 "Storage"), over Management.cache_admin:
+"""The response-cache storage routes (spec 1 "Storage"), over the cache admin (app/cache/admin.py):
 
     GET  /api/v1/storage/response-cache/capabilities, /health, /stats   cache.read
     POST /api/v1/storage/response-cache/invalidate                      cache.invalidate
@@ -52,19 +52,19 @@ UNAVAILABLE: Responses = mgmt_errors({503: "no response cache in this process, o
 TAGS: list[str | Enum] = ["storage"]
 
 
-def storage_routes(mgmt: Management) -> APIRouter:
+def storage_routes(mgmt: Management, cache_admin: ResponseCacheAdmin | None) -> APIRouter:
     router = APIRouter()
     add = Registrar(router, mgmt).add
 
     async def capabilities() -> JSONResponse:
-        return await answer(admin(mgmt).capabilities, CacheCapabilities)
+        return await answer(admin(cache_admin).capabilities, CacheCapabilities)
 
     async def health() -> JSONResponse:
-        return await answer(admin(mgmt).health, CacheHealth)
+        return await answer(admin(cache_admin).health, CacheHealth)
 
     async def stats(request: Request) -> JSONResponse:
         redacted = not principal_of(request).can("secret_view")
-        return await answer(admin(mgmt).stats, CacheStatsView, redacted=redacted)
+        return await answer(admin(cache_admin).stats, CacheStatsView, redacted=redacted)
 
     reads: list[tuple[str, Callable[..., Any], type[BaseModel]]] = [
         ("/capabilities", capabilities, CacheCapabilities),
@@ -82,9 +82,15 @@ def storage_routes(mgmt: Management) -> APIRouter:
             tags=TAGS,
         )
     writes: list[tuple[str, Callable[..., Any], type[BaseModel], str, type[BaseModel]]] = [
-        ("/test", probe_route(mgmt), ProbeResult, "cache.manage", ResponseCacheConfig),
-        ("/invalidate", invalidate_route(mgmt), InvalidateResult, "cache.invalidate", InvalidateRequest),
-        ("/flush", flush_route(mgmt), FlushResult, "cache.manage", FlushRequest),
+        ("/test", probe_route(mgmt, cache_admin), ProbeResult, "cache.manage", ResponseCacheConfig),
+        (
+            "/invalidate",
+            invalidate_route(mgmt, cache_admin),
+            InvalidateResult,
+            "cache.invalidate",
+            InvalidateRequest,
+        ),
+        ("/flush", flush_route(mgmt, cache_admin), FlushResult, "cache.manage", FlushRequest),
     ]
     for path, endpoint, model, permission, request_model in writes:
         add(
@@ -100,10 +106,12 @@ def storage_routes(mgmt: Management) -> APIRouter:
     return router
 
 
-def probe_route(mgmt: Management) -> Callable[[Request], Awaitable[JSONResponse]]:
+def probe_route(
+    mgmt: Management, cache_admin: ResponseCacheAdmin | None
+) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def test(request: Request) -> JSONResponse:
         settings = parse_model(ResponseCacheConfig, await request.body())
-        cache = admin(mgmt)
+        cache = admin(cache_admin)
         response = await answer(lambda: cache.test(settings), ProbeResult)
         record_mutation(mgmt, "cache.test", request, 200, backend_type=settings.backend_type)
         return response
@@ -111,10 +119,12 @@ def probe_route(mgmt: Management) -> Callable[[Request], Awaitable[JSONResponse]
     return test
 
 
-def invalidate_route(mgmt: Management) -> Callable[[Request], Awaitable[JSONResponse]]:
+def invalidate_route(
+    mgmt: Management, cache_admin: ResponseCacheAdmin | None
+) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def invalidate(request: Request) -> JSONResponse:
         body = parse_model(InvalidateRequest, await request.body())
-        cache = admin(mgmt)
+        cache = admin(cache_admin)
         response = await answer(lambda: cache.invalidate(body.scope, body.dry_run), InvalidateResult)
         if not body.dry_run:
             record_mutation(mgmt, "cache.invalidate", request, 200, scope=scope_name(body.scope))
@@ -123,10 +133,12 @@ def invalidate_route(mgmt: Management) -> Callable[[Request], Awaitable[JSONResp
     return invalidate
 
 
-def flush_route(mgmt: Management) -> Callable[[Request], Awaitable[JSONResponse]]:
+def flush_route(
+    mgmt: Management, cache_admin: ResponseCacheAdmin | None
+) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def flush(request: Request) -> JSONResponse:
         body = parse_model(FlushRequest, await request.body() or b"{}")
-        cache = admin(mgmt)
+        cache = admin(cache_admin)
         response = await answer(lambda: cache.flush(body.scope), FlushResult)
         record_mutation(mgmt, "cache.flush", request, 200, scope=scope_name(body.scope))
         return response
@@ -134,10 +146,10 @@ def flush_route(mgmt: Management) -> Callable[[Request], Awaitable[JSONResponse]
     return flush
 
 
-def admin(mgmt: Management) -> ResponseCacheAdmin:
-    if mgmt.cache_admin is None:
+def admin(cache_admin: ResponseCacheAdmin | None) -> ResponseCacheAdmin:
+    if cache_admin is None:
         raise unavailable("the response cache is not available in this process")
-    return mgmt.cache_admin
+    return cache_admin
 
 
 async def answer(

@@ -51,6 +51,7 @@ from app.storage.models import (
     VectorStoreObject,
     VectorStoreUpdate,
 )
+from app.storage.parts import StorageParts
 from app.storage.vector_stores import RotateResult
 
 PREFIX = "/api/v1/storage/vector-stores"
@@ -62,11 +63,12 @@ ONE: Responses = {**UNAVAILABLE, **MISSING}
 class StoreEndpoints:
     """The route handlers (bound methods: FastAPI reads their parameters)."""
 
-    def __init__(self, mgmt: Management) -> None:
+    def __init__(self, mgmt: Management, parts: StorageParts) -> None:
         self.mgmt = mgmt
+        self.parts = parts
 
     def stores(self) -> VectorStoresClient:
-        return storage_of(self.mgmt).vector_stores
+        return storage_of(self.parts).vector_stores
 
     async def create(self, request: Request) -> JSONResponse:
         vs = self.stores()
@@ -138,10 +140,10 @@ class StoreEndpoints:
         return json_response(VectorStoreFileDeleted(id=file_id))
 
 
-def vector_store_routes(mgmt: Management) -> APIRouter:
+def vector_store_routes(mgmt: Management, parts: StorageParts) -> APIRouter:
     router = APIRouter()
     add = Registrar(router, mgmt).add
-    ep = StoreEndpoints(mgmt)
+    ep = StoreEndpoints(mgmt, parts)
     one, files = PREFIX + "/{store_id}", PREFIX + "/{store_id}/files"
     routes: list[tuple[str, Callable[..., Any], str, str, type[BaseModel], type[BaseModel] | None]] = [
         (PREFIX, ep.create, "POST", "data.write", VectorStoreObject, VectorStoreCreate),
