@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.api.rate_buckets import BucketBackend, RedisBuckets
 from app.cache.admin import ResponseCacheAdmin
 from app.common.redaction import redact_url
 from app.exchange.responses.store import RedisResponseBackend, ResponseBackend
-from app.management.rate_buckets import BucketBackend, RedisBuckets
 from app.observability.metrics import MetricsRecorder
 from app.pipeline.learning.ratings import RatingStore, open_rating_store
 from app.pipeline.memory.redis_store import RedisMemoryStore
