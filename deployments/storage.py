@@ -1,6 +1,6 @@
 """Storage deployment: the application's one files-and-vector-stores service (spec 1 "Storage").
 
-The StorageService (app/management/storage `open_storage`) owns a records file, an ingestion
+The StorageService (app/storage `open_storage`) owns a records file, an ingestion
 worker thread and, on `backend_type: milvus` without a server, a Milvus Lite file that opens in
 one process only; so it lives in ONE replica here (the default, and the serve config's), and
 every Ingress replica (the storage routes) and every Router replica (the `rag` plugin's
