@@ -18,9 +18,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.api.plugins import compression
+from app.api.routes.replays import read_metrics
 from app.common.api_docs import json_body
-from app.common.mgmt_errors import unavailable
-from app.management.routes.common import Registrar, json_response, maybe_await, mgmt_errors, parse_model
+from app.management.routes.common import Registrar, json_response, mgmt_errors, parse_model
 from app.management.service import Management
 from app.replays.parts import ReplayParts
 
@@ -47,13 +47,7 @@ def compression_routes(mgmt: Management, replays: ReplayParts) -> APIRouter:
         return json_response(answer)
 
     async def stats() -> compression.Stats:
-        if replays.metrics is None:
-            raise unavailable("metrics are not collected (no Observability deployment)")
-        try:
-            report = await maybe_await(replays.metrics())
-        except Exception as exc:  # the Observability replica restarting: a 503, never a 500
-            raise unavailable(f"metrics could not be read: {type(exc).__name__}") from exc
-        return compression.stats(report)
+        return compression.stats(await read_metrics(replays))
 
     add(
         PREFIX + "/capabilities",

@@ -27,7 +27,7 @@ from app.management.routes.common import (
 from app.management.service import Management
 from app.pipeline.learning.elo_feedback import rate_outcome
 from app.pipeline.learning.ratings import RatingStore
-from app.replays.classification_metrics import ClassificationMetrics, classification_metrics
+from app.replays.classification_metrics import ClassificationMetrics, MetricsReport, classification_metrics
 from app.replays.parts import ReplayParts
 from app.replays.replay_views import (
     DEFAULT_RECIPE,
@@ -58,13 +58,7 @@ def replay_routes(mgmt: Management, parts: ReplayParts, ratings: RatingStore | N
     add = Registrar(router, mgmt).add
 
     async def metrics() -> ClassificationMetrics:
-        if parts.metrics is None:
-            raise unavailable("metrics are not collected (no Observability deployment)")
-        try:
-            report = await maybe_await(parts.metrics())
-        except Exception as exc:  # the Observability replica restarting: a 503, never a 500
-            raise unavailable(f"metrics could not be read: {type(exc).__name__}") from exc
-        return classification_metrics(report)
+        return classification_metrics(await read_metrics(parts))
 
     add(
         "/api/v1/observability/classification-metrics",
@@ -251,6 +245,17 @@ def add_replay_views(add: Any, parts: ReplayParts) -> None:
         responses=REPLAYS_OFF,
         summary="blinded pairwise judge tasks; the A/B key only with audit.read",
     )
+
+
+async def read_metrics(parts: ReplayParts) -> MetricsReport:
+    """Every replica's metrics summed; 503 when they are not collected or cannot be read."""
+    if parts.metrics is None:
+        raise unavailable("metrics are not collected (no Observability deployment)")
+    try:
+        report: MetricsReport = await maybe_await(parts.metrics())
+    except Exception as exc:  # the Observability replica restarting: a 503, never a 500
+        raise unavailable(f"metrics could not be read: {type(exc).__name__}") from exc
+    return report
 
 
 def replays_of(parts: ReplayParts) -> ReplaySource:
