@@ -118,6 +118,7 @@ def build_app(upstream_url: str) -> FastAPI:
         classifiers=FakeBackend(),
         management=harness.management,
         decisions=LocalDecisionBackend(load(DECISION_MODEL)),
+        parts=harness.parts,
     )
 
 
