@@ -81,7 +81,7 @@ def create_app(
         view: Any = config if hasattr(config, "update") else None
         previewer: Any = router if hasattr(router, "preview") else None
         management = Management(config.current(), config_view=view, previewer=previewer)
-    parts = parts or IngressParts()
+    parts = parts if parts is not None else IngressParts()
     # The Responses store and the rate-limit buckets live where the management state lives.
     responses = ResponseStoreService(config, parts.data_plane.responses)
     limited = [Depends(RateLimiter(config, parts.data_plane.rate_buckets))]
