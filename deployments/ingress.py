@@ -78,7 +78,8 @@ class Ingress:
         self._upstream = UpstreamClient(mounts=in_cluster_mounts(serve.get_replica_context().app_name))
         self._classifiers = HandleClassifiers(domain, guard, router, embedding)
         self._pusher = replica_pusher(self._metrics.recorder, observability)
-        # The management API (spec 1): persistent versions, activation through Serve, startup status.
+        # The management API (docs/management-api.md): persistent versions, activation through
+        # Serve, startup status.
         stores = open_replica_stores(graph_args, serve.get_replica_context().app_name)
         self._management = build_management(
             config,
@@ -98,7 +99,7 @@ class Ingress:
             replays=ObservabilityReplays(observability) if observability is not None else None,
             metrics=metrics_source(observability) if observability is not None else None,
             recorder=self._metrics.recorder,  # outcomes set svc_router_classification_accuracy
-            # The storage API (spec 1 "Storage") over the ResponseCache (none: 503s).
+            # The storage API (docs/management-api.md) over the ResponseCache (none: 503s).
             cache_admin=LocalCacheAdmin(HandleCacheControl(cache)) if cache is not None else None,
         )
         # The `memory` plugin's write after the answer runs here (complete()): the store the

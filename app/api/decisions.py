@@ -1,4 +1,4 @@
-"""The router frontend's native decision API (spec 2): POST /v1/decisions and /v1/systemone
+"""The router frontend's native decision API (docs/model-runtime.md): POST /v1/decisions and /v1/systemone
 (identical) and GET /v1/systemone/models, over a `DecisionBackend` (the Ingress adapts its
 DecisionModel handle or a managed runtime's client; tests pass `LocalDecisionBackend`).
 

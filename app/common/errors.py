@@ -173,7 +173,7 @@ def security_violation(
 
 
 def rate_limited(retry_after: float | None = None) -> SvcError:
-    """429 RATE_LIMIT_EXCEEDED (spec 1); Retry-After in whole seconds, at least 1."""
+    """429 RATE_LIMIT_EXCEEDED (the contract's code); Retry-After in whole seconds, at least 1."""
     seconds = 1.0 if retry_after is None or not math.isfinite(retry_after) else max(1.0, retry_after)
     return SvcError(
         429,

@@ -1,4 +1,4 @@
-"""envoy.yaml generated from the router config (spec 1: Envoy on 8801, ext_proc on 50051).
+"""envoy.yaml generated from the router config (Envoy on 8801, ext_proc on 50051; docs/envoy.md).
 
     listener 8801 -> ext_proc filter (the bridge) -> router filter
       routes: x-selected-model == <model>  -> cluster of that model's backend_refs

@@ -1,4 +1,4 @@
-"""The management API (spec 1 "Management API"): one `Management` object holds the state
+"""The management API (docs/management-api.md): one `Management` object holds the state
 (service.py), `install(app, management, families)` mounts its routes (routes/) and the wings'
 on a FastAPI app.
 

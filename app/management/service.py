@@ -35,6 +35,7 @@ from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
 from app.state.shared_store import StoreUnavailable
+from app.upstream.reachability import unreachable_backends
 
 log = logging.getLogger("svc_sr.management")
 
@@ -144,12 +145,17 @@ class Management:
             view["activation_status"] = "unknown"
         return view
 
-    def status_document(self) -> StatusDocument:
+    async def status_document(self) -> StatusDocument:
+        down = await unreachable_backends(self.config)
         return StatusDocument(
             instance_id=self.instance_id,
             observed_at=now_stamp(),
             conditions=conditions(
-                self.startup.status(), self.store.active is not None, self.hash_view(), self.store.reachable()
+                self.startup.status(),
+                self.store.active is not None,
+                self.hash_view(),
+                self.store.reachable(),
+                down,
             ),
         )
 

@@ -12,7 +12,7 @@ Public API (imported lazily so `import app.pipeline.plan` stays light):
 Layout: pipeline.py orchestrates the request phases in phases/ (parse, signals, decide,
 guard, plugins, select, cache) over one compiled config version (compiled.py), with the
 services of services.py; preview.py shapes the routing preview, completion.py runs
-complete(), metrics.py records spec 1's router metrics.
+complete(), metrics.py records the router metrics (docs/envoy.md).
 """
 
 from __future__ import annotations

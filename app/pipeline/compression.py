@@ -19,7 +19,7 @@ when they alone exceed the budget the result says `over_budget`.
 `summarize` is extractive and offline: the lead sentence of each dropped user/assistant message
 (tool results left out), in order, as one system message put where the first dropped turn was,
 at most `summary_max_tokens` long. An embedding-centrality summary would need one encoder pass
-per dropped sentence (MiniLM int8: 3-8.5 ms each, shared/notes/models-and-data.md), seconds
+per dropped sentence (MiniLM int8: 3-8.5 ms each, docs/context-compression.md), seconds
 for a long conversation: the lead sentence costs microseconds.
 """
 

@@ -1,4 +1,4 @@
-"""Wire shapes of the model runtime (spec 2: /v1/classify, /v1/embeddings, /v1/models) and
+"""Wire shapes of the model runtime (/v1/classify, /v1/embeddings, /v1/models; docs/model-runtime.md) and
 its error model. Both hosts (Ray Serve deployments, the `svc-srun` HTTP worker) speak these.
 
 Conventions:
@@ -83,7 +83,7 @@ class NotReady(RuntimeFailure):
 class ModelNotLoadedError(RuntimeError):
     """An in-graph model (domain, PII, jailbreak) is not loaded or its deployment unreachable.
     The diagnostics answer 503 MODEL_NOT_LOADED; routing reports a signal error. Not a
-    RuntimeFailure: the graph's callers render it, not the spec-2 worker."""
+    RuntimeFailure: the graph's callers render it, not the worker's HTTP API."""
 
 
 # Item-level error codes (one input fails, the others are answered).

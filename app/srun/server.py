@@ -1,4 +1,4 @@
-"""The worker's HTTP API (spec 2 "Worker HTTP API"): `create_app(worker)` -> FastAPI app.
+"""The worker's HTTP API (docs/model-runtime.md, "The worker"): `create_app(worker)` -> FastAPI app.
 
 Bodies are read as bytes under --max-request-bytes (413 before the rest is read), parsed
 by the engine's own models (400 invalid_request naming the field), and answered with the
@@ -271,7 +271,7 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
         title="svc-srun worker",
         version=API_VERSION,
         routes=app.routes,
-        description="svc-sr model-runtime worker API (spec 2)",
+        description="svc-sr model-runtime worker API",
     )
     doc["info"]["x-api-version"] = API_VERSION
     _, defs = models_json_schema(

@@ -38,10 +38,16 @@ class Cli:
     """`svc-sr serve` / `svc-sr stop` with this test's state directories and port."""
 
     def __init__(
-        self, work: Path, config_path: Path | None, port: int, serve_args: list[str] | None = None
+        self,
+        work: Path,
+        config_path: Path | None,
+        port: int,
+        serve_args: list[str] | None = None,
+        with_envoy: bool = False,
     ) -> None:
-        """`serve_args`: what `svc-sr serve` is given instead of `--config config_path`."""
-        self.work, self.config_path, self.port = work, config_path, port
+        """`serve_args`: what `svc-sr serve` is given instead of `--config config_path`;
+        `with_envoy`: Envoy and the ext_proc sidecar too (the configuration's ports)."""
+        self.work, self.config_path, self.port, self.with_envoy = work, config_path, port, with_envoy
         self.serve_args = serve_args if serve_args is not None else ["--config", str(config_path)]
         self.base = f"http://127.0.0.1:{port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")}
@@ -55,7 +61,8 @@ class Cli:
         self.starts += 1
         out = (self.work / f"serve-{self.starts}.log").open("wb")
         command = [SVC_SR, "serve", *self.serve_args, "--port", str(self.port)]
-        command += ["--no-dashboard", "--no-envoy", "--serve-config", str(self.work / "none.yaml")]
+        command += ["--no-dashboard", "--serve-config", str(self.work / "none.yaml")]
+        command += [] if self.with_envoy else ["--no-envoy"]
         process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
         try:
             return self._ready(process)

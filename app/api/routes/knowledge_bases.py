@@ -1,4 +1,4 @@
-"""Knowledge bases (spec 1 "Storage"), over the Ingress's knowledge-base service (app/storage/knowledge_bases.py):
+"""Knowledge bases (docs/knowledge-bases.md), over the Ingress's knowledge-base service (app/storage/knowledge_bases.py):
 
     GET    /api/v1/storage/knowledge-bases                     data.read     list (summaries)
     POST   /api/v1/storage/knowledge-bases                     config.write  create -> 202 pending

@@ -1,4 +1,4 @@
-"""The response-cache storage routes (spec 1 "Storage"), over the cache admin (app/cache/admin.py):
+"""The response-cache storage routes (docs/management-api.md), over the cache admin (app/cache/admin.py):
 
     GET  /api/v1/storage/response-cache/capabilities, /health, /stats   cache.read
     POST /api/v1/storage/response-cache/invalidate                      cache.invalidate

@@ -16,8 +16,9 @@ from app.pipeline.selection import InvalidRequestError
 from app.pipeline.services import PipelineServices
 from app.pipeline.signals.base import SignalContext
 
-# The client's session identity (spec 1 preview_context; Ray Serve's session-affinity header
-# too): it names the session a replay record belongs to (/api/v1/observability/replays/trajectory).
+# The client's session identity (as the routing preview's preview_context names it; Ray
+# Serve's session-affinity header too): it names the session a replay record belongs to
+# (/api/v1/observability/replays/trajectory).
 SESSION_ID_HEADER = "x-session-id"
 MAX_SESSION_ID = 256
 

@@ -178,7 +178,7 @@ def error_matches(family: str, names: frozenset[str] | set[str], message: str) -
 class UnscannedError(Exception):
     """A safety signal's detector did not read the input in full (its model runtime failed,
     missed the signal deadline, or read only part). `matches`: how the rule resolves, from
-    `on_unscanned` (spec 2): `block` -> it matches; `allow` -> it errors, and on_error decides."""
+    `on_unscanned` (docs/security.md): `block` -> it matches; `allow` -> it errors, and on_error decides."""
 
     def __init__(self, reason: str, matches: bool) -> None:
         super().__init__(reason)
