@@ -14,13 +14,13 @@ from ray.serve.handle import DeploymentHandle
 from app.cache.base import CacheScope, CacheUnavailable, FlushOutcome
 from app.common.background import BackgroundTasks
 from app.common.errors import SvcError
-from app.management.replays import ReplayAggregate, ReplayPage
-from app.management.storage.client import StorageClient, StorageReply
-from app.management.storage.files import FileServiceDown
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.replays.replays import ReplayAggregate, ReplayPage
+from app.storage.client import StorageClient, StorageReply
+from app.storage.files import FileServiceDown
 from deployments import ray_compat
 from deployments.observability import replay_sender
 from deployments.response_cache import cache_lane
@@ -106,7 +106,7 @@ class ObservabilityReplays:
 
 
 class HandleCacheControl:
-    """The storage API's CacheControl (app/management/cache_admin.py) over the ResponseCache
+    """The storage API's CacheControl (app/cache/admin.py) over the ResponseCache
     deployment: its store's outage (CacheUnavailable) and an unreachable or overloaded
     deployment both reach the admin as CacheUnavailable (a 503)."""
 
