@@ -35,6 +35,7 @@ from deployments.handles import (
 )
 from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import metrics_source, replica_pusher
+from deployments.replica_logs import route_project_logs
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 
@@ -61,6 +62,7 @@ class Ingress:
         # The configuration arrives as user_config (hot reload without restarting this replica,
         # which runs the activation); Serve calls reconfigure() only after the ASGI app is built,
         # so the constructor reads the replica's current user_config itself.
+        route_project_logs()  # errors in this replica's log at once (deployments/replica_logs.py)
         install_error_pages()  # HAProxy's own answers (no replica could) in the spec's error shape
         transport = ray_compat.process_transport
         router, observability, cache = transport(router), transport(observability), transport(cache)

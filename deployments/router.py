@@ -44,6 +44,7 @@ from app.upstream.client import UpstreamClient
 from deployments import ray_compat
 from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import replica_pusher
+from deployments.replica_logs import route_project_logs
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 from deployments.router_services import handle_services, read_shared_state, retried
 
@@ -79,6 +80,7 @@ class Router:
         ratings_at: tuple[Any, str | None, str | None] | None = None,
         storage: DeploymentHandle | None = None,
     ) -> None:
+        route_project_logs()  # errors in this replica's log at once (deployments/replica_logs.py)
         # llm_servers only keeps the in-cluster models in the graph (deployments/llm_server.py).
         transport = ray_compat.process_transport
         guard = transport(guard)

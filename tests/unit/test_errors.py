@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import httpx
 import pytest
@@ -68,6 +69,14 @@ def make_app(calls: list[str]) -> FastAPI:
     async def items(item: Item):
         calls.append("items")
         return {"ok": item.name}
+
+    @app.get("/items/{item_id}")
+    async def get_item(item_id: int):
+        return {"id": item_id}
+
+    @app.delete("/items/{item_id}")
+    async def delete_item(item_id: int):
+        return {"deleted": item_id}
 
     @app.post("/raw")
     async def raw(request: Request):
@@ -170,6 +179,26 @@ async def test_unexpected_exception_is_a_500_with_request_id(client, calls):
     assert len(error_of(r)["details"]["request_id"]) == 32  # generated when the client sent none
     assert calls == ["boom", "boom"]
     assert (await client.get("/svc/route")).status_code == 400  # the app keeps serving
+
+
+async def test_every_5xx_is_logged_at_once_with_its_request_id(client, caplog):
+    """The exception's traceback for a 500; the answer's own error body for a 5xx it answered
+    (docs/management-api.md, "Every 5xx is traceable")."""
+    with caplog.at_level(logging.ERROR, logger="app.api.errors"):
+        await client.get("/boom", headers={"x-request-id": "req-500"})
+        await client.get("/svc/down", headers={"x-request-id": "req-503"})
+        await client.get("/svc/model", headers={"x-request-id": "req-404"})
+    crashed, down = caplog.records  # the 404 is a client's error: not logged
+    assert "req-500" in crashed.getMessage() and crashed.exc_info is not None
+    assert "secret internal detail" in str(crashed.exc_info[1])
+    assert "req-503" in down.getMessage() and "answered 503" in down.getMessage()
+    assert "upstream_unavailable" in down.getMessage()  # what failed, from the body
+
+
+async def test_405_allows_every_method_of_the_path(client):
+    answer = await client.request("PATCH", "/items/7")
+    assert answer.status_code == 405 and error_of(answer)["code"] == "method_not_allowed"
+    assert answer.headers["allow"] == "DELETE, GET"  # two routes of one path, both named
 
 
 async def test_failure_after_the_stream_started_ends_it_quietly(calls):
