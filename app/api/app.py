@@ -94,6 +94,7 @@ def create_app(
         decisions_router(
             decisions or NoDecisionBackend(),
             max_body_bytes=config.current().global_.services.data_plane.max_body_bytes,
+            max_json_depth=config.current().global_.services.data_plane.max_json_depth,
         )
     )
     diagnostics = Diagnostics(classifiers, config)
@@ -112,4 +113,6 @@ def create_app(
     max_bytes = config.current().global_.services.data_plane.max_body_bytes
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_bytes)
     app.state.plane = plane
+    # The JSON nesting limit of every body a route reads (app.management.routes.common.read_model).
+    app.state.max_json_depth = lambda: config.current().global_.services.data_plane.max_json_depth
     return app

@@ -70,7 +70,10 @@ class DataPlane:
         return ResponsesApi(store, self.images)
 
     async def handle(self, api: ClientApi, raw: bytes, headers: dict[str, str]) -> Response:
-        exchange = Exchange(ExchangeSettings(self.router, self.metrics), api)
+        limits = self.config.current().global_.services.data_plane
+        exchange = Exchange(
+            ExchangeSettings(self.router, self.metrics, max_json_depth=limits.max_json_depth), api
+        )
         try:
             step = await exchange.begin(raw, headers)
         except Exception:  # the router failed: counted here, answered 500 by the error handler

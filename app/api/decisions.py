@@ -11,7 +11,6 @@ runtime's own message stays private (logged at debug level, never the request te
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any, Protocol
 
@@ -20,6 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from app.common.api_docs import BODY_TOO_LARGE, errors, json_body
+from app.common.body_limits import DEFAULT_MAX_DEPTH, JsonRejected, decode_json
 from app.runtime.schemas import NotReady, RuntimeFailure
 from app.srun.decision_backend import DEADLINE_S
 from app.srun.models import WorkerCard, WorkerErrorBody, WorkerErrorDetail
@@ -97,7 +97,11 @@ def _error(status: int) -> JSONResponse:
 
 
 def decisions_router(
-    backend: DecisionBackend, *, max_body_bytes: int = DEFAULT_MAX_BODY, deadline_s: float = DEADLINE_S
+    backend: DecisionBackend,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    max_json_depth: int = DEFAULT_MAX_DEPTH,
+    deadline_s: float = DEADLINE_S,
 ) -> APIRouter:
     router = APIRouter(tags=["native"])
 
@@ -108,8 +112,8 @@ def decisions_router(
             if len(raw) > max_body_bytes:
                 return _error(413)
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = decode_json(raw, max_json_depth)
+        except JsonRejected:
             return _error(400)
         if not isinstance(body, dict):
             return _error(400)

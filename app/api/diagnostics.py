@@ -45,6 +45,7 @@ from app.api.diagnostics_requests import ManagementError, parse
 from app.api.diagnostics_service import Diagnostics
 from app.common.api_docs import BODY_TOO_LARGE, Responses, errors, json_body
 from app.common.mgmt_errors import MgmtErrorBody
+from app.management.routes.common import json_depth_limit
 
 GUARDED = errors(MgmtErrorBody, {401: "missing or invalid bearer token", 403: "classify.invoke missing"})
 FAILURES = {
@@ -78,7 +79,7 @@ def post_route(
 
     async def endpoint(request: Request) -> Response:
         try:
-            body = parse(model, await request.body())
+            body = parse(model, await request.body(), json_depth_limit(request))
             result = await handler(body)
         except ManagementError as exc:
             return exc.to_response()

@@ -11,13 +11,13 @@ The text a request carries (content text, the human's ask) is app/common/chat_te
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.common.api_docs import NON_BLANK
+from app.common.body_limits import DEFAULT_MAX_DEPTH, JsonRejected, decode_json, rejection_message
 from app.common.errors import SvcError, bad_request, validation_message
 
 
@@ -57,14 +57,22 @@ class ChatCompletionRequest(BaseModel):
         return value
 
 
-def parse_chat_body(raw: bytes | str) -> dict[str, Any]:
-    """A /v1/chat/completions body, decoded and validated (`validate_chat_body`); raises
-    SvcError 400 with a precise message."""
+def parse_chat_body(raw: bytes | str, max_depth: int = DEFAULT_MAX_DEPTH) -> dict[str, Any]:
+    """A /v1/chat/completions body, decoded (app/common/body_limits.py) and validated
+    (`validate_chat_body`); raises SvcError 400 with a precise message."""
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise bad_request("malformed JSON body", code="invalid_json") from None
+        data = decode_json(raw, max_depth)
+    except JsonRejected as exc:
+        raise json_rejected(exc) from None
     return validate_chat_body(data)
+
+
+def json_rejected(exc: JsonRejected) -> SvcError:
+    """The data plane's 400 for a body `decode_json` refused (the reference router's words for
+    one that is not JSON at all)."""
+    return bad_request(
+        "malformed JSON body" if exc.malformed else rejection_message(exc), code="invalid_json"
+    )
 
 
 def validate_chat_body(data: Any) -> dict[str, Any]:
@@ -199,6 +207,7 @@ __all__ = [
     "ResponseObject",
     "RoutingMetadata",
     "SvcError",
+    "json_rejected",
     "parse_chat_body",
     "validate_chat_body",
 ]

@@ -94,3 +94,22 @@ async def test_a_stream_cut_before_its_end_is_a_cancellation() -> None:
     router = await _abandoned_stream(chunk("half an ans"))
     [report] = router.reports
     assert not report.stream_finished and report.error_reason == "cancellation"
+
+
+async def test_a_post_without_a_body_is_answered_400_at_its_headers() -> None:
+    """Envoy sends no body message for a request whose headers end it: the bridge answers the
+    empty body (400 malformed JSON) instead of letting Envoy forward it unrouted."""
+    router = RecordingRouter()
+    bridge = ExtProcBridge(router)
+    items = [
+        pb.ProcessingRequest(
+            request_headers=headers({":method": "POST", ":path": "/v1/chat/completions"}, end=True)
+        )
+    ]
+    closed = asyncio.Event()
+    closed.set()
+    answers = [answer async for answer in bridge.Process(_messages(items, closed), context=None)]
+    assert [a.WhichOneof("response") for a in answers] == ["immediate_response"]
+    assert answers[0].immediate_response.status.code == 400
+    assert b"malformed JSON body" in answers[0].immediate_response.body
+    assert router.reports == []  # nothing routed, nothing to complete

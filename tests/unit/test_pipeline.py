@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import random
 import time
 from typing import Any
@@ -233,7 +232,7 @@ async def test_the_front_doors_validated_body_is_routed(encoder):
     # fields untouched (app/exchange/openai_models.py).
     from app.exchange.client_api import ChatApi
 
-    body = ChatApi().parse(json.dumps({**chat("urgent please"), "model": " MoM ", "seed": 3}).encode())
+    body = ChatApi().parse({**chat("urgent please"), "model": " MoM ", "seed": 3})
     plan = await pipeline_of(base_document(), encoder).route(body)
     assert plan.decision == "urgent_route" and plan.requested_model == "MoM"
     assert plan.body["seed"] == 3

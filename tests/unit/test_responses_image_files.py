@@ -232,7 +232,7 @@ async def test_resolve_input_images_answers_each_failure_with_its_body(files: Fi
 
 
 async def test_a_front_door_without_a_files_store_answers_the_old_400():
-    raw = request_with(IMAGE_PART).model_dump_json().encode()
+    raw = request_with(IMAGE_PART).model_dump(mode="json")  # the decoded body, as the exchange hands it
     api = client_api("/v1/responses")  # the ext_proc bridge's, without a files store
     assert api is not None
     await api.prepare(raw)
@@ -243,9 +243,7 @@ async def test_a_front_door_without_a_files_store_answers_the_old_400():
 
 async def test_a_front_door_with_a_files_store_inlines_the_image(files: FileStore):
     file_id = files.create("cat.png", PNG, "vision").id
-    raw = (
-        request_with({"type": "input_image", "file_id": file_id, "detail": "low"}).model_dump_json().encode()
-    )
+    raw = request_with({"type": "input_image", "file_id": file_id, "detail": "low"}).model_dump(mode="json")
     api = client_api("/v1/responses", StoredImages(files))
     assert api is not None
     await api.prepare(raw)
