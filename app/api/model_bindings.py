@@ -75,7 +75,8 @@ def find_binding(
     known: Collection[str] = (DEFAULT_RECIPE,),
 ) -> Binding:
     """The binding, 404 RECIPE_NOT_FOUND / BINDING_NOT_FOUND; with `tasks` (those the route
-    serves), 400 INVALID_INPUT for a binding that answers another task."""
+    serves), 404 BINDING_NOT_FOUND too for a binding that answers another task: the route has
+    no binding of that name (the request itself is well formed, so not a 400)."""
     check_recipe(recipe, known)
     if binding not in GRAPH_BINDINGS:
         raise ManagementError(
@@ -87,8 +88,8 @@ def find_binding(
     if tasks is not None and found.task not in tasks:
         serving = [name for name in GRAPH_BINDINGS if _binding(name).task in tasks]
         raise ManagementError(
-            400,
-            "INVALID_INPUT",
+            404,
+            "BINDING_NOT_FOUND",
             f"binding {binding!r} answers {found.task}, not {' or '.join(tasks)}; "
             f"bindings for this route: {', '.join(serving)}",
         )

@@ -104,6 +104,16 @@ class PreconditionFailed(Exception):
         self.current_etag = current_etag
 
 
+def has_if_match(if_match: str | None) -> bool:
+    return if_match is not None and bool(if_match.strip())
+
+
+def if_match_required(current_etag: str) -> PreconditionFailed:
+    return PreconditionFailed(
+        428, "PRECONDITION_REQUIRED", "If-Match with the current ETag is required", current_etag
+    )
+
+
 class RestartRequired(Exception):
     def __init__(self, reasons: list[Reason]) -> None:
         super().__init__("; ".join(r.message for r in reasons))
@@ -220,10 +230,9 @@ class ActivationController:
         async with self._mutation_lock:
             current_hash = self.store.source_hash  # the store's latest (another replica may have written)
             current_etag = etag_of(current_hash)
-            if if_match is None or not if_match.strip():
-                raise PreconditionFailed(
-                    428, "PRECONDITION_REQUIRED", "If-Match with the current ETag is required", current_etag
-                )
+            if not has_if_match(if_match):
+                raise if_match_required(current_etag)
+            assert if_match is not None
             if not _etag_matches(if_match, current_etag):
                 raise PreconditionFailed(
                     412,

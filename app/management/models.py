@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.json_schema import SkipJsonSchema
 
-from app.common.api_docs import NON_BLANK
+from app.common.api_docs import NON_BLANK, Absent, no_default
 from app.exchange.openai_models import ChatCompletionRequest
 
 
@@ -109,10 +108,6 @@ class PlanResponse(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-def no_null_default(schema: dict[str, Any]) -> None:
-    schema.pop("default", None)  # the null default is not a value a client may send
-
-
 class RollbackRequest(BaseModel):
     # Exactly one of the two, neither null (the schema says so; the validator enforces it).
     model_config = ConfigDict(
@@ -120,14 +115,12 @@ class RollbackRequest(BaseModel):
         json_schema_extra={"oneOf": [{"required": ["version"]}, {"required": ["config_version"]}]},
     )
 
-    version: int | str | SkipJsonSchema[None] = Field(
+    version: int | str | Absent = Field(
         default=None,
         description="version id/timestamp, or a config_version number",
-        json_schema_extra=no_null_default,
+        json_schema_extra=no_default,
     )
-    config_version: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = Field(
-        default=None, json_schema_extra=no_null_default
-    )
+    config_version: Annotated[int, Field(ge=1)] | Absent = Field(default=None, json_schema_extra=no_default)
 
     @model_validator(mode="after")
     def _one(self) -> RollbackRequest:

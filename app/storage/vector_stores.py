@@ -114,8 +114,8 @@ class VectorStores:
 
     def create(self, body: VectorStoreCreate) -> VectorStoreObject:
         for file_id in body.file_ids:
-            if self.files.get(file_id) is None:
-                raise NotFound(f"file {file_id!r} not found")
+            if self.files.get(file_id) is None:  # a bad request, as in attach
+                raise ValueError(f"file_ids: no file {file_id!r}")
         now = int(time.time())
         store = VectorStoreObject(
             id=f"vs_{uuid.uuid4().hex}",
@@ -169,9 +169,11 @@ class VectorStores:
     # ---------------------------------------------------------------- files
 
     def attach(self, store_id: str, body: FileAttach) -> VectorStoreFileObject:
+        with self._lock:
+            self._record(store_id)  # an unknown store (the path) is 404 before the body is read
         found = self.files.get(body.file_id)
-        if found is None:
-            raise NotFound(f"file {body.file_id!r} not found")
+        if found is None:  # a body naming no file is a bad request: the store itself exists
+            raise ValueError(f"file_id: no file {body.file_id!r}")
         if found.purpose != "assistants":
             raise ValueError(
                 f"file {body.file_id!r} has purpose {found.purpose!r}; vector stores take documents"

@@ -1,6 +1,7 @@
 """GET /api/v1/observability/classification-metrics (app/replays/classification_metrics.py):
 counters and timing of requests routed through the in-process app, summed over the sources a
-MetricsAggregator holds; 503 when nothing collects metrics or the source fails."""
+MetricsAggregator holds; 404 FEATURE_DISABLED when nothing collects metrics, 503 when the
+source fails."""
 
 from __future__ import annotations
 
@@ -63,11 +64,11 @@ async def test_counters_and_timing_of_routed_requests_summed_over_sources(upstre
     assert sum(body["routing_reason_codes"].values()) == 3
 
 
-async def test_without_a_metrics_source_or_with_a_failing_one_the_route_answers_503() -> None:
+async def test_without_a_metrics_source_404_and_with_a_failing_one_503() -> None:
     async with Harness().client() as client:
         response = await client.get("/api/v1/observability/classification-metrics")
-    assert response.status_code == 503
-    assert response.json()["error"]["code"] == "SERVICE_UNAVAILABLE"
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "FEATURE_DISABLED"
 
     def broken() -> MetricsReport:
         raise ConnectionError("Observability replica restarting")

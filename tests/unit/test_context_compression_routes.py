@@ -147,10 +147,10 @@ async def test_stats_count_routed_requests_without_content(upstream: FakeUpstrea
     assert "river" not in response.text and "integral" not in response.text  # no content
 
 
-async def test_stats_without_metrics_answer_503_and_permissions_apply() -> None:
+async def test_stats_without_metrics_answer_404_and_permissions_apply() -> None:
     async with Harness().client() as client:
         response = await client.get(STATS)
-    assert response.status_code == 503 and response.json()["error"]["code"] == "SERVICE_UNAVAILABLE"
+    assert response.status_code == 404 and response.json()["error"]["code"] == "FEATURE_DISABLED"
     auth = {"mode": "bearer", "tokens": [{"name": "dash", "token_env": "VIEW", "role": "viewer"}]}
     harness = Harness(with_auth(base_document(), auth), environ={"VIEW": "viewer-token"})
     async with harness.client("viewer-token") as client:

@@ -303,13 +303,15 @@ async def test_a_bad_body_is_400() -> None:
     assert (await store.mark(ADA)).generation == 0
 
 
-async def test_no_store_or_a_store_that_is_down_is_503() -> None:
-    for store in (None, down_store()):
-        async with harness(store).client() as api:
-            for dry_run in (True, False):
-                answer = await api.post(PATH, json={"scope": "user:ada", "dry_run": dry_run})
-                assert answer.status_code == 503 and answer.headers["retry-after"] == "5", answer.text
-                assert error_code(answer) == "SERVICE_UNAVAILABLE"
+async def test_no_store_is_404_feature_disabled_and_a_store_that_is_down_is_503() -> None:
+    async with harness(None).client() as api:
+        answer = await api.post(PATH, json={"scope": "user:ada"})
+        assert answer.status_code == 404 and error_code(answer) == "FEATURE_DISABLED", answer.text
+    async with harness(down_store()).client() as api:
+        for dry_run in (True, False):
+            answer = await api.post(PATH, json={"scope": "user:ada", "dry_run": dry_run})
+            assert answer.status_code == 503 and answer.headers["retry-after"] == "5", answer.text
+            assert error_code(answer) == "SERVICE_UNAVAILABLE"
 
 
 async def test_permissions() -> None:

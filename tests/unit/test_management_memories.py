@@ -2,7 +2,8 @@
 id, over the in-process store and (the management_store parameter) Redis. Scopes never
 leak: user A's listing, scoped read and scoped delete never show or touch user B's memories.
 Permissions: data.read to read, data.write to delete; a bad scope 400, an unknown id 404,
-no store or a store that is down 503, all in the spec's error body."""
+no store configured 404 FEATURE_DISABLED (a feature that is off is no server fault), a store
+that is down 503, all in the spec's error body."""
 
 from __future__ import annotations
 
@@ -140,10 +141,16 @@ async def test_permissions(store: MemoryStore) -> None:
         assert (await admin.delete(PREFIX, params=scope)).json()["deleted"] == 2
 
 
-async def test_no_store_or_a_store_that_is_down_is_503() -> None:
+async def test_no_store_is_404_feature_disabled_and_a_store_that_is_down_is_503() -> None:
     async with harness(None).client() as api:
-        answer = await api.get(PREFIX, params={"scope": "user:ada"})
-        assert answer.status_code == 503 and error_code(answer) == "SERVICE_UNAVAILABLE"
+        for method, path in (("GET", PREFIX), ("DELETE", PREFIX), ("GET", f"{PREFIX}/mem_x")):
+            answer = await api.request(method, path, params={"scope": "user:ada"})
+            assert answer.status_code == 404 and error_code(answer) == "FEATURE_DISABLED", answer.text
+            assert "SVC_SR_MANAGEMENT_STORE_URL" in answer.json()["error"]["message"]
+        recovery = await api.post(
+            "/api/v1/storage/context-recovery/invalidate", json={"scope": "user:ada", "reason": "no_models"}
+        )
+        assert recovery.status_code == 404 and error_code(recovery) == "FEATURE_DISABLED", recovery.text
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -144,7 +144,7 @@ async def test_probe_validates_then_reports_an_unreachable_store():
     assert len(cache) == 4  # probes never touch the live cache
 
 
-async def test_without_a_cache_admin_every_route_is_503():
+async def test_without_a_cache_admin_every_route_is_404_feature_disabled():
     h = Harness()
     async with h.client() as c:
         answers = [
@@ -154,8 +154,8 @@ async def test_without_a_cache_admin_every_route_is_503():
             await c.post(f"{PREFIX}/test", json={"backend_type": "memory"}),
         ]
     for response in answers:
-        assert response.status_code == 503 and error_code(response) == "SERVICE_UNAVAILABLE"
-        assert response.headers["retry-after"] == "5"
+        assert response.status_code == 404 and error_code(response) == "FEATURE_DISABLED"
+        assert "retry-after" not in response.headers  # off is not a passing outage
 
 
 async def test_a_store_that_is_down_answers_503_with_the_error_body():
@@ -171,6 +171,7 @@ async def test_a_store_that_is_down_answers_503_with_the_error_body():
         health = await c.get(f"{PREFIX}/health")
     for response in answers:
         assert response.status_code == 503 and error_code(response) == "SERVICE_UNAVAILABLE"
+        assert response.headers["retry-after"] == "5"
         assert "response cache unavailable" in response.json()["error"]["message"]
     assert health.status_code == 200 and health.json()["status"] == "unavailable"
 

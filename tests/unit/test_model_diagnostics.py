@@ -144,9 +144,10 @@ async def test_bad_bodies_are_the_specs_400s(client):
     error_of(r, 400, "INVALID_INPUT")
     long = {"recipe": "default", "binding": "domain_classifier", "text": "a" * 100_001}
     error_of(await client.post(labels, json=long), 400, "TEXT_TOO_LONG")
-    # A binding of another task: the route names the ones it serves.
+    # A binding of another task is not one of this route's (a well-formed request: 404, not
+    # 400); the answer names the ones it serves.
     wrong = {"recipe": "default", "binding": "pii_classifier", "text": "hello"}
-    message = error_of(await client.post(labels, json=wrong), 400, "INVALID_INPUT")
+    message = error_of(await client.post(labels, json=wrong), 404, "BINDING_NOT_FOUND")
     assert "token_spans" in message and "domain_classifier" in message
 
 

@@ -110,11 +110,11 @@ def test_the_blinded_order_is_about_half_each_way():
     assert firsts == [shadow_first(f"judge-{i:08x}") for i in range(400)]
 
 
-async def test_views_answer_503_without_replay_recording():
+async def test_views_answer_404_feature_disabled_without_replay_recording():
     async with Harness().client() as c:
         for path in ["trajectory?session_id=x", "dataset", "dataset/judge-tasks"]:
             r = await c.get(f"{BASE}/{path}")
-            assert r.status_code == 503 and error_code(r) == "SERVICE_UNAVAILABLE"
+            assert r.status_code == 404 and error_code(r) == "FEATURE_DISABLED"
 
 
 def replayed_document(base_url: str) -> dict[str, Any]:

@@ -169,9 +169,13 @@ async def test_404s_and_bad_input(tmp_path: Path) -> None:
         ids = await upload_all(client)
         assert (await client.get(f"{STORES}/vs_missing")).json()["error"]["code"] == "NOT_FOUND"
         assert (await client.post(f"{STORES}/vs_missing/search", json={"query": "x"})).status_code == 404
-        assert (await client.post(STORES, json={"file_ids": ["file-nope"]})).status_code == 404
+        # A body naming no file is a bad request (400): the path's store exists, or is created.
+        assert (await client.post(STORES, json={"file_ids": ["file-nope"]})).status_code == 400
         sid = (await client.post(STORES, json={})).json()["id"]
-        assert (await client.post(f"{STORES}/{sid}/files", json={"file_id": "file-nope"})).status_code == 404
+        unknown = await client.post(f"{STORES}/{sid}/files", json={"file_id": "file-nope"})
+        assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "INVALID_INPUT"
+        missing_store = await client.post(f"{STORES}/vs_missing/files", json={"file_id": "file-nope"})
+        assert missing_store.status_code == 404
         assert (await client.get(f"{STORES}/{sid}/files/{ids['space.txt']}")).status_code == 404
         assert (await client.delete(f"{STORES}/{sid}/files/{ids['space.txt']}")).status_code == 404
         image = (

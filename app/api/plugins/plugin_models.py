@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.json_schema import SkipJsonSchema
 
-from app.management.models import no_null_default
+from app.common.api_docs import Absent, no_default
 
 PluginPhase = Literal["request", "response", "storage", "observability"]
 OperationName = Literal["preview", "probe", "bindings", "storage", "observability"]
@@ -91,25 +90,23 @@ class SampleRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
     messages: list[dict[str, Any]] = Field(default_factory=list)
-    tools: list[dict[str, Any]] | SkipJsonSchema[None] = Field(
-        default=None, json_schema_extra=no_null_default
-    )
+    tools: list[dict[str, Any]] | Absent = Field(default=None, json_schema_extra=no_default)
 
 
 class AnswerConditions(BaseModel):
     """What a detector would have said, for a preview of the policy alone (no model call)."""
 
     model_config = ConfigDict(extra="forbid")
-    score: float | SkipJsonSchema[None] = Field(
+    score: float | Absent = Field(
         default=None, ge=0, le=1, description="response_jailbreak: the guard's risk on the answer"
     )
-    unsupported_sentences: int | SkipJsonSchema[None] = Field(
+    unsupported_sentences: int | Absent = Field(
         default=None,
         ge=0,
         le=10_000,
         description="hallucination: answer sentences the context does not support",
     )
-    support: float | SkipJsonSchema[None] = Field(
+    support: float | Absent = Field(
         default=None, ge=0, le=1, description="hallucination: the lowest sentence support"
     )
 
@@ -118,33 +115,33 @@ class PluginPreviewRequest(BaseModel):
     """Exactly one of `configuration` (a typed candidate) and `binding` (the active one)."""
 
     model_config = ConfigDict(extra="forbid")
-    configuration: dict[str, Any] | SkipJsonSchema[None] = Field(
+    configuration: dict[str, Any] | Absent = Field(
         default=None,
         description="candidate configuration of the plugin type",
-        json_schema_extra=no_null_default,
+        json_schema_extra=no_default,
     )
-    binding: PreviewBinding | SkipJsonSchema[None] = Field(
-        default=None, description="the active plugin of {recipe, decision}", json_schema_extra=no_null_default
+    binding: PreviewBinding | Absent = Field(
+        default=None, description="the active plugin of {recipe, decision}", json_schema_extra=no_default
     )
     request: SampleRequest = Field(default_factory=SampleRequest)
     headers: dict[str, str] = Field(
         default_factory=dict, description="upstream request headers (header_mutation)"
     )
-    supplied_context: list[str] | SkipJsonSchema[None] = Field(
+    supplied_context: list[str] | Absent = Field(
         default=None,
         description="rag: documents to inject instead of a retrieval",
-        json_schema_extra=no_null_default,
+        json_schema_extra=no_default,
     )
-    answer: str | SkipJsonSchema[None] = Field(
+    answer: str | Absent = Field(
         default=None,
         max_length=200_000,
         description="hallucination / response_jailbreak probe: the answer text the detectors check",
-        json_schema_extra=no_null_default,
+        json_schema_extra=no_default,
     )
-    conditions: AnswerConditions | SkipJsonSchema[None] = Field(
+    conditions: AnswerConditions | Absent = Field(
         default=None,
         description="hallucination / response_jailbreak preview: the detector outcome to apply the policy to",
-        json_schema_extra=no_null_default,
+        json_schema_extra=no_default,
     )
     mode: PreviewMode = Field(default="preview", description="`probe` calls models/services; explicit only")
 

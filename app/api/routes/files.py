@@ -29,7 +29,15 @@ from app.management.routes.common import Registrar, Responses, json_response, mg
 from app.management.service import Management
 from app.storage.backends import VectorBackendDown
 from app.storage.client import StorageClient
-from app.storage.files import FileDeleted, FileList, FileObject, FileRejected, FileServiceDown
+from app.storage.files import (
+    DOCUMENT_TYPES,
+    IMAGE_TYPES,
+    FileDeleted,
+    FileList,
+    FileObject,
+    FileRejected,
+    FileServiceDown,
+)
 from app.storage.parts import StorageParts
 from app.storage.vector_stores import NotFound
 
@@ -160,8 +168,15 @@ class FileEndpoints:
         return value
 
 
+# The bytes as uploaded, with the content type the upload was accepted as (app/storage/files.py).
 DOWNLOAD_OK: Responses = {
-    200: {"description": "the file's bytes", "content": {"application/octet-stream": {}}}
+    200: {
+        "description": "the file's bytes, in the content type it was accepted as",
+        "content": {
+            kind: {"schema": {"type": "string", "format": "binary"}}
+            for kind in sorted({*DOCUMENT_TYPES.values(), *IMAGE_TYPES.values()})
+        },
+    }
 }
 
 

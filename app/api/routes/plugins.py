@@ -27,7 +27,7 @@ from app.api.plugins.rag_probe import probe_kbs
 from app.common.api_docs import json_body
 from app.common.mgmt_errors import MgmtError
 from app.management.auth import AuthError
-from app.management.routes.common import Registrar, mgmt_errors, parse_model, principal_of, record_denial
+from app.management.routes.common import Registrar, mgmt_errors, principal_of, read_model, record_denial
 from app.management.service import Management
 from app.pipeline.signals.kb import KnowledgeBaseFeed
 
@@ -68,7 +68,7 @@ def plugin_routes(mgmt: Management, parts: IngressParts) -> APIRouter:
 
     async def preview(request: Request, plugin_type: str = TYPE) -> JSONResponse:
         require_known(plugin_type)
-        body = parse_model(PluginPreviewRequest, await request.body())
+        body = await read_model(PluginPreviewRequest, request)
         permission = preview_permission(plugin_type, body.mode)
         try:
             mgmt.authenticator.authorize(principal_of(request), permission)

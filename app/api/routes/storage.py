@@ -6,8 +6,9 @@
 
 invalidate: {"scope": {"model", "decision"?} | absent, "dry_run"}; flush: {"scope"?}. A scope
 covers every partition of its model (and decision); app/cache/admin.py says how epochs work.
-Without a cache admin (no response cache in this process) every route answers 503; so does
-one whose live store is unavailable (health reports it in its body instead)."""
+Without a cache admin (no response cache in this process) every route answers 404
+FEATURE_DISABLED; a live store that is unavailable answers 503 SERVICE_UNAVAILABLE (health
+reports it in its body instead, 200), while the data plane degrades to cache misses."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from app.cache.admin import (
 )
 from app.cache.base import CacheUnavailable
 from app.common.api_docs import json_body
-from app.common.mgmt_errors import unavailable
+from app.common.mgmt_errors import feature_disabled, unavailable
 from app.common.redaction import redact
 from app.config.global_config import ResponseCacheConfig
 from app.management.routes.common import (
@@ -41,14 +42,19 @@ from app.management.routes.common import (
     Responses,
     json_response,
     mgmt_errors,
-    parse_model,
     principal_of,
+    read_model,
     record_mutation,
 )
 from app.management.service import Management
 
 PREFIX = "/api/v1/storage/response-cache"
-UNAVAILABLE: Responses = mgmt_errors({503: "no response cache in this process, or its store is unavailable"})
+UNAVAILABLE: Responses = mgmt_errors(
+    {
+        404: "FEATURE_DISABLED: no response cache in this process",
+        503: "SERVICE_UNAVAILABLE: the live store is unavailable (health reports it in its body instead)",
+    }
+)
 TAGS: list[str | Enum] = ["storage"]
 
 
@@ -101,7 +107,8 @@ def storage_routes(mgmt: Management, cache_admin: ResponseCacheAdmin | None) -> 
             response_model=model,
             responses=UNAVAILABLE,
             tags=TAGS,
-            openapi_extra=json_body(request_model),
+            # A flush without a body flushes the global cache.
+            openapi_extra=json_body(request_model, required=request_model is not FlushRequest),
         )
     return router
 
@@ -110,7 +117,7 @@ def probe_route(
     mgmt: Management, cache_admin: ResponseCacheAdmin | None
 ) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def test(request: Request) -> JSONResponse:
-        settings = parse_model(ResponseCacheConfig, await request.body())
+        settings = await read_model(ResponseCacheConfig, request)
         cache = admin(cache_admin)
         response = await answer(lambda: cache.test(settings), ProbeResult)
         record_mutation(mgmt, "cache.test", request, 200, backend_type=settings.backend_type)
@@ -123,7 +130,7 @@ def invalidate_route(
     mgmt: Management, cache_admin: ResponseCacheAdmin | None
 ) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def invalidate(request: Request) -> JSONResponse:
-        body = parse_model(InvalidateRequest, await request.body())
+        body = await read_model(InvalidateRequest, request)
         cache = admin(cache_admin)
         response = await answer(lambda: cache.invalidate(body.scope, body.dry_run), InvalidateResult)
         if not body.dry_run:
@@ -137,7 +144,7 @@ def flush_route(
     mgmt: Management, cache_admin: ResponseCacheAdmin | None
 ) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def flush(request: Request) -> JSONResponse:
-        body = parse_model(FlushRequest, await request.body() or b"{}")
+        body = await read_model(FlushRequest, request, optional=True)
         cache = admin(cache_admin)
         response = await answer(lambda: cache.flush(body.scope), FlushResult)
         record_mutation(mgmt, "cache.flush", request, 200, scope=scope_name(body.scope))
@@ -148,7 +155,9 @@ def flush_route(
 
 def admin(cache_admin: ResponseCacheAdmin | None) -> ResponseCacheAdmin:
     if cache_admin is None:
-        raise unavailable("the response cache is not available in this process")
+        raise feature_disabled(
+            "the response cache is not available in this process (no ResponseCache deployment)"
+        )
     return cache_admin
 
 

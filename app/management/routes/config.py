@@ -37,8 +37,8 @@ from app.management.routes.common import (
     json_or_yaml_openapi,
     json_response,
     mgmt_errors,
-    parse_model,
     principal_of,
+    read_model,
     reasons_of,
 )
 from app.management.service import Management
@@ -93,7 +93,7 @@ def config_read_routes(mgmt: Management) -> APIRouter:
         return validate_document(mgmt, await request.body(), principal_of(request).can("secret_view"))
 
     async def plan(request: Request) -> PlanResponse:
-        body = parse_model(PlanRequest, await request.body())
+        body = await read_model(PlanRequest, request)
         return plan_change(mgmt, body, principal_of(request).can("secret_view"))
 
     add(
@@ -112,7 +112,11 @@ def config_read_routes(mgmt: Management) -> APIRouter:
         "sensitive",
         response_model=ValidateResponse,
         summary="validate and normalize a document (no write)",
-        openapi_extra=json_or_yaml_openapi(),
+        openapi_extra=json_or_yaml_openapi(
+            "configuration document (JSON or YAML); one that does not parse, is not a mapping "
+            "or is empty is answered valid: false with its reasons",
+            judged=True,
+        ),
     )
     add(
         "/api/v1/config/plan",
