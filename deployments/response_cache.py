@@ -1,19 +1,19 @@
 """ResponseCache deployment: a thin Ray Serve host for a semantic cache backend.
 
-The backend is the one `global.stores.response_cache.backend_type` names (app/cache/factory.py):
-`memory` keeps its state inside the replica, so this deployment then runs ONE replica (the
-default); `redis`, `milvus` and `hybrid` keep it in a shared store, which any number of
-replicas (and a restart) share.
+The backend is the one `global.stores.response_cache.backend_type` names (app/cache/factory.py).
+A store one process must own (`single_owner`: memory, Milvus Lite) gets ONE replica, without
+surge (deployments/graph.py); Redis and a Milvus server are shared by any number of replicas.
 
-Settings arrive as Serve user_config, either the global `response_cache` block itself or
-`{"response_cache": {...}}`; `reconfigure` builds a new backend when the store changes and
-otherwise applies max_entries / ttl_seconds / eviction_policy in place, keeping entries.
+Settings arrive as Serve user_config (the `response_cache` block, or `{"response_cache": ...}`):
+a new backend when the store changes, else max_entries / ttl_seconds / eviction_policy applied
+in place, entries kept. A new backend is opened before it serves (docs/configuration.md "One owner"):
+Serve counts a replica ready, and an activation waits, until `reconfigure` returned, while the
+previous backend serves; a store that does not answer the open degrades and reconnects later.
 
-Callers on the same node reach the cache through a Unix-socket channel
-(app/cache/channel.py) that `channel()` starts and reports; the methods below serve
-everyone else and every call the channel cannot carry. Both act on the one backend.
-count / clear / flush serve the management storage API (HandleCacheControl); epoch gives a
-partition's token for store(..., epoch=) (app/cache/base.py).
+Callers on the same node reach the cache through a Unix-socket channel (app/cache/channel.py)
+that `channel()` starts and reports; the methods below serve everyone else and every call the
+channel cannot carry. count / clear / flush serve the management storage API
+(HandleCacheControl); epoch gives a partition's token for store(..., epoch=) (app/cache/base.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import hashlib
 import logging
 import os
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ from app.cache.channel import CacheChannelServer, ChannelInfo
 from app.cache.factory import backend_name, cache_backend, store_identity
 from app.cache.lane import CacheLane
 from app.cache.memory import InMemorySemanticCache
+from app.common.background import BackgroundTasks
 from app.config.global_config import ResponseCacheConfig
 from app.management.state import state_dir_of
 from app.observability.metrics import MetricsRecorder
@@ -44,6 +46,8 @@ from deployments.observability import replica_pusher
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 log = logging.getLogger("svc_sr.response_cache")
+
+RETIRE_AFTER_S = 60.0  # a replaced backend stays open this long for the calls already on it
 
 
 @serve.deployment(
@@ -53,8 +57,7 @@ log = logging.getLogger("svc_sr.response_cache")
     graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S,
 )
 class ResponseCache:
-    # An in-process backend's calls run inline on the replica's loop (a lookup takes 0.04 ms at
-    # 1k entries, less than a thread hop); a network store's run in a thread (app/cache/calls.py).
+    # In-process backends run inline (a 0.04 ms lookup beats a thread hop), stores in a thread (calls.py).
 
     def __init__(self, observability: DeploymentHandle | None = None, state_dir: str | None = None) -> None:
         self._state_dir = state_dir  # GraphArgs.state_dir: where a Milvus Lite cache lives
@@ -63,6 +66,7 @@ class ResponseCache:
         self._store_settings: dict[str, Any] | None = None  # what built the backend (None: the default)
         self._pusher = replica_pusher(self._metrics, observability)
         self._channel: CacheChannelServer | None = None
+        self._retired = BackgroundTasks()  # replaced backends, closed once their calls are done
 
     async def channel(self) -> dict[str, Any] | None:
         """Where same-node callers reach this replica's cache (ChannelInfo), started on the
@@ -100,13 +104,18 @@ class ResponseCache:
         if identity == (self._store_settings or store_identity(ResponseCacheConfig())):
             await self._cache.configure(raw)  # a partial mapping keeps the knobs it does not name
             return
-        state_dir = state_dir_of(self._state_dir, serve.get_replica_context().app_name)
+        state_dir = Path(self._state_dir or state_dir_of(None, serve.get_replica_context().app_name))
         backend = await asyncio.to_thread(cache_backend, settings, state_dir)
-        self._cache = AsyncCache(backend, on_unavailable=self._unavailable)
-        self._store_settings = identity
+        cache = AsyncCache(backend, on_unavailable=self._unavailable)
+        down = await cache.open()  # bounded by the store's timeout_seconds
+        retired, self._cache, self._store_settings = self._cache, cache, identity
         if self._channel is not None:
             self._channel.cache = self._cache
-        log.info("response cache backend: %s", backend_name(backend))
+        self._retired.spawn(retired.close(after_s=RETIRE_AFTER_S))
+        # A store that did not answer serves all the same: its calls degrade until it answers.
+        (log.info if down is None else log.warning)(
+            "response cache %s: %s", backend_name(backend), down or "open"
+        )
 
     async def lookup(self, partition: str, vector: np.ndarray | list[float], threshold: float) -> dict | None:
         """CacheHit.model_dump() of the best entry at or above threshold, else None."""
