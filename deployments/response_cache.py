@@ -12,7 +12,8 @@ previous backend serves; a store that does not answer the open degrades and reco
 
 Callers on the same node reach the cache through a Unix-socket channel (app/cache/channel.py)
 that `channel()` starts and reports; the methods below serve everyone else and every call the
-channel cannot carry. count / clear / flush serve the management storage API
+channel cannot carry (deployments/cache_lane.py is the callers' side). probe tries a candidate
+store for the management API here, where the stores are owned. count / clear / flush serve the management storage API
 (HandleCacheControl); epoch gives a partition's token for store(..., epoch=) (app/cache/base.py).
 """
 
@@ -32,11 +33,10 @@ import ray
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.cache.base import CacheHit, CacheScope
+from app.cache.base import CacheScope
 from app.cache.calls import AsyncCache, runs_in_process
 from app.cache.channel import CacheChannelServer, ChannelInfo
-from app.cache.factory import backend_name, cache_backend, store_identity
-from app.cache.lane import CacheLane
+from app.cache.factory import backend_name, cache_backend, probe_store, store_identity
 from app.cache.memory import InMemorySemanticCache
 from app.common.background import BackgroundTasks
 from app.config.global_config import ResponseCacheConfig
@@ -104,8 +104,7 @@ class ResponseCache:
         if identity == (self._store_settings or store_identity(ResponseCacheConfig())):
             await self._cache.configure(raw)  # a partial mapping keeps the knobs it does not name
             return
-        state_dir = Path(self._state_dir or state_dir_of(None, serve.get_replica_context().app_name))
-        backend = await asyncio.to_thread(cache_backend, settings, state_dir)
+        backend = await asyncio.to_thread(cache_backend, settings, self._store_dir())
         cache = AsyncCache(backend, on_unavailable=self._unavailable)
         down = await cache.open()  # bounded by the store's timeout_seconds
         retired, self._cache, self._store_settings = self._cache, cache, identity
@@ -116,6 +115,14 @@ class ResponseCache:
         (log.info if down is None else log.warning)(
             "response cache %s: %s", backend_name(backend), down or "open"
         )
+
+    def _store_dir(self) -> Path:
+        return Path(self._state_dir or state_dir_of(None, serve.get_replica_context().app_name))
+
+    async def probe(self, settings: dict[str, Any]) -> None:
+        """A candidate store probed in the process that owns this cache's stores (a Milvus Lite
+        candidate opens here, beside the live one: app/cache/factory.py `probe_store`)."""
+        await asyncio.to_thread(probe_store, ResponseCacheConfig.model_validate(settings), self._store_dir())
 
     async def lookup(self, partition: str, vector: np.ndarray | list[float], threshold: float) -> dict | None:
         """CacheHit.model_dump() of the best entry at or above threshold, else None."""
@@ -165,36 +172,3 @@ def _socket_path() -> str:
     replica = serve.get_replica_context().replica_id.unique_id
     digest = hashlib.blake2s(f"{replica}:{os.getpid()}".encode(), digest_size=6).hexdigest()
     return os.path.join(tempfile.gettempdir(), f"svcsr-cache-{digest}.sock")
-
-
-def cache_lane(cache: DeploymentHandle) -> CacheLane:
-    """Calls to the ResponseCache over its replica's same-node channel, else its handle (the
-    Router's lookups, the front doors' writes)."""
-
-    async def discover() -> ChannelInfo | None:
-        info = await cache.channel.remote()
-        return None if info is None else ChannelInfo.model_validate(info)
-
-    async def lookup(partition: str, vector: np.ndarray, threshold: float) -> CacheHit | None:
-        hit = await cache.lookup.remote(partition, vector, threshold)
-        return None if hit is None else CacheHit.model_validate(hit)
-
-    async def store(
-        partition: str,
-        vector: np.ndarray,
-        response: dict[str, Any],
-        ttl_seconds: int | None,
-        epoch: int | None = None,
-    ) -> bool:
-        return bool(await cache.store.remote(partition, vector, response, ttl_seconds, epoch))
-
-    async def epoch(partition: str) -> int:
-        return int(await cache.epoch.remote(partition))
-
-    return CacheLane(
-        node_id=ray.get_runtime_context().get_node_id(),
-        discover=discover,
-        handle_lookup=lookup,
-        handle_store=store,
-        handle_epoch=epoch,
-    )

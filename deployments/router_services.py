@@ -18,8 +18,8 @@ from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import token_counter
 from deployments import ray_compat
+from deployments.cache_lane import cache_lane
 from deployments.handles import storage_client
-from deployments.response_cache import cache_lane
 
 
 def retried(handle: DeploymentHandle, method: str) -> Callable[..., Awaitable[list[Any]]]:

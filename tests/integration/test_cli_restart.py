@@ -205,6 +205,11 @@ def test_a_cache_patched_to_milvus_lite_serves_hits_and_outlives_a_restart(cli: 
     try:
         assert "configuration: the configuration file (first start" in cli.output()
         assert cache_backends(cli.base) == [(200, "memory")] * STATS_CALLS
+        # Tried first, as a user would: the probe opens the candidate where the cache is owned.
+        probed = httpx.post(
+            f"{cli.base}/api/v1/storage/response-cache/test", json={"backend_type": "milvus"}, timeout=120
+        )
+        assert probed.status_code == 200 and probed.json()["status"] == "ok", probed.text
         patched = apply_patch(cli, MILVUS_LITE)
         assert patched["activation_status"] == "active"
         assert cache_backends(cli.base) == [(200, "milvus")] * STATS_CALLS

@@ -51,3 +51,16 @@ async def test_a_store_that_does_not_answer_the_open_degrades(tmp_path: Path) ->
     # Counted where /metrics sums every replica's recorder.
     assert cache._metrics.value("svc_router_cache_errors_total", operation="lookup") == 1
     assert cache._metrics.value("svc_router_cache_errors_total", operation="store") == 1
+
+
+async def test_the_owner_probes_a_milvus_lite_candidate_beside_its_live_store(tmp_path: Path) -> None:
+    """POST /api/v1/storage/response-cache/test runs the probe in the ResponseCache replica: a
+    Milvus Lite candidate (the live store's own directory here) opens in the process that owns
+    it, where a probe from the Ingress would find it locked, or lock it against the owner."""
+    cache = replica(tmp_path)
+    await cache.reconfigure({"response_cache": {"enabled": True, "backend_type": "milvus"}})
+    assert await cache.store("m|d", VECTOR, ANSWER)
+    await cache.probe({"backend_type": "milvus"})  # raises when the candidate does not answer
+    hit = await cache.lookup("m|d", VECTOR, 0.9)
+    assert hit is not None and hit["response"] == ANSWER  # the live store still serves
+    assert (await cache.stats())["entries"] == 1  # the probe's throwaway partition was cleared
