@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -U pip
 	# torch is named in the same command so pip takes the pinned CPU wheel, never a CUDA build.
-	$(PIP) install -q 'torch==2.13.0' -e '.[train,dev]'
+	$(PIP) install -q 'torch==2.13.0' -e '.[train,dev,demo]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -32,15 +32,15 @@ $(VLLM_STAMP): $(STAMP) scripts/vllm-venv.sh
 vllm-venv: $(VLLM_STAMP)
 
 run: $(STAMP)
-	@echo "==> the demo LLM: llama-cpp-python (compiled once, about 6 minutes on 2 cores; cached after) and gemma-3-270m"
-	bash scripts/build-llama.sh $(VENV)
-	@echo "==> starting the demo LLM on 127.0.0.1:18082 (seconds)"
+	@echo "==> the demo LLM: node-llama-cpp's prebuilt llama.cpp from the npm registry (first time: seconds; nothing compiles)"
+	$(PY) -m app.local_llm install
+	@echo "==> starting the demo LLM on 127.0.0.1:18082 (seconds; done when it has answered a completion)"
 	bash scripts/local-llm.sh start
-	@echo "==> starting svc-sr: Ray, the models, Envoy (about 1-2 minutes; the first start also builds the int8 encoder)"
+	@echo "==> starting svc-sr: Ray, the models, Envoy (under a minute; ready once a routed request is answered through each door)"
 	$(VENV)/bin/svc-sr serve --config configs/config.yaml
 
 llm-start: $(STAMP)
-	bash scripts/build-llama.sh $(VENV)
+	$(PY) -m app.local_llm install
 	bash scripts/local-llm.sh start
 
 llm-stop:
@@ -81,6 +81,8 @@ bench: $(STAMP)
 	$(PY) bench/bench_context_compression.py
 	$(PY) bench/bench_answer_checks.py
 	$(PY) bench/bench_request_params.py
+	$(PY) -m app.local_llm install
+	$(PY) bench/bench_demo_llm.py
 
 # A 10-minute soak (not part of `make test`): steady load on a real local stack (fake upstreams on
 # 127.0.0.1), the resident memory of every process and every failed request (docs/performance.md).

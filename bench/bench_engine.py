@@ -5,7 +5,7 @@ For each model: p50/p99 of one request with one short input (batch 1, sequential
 concurrent clients through `BatchedModel` (the standalone worker's MicroBatcher, window 2 ms):
 per-request p50/p99, throughput and the mean batch size. Embeddings run on both engines
 (onnxruntime int8, native torch fp32), and onnxruntime is timed again after torch has run in
-the same process (the spinning interaction in notes/platform.md §5). One windowed long input
+the same process (onnxruntime's spinning threads starve torch's; app/runtime/native.py). One windowed long input
 (~2,000 tokens) per model shows the cost of overflow `window`.
 
   nice .venv/bin/python bench/bench_engine.py [--iters 200] [--models a,b] [--json out.json]

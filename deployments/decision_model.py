@@ -1,5 +1,5 @@
 """DecisionModel deployment: the Ray Serve host of the decision model behind the frontend's
-POST /v1/decisions, /v1/systemone and GET /v1/systemone/models (spec 2).
+POST /v1/decisions, /v1/systemone and GET /v1/systemone/models (docs/model-runtime.md).
 
 Two ways to answer, chosen by the router config the graph passes in (`runtime`):
 - built in (no `decision_model` in the config): the engine of app/srun/decisions.py runs in

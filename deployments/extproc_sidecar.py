@@ -1,7 +1,8 @@
 """The ext_proc sidecar: Envoy's gRPC ExternalProcessor, calling the Router deployment.
 
 A separate process beside Ray (not a Serve replica): measured at 3.6 ms per request
-through Envoy, against ~16 ms through Ray Serve's own gRPC proxy (notes/platform.md).
+through Envoy, against ~16 ms through Ray Serve's own gRPC proxy (both measured on the
+2-core development machine before the bridge was built).
 
     python -m deployments.extproc_sidecar --config configs/config.yaml \
         [--ray-address auto] [--app svc-sr] [--host 127.0.0.1] [--port 50051]

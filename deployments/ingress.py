@@ -70,7 +70,8 @@ class Ingress:
         self._upstream = UpstreamClient(mounts=in_cluster_mounts(serve.get_replica_context().app_name))
         self._classifiers = HandleClassifiers(domain, guard, router, embedding)
         self._pusher = replica_pusher(self._metrics.recorder, observability)
-        # The management API (spec 1): persistent versions, activation through Serve, startup status.
+        # The management API (docs/management-api.md): persistent versions, activation through
+        # Serve, startup status.
         self._management = build_management(
             config,
             graph_args,
@@ -80,7 +81,7 @@ class Ingress:
                 "config_view": self._config,
                 "previewer": self._router,
                 "compile_check": _compile_check(domain, guard),
-                # The storage API (spec 1 "Storage") over the ResponseCache (none: 503s).
+                # The storage API (docs/management-api.md) over the ResponseCache (none: 503s).
                 "cache_admin": LocalCacheAdmin(HandleCacheControl(cache)) if cache is not None else None,
                 "recorder": self._metrics.recorder,  # outcomes set svc_router_classification_accuracy
                 "kb_embed": self._classifiers.embed,  # knowledge bases embedded by the graph's encoder

@@ -140,6 +140,8 @@ class Router:
         return {"replica": self._replica, **self._host.generation()}
 
     async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
+        # `body` is the chat body a front door's exchange decoded and validated; the handle only
+        # pickled it, so it is routed as it is, not validated again (app/pipeline/phases/parse.py).
         plan = await self._host.pipeline.route(body, headers, request_id=request_id)
         plan.router_replica = self._replica  # replay records name it (the front door completes)
         return plan

@@ -1,4 +1,4 @@
-"""Storage deployment: the application's one files-and-vector-stores service (spec 1 "Storage").
+"""Storage deployment: the application's one files-and-vector-stores service (docs/storage.md).
 
 The StorageService (app/management/storage `open_storage`) owns a records file, an ingestion
 worker thread and, on `backend_type: milvus` without a server, a Milvus Lite file that opens in

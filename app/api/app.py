@@ -87,7 +87,7 @@ def create_app(
     # The data plane (chat, responses, /v1/models) is not behind management auth: listeners own its access.
     app.include_router(dataplane_router(plane), dependencies=limited)
     app.include_router(responses_store_router(responses), dependencies=limited)
-    # The native decision API (spec 2), like the data plane not behind management auth.
+    # The native decision API (docs/model-runtime.md), like the data plane not behind management auth.
     app.include_router(
         decisions_router(
             decisions or NoDecisionBackend(),

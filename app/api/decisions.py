@@ -1,4 +1,4 @@
-"""The router frontend's native decision API (spec 2): POST /v1/decisions and /v1/systemone
+"""The router frontend's native decision API (docs/model-runtime.md): POST /v1/decisions and /v1/systemone
 (identical) and GET /v1/systemone/models, over a `DecisionBackend` (the Ingress adapts its
 DecisionModel handle or a managed runtime's client; tests pass `LocalDecisionBackend`).
 
@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from app.common.api_docs import BODY_TOO_LARGE, errors, json_body
 from app.runtime.schemas import NotReady, RuntimeFailure
 from app.srun.decision_backend import DEADLINE_S
-from app.srun.models import WorkerCard, WorkerErrorBody
+from app.srun.models import WorkerCard, WorkerErrorBody, WorkerErrorDetail
 from app.srun.questions import DecisionRequest, DecisionResponse
 
 log = logging.getLogger("svc_sr.decisions_api")
@@ -92,7 +92,8 @@ def _error(status: int) -> JSONResponse:
     status = status if status in PUBLIC_WORDS else 500
     code, words = PUBLIC_WORDS.get(status, ("internal_error", "internal error"))
     headers = {"Retry-After": RETRY_AFTER[status]} if status in RETRY_AFTER else None
-    return JSONResponse({"error": {"code": code, "message": words}}, status_code=status, headers=headers)
+    body = WorkerErrorBody(error=WorkerErrorDetail(code=code, message=words))
+    return JSONResponse(body.to_wire(), status_code=status, headers=headers)
 
 
 def decisions_router(

@@ -119,9 +119,10 @@ def learned_families(config: RouterConfig) -> frozenset[str]:
 @dataclass
 class RunFeeds:
     """Where a run's router metrics and replay records go, as live traffic's do: `metrics`
-    receives spec 1's router metrics from route() and complete(); `record_replay` the replay
-    records of decisions with a `router_replay` plugin (None: not recorded); `on_batch` each
-    batch's results as they are scored (a checkpoint: what it raises stops the run there)."""
+    receives the router metrics (docs/envoy.md) from route() and complete(); `record_replay`
+    the replay records of decisions with a `router_replay` plugin (None: not recorded);
+    `on_batch` each batch's results as they are scored (a checkpoint: what it raises stops the
+    run there)."""
 
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     record_replay: Callable[[dict[str, Any]], Any] | None = None

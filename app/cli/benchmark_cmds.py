@@ -41,7 +41,7 @@ from app.cli.remote import DEFAULT_ENDPOINT, echo_json, option_group
 from app.config.models import RouterConfig
 
 console = Console(stderr=True, highlight=False)
-OPTIONS_LIMIT = (1, 25, 10)  # spec 2 "Benchmark paging": options limit 1 to 25 (default 10)
+OPTIONS_LIMIT = (1, 25, 10)  # the contract's paging: options limit 1 to 25 (default 10)
 
 
 @click.group("benchmark")

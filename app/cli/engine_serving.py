@@ -1,6 +1,7 @@
-"""`svc-sr serve MODEL --engine`: native serving (spec 2 CLI) without chat backends. The model
-is served by vLLM inside the graph (an in-cluster `llm_config` model, app/config/llm_serving.py)
-behind the router, which answers on the initial native API listener, port 8899.
+"""`svc-sr serve MODEL --engine`: native serving (a `svc-sr serve` form the contract names)
+without chat backends. The model is served by vLLM inside the graph (an in-cluster
+`llm_config` model, app/config/llm_serving.py) behind the router, which answers on the initial
+native API listener, port 8899.
 
 Options map to Serve replicas and placement:
 - `--platform auto|cpu|cuda|rocm`: auto is cuda when this machine shows an NVIDIA GPU, rocm

@@ -1,6 +1,6 @@
 """`svc-sr manifest FILE`: a declarative router resource -> a KubeRay RayService.
 
-The resource is spec 2's v1alpha1 schema as the reference router's operator names it
+The resource is the contract's v1alpha1 schema (docs/deploy.md) as the reference router's operator names it
 (`apiVersion: vllm.ai/v1alpha1`, `kind: SemanticRouter`; models in `app/cli/kuberay_resource.py`).
 Instead of an operator, svc-sr converts it once into objects KubeRay and Kubernetes run:
 

@@ -1,4 +1,4 @@
-"""The declarative router resource (spec 2, group version v1alpha1) as pydantic models.
+"""The declarative router resource (group version v1alpha1, docs/deploy.md) as pydantic models.
 
 A resource is what the reference router's Kubernetes operator takes: `apiVersion:
 vllm.ai/v1alpha1`, `kind: SemanticRouter`, `metadata` and a `spec` carrying the router

@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -19,6 +20,9 @@ from rich.console import Console
 from app.cli.lazy_group import LazyGroup
 from app.cli.serve import ServeState, process_alive, serve_forever
 from app.common.process_exit import exit_now
+
+if TYPE_CHECKING:
+    import httpx
 
 console = Console(stderr=True)
 DEFAULT_CONFIG = "configs/config.yaml"
@@ -223,6 +227,9 @@ def status(endpoint: str | None, token_env: str) -> None:
     remote = _remote_status(url, os.environ.get(token_env, ""))
     report.update(remote)
     click.echo(json.dumps(report, indent=2))
+    backends = remote.get("backends")
+    if isinstance(backends, dict) and backends.get("reachable") == "False":
+        click.echo(f"warning: {backends.get('message')}", err=True)
     health = remote.get("health")
     if isinstance(health, dict) and health.get("status") == "unreachable":
         sys.exit(3)
@@ -261,7 +268,27 @@ def _remote_status(url: str, token: str) -> dict[str, object]:
                 out[key] = {k: body.get(k) for k in fields}
             else:
                 out[key] = {"error": f"HTTP {response.status_code}"}
+        out["backends"] = _backends(client)
     return out
+
+
+def _backends(client: httpx.Client) -> dict[str, object]:
+    """The BackendsReachable condition of /api/v1/status: which configured backends are down."""
+    import httpx
+
+    try:
+        response = client.get("/api/v1/status")
+        found = [c for c in response.json().get("conditions", []) if c.get("type") == "BackendsReachable"]
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        return {"error": type(exc).__name__}
+    if response.status_code != 200 or not found:
+        return {"error": f"HTTP {response.status_code}"}
+    condition = found[0]
+    return {
+        "reachable": condition.get("status"),
+        "reason": condition.get("reason"),
+        "message": condition.get("message"),
+    }
 
 
 @cli.command()

@@ -111,10 +111,16 @@ def route_preview(
 def _local_preview(path: Path, body: dict[str, Any], seed: int | None) -> dict[str, Any]:
     import asyncio
 
+    from app.common.errors import SvcError
     from app.config.errors import ConfigError
     from app.config.loader import load_config
+    from app.exchange.openai_models import validate_chat_body
     from app.pipeline import PipelineServices, RouterPipeline, encoder_embed
 
+    try:
+        body = validate_chat_body(body)  # as a front door would: route() takes it validated
+    except SvcError as exc:
+        fail(f"preview failed: {exc.message}", EXIT_INVALID)
     try:
         config = load_config(path).config
     except ConfigError as exc:

@@ -1,4 +1,4 @@
-"""`svc-sr recipe ...` (spec 2 `recipe`): list, get, apply, delete, validate, plan over the
+"""`svc-sr recipe ...` (docs/configuration.md "recipes"): list, get, apply, delete, validate, plan over the
 management API's recipe routes (docs/management-api.md); builtin and pack work on local
 files (app/cli/recipe_local_cmds.py). A recipe file is `{name, description?, routing}` (YAML
 or JSON): what `recipe get` prints.

@@ -215,4 +215,5 @@ remote_options = option_group(
         help="Environment variable holding the management bearer token.",
     ),
 )
-"""--endpoint, --timeout, --token-env (spec 2 "config": remote forms) as `remote: Remote`."""
+"""--endpoint, --timeout, --token-env (the remote forms of `svc-sr config`,
+docs/management-api.md) as `remote: Remote`."""

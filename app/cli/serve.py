@@ -145,6 +145,7 @@ def serve_forever(
     from ray import serve
 
     from app.cli.gateway import Gateway
+    from app.cli.startup_check import verify_serving
 
     stop = threading.Event()
     gateway: Gateway | None = None
@@ -167,6 +168,11 @@ def serve_forever(
             )
             if not _start_gateway(gateway, console):
                 return 1
+        if not verify_serving(http, gateway.url if gateway is not None else None, config, console):
+            console.print(
+                f"[red]the router does not answer[/red]; logs: `svc-sr logs` ({STATE_DIR / 'logs'})"
+            )
+            return 1
         ServeState(
             os.getpid(),
             str(config_path),

@@ -1,4 +1,4 @@
-"""`svc-srun`: the model-runtime worker command (spec 2 "Worker options").
+"""`svc-srun`: the model-runtime worker command (docs/model-runtime.md, "The worker").
 
     svc-srun run MODEL... [--models FILE] [--uds PATH | --host H --port P] [...]
     svc-srun models     built-in models with pinned revisions (JSON)

@@ -1,4 +1,4 @@
-"""`svc-sr storage`: files and vector stores through the management API (spec 2 "storage").
+"""`svc-sr storage`: files and vector stores through the management API (docs/storage.md).
 
     svc-sr storage upload FILE [--purpose vision]
     svc-sr storage vector-stores list | create [--name N] [--file ID ...] | show ID | delete ID

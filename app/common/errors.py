@@ -57,6 +57,21 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+def error_body(
+    message: str,
+    type: str,
+    code: str | None = None,
+    param: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The data plane's error body (`ErrorBody`), for an answer, a stream's error event or an
+    Envoy local reply: `code` always present (null when none), as in OpenAI's bodies."""
+    detail = ErrorDetail(message=message, type=type, code=code, param=param, details=details)
+    data = detail.model_dump(exclude_none=True)
+    data.setdefault("code", None)
+    return {"error": data}
+
+
 class SvcError(Exception):
     """A failure with a documented status and body; raise it anywhere in a handler."""
 
@@ -80,12 +95,7 @@ class SvcError(Exception):
         self.param = param
 
     def body(self) -> dict[str, Any]:
-        detail = ErrorDetail(
-            message=self.message, type=self.type, code=self.code, param=self.param, details=self.details
-        )
-        data = detail.model_dump(exclude_none=True)
-        data.setdefault("code", None)  # always present, as in OpenAI's bodies
-        return {"error": data}
+        return error_body(self.message, self.type, self.code, self.param, self.details)
 
     def __repr__(self) -> str:
         return f"SvcError({self.status}, {self.message!r}, code={self.code!r})"
@@ -173,7 +183,7 @@ def security_violation(
 
 
 def rate_limited(retry_after: float | None = None) -> SvcError:
-    """429 RATE_LIMIT_EXCEEDED (spec 1); Retry-After in whole seconds, at least 1."""
+    """429 RATE_LIMIT_EXCEEDED (the contract's code); Retry-After in whole seconds, at least 1."""
     seconds = 1.0 if retry_after is None or not math.isfinite(retry_after) else max(1.0, retry_after)
     return SvcError(
         429,

@@ -1,5 +1,5 @@
-"""Configuration: the canonical v0.3 models, the loader (YAML/JSON, flat layout
-converted), cross-reference validation, plugin configurations and the JSON Schema."""
+"""Configuration: the canonical v0.3 models, the loader (YAML/JSON), the flat-layout
+converter (legacy/), cross-reference validation, plugin configurations and the JSON Schema."""
 
 from app.config.errors import ConfigError, ConfigIssue
 from app.config.loader import LoadedConfig, canonical_json, config_hash, load_config, parse_config, to_yaml

@@ -1,4 +1,4 @@
-"""Built-in recipes (spec 2 `svc-sr recipe builtin ...`): recipe files `{name, description,
+"""Built-in recipes (`svc-sr recipe builtin ...`): recipe files `{name, description,
 routing}` shipped with svc-sr, over the signal families it evaluates (docs/configuration.md).
 
 A built-in names its models by role placeholders (`slots`: `code-model`, `small-model`, ...);

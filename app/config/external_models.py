@@ -1,4 +1,4 @@
-"""`global.model_catalog.external[]` (spec 2 "External model"): LLMs asked as a classifier
+"""`global.model_catalog.external[]` (docs/configuration.md): LLMs asked as a classifier
 or a guard. `{name, model_role: classification|guardrail, llm_model_name, llm_endpoint
 {address, port, protocol}, llm_timeout_seconds}`.
 

@@ -78,7 +78,7 @@ class DataPlaneLimits(Open):
 
 
 class ExtProcService(Open):
-    """svc-sr extension: the ext_proc bridge Envoy calls (spec 1: gRPC on 50051)."""
+    """svc-sr extension: the ext_proc bridge Envoy calls (gRPC on 50051, as the contract fixes)."""
 
     bind_address: str = "127.0.0.1"
     port: int = Field(default=50051, ge=1, le=65535)
@@ -159,7 +159,7 @@ class Services(Open):
     envoy: EnvoyService = Field(default_factory=EnvoyService)
 
 
-# Where spec 2's `on_unscanned` may be set, under global.model_catalog.
+# Where `on_unscanned` (docs/security.md) may be set, under global.model_catalog.
 ON_UNSCANNED_MODULES = (("modules", "prompt_guard"), ("modules", "classifier", "pii"))
 
 
@@ -171,8 +171,8 @@ class GlobalConfig(Open):
     # `signal_timeout_ms` (deadline of model-runtime signals), `bundle_window_ms` (how long a
     # stage's questions to one deployment wait to go as one bundle), `on_unscanned` of the prompt
     # guard and the PII classifier, and the bindings (`deployment`, `contract`, `head`) of
-    # modules.classifier.domain / .pii and modules.prompt_guard (spec 2 "Router settings for
-    # managed runtimes"; app/config/model_deployments.py BINDINGS).
+    # modules.classifier.domain / .pii and modules.prompt_guard (docs/model-runtime.md
+    # "Router-managed runtimes"; app/config/model_deployments.py BINDINGS).
     model_catalog: dict[str, Any] = Field(default_factory=dict)
     integrations: dict[str, Any] = Field(default_factory=dict)
 

@@ -2,7 +2,8 @@
 
 Three stages, each reporting every problem it finds with its path:
 1. parse: text -> mapping (syntax errors with line/column, duplicate keys, empty file);
-2. schema: pydantic validation of the canonical document (flat files converted first);
+2. schema: pydantic validation of the canonical document (a flat file goes through the
+   converter, app/config/legacy, first; this module knows no flat key);
 3. semantics: cross-references (validate.py).
 Environment variables are deliberately not expanded: the file is the whole truth, and
 secrets are referenced by name (`api_key_env`), never interpolated into the document.
@@ -13,6 +14,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +24,8 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from app.config import legacy
 from app.config.errors import ConfigError, ConfigIssue, issues_from_validation_error
-from app.config.legacy import LEGACY_KEY_HOME, Migration, is_legacy, migrate
 from app.config.models import RouterConfig
 from app.config.recipes import recipe_issues
 from app.config.validate import semantic_issues
@@ -30,6 +33,8 @@ from app.config.validate import semantic_issues
 # A document expanding (through YAML aliases) to more nodes than this is refused:
 # a few lines of nested aliases can otherwise expand to gigabytes.
 MAX_NODES = 1_000_000
+
+log = logging.getLogger("svc_sr.config")
 
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -214,23 +219,15 @@ def _check_size(document: Any, source: str) -> None:
 
 def _build(document: dict[str, Any], source: str) -> LoadedConfig:
     warnings: list[str] = []
-    migration: Migration | None = None
-    legacy = is_legacy(document)
-    if legacy:
-        try:
-            migration = migrate(document)
-        except ConfigError as exc:
-            raise ConfigError(exc.issues, source=source) from None
+    migration = _converted(document, source) if legacy.is_legacy(document) else None
+    if migration is not None:
         document = migration.document
-        warnings.append(
-            "legacy flat layout (v0.1) converted to v0.3; `svc-sr config migrate` writes the v0.3 file"
-        )
         warnings.extend(migration.warnings)
     try:
         config = RouterConfig.model_validate(document)
     except ValidationError as exc:
         issues = issues_from_validation_error(exc, document=document, root=RouterConfig, hint=_hint)
-        raise ConfigError(_with_legacy_paths(issues, migration), source=source) from None
+        raise ConfigError(_named(issues, migration), source=source) from None
     except (TypeError, ValueError, RecursionError) as exc:  # a validator tripped on an odd value
         issue = ConfigIssue(path="", message=f"invalid document: {exc}", code="invalid", stage="validate")
         raise ConfigError([issue], source=source) from None
@@ -238,32 +235,35 @@ def _build(document: dict[str, Any], source: str) -> LoadedConfig:
     recipe_errors, recipe_warnings = recipe_issues(config)
     errors, more = errors + recipe_errors, more + recipe_warnings
     if errors:
-        raise ConfigError(_with_legacy_paths(errors, migration), source=source)
+        raise ConfigError(_named(errors, migration), source=source)
     warnings.extend(more)
     return LoadedConfig(
-        config=config, warnings=warnings, source_hash=config_hash(config), legacy=legacy, source=source
+        config=config,
+        warnings=warnings,
+        source_hash=config_hash(config),
+        legacy=migration is not None,
+        source=source,
     )
 
 
+def _converted(document: dict[str, Any], source: str) -> legacy.Migration:
+    """The flat layout through the converter `svc-sr config migrate` uses, with its deprecation
+    logged once per load."""
+    try:
+        migration = legacy.migrate(document)
+    except ConfigError as exc:
+        raise ConfigError(exc.issues, source=source) from None
+    log.warning(legacy.deprecation(source, is_file=os.path.isfile(source)))
+    return migration
+
+
 def _hint(parts: list[str | int], error: ErrorDetails) -> str:
-    if len(parts) == 1 and error["type"] == "extra_forbidden" and parts[0] in LEGACY_KEY_HOME:
-        key = parts[0]
-        return (
-            f"; {key!r} is a flat-layout (v0.1) key, in v0.3 it lives at {LEGACY_KEY_HOME[key]} "
-            "(a file mixing both layouts is not converted)"
-        )
+    if len(parts) == 1 and error["type"] == "extra_forbidden":
+        return legacy.mixed_layout_hint(str(parts[0]))
     if parts == ["version"]:
         return "; svc-sr reads canonical v0.3 documents, or the flat layout without v0.3 sections"
     return ""
 
 
-def _with_legacy_paths(issues: list[ConfigIssue], migration: Migration | None) -> list[ConfigIssue]:
-    if migration is None:
-        return issues
-    out = []
-    for issue in issues:
-        old = migration.legacy_path(issue.path)
-        if old and old != issue.path:
-            issue = issue.model_copy(update={"message": f"{issue.message} (flat layout: {old})"})
-        out.append(issue)
-    return out
+def _named(issues: list[ConfigIssue], migration: legacy.Migration | None) -> list[ConfigIssue]:
+    return issues if migration is None else migration.name_flat_paths(issues)

@@ -1,4 +1,4 @@
-"""The `model_deployments` config shapes (spec 2 "Router settings for managed runtimes"):
+"""The `model_deployments` config shapes (docs/model-runtime.md, "Router-managed runtimes"):
 the deployment entries, `decision_model.deployment`, and the bindings of routing features to
 deployments under `global.model_catalog`, with their cross-reference checks.
 
@@ -150,7 +150,7 @@ FAMILY_CONTRACTS: dict[str, tuple[str, ...]] = {
 }
 SAFETY_FAMILIES = ("jailbreak", "pii")
 LABEL_FAMILIES = ("fact_check", "user_feedback", "modality")
-# Per-rule bindings `safety.<rule>` / `classifier.<rule>` (spec 2 binding names): the section
+# Per-rule bindings `safety.<rule>` / `classifier.<rule>` (binding names the contract fixes): the section
 # `global.model_catalog.<kind>.<rule>` binds one routing.signals rule of these families.
 RULE_KINDS: dict[str, tuple[str, ...]] = {
     "safety": SAFETY_FAMILIES,
@@ -166,10 +166,11 @@ def _family(path: tuple[str, ...], family: str, head: str | None = None) -> Bind
     return BindingSpec(path, FAMILY_CONTRACTS[family], family, family in SAFETY_FAMILIES, head)
 
 
-# Spec 2's binding names. Each sits in its module's own section, where the reference layout
-# keeps that module's settings (legacy `prompt_guard`, `classifier.category_model`,
-# `classifier.pii_model`, `feedback_detector`, `modality_detector`, `hallucination_mitigation`
-# migrate there unchanged). Which model serves each when unbound: app/management/graph_models.py.
+# The contract's binding names (docs/model-runtime.md "Routing bindings"). Each sits in its
+# module's own section, where the reference layout keeps that module's settings (the flat
+# layout's `prompt_guard`, `classifier.category_model`, `classifier.pii_model`,
+# `feedback_detector`, `modality_detector`, `hallucination_mitigation` migrate there
+# unchanged). Which model serves each when unbound: app/management/graph_models.py.
 BINDINGS: dict[str, BindingSpec] = {
     "domain_classifier": _family(("modules", "classifier", "domain"), "domain"),
     "pii_classifier": _family(("modules", "classifier", "pii"), "pii"),

@@ -51,7 +51,7 @@ class RouterConfig(Strict):
     # Virtual model names -> a named recipe (a `routing:` of its own); app/config/recipes.py.
     entrypoints: list[Entrypoint] = Field(default_factory=list)
     recipes: list[Recipe] = Field(default_factory=list)
-    # Model-runtime deployments (spec 2): provider model_runtime, managed by the router
+    # Model-runtime deployments: provider model_runtime, managed by the router
     # (`svc-srun run` over a Unix socket) or attached through `endpoint`; docs/model-runtime.md.
     model_deployments: dict[str, ModelDeployment] = Field(default_factory=dict)
     # The deployment answering /v1/decisions and /v1/systemone (absent: the built-in decision model).

@@ -1,4 +1,4 @@
-"""envoy.yaml generated from the router config (spec 1: Envoy on 8801, ext_proc on 50051).
+"""envoy.yaml generated from the router config (Envoy on 8801, ext_proc on 50051; docs/envoy.md).
 
     listener 8801 -> ext_proc filter (the bridge) -> router filter
       routes: x-selected-model == <model>  -> cluster of that model's backend_refs
@@ -14,12 +14,14 @@ or an API the router does not handle) take the default route.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
+from app.common.errors import error_body
 from app.config.models import RouterConfig
 from app.config.providers import BackendRef, ProviderModel
 
@@ -93,7 +95,7 @@ def _reply_mapper(
             {"header": {"key": "retry-after", "value": "1"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
         ],
         "body_format_override": {
-            "json_format": {"error": {"message": message, "type": error_type, "code": code}},
+            "json_format": error_body(message, error_type, code),
             "content_type": "application/json",
         },
     }
@@ -176,8 +178,14 @@ def build_envoy_config(
                 "direct_response": {
                     "status": 503,
                     "body": {
-                        "inline_string": '{"error":{"message":"no route: the router did not select a model",'
-                        '"type":"service_unavailable","code":"no_route"}}'
+                        "inline_string": json.dumps(
+                            error_body(
+                                "no route: the router did not select a model",
+                                "service_unavailable",
+                                "no_route",
+                            ),
+                            separators=(",", ":"),
+                        )
                     },
                 },
             }

@@ -1,5 +1,5 @@
 """What every front door adds to an answer: the client-side routing headers and the
-`routing_metadata` object (spec 1). One copy, so the Ingress and the ext_proc bridge
+`routing_metadata` object the contract fixes. One copy, so the Ingress and the ext_proc bridge
 cannot drift apart."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def routing_metadata(plan: RoutePlan, started: float, cost: float | None = None)
             "jailbreak_detected": plan.security.jailbreak_detected,
         },
     }
-    if plan.security.unscanned:  # safety signals a model runtime did not scan (spec 2 on_unscanned)
+    if plan.security.unscanned:  # safety signals a model runtime did not scan (docs/security.md)
         meta["security_checks"]["unscanned"] = list(plan.security.unscanned)
     if plan.memories_recalled is not None:  # the decision's memory plugin ran
         meta["memories_recalled"] = plan.memories_recalled

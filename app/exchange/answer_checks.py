@@ -8,7 +8,7 @@ exchange) and applies the strongest action of the flagged checks:
 - `annotate`: as `header`, and a visible notice is appended to the answer's text
   (NOTICE below); routing_metadata.response_checks carries the details for JSON answers;
 - `block`: the answer is replaced by a 403 security_violation (the request guards' error
-  body, spec 1 "Errors"): code `jailbreak_detected` / `harmful_content_detected` for the
+  body): code `jailbreak_detected` / `harmful_content_detected` for the
   response guard, `hallucination_detected` for unsupported claims, action_taken `block`.
 
 A stream with checks is held whole (see docs/hallucination.md "Streams"), so every action
@@ -20,10 +20,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from app.common.chat_text import content_text
 from app.common.errors import SvcError, security_violation
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict, CheckName, CheckOutcome
 from app.pipeline.answers.policy import Checker
-from app.pipeline.signals.base import content_text
 
 log = logging.getLogger("svc_sr.exchange")
 

@@ -21,13 +21,12 @@ data URLs (and so does the stored conversation). Without one, such a part answer
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from app.common.errors import SvcError, bad_request, validation_message
-from app.exchange.openai_models import parse_chat_request
+from app.exchange.openai_models import parse_chat_body, validate_chat_body
 from app.exchange.stored_responses import ConversationStore, StoredResponse, stored_response
 from app.upstream.image_files import ImageFile, ResolveImageFile, resolve_input_images
 from app.upstream.responses_api import ChatToResponsesStream, chat_to_response
@@ -54,7 +53,7 @@ class ClientApi(Protocol):
         ...
 
     def parse(self, raw: bytes) -> dict[str, Any]:
-        """The chat body to route (raises SvcError 400 on bad input)."""
+        """The chat body to route, decoded and validated once (raises SvcError 400 on bad input)."""
         ...
 
     def render(self, completion: dict[str, Any]) -> dict[str, Any]:
@@ -76,14 +75,6 @@ class _Passthrough:
         return b""
 
 
-def chat_body(raw: bytes) -> dict[str, Any]:
-    """The client's own fields, passed through untouched, with the validated model name."""
-    request = parse_chat_request(raw)
-    body: dict[str, Any] = json.loads(raw)
-    body["model"] = request.model
-    return body
-
-
 class ChatApi:
     endpoint = "chat_completions"
 
@@ -94,7 +85,7 @@ class ChatApi:
         return None
 
     def parse(self, raw: bytes) -> dict[str, Any]:
-        return chat_body(raw)
+        return parse_chat_body(raw)
 
     def render(self, completion: dict[str, Any]) -> dict[str, Any]:
         return completion
@@ -166,7 +157,7 @@ class ResponsesApi:
             body = responses_to_chat(request, self._history, self._images)
         except ValueError as exc:  # ResponsesInputError: input chat cannot hold
             raise bad_request(f"invalid Responses request: {exc}") from exc
-        return chat_body(json.dumps(body).encode())
+        return validate_chat_body(body)
 
     def _validate(self, raw: bytes) -> ResponsesRequest:
         try:

@@ -2,6 +2,11 @@
 
 Unknown OpenAI parameters pass through (`extra="allow"`), so new client options reach
 the backend without a code change; only what routing relies on is checked.
+
+A chat body is decoded and validated once, at the front door (`parse_chat_body`; a Responses
+request's translation by `validate_chat_body`), and travels on as that validated dict: the
+Router hop pickles it and `RouterPipeline.route()` trusts it (app/pipeline/phases/parse.py).
+The text a request carries (content text, the human's ask) is app/common/chat_text.py's.
 """
 
 from __future__ import annotations
@@ -15,9 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from app.common.api_docs import NON_BLANK
 from app.common.errors import SvcError, bad_request, validation_message
 
-# Text-bearing content part types (chat "text"; Responses-style "input_text"/"output_text").
-TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
-
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -27,10 +29,6 @@ class ChatMessage(BaseModel):
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
-
-    def text(self) -> str:
-        """String content, or the text parts joined by newlines; "" when there is none."""
-        return content_text(self.content)
 
 
 class ChatCompletionRequest(BaseModel):
@@ -58,33 +56,21 @@ class ChatCompletionRequest(BaseModel):
             raise ValueError("must be a non-empty string")
         return value
 
-    def to_body(self) -> dict[str, Any]:
-        """The request as a JSON-ready dict (fields the client sent, extras included)."""
-        return self.model_dump(exclude_unset=True, mode="json")
 
-
-def content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [
-            part["text"]
-            for part in content
-            if isinstance(part, dict)
-            and isinstance(part.get("type"), str)  # an object is no type (and cannot be hashed)
-            and part["type"] in TEXT_PART_TYPES
-            and isinstance(part.get("text"), str)
-        ]
-        return "\n".join(texts)
-    return ""
-
-
-def parse_chat_request(raw: bytes | str) -> ChatCompletionRequest:
-    """Validate a /v1/chat/completions body; raises SvcError 400 with a precise message."""
+def parse_chat_body(raw: bytes | str) -> dict[str, Any]:
+    """A /v1/chat/completions body, decoded and validated (`validate_chat_body`); raises
+    SvcError 400 with a precise message."""
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise bad_request("malformed JSON body", code="invalid_json") from None
+    return validate_chat_body(data)
+
+
+def validate_chat_body(data: Any) -> dict[str, Any]:
+    """`data` checked as a chat body (ChatCompletionRequest) and returned as the client sent
+    it, unknown fields included, with the model name stripped (in place); raises SvcError 400.
+    The hand checks first give the reference router's messages for the commonest mistakes."""
     if not isinstance(data, dict):
         raise bad_request("request body must be a JSON object")
     if "messages" not in data or data["messages"] is None:
@@ -109,10 +95,14 @@ def parse_chat_request(raw: bytes | str) -> ChatCompletionRequest:
     if not isinstance(model, str) or not model.strip():
         raise bad_request("model field must be a non-empty string", param="model")
     try:
-        return ChatCompletionRequest.model_validate(data)
+        request = ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
         message, path = validation_message(_indexed(exc.errors()))
         raise bad_request(message, param=path) from None
+    # The dict, not the model's dump: what the client sent passes on untouched (a dump would
+    # rewrite coerced values), and without a copy.
+    data["model"] = request.model
+    return data
 
 
 def _indexed(errors: list[Any]) -> list[dict[str, Any]]:
@@ -127,27 +117,6 @@ def _indexed(errors: list[Any]) -> list[dict[str, Any]]:
                 loc.append(str(part))
         out.append({**error, "loc": tuple(loc)})
     return out
-
-
-def _last_with_role(req: ChatCompletionRequest, role: str) -> ChatMessage | None:
-    return next((m for m in reversed(req.messages) if m.role == role), None)
-
-
-def last_user_text(req: ChatCompletionRequest) -> str:
-    """Text of the last user message ("" when there is none or it has no text)."""
-    message = _last_with_role(req, "user")
-    return message.text() if message else ""
-
-
-def user_texts(req: ChatCompletionRequest, last_n: int | None = None) -> list[str]:
-    """Texts of the user turns, oldest first (the last `last_n` when given)."""
-    texts = [m.text() for m in req.messages if m.role == "user"]
-    return texts[-last_n:] if last_n else texts
-
-
-def system_text(req: ChatCompletionRequest) -> str:
-    """System and developer instructions joined by newlines."""
-    return "\n".join(m.text() for m in req.messages if m.role in ("system", "developer") and m.text())
 
 
 class ModelCard(BaseModel):
@@ -230,9 +199,6 @@ __all__ = [
     "ResponseObject",
     "RoutingMetadata",
     "SvcError",
-    "content_text",
-    "last_user_text",
-    "parse_chat_request",
-    "system_text",
-    "user_texts",
+    "parse_chat_body",
+    "validate_chat_body",
 ]

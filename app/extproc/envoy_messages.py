@@ -1,7 +1,7 @@
 """Building and reading Envoy ext_proc messages (xds-protos, Envoy 1.40).
 
 Envoy 1.40 fills `HeaderValue.raw_value` (bytes), not `value`; both are read, and
-only `raw_value` is written (notes/platform.md, "Envoy gotchas").
+only `raw_value` is written.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""svc_router_classification_accuracy{category} from submitted outcomes (spec 1 metrics).
+"""svc_router_classification_accuracy{category} from submitted outcomes (docs/envoy.md "Metrics").
 
 An outcome (POST /api/v1/observability/outcomes) names the replay record of a routed
 request; its verdict or score says whether the routing was right (`outcome_score`: 1

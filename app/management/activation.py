@@ -1,5 +1,5 @@
-"""Configuration activation: the spec 1 state machine from a persisted candidate to the
-serving generation.
+"""Configuration activation: the contract's state machine (docs/management-api.md) from a
+persisted candidate to the serving generation.
 
     mutation --(ETag ok, parse + validate ok)--> persisted, attempt `pending`
     pending --(compile, warm, activate ok)--> `active`: next config_version, hashes converge

@@ -1,4 +1,4 @@
-"""The management API (spec 1 "Management API"): one `Management` object holds the state
+"""The management API (docs/management-api.md): one `Management` object holds the state
 (service.py), `install(app, management)` mounts its routes (routes/) on a FastAPI app.
 
 Routes and the permission each needs (auth mode bearer; with mode none all are open):

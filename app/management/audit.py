@@ -1,4 +1,4 @@
-"""The audit log: a hash-chained ring of the last 10,000 entries per process (spec 1).
+"""The audit log: a hash-chained ring of the last 10,000 entries per process (docs/management-api.md "Audit").
 
 Each entry's `hash` is sha256 over its predecessor's hash and its own canonical JSON, so
 changing, dropping or reordering a retained entry breaks `verify()`. The ring forgets the

@@ -1,4 +1,4 @@
-"""Management authentication: bearer tokens mapped to permissions (spec 1 "Authentication").
+"""Management authentication: bearer tokens mapped to permissions (docs/management-api.md "Authentication").
 
 `global.services.management_api.auth`:
 
@@ -38,7 +38,7 @@ log = logging.getLogger("svc_sr.management.auth")
 
 DEFAULT_TOKEN_ENV = "SVC_MGMT_TOKEN"
 
-# Spec 1 names ready.read, secret_view, audit.read, data.read, config.read, classify.invoke,
+# The contract names ready.read, secret_view, audit.read, data.read, config.read, classify.invoke,
 # learning.ingest and cache roles; config.write, observability.read and inventory.read
 # complete the set so every route has exactly one permission.
 PERMISSIONS: dict[str, str] = {

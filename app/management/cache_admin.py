@@ -1,4 +1,4 @@
-"""The response-cache storage API's state (spec 1, "Storage"): capabilities, health, stats,
+"""The response-cache storage API's state (docs/management-api.md): capabilities, health, stats,
 probing a candidate configuration, invalidating a scope and flushing with an epoch.
 
 `ResponseCacheAdmin` is what the routes (routes/storage.py) call; `LocalCacheAdmin` is its

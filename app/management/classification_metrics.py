@@ -1,5 +1,5 @@
-"""GET /api/v1/observability/classification-metrics (spec 1 "Inventory and metrics":
-"counters and timing"): what the router's classification did, summed over every replica that
+"""GET /api/v1/observability/classification-metrics (docs/management-api.md
+"Classification metrics"): what the router's classification did, summed over every replica that
 pushes metrics (the Observability deployment's aggregate; app/observability/metrics.py).
 
 Counters: routed requests by domain category and status, PII detections and jailbreak attempts

@@ -1,4 +1,4 @@
-"""The `context_compression` plugin's management views (spec 1 "Plugins"): capabilities,
+"""The `context_compression` plugin's management views (docs/context-compression.md): capabilities,
 health, preview of a candidate or bound configuration, and redacted statistics.
 
 Statistics come from the metrics every Router replica pushes (app/pipeline/metrics.py records

@@ -148,7 +148,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def restart_required(old: RouterConfig, new: RouterConfig) -> list[Reason]:
-    """Settings a live reload cannot apply (spec 1 RESTART_REQUIRED): the listener set or a
+    """Settings a live reload cannot apply (RESTART_REQUIRED, docs/management-api.md): the listener set or a
     listener's address/port/timeout, and the tracing settings."""
     reasons: list[Reason] = []
     before = {listener.name: listener for listener in old.listeners}

@@ -1,6 +1,6 @@
 """Management error body: {"error": {"code", "message", "timestamp", "type", "details"?}}.
 
-A SvcError subclass, so the app's existing handler answers it; `code` is the spec 1
+A SvcError subclass, so the app's existing handler answers it; `code` is the contract's
 upper-case code (INVALID_INPUT, INVALID_CONFIG, PRECONDITION_REQUIRED, CONFIG_CHANGED,
 RESTART_REQUIRED, ACTIVATION_FAILED, UNAUTHORIZED, FORBIDDEN, NOT_FOUND, NOT_IMPLEMENTED).
 `MgmtErrorBody` is the body's wire model: the OpenAPI document names it for every
@@ -18,7 +18,7 @@ from app.common.errors import SvcError
 
 
 class MgmtErrorDetail(BaseModel):
-    code: str = Field(description="spec 1 error code, e.g. INVALID_INPUT, NOT_FOUND, TEXT_TOO_LONG")
+    code: str = Field(description="management error code, e.g. INVALID_INPUT, NOT_FOUND, TEXT_TOO_LONG")
     message: str
     timestamp: str = Field(description="ISO 8601, UTC")
     type: str | None = Field(default=None, description="OpenAI-style error type")

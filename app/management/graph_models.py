@@ -2,7 +2,7 @@
 read by the typed model diagnostics (app/api/model_bindings.py) and the inventory
 (app/management/inventory.py).
 
-A binding is one of spec 2's binding names (app/config/model_deployments.py BINDINGS) under
+A binding is one of the contract's binding names (app/config/model_deployments.py BINDINGS) under
 the name the router gives it, served by the graph unless the configuration binds it to a
 `model_deployments` entry. Built-in models carry the card of app/runtime/registry.py (the
 reranker's is the worker catalogue's, app/srun/catalog.py): task, labels, limits, the engine
@@ -50,7 +50,7 @@ GRAPH_MODELS: dict[str, GraphModel] = {
     "prompt_guard": GraphModel("jailbreak-guard", "Guard", "jailbreak-guard"),
     "pii_classifier": GraphModel("pii-detector", "Guard", "pii-detector"),
     # Rerank runs in the Ingress on the Embedding deployment's vectors (app/srun/rerank.py's
-    # fusion); spec 2 names the binding `rag.reranker`, the typed routes `reranker`.
+    # fusion); the contract names the binding `rag.reranker`, the typed routes `reranker`.
     "reranker": GraphModel(RERANKER, "Embedding"),
     "rag.reranker": GraphModel(RERANKER, "Embedding", typed=False),
     "fact_check_classifier": GraphModel(
@@ -100,7 +100,7 @@ def card_summary(card: str | None) -> dict[str, str] | None:
 
 
 class BindingLimits(BaseModel):
-    """Spec 1's input-limit fields, in tokens (special tokens included)."""
+    """The inventory's input-limit fields, in tokens (special tokens included)."""
 
     input_max_tokens: int
     forward_max_tokens: int

@@ -1,4 +1,4 @@
-"""Model inventory (spec 1 "Inventory and metrics" and the older /info views).
+"""Model inventory (docs/management-api.md, and the older /info views).
 
 `InventoryBackend` is what the API reads. `LocalInventory` lists the prepared bindings from
 their one typed description (app/management/graph_models.py) and the live configuration (a
@@ -23,7 +23,7 @@ from app.management.graph_models import DEVICE, GRAPH_MODELS, card_summary, desc
 from app.management.live_inventory import DeploymentFacts, RuntimeFactsProvider, uses_gpu
 from app.management.startup import StartupTracker
 
-# `reranker` is the typed routes' name of spec 2's `rag.reranker`: listed once.
+# `reranker` is the typed routes' name of the `rag.reranker` binding: listed once.
 INVENTORY_BINDINGS = tuple(name for name in GRAPH_MODELS if name != "reranker")
 
 
@@ -48,7 +48,7 @@ def _device(facts: DeploymentFacts | None) -> str:
 
 
 def graph_entry(name: str, facts: DeploymentFacts | None) -> dict[str, Any]:
-    """A graph binding with spec 1's input-limit fields and its deployment's live facts."""
+    """A graph binding with the inventory's input-limit fields and its deployment's live facts."""
     binding = describe(name)
     limits = binding.limits
     return {

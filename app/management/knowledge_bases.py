@@ -1,4 +1,4 @@
-"""Knowledge bases (spec 1 "Storage"): where they are kept and how a mutation activates.
+"""Knowledge bases (docs/knowledge-bases.md): where they are kept and how a mutation activates.
 
 Kept alongside the management state, as JSON documents (json_document.py) over its backends
 and their compare-and-set, so every Ingress replica and every Router replica sees the same bases:
@@ -12,8 +12,8 @@ base's content hash (generated_runtime_hash), answered 202, and activated in the
 the router's encoder embeds the entries, the vectors are saved tagged with that hash, and the
 base turns `active` (or `failed` with the reason); Router replicas pick it up from the store
 (app/pipeline/signals/kb.py). While any base is pending, another knowledge-base mutation is
-refused with 409 CONFIG_ACTIVATION_PENDING and nothing is written (spec 1 "States and
-transitions"); the check and the write are one compare-and-set, so two replicas cannot both
+refused with 409 CONFIG_ACTIVATION_PENDING and nothing is written (docs/management-api.md,
+"Changing the configuration"); the check and the write are one compare-and-set, so two replicas cannot both
 win. A pending base older than `pending_timeout_s` (its replica died mid-activation) reads
 as failed and no longer blocks.
 """

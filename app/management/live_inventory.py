@@ -1,4 +1,4 @@
-"""Live facts of the graph's deployments for the inventory (spec 1 "Inventory and metrics"):
+"""Live facts of the graph's deployments for the inventory (docs/management-api.md):
 readiness, replica starts and restarts, and the device each deployment's process runs its
 model on.
 

@@ -144,9 +144,12 @@ class Condition(BaseModel):
         "ConfigConverged",
         "Ready",
         "ManagementStoreAvailable",
+        "BackendsReachable",
     ]
     status: Literal["True", "False", "Unknown"]
     reason: str
+    # Only where the reason alone does not say what to fix (the unreachable backends' names).
+    message: str | None = None
 
 
 class StatusDocument(BaseModel):

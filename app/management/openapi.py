@@ -1,4 +1,4 @@
-"""The served OpenAPI document: 3.0 (spec 1) and narrowable to one operation.
+"""The served OpenAPI document: 3.0 (as the contract asks) and narrowable to one operation.
 
 `served(app.openapi())` is what /openapi.json answers. FastAPI generates OpenAPI 3.1;
 `to_openapi_30` rewrites the 3.1-only JSON Schema forms it uses (`anyOf` with

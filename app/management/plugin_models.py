@@ -1,4 +1,4 @@
-"""Wire shapes of the plugins API (spec 1 "Plugins"): registry descriptors, bindings, previews.
+"""Wire shapes of the plugins API (docs/plugins.md): registry descriptors, bindings, previews.
 
 The logic lives in plugins_registry.py (descriptors), plugin_bindings.py (bindings of the
 active config) and plugin_previews.py (the preview dispatcher); routes/plugins.py serves them.

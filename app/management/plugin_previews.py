@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from app.common.chat_text import human_ask
 from app.common.errors import validation_message
 from app.config.global_config import ResponseCacheConfig
 from app.config.models import RouterConfig
@@ -61,7 +62,7 @@ from app.pipeline.plugins import (
     completion_body,
 )
 from app.pipeline.rag import KbSearch, Retrieve
-from app.pipeline.signals.base import EmbedFn, content_text
+from app.pipeline.signals.base import EmbedFn
 from app.pipeline.tools import ToolVectorCache, select_tools
 
 
@@ -256,7 +257,7 @@ async def tools_preview(ctx: PreviewContext) -> PreviewOutcome:
         raise unavailable(
             "tool_selection probe: the embedding model is not available", code="MODEL_NOT_LOADED"
         )
-    query = _last_user_text(ctx.request)
+    query = human_ask(ctx.request.get("messages") or [])
     if probing and not query:
         raise invalid_input("a tool_selection probe needs a user message in `request.messages`")
     calls = 0
@@ -295,13 +296,6 @@ async def tools_preview(ctx: PreviewContext) -> PreviewOutcome:
             tools_selected=len(outcome.kept),
         )
     return PreviewOutcome(preview.model_dump(), backend_calls=calls)
-
-
-def _last_user_text(request: dict[str, Any]) -> str:
-    for message in reversed(request.get("messages") or []):
-        if isinstance(message, dict) and message.get("role") == "user":
-            return content_text(message.get("content"))
-    return ""
 
 
 async def response_jailbreak_preview(ctx: PreviewContext) -> PreviewOutcome:

@@ -50,7 +50,7 @@ PHASES: dict[str, PluginPhase] = {
     "router_replay": "observability",
     "shadow_dispatch": "observability",
 }
-# Operated elsewhere (spec 1): the storage and observability APIs.
+# Operated elsewhere (docs/plugins.md): the storage and observability APIs.
 ELSEWHERE: dict[str, PluginOperation] = {
     "response_cache": PluginOperation(
         name="storage", method="GET", url="/api/v1/storage/response-cache/stats"
@@ -77,7 +77,7 @@ PREVIEW_TYPES = frozenset(
     }
 )
 PROBE_TYPES = frozenset({"rag", "tools", "tool_selection", "hallucination", "response_jailbreak"})
-# Guard, RAG and tool previews read the active binding only (spec 1).
+# Guard, RAG and tool previews read the active binding only (docs/plugins.md).
 BINDING_REQUIRED = frozenset({"rag", "tools", "tool_selection", "hallucination", "response_jailbreak"})
 GUARD_TYPES = frozenset({"hallucination", "response_jailbreak"})
 UNTYPED_SCHEMA: dict[str, Any] = {

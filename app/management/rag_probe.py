@@ -21,8 +21,8 @@ from app.pipeline.rag import (
     RagUnavailable,
     Retrieve,
     inject,
-    last_user_text,
     passages_text,
+    rag_query,
     retrieve_all,
     within_budget,
 )
@@ -63,7 +63,7 @@ async def rag_probe(
         raise unavailable("rag probe: the vector-store service is not available")
     if policy.kb_names and kbs is None:
         raise unavailable("rag probe: the knowledge bases (or the encoder) are not available")
-    query = last_user_text(request)
+    query = rag_query(request)
     if not query:
         raise invalid_input("a rag probe needs a user message in `request.messages`")
     calls = 0

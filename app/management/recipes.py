@@ -1,4 +1,4 @@
-"""Recipe management (spec 1 `/api/v1/config/recipes`): views of the persisted document's
+"""Recipe management (`/api/v1/config/recipes`, docs/management-api.md): views of the persisted document's
 recipes, and the document edit a recipe PUT or DELETE makes.
 
 A recipe change is one configuration mutation: routes/recipes.py hands the edit below to the

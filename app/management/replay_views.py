@@ -1,4 +1,4 @@
-"""Derived replay views (spec 1 "Observability"): a session's trajectory, the shadow
+"""Derived replay views (docs/management-api.md): a session's trajectory, the shadow
 comparison dataset manifest and blinded pairwise judge tasks.
 
 One implementation for every replay backend: the views walk the store's `list` pages

@@ -47,6 +47,7 @@ from app.management.storage.client import StorageClient, storage_client
 from app.observability.metrics import MetricsRecorder
 from app.pipeline.memory.store import MemoryStore
 from app.pipeline.signals.base import EmbedFn
+from app.upstream.reachability import unreachable_backends
 
 if TYPE_CHECKING:
     pass
@@ -195,12 +196,17 @@ class Management:
             view["activation_status"] = "unknown"
         return view
 
-    def status_document(self) -> StatusDocument:
+    async def status_document(self) -> StatusDocument:
+        down = await unreachable_backends(self.config)
         return StatusDocument(
             instance_id=self.instance_id,
             observed_at=now_stamp(),
             conditions=conditions(
-                self.startup.status(), self.store.active is not None, self.hash_view(), self.store.reachable()
+                self.startup.status(),
+                self.store.active is not None,
+                self.hash_view(),
+                self.store.reachable(),
+                down,
             ),
         )
 

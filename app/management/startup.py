@@ -1,4 +1,4 @@
-"""Startup status of the model deployments (spec 1 "Startup status", "States and transitions").
+"""Startup status of the model deployments (docs/management-api.md).
 
 The graph registers each managed model deployment and reports readiness or failure; the
 tracker answers /ready and /startup-status. Startup completes once every registered

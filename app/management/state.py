@@ -12,7 +12,7 @@ not change since it was last loaded (a PATCH survives a restart); a changed file
 becomes a new version (`StartupRecord` says which; stores.resolve_startup_document decides it for
 the graph builder before anything is deployed).
 
-History keeps the last `history_limit` persisted documents (spec 1: 10); the active
+History keeps the last `history_limit` persisted documents (10, as the contract asks); the active
 document is kept separately, so a rollback target and the last known good configuration
 survive even when ten failed attempts have pushed it out of the history.
 """

@@ -7,6 +7,7 @@ from typing import Any
 
 from app.management.models import Condition
 from app.management.startup import StartupStatus
+from app.upstream.reachability import Backend
 
 
 def startup_condition(startup: StartupStatus) -> Condition:
@@ -62,8 +63,27 @@ def store_condition(reachable: bool) -> Condition:
     )
 
 
+def backends_condition(down: list[Backend] | None) -> Condition:
+    """Whether every configured backend accepts a connection (None: not checked). The router
+    runs without its upstreams; requests routed to one that is down answer 503."""
+    if down is None:
+        return Condition(type="BackendsReachable", status="Unknown", reason="BackendsUnobserved")
+    if not down:
+        return Condition(type="BackendsReachable", status="True", reason="AllBackendsReachable")
+    return Condition(
+        type="BackendsReachable",
+        status="False",
+        reason="BackendsUnreachable",
+        message="unreachable: " + ", ".join(b.describe() for b in down),
+    )
+
+
 def conditions(
-    startup: StartupStatus, has_active: bool, view: dict[str, Any], store_reachable: bool = True
+    startup: StartupStatus,
+    has_active: bool,
+    view: dict[str, Any],
+    store_reachable: bool = True,
+    backends_down: list[Backend] | None = None,
 ) -> list[Condition]:
     return [
         Condition(type="Live", status="True", reason="ProcessRunning"),
@@ -72,4 +92,5 @@ def conditions(
         converged_condition(view),
         ready_condition(startup, has_active),
         store_condition(store_reachable),
+        backends_condition(backends_down),
     ]

@@ -67,41 +67,6 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
 
 
-def _message_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI content parts: keep the text ones
-        texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        return "\n".join(t for t in texts if isinstance(t, str))
-    raise ValueError(f"unsupported message content type: {type(content).__name__}")
-
-
-def conversation_text(messages: list[dict], include_history: bool) -> str:
-    """The text a jailbreak signal scores.
-
-    Only user turns are scored: system prompts are the operator's own text (often full of
-    "you must", "never reveal") and assistant turns are model output. Without history this is
-    the last user message; with history it is every user turn joined by blank lines, so an
-    attack split over turns ("let's play a game" ... "now, as that character, ...") is seen
-    whole. Raises ValueError on a malformed message list.
-    """
-    if not isinstance(messages, list):
-        raise ValueError("messages must be a list of {role, content} objects")
-    turns: list[str] = []
-    for message in messages:
-        if not isinstance(message, dict):
-            raise ValueError("each message must be an object with role and content")
-        if message.get("role") == "user":
-            turns.append(_message_text(message.get("content")))
-    if not turns:
-        return ""
-    if not include_history:
-        return turns[-1]
-    return "\n\n".join(t for t in turns if t.strip())
-
-
 class JailbreakGuard:
     """Loads the trained artifact once; thread-safe for concurrent ``detect`` calls."""
 

@@ -1,4 +1,4 @@
-"""`GET /metrics` on its own port (spec 1: 9190), served from a daemon thread.
+"""`GET /metrics` on its own port (9190; docs/envoy.md "Metrics"), served from a daemon thread.
 
 A thread, not the host's event loop: Ray Serve replicas run user code off the main
 thread, where servers that install signal handlers (uvicorn) cannot start.

@@ -44,7 +44,7 @@ def _defs(*defs: MetricDef) -> dict[str, MetricDef]:
 RUNTIME_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _DR = ("deployment", "replica")
 
-# Spec 2 "Router metrics": calls to model runtimes, recorded by app/srun/runtime_metrics.py
+# Calls to model runtimes (docs/model-runtime.md), recorded by app/srun/runtime_metrics.py
 # (managed or attached workers, and the DecisionModel deployment's in-process engine).
 RUNTIME_CATALOG: dict[str, MetricDef] = _defs(
     MetricDef(
@@ -132,7 +132,7 @@ RUNTIME_CATALOG: dict[str, MetricDef] = _defs(
     ),
 )
 
-# Spec 1 "Events" metrics, plus the counters the cache hit ratio is derived from.
+# The router metrics (docs/envoy.md "Metrics"), plus the counters the cache hit ratio needs.
 CATALOG: dict[str, MetricDef] = _defs(
     MetricDef(
         "svc_router_requests_total",

@@ -1,7 +1,7 @@
 """complete(plan, report) -> Accounting: what happens after an answer was sent.
 
-Usage, cost (spec formula, app/accounting/cost.py), TTFT/TPOT, spec 1's completion
-metrics, the `router_replay` record and the response-cache write (with the epoch token
+Usage, cost (app/accounting/cost.py), TTFT/TPOT, the completion
+metrics (docs/envoy.md), the `router_replay` record and the response-cache write (with the epoch token
 route() read, so an answer a flush overtook is dropped, not stored). It needs only the plan,
 what the front door observed and a few services, so it runs where the answer is: in the
 Ray graph the front door (Ingress, ext_proc sidecar) completes requests itself, and the

@@ -19,7 +19,7 @@ when they alone exceed the budget the result says `over_budget`.
 `summarize` is extractive and offline: the lead sentence of each dropped user/assistant message
 (tool results left out), in order, as one system message put where the first dropped turn was,
 at most `summary_max_tokens` long. An embedding-centrality summary would need one encoder pass
-per dropped sentence (MiniLM int8: 3-8.5 ms each, shared/notes/models-and-data.md), seconds
+per dropped sentence (MiniLM int8: 3-8.5 ms each, docs/context-compression.md), seconds
 for a long conversation: the lead sentence costs microseconds.
 """
 
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from app.common.chat_text import content_text
 from app.config.plugins import ContextCompressionPlugin
 from app.pipeline.plan import CompressionOutcome, RoutePlan
-from app.pipeline.signals.base import content_text
 
 TOKENIZER_NAME = "all-MiniLM-L6-v2 WordPiece (app/runtime/assets/minilm-tokenizer.json)"
 MESSAGE_OVERHEAD = 4  # role and delimiters per message (the usual chat-template estimate)
@@ -100,7 +100,7 @@ def warm_up() -> None:
     count_texts(["warm up"])
 
 
-def message_text(message: Any) -> str:
+def counted_text(message: Any) -> str:
     """What a message costs: its text content plus any tool calls' names and arguments."""
     if not isinstance(message, dict):
         return ""
@@ -151,7 +151,7 @@ class Plan:
 
 
 def plan_units(messages: list[Any], keep_system: bool) -> Plan:
-    tokens = [n + MESSAGE_OVERHEAD for n in count_texts([message_text(m) for m in messages])]
+    tokens = [n + MESSAGE_OVERHEAD for n in count_texts([counted_text(m) for m in messages])]
     units: list[Unit] = []
     current: Unit | None = None
     for index, message in enumerate(messages):

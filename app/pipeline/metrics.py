@@ -1,4 +1,5 @@
-"""What the router records about RoutePlans and their completions, in spec 1's metric names.
+"""What the router records about RoutePlans and their completions, in the contract's metric
+names (docs/envoy.md).
 
 `on_route` runs once per routed request (not for previews), `on_complete` once per
 answered request (immediate answers included), `on_front_door_error` for requests

@@ -1,12 +1,13 @@
-"""The request pipeline: `route(request) -> RoutePlan`, `complete(plan, report) -> Accounting`.
+"""The request pipeline: `route(body) -> RoutePlan`, `complete(plan, report) -> Accounting`.
 
 A plain library (no Ray): everything outside the process arrives as `PipelineServices`
 (services.py). RouterPipeline orchestrates route()'s phases (app/pipeline/phases/, one
 module each) over one `CompiledConfig` version (compiled.py):
 
 for `model: MoM` / `auto` (any `config.auto_model_names`, or "vllm-sr/auto"):
-1. parse: the validated chat body, the plan, the SignalContext (last user text, token
-   count, the query embedding computed at most once and shared);
+1. parse: the plan of the chat body (validated by the front door, not again), the
+   SignalContext (the human's ask, token count, the query embedding computed at most once
+   and shared);
 2. signals: only the signal rules some decision references, one task per family,
    concurrently with the global prompt guard;
 3. decide: the decision engine (`decisions.py`);
@@ -39,8 +40,6 @@ import random
 import time
 from collections.abc import Mapping
 from typing import Any
-
-from pydantic import BaseModel
 
 from app.config.models import RouterConfig
 from app.pipeline.answers.checker import check_answer
@@ -96,18 +95,19 @@ class RouterPipeline:
 
     async def route(
         self,
-        request: BaseModel | Mapping[str, Any],
+        body: Mapping[str, Any],
         headers: Mapping[str, str] | None = None,
         request_id: str | None = None,
     ) -> RoutePlan:
-        plan, _ = await self._route(request, headers, request_id, preview=False)
+        """The plan of a validated chat body (app/pipeline/phases/parse.py says who validated it)."""
+        plan, _ = await self._route(body, headers, request_id, preview=False)
         self._mark_replay(plan)
         self.services.metrics.on_route(plan)
         return plan
 
     async def preview(
         self,
-        request: BaseModel | Mapping[str, Any],
+        body: Mapping[str, Any],
         headers: Mapping[str, str] | None = None,
         seed: int | None = None,
     ) -> dict[str, Any]:
@@ -116,7 +116,7 @@ class RouterPipeline:
         state = self._state
         rng = random.Random(seed) if seed is not None else None
         try:
-            plan, ranked = await self._route(request, headers, None, preview=True, rng=rng, state=state)
+            plan, ranked = await self._route(body, headers, None, preview=True, rng=rng, state=state)
         except NoRouteError as exc:
             return no_route_preview(exc)
         return preview_of(state.for_recipe(plan.recipe), plan, ranked)
@@ -143,7 +143,7 @@ class RouterPipeline:
     # -------------------------------------------------------------- the phases
     async def _route(
         self,
-        request: BaseModel | Mapping[str, Any],
+        body: Mapping[str, Any],
         headers: Mapping[str, str] | None,
         request_id: str | None,
         *,
@@ -154,7 +154,7 @@ class RouterPipeline:
         state = state or self._state  # one config version for the whole request
         rng = rng or self.rng
         lowered = parse.lower_headers(headers)
-        plan = parse.new_plan(request, lowered, request_id, state.auto_names)
+        plan = parse.new_plan(body, lowered, request_id, state.auto_names)
         if not plan.auto:
             pass_through(state, plan, rng)
             return plan, []

@@ -17,7 +17,7 @@ def no_route_preview(exc: NoRouteError) -> dict[str, Any]:
         "selection_status": "no_route",
         "selection_method": None,
         "selected_model": None,
-        "error": exc.to_body()["error"],
+        "error": exc.body()["error"],
     }
 
 

@@ -2,8 +2,8 @@
 bases, injected into the request.
 
 route() calls `run_rag` once per routed request, after the request mutations (so a
-`system_prompt` in `replace` mode cannot drop the passages). The query is the request's last
-user turn; each named store is searched through `PipelineServices.retrieve` (the storage
+`system_prompt` in `replace` mode cannot drop the passages). The query is the human's ask
+(app/common/chat_text.py); each named store is searched through `PipelineServices.retrieve` (the storage
 service's hybrid/vector/BM25 search), each named knowledge base through a `KbSearch`
 (app/pipeline/rag_kb.py: the kb signal's feed and vectors, cosine to the request's vector).
 
@@ -12,7 +12,7 @@ knowledge bases' entries together by cosine (one encoder), each list cut at `top
 both kinds named the two lists are interleaved by rank (store 1st, entry 1st, store 2nd, ...),
 because a fused or BM25 score and a cosine are not on one scale. The best `top_k` of that which
 fit `max_context_tokens` (MiniLM WordPiece tokens, app/pipeline/compression.py) are injected as
-one system message or as a context block appended to the last user message.
+one system message or as a context block appended to the human's ask.
 
 A result cache (bounded LRU, `cache_ttl_seconds`) keys on query text + sources + settings (and
 the knowledge bases' content hashes, so an updated base is searched again), so a repeated
@@ -32,9 +32,9 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from app.common.chat_text import ask_index, content_text, human_ask
 from app.config.plugins import RagPlugin
 from app.pipeline.compression import count_texts
-from app.pipeline.signals.base import content_text
 
 log = logging.getLogger("svc_sr.rag")
 
@@ -134,11 +134,9 @@ class ResultCache:
         return len(self._entries)
 
 
-def last_user_text(body: dict[str, Any]) -> str:
-    for message in reversed(body.get("messages") or []):
-        if isinstance(message, dict) and message.get("role") == "user":
-            return content_text(message.get("content")).strip()
-    return ""
+def rag_query(body: dict[str, Any]) -> str:
+    """What the stores are searched with: the human's ask, stripped."""
+    return human_ask(body.get("messages") or []).strip()
 
 
 def cache_key(policy: RagPlugin, query: str, kb_versions: tuple[str | None, ...] = ()) -> tuple[Any, ...]:
@@ -224,17 +222,16 @@ def passages_text(chunks: list[RagChunk]) -> str:
 
 def inject(body: dict[str, Any], chunks: list[RagChunk], inject_as: str) -> None:
     """`system`: one system message after the client's leading system messages;
-    `context_block`: a <context> block appended to the last user message."""
+    `context_block`: a <context> block appended to the human's ask."""
     text = passages_text(chunks)
     messages = list(body.get("messages") or [])
-    if inject_as == "context_block":
-        for index in range(len(messages) - 1, -1, -1):
-            message = messages[index]
-            if isinstance(message, dict) and message.get("role") == "user":
-                user = content_text(message.get("content"))
-                messages[index] = {**message, "content": f"{user}\n\n<context>\n{text}\n</context>"}
-                body["messages"] = messages
-                return
+    index = ask_index(messages) if inject_as == "context_block" else -1
+    if index >= 0:
+        message = messages[index]
+        user = content_text(message.get("content"))
+        messages[index] = {**message, "content": f"{user}\n\n<context>\n{text}\n</context>"}
+        body["messages"] = messages
+        return
     at = 0
     while (
         at < len(messages)
@@ -255,7 +252,7 @@ async def run_rag(
 ) -> RagUsage:
     """Retrieve and inject into `body`; raises RagUnavailable only with `on_error: fail`."""
     usage = RagUsage(vector_store_ids=policy.store_ids, knowledge_bases=policy.kb_names)
-    query = last_user_text(body)
+    query = rag_query(body)
     if not query:
         usage.status = "no_query"
         return usage

@@ -1,5 +1,5 @@
-"""Replay records of the `router_replay` plugin (spec 1: inspected under
-/api/v1/observability/replays).
+"""Replay records of the `router_replay` plugin (inspected under
+/api/v1/observability/replays, docs/management-api.md).
 
 route() gives a request whose decision carries the plugin a replay id (response header
 `x-vsr-replay-id`); complete() turns the plan, what the front door saw and the

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.common.errors import SvcError, bad_request, model_not_found, no_route
+from app.common.errors import SvcError, model_not_found, no_route
 from app.config.models import RouterConfig
 from app.config.providers import BackendRef, ProviderModel
 from app.config.routing import Decision, ModelRef
@@ -33,17 +33,6 @@ from app.upstream.targets import ANTHROPIC_VERSION, MESSAGES_API_FORMATS, Upstre
 class RoutingError(SvcError):
     """A request the pipeline cannot route. A `SvcError`, so both front doors answer it
     with the data plane's documented error body and status."""
-
-    def to_body(self) -> dict[str, Any]:
-        return self.body()
-
-
-class InvalidRequestError(RoutingError):
-    """Malformed request (400, code invalid_request)."""
-
-    def __init__(self, message: str) -> None:
-        base = bad_request(message)
-        super().__init__(base.status, base.message, base.type, base.code, param=base.param)
 
 
 class ModelNotFoundError(RoutingError):

@@ -44,7 +44,7 @@ class PipelineServices(CompletionServices):
     families by condition type, `(config, services) -> SignalEvaluator` (an entry for
     a built-in type replaces it). count_tokens: exact token counter for `context`
     signals (None: ceil(chars / 4)). phrase_cache: embedded candidate phrases, kept
-    across hot reloads. metrics: where route()/complete() record spec 1's metrics.
+    across hot reloads. metrics: where route()/complete() record the router metrics.
     record_replay: receives the `router_replay` record of a completed request (None:
     replays are not recorded); called inline, so it must hand the record off quickly.
     llm_client: the upstream client external LLM judges are asked over.

@@ -1,7 +1,7 @@
 """The `tools` and `tool_selection` plugins: which of the request's own `tools[]` go upstream.
 
 `tools` is a static policy by function name (allow / deny lists). `tool_selection` keeps the
-tools the last user turn needs: cosine similarity of the router's sentence vectors (the same
+tools the human's ask needs: cosine similarity of the router's sentence vectors (the same
 encoder as the embedding signals and the cache) between the query and each tool's
 `name: description`, the `top_k` best at or above the threshold; when none reaches it,
 every tool stays (`fallback_to_empty` false) or none does.

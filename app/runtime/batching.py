@@ -6,7 +6,7 @@ or the batch holds `max_batch_items` rows or `max_batch_tokens` tokens, then run
 One batch runs at a time: on a CPU replica a second concurrent forward only competes for the
 same cores, and while a batch runs the next one fills up, so batches grow with load.
 
-Admission (spec 2 "Limits": 256 requests, 4,194,304 tokens per model): a request that would
+Admission (the contract's limits: 256 requests, 4,194,304 tokens per model): a request that would
 take the queue past `max_queue` waiting requests or `max_queued_tokens` waiting tokens is
 refused at once with `Overloaded` (hosts answer 429, Retry-After: 1) instead of waiting.
 A request's rows are admitted together or not at all.

@@ -1,5 +1,5 @@
 """The model-runtime engine: one plain library hosted by Ray Serve deployments and by the
-`svc-srun` HTTP worker alike (DESIGN.md, "One model runtime, two hosts").
+`svc-srun` HTTP worker alike (docs/design.md, "One model runtime, two hosts").
 
 A request runs in three phases so that a host can batch the middle one across requests:
 
@@ -13,7 +13,7 @@ many requests in one call. Failures of one input (`max_length_exceeded`,
 `scan_budget_exceeded`) are item errors; whole-request failures raise `RuntimeFailure`
 subclasses that carry the spec's status and code.
 
-Answer shapes per task (spec 2 /v1/classify):
+Answer shapes per task (/v1/classify, docs/model-runtime.md "Answers"):
 - label_probabilities: label, confidence, probabilities{label: p} (softmax over the labels, sum 1)
 - label_scores: scores{label: s}, each independently in [0, 1]
 - token_spans: spans[{label, start, end, text, probability}], code point offsets, end exclusive

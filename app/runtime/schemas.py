@@ -1,4 +1,4 @@
-"""Wire shapes of the model runtime (spec 2: /v1/classify, /v1/embeddings, /v1/models) and
+"""Wire shapes of the model runtime (/v1/classify, /v1/embeddings, /v1/models; docs/model-runtime.md) and
 its error model. Both hosts (Ray Serve deployments, the `svc-srun` HTTP worker) speak these.
 
 Conventions:
@@ -29,14 +29,11 @@ MAX_ITEMS = 2048  # inputs per request; bigger jobs should be split (one request
 
 
 class ErrorDetail(BaseModel):
+    """One item's error in a result. A whole request's failure is `RuntimeFailure`, which a
+    worker answers with app/srun/models.py's `WorkerErrorBody`."""
+
     code: str
     message: str
-
-
-class ErrorBody(BaseModel):
-    """Worker HTTP error body: ``{"error": {"code", "message"}}``."""
-
-    error: ErrorDetail
 
 
 class RuntimeFailure(Exception):
@@ -48,9 +45,6 @@ class RuntimeFailure(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-
-    def body(self) -> ErrorBody:
-        return ErrorBody(error=ErrorDetail(code=self.code, message=self.message))
 
 
 class InvalidRequest(RuntimeFailure, ValueError):
@@ -83,7 +77,7 @@ class NotReady(RuntimeFailure):
 class ModelNotLoadedError(RuntimeError):
     """An in-graph model (domain, PII, jailbreak) is not loaded or its deployment unreachable.
     The diagnostics answer 503 MODEL_NOT_LOADED; routing reports a signal error. Not a
-    RuntimeFailure: the graph's callers render it, not the spec-2 worker."""
+    RuntimeFailure: the graph's callers render it, not the worker's HTTP API."""
 
 
 # Item-level error codes (one input fails, the others are answered).

@@ -1,9 +1,9 @@
 """The per-task runtime models: one `TaskModel` subclass per task, each wrapping a head of
 app/models on the shared encoder. These are the engine objects every host serves: svc-srun
-over spec 2, and the graph's deployments (Embedding, DomainClassifier, Guard) through
-app/runtime/hosted.py.
+over its HTTP API (docs/model-runtime.md), and the graph's deployments (Embedding,
+DomainClassifier, Guard) through app/runtime/hosted.py.
 
-Beside the spec-2 phases each model offers the entry its graph deployment needs, so the
+Beside the worker API's phases each model offers the entry its graph deployment needs, so the
 deployments never reach around it to a model class:
 - `EmbeddingModel.count_tokens`: tokens as the encoder reads them;
 - `LabelProbabilityModel.classify_vectors`: the domain head on vectors the Router already

@@ -1,4 +1,4 @@
-"""svc-srun: the standalone model-runtime worker (spec 2) and its router-side helpers.
+"""svc-srun: the standalone model-runtime worker (docs/model-runtime.md) and its router-side helpers.
 
 The worker hosts the same engine as the Ray deployments (`app/runtime`), adds the decision
 model, rerank and bundles, and serves them over HTTP (`server.create_app`). Router-side:

@@ -1,4 +1,4 @@
-"""What the worker checks before it loads a model (spec 2 "Worker options"), and the process
+"""What the worker checks before it loads a model (docs/model-runtime.md, "The worker"), and the process
 environment its options set. Nothing here loads a model or reads the network.
 
 - family (`--family`, or the models file's `family`): every built-in has one family, its task

@@ -1,4 +1,4 @@
-"""The native decision API's backend over svc-srun workers (spec 2 /v1/decisions).
+"""The native decision API's backend over svc-srun workers (/v1/decisions, docs/model-runtime.md).
 
 `ClientDecisionBackend` answers the router frontend's decision routes (app/api/decisions.py,
 which takes any `DecisionBackend`) through an `SrunClient`: a managed worker's (the
@@ -12,7 +12,7 @@ from typing import Any
 
 from app.srun.client import SrunClient, spread_overload
 
-# The native decision API's budget for one call (spec 2): past it the frontend answers 504
+# The native decision API's budget for one call (the contract's): past it the frontend answers 504
 # `systemone_deadline_exceeded`.
 DEADLINE_S = 30.0
 

@@ -1,4 +1,4 @@
-"""Router-managed model runtimes as the router uses them (spec 2 "Router settings for managed
+"""Router-managed model runtimes as the router uses them (docs/model-runtime.md, "Router-managed
 runtimes"): the config's `model_deployments`, `decision_model`, `signal_timeout_ms` and
 `on_unscanned`, read from a `RouterConfig`, and `ManagedRuntimes`, which runs the
 `RuntimeSupervisor` for a host and hands out what the host serves through it.

@@ -1,4 +1,4 @@
-"""Worker metrics (spec 2 "Events"), Prometheus text at GET /metrics. Each worker app owns
+"""Worker metrics (docs/model-runtime.md), Prometheus text at GET /metrics. Each worker app owns
 its registry so two workers in one process (tests) never share counters. Labels carry
 model names, endpoints and outcomes, never request content."""
 

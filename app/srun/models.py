@@ -1,6 +1,6 @@
 """Worker wire shapes beyond `app.runtime.schemas` (which covers classify and embeddings):
 model cards of every surface, rerank, bundle, health, the model list, error bodies with a
-`reason`, and the models file (spec 2 "Models file")."""
+`reason`, and the models file (docs/model-runtime.md, "The worker")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Wire shapes of decision requests and answers (spec 2 "Decision request" / "Decision response").
+"""Wire shapes of decision requests and answers (/v1/decisions, docs/model-runtime.md).
 
 A question takes one form only (criteria map/list, or the list form `choices` / `levels` /
 `labels`) and only the fields of its type; `parse_question` validates one question alone so
@@ -69,7 +69,7 @@ def _check_count(pairs: list[tuple[str, str]], low: int, high: int, what: str) -
         raise ValueError(f"duplicate {what[:-1]} keys")
 
 
-# The option counts of each form (spec 2; _check_count enforces them, with its messages):
+# The option counts of each form (the contract's; _check_count enforces them, with its messages):
 # choice 2-255, score 2-10 levels, set/span 1-255 labels. List keys must be unique.
 def _map(low: int, high: int) -> Any:
     return SchemaKeys(minProperties=low, maxProperties=high)

@@ -1,4 +1,4 @@
-"""Router-side `svc_model_runtime_*` values (spec 2 "Router metrics").
+"""Router-side `svc_model_runtime_*` values (docs/model-runtime.md "Metrics").
 
 Every value goes two ways: into plain per-label dicts (`snapshot()` -> {metric name: {label
 tuple: value}}, `value()`; histograms keep `_count` and `_sum` per label set) for tests and

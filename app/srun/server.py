@@ -1,4 +1,4 @@
-"""The worker's HTTP API (spec 2 "Worker HTTP API"): `create_app(worker)` -> FastAPI app.
+"""The worker's HTTP API (docs/model-runtime.md, "The worker"): `create_app(worker)` -> FastAPI app.
 
 Bodies are read as bytes under --max-request-bytes (413 before the rest is read), parsed
 by the engine's own models (400 invalid_request naming the field), and answered with the
@@ -80,7 +80,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def error_body(exc: BaseException) -> tuple[int, bytes]:
+def failure_body(exc: BaseException) -> tuple[int, bytes]:
     status, code, message = failure_status(exc)
     detail = WorkerErrorDetail(
         code=code, message=message, reason=getattr(exc, "reason", None), limit=getattr(exc, "limit", None)
@@ -104,7 +104,7 @@ class SurfaceAnswers:
         except Exception as exc:  # every failure gets the spec's body, never a bare 500
             if not isinstance(exc, RuntimeFailure):
                 log.exception("%s failed", path)
-            status, content = error_body(exc)
+            status, content = failure_body(exc)
             if status in RETRY_AFTER:
                 headers["Retry-After"] = RETRY_AFTER[status]
         headers["Server-Timing"] = timing.header()
@@ -221,13 +221,15 @@ def _add_state_routes(app: FastAPI, worker: Worker) -> None:
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(404)
     async def not_found(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": {"code": "not_found", "message": f"no route {request.url.path}"}}, 404)
+        return JSONResponse(_error("not_found", f"no route {request.url.path}"), 404)
 
     @app.exception_handler(405)
     async def not_allowed(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(
-            {"error": {"code": "method_not_allowed", "message": f"{request.method} not allowed"}}, 405
-        )
+        return JSONResponse(_error("method_not_allowed", f"{request.method} not allowed"), 405)
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return WorkerErrorBody(error=WorkerErrorDetail(code=code, message=message)).to_wire()
 
 
 def _responses(model: Any, errors: bool = True) -> dict[Any, Any]:
@@ -271,7 +273,7 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
         title="svc-srun worker",
         version=API_VERSION,
         routes=app.routes,
-        description="svc-sr model-runtime worker API (spec 2)",
+        description="svc-sr model-runtime worker API",
     )
     doc["info"]["x-api-version"] = API_VERSION
     _, defs = models_json_schema(

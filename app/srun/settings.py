@@ -1,4 +1,4 @@
-"""Router-side settings for model-runtime deployments (spec 2 "Router settings for managed
+"""Router-side settings for model-runtime deployments (docs/model-runtime.md, "Router-managed
 runtimes"): the runtime block a host runs (`RuntimeSettings`: the `model_deployments` entries,
 `global.model_catalog.signal_timeout_ms`, `decision_model.deployment`), signal deadlines,
 `on_unscanned`, and the SVC_SRUN_* environment. The config shapes themselves (deployments,
@@ -74,7 +74,7 @@ def unscanned_matches(on_unscanned: OnUnscanned, on_error_matches: bool) -> bool
 
 
 class SrunEnvironment(BaseModel):
-    """SVC_SRUN_* variables (spec 2). HUB_TOKEN is read from the environment only and never
+    """SVC_SRUN_* variables (docs/model-runtime.md). HUB_TOKEN is read from the environment only and never
     shown: `repr` and `model_dump` exclude it."""
 
     command: list[str] = Field(default_factory=lambda: ["svc-srun"])

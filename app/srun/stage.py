@@ -1,7 +1,7 @@
-"""Router-side stage calls to model-runtime deployments (spec 2 "Limits": "Router-side stage
-calls: a stage's other calls go once no signal can add one, or 2 ms after the first"; "Router
-metrics"): the questions one request's signal stage asks the same deployment concurrently go
-as one `POST /v1/bundle`.
+"""Router-side stage calls to model-runtime deployments (the contract's limits,
+docs/model-runtime.md: "Router-side stage calls: a stage's other calls go once no signal can
+add one, or 2 ms after the first"; the router-side runtime metrics): the questions one
+request's signal stage asks the same deployment concurrently go as one `POST /v1/bundle`.
 
 A request's stage is a `StageScope`, entered by the signal phase (`enter_stage(ctx)`, one per
 request's SignalContext) and found by the host through a context variable, so the families

@@ -1,5 +1,5 @@
 """Router-managed model runtimes: start `svc-srun run` worker processes on Unix sockets,
-keep them running, or attach to workers run elsewhere (spec 2 "States and transitions").
+keep them running, or attach to workers run elsewhere (docs/model-runtime.md, "Router-managed runtimes").
 
 - A process that exits is restarted after 1 s, doubling to 60 s after repeated failures
   (`app.common.supervisor.SupervisedProcess`); a run of 30 s resets the back-off.

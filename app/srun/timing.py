@@ -1,4 +1,4 @@
-"""`Server-Timing` on every worker answer, errors included (spec 2): phases parse, tokenize,
+"""`Server-Timing` on every worker answer, errors included (docs/model-runtime.md): phases parse, tokenize,
 queue, forward, post, serialize and total, durations in ms."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Loading runs in a background thread so /health can say `loading` / `warming` mea
 A failed load is retried after `load_retry_seconds`, doubling, capped at 300 s, up to
 `load_attempts` in total; a model that is missing (`ModelNotFound`), asked for an engine or
 device it cannot use (`InvalidRequest`) or fails its self-check (`NotReady`) is `failed` at
-once, as spec 2's state table says for damaged packages.
+once, as the contract's state table says for damaged packages.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ MAX_LOAD_WAIT_S = 300.0
 
 
 class WorkerSettings(BaseModel):
-    """What `svc-srun run` was started with (spec 2 "Worker options")."""
+    """What `svc-srun run` was started with (docs/model-runtime.md, "The worker")."""
 
     models: list[ModelEntry] = Field(min_length=1)
     device: str = "auto"

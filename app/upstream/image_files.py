@@ -1,6 +1,6 @@
 """Uploaded images for the Responses API: `{type: input_image, file_id}` -> a chat `image_url`.
 
-Spec 1 "Storage": images uploaded with purpose=vision (/api/v1/storage/files) are referenced
+docs/storage.md: images uploaded with purpose=vision (/api/v1/storage/files) are referenced
 from a Responses `input_image` part by `file_id`. A chat backend cannot read our files store,
 so the front door inlines the image as OpenAI's chat vision part,
 `{"type": "image_url", "image_url": {"url": "data:<mime>;base64,...", "detail"?}}`.

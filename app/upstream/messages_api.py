@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.common.errors import error_body
+
 UNSUPPORTED_CODE = "unsupported_for_upstream_format"  # error.code of a request refused with 400
 # stop_reason -> finish_reason
 FINISH_REASONS = {
@@ -46,12 +48,9 @@ class MessagesTranslationError(ValueError):
 
     def body(self) -> dict[str, Any]:
         """The OpenAI-style error body both front doors answer with (same status as `status`)."""
-        error: dict[str, str | None]
         if self.status < 500:
-            error = {"message": str(self), "type": "invalid_request_error", "code": UNSUPPORTED_CODE}
-        else:
-            error = {"message": str(self), "type": "upstream_error", "code": None}
-        return {"error": error}
+            return error_body(str(self), "invalid_request_error", UNSUPPORTED_CODE)
+        return error_body(str(self), "upstream_error")
 
 
 # -- wire shapes: response -------------------------------------------------------------
@@ -114,7 +113,7 @@ def chat_usage(usage: MessagesUsage) -> dict[str, Any]:
 
 
 def error_to_chat(error: MessagesErrorDetail) -> dict[str, Any]:
-    return {"error": {"message": error.message or error.type, "type": error.type, "code": None}}
+    return error_body(error.message or error.type, error.type)
 
 
 def messages_to_chat(resp: dict[str, Any], model: str) -> dict[str, Any]:

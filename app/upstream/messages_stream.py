@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.common.errors import error_body
 from app.upstream.json_fields import object_field
 from app.upstream.messages_api import (
     MessagesErrorDetail,
@@ -221,7 +222,7 @@ class MessagesStreamTranslator:
         return encode_sse({**self._base(), "choices": [], "usage": chat_usage(self._usage)})
 
     def _error_frame(self, kind: str, message: str) -> bytes:
-        self.error = {"message": message, "type": kind, "code": None}
+        self.error = error_body(message, kind)["error"]
         return encode_sse({"error": self.error})
 
 

@@ -16,6 +16,7 @@ import time
 import uuid
 from typing import Any
 
+from app.common.chat_text import content_text
 from app.upstream.responses_request import ResponsesRequest
 from app.upstream.sse import SSEEvent, SSEParser, StreamAccumulator, encode_sse
 
@@ -50,13 +51,6 @@ def _status(finish_reason: str | None) -> tuple[str, dict[str, Any] | None]:
     if finish_reason == "content_filter":
         return "incomplete", {"reason": "content_filter"}
     return "completed", None
-
-
-def _message_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content if isinstance(content, str) else ""
 
 
 def _response_shell(
@@ -116,7 +110,7 @@ def _output_items(message: dict[str, Any], status: str, ids: _Ids) -> list[dict[
                 "status": "completed",
             }
         )
-    text = _message_text(message)
+    text = content_text(message.get("content"))
     calls = message.get("tool_calls") or []
     refusal = message.get("refusal")
     if text or not calls or refusal:

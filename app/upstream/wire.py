@@ -18,6 +18,7 @@ import json
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from app.common.errors import error_body
 from app.upstream.messages_api import MessagesTranslationError, messages_to_chat
 from app.upstream.messages_request import chat_to_messages
 from app.upstream.messages_stream import MessagesStreamTranslator
@@ -88,7 +89,7 @@ def url_path(url: str) -> str:
 
 def stream_error_end(message: str) -> bytes:
     """An `upstream_error` chunk and [DONE]: how a chat stream is cut short."""
-    return encode_sse({"error": {"message": message, "type": "upstream_error", "code": None}}) + encode_done()
+    return encode_sse(error_body(message, "upstream_error")) + encode_done()
 
 
 def _protocol_headers(target: UpstreamTarget) -> dict[str, str]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.pipeline.compression import HEADER, count_texts, message_text
+from app.pipeline.compression import HEADER, count_texts, counted_text
 from tests.contract.answers import Answer, sdk_chat
 from tests.contract.conftest import DOORS, FrontDoors, Upstreams
 from tests.unit.test_context_compression import conversation
@@ -46,7 +46,7 @@ def send(url: str, messages: list[dict[str, Any]]) -> Answer:
 
 
 def tokens(messages: list[dict[str, Any]]) -> int:
-    return sum(n + 4 for n in count_texts([message_text(m) for m in messages]))
+    return sum(n + 4 for n in count_texts([counted_text(m) for m in messages]))
 
 
 def long_conversation() -> list[dict[str, Any]]:

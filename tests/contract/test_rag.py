@@ -168,7 +168,7 @@ def unreachable(backend: str, directory: Path) -> VectorBackend:
 
 
 def assert_unavailable(response: httpx.Response) -> None:
-    """503 with the management error body (spec 1: error{code, message, timestamp})."""
+    """503 with the management error body (error{code, message, timestamp}, docs/management-api.md)."""
     assert response.status_code == 503, response.text
     error = response.json()["error"]
     assert error["code"] == "SERVICE_UNAVAILABLE" and "storage unavailable" in error["message"], error

@@ -1,4 +1,4 @@
-"""A Responses `input_image` by `file_id` through the OpenAI SDK (spec 1 "Storage": images
+"""A Responses `input_image` by `file_id` through the OpenAI SDK (docs/storage.md: images
 uploaded with purpose=vision): a PNG uploaded through the Ingress's /api/v1/storage/files, then
 `client.responses.create` with the file id. The Ingress reads the files store: the fake upstream
 receives the image inline as a chat `image_url` data URL (detail kept), and the `image` modality

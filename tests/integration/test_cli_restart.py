@@ -51,10 +51,12 @@ class Cli:
         port: int,
         serve_args: list[str] | None = None,
         serve_config: Path | None = None,
+        with_envoy: bool = False,
     ) -> None:
         """`serve_args`: what `svc-sr serve` is given instead of `--config config_path`;
-        `serve_config`: the Serve config whose deployment options apply (None: Serve's defaults)."""
-        self.work, self.config_path, self.port = work, config_path, port
+        `serve_config`: the Serve config whose deployment options apply (None: Serve's defaults);
+        `with_envoy`: Envoy and the ext_proc sidecar too (the configuration's ports)."""
+        self.work, self.config_path, self.port, self.with_envoy = work, config_path, port, with_envoy
         self.serve_args = serve_args if serve_args is not None else ["--config", str(config_path)]
         self.serve_config = serve_config or work / "none.yaml"
         self.base = f"http://127.0.0.1:{port}"
@@ -69,7 +71,8 @@ class Cli:
         self.starts += 1
         out = (self.work / f"serve-{self.starts}.log").open("wb")
         command = [SVC_SR, "serve", *self.serve_args, "--port", str(self.port)]
-        command += ["--no-dashboard", "--no-envoy", "--serve-config", str(self.serve_config)]
+        command += ["--no-dashboard", "--serve-config", str(self.serve_config)]
+        command += [] if self.with_envoy else ["--no-envoy"]
         process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
         try:
             return self._ready(process)

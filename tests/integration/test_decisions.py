@@ -1,4 +1,4 @@
-"""The native decision API (spec 2) through the real Ray graph: the Ingress publishes POST
+"""The native decision API (docs/model-runtime.md) through the real Ray graph: the Ingress publishes POST
 /v1/decisions, /v1/systemone and GET /v1/systemone/models, answered by the DecisionModel
 deployment over its handle; errors keep the public words; the DecisionModel replica's
 svc_model_runtime_* metrics reach the router's metrics endpoint (:9190)."""

@@ -1,4 +1,4 @@
-"""`svc-sr serve MODEL --engine --platform cpu` (spec 2 CLI, native serving): the real CLI
+"""`svc-sr serve MODEL --engine --platform cpu` (native serving): the real CLI
 starts its own Ray instance with the model served by vLLM inside the graph (from the vLLM
 environment, as in test_in_cluster_vllm.py) behind the router, no chat backend configured;
 the OpenAI SDK's requests, by `MoM` and by the model's name, are answered by that engine;

@@ -1,4 +1,4 @@
-"""The management API on the real Ray graph (spec 1 "Management API", DESIGN "Hot reload").
+"""The management API on the real Ray graph (docs/management-api.md; hot reload as docs/design.md describes it).
 
 The session stack's svc-sr app (two Router replicas) serves the management routes on its
 Ingress; an activation redeploys the app with only user_config changed, so both Router

@@ -1,4 +1,4 @@
-"""svc_router_classification_accuracy is recorded from outcomes (spec 1 metrics): each
+"""svc_router_classification_accuracy is recorded from outcomes (docs/envoy.md "Metrics"): each
 outcome on a routed request's replay scores that request's category; the gauge is the
 category's mean score, rendered on /metrics, and an idempotent replay counts once."""
 

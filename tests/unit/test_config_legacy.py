@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from app.config import ConfigError, load_config, parse_config
 from app.config.legacy import LEGACY_KEY_HOME, LEGACY_KEYS, is_legacy, migrate_legacy
@@ -257,3 +259,82 @@ def test_canonical_errors_in_flat_files_name_the_flat_location() -> None:
 def test_migrated_document_is_json_serialisable() -> None:
     document, _ = migrate_legacy(yaml.safe_load(PRE_DECISION.read_text()))
     json.dumps(document)
+
+
+# ---------------------------------------------------------------- one converter, its deprecation
+
+
+def _deprecations(caplog) -> list[str]:
+    return [
+        r.getMessage() for r in caplog.records if r.name == "svc_sr.config" and "deprecated" in r.getMessage()
+    ]
+
+
+def test_loading_a_flat_file_logs_one_deprecation_naming_the_command(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="svc_sr.config")
+    load_config(LEGACY_EXAMPLE)
+    [message] = _deprecations(caplog)
+    assert f"svc-sr config migrate {LEGACY_EXAMPLE}" in message
+    load_config(LEGACY_EXAMPLE)
+    assert len(_deprecations(caplog)) == 2  # once per load, not once per process
+
+
+def test_a_flat_mapping_without_a_file_names_the_command_with_a_placeholder(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="svc_sr.config")
+    parse_config(_legacy(), source="request body")
+    [message] = _deprecations(caplog)
+    assert message.startswith("request body: ")
+    assert "`svc-sr config migrate FILE`" in message
+
+
+@pytest.mark.parametrize(
+    "path", [ROOT / "configs" / "config.yaml", ROOT / "configs" / "examples" / "keywords.yaml"]
+)
+def test_canonical_files_log_no_deprecation(caplog, path) -> None:
+    caplog.set_level(logging.DEBUG, logger="svc_sr.config")
+    loaded = load_config(path)
+    assert loaded.legacy is False
+    assert _deprecations(caplog) == []
+    assert not any("flat layout" in w for w in loaded.warnings)
+
+
+def test_the_loader_and_the_cli_command_share_the_converter(monkeypatch, tmp_path) -> None:
+    from app.cli.main import cli
+    from app.config import legacy
+
+    calls = []
+    real = legacy.migrate
+    monkeypatch.setattr(legacy, "migrate", lambda doc: calls.append(doc) or real(doc))
+    load_config(LEGACY_EXAMPLE)
+    out = tmp_path / "v03.yaml"
+    result = CliRunner().invoke(cli, ["config", "migrate", str(LEGACY_EXAMPLE), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 2
+    migrated = load_config(out)
+    assert migrated.legacy is False
+    assert migrated.source_hash == load_config(LEGACY_EXAMPLE).source_hash
+
+
+def test_config_migrate_prints_the_v03_document_and_the_conversion_warnings() -> None:
+    from app.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["config", "migrate", str(LEGACY_EXAMPLE)])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.stdout)["version"] == "v0.3"
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings[0] == "warning: legacy flat layout (v0.1, deprecated) converted to v0.3"
+    assert any("semantic_cache: moved to global.stores.response_cache" in w for w in warnings)
+
+
+def test_a_flat_key_in_a_canonical_document_is_rejected_with_its_v03_home() -> None:
+    doc = {"version": "v0.3", "providers": {"models": []}, "semantic_cache": {"enabled": True}}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(doc)
+    [issue] = exc.value.issues
+    assert issue.path == "semantic_cache"
+    assert "global.stores.response_cache" in issue.message and "mixing both layouts" in issue.message
+
+
+def test_the_loader_names_no_flat_key() -> None:
+    source = (ROOT / "app" / "config" / "loader.py").read_text()
+    assert [key for key in LEGACY_KEYS if f'"{key}"' in source or f"'{key}'" in source] == []

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from app.config.loader import ConfigError, parse_config
 from app.config.plugins import ContextCompressionPlugin
 from app.pipeline import RouterPipeline
-from app.pipeline.compression import HEADER, compress, count_texts, lead_sentence, message_text
+from app.pipeline.compression import HEADER, compress, count_texts, counted_text, lead_sentence
 from app.pipeline.compression_preview import preview_context_compression
 from tests.unit.test_management_support import base_document
 
@@ -65,7 +65,7 @@ def tool_turn(i: int) -> list[dict[str, Any]]:
 
 
 def tokens_of(messages: list[dict[str, Any]]) -> int:
-    return sum(n + 4 for n in count_texts([message_text(m) for m in messages]))
+    return sum(n + 4 for n in count_texts([counted_text(m) for m in messages]))
 
 
 @pytest.mark.parametrize("strategy", ["drop", "summarize"])

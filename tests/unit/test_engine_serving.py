@@ -1,4 +1,4 @@
-"""`svc-sr serve MODEL --engine` (spec 2 CLI): the options' mapping to the router
+"""`svc-sr serve MODEL --engine` (native serving): the options' mapping to the router
 configuration, Serve replicas and visible GPUs, and the refusals, without starting Ray. The
 served engine itself is proven by tests/integration/test_in_cluster_vllm.py."""
 

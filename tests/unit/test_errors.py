@@ -24,14 +24,7 @@ from app.common.errors import (
     security_violation,
     upstream_unavailable,
 )
-from app.exchange.openai_models import (
-    ChatCompletionRequest,
-    ModelList,
-    last_user_text,
-    parse_chat_request,
-    system_text,
-    user_texts,
-)
+from app.exchange.openai_models import ModelList, parse_chat_body, validate_chat_body
 from app.upstream.results import AttemptRecord, UpstreamUnavailable
 
 LIMIT = 64
@@ -296,57 +289,40 @@ def chat(**fields) -> bytes:
         (chat(model=3), "model field must be a non-empty string"),
     ],
 )
-def test_parse_chat_request_messages(raw, message):
+def test_parse_chat_body_messages(raw, message):
     with pytest.raises(SvcError) as info:
-        parse_chat_request(raw)
+        parse_chat_body(raw)
     assert info.value.status == 400 and info.value.message == message
 
 
-def test_parse_chat_request_names_the_bad_field():
+def test_parse_chat_body_names_the_bad_field():
     with pytest.raises(SvcError) as info:
-        parse_chat_request(chat(max_tokens="lots"))
+        parse_chat_body(chat(max_tokens="lots"))
     assert info.value.message.startswith("max_tokens:") and info.value.param == "max_tokens"
     with pytest.raises(SvcError) as info:
-        parse_chat_request(json.dumps({"model": "m", "messages": [{"role": "user", "content": 5}]}).encode())
+        parse_chat_body(json.dumps({"model": "m", "messages": [{"role": "user", "content": 5}]}).encode())
     assert info.value.message.startswith("messages[0].content")
 
 
-def test_parse_chat_request_keeps_unknown_params():
-    req = parse_chat_request(chat(stream=True, logit_bias={"1": 2}, reasoning_effort="low", model=" auto "))
-    assert req.model == "auto" and req.stream is True
-    body = req.to_body()
+def test_parse_chat_body_keeps_what_the_client_sent():
+    body = parse_chat_body(chat(stream=True, logit_bias={"1": 2}, reasoning_effort="low", model=" auto "))
+    assert body["model"] == "auto" and body["stream"] is True  # the model name stripped
     assert body["logit_bias"] == {"1": 2} and body["reasoning_effort"] == "low"
     assert "max_tokens" not in body  # unset fields stay unset
 
 
-def test_text_helpers():
-    req = ChatCompletionRequest.model_validate(
-        {
-            "model": "m",
-            "messages": [
-                {"role": "system", "content": "sys"},
-                {"role": "user", "content": "first"},
-                {"role": "assistant", "content": "ok"},
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "text", "text": "look at"},
-                        {"type": "image_url", "image_url": {"url": "u"}},
-                        {"type": {"not": "a name"}, "text": "skipped"},  # was a 500 (unhashable)
-                        {"type": "text", "text": "this"},
-                    ],
-                },
-                {"role": "tool", "content": "result", "tool_call_id": "c"},
-            ],
-        }
-    )
-    assert last_user_text(req) == "look at\nthis"
-    assert user_texts(req) == ["first", "look at\nthis"] and user_texts(req, last_n=1) == ["look at\nthis"]
-    assert system_text(req) == "sys"
-    no_user = ChatCompletionRequest.model_validate(
-        {"model": "m", "messages": [{"role": "system", "content": "s"}]}
-    )
-    assert last_user_text(no_user) == ""
+def test_validate_chat_body_checks_the_dict_it_returns():
+    # A translated body (the Responses API's) is validated as it is: no encode and decode.
+    data = {"model": " MoM ", "messages": [{"role": "user", "content": "hi"}], "seed": 7}
+    body = validate_chat_body(data)
+    assert body is data and body == {
+        "model": "MoM",
+        "messages": [{"role": "user", "content": "hi"}],
+        "seed": 7,
+    }
+    with pytest.raises(SvcError) as info:
+        validate_chat_body({"model": "MoM", "messages": [{"role": "user", "content": 5}]})
+    assert info.value.status == 400 and info.value.message.startswith("messages[0].content")
 
 
 def test_model_list():

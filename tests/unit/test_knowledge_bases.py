@@ -1,4 +1,4 @@
-"""Knowledge-base routes (spec 1 "Storage", "States and transitions"), the map, and the store.
+"""Knowledge-base routes (docs/knowledge-bases.md), the map, and the store.
 
 The encoder is a deterministic fake (a unit vector per text from its hash, plus a label
 direction), so activation and the map are exact; a gated fake holds an activation pending."""

@@ -1,4 +1,4 @@
-"""`svc-sr manifest`: a SemanticRouter resource (spec 2, v1alpha1) becomes a KubeRay RayService
+"""`svc-sr manifest`: a SemanticRouter resource (v1alpha1, docs/deploy.md) becomes a KubeRay RayService
 that KubeRay accepts, whose Serve config Serve accepts and whose router config svc-sr accepts;
 bad resources are refused naming the field."""
 

@@ -1,4 +1,4 @@
-"""Live inventory (spec 1 "Inventory and metrics"): the prepared bindings of every spec 2 name
+"""Live inventory (docs/management-api.md): the prepared bindings of every binding name
 with the facts a RuntimeFactsProvider reports (readiness, replica starts and restarts, the
 device of the process that hosts each deployment), the served model cards, and
 system.gpu_available true exactly when an active prepared binding runs on a local GPU."""
@@ -83,7 +83,7 @@ async def test_inventory_reports_live_restarts_devices_and_cards():
     h = Harness(startup=tracker, runtime_facts=FakeFacts(facts))
     models, system, runtime, legacy_gpu = await inventory(h)
     by_binding = {m["binding"]: m for m in models}
-    assert set(BINDINGS) == set(by_binding)  # every spec 2 binding name, `reranker` listed once
+    assert set(BINDINGS) == set(by_binding)  # every binding name, `reranker` listed once
     guard = by_binding["prompt_guard"]
     assert (guard["device"], guard["restarts"], guard["ready"]) == ("cpu", 1, True)
     assert guard["card"]["path"] == "docs/model-cards/jailbreak-guard.md" and guard["card"]["summary"]

@@ -1,4 +1,4 @@
-"""LLM classifiers and guards (spec 2 external models) without a model server: the verdict
+"""LLM classifiers and guards (`global.model_catalog.external`) without a model server: the verdict
 and category readers, where a judge's calls go, and whole pipelines whose guard or domain
 classifier is an LLM answering over a scripted OpenAI-compatible transport. The real LLM
 (vLLM in the cluster) answers in tests/integration/test_in_cluster_vllm.py."""

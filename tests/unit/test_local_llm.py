@@ -1,9 +1,11 @@
 """app.local_llm supervises the demo LLM process. These tests drive it with a stand-in OpenAI-style
-server (stdlib http.server) so they need neither llama.cpp nor the GGUF."""
+server (stdlib http.server) in the server's place, so they need neither Node.js nor the GGUF; the
+real engine is tested by tests/integration/test_demo_llm.py."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import textwrap
@@ -12,29 +14,42 @@ from pathlib import Path
 
 import pytest
 
-from app import local_llm
-from app.local_llm import LocalLLMError, LocalLLMSettings
+from app.local_llm import LocalLLMError, LocalLLMSettings, cli, supervisor
 
+# Answers /v1/models; its first completion depends on FAKE_MODE: "ok", "garbage", "empty", or
+# "crash" (the process dies of SIGSEGV, as llama.cpp built for another CPU did).
 FAKE_SERVER = textwrap.dedent(
     """
-    import argparse, json
+    import argparse, json, os, signal
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     p = argparse.ArgumentParser()
-    for flag in ("--model", "--host", "--port", "--n_ctx", "--n_threads", "--model_alias", "--chat_format"):
+    for flag in ("--model", "--host", "--port", "--ctx", "--threads", "--alias", "--modules"):
         p.add_argument(flag)
     a = p.parse_args()
+    mode = os.environ.get("FAKE_MODE", "ok")
 
     class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = json.dumps({"object": "list", "data": [{"id": a.model_alias}]}).encode()
-            self.send_response(200 if self.path == "/v1/models" else 404)
+        def _send(self, code, body):
+            self.send_response(code)
             self.send_header("content-type", "application/json")
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(body if isinstance(body, bytes) else json.dumps(body).encode())
+        def do_GET(self):
+            self._send(200 if self.path == "/v1/models" else 404, {"object": "list", "data": [{"id": a.alias}]})
+        def do_POST(self):
+            self.rfile.read(int(self.headers["content-length"]))
+            if mode == "crash":
+                os.kill(os.getpid(), signal.SIGSEGV)
+            if mode == "garbage":
+                return self._send(200, b"\\x00\\x01 not json")
+            text = "" if mode == "empty" else "Hello."
+            self._send(200, {"choices": [{"message": {"role": "assistant", "content": text}}],
+                             "usage": {"completion_tokens": 2 if text else 0}})
         def log_message(self, *args):
             pass
 
+    print("fake demo LLM listening", flush=True)
     ThreadingHTTPServer((a.host, int(a.port)), H).serve_forever()
     """
 )
@@ -52,54 +67,32 @@ def _fake_assemble(path: Path) -> Path:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalLLMSettings:
-    mod_dir = tmp_path / "mods"
-    mod_dir.mkdir()
-    (mod_dir / "fake_llm_server.py").write_text(FAKE_SERVER)
-    monkeypatch.setenv("PYTHONPATH", str(mod_dir))  # inherited by the child process
+def settings(tmp_path: Path) -> LocalLLMSettings:
+    script = tmp_path / "fake_llm_server.py"
+    script.write_text(FAKE_SERVER)
     s = LocalLLMSettings(
         cache_dir=tmp_path / "cache",
         port=_free_port(),
-        python=sys.executable,
-        server_module="fake_llm_server",
-        server_subcommand=(),
+        server=(sys.executable, str(script)),
+        proof_timeout=10,
     )
     yield s
-    local_llm.stop(s, grace=2)
+    supervisor.stop(s, grace=2)
 
 
-def test_server_command_uses_vicuna_and_settings(tmp_path: Path) -> None:
-    s = LocalLLMSettings(cache_dir=tmp_path, port=19999, n_ctx=1024, n_threads=3)
-    cmd = local_llm.server_command(s, tmp_path / "m.gguf")
-    assert cmd[1:4] == ["-m", "app.local_llm", "serve"]
-    args = dict(zip(cmd[4::2], cmd[5::2], strict=True))
-    assert args == {
+def test_server_command_runs_the_node_server_with_the_settings(tmp_path: Path) -> None:
+    s = LocalLLMSettings(cache_dir=tmp_path, port=19999, n_ctx=1024, n_threads=3, node="/opt/node/bin/node")
+    cmd = supervisor.server_command(s, tmp_path / "m.gguf", tmp_path / "node_modules")
+    assert cmd[0] == "/opt/node/bin/node" and cmd[1].endswith("app/local_llm/node/server.mjs")
+    assert dict(zip(cmd[2::2], cmd[3::2], strict=True)) == {
         "--model": str(tmp_path / "m.gguf"),
         "--host": "127.0.0.1",
         "--port": "19999",
-        "--n_ctx": "1024",
-        "--n_threads": "3",
-        "--model_alias": "gemma-3-270m",
-        "--chat_format": "svc-sr-vicuna",
+        "--ctx": "1024",
+        "--threads": "3",
+        "--alias": "gemma-3-270m",
+        "--modules": str(tmp_path / "node_modules"),
     }
-
-
-def test_demo_chat_prompt_turns_system_and_stops() -> None:
-    prompt, stop = local_llm.demo_chat_prompt(
-        [
-            {"role": "system", "content": "You are terse."},
-            {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url"}]},
-            {"role": "assistant", "content": "hello"},
-            {"role": "tool", "content": "42"},
-            {"role": "user", "content": None},
-        ]
-    )
-    assert prompt == "You are terse.\n\nUSER: hi\nASSISTANT: hello\nUSER: 42\nUSER: \nASSISTANT:"
-    # The model must stop before inventing the user's next turn.
-    assert "USER:" in stop
-    default_prompt, _ = local_llm.demo_chat_prompt([{"role": "user", "content": "q"}])
-    assert default_prompt.startswith(local_llm.DEMO_SYSTEM_PROMPT)
-    assert default_prompt.endswith("USER: q\nASSISTANT:")
 
 
 def test_settings_from_env_reads_and_validates(tmp_path: Path) -> None:
@@ -108,10 +101,9 @@ def test_settings_from_env_reads_and_validates(tmp_path: Path) -> None:
     assert s.model_path == tmp_path.resolve() / "models" / "gemma-3-270m-q4_k_m.gguf"
     assert s.pid_file.parent == tmp_path.resolve() / "run"
     assert 1 <= s.n_threads <= max(1, (os.cpu_count() or 1) - 1)  # leaves a core to the router
-    assert (
-        LocalLLMSettings.from_env({"SVC_SR_CACHE_DIR": str(tmp_path), "SVC_SR_LLM_THREADS": "3"}).n_threads
-        == 3
-    )
+    env = {"SVC_SR_CACHE_DIR": str(tmp_path), "SVC_SR_LLM_THREADS": "3", "SVC_SR_NODE": "/x/node"}
+    assert LocalLLMSettings.from_env(env).n_threads == 3
+    assert LocalLLMSettings.from_env(env).server_command[0] == "/x/node"
     for bad in ("abc", "0", "70000"):
         with pytest.raises(LocalLLMError, match="SVC_SR_LLM_PORT"):
             LocalLLMSettings.from_env({"SVC_SR_CACHE_DIR": str(tmp_path), "SVC_SR_LLM_PORT": bad})
@@ -125,8 +117,8 @@ def test_ensure_model_assembles_once(tmp_path: Path) -> None:
         return _fake_assemble(path)
 
     target = tmp_path / "models" / "m.gguf"
-    assert local_llm.ensure_model(target, assemble) == target
-    assert local_llm.ensure_model(target, assemble) == target
+    assert supervisor.ensure_model(target, assemble) == target
+    assert supervisor.ensure_model(target, assemble) == target
     assert len(calls) == 1 and calls[0] != target  # written elsewhere, then renamed
     assert target.read_bytes() == b"GGUF fake"
 
@@ -138,45 +130,80 @@ def test_ensure_model_failure_leaves_nothing_behind(tmp_path: Path) -> None:
 
     target = tmp_path / "models" / "m.gguf"
     with pytest.raises(LocalLLMError, match="sha256"):
-        local_llm.ensure_model(target, broken)
+        supervisor.ensure_model(target, broken)
     assert list(target.parent.iterdir()) == []
 
 
 def test_stale_or_garbage_pid_file_is_cleared(settings: LocalLLMSettings) -> None:
     settings.run_dir.mkdir(parents=True)
     settings.pid_file.write_text("not a pid")
-    assert local_llm.read_pid(settings) is None
+    assert supervisor.read_pid(settings) is None
     assert not settings.pid_file.exists()
     # Our own pid is alive but is not a server process: must not be mistaken for the LLM (or killed).
     settings.pid_file.write_text(str(os.getpid()))
-    assert local_llm.read_pid(settings) is None
+    assert supervisor.read_pid(settings) is None
     assert not settings.pid_file.exists()
 
 
-def test_start_status_stop_roundtrip(settings: LocalLLMSettings) -> None:
-    first = local_llm.start(settings, ready_timeout=30, assemble=_fake_assemble)
+def test_start_is_done_when_a_completion_was_answered(settings: LocalLLMSettings) -> None:
+    first = supervisor.start(settings, ready_timeout=30, assemble=_fake_assemble)
     assert first.ready and first.models == ["gemma-3-270m"]
+    assert "answered 'Hello.'" in first.message
     assert settings.model_path.is_file()
     assert int(settings.pid_file.read_text()) == first.pid
 
-    again = local_llm.start(settings, ready_timeout=30, assemble=_fake_assemble)
+    again = supervisor.start(settings, ready_timeout=30, assemble=_fake_assemble)
     assert again.message.startswith("already running") and again.pid == first.pid
+    assert "answered 'Hello.'" in again.message  # a running server is proven again
 
-    st = local_llm.status(settings)
+    st = supervisor.status(settings)
     assert st.running and st.ready and st.pid == first.pid
 
-    stopped = local_llm.stop(settings)
+    stopped = supervisor.stop(settings)
     assert not stopped.running and "stopped" in stopped.message
     assert not settings.pid_file.exists()
-    assert not local_llm.status(settings).running
-    assert local_llm.stop(settings).message == "local LLM is not running"
+    assert not supervisor.status(settings).running
+    assert supervisor.stop(settings).message == "local LLM is not running"
 
 
-def test_start_reports_a_server_that_dies(settings: LocalLLMSettings) -> None:
-    broken = replace(settings, server_module="no_such_llm_server_module")
+def test_a_server_that_dies_on_its_first_completion_is_one_clear_error(
+    settings: LocalLLMSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/v1/models answered, then the first token killed it: the failure names the signal, the
+    likely cause and the log, and nothing is left running."""
+    monkeypatch.setenv("FAKE_MODE", "crash")
+    with pytest.raises(LocalLLMError) as info:
+        supervisor.start(settings, ready_timeout=30, assemble=_fake_assemble)
+    message = str(info.value)
+    assert "did not answer its first completion" in message
+    assert "SIGSEGV" in message and "another CPU" in message
+    assert str(settings.log_file) in message and "fake demo LLM listening" in message
+    assert not settings.pid_file.exists()
+    assert not supervisor.status(settings).running
+
+
+@pytest.mark.parametrize(
+    ("mode", "said", "shown"),
+    [("garbage", "with garbage", "not json"), ("empty", "with no text", '"content": ""')],
+)
+def test_a_server_that_answers_nonsense_is_stopped_with_the_answer_shown(
+    settings: LocalLLMSettings, monkeypatch: pytest.MonkeyPatch, mode: str, said: str, shown: str
+) -> None:
+    monkeypatch.setenv("FAKE_MODE", mode)
+    with pytest.raises(LocalLLMError, match=said) as info:
+        supervisor.start(settings, ready_timeout=30, assemble=_fake_assemble)
+    assert shown in str(info.value) and "it is still running" in str(info.value)
+    assert not settings.pid_file.exists() and not supervisor.status(settings).running
+
+
+def test_start_reports_a_server_that_exits_during_start(settings: LocalLLMSettings, tmp_path: Path) -> None:
+    exits = tmp_path / "exits.py"
+    exits.write_text("import sys; print('Cannot find module node-llama-cpp'); sys.exit(1)\n")
+    broken = replace(settings, server=(sys.executable, str(exits)))
     with pytest.raises(LocalLLMError, match="exited during start") as info:
-        local_llm.start(broken, ready_timeout=30, assemble=_fake_assemble)
-    assert "build-llama.sh" in str(info.value)  # "No module named ..." gets the install hint
+        supervisor.start(broken, ready_timeout=30, assemble=_fake_assemble)
+    assert "exited with code 1" in str(info.value)
+    assert "python -m app.local_llm install" in str(info.value)  # the missing engine gets the hint
     assert not broken.pid_file.exists()
 
 
@@ -185,15 +212,20 @@ def test_start_refuses_a_port_taken_by_someone_else(settings: LocalLLMSettings) 
         other.bind((settings.host, settings.port))
         other.listen()
         with pytest.raises(LocalLLMError, match="taken by another process"):
-            local_llm.start(settings, ready_timeout=5, assemble=_fake_assemble)
+            supervisor.start(settings, ready_timeout=5, assemble=_fake_assemble)
     assert not settings.pid_file.exists()
+
+
+def test_exit_causes_name_the_signal() -> None:
+    assert "SIGILL" in supervisor._exit_cause(-signal.SIGILL) and "another CPU" in supervisor._exit_cause(-4)
+    assert supervisor._exit_cause(3) == "it exited with code 3"
 
 
 def test_main_status_exit_code_when_stopped(settings: LocalLLMSettings, monkeypatch, capsys) -> None:
     monkeypatch.setenv("SVC_SR_CACHE_DIR", str(settings.cache_dir))
     monkeypatch.setenv("SVC_SR_LLM_PORT", str(settings.port))
-    assert local_llm.main(["status"]) == local_llm.EXIT_NOT_RUNNING
+    assert cli.main(["status"]) == cli.EXIT_NOT_RUNNING
     assert "not running" in capsys.readouterr().out
     monkeypatch.setenv("SVC_SR_LLM_PORT", "nope")
-    assert local_llm.main(["status"]) == local_llm.EXIT_ERROR
+    assert cli.main(["status"]) == cli.EXIT_ERROR
     assert "SVC_SR_LLM_PORT" in capsys.readouterr().err

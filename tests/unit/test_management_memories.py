@@ -1,4 +1,4 @@
-"""/api/v1/storage/memories (spec 1 "Storage"): list and delete by scope, read and delete by
+"""/api/v1/storage/memories (docs/memories.md): list and delete by scope, read and delete by
 id, over the in-process store and (the management_store parameter) Redis. Scopes never
 leak: user A's listing, scoped read and scoped delete never show or touch user B's memories.
 Permissions: data.read to read, data.write to delete; a bad scope 400, an unknown id 404,

@@ -1,4 +1,4 @@
-"""The plugins API (spec 1 "Plugins"): registry, descriptors, bindings, previews; permissions
+"""The plugins API (docs/plugins.md): registry, descriptors, bindings, previews; permissions
 when auth is on; preview is the default mode, probe explicit, nothing persisted."""
 
 from __future__ import annotations

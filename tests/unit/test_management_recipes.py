@@ -1,4 +1,4 @@
-"""Recipe routes (spec 1 Config): list, get, PUT (create/replace, If-Match), validate, DELETE
+"""Recipe routes (docs/management-api.md): list, get, PUT (create/replace, If-Match), validate, DELETE
 (unreferenced, referenced, unknown, default), each PUT/DELETE one versioned config mutation,
 and a PUT recipe routing an entrypoint model at once (create_app over an in-process pipeline)."""
 

@@ -1,4 +1,4 @@
-"""The response-cache storage routes (spec 1 "Storage") over an in-memory cache: permissions,
+"""The response-cache storage routes (docs/management-api.md) over an in-memory cache: permissions,
 dry runs, scoped invalidation (a scope covers the tenant, context and polarity partitions
 under it), flush epochs kept by the cache itself, probing a candidate configuration, 503
 without a cache or with its store down. Every backend's scopes and epochs:

@@ -8,7 +8,7 @@ from typing import Any
 
 from app.management import ReplayStore, StartupTracker
 from app.management.redaction import REDACTED
-from tests.unit.test_management_support import SECRET, Harness, error_code
+from tests.unit.test_management_support import SECRET, Harness, base_document, error_code
 
 
 def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -76,8 +76,29 @@ async def test_status_document_shape():
         "ConfigConverged": ("True", "ConfigHashesMatch"),
         "Ready": ("Unknown", "RequiredDependenciesUnobserved"),
         "ManagementStoreAvailable": ("True", "StoreReachable"),
+        "BackendsReachable": ("False", "BackendsUnreachable"),  # nothing listens on port 9
     }
     assert Harness().management.instance_id != h.management.instance_id
+
+
+async def test_status_names_the_backends_nothing_listens_for():
+    """The router runs without its upstreams; /api/v1/status says which are down, live."""
+    listening = await asyncio.start_server(lambda _r, w: w.close(), "127.0.0.1", 0)
+    port = listening.sockets[0].getsockname()[1]
+    document = base_document(f"http://127.0.0.1:{port}/v1")
+    document["providers"]["models"][1]["backend_refs"][0]["base_url"] = "http://127.0.0.1:9/v1"
+    h = Harness(document)
+    async with listening, h.client() as c:
+        one_down = (await c.get("/api/v1/status")).json()
+        listening.close()
+        await listening.wait_closed()
+        both_down = (await c.get("/api/v1/status")).json()
+    backends = next(x for x in one_down["conditions"] if x["type"] == "BackendsReachable")
+    assert (backends["status"], backends["reason"]) == ("False", "BackendsUnreachable")
+    assert backends["message"] == "unreachable: big (127.0.0.1:9)"
+    assert SECRET not in str(one_down)  # a backend's name and address, never its credentials
+    message = next(x for x in both_down["conditions"] if x["type"] == "BackendsReachable")["message"]
+    assert message == f"unreachable: small (127.0.0.1:{port}), big (127.0.0.1:9)"
 
 
 # ------------------------------------------------------------------ discovery, openapi, docs

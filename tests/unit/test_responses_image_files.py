@@ -1,4 +1,4 @@
-"""Responses `input_image` parts by `file_id` (spec 1 "Storage": images uploaded with
+"""Responses `input_image` parts by `file_id` (docs/storage.md: images uploaded with
 purpose=vision): the translation to a chat `image_url` data URL, the files-store resolver and
 its errors, and the Ingress app end to end through the OpenAI SDK (in process, no Ray)."""
 

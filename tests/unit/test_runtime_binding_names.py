@@ -1,4 +1,4 @@
-"""Spec 2's binding names beyond the first three: `fact_check_classifier`, `feedback_detector`,
+"""The contract's binding names beyond the first three: `fact_check_classifier`, `feedback_detector`,
 `modality_detector` (a label family judged by a deployment), per-rule `safety.<rule>` and
 `classifier.<rule>` (one named rule judged by a deployment, the family's other rules by the
 graph), and the names svc-sr serves only on its graph (`embedding`, `rag.reranker`,

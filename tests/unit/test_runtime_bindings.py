@@ -1,4 +1,4 @@
-"""Routing bindings to model-runtime deployments (spec 2 "Router settings for managed runtimes"),
+"""Routing bindings to model-runtime deployments (docs/model-runtime.md "Router-managed runtimes"),
 without Ray or workers: the binding config and its validation, and how the bound `domain`, `pii`
 and `jailbreak` families resolve through ManagedRuntimes.signal when the worker answers, times
 out, is unavailable or reads only part (signal_timeout_ms, on_error, on_unscanned)."""

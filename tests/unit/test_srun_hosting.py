@@ -1,6 +1,6 @@
 """Router-side hosting of the decision model and managed runtimes, without Ray or workers: the
 frontend's native decision routes (create_app) over the Ingress's handle adapter, the config
-keys of spec 2, runtime metrics on the router's metrics endpoint, and the signal rules."""
+keys (docs/model-runtime.md), runtime metrics on the router's metrics endpoint, and the signal rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`svc-srun run`'s model options (spec 2 "Worker options"): --family, --memory-budget,
+"""`svc-srun run`'s model options (docs/model-runtime.md, "The worker"): --family, --memory-budget,
 --cache-dir, --offline, --base-path, --accept-licence, --autotune-cache. No server starts:
 `_serve` is replaced, and the worker's checks run through `Worker.load_now`."""
 

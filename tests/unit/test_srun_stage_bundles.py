@@ -1,4 +1,4 @@
-"""Router-side question bundling (app/srun/stage.py; spec 2 "Limits" router-side stage calls,
+"""Router-side question bundling (app/srun/stage.py; the contract's router-side stage calls,
 "Router metrics"), against a fake worker: a real HTTP server on 127.0.0.1 answering /v1/classify
 and /v1/bundle (the worker's own run_bundle), attached as a deployment's endpoint. Several
 families bound to one deployment go as one bundle; each question gets its own task's answer or

@@ -1,4 +1,4 @@
-"""The `context_compression` plugin's own routes (spec 1 "Plugins"; app/management/compression.py):
+"""The `context_compression` plugin's own routes (docs/context-compression.md; app/management/compression.py):
 
     GET  /api/v1/plugins/context_compression/capabilities       config.read
     GET  /api/v1/plugins/context_compression/health             config.read

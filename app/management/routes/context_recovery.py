@@ -1,4 +1,4 @@
-"""Context recovery (spec 1 "Storage": "invalidate a trusted recovery scope"), over the memory
+"""Context recovery (docs/memories.md: "invalidate a trusted recovery scope"), over the memory
 store (app/pipeline/memory/recovery.py says what recovery and an invalidation are):
 
     POST /api/v1/storage/context-recovery/invalidate   cache.invalidate
@@ -7,7 +7,7 @@ Body `{scope: "user:<id>"|"session:<id>", dry_run: false, reason?}` (other field
 scope's mark is written into the memory store (Redis on the Ray graph: every Router replica
 recalls from it), so from then on its older memories are never recalled and its older cached
 answers never served; nothing is deleted. A dry run reads the counts and writes nothing.
-Permission cache.invalidate (spec 1's invalidate role, granted to operators): the route
+Permission cache.invalidate (the contract's invalidate role, granted to operators): the route
 deletes and reads no content, it only stops the router reusing a scope's state, which an
 operator must be able to do at once on an incident; deleting memories stays data.write.
 No memory store in this process, or one that does not answer: 503. Audited unless a dry run

@@ -1,4 +1,4 @@
-"""Uploaded files (spec 1 "Storage"): multipart upload, list, inspect, download, delete.
+"""Uploaded files (docs/storage.md): multipart upload, list, inspect, download, delete.
 
     POST   /api/v1/storage/files                      data.write   multipart: file, purpose
     GET    /api/v1/storage/files[?purpose=]           data.read

@@ -1,4 +1,4 @@
-"""Knowledge bases (spec 1 "Storage"), over Management.knowledge_bases:
+"""Knowledge bases (docs/knowledge-bases.md), over Management.knowledge_bases:
 
     GET    /api/v1/storage/knowledge-bases                     data.read     list (summaries)
     POST   /api/v1/storage/knowledge-bases                     config.write  create -> 202 pending

@@ -1,4 +1,4 @@
-"""Long-term memories (spec 1 "Storage": list/delete by scope, read/delete by id), over the
+"""Long-term memories (docs/memories.md: list/delete by scope, read/delete by id), over the
 store the `memory` plugin writes (app/pipeline/memory/):
 
     GET    /api/v1/storage/memories?scope=user:<id>|session:<id>   data.read

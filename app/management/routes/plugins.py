@@ -1,7 +1,7 @@
-"""The plugins API (spec 1 "Plugins"): GET /api/v1/plugins, /api/v1/plugins/{type},
+"""The plugins API (docs/plugins.md): GET /api/v1/plugins, /api/v1/plugins/{type},
 /api/v1/plugins/{type}/bindings (config.read) and POST /api/v1/plugins/{type}/preview.
 
-The preview's permission depends on the type (spec 1 "Authentication"): config.read for
+The preview's permission depends on the type (docs/management-api.md "Authentication"): config.read for
 tool-policy and the other configuration previews, data.read for RAG previews (they show
 documents), classify.invoke for guard probes (they call detectors). The route itself takes
 any valid token and checks that permission once the type is known.

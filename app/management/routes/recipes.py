@@ -1,4 +1,4 @@
-"""Recipes (spec 1 Config): GET /api/v1/config/recipes, POST .../recipes/validate (config.read),
+"""Recipes (docs/management-api.md): GET /api/v1/config/recipes, POST .../recipes/validate (config.read),
 GET|PUT|DELETE .../recipes/{name} (PUT and DELETE: config.write, If-Match required).
 
 A PUT or DELETE is one configuration mutation through config_writes.mutate: the same

@@ -1,4 +1,4 @@
-"""The response-cache storage routes (spec 1 "Storage"), over Management.cache_admin:
+"""The response-cache storage routes (docs/management-api.md), over Management.cache_admin:
 
     GET  /api/v1/storage/response-cache/capabilities, /health, /stats   cache.read
     POST /api/v1/storage/response-cache/invalidate                      cache.invalidate

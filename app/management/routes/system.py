@@ -31,7 +31,7 @@ def system_routes(mgmt: Management) -> APIRouter:
         return json_response(mgmt.startup.status(detail=True))
 
     async def status() -> StatusDocument:
-        return mgmt.status_document()
+        return await mgmt.status_document()
 
     add(
         "/ready",

@@ -1,4 +1,4 @@
-"""Vector stores (spec 1 "Storage"), in OpenAI's vector-store shapes:
+"""Vector stores (docs/storage.md), in OpenAI's vector-store shapes:
 
     POST   /api/v1/storage/vector-stores                          data.write   create
     GET    /api/v1/storage/vector-stores                          data.read    list

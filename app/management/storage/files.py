@@ -1,4 +1,4 @@
-"""Uploaded files (spec 1 "Storage", /api/v1/storage/files), kept under one directory.
+"""Uploaded files (docs/storage.md, /api/v1/storage/files), kept under one directory.
 
 Layout: `<dir>/<id>.bin` (the bytes) and `<id>.json` (its FileObject). Both are written to a
 temporary file in the same directory, fsynced and renamed, content first: a file exists once

@@ -1,5 +1,5 @@
-"""Wire shapes of the vector-store routes: OpenAI's vector-store objects where spec 1 is
-silent (it shows no fields), plus `chunk_count` on a store file and `ranker` on a search."""
+"""Wire shapes of the vector-store routes: OpenAI's vector-store objects where the contract is
+silent (it shows no fields; docs/storage.md), plus `chunk_count` on a store file and `ranker` on a search."""
 
 from __future__ import annotations
 

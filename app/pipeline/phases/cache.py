@@ -3,7 +3,7 @@ complete() performs later (`plan.cache_write`). Returns the x-cache-status.
 
 Partitions are f"{model}|{decision}" (decision "" when the default model answered), with
 suffixes that keep answers from crossing into requests they do not answer:
-- "|ctx:<hash>" when the request carries more than its last user message (a system prompt,
+- "|ctx:<hash>" when the request carries more than the human's ask (a system prompt,
   earlier turns, tool results, `tools`): one conversation's answer is never served to
   another that merely ends with the same question;
 - "|tenant:<hash>" when it names a tenant (header `x-vsr-tenant`) or an end user (the
@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from app.common.chat_text import TOOL_RESULT_PART, ask_index, content_text
 from app.pipeline.cache_guard import polarity_signature
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.memory.plugin import scope_of
@@ -50,7 +51,7 @@ from app.pipeline.plugins import (
     refresh_cached_completion,
 )
 from app.pipeline.services import CacheEpoch, CacheLookup, PipelineServices
-from app.pipeline.signals.base import SignalContext, content_text
+from app.pipeline.signals.base import SignalContext
 
 log = logging.getLogger("svc_sr.pipeline")
 
@@ -199,15 +200,9 @@ def cache_partition(
     `memory_scope`: the memory plugin's scope key, when the decision has one, and its
     context-recovery generation."""
     messages = body.get("messages") or []
-    last_user = max(
-        (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), default=-1
-    )
+    ask = ask_index(messages)
     partition = f"{model}|{decision}"
-    context = [
-        [m.get("role"), content_text(m.get("content")), m.get("tool_calls"), m.get("tool_call_id")]
-        for i, m in enumerate(messages)
-        if i != last_user and isinstance(m, dict)
-    ]
+    context = [_context_entry(m) for i, m in enumerate(messages) if i != ask and isinstance(m, dict)]
     tools = body.get("tools")
     if context or tools:
         partition += f"|ctx:{_digest([context, tools])}"
@@ -217,11 +212,26 @@ def cache_partition(
         partition += f"|tenant:{_digest([tenant or '', user or ''])}"
     if memory_scope is not None:
         partition += memory_partition_suffix(memory_scope, memory_generation)
-    question = content_text(messages[last_user].get("content")) if last_user >= 0 else ""
+    question = content_text(messages[ask].get("content")) if ask >= 0 else ""
     negation = polarity_signature(question)
     if negation:
         partition += f"|neg:{negation}"
     return partition
+
+
+def _context_entry(message: Mapping[str, Any]) -> list[Any]:
+    content = message.get("content")
+    entry = [
+        message.get("role"),
+        content_text(content),
+        message.get("tool_calls"),
+        message.get("tool_call_id"),
+    ]
+    parts = content if isinstance(content, list) else []
+    results = [p for p in parts if isinstance(p, dict) and p.get("type") == TOOL_RESULT_PART]
+    if results:  # tool results in a user turn are no content text, yet context (only then: keys stay)
+        entry.append(results)
+    return entry
 
 
 def _digest(value: Any) -> str:

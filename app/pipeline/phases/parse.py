@@ -1,5 +1,12 @@
-"""Phase `parse`: the request body, validated as a chat body, the RoutePlan it starts, and
-the SignalContext the signal evaluators share."""
+"""Phase `parse`: the RoutePlan a chat body starts, and the SignalContext the signal
+evaluators share.
+
+The body arrives validated and is not checked again: a front door decoded and validated it
+once (app/exchange/openai_models.py `parse_chat_body`; the routing preview's `PreviewRequest`
+is the same model; the CLI's local preview validates what it builds with it) and the Router
+hop only pickled it. A caller of `RouterPipeline.route()` in process (the benchmark, tests) passes a
+body it built, or one `validate_chat_body` returned.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +15,14 @@ import uuid
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from pydantic import BaseModel
-
 from app.pipeline.plan import RoutePlan
 from app.pipeline.plugins import CACHE_CONTROL_HEADER
-from app.pipeline.selection import InvalidRequestError
 from app.pipeline.services import PipelineServices
 from app.pipeline.signals.base import SignalContext
 
-# The client's session identity (spec 1 preview_context; Ray Serve's session-affinity header
-# too): it names the session a replay record belongs to (/api/v1/observability/replays/trajectory).
+# The client's session identity (as the routing preview's preview_context names it; Ray
+# Serve's session-affinity header too): it names the session a replay record belongs to
+# (/api/v1/observability/replays/trajectory).
 SESSION_ID_HEADER = "x-session-id"
 MAX_SESSION_ID = 256
 
@@ -33,40 +38,17 @@ def session_id_of(headers: Mapping[str, str]) -> str | None:
     return value if 0 < len(value) <= MAX_SESSION_ID else None
 
 
-def chat_body(request: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
-    """The request as a chat-completions body dict; InvalidRequestError (400) when it lacks
-    a model or a non-empty messages array."""
-    if isinstance(request, BaseModel):
-        to_body = getattr(request, "to_body", None)  # ChatCompletionRequest: the fields the client sent
-        body = to_body() if callable(to_body) else request.model_dump(exclude_none=True, by_alias=True)
-    elif isinstance(request, Mapping):
-        body = dict(request)
-    else:
-        raise InvalidRequestError("request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise InvalidRequestError("model field is required")
-    messages = body.get("messages")
-    if messages is None:
-        raise InvalidRequestError("messages field is required")
-    if not isinstance(messages, list):
-        raise InvalidRequestError("messages field must be an array")
-    if not messages:
-        raise InvalidRequestError("messages must contain at least one message")
-    return body
-
-
 def new_plan(
-    request: BaseModel | Mapping[str, Any],
-    headers: Mapping[str, str],
-    request_id: str | None,
-    auto_names: Collection[str],
+    body: Mapping[str, Any], headers: Mapping[str, str], request_id: str | None, auto_names: Collection[str]
 ) -> RoutePlan:
-    """The plan of a validated request; `auto` when it names an auto model (MoM, ...)."""
+    """The plan of a validated chat body (the plan holds a shallow copy of it); `auto` when it
+    names an auto model (MoM, ...)."""
     started_at = time.time()
-    body = chat_body(request)
     model_name = body["model"]
     tools = body.get("tools")
+    # RoutePlan's `body: dict[str, Any]` checks the top level only (and copies it); the chat
+    # fields are not validated again. (model_construct would skip that, yet costs more: pydantic
+    # inspects each default factory's signature on every call.)
     return RoutePlan(
         request_id=request_id or headers.get("x-request-id") or uuid.uuid4().hex,
         requested_model=model_name,

@@ -19,7 +19,7 @@ from app.pipeline.signals.base import SignalContext
 
 def query_vectors(services: PipelineServices, ctx: SignalContext | None) -> QueryVector | None:
     """The rag query's vector: the request's shared one when the query is the text the signals
-    embedded (the usual case: the last user turn), else one encoder call."""
+    embedded (the usual case: the human's ask), else one encoder call."""
     embed = services.embed
     if embed is None:
         return None

@@ -71,7 +71,7 @@ def pass_through(state: CompiledConfig, plan: RoutePlan, rng: random.Random) -> 
 
 
 def routing_disabled(state: CompiledConfig, plan: RoutePlan, rng: random.Random) -> None:
-    """`global.router.enabled: false` (spec 2: routing consumers off, the frontend and the native
+    """`global.router.enabled: false` (routing consumers off, the frontend and the native
     API kept): an auto request goes to the default model with no signals, guards, plugins or
     cache, reason `router_disabled`; without a default model it is a 400 `no_route`."""
     default = state.defaults.default_model

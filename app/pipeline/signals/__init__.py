@@ -13,7 +13,6 @@ from app.pipeline.signals.base import (
     EvaluatorFactory,
     SignalContext,
     SignalEvaluator,
-    content_text,
     estimate_tokens,
 )
 from app.pipeline.signals.complexity import ComplexityEvaluator
@@ -48,6 +47,5 @@ __all__ = [
     "KeywordEvaluator",
     "SignalContext",
     "SignalEvaluator",
-    "content_text",
     "estimate_tokens",
 ]

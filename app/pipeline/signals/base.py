@@ -15,12 +15,14 @@ built in replaces the built-in one.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from app.common.chat_text import content_text, conversation_text, human_ask
 from app.pipeline.plan import SignalMatch
 
 if TYPE_CHECKING:
@@ -37,29 +39,14 @@ def estimate_tokens(text: str) -> int:
     return -(-len(text) // CHARS_PER_TOKEN)
 
 
-def content_text(content: Any) -> str:
-    """Text of a message `content`: a string, or the text parts of a multi-part list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") in ("text", "input_text"):
-                text = part.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-            elif isinstance(part, str):
-                parts.append(part)
-        return "\n".join(parts)
-    return ""
-
-
 class SignalContext:
     """Per-request inputs of the evaluators, computed once and shared.
 
-    `query_vector()` embeds the last user text at most once per request, on first
-    use, whoever asks first (an embedding signal, a learned evaluator, the cache): the
-    "one encoder pass per request" rule.
+    The text a signal reads is chosen here, in the words of app/common/chat_text.py: `text`
+    is the human's ask, `history_text` the conversation text, `text_for(include_history)`
+    a rule's choice of the two. `query_vector()` embeds the human's ask at most once per
+    request, on first use, whoever asks first (an embedding signal, a learned evaluator, the
+    cache): the "one encoder pass per request" rule.
     """
 
     def __init__(
@@ -74,22 +61,29 @@ class SignalContext:
         self.messages = messages
         self.headers: Mapping[str, str] = headers or {}
         self.body: Mapping[str, Any] = body or {}
-        self.user_texts = [
-            content_text(m.get("content"))
-            for m in messages
-            if isinstance(m, dict) and m.get("role") == "user"
-        ]
-        self.text = self.user_texts[-1] if self.user_texts else ""  # the query the signals judge
+        self.text = human_ask(messages)  # the query the signals judge
         self.message_count = len(messages)
         self._embed = embed
         self._count_tokens = count_tokens
         self._token_count: int | None = None
         self._vector_task: asyncio.Task[np.ndarray] | None = None
 
-    @property
+    @functools.cached_property
     def history_text(self) -> str:
-        """All user turns joined: input of `include_history` signals (PII, jailbreak)."""
-        return "\n".join(self.user_texts)
+        """The conversation text: what `include_history` signals read (PII, jailbreak, harmful)."""
+        return conversation_text(self.messages)
+
+    @functools.cached_property
+    def history_paragraphs(self) -> str:
+        """The conversation text as paragraphs: what the jailbreak and harmful guards read."""
+        return conversation_text(self.messages, paragraphs=True)
+
+    def text_for(self, include_history: bool, paragraphs: bool = False) -> str:
+        """A rule's text: with `include_history` the conversation text (as `paragraphs` when
+        asked), else the human's ask."""
+        if not include_history:
+            return self.text
+        return self.history_paragraphs if paragraphs else self.history_text
 
     @property
     def token_count(self) -> int:
@@ -178,7 +172,7 @@ def error_matches(family: str, names: frozenset[str] | set[str], message: str) -
 class UnscannedError(Exception):
     """A safety signal's detector did not read the input in full (its model runtime failed,
     missed the signal deadline, or read only part). `matches`: how the rule resolves, from
-    `on_unscanned` (spec 2): `block` -> it matches; `allow` -> it errors, and on_error decides."""
+    `on_unscanned` (docs/security.md): `block` -> it matches; `allow` -> it errors, and on_error decides."""
 
     def __init__(self, reason: str, matches: bool) -> None:
         super().__init__(reason)

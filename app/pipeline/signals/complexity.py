@@ -1,4 +1,4 @@
-"""Complexity signals: `routing.signals.complexity[]` (spec 2 "Complexity rule"), judged by
+"""Complexity signals: `routing.signals.complexity[]` (docs/configuration.md), judged by
 prototype scoring on the router's sentence vector.
 
 A rule's `hard` and `easy` candidates are embedded once per config (the embedding family's

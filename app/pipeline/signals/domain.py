@@ -1,6 +1,6 @@
 """Domain signals: `routing.signals.domains[]`, judged by the 14-category domain classifier.
 
-One classification per request: the last user text, with the request's shared query
+One classification per request: the human's ask, with the request's shared query
 embedding (`SignalContext.query_vector`, the one encoder pass) handed to the classifier
 so it does not encode again. The classifier applies the global threshold
 (`global.model_catalog.modules.classifier.domain.threshold`): a best probability below it

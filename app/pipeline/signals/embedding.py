@@ -1,6 +1,6 @@
 """Embedding signals: `routing.signals.embeddings[]`.
 
-Each rule holds candidate phrases; the query (last user text) matches when its cosine
+Each rule holds candidate phrases; the query (the human's ask) matches when its cosine
 similarity to the candidates, aggregated by `aggregation_method`, reaches `threshold`:
 - `max` (default): best similarity >= threshold;
 - `mean` / `avg`: mean similarity over all candidates >= threshold;

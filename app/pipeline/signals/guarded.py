@@ -65,10 +65,10 @@ class ThresholdRuleEvaluator(Generic[RuleT]):
 
 
 class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
-    """Rules judged one text each (the last user message, or with `include_history` every user
-    turn), concurrently; the last user message goes with the request's query vector, so the
-    detector does not encode it again. A failure is the rule's signal error (`on_error` decides),
-    never a 500."""
+    """Rules judged one text each (the human's ask, or with `include_history` the conversation
+    text: app/common/chat_text.py), concurrently; the ask goes with the request's query vector,
+    so the detector does not encode it again. A failure is the rule's signal error (`on_error`
+    decides), never a 500."""
 
     detector = ""  # what the messages call the model: "jailbreak guard", ...
 

@@ -3,9 +3,10 @@
 
 A rule `{name, threshold, categories, include_history}` matches when the harmful-content
 classifier's probability of the rule's categories (every harm category when empty) reaches
-`threshold`. The text is the last user message, or with `include_history` every user turn.
-For the last user message the request's shared query embedding is passed along, so the Guard
-does not encode it again. Confidence is the score, also when not matched (so `NOT` works).
+`threshold`. The text is the human's ask, or with `include_history` the conversation text as
+paragraphs (app/common/chat_text.py). For the ask the request's shared query embedding is
+passed along, so the Guard does not encode it again. Confidence is the score, also when not
+matched (so `NOT` works).
 
 The classifier arrives as an async callable (`HarmfulDetectFn`): the Router adapts the Guard
 deployment handle to it, tests pass a fake.
@@ -24,7 +25,7 @@ from app.models.harmful import HarmfulResult
 from app.pipeline.signals.base import EvaluatorFactory, SignalContext
 from app.pipeline.signals.domain import unit_float
 from app.pipeline.signals.guarded import TextRuleEvaluator
-from app.pipeline.signals.jailbreak import prompt_guard_settings, rule_text
+from app.pipeline.signals.jailbreak import prompt_guard_settings
 
 FAMILY = "harmful"
 PROMPT_GUARD_RULE = "global:prompt_guard:harmful"
@@ -77,7 +78,7 @@ class HarmfulEvaluator(TextRuleEvaluator[HarmfulSignal]):
         return cls(config.routing.signals.harmful, detect, None, uses_vectors)
 
     def _text(self, ctx: SignalContext, rule: HarmfulSignal) -> str:
-        return rule_text(ctx, rule.include_history)
+        return ctx.text_for(rule.include_history, paragraphs=True)
 
     async def _call(
         self, text: str, vectors: np.ndarray | None, threshold: float, rule: HarmfulSignal

@@ -3,10 +3,11 @@ global prompt guard (`global.model_catalog.modules.prompt_guard`).
 
 A rule `{name, method, threshold, include_history, jailbreak_patterns, benign_patterns}`
 matches when the guard flags the text (`is_jailbreak`: score >= threshold). The text is
-the last user message, or with `include_history` every user turn (so an attack split over
-turns is seen whole). For the last user message the request's shared query embedding is
-passed along, so the guard does not encode it again; history texts are encoded by the
-guard's side. Confidence is the guard's risk score, also when not matched (so `NOT` works).
+the human's ask, or with `include_history` the conversation text as paragraphs
+(app/common/chat_text.py: every user turn, so an attack split over turns is seen whole).
+For the ask the request's shared query embedding is passed along, so the guard does not
+encode it again; history texts are encoded by the guard's side. Confidence is the guard's
+risk score, also when not matched (so `NOT` works).
 
 A rule that leaves `threshold` unset takes `prompt_guard.threshold` when configured.
 The guard arrives as an async callable (`JailbreakDetectFn`): the Router adapts the Guard
@@ -23,7 +24,7 @@ import numpy as np
 
 from app.config.models import RouterConfig
 from app.config.signals import JailbreakSignal
-from app.models.jailbreak import JailbreakResult, conversation_text
+from app.models.jailbreak import JailbreakResult
 from app.pipeline.signals import llm_judge
 from app.pipeline.signals.base import EvaluatorFactory, SignalContext
 from app.pipeline.signals.domain import catalog_section, unit_float
@@ -60,15 +61,6 @@ def prompt_guard_rule(config: RouterConfig) -> JailbreakSignal | None:
     return JailbreakSignal(**fields)
 
 
-def rule_text(ctx: SignalContext, include_history: bool) -> str:
-    if not include_history:
-        return ctx.text
-    try:
-        return conversation_text(list(ctx.messages), include_history=True)
-    except ValueError:  # unusual content shapes: the context's own join of the user turns
-        return ctx.history_text
-
-
 class JailbreakEvaluator(TextRuleEvaluator[JailbreakSignal]):
     family = FAMILY
     detector = "jailbreak guard"
@@ -81,7 +73,7 @@ class JailbreakEvaluator(TextRuleEvaluator[JailbreakSignal]):
         return cls(config.routing.signals.jailbreak, detect, threshold, uses_vectors)
 
     def _text(self, ctx: SignalContext, rule: JailbreakSignal) -> str:
-        return rule_text(ctx, rule.include_history)
+        return ctx.text_for(rule.include_history, paragraphs=True)
 
     async def _call(
         self, text: str, vectors: np.ndarray | None, threshold: float, rule: JailbreakSignal

@@ -1,6 +1,6 @@
 """Language signals: `routing.signals.language[]` (`{name: ISO 639-1 code, threshold}`).
 
-The last user text's language is identified once per request (app/models/language.py); a
+The human's ask's language is identified once per request (app/models/language.py); a
 rule matches when that language is the rule's and its probability reaches the threshold.
 The detected language and probability are reported on every rule, matched or not.
 """

@@ -1,5 +1,6 @@
-"""LLM classifiers and guards (spec 2's external models with model_role `classification` or
-`guardrail`): the model's answer becomes a domain result or a jailbreak verdict.
+"""LLM classifiers and guards (`global.model_catalog.external`, docs/configuration.md: models
+with model_role `classification` or `guardrail`): the model's answer becomes a domain result or
+a jailbreak verdict.
 
 A guard model (Llama Guard, Qwen3Guard, ShieldGemma, or any chat model told to answer
 safe/unsafe) gets the user text as the user turn; its chat template frames the question.

@@ -1,5 +1,5 @@
 """Modality signals: `routing.signals.modality[]` (`{name, description}`), what the request
-carries or asks for, read from its last user message:
+carries or asks for, read from the human's ask (app/common/chat_text.py):
 
 - `image` / `audio`: a content part of that kind (image_url, input_image; input_audio);
 - `code`: a fenced block, lines that read as source code, or a programming request;
@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from app.common.chat_text import ask_index
 from app.config.models import RouterConfig
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.signals.labels import LabelFamily
@@ -46,17 +47,15 @@ _IMAGE_REQUEST = re.compile(
 )
 
 
-def _last_user_parts(messages: list[dict[str, Any]]) -> list[Mapping[str, Any]]:
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            return [p for p in content if isinstance(p, Mapping)] if isinstance(content, list) else []
-    return []
+def _ask_parts(messages: list[dict[str, Any]]) -> list[Mapping[str, Any]]:
+    index = ask_index(messages)
+    content = messages[index].get("content") if index >= 0 else None
+    return [p for p in content if isinstance(p, Mapping)] if isinstance(content, list) else []
 
 
 def detect_modalities(ctx: SignalContext) -> dict[str, float]:
     """modality -> confidence for each modality the request shows."""
-    kinds = {str(part.get("type")) for part in _last_user_parts(ctx.messages)}
+    kinds = {str(part.get("type")) for part in _ask_parts(ctx.messages)}
     found: dict[str, float] = {}
     if kinds & IMAGE_PARTS:
         found["image"] = 1.0

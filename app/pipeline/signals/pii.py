@@ -3,8 +3,8 @@
 A rule `{name, threshold, pii_types_allowed, include_history}` MATCHES when the request
 carries PII its policy does not allow (reference `pkg/utils/pii/policy.go`): entities
 scoring below `threshold` are ignored; the request is allowed iff every detected type is
-in `pii_types_allowed`; an empty allow-list denies any PII. `include_history` scans every
-user turn instead of the last one.
+in `pii_types_allowed`; an empty allow-list denies any PII. `include_history` scans the
+conversation text (every user turn) instead of the human's ask (app/common/chat_text.py).
 
 One detector call per request: the distinct texts the requested rules need, at the lowest
 of their thresholds; each rule then keeps the entities at or above its own threshold.
@@ -48,10 +48,6 @@ def pii_default_threshold(config: RouterConfig) -> float | None:
     return unit_float(catalog_section(config, "modules", "classifier", "pii").get("threshold"))
 
 
-def rule_text(ctx: SignalContext, include_history: bool) -> str:
-    return ctx.history_text if include_history else ctx.text
-
-
 def detector_types(rules: Sequence[PIISignal]) -> list[str] | None:
     """The entity types the detector is asked for: every type (None), unless every rule allows
     every type NER produces (PERSON, ORGANIZATION, GPE, NRP, DATE_TIME; the shipped config's
@@ -74,7 +70,7 @@ class PIIEvaluator(ThresholdRuleEvaluator[PIISignal]):
         """Judge rules that need not be configured signals (the `pii` plugin builds one)."""
         if not rules:
             return []
-        wanted = (rule_text(ctx, r.include_history) for r in rules)
+        wanted = (ctx.text_for(r.include_history) for r in rules)
         texts = list(dict.fromkeys(t for t in wanted if t.strip()))
         types = detector_types(rules)
         results: dict[str, PIIResult] = {}
@@ -91,7 +87,7 @@ class PIIEvaluator(ThresholdRuleEvaluator[PIISignal]):
                 return [unscanned_match(FAMILY, r.name, exc) for r in rules]
             except Exception as exc:  # a model failure is a signal error, not a 500
                 return error_matches(FAMILY, {r.name for r in rules}, f"PII detection failed: {exc}")
-        return [self._judge(rule, results.get(rule_text(ctx, rule.include_history))) for rule in rules]
+        return [self._judge(rule, results.get(ctx.text_for(rule.include_history))) for rule in rules]
 
     def _judge(self, rule: PIISignal, result: PIIResult | None) -> SignalMatch:
         threshold = self.threshold_of(rule)

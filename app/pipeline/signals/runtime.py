@@ -1,4 +1,4 @@
-"""Routing signals evaluated by a model-runtime deployment (spec 2 bindings).
+"""Routing signals evaluated by a model-runtime deployment (docs/model-runtime.md "Routing bindings").
 
 A config that binds `domain_classifier`, `pii_classifier`, `prompt_guard`,
 `fact_check_classifier`, `feedback_detector` or `modality_detector` to a `model_deployments` key

@@ -2,7 +2,7 @@
 need_clarification | wrong_answer | want_different, description}`; condition type
 `user_feedback`).
 
-The last user turn is judged by app/models/feedback.py when an assistant answer precedes it;
+The human's ask is judged by app/models/feedback.py when an assistant answer precedes it;
 a rule matches when the turn's feedback is its label. Typical use: send `wrong_answer` and
 `need_clarification` turns to a stronger model.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.common.chat_text import ask_index
 from app.config.models import RouterConfig
 from app.models.feedback import detect_feedback
 from app.pipeline.signals.base import SignalContext
@@ -20,15 +21,9 @@ FAMILY = "user_feedback"
 
 
 def follows_answer(messages: list[dict[str, Any]]) -> bool:
-    """An assistant message comes before the last user message."""
-    seen_user = False
-    for message in reversed(messages):
-        role = message.get("role") if isinstance(message, dict) else None
-        if role == "user" and not seen_user:
-            seen_user = True
-        elif role == "assistant" and seen_user:
-            return True
-    return False
+    """An assistant message comes before the human's ask."""
+    index = ask_index(messages)
+    return any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages[: max(index, 0)])
 
 
 class UserFeedbackEvaluator(LabelFamily):

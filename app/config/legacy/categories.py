@@ -1,4 +1,4 @@
-"""Decisions synthesized from a pre-decision flat layout (see app/config/legacy.py).
+"""Decisions synthesized from a pre-decision flat layout (part of the converter, app/config/legacy).
 
 Before decisions existed, routing was `categories[].model_scores`: the highest-scoring
 model of the matched domain won. Each scored category becomes one decision that routes

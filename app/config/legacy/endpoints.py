@@ -1,4 +1,4 @@
-"""One flat-layout `vllm_endpoints[]` entry as a v0.3 backend_ref (see app/config/legacy.py).
+"""One flat-layout `vllm_endpoints[]` entry as a v0.3 backend_ref (part of the converter, app/config/legacy).
 
 `{address, port, protocol}` becomes `endpoint: host:port` (plus `protocol` when not http),
 or `base_url` where an endpoint cannot say it: a URL path or an IPv6 host.

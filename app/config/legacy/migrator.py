@@ -1,174 +1,39 @@
-"""Conversion of the reference router's older flat layout (v0.1 and earlier) to v0.3.
+"""The conversion walk: a flat-layout document (v0.1 and earlier) as a canonical v0.3 one.
 
 The flat layout kept everything at the top level (`vllm_endpoints`, `model_config`,
 `categories`, `keyword_rules`, `decisions`, `semantic_cache`, ...). Users still have such
-files, and `vllm-sr config migrate` accepts them, so svc-sr converts them on load and
+files, and the reference router's `config migrate` accepts them, so svc-sr converts them and
 says in warnings what it converted and what it dropped: nothing is dropped silently.
 
 Before decisions existed (Sept 2025) routing was `categories[].model_scores` (highest
-score wins); such files get one synthesized decision per scored category
-(app/config/legacy_categories.py). Endpoints are converted by app/config/legacy_endpoints.py.
+score wins); such files get one synthesized decision per scored category (categories.py).
+Endpoints are converted by endpoints.py; the key tables are keys.py. The one entry point is
+`app.config.legacy.migrate`.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 from typing import Any
 
 from app.config.errors import ConfigError, ConfigIssue, format_path
-from app.config.legacy_categories import USED_BY_SYNTHESIS, decision_from_category
-from app.config.legacy_endpoints import EndpointError, backend_ref
-
-# Sections of the canonical document; their presence means "not the flat layout".
-CANONICAL_SECTIONS = frozenset({"listeners", "providers", "routing", "global", "entrypoints", "recipes"})
-
-# Flat signal families -> routing.signals family.
-_SIGNAL_FAMILIES: dict[str, str] = {
-    "keyword_rules": "keywords",
-    "embedding_rules": "embeddings",
-    "categories": "domains",
-    "fact_check_rules": "fact_check",
-    "user_feedback_rules": "user_feedbacks",
-    "reask_rules": "reasks",
-    "preference_rules": "preferences",
-    "language_rules": "language",
-    "context_rules": "context",
-    "structure_rules": "structure",
-    "complexity_rules": "complexity",
-    "modality_rules": "modality",
-    "role_bindings": "role_bindings",
-    "jailbreak": "jailbreak",
-    "pii": "pii",
-}
-
-# Flat keys moved whole to a canonical location (dotted path).
-_MOVED: dict[str, str] = {
-    "default_model": "providers.defaults.default_model",
-    "default_reasoning_effort": "providers.defaults.default_reasoning_effort",
-    "reasoning_families": "providers.defaults.reasoning_families",
-    "strategy": "routing.strategy",
-    "decisions": "routing.decisions",
-    "model_cards": "routing.modelCards",
-    "auto_model_name": "global.router.auto_model_name",
-    "auto_model_names": "global.router.auto_model_names",
-    "include_config_models_in_list": "global.router.include_config_models_in_list",
-    "clear_route_cache": "global.router.clear_route_cache",
-    "streamed_body": "global.router.streamed_body",
-    "model_selection": "global.router.model_selection",
-    "semantic_cache": "global.stores.response_cache",
-    "response_cache": "global.stores.response_cache",
-    "memory": "global.stores.memory",
-    "vector_store": "global.stores.vector_store",
-    "prompt_guard": "global.model_catalog.modules.prompt_guard",
-    "hallucination_mitigation": "global.model_catalog.modules.hallucination_mitigation",
-    "feedback_detector": "global.model_catalog.modules.feedback_detector",
-    "modality_detector": "global.model_catalog.modules.modality_detector",
-    "embedding_models": "global.model_catalog.embeddings.semantic",
-    "external_models": "global.model_catalog.external",
-    "api": "global.services.api",
-    "response_api": "global.services.response_api",
-    "observability": "global.services.observability",
-    "router_replay": "global.services.router_replay",
-    "authz": "global.services.authz",
-    "ratelimit": "global.services.ratelimit",
-    "tools": "global.integrations.tools",
-    "looper": "global.integrations.looper",
-    # Same place in both layouts (spec 2's resource schema has them at the top level).
-    "model_deployments": "model_deployments",
-    "decision_model": "decision_model",
-}
-_KEPT_IN_PLACE = frozenset({"default_model", "strategy", "decisions", "model_deployments", "decision_model"})
-
-_CLASSIFIER_MODULES: dict[str, str] = {
-    "category_model": "domain",
-    "pii_model": "pii",
-    "mcp_category_model": "mcp",
-}
-
-# Keys handled by dedicated code below.
-_SPECIAL = frozenset({"vllm_endpoints", "model_config", "classifier", "bert_model", "version"})
-
-# Dropped on purpose: svc-sr ships its models in packages and never downloads at run time.
-_DROPPED_WITH_REASON: dict[str, str] = {
-    "mom_registry": "svc-sr does not download models (its models ship in installed packages)",
-}
-
-LEGACY_KEYS: frozenset[str] = frozenset(
-    {*_SIGNAL_FAMILIES, *_MOVED, *_SPECIAL, *_DROPPED_WITH_REASON} - {"version"}
+from app.config.legacy.categories import USED_BY_SYNTHESIS, decision_from_category
+from app.config.legacy.endpoints import EndpointError, backend_ref
+from app.config.legacy.keys import (
+    CLASSIFIER_MODULES,
+    DROPPED_WITH_REASON,
+    ENDPOINT_KEYS,
+    KEPT_IN_PLACE,
+    LEGACY_KEYS,
+    MODEL_CARD_KEYS,
+    MODEL_PASSTHROUGH,
+    MOVED,
+    SIGNAL_FAMILIES,
 )
+from app.config.legacy.migration import Migration
 
-# Where each flat key lives in v0.3 (used for hints and the docs' conversion table).
-LEGACY_KEY_HOME: dict[str, str] = {
-    **{key: f"routing.signals.{family}" for key, family in _SIGNAL_FAMILIES.items()},
-    **_MOVED,
-    "vllm_endpoints": "providers.models[].backend_refs",
-    "model_config": "providers.models",
-    "classifier": "global.model_catalog.modules.classifier",
-    "bert_model": "global.model_catalog.embeddings.semantic.bert_model_path",
-}
-
-# Per-model keys of `model_config` that describe the model: they go to routing.modelCards.
-_MODEL_CARD_KEYS = (
-    "description",
-    "param_size",
-    "context_window_size",
-    "capabilities",
-    "loras",
-    "quality_score",
-    "modality",
-    "tags",
-)
-_MODEL_PASSTHROUGH = (
-    "reasoning_family",
-    "pricing",
-    "provider_model_id",
-    "api_format",
-    "external_model_ids",
-    "reliability",
-)
-_ENDPOINT_KEYS = frozenset({"name", "address", "port", "weight", "models", "protocol"})
-
-
-def is_legacy(doc: Any) -> bool:
-    """True for a mapping in the flat layout: a flat key and no canonical section."""
-    if not isinstance(doc, dict):
-        return False
-    if doc.get("version") == "v0.3" or any(key in doc for key in CANONICAL_SECTIONS):
-        return False
-    return any(key in LEGACY_KEYS for key in doc)
-
-
-@dataclass
-class Migration:
-    document: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
-    # (canonical path prefix, legacy path prefix): lets the loader name both in messages.
-    path_map: list[tuple[str, str]] = field(default_factory=list)
-
-    def legacy_path(self, canonical: str) -> str | None:
-        best: tuple[str, str] | None = None
-        for new, old in self.path_map:
-            if (canonical == new or canonical.startswith(new + ".") or canonical.startswith(new + "[")) and (
-                best is None or len(new) > len(best[0])
-            ):
-                best = (new, old)
-        return None if best is None else best[1] + canonical[len(best[0]) :]
-
-
-def migrate_legacy(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Convert a flat-layout document to canonical v0.3; returns (document, warnings).
-
-    Raises ConfigError when the flat document is malformed in a way that cannot be
-    converted (e.g. `vllm_endpoints` not a list); everything else is left for the
-    canonical validation to judge.
-    """
-    migration = migrate(doc)
-    return migration.document, migration.warnings
-
-
-def migrate(doc: dict[str, Any]) -> Migration:
-    return _Migrator(doc).run()
+# The first warning of every conversion (the loader logs the deprecation beside it).
+CONVERTED = "legacy flat layout (v0.1, deprecated) converted to v0.3"
 
 
 def _set(root: dict[str, Any], dotted: str, value: Any) -> None:
@@ -179,11 +44,14 @@ def _set(root: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-class _Migrator:
+class Migrator:
+    """One conversion: run() walks the flat document once; ConfigError names every flat path it
+    cannot convert (the rest is left for the canonical validation to judge)."""
+
     def __init__(self, doc: dict[str, Any]) -> None:
         self.src = copy.deepcopy(doc)
         self.out: dict[str, Any] = {"version": "v0.3"}
-        self.warnings: list[str] = []
+        self.warnings: list[str] = [CONVERTED]
         self.issues: list[ConfigIssue] = []
         self.path_map: list[tuple[str, str]] = []
 
@@ -243,7 +111,7 @@ class _Migrator:
             ref = self._backend_ref(index, ep, name)
             if ref is None:
                 continue
-            dropped = sorted(set(ep) - _ENDPOINT_KEYS)
+            dropped = sorted(set(ep) - ENDPOINT_KEYS)
             if dropped:
                 self.warnings.append(
                     f"vllm_endpoints[{index}]: {', '.join(dropped)} dropped (no v0.3 equivalent in svc-sr)"
@@ -278,7 +146,7 @@ class _Migrator:
                 self._issue(("model_config", name), "model settings must be a mapping")
                 continue
             entry = self._model_entry(name, params, endpoints, unassigned)
-            card = {key: params[key] for key in _MODEL_CARD_KEYS if key in params}
+            card = {key: params[key] for key in MODEL_CARD_KEYS if key in params}
             if card:
                 cards.append({"name": name, **card})
             if name in model_config:
@@ -307,7 +175,7 @@ class _Migrator:
     ) -> dict[str, Any]:
         """providers.models[] entry of one model_config model (its card keys go elsewhere)."""
         entry: dict[str, Any] = {"name": name}
-        for key in _MODEL_PASSTHROUGH:
+        for key in MODEL_PASSTHROUGH:
             if key in params:
                 entry[key] = params[key]
         entry["backend_refs"] = self._refs_for(name, params, endpoints, unassigned)
@@ -323,7 +191,7 @@ class _Migrator:
                 f"model_config.{name}.pii_policy: dropped; v0.3 enforces PII per decision "
                 "(a `pii` plugin, or a `pii` signal routed to a fast_response decision)"
             )
-        handled = {*_MODEL_PASSTHROUGH, *_MODEL_CARD_KEYS, "preferred_endpoints", "access_key", "pii_policy"}
+        handled = {*MODEL_PASSTHROUGH, *MODEL_CARD_KEYS, "preferred_endpoints", "access_key", "pii_policy"}
         for key in sorted(set(params) - handled):
             self.warnings.append(f"model_config.{name}.{key}: not supported by svc-sr; dropped")
         return entry
@@ -369,7 +237,7 @@ class _Migrator:
     # ---------------------------------------------------------------- signals
     def _signals(self) -> None:
         signals: dict[str, Any] = {}
-        for key, family in _SIGNAL_FAMILIES.items():
+        for key, family in SIGNAL_FAMILIES.items():
             if key not in self.src:
                 continue
             rules = self._list(key)
@@ -436,7 +304,7 @@ class _Migrator:
 
     # ---------------------------------------------------------------- moved sections
     def _moved(self) -> None:
-        for key, target in _MOVED.items():
+        for key, target in MOVED.items():
             if key not in self.src:
                 continue
             if key == "response_cache" and "semantic_cache" in self.src:
@@ -453,9 +321,9 @@ class _Migrator:
                 value = [*existing, *value]  # cards derived from model_config come first
             _set(self.out, target, copy.deepcopy(value))
             self.path_map.append((target, key))
-            if key not in _KEPT_IN_PLACE:
+            if key not in KEPT_IN_PLACE:
                 self.warnings.append(f"{key}: moved to {target}")
-        for key, reason in _DROPPED_WITH_REASON.items():
+        for key, reason in DROPPED_WITH_REASON.items():
             if key in self.src:
                 self.warnings.append(f"{key}: dropped; {reason}")
 
@@ -463,7 +331,7 @@ class _Migrator:
         classifier = self._map("classifier")
         modules: dict[str, Any] = {}
         for key, value in classifier.items():
-            target = _CLASSIFIER_MODULES.get(key)
+            target = CLASSIFIER_MODULES.get(key)
             if target is None:
                 self.warnings.append(f"classifier.{key}: not a known classifier model; dropped")
                 continue

@@ -1,0 +1,5 @@
+import sys
+
+from app.local_llm.cli import main
+
+sys.exit(main())
