@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from app.config.signals import KnowledgeBaseSignal
-from app.management.kb_map import project
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.signals.kb import KnowledgeBaseEvaluator, KnowledgeBaseFeed
 from app.pipeline.signals.kb_data import (
@@ -38,6 +37,7 @@ from app.pipeline.signals.kb_data import (
     score_labels,
 )
 from app.runtime.encoder import shared_encoder
+from app.storage.kb_map import project
 
 DATA = Path("/work/shared/data/mmlu-pro/questions.jsonl")
 CATEGORIES = ("law", "biology", "history", "economics")

@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from app.management.storage import ranking  # noqa: E402
-from app.management.storage.backends import Bm25, Chunk, words  # noqa: E402
+from app.storage import ranking  # noqa: E402
+from app.storage.backends import Bm25, Chunk, words  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 STDLIB = [

@@ -39,10 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from app.management.storage.backends import Chunk, MemoryBackend, VectorBackend  # noqa: E402
-from app.management.storage.files import FileStore  # noqa: E402
-from app.management.storage.models import FileAttach, SearchRequest, VectorStoreCreate  # noqa: E402
-from app.management.storage.vector_stores import VectorStores  # noqa: E402
+from app.storage.backends import Chunk, MemoryBackend, VectorBackend  # noqa: E402
+from app.storage.files import FileStore  # noqa: E402
+from app.storage.models import FileAttach, SearchRequest, VectorStoreCreate  # noqa: E402
+from app.storage.vector_stores import VectorStores  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 RANKERS = ("hybrid", "vector", "bm25", "hybrid_rerank")
@@ -153,14 +153,14 @@ def backend_named(name: str, folder: Path) -> Iterator[VectorBackend]:
         yield MemoryBackend()
     elif name == "milvus-lite":
         from app.config.cache_stores import MilvusCacheSettings
-        from app.management.storage.milvus_backend import MilvusBackend
+        from app.storage.milvus_backend import MilvusBackend
 
         backend = MilvusBackend(MilvusCacheSettings(), str(folder / "vectors.db"))
         yield backend
         backend.close()
     else:
         from app.config.cache_stores import RedisCacheSettings
-        from app.management.storage.redis_backend import RedisBackend
+        from app.storage.redis_backend import RedisBackend
         from tests.fakes.stores import redis_with_search
 
         with redis_with_search(folder) as url:
@@ -233,7 +233,7 @@ def search_speed(
 
 
 def _completed(store_id: str, file_id: str) -> Any:
-    from app.management.storage.models import VectorStoreFileObject
+    from app.storage.models import VectorStoreFileObject
 
     return VectorStoreFileObject(id=file_id, created_at=0, vector_store_id=store_id, status="completed")
 

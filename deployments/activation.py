@@ -6,8 +6,7 @@
   stable (deployments/versioning.py): an unchanged deployment keeps its replicas and gets
   the new `user_config` through `reconfigure()`. An application deployed from a Serve
   config is updated declaratively (`user_config` overrides, `declarative_update`);
-- `StartupWatcher` (app/management/startup_watch.py) fed by the deployments' states;
-- the replay source and the cache admin over their deployments (deployments/handles.py).
+- `StartupWatcher` (app/management/startup_watch.py) fed by the deployments' states.
 Private Ray APIs are reached only through deployments/ray_compat.py.
 """
 
@@ -27,10 +26,8 @@ from app.management.rollout import AppState, GraphActivator, declarative_update,
 from app.management.service import Management, ManagementParts
 from app.management.startup import StartupTracker
 from app.management.startup_watch import READY_STATES, InfoFn, StartupWatcher
-from app.management.stores import open_replica_stores
+from app.management.stores import ReplicaStores
 from deployments import ray_compat
-from deployments.handles import ObservabilityReplays
-from deployments.observability import metrics_source
 
 log = logging.getLogger("svc_sr.activation")
 
@@ -148,14 +145,14 @@ def _deployment_info(app_name: str) -> InfoFn:
 def build_management(
     config: RouterConfig,
     graph_args: Any,
+    stores: ReplicaStores,
     *,
     router: DeploymentHandle,
-    observability: DeploymentHandle | None,
     held: ManagementParts,
 ) -> Management:
-    """The Ingress replica's Management: persistent store, graph activator, real startup status;
-    `held`: the parts the Ingress holds itself (config view, previewer, compile check, cache
-    admin, metrics recorder)."""
+    """The Ingress replica's Management: persistent store (`stores`), graph activator, real
+    startup status; `held`: the parts the Ingress holds itself (config view, previewer,
+    compile check)."""
     context = serve.get_replica_context()
     app_name = context.app_name
     tracker = StartupTracker()
@@ -175,15 +172,7 @@ def build_management(
     )
     details = lambda: ray_compat.serve_details().get("applications", {}).get(app_name, {})  # noqa: E731
     facts = ServeFacts(details, _deployment_info(app_name), frozenset({context.deployment})).start()
-    parts: ManagementParts = {
-        **held,
-        "activator": activator,
-        "startup": tracker,
-        "runtime_facts": facts,
-        "replays": ObservabilityReplays(observability) if observability is not None else None,
-        "metrics": metrics_source(observability) if observability is not None else None,
-    }
-    stores = open_replica_stores(graph_args, app_name)
+    parts: ManagementParts = {**held, "activator": activator, "startup": tracker, "runtime_facts": facts}
     management = Management(config, **(parts | stores.parts()))
     log.info(
         "management API: state in %s, configuration version %s",

@@ -44,8 +44,8 @@ async def run(args: argparse.Namespace) -> None:
     from ray import serve
 
     from app.common.background import BackgroundTasks
+    from app.exchange.responses.images import StoredImages
     from app.observability.push import LoopMetricsPusher
-    from app.upstream.image_files import StoredImages
     from deployments.handles import HandleRouterClient, front_door_completion, storage_client
     from deployments.observability import handle_pusher
 

@@ -37,10 +37,10 @@ from ray.serve import Application, Deployment
 
 from app.cache.factory import single_owner
 from app.config.loader import parse_config
-from app.management.shared_store import ManagementStoreSettings, store_settings
 from app.management.state import StartupKind
 from app.management.stores import file_candidate, start_document
 from app.srun.hosting import runtime_settings
+from app.state.shared_store import ManagementStoreSettings, store_settings
 from deployments.decision_model import DecisionModel
 from deployments.domain_classifier import DomainClassifier
 from deployments.embedding import Embedding
@@ -90,7 +90,7 @@ class GraphArgs(BaseModel):
     activation_timeout_s: float = 120.0
     # Where the management state lives (versions, activation record, audit, outcomes):
     # {"backend": "file"} (default, the state directory) or {"backend": "redis", "url": ...}
-    # shared by every Ingress replica (app/management/shared_store.py); None also reads
+    # shared by every Ingress replica (app/state/shared_store.py); None also reads
     # SVC_SR_MANAGEMENT_STORE_URL.
     management_store: ManagementStoreSettings | None = None
     # The Serve application name this graph is deployed as: it names the management state,

@@ -15,13 +15,13 @@ from app.cache.base import CacheScope, CacheUnavailable, FlushOutcome
 from app.common.background import BackgroundTasks
 from app.common.errors import SvcError
 from app.config.global_config import ResponseCacheConfig
-from app.management.replays import ReplayAggregate, ReplayPage
-from app.management.storage.client import StorageClient, StorageReply
-from app.management.storage.files import FileServiceDown
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.replays.replays import ReplayAggregate, ReplayPage
+from app.storage.client import StorageClient, StorageReply
+from app.storage.files import FileServiceDown
 from deployments import ray_compat
 from deployments.cache_lane import cache_lane
 from deployments.observability import replay_sender
@@ -107,7 +107,7 @@ class ObservabilityReplays:
 
 
 class HandleCacheControl:
-    """The storage API's CacheControl (app/management/cache_admin.py) over the ResponseCache
+    """The storage API's CacheControl (app/cache/admin.py) over the ResponseCache
     deployment: its store's outage (CacheUnavailable) and an unreachable or overloaded
     deployment both reach the admin as CacheUnavailable (a 503)."""
 

@@ -10,13 +10,15 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.api.app import StaticConfigView, create_app
+from app.api.parts import ingress_parts, open_shared_stores
 from app.api.request_id import ServerEchoesRequestId
+from app.cache.admin import LocalCacheAdmin
 from app.common.background import BackgroundTasks
 from app.common.heap import freeze_startup_heap
 from app.config.loader import parse_config
 from app.config.models import RouterConfig
-from app.management.cache_admin import LocalCacheAdmin
-from app.management.stores import file_candidate
+from app.management.service import ManagementParts
+from app.management.stores import file_candidate, open_replica_stores
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
 from deployments import ray_compat
@@ -24,9 +26,15 @@ from deployments.activation import build_management
 from deployments.decision_model import HandleDecisionBackend
 from deployments.diagnostics_backend import HandleClassifiers
 from deployments.error_page import install_error_pages
-from deployments.handles import HandleCacheControl, HandleRouterClient, front_door_completion, storage_client
+from deployments.handles import (
+    HandleCacheControl,
+    HandleRouterClient,
+    ObservabilityReplays,
+    front_door_completion,
+    storage_client,
+)
 from deployments.llm_transport import in_cluster_mounts
-from deployments.observability import replica_pusher
+from deployments.observability import metrics_source, replica_pusher
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 
@@ -72,27 +80,32 @@ class Ingress:
         self._pusher = replica_pusher(self._metrics.recorder, observability)
         # The management API (docs/management-api.md): persistent versions, activation through
         # Serve, startup status.
+        stores = open_replica_stores(graph_args, serve.get_replica_context().app_name)
         self._management = build_management(
             config,
             graph_args,
+            stores,
             router=router,
-            observability=observability,
-            held={
-                "config_view": self._config,
-                "previewer": self._router,
-                "compile_check": _compile_check(domain, guard),
-                # The storage API (docs/management-api.md) over the ResponseCache (none: 503s).
-                "cache_admin": LocalCacheAdmin(HandleCacheControl(cache)) if cache is not None else None,
-                "recorder": self._metrics.recorder,  # outcomes set svc_router_classification_accuracy
-                "kb_embed": self._classifiers.embed,  # knowledge bases embedded by the graph's encoder
-                # Files and vector stores: the Storage deployment's one service (None: 503s).
-                "storage": storage_client(storage) if storage is not None else None,
-            },
+            held=ManagementParts(
+                config_view=self._config, previewer=self._router, compile_check=_compile_check(domain, guard)
+            ),
+        )
+        # The wings beside it, their stores where the management state lives (app/api/parts.py).
+        self._parts = ingress_parts(
+            open_shared_stores(stores.settings, stores.name, stores.state_dir, stores.client),
+            # Files and vector stores: the Storage deployment's one service (None: 503s).
+            storage=storage_client(storage) if storage is not None else None,
+            kb_embed=self._classifiers.embed,  # knowledge bases embedded by the graph's encoder
+            replays=ObservabilityReplays(observability) if observability is not None else None,
+            metrics=metrics_source(observability) if observability is not None else None,
+            recorder=self._metrics.recorder,  # outcomes set svc_router_classification_accuracy
+            # The storage API (docs/management-api.md) over the ResponseCache (none: 503s).
+            cache_admin=LocalCacheAdmin(HandleCacheControl(cache)) if cache is not None else None,
         )
         # The `memory` plugin's write after the answer runs here (complete()): the store the
-        # Routers recall from (Redis; None on a file store, app/management/stores.py
+        # Routers recall from (Redis; None on a file store, app/storage/memories.py
         # router_memories), each fact embedded by the graph's encoder.
-        completion.memories = self._management.memory_store
+        completion.memories = self._parts.storage.memories
         if completion.memories is not None:  # else no encoder pass added to complete()
             completion.embed = self._classifiers.embed
 
@@ -104,6 +117,7 @@ class Ingress:
             self._classifiers,
             decisions=self._decisions,
             management=self._management,
+            parts=self._parts,
         )
         app.state.plane.metrics = (
             self._metrics

@@ -22,12 +22,12 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.common.background import BackgroundTasks
-from app.management.classification_metrics import MetricsReport, MetricsSource, aggregator_report
-from app.management.shared_store import ManagementStoreSettings, store_settings
-from app.management.stores import open_replay_store
 from app.observability.exposition import MetricsHTTPServer
 from app.observability.metrics import MetricsAggregator, MetricsRecorder, MetricsSnapshot
 from app.observability.push import LoopMetricsPusher, MetricsPusher
+from app.replays.classification_metrics import MetricsReport, MetricsSource, aggregator_report
+from app.replays.replays_redis import open_replay_store
+from app.state.shared_store import ManagementStoreSettings, store_settings
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 log = logging.getLogger("svc_sr.metrics")

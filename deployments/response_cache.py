@@ -148,7 +148,7 @@ class ResponseCache:
     async def stats(self) -> dict[str, Any]:
         return {**(await self._cache.stats()).model_dump(), "backend": backend_name(self._cache.backend)}
 
-    # Management (app/management/cache_admin.py): a scope crosses the handle as a dict.
+    # Management (app/cache/admin.py): a scope crosses the handle as a dict.
     async def clear(self, partition: str | None = None, scope: dict[str, Any] | None = None) -> int:
         removed = await self._cache.clear(partition, _scope(scope))
         self._record_size()

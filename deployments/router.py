@@ -32,7 +32,6 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.common.heap import freeze_startup_heap
-from app.management.stores import router_feeds, router_memories
 from app.pipeline import encoder_embed
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.local_models import router_evaluators
@@ -46,7 +45,7 @@ from deployments import ray_compat
 from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import replica_pusher
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
-from deployments.router_services import handle_services, retried
+from deployments.router_services import handle_services, read_shared_state, retried
 
 log = logging.getLogger("svc_sr.router")
 
@@ -109,10 +108,7 @@ class Router:
         self._replica = serve.get_replica_context().replica_id.unique_id
         # The elo ratings, knowledge bases and memories the Ingress writes (GraphArgs' store).
         if ratings_at is not None:
-            store, app_name, state_dir = ratings_at
-            app = serve.get_replica_context().app_name
-            services.ratings, services.knowledge_bases = router_feeds(store, app_name, app, state_dir)
-            services.memories = router_memories(store, app_name, app)  # recall (Redis only)
+            read_shared_state(services, ratings_at, serve.get_replica_context().app_name)
         # Workers of the model deployments the configuration binds; their metrics are pushed
         # with the replica's own.
         bindings = BindingRuntimes(self._replica, RuntimeMetrics(services.metrics.recorder))

@@ -1,6 +1,7 @@
 """What a Router replica calls over handles (deployments/router.py): the Embedding deployment,
 the ResponseCache's lane, the learned signal families on the DomainClassifier and Guard, and
-the `rag` plugin's retrieval on the Storage deployment; as PipelineServices (app/pipeline)."""
+the `rag` plugin's retrieval on the Storage deployment; as PipelineServices (app/pipeline).
+Also what it reads from the shared store: the elo ratings, knowledge bases and memories."""
 
 from __future__ import annotations
 
@@ -10,13 +11,20 @@ from typing import Any, cast
 import numpy as np
 from ray.serve.handle import DeploymentHandle
 
+from app.management.state import state_dir_of
 from app.pipeline import PipelineServices
+from app.pipeline.elo_selector import RatingsFeed
+from app.pipeline.learning.ratings import open_rating_store
 from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import domain_factory
 from app.pipeline.signals.harmful import harmful_factory
 from app.pipeline.signals.jailbreak import jailbreak_factory
+from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import token_counter
+from app.state.shared_store import store_settings
+from app.storage.knowledge_bases import open_kb_store
+from app.storage.memories import router_memories
 from deployments import ray_compat
 from deployments.cache_lane import cache_lane
 from deployments.handles import storage_client
@@ -68,3 +76,16 @@ def handle_services(
         # The rag plugin searches the application's vector stores (None: `unavailable`).
         retrieve=storage_client(storage).retrieve if storage is not None else None,
     )
+
+
+def read_shared_state(
+    services: PipelineServices, ratings_at: tuple[Any, str | None, str | None], app: str
+) -> None:
+    """The elo ratings, knowledge bases and memories the Ingress writes, where it keeps them
+    (GraphArgs' management store, named as app/management/stores.py names it)."""
+    store, app_name, state_dir = ratings_at
+    name = app_name or app
+    settings, where = store_settings(store), state_dir_of(state_dir, name)
+    services.ratings = RatingsFeed(open_rating_store(settings, name, where))
+    services.knowledge_bases = KnowledgeBaseFeed(open_kb_store(settings, name, where))
+    services.memories = router_memories(store, app_name, app)  # recall (Redis only)

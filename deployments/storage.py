@@ -1,11 +1,11 @@
 """Storage deployment: the application's one files-and-vector-stores service (docs/storage.md).
 
-The StorageService (app/management/storage `open_storage`) owns a records file, an ingestion
+The StorageService (app/storage `open_storage`) owns a records file, an ingestion
 worker thread and, on `backend_type: milvus` without a server, a Milvus Lite file that opens in
 one process only; so it lives in ONE replica here (the default, and the serve config's), and
 every Ingress replica (the storage routes) and every Router replica (the `rag` plugin's
 retrieval) reach it over this deployment's handle through a StorageClient
-(app/management/storage/client.py). The methods are the client's operations by name; each
+(app/storage/client.py). The methods are the client's operations by name; each
 returns a StorageReply, the storage errors as data (client.py `serve_op`).
 
 Always in the graph, whatever the document says (the Ingress's arguments must not depend on
@@ -27,9 +27,9 @@ from ray.serve import Application, Deployment
 
 from app.config.storage import VectorStoreConfig
 from app.management.state import state_dir_of
-from app.management.storage import StorageService, open_storage
-from app.management.storage.client import StorageReply, serve_op
 from app.management.stores import GraphStoreArgs
+from app.storage import StorageService, open_storage
+from app.storage.client import StorageReply, serve_op
 from deployments.rollout import SHUTDOWN_POLL_S, single_replica
 
 log = logging.getLogger("svc_sr.storage")

@@ -12,13 +12,14 @@ from app.api.diagnostics import diagnostics_router
 from app.api.diagnostics_service import ClassifierBackend, Diagnostics
 from app.api.errors import BodySizeLimitMiddleware, install_error_handlers
 from app.api.model_diagnostics import model_diagnostics_router
+from app.api.parts import IngressParts
 from app.api.rate_limit import RateLimiter
 from app.api.responses_store import ResponseStoreService, responses_store_router
 from app.config.models import RouterConfig
 from app.exchange.exchange import RouterClient
-from app.pipeline.memory.store import MemoryStore
+from app.exchange.responses.images import ImageFile, ImageStoreDown, ResolveImageFile, StoredImages
+from app.storage.parts import StorageParts
 from app.upstream.client import UpstreamClient
-from app.upstream.image_files import ImageFile, ImageStoreDown, ResolveImageFile, StoredImages
 
 if TYPE_CHECKING:
     from app.management.service import Management
@@ -37,13 +38,13 @@ class StaticConfigView:
         self._config = config
 
 
-def management_images(management: Management) -> ResolveImageFile:
-    """Responses input_image file ids read from the management app's files store (the one behind
+def management_images(parts: StorageParts) -> ResolveImageFile:
+    """Responses input_image file ids read from the Ingress's files store (the one behind
     /api/v1/storage/files). Without one (storage disabled, or its directory unusable) they answer
     503 file_store_unavailable, as the files routes do."""
 
     async def resolve(file_id: str) -> ImageFile | None:
-        storage = management.storage
+        storage = parts.storage
         if storage is None:
             raise ImageStoreDown("no files store in this process (global.stores.vector_store)")
         return await StoredImages(storage.files)(file_id)
@@ -58,14 +59,16 @@ def create_app(
     classifiers: ClassifierBackend | None = None,
     management: Management | None = None,
     decisions: DecisionBackend | None = None,
-    memories: MemoryStore | None = None,
+    parts: IngressParts | None = None,
 ) -> FastAPI:
     """`classifiers`: the models behind the classification diagnostics (None: they answer 503).
     `management`: the management API state (None: an in-memory one over `config`, whose
     mutations only update `config`; routing preview through `router` when it has `preview`).
     `decisions`: the decision model behind POST /v1/decisions, /v1/systemone and GET
-    /v1/systemone/models (None: they answer 503 not_ready). `memories`: the memory plugin's
-    store, for the default management's /api/v1/storage/memories (a given `management` has its own)."""
+    /v1/systemone/models (None: they answer 503 not_ready). `parts`: the wings beside the
+    management API (storage, replays and outcomes, Elo ratings, the response cache admin, the
+    data plane's shared stores; None: each in this process's memory, or absent: their routes 503)."""
+    from app.api.routes import wing_routes
     from app.management.api import install
     from app.management.routes.common import route_guard
     from app.management.service import Management
@@ -77,13 +80,12 @@ def create_app(
         # Duck-typed on purpose: any view with update(), any router with preview() (the pipeline).
         view: Any = config if hasattr(config, "update") else None
         previewer: Any = router if hasattr(router, "preview") else None
-        management = Management(
-            config.current(), config_view=view, previewer=previewer, memory_store=memories
-        )
+        management = Management(config.current(), config_view=view, previewer=previewer)
+    parts = parts if parts is not None else IngressParts()
     # The Responses store and the rate-limit buckets live where the management state lives.
-    responses = ResponseStoreService(config, management.response_store)
-    limited = [Depends(RateLimiter(config, management.rate_buckets))]
-    plane = DataPlane(router, upstream, config, responses=responses, images=management_images(management))
+    responses = ResponseStoreService(config, parts.data_plane.responses)
+    limited = [Depends(RateLimiter(config, parts.data_plane.rate_buckets))]
+    plane = DataPlane(router, upstream, config, responses=responses, images=management_images(parts.storage))
     # The data plane (chat, responses, /v1/models) is not behind management auth: listeners own its access.
     app.include_router(dataplane_router(plane), dependencies=limited)
     app.include_router(responses_store_router(responses), dependencies=limited)
@@ -95,13 +97,13 @@ def create_app(
         )
     )
     diagnostics = Diagnostics(classifiers, config)
-    if management.embed is None and classifiers is not None:
-        management.embed = diagnostics.embed  # plugin probes (tool_selection) use the same encoder
+    if parts.embed is None and classifiers is not None:
+        parts.embed = diagnostics.embed  # plugin probes (tool_selection) use the same encoder
     for routes in (diagnostics_router(diagnostics), model_diagnostics_router(diagnostics)):
         app.include_router(
             routes, dependencies=[Depends(route_guard(management, "classify.invoke", "sensitive"))]
         )
-    install(app, management)
+    install(app, management, wing_routes(management, parts))
 
     @app.get("/health")
     async def health() -> dict[str, str]:

@@ -26,11 +26,11 @@ from app.config.recipes import entrypoint_models
 from app.exchange.client_api import ChatApi, ClientApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Reply, RouterClient
 from app.exchange.openai_models import ChatCompletion, ChatCompletionRequest, ModelList, ResponseObject
-from app.exchange.stored_responses import ConversationStore
+from app.exchange.responses.images import ResolveImageFile
+from app.exchange.responses.request import ResponsesRequest
+from app.exchange.responses.stored import ConversationStore
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
-from app.upstream.image_files import ResolveImageFile
-from app.upstream.responses_request import ResponsesRequest
 from app.upstream.results import UpstreamStreamError, UpstreamUnavailable
 from app.upstream.transport import UpstreamStream
 

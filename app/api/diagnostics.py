@@ -44,7 +44,7 @@ from app.api.diagnostics_feedback import (
 from app.api.diagnostics_requests import ManagementError, parse
 from app.api.diagnostics_service import Diagnostics
 from app.common.api_docs import BODY_TOO_LARGE, Responses, errors, json_body
-from app.management.errors import MgmtErrorBody
+from app.common.mgmt_errors import MgmtErrorBody
 
 GUARDED = errors(MgmtErrorBody, {401: "missing or invalid bearer token", 403: "classify.invoke missing"})
 FAILURES = {

@@ -18,8 +18,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, RootModel, ValidationError
 
 from app.api.classify_models import DEFAULT_MAX_BATCH, MAX_TEXT_CHARS
+from app.common.mgmt_errors import error_body
 from app.config.models import RouterConfig
-from app.management.errors import error_body
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -44,8 +44,8 @@ from app.api.model_calls import (
     TokensResponse,
 )
 from app.common.api_docs import errors
+from app.common.mgmt_errors import MgmtErrorBody
 from app.config.recipes import recipe_names
-from app.management.errors import MgmtErrorBody
 
 PREFIX = "/api/v1/diagnostics"
 NOT_FOUND = errors(MgmtErrorBody, {404: "RECIPE_NOT_FOUND / BINDING_NOT_FOUND"})

@@ -35,9 +35,9 @@ from collections.abc import Mapping
 from fastapi import Request
 
 from app.api.dataplane import ConfigView
+from app.api.rate_buckets import Bucket, BucketBackend, MemoryBuckets
 from app.common.errors import rate_limited
 from app.config.global_config import RateLimitConfig, RateLimitRule
-from app.management.rate_buckets import Bucket, BucketBackend, MemoryBuckets
 
 log = logging.getLogger("svc_sr.rate_limit")
 

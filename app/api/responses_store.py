@@ -5,7 +5,7 @@ Settings: `global.services.response_api` {enabled (true), store_backend (auto), 
 (86400), max_responses (1000)}, read from the live configuration on every call.
 `store_backend: auto` keeps responses in the management store's Redis when there is one
 (GraphArgs.management_store / SVC_SR_MANAGEMENT_STORE_URL: every Ingress replica on every node
-can read and continue them), else in the replica's memory (app/management/response_store.py).
+can read and continue them), else in the replica's memory (app/exchange/responses/store.py).
 
 A store that is down never fails an answer: a response it cannot keep is logged and answered
 as usual. Reading from it fails only what needs it: a retrieval, a deletion, a continuation
@@ -27,9 +27,9 @@ from app.common.api_docs import errors
 from app.common.errors import ErrorBody, SvcError
 from app.config.global_config import ResponseApiConfig
 from app.exchange.openai_models import ResponseObject
-from app.exchange.stored_responses import ConversationStore, StoredResponse
-from app.management.response_store import MemoryResponseBackend, ResponseBackend
-from app.management.shared_store import StoreUnavailable
+from app.exchange.responses.store import MemoryResponseBackend, ResponseBackend
+from app.exchange.responses.stored import ConversationStore, StoredResponse
+from app.state.shared_store import StoreUnavailable
 
 log = logging.getLogger("svc_sr.responses_store")
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from app.config.errors import ConfigError, format_path
 from app.config.loader import LoadedConfig, parse_config
-from app.management.shared_store import ManagementStoreSettings
+from app.state.shared_store import ManagementStoreSettings
 
 API_VERSION = "vllm.ai/v1alpha1"
 KIND = "SemanticRouter"

@@ -1,5 +1,5 @@
 """`svc-sr optimize recipe-learning`: read the router's replay records and outcomes, propose
-decision changes as a configuration plan (app/management/recipe_learning.py). It never
+decision changes as a configuration plan (app/pipeline/learning/recipe_learning.py). It never
 writes to the router: `-o FILE` saves the proposed document, which `svc-sr config plan
 --config FILE` shows and `svc-sr config apply --config FILE` activates, as a user decides.
 """
@@ -79,7 +79,7 @@ def recipe_learning(  # noqa: PLR0913 - the spec's options and the report's
     import yaml
 
     from app.common.persist import atomic_write_bytes
-    from app.management.recipe_learning import learn
+    from app.pipeline.learning.recipe_learning import learn
 
     with remote.client() as client:
         current = client.request("GET", "/api/v1/config", params={"format": "json"})

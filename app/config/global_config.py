@@ -104,7 +104,7 @@ class ResponseApiConfig(Open):
     in the Ingress replica's memory; `memory` always in the replica's memory; `redis` the
     management store's Redis (memory, with a warning, when the management store is a file).
     `ttl_seconds`: how long a stored response can be read or continued; `max_responses`: the
-    most kept, the oldest dropped first (app/management/response_store.py).
+    most kept, the oldest dropped first (app/exchange/responses/store.py).
     """
 
     enabled: bool = True

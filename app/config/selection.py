@@ -11,7 +11,7 @@ block with one family per type, `automix`, `elo`); what svc-sr adds is marked.
   else the best quality-minus-cost value; quality from the learned predictor when `ml` is
   set, else the model cards' `quality_score`.
 - `elo`: Elo ratings learned online from the outcomes feedback route (app/models/elo.py,
-  app/management/elo_feedback.py), quality = the rating's expected score against
+  app/pipeline/learning/elo_feedback.py), quality = the rating's expected score against
   `initial_rating`, weighed against expected cost like knn/mlp.
 """
 

@@ -1,5 +1,5 @@
 """`global.stores.vector_store`: where uploaded files and vector stores live, and how files
-are chunked for ingestion (the management storage routes, app/management/storage/).
+are chunked for ingestion (the management storage routes, app/storage/).
 
 `backend_type` picks where chunk vectors go: `memory` (this process; lost on restart),
 `milvus` (Milvus Lite under the storage directory, or a server `uri`) or `redis` (RediSearch).

@@ -372,7 +372,7 @@ class _Checker:
             self._elo_learning(f"routing.decisions[{index}]", decision)
 
     def _elo_learning(self, path: str, decision: Decision) -> None:
-        """An outcome reaches elo ratings through its replay record (app/management/elo_feedback.py)."""
+        """An outcome reaches elo ratings through its replay record (app/pipeline/learning/elo_feedback.py)."""
         if decision.algorithm.type == "elo" and not any(p.type == "router_replay" for p in decision.plugins):
             self.warn(
                 f"{path}.algorithm",

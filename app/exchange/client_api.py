@@ -13,7 +13,7 @@ and every answer that reaches the client whole (a finished stream included) is k
 can continue the conversation as soon as it has the answer. Without one (the ext_proc
 bridge), `previous_response_id` answers 400 and nothing is kept.
 
-With a files store (`ResolveImageFile`, app/upstream/image_files.py), `prepare()` also reads
+With a files store (`ResolveImageFile`, app/exchange/responses/images.py), `prepare()` also reads
 the images that `input_image` parts name by `file_id` (400 `file_not_found` /
 `invalid_image_file`, 503 `file_store_unavailable`), which the chat body then carries inline as
 data URLs (and so does the stored conversation). Without one, such a part answers 400.
@@ -27,10 +27,10 @@ from pydantic import ValidationError
 
 from app.common.errors import SvcError, bad_request, validation_message
 from app.exchange.openai_models import parse_chat_body, validate_chat_body
-from app.exchange.stored_responses import ConversationStore, StoredResponse, stored_response
-from app.upstream.image_files import ImageFile, ResolveImageFile, resolve_input_images
-from app.upstream.responses_api import ChatToResponsesStream, chat_to_response
-from app.upstream.responses_request import ResponsesRequest, responses_to_chat
+from app.exchange.responses.answer import ChatToResponsesStream, chat_to_response
+from app.exchange.responses.images import ImageFile, ResolveImageFile, resolve_input_images
+from app.exchange.responses.request import ResponsesRequest, responses_to_chat
+from app.exchange.responses.stored import ConversationStore, StoredResponse, stored_response
 from app.upstream.sse import SSEParser
 
 CHAT_PATH = "/v1/chat/completions"

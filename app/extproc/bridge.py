@@ -31,10 +31,10 @@ from pydantic import BaseModel, Field
 
 from app.common.background import BackgroundTasks
 from app.exchange.exchange import ExchangeSettings, RouterClient
+from app.exchange.responses.images import ResolveImageFile
 from app.extproc.stream import ExtProcStream
 from app.llm.addressing import is_in_cluster
 from app.pipeline.metrics import RouterMetrics
-from app.upstream.image_files import ResolveImageFile
 
 log = logging.getLogger("svc_sr.extproc")
 

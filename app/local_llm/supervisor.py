@@ -219,8 +219,9 @@ def prove(settings: LocalLLMSettings, pid: int, proc: subprocess.Popen[bytes] | 
         return first_answer(settings)
     except LocalLLMError as exc:
         if proc is not None:
+            # A crashing process may take seconds to be reaped on a busy machine (a core dump).
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=2)
+                proc.wait(timeout=15)
             cause = _exit_cause(proc.returncode)
         else:
             cause = "it is still running" if _pid_alive(pid) else "it is no longer running"

@@ -1,11 +1,10 @@
 """The management API as a library: configuration store and activation, audit, auth,
-startup status, inventory, replays. `app.management.api.install(app, Management(...))`
+startup status, inventory. `app.management.api.install(app, Management(...))`
 mounts its routes; everything exported here is free of HTTP and of Ray."""
 
 from app.management.activation import ActivationFailed, Activator, InProcessActivator, NoopActivator
 from app.management.audit import AuditLog
 from app.management.auth import Authenticator, Principal
-from app.management.replays import OutcomeStore, ReplaySource, ReplayStore
 from app.management.service import Management, RoutingPreviewer
 from app.management.startup import StartupTracker
 from app.management.state import ConfigStore
@@ -19,10 +18,7 @@ __all__ = [
     "InProcessActivator",
     "Management",
     "NoopActivator",
-    "OutcomeStore",
     "Principal",
-    "ReplaySource",
-    "ReplayStore",
     "RoutingPreviewer",
     "StartupTracker",
 ]

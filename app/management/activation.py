@@ -27,13 +27,13 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from app.common.background import BackgroundTasks
+from app.common.redaction import scrub, secret_values
 from app.config.models import RouterConfig
 from app.management.audit import AuditTrail
 from app.management.auth import auth_issues
 from app.management.documents import Candidate, DocumentRejected, Reason, Stage, etag_of, restart_required
-from app.management.redaction import scrub, secret_values
-from app.management.shared_store import StoreUnavailable
 from app.management.state import ConfigStore, StaleDocument, VersionRecord, VersionResult
+from app.state.shared_store import StoreUnavailable
 
 log = logging.getLogger("svc_sr.management.activation")
 

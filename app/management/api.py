@@ -1,5 +1,6 @@
 """The management API (docs/management-api.md): one `Management` object holds the state
-(service.py), `install(app, management)` mounts its routes (routes/) on a FastAPI app.
+(service.py), `install(app, management, families)` mounts its routes (routes/) and the wings'
+on a FastAPI app.
 
 Routes and the permission each needs (auth mode bearer; with mode none all are open):
 
@@ -14,9 +15,13 @@ Routes and the permission each needs (auth mode bearer; with mode none all are o
     GET  /api/v1/observability/audit                 audit.read                   routes/observability.py
     POST /api/v1/routing/preview                     classify.invoke              routes/routing.py
     GET  /api/v1/inventory/*, /info/*                inventory.read               routes/inventory.py
+
+The wings' routes (app/api/routes/, mounted after these by `install(app, management, families)`
+with the same guard and audit):
+
     GET  /api/v1/observability/replays[/aggregate|/{id}]  observability.read (content needs data.read)
-    GET  /api/v1/observability/classification-metrics observability.read            routes/observability.py
-    POST /api/v1/observability/outcomes              learning.ingest              routes/observability.py
+    GET  /api/v1/observability/classification-metrics observability.read            routes/replays.py
+    POST /api/v1/observability/outcomes              learning.ingest              routes/replays.py
     GET  /api/v1/storage/response-cache/{capabilities,health,stats}  cache.read  routes/storage.py
     POST /api/v1/storage/response-cache/invalidate   cache.invalidate             routes/storage.py
     POST /api/v1/storage/response-cache/{test,flush} cache.manage                 routes/storage.py
@@ -38,27 +43,21 @@ with nothing written.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from app.management.errors import unavailable
-from app.management.routes.compression import compression_routes
+from app.common.mgmt_errors import unavailable
 from app.management.routes.config import config_read_routes
 from app.management.routes.config_writes import config_write_routes
-from app.management.routes.context_recovery import context_recovery_routes
-from app.management.routes.files import file_routes
 from app.management.routes.inventory import inventory_routes, older_info_routes
-from app.management.routes.knowledge_bases import knowledge_base_routes
-from app.management.routes.memories import memory_routes
-from app.management.routes.observability import audit_routes, replay_routes
-from app.management.routes.plugins import plugin_routes
+from app.management.routes.observability import audit_routes
 from app.management.routes.recipes import recipe_routes
 from app.management.routes.routing import routing_routes
-from app.management.routes.storage import storage_routes
 from app.management.routes.system import install_discovery, system_routes
-from app.management.routes.vector_stores import vector_store_routes
 from app.management.service import Management
-from app.management.shared_store import StoreUnavailable
+from app.state.shared_store import StoreUnavailable
 
 __all__ = ["install", "management_router"]
 
@@ -74,25 +73,19 @@ def management_router(mgmt: Management) -> APIRouter:
         routing_routes,
         inventory_routes,
         older_info_routes,
-        replay_routes,
-        storage_routes,
-        compression_routes,  # before a generic /api/v1/plugins/{type} family
-        plugin_routes,
-        knowledge_base_routes,
-        memory_routes,
-        context_recovery_routes,
-        file_routes,
-        vector_store_routes,
     ):
         router.include_router(family(mgmt))
     return router
 
 
-def install(app: FastAPI, mgmt: Management) -> None:
-    """Mount the management routes, discovery, /openapi.json (3.0, narrowable) and /docs on `app`.
+def install(app: FastAPI, mgmt: Management, families: Sequence[APIRouter] = ()) -> None:
+    """Mount the management routes, then `families` (the wings' management routes, app/api/routes),
+    discovery, /openapi.json (3.0, narrowable) and /docs on `app`.
 
     The app must be created with openapi_url=None and docs_url=None (these routes replace them)."""
     app.include_router(management_router(mgmt))
+    for family in families:
+        app.include_router(family)
     app.add_exception_handler(StoreUnavailable, _store_unavailable)
     app.state.management = mgmt
     install_discovery(app, mgmt)

@@ -40,7 +40,7 @@ from app.management.audit import (
     new_entry,
     verify_chain,
 )
-from app.management.shared_store import store_errors
+from app.state.shared_store import store_errors
 
 log = logging.getLogger("svc_sr.management.audit")
 

@@ -33,7 +33,7 @@ class RouteGuard:
         self.on_denied = on_denied
 
     async def __call__(self, request: Request) -> Principal:
-        from app.management.errors import MgmtError
+        from app.common.mgmt_errors import MgmtError
 
         auth = self.authenticator()
         try:

@@ -16,10 +16,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from app.common.mgmt_errors import MgmtError, invalid_input
+from app.common.redaction import redact, restore_redacted
 from app.config.recipes import DEFAULT_RECIPE
-from app.management.errors import MgmtError, invalid_input
 from app.management.models import ReasonOut, no_null_default
-from app.management.redaction import redact, restore_redacted
 
 
 class RecipeBody(BaseModel):

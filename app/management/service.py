@@ -1,8 +1,10 @@
 """`Management`: the state behind the management routes (store, activation, audit, auth,
-startup, replays, outcomes, elo ratings, inventory, preview), one per process (per Ingress replica).
+startup, inventory, routing preview), one per process (per Ingress replica).
 
 No HTTP here: the route modules (app/management/routes/) parse requests, call this state
-and render its answers.
+and render its answers. The wings (storage, replays and outcomes, Elo learning, the response
+cache, the data plane's stores) are not part of it: the Ingress composes them beside it
+(app/api/parts.py).
 """
 
 from __future__ import annotations
@@ -12,10 +14,9 @@ import os
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack
+from typing import Any, Literal, Protocol, TypedDict, Unpack
 
 from app.config.models import RouterConfig
-from app.management.accuracy import ClassificationAccuracy
 from app.management.activation import (
     ActivationController,
     Activator,
@@ -26,31 +27,15 @@ from app.management.activation import (
 )
 from app.management.audit import AuditLog, AuditTrail
 from app.management.auth import Authenticator
-from app.management.cache_admin import ResponseCacheAdmin
-from app.management.classification_metrics import MetricsSource
 from app.management.documents import candidate_of, etag_of
 from app.management.inventory import InventoryBackend, LocalInventory
-from app.management.kb_map import MapCache
-from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
 from app.management.live_inventory import RuntimeFactsProvider
 from app.management.models import MutationResponse, StatusDocument
-from app.management.rate_buckets import BucketBackend
-from app.management.ratings import RatingStore
-from app.management.replays import OutcomeLog, OutcomeStore, ReplaySource
-from app.management.response_store import ResponseBackend
-from app.management.shared_store import StoreUnavailable
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
-from app.management.storage import StorageService
-from app.management.storage.client import StorageClient, storage_client
-from app.observability.metrics import MetricsRecorder
-from app.pipeline.memory.store import MemoryStore
-from app.pipeline.signals.base import EmbedFn
+from app.state.shared_store import StoreUnavailable
 from app.upstream.reachability import unreachable_backends
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("svc_sr.management")
 
@@ -73,34 +58,15 @@ class ManagementParts(TypedDict, total=False):
     config_view: ConfigSink | None
     startup: StartupTracker | None
     audit: AuditTrail | None
-    replays: ReplaySource | None
-    outcomes: OutcomeLog | None
-    ratings: RatingStore | None  # the elo ratings outcomes update (None: outcomes rate nothing)
     previewer: RoutingPreviewer | None
     inventory: InventoryBackend | None
     runtime_facts: RuntimeFactsProvider | None  # live deployment facts for the inventory (None: unknown)
-    cache_admin: ResponseCacheAdmin | None  # None: the storage routes answer 503
-    metrics: MetricsSource | None  # every replica's metrics summed (None: classification-metrics 503)
-    recorder: MetricsRecorder | None  # this replica's metrics (outcomes set classification accuracy)
-    response_store: ResponseBackend | None  # the shared Responses store (None: memory only)
-    rate_buckets: BucketBackend | None  # the shared rate-limit buckets (None: memory only)
-    # The knowledge bases (None: a service over kb_store, embedding with kb_embed)
-    knowledge_bases: KnowledgeBaseService | None
-    kb_store: KnowledgeBaseStore | None  # where they are kept (None: memory)
-    kb_embed: EmbedFn | None  # the router's encoder (None: mutations answer 503)
-    memory_store: MemoryStore | None  # the `memory` plugin's memories (None: the memory routes 503)
-    # files and vector stores: this process's service, or a client of the Storage deployment
-    # (None: their routes answer 503)
-    storage: StorageService | StorageClient | None
     filename: str
     file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)
     environ: Mapping[str, str] | None
     activation_wait_s: float
     compile_check: Callable[[RouterConfig], None]
     preview_deadline_s: float
-    # The router's encoder (texts -> unit vectors) for plugin probes (tool_selection); None:
-    # create_app binds the diagnostics' one when it has classifiers, else probes answer 503.
-    embed: EmbedFn | None
 
 
 def now_stamp() -> str:
@@ -117,28 +83,11 @@ class Management:
         self.audit: AuditTrail = audit if audit is not None else AuditLog()
         self._record_start(config, parts.get("filename", "config.yaml"), parts.get("file_hash"))
         self.startup = parts.get("startup") or completed_tracker()
-        self.replays = parts.get("replays")
-        outcomes = parts.get("outcomes")
-        self.outcomes: OutcomeLog = outcomes if outcomes is not None else OutcomeStore()
-        self.ratings = parts.get("ratings")
         self.previewer = parts.get("previewer")
         self.preview_deadline_s = parts.get("preview_deadline_s", PREVIEW_DEADLINE_S)
-        self.embed = parts.get("embed")
         self.inventory = parts.get("inventory") or LocalInventory(
             self.startup, parts.get("runtime_facts"), lambda: self.config
         )
-        self.cache_admin = parts.get("cache_admin")
-        self.metrics = parts.get("metrics")
-        self.accuracy = ClassificationAccuracy(parts.get("recorder"))
-        # The data plane's stores kept where the management state is (Redis: shared).
-        self.response_store = parts.get("response_store")
-        self.rate_buckets = parts.get("rate_buckets")
-        self.knowledge_bases = parts.get("knowledge_bases") or KnowledgeBaseService(
-            parts.get("kb_store"), embed=parts.get("kb_embed")
-        )
-        self.kb_maps = MapCache()
-        self.memory_store = parts.get("memory_store")
-        self.storage = storage_client(parts.get("storage"))  # one code path for the routes
         activator = parts.get("activator")
         # Without an activator nothing can reach the routers: status reads `unknown` and
         # mutations answer 503 instead of persisting a change that would never serve.

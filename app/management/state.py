@@ -1,6 +1,6 @@
 """ConfigStore: the persisted configuration document, its version history and the active record.
 
-The whole state is one document saved by compare-and-set in a backend (state_backends.py:
+The whole state is one document saved by compare-and-set in a backend (app/state/state_backends.py:
 memory, `<state_dir>/state.json`, or Redis shared by every Ingress replica): a crash leaves
 the previous state or the next one, never a half-written document or a history that
 disagrees with it; two replicas changing it at once cannot lose either change, and a
@@ -35,8 +35,8 @@ from pydantic import BaseModel, Field
 
 from app.common.persist import atomic_write_bytes
 from app.management.documents import Candidate
-from app.management.shared_store import StoreUnavailable
-from app.management.state_backends import (
+from app.state.shared_store import StoreUnavailable
+from app.state.state_backends import (
     STATE_FILE,
     FileStateBackend,
     MemoryStateBackend,
@@ -83,7 +83,7 @@ class ActiveRecord(BaseModel):
 
 class StoreState(BaseModel):
     schema_version: int = STATE_SCHEMA
-    revision: int = 0  # advanced by every save: the compare-and-set token (state_backends.py)
+    revision: int = 0  # advanced by every save: the compare-and-set token (app/state/state_backends.py)
     filename: str = "config.yaml"
     # Source hash of the configuration file (or inline document) as last loaded at a start:
     # an unchanged file means "resume the active version", a changed one wins (resolve_startup).

@@ -16,32 +16,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from app.common.redaction import redact_url
 from app.config.loader import load_config, parse_config
 from app.management.audit import AuditTrail
 from app.management.documents import Candidate, candidate_of, merge_patch
-from app.management.knowledge_bases import KnowledgeBaseStore, open_kb_store
-from app.management.rate_buckets import BucketBackend, RedisBuckets
-from app.management.ratings import RatingStore, open_rating_store
-from app.management.redaction import redact_url
-from app.management.replays import DEFAULT_REPLAY_CAPACITY, OutcomeLog, ReplaySource, ReplayStore
-from app.management.response_store import RedisResponseBackend, ResponseBackend
-from app.management.shared_store import (
+from app.management.state import ConfigStore, StartupKind, open_store, state_dir_of
+from app.state.shared_store import (
     ManagementStoreSettings,
     StoreUnavailable,
     redis_client,
     store_settings,
 )
-from app.management.state import ConfigStore, StartupKind, open_store, state_dir_of
-from app.management.state_backends import RedisStateBackend, StoreCorrupt
-from app.pipeline.elo_selector import RatingsFeed
-from app.pipeline.memory.redis_store import RedisMemoryStore
-from app.pipeline.memory.store import MemoryStore
-from app.pipeline.signals.kb import KnowledgeBaseFeed
+from app.state.state_backends import RedisStateBackend, StoreCorrupt
 
 if TYPE_CHECKING:
     import redis
 
-    from app.management.replays_redis import RedisReplayStore
     from app.management.service import ManagementParts
 
 log = logging.getLogger("svc_sr.management.stores")
@@ -60,51 +50,24 @@ class GraphStoreArgs(Protocol):
 
 @dataclass
 class ReplicaStores:
-    """What one Ingress replica's Management works on. On Redis also the audit chain, the
-    replay records and the outcomes (None: this replica's own, or the Observability
-    deployment's replay ring). The elo ratings: on Redis, or the state directory's file."""
+    """What one Ingress replica's Management works on, and where: the wings' stores are opened
+    at the same place with the same Redis pool (app/api/parts.py open_shared_stores). On Redis
+    also the audit chain (None: this replica's own)."""
 
     store: ConfigStore
     file_hash: str  # the configuration file as it reads now (resume or not)
     filename: str
+    settings: ManagementStoreSettings
+    name: str  # the application the state is named after
+    state_dir: Path
+    client: redis.Redis | None = None  # the one Redis pool (None: a file store)
     audit: AuditTrail | None = None
-    outcomes: OutcomeLog | None = None
-    replays: ReplaySource | None = None
-    ratings: RatingStore | None = None
-    knowledge_bases: KnowledgeBaseStore | None = None  # on Redis, or the state directory's files
-    # The data plane's shared stores (Responses store, rate-limit buckets, memories): on Redis only.
-    responses: ResponseBackend | None = None
-    rate_buckets: BucketBackend | None = None
-    memories: MemoryStore | None = None  # the memory plugin's memories (app/pipeline/memory)
 
     def parts(self) -> ManagementParts:
         parts: ManagementParts = {"store": self.store, "file_hash": self.file_hash, "filename": self.filename}
-        if self.ratings is not None:
-            parts["ratings"] = self.ratings
-        if self.knowledge_bases is not None:
-            parts["kb_store"] = self.knowledge_bases
         if self.audit is not None:
             parts["audit"] = self.audit
-        if self.outcomes is not None:
-            parts["outcomes"] = self.outcomes
-        if self.replays is not None:
-            parts["replays"] = self.replays
-        if self.responses is not None:
-            parts["response_store"] = self.responses
-        if self.rate_buckets is not None:
-            parts["rate_buckets"] = self.rate_buckets
-        if self.memories is not None:
-            parts["memory_store"] = self.memories
         return parts
-
-
-def open_replay_store(settings: ManagementStoreSettings, name: str) -> ReplayStore | RedisReplayStore:
-    """Where the replay records go: Redis (every replica and every node sees them) or memory."""
-    if settings.backend != "redis":
-        return ReplayStore(DEFAULT_REPLAY_CAPACITY)
-    from app.management.replays_redis import RedisReplayStore
-
-    return RedisReplayStore(redis_client(settings), settings.prefix_for(name))
 
 
 def open_replica_stores(args: GraphStoreArgs, serve_app: str) -> ReplicaStores:
@@ -122,73 +85,14 @@ def open_replica_stores(args: GraphStoreArgs, serve_app: str) -> ReplicaStores:
         log.error("management state directory %s unusable (%s); keeping versions in memory", state_dir, exc)
         store = ConfigStore()
     filename = "inline" if args.config is not None else Path(args.config_path).name
-    stores = ReplicaStores(store, file_candidate(args).source_hash, filename)
-    # The Routers read the same ratings (deployments/router.py opens them the same way).
-    stores.ratings = open_rating_store(settings, name, state_dir, client)
-    stores.knowledge_bases = open_kb_store(settings, name, state_dir, client)
+    stores = ReplicaStores(
+        store, file_candidate(args).source_hash, filename, settings, name, state_dir, client
+    )
     if client is not None:
         from app.management.audit_redis import RedisAuditLog
-        from app.management.replays_redis import RedisOutcomeStore, RedisReplayStore
 
-        prefix = settings.prefix_for(name)
-        stores.audit = RedisAuditLog(client, prefix)
-        stores.outcomes = RedisOutcomeStore(client, prefix)
-        stores.replays = RedisReplayStore(client, prefix)
-        assert settings.url is not None  # the settings' validator requires it
-        where = redact_url(settings.url)
-        stores.responses = RedisResponseBackend(client, prefix, where)
-        stores.rate_buckets = RedisBuckets(client, prefix, where)
-        stores.memories = RedisMemoryStore(client, prefix, where)
+        stores.audit = RedisAuditLog(client, settings.prefix_for(name))
     return stores
-
-
-def router_rating_store(
-    management_store: ManagementStoreSettings | None,
-    app_name: str | None,
-    serve_app: str,
-    state_dir: str | None,
-) -> RatingStore:
-    """The elo ratings a Router replica reads: where `open_replica_stores` keeps them for the
-    Ingress replicas that write them (same settings, same application name)."""
-    name = app_name or serve_app
-    return open_rating_store(store_settings(management_store), name, state_dir_of(state_dir, name))
-
-
-def router_feeds(
-    management_store: ManagementStoreSettings | None,
-    app_name: str | None,
-    serve_app: str,
-    state_dir: str | None,
-) -> tuple[RatingsFeed, KnowledgeBaseFeed]:
-    """What a Router replica reads from the management store: the elo ratings and the
-    knowledge bases, where the Ingress replicas write them."""
-    name = app_name or serve_app
-    settings = store_settings(management_store)
-    kbs = open_kb_store(settings, name, state_dir_of(state_dir, name))
-    return RatingsFeed(
-        router_rating_store(management_store, app_name, serve_app, state_dir)
-    ), KnowledgeBaseFeed(kbs)
-
-
-def router_memories(
-    management_store: ManagementStoreSettings | None, app_name: str | None, serve_app: str
-) -> MemoryStore | None:
-    """The `memory` plugin's store on the Ray graph: Redis only, shared by the Router replicas
-    (recall) and the Ingress replicas (the write after the answer, the memory routes). On a
-    file or memory management store there is none (the replicas share no memory), so the
-    plugin does nothing there: no recall, no `x-vsr-memories-recalled`, no write; logged once."""
-    settings = store_settings(management_store)
-    if settings.backend != "redis":  # info: most configurations use no memory plugin
-        log.info(
-            "memory plugin inactive on %r: the management store is %r, not redis, and the Router and "
-            "Ingress replicas share no memory store (configure management_store redis to enable it)",
-            app_name or serve_app,
-            settings.backend,
-        )
-        return None
-    assert settings.url is not None  # the settings' validator requires it
-    prefix = settings.prefix_for(app_name or serve_app)
-    return RedisMemoryStore(redis_client(settings), prefix, redact_url(settings.url))
 
 
 def open_config_store(

@@ -15,7 +15,7 @@ cost, like knn/mlp's predicted chance of a right answer.
 
 Ratings live per scope: a decision's name (`category_weighted`) and `_global` (shared by
 every elo decision that is not category weighted). `RatingsDocument` is the one document a
-store keeps (app/management/ratings.py); `apply_games` is the only code that changes it.
+store keeps (app/pipeline/learning/ratings.py); `apply_games` is the only code that changes it.
 
 `InitialRatings`: per-model starting ratings, overall and per category (a decision whose name
 is a category starts from that category's table), with each model's mean completion tokens

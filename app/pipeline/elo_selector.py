@@ -9,7 +9,7 @@ at its initial rating: `initial_ratings_path`'s table for the decision's name (e
 overall table), else `initial_rating`.
 
 Where the ratings come from: `PipelineServices.ratings`, a `RatingsFeed` over the management
-store's ratings (app/management/ratings.py), the same for every Router replica. A request
+store's ratings (app/pipeline/learning/ratings.py), the same for every Router replica. A request
 never waits for the store: the feed hands out the last document it read and, when that is
 older than `refresh_s`, checks the store's revision in the background (a thread). A store
 that is down or slow leaves the last ratings read (or, before any, the initial ones) and

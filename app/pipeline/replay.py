@@ -9,7 +9,7 @@ Router sends it to the Observability deployment, which every Router replica shar
 A record holds routing metadata only: no request or response headers, and the bodies
 only when the plugin asks for them (`capture_request_body` / `capture_response_body`,
 cut at `max_body_bytes`). The management API hides bodies from principals without
-`data.read` and secret-named fields without `secret_view` (app/management/replays.py).
+`data.read` and secret-named fields without `secret_view` (app/replays/replays.py).
 """
 
 from __future__ import annotations

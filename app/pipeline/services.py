@@ -72,7 +72,7 @@ class PipelineServices(CompletionServices):
     # (app/pipeline/signals/kb.py); None: every kb rule errors.
     knowledge_bases: KnowledgeBaseFeed | None = None
     # The `rag` plugin's vector-store search (app/pipeline/rag.py; the storage service's search,
-    # a StorageClient's `retrieve`, app/management/storage/client.py); None: every rag plugin
+    # a StorageClient's `retrieve`, app/storage/client.py); None: every rag plugin
     # finds its store unavailable.
     retrieve: Retrieve | None = None
     rag_cache: ResultCache = field(default_factory=ResultCache)

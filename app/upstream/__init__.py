@@ -8,5 +8,6 @@
 - `wire`: the one chat <-> upstream-protocol translation (`wire_for(target)`), built on
   `messages_request` / `messages_api` / `messages_stream` for messages-style backends
 - `sse`: SSE parsing, stream accumulation, encoding and replay
-- `responses_request` / `responses_api`: OpenAI Responses API <-> chat completions
+
+The Responses API (request, answer, stream, store) is the exchange's: app/exchange/responses.
 """

@@ -34,14 +34,12 @@ import pytest
 import uvicorn
 
 from app.api.app import StaticConfigView, create_app, management_images
+from app.api.parts import IngressParts
 from app.cache.memory import InMemorySemanticCache
 from app.config.loader import parse_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
-from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
 from app.management.service import Management
-from app.management.storage import StorageService, open_storage
-from app.management.storage.client import StorageClient, local_transport
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
@@ -52,6 +50,10 @@ from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import shared_encoder
 from app.runtime.hosted_guard import HostedGuard
+from app.storage import StorageService, open_storage
+from app.storage.client import StorageClient, local_transport
+from app.storage.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
+from app.storage.parts import storage_parts
 from app.upstream.client import UpstreamClient
 from tests.envoy.conftest import LoopThread, start_envoy
 from tests.fakes.messages_upstream import FakeMessagesUpstream
@@ -353,14 +355,13 @@ class _Stack:
 
         upstream = UpstreamClient()
         view = StaticConfigView(config)
-        management = Management(
-            config,
-            config_view=view,
-            knowledge_bases=KnowledgeBaseService(kb_store, embed=embed),
-            memory_store=memories,
-            storage=storage,
+        management = Management(config, config_view=view)
+        parts = IngressParts(
+            storage=storage_parts(
+                storage, knowledge_bases=KnowledgeBaseService(kb_store, embed=embed), memories=memories
+            )
         )
-        app = create_app(ingress_router, upstream, view, management=management)
+        app = create_app(ingress_router, upstream, view, management=management, parts=parts)
         plane = app.state.plane
         in_flight = _InFlight(app)
         server, serving, ingress_port = _serve_on(loop, in_flight)
@@ -372,7 +373,7 @@ class _Stack:
         self._stops += [lambda: loop.run(upstream.aclose()), stop_ingress]
 
         bridge = ExtProcBridge(
-            envoy_router, BridgeSettings(failure_mode="closed"), images=management_images(management)
+            envoy_router, BridgeSettings(failure_mode="closed"), images=management_images(parts.storage)
         )
         grpc_server = loop.run(start_bridge_server(bridge, port=0))
         self._stops.append(lambda: loop.run(grpc_server.stop(0)))

@@ -27,11 +27,11 @@ from openai.types import VectorStore
 from openai.types.vector_stores import VectorStoreFile
 
 from app.config.storage import VectorStoreConfig
-from app.management.storage import open_backend
-from app.management.storage.backends import MemoryBackend, VectorBackend
-from app.management.storage.milvus_backend import MilvusBackend
-from app.management.storage.redis_backend import RedisBackend
 from app.pipeline.rag import PREAMBLE
+from app.storage import open_backend
+from app.storage.backends import MemoryBackend, VectorBackend
+from app.storage.milvus_backend import MilvusBackend
+from app.storage.redis_backend import RedisBackend
 from tests.contract.answers import Answer, sdk_chat, user
 from tests.contract.conftest import DOORS, FrontDoors, Upstreams
 from tests.stores.backends import BackendKind, unreachable_location

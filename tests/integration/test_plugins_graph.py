@@ -7,7 +7,7 @@ replica over its handle).
 One hot reload in (the stack's document with six decisions added, each on its own keyword or
 knowledge-base rule and answered by model-a), one request per plugin, the document restored in
 the fixture's teardown. The stack keeps its management state on files, so `memory` is inactive
-there (app/management/stores.py router_memories: the replicas share no memory store): the test
+there (app/storage/memories.py router_memories: the replicas share no memory store): the test
 asserts that documented behaviour.
 """
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from app.config.cache_stores import MilvusCacheSettings, MilvusCollection, RedisCacheSettings
-from app.management.storage import milvus_backend
-from app.management.storage.backends import Chunk, MemoryBackend, VectorBackend, VectorBackendDown
-from app.management.storage.files import FileStore
-from app.management.storage.milvus_backend import MilvusBackend
-from app.management.storage.models import ComparisonFilter, FileAttach, SearchRequest, VectorStoreCreate
-from app.management.storage.redis_backend import RedisBackend
-from app.management.storage.vector_stores import VectorStores
+from app.storage import milvus_backend
+from app.storage.backends import Chunk, MemoryBackend, VectorBackend, VectorBackendDown
+from app.storage.files import FileStore
+from app.storage.milvus_backend import MilvusBackend
+from app.storage.models import ComparisonFilter, FileAttach, SearchRequest, VectorStoreCreate
+from app.storage.redis_backend import RedisBackend
+from app.storage.vector_stores import VectorStores
 from tests.fakes.embedding import hashed_embed
 
 TEXTS = ["red apple pie recipe", "green apple orchard", "rocket launch to orbit", "orbit of the moon"]

@@ -16,7 +16,6 @@ from app.config.routing import Plugin
 from app.exchange import answer_checks
 from app.exchange.client_api import ChatApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward
-from app.management.replays import ReplayStore
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.answers import hallucination
 from app.pipeline.answers.checker import check_answer
@@ -25,6 +24,7 @@ from app.pipeline.answers.policy import preview_hallucination, preview_response_
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan, SignalMatch
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.vector_cache import TextVectorCache
+from app.replays.replays import ReplayStore
 from app.upstream.sse import SSEParser
 from tests.unit.test_exchange import RecordingRouter, chunk, raw
 from tests.unit.test_replay_recording import body, config

@@ -8,13 +8,12 @@ from typing import Any
 
 import pytest
 
-from app.management import ReplayStore
-from app.management.accuracy import ClassificationAccuracy, record_category
-from app.management.replays import OutcomeIn
 from app.observability.metrics import MetricsAggregator, MetricsRecorder
 from app.pipeline import PipelineServices
 from app.pipeline.plan import CompletionReport
 from app.pipeline.replay import REPLAY_ID_HEADER
+from app.replays.accuracy import ClassificationAccuracy, record_category
+from app.replays.replays import OutcomeIn, ReplayStore
 from tests.unit.test_management_elo import document
 from tests.unit.test_management_support import Harness
 

@@ -1,4 +1,4 @@
-"""GET /api/v1/observability/classification-metrics (app/management/classification_metrics.py):
+"""GET /api/v1/observability/classification-metrics (app/replays/classification_metrics.py):
 counters and timing of requests routed through the in-process app, summed over the sources a
 MetricsAggregator holds; 503 when nothing collects metrics or the source fails."""
 
@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from app.management.classification_metrics import (
+from app.observability.metrics import HistogramState, MetricsAggregator
+from app.replays.classification_metrics import (
     MetricsReport,
     aggregator_report,
     bucket_quantile,
 )
-from app.observability.metrics import HistogramState, MetricsAggregator
 from tests.fakes.upstream import FakeUpstream
 from tests.unit.test_management_support import Harness, base_document, with_auth
 

@@ -12,7 +12,7 @@ import pytest
 
 from app.cli.remote import EXIT_ACTIVATION_FAILED, EXIT_NOT_FOUND
 from app.config.storage import VectorStoreConfig
-from app.management.storage import open_storage
+from app.storage import open_storage
 from tests.fakes.embedding import hashed_embed
 from tests.unit import test_cli_config as cli_support
 

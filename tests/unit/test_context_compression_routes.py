@@ -1,4 +1,4 @@
-"""The context_compression routes (app/management/routes/compression.py): capabilities, health,
+"""The context_compression routes (app/api/routes/compression.py): capabilities, health,
 preview of a candidate or a binding (mode, persisted, backend_calls; 400 with the path of a bad
 candidate, 404 for an unknown binding) and the redacted statistics of routed requests."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from app.management.classification_metrics import MetricsReport, aggregator_report
 from app.observability.metrics import MetricsAggregator
+from app.replays.classification_metrics import MetricsReport, aggregator_report
 from tests.fakes.upstream import FakeUpstream
 from tests.unit.test_context_compression import conversation, with_plugin
 from tests.unit.test_management_support import Harness, base_document, with_auth

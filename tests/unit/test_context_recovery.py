@@ -20,7 +20,6 @@ import pytest
 
 from app.cache import InMemorySemanticCache
 from app.config.loader import parse_config
-from app.management.shared_store import ManagementStoreSettings, redis_client
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls
 from app.pipeline.memory import recovery
 from app.pipeline.memory.plugin import PREAMBLE, recall, remember
@@ -35,6 +34,7 @@ from app.pipeline.memory.store import (
 )
 from app.pipeline.phases.cache import cache_partition
 from app.pipeline.plan import CompletionReport, RoutePlan
+from app.state.shared_store import ManagementStoreSettings, redis_client
 from tests.fakes.embedding import hashed_embed
 from tests.unit import test_cli_config as cli_support
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth

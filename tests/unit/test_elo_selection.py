@@ -14,10 +14,6 @@ from app.config.loader import parse_config
 from app.config.models import RouterConfig
 from app.config.selection import Algorithm
 from app.config.validate import semantic_issues
-from app.management.elo_feedback import outcome_games, outcome_score
-from app.management.ratings import RATINGS_FILE, RATINGS_LOCK, RatingStore
-from app.management.replays import OutcomeIn
-from app.management.state_backends import FileStateBackend
 from app.models.elo import (
     GLOBAL_SCOPE,
     Game,
@@ -34,6 +30,10 @@ from app.models.elo import (
 from app.models.selection import SelectionArtifactError
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.elo_selector import RatingsFeed
+from app.pipeline.learning.elo_feedback import outcome_games
+from app.pipeline.learning.ratings import RATINGS_FILE, RATINGS_LOCK, RatingStore
+from app.replays.replays import OutcomeIn, outcome_score
+from app.state.state_backends import FileStateBackend
 
 
 # -- the config block ---------------------------------------------------------------------------

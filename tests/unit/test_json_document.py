@@ -1,4 +1,4 @@
-"""JsonDocumentStore (app/management/json_document.py): the compare-and-set loop the elo
+"""JsonDocumentStore (app/state/json_document.py): the compare-and-set loop the elo
 ratings and the knowledge bases share."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from app.management.json_document import MAX_ATTEMPTS, JsonDocumentStore
-from app.management.shared_store import StoreUnavailable
-from app.management.state_backends import (
+from app.state.json_document import MAX_ATTEMPTS, JsonDocumentStore
+from app.state.shared_store import StoreUnavailable
+from app.state.state_backends import (
     FileStateBackend,
     MemoryStateBackend,
     Revisioned,

@@ -10,11 +10,11 @@ import pytest
 from app.config.errors import ConfigError
 from app.config.loader import parse_config
 from app.config.signals import KnowledgeBaseSignal
-from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore, open_kb_store
-from app.management.shared_store import ManagementStoreSettings
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.signals.kb import KnowledgeBaseEvaluator, KnowledgeBaseFeed
 from app.pipeline.signals.kb_data import KbEntry
+from app.state.shared_store import ManagementStoreSettings
+from app.storage.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore, open_kb_store
 from tests.unit.test_knowledge_bases import GatedEmbed, fake_embed
 
 BILLING = ["refund my last invoice", "why was my card charged twice", "update the billing address"]

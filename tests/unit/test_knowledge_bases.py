@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.management.kb_map import project
-from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore, open_kb_store
-from app.management.shared_store import ManagementStoreSettings
+from app.state.shared_store import ManagementStoreSettings
+from app.storage.kb_map import project
+from app.storage.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore, open_kb_store
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth
 
 DIM = 16
@@ -56,7 +56,7 @@ def harness(embed: Any = fake_embed, store: KnowledgeBaseStore | None = None, **
 
 
 async def wait_active(h: Harness, name: str) -> dict[str, Any]:
-    await h.management.knowledge_bases.drain()
+    await h.parts.storage.knowledge_bases.drain()
     async with h.client() as c:
         body = (await c.get(f"{PREFIX}/{name}")).json()
     return body
@@ -132,7 +132,7 @@ async def test_update_and_delete_activate_and_404s() -> None:
     async with h.client() as c:
         deleted = await c.delete(f"{PREFIX}/kb")
         assert deleted.status_code == 202 and deleted.json()["knowledge_base"]["operation"] == "delete"
-    await h.management.knowledge_bases.drain()
+    await h.parts.storage.knowledge_bases.drain()
     async with h.client() as c:
         assert (await c.get(f"{PREFIX}/kb")).status_code == 404
         assert (await c.get(PREFIX)).json()["data"] == []
@@ -197,7 +197,7 @@ async def test_map_metadata_and_ndjson_are_deterministic() -> None:
     async with h.client() as c:
         kb = entries("alpha", 6) + entries("beta", 5)
         assert (await c.post(PREFIX, json={"name": "m", "entries": kb})).status_code == 202
-    await h.management.knowledge_bases.drain()
+    await h.parts.storage.knowledge_bases.drain()
     async with h.client() as c:
         meta = (await c.get(f"{PREFIX}/m/map/metadata")).json()
         data = await c.get(f"{PREFIX}/m/map/data.ndjson")
@@ -223,13 +223,13 @@ async def test_file_store_is_shared_between_two_replicas(tmp_path: Path) -> None
     one = harness(store=open_kb_store(settings, "app", tmp_path))
     two = harness(store=open_kb_store(settings, "app", tmp_path))
     gated = GatedEmbed()
-    one.management.knowledge_bases.embed = gated
+    one.parts.storage.knowledge_bases.embed = gated
     async with one.client() as a, two.client() as b:
         assert (await a.post(PREFIX, json={"name": "kb", "entries": entries("a", 2)})).status_code == 202
         refused = await b.post(PREFIX, json={"name": "other", "entries": entries("b", 1)})
         assert refused.status_code == 409 and error_code(refused) == "CONFIG_ACTIVATION_PENDING"
         gated.release()
-        await one.management.knowledge_bases.drain()
+        await one.parts.storage.knowledge_bases.drain()
         assert (await b.get(f"{PREFIX}/kb")).json()["activation_status"] == "active"
         assert (await b.get(f"{PREFIX}/kb/map/metadata")).json()["count"] == 2
     assert (tmp_path / "knowledge_bases.json").exists() and (tmp_path / "kb_vectors_kb.json").exists()

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from app.management.redaction import REDACTED
+from app.common.redaction import REDACTED
 from tests.unit.test_management_support import SECRET, Harness, base_document, error_code, etag, with_auth
 
 ADMIN, VIEWER, OPERATOR, AUDITOR = (

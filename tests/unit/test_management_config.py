@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from app.common.redaction import REDACTED
 from app.config.models import RouterConfig
 from app.management import ActivationFailed
-from app.management.redaction import REDACTED
 from tests.fakes.upstream import FakeUpstream
 from tests.unit.test_management_support import SECRET, Harness, base_document, error_code, etag
 

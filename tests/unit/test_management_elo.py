@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from app.management import ReplayStore
-from app.management.ratings import RatingStore
-from app.management.shared_store import ManagementStoreSettings, redis_client
-from app.management.state_backends import RedisStateBackend
 from app.models.elo import GLOBAL_SCOPE
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.elo_selector import RatingsFeed
+from app.pipeline.learning.ratings import RatingStore
 from app.pipeline.plan import CompletionReport
 from app.pipeline.replay import REPLAY_ID_HEADER
+from app.replays.replays import ReplayStore
+from app.state.shared_store import ManagementStoreSettings, redis_client
+from app.state.state_backends import RedisStateBackend
 from tests.unit.test_elo_selection import config_document
 from tests.unit.test_management_support import Harness, make_ratings
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.management import ReplayStore
+from app.replays.replays import ReplayStore
 from tests.unit.test_management_support import Harness
 
 # Data-plane operations call upstream backends (connection refused here: 503 by design).

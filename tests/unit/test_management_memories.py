@@ -12,7 +12,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.management.shared_store import ManagementStoreSettings, redis_client
 from app.pipeline.memory.redis_store import RedisMemoryStore
 from app.pipeline.memory.store import (
     InMemoryMemoryStore,
@@ -22,6 +21,7 @@ from app.pipeline.memory.store import (
     new_memory_id,
     now_stamp,
 )
+from app.state.shared_store import ManagementStoreSettings, redis_client
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth
 
 PREFIX = "/api/v1/storage/memories"

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from app.api.plugins.plugin_previews import PREVIEWS
+from app.api.plugins.plugins_registry import PREVIEW_TYPES
 from app.config.plugins import PLUGIN_MODELS
 from app.config.routing import REFERENCE_ONLY_PLUGIN_TYPES
-from app.management.plugin_previews import PREVIEWS
-from app.management.plugins_registry import PREVIEW_TYPES
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth
 from tests.unit.test_tool_selection import TOOLS, CountingEmbed
 
@@ -153,7 +153,7 @@ async def test_configuration_previews_default_to_preview_and_persist_nothing(har
 
 async def test_tool_previews_need_a_binding_and_probe_is_explicit(harness: Harness) -> None:
     sample = {"messages": [USER], "tools": TOOLS}
-    embed: CountingEmbed = harness.management.embed  # type: ignore[assignment]  # the fixture's fake
+    embed: CountingEmbed = harness.parts.embed  # type: ignore[assignment]  # the fixture's fake
     async with harness.client() as client:
         candidate = await preview(client, "tools", {"configuration": {"deny": ["x"]}, "request": sample})
         static = (await preview(client, "tools", {"binding": {"decision": "math"}, "request": sample})).json()

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 import redis
 
-from app.management import audit_redis, replays_redis
+from app.management import audit_redis
 from app.management.audit import AuditEntry, AuditLog, AuditTrail, verify_chain
 from app.management.audit_redis import RedisAuditLog
-from app.management.replays import IdempotencyConflict, OutcomeIn, OutcomeLog, OutcomeStore, ReplayStore
-from app.management.replays_redis import RedisOutcomeStore, RedisReplayStore
-from app.management.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
+from app.replays import replays_redis
+from app.replays.replays import IdempotencyConflict, OutcomeIn, OutcomeLog, OutcomeStore, ReplayStore
+from app.replays.replays_redis import RedisOutcomeStore, RedisReplayStore
+from app.state.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
 from tests.fakes.upstream import find_free_port
 
 AuditFactory = Callable[..., AuditTrail]

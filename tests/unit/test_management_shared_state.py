@@ -18,10 +18,10 @@ import pytest
 
 from app.config.loader import parse_config
 from app.management.documents import Candidate, candidate_of
-from app.management.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
 from app.management.state import ConfigStore
-from app.management.state_backends import RedisStateBackend
 from app.management.stores import resolve_startup_document
+from app.state.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
+from app.state.state_backends import RedisStateBackend
 from tests.fakes.stores import redis_with_search
 from tests.fakes.upstream import find_free_port
 from tests.unit.test_management_support import (

@@ -10,11 +10,11 @@ import socket
 
 import numpy as np
 
+from app.cache.admin import LocalCacheAdmin, backend_control
 from app.cache.base import CacheScope
 from app.cache.memory import InMemorySemanticCache
 from app.cache.redis_store import RedisSemanticCache
 from app.config.cache_stores import RedisCacheSettings
-from app.management.cache_admin import LocalCacheAdmin, backend_control
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth
 
 PREFIX = "/api/v1/storage/response-cache"

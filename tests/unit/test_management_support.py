@@ -15,18 +15,22 @@ import httpx
 from fastapi import FastAPI
 
 from app.api.app import StaticConfigView, create_app
+from app.api.parts import IngressParts
 from app.config.loader import parse_config
 from app.config.models import RouterConfig
-from app.management import InProcessActivator, Management, ReplayStore
+from app.management import InProcessActivator, Management
 from app.management.activation import Activator
 from app.management.audit_redis import RedisAuditLog
-from app.management.ratings import RATINGS_FILE, RATINGS_LOCK, RatingStore, open_rating_store
-from app.management.replays_redis import RedisOutcomeStore
-from app.management.shared_store import ManagementStoreSettings, redis_client
 from app.management.state import ConfigStore
-from app.management.state_backends import FileStateBackend, RedisStateBackend
+from app.pipeline.learning.ratings import RATINGS_FILE, RATINGS_LOCK, RatingStore, open_rating_store
 from app.pipeline.pipeline import RouterPipeline
 from app.pipeline.services import PipelineServices
+from app.replays.parts import replay_parts
+from app.replays.replays import ReplayStore
+from app.replays.replays_redis import RedisOutcomeStore
+from app.state.shared_store import ManagementStoreSettings, redis_client
+from app.state.state_backends import FileStateBackend, RedisStateBackend
+from app.storage.parts import storage_parts
 from app.upstream.client import UpstreamClient
 
 SECRET = "sk-live-0123456789abcdef"
@@ -111,8 +115,41 @@ def with_auth(document: dict[str, Any], auth: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The Harness keywords that name a wing's part beside Management (the Ingress's IngressParts).
+WING_KEYS = frozenset(
+    {
+        "storage",
+        "knowledge_bases",
+        "memory_store",
+        "outcomes",
+        "metrics",
+        "recorder",
+        "ratings",
+        "cache_admin",
+        "embed",
+    }
+)
+
+
+def ingress_parts(**wings: Any) -> IngressParts:
+    """The Ingress's parts from the keywords the management tests name them by."""
+    return IngressParts(
+        storage=storage_parts(
+            wings.get("storage"),
+            knowledge_bases=wings.get("knowledge_bases"),
+            memories=wings.get("memory_store"),
+        ),
+        replays=replay_parts(
+            wings.get("replays"), wings.get("outcomes"), wings.get("metrics"), wings.get("recorder")
+        ),
+        ratings=wings.get("ratings"),
+        cache_admin=wings.get("cache_admin"),
+        embed=wings.get("embed"),
+    )
+
+
 class Harness:
-    """create_app + Management over one in-process pipeline."""
+    """create_app + Management (and the Ingress's parts beside it) over one in-process pipeline."""
 
     def __init__(
         self,
@@ -130,18 +167,22 @@ class Harness:
         self.pipeline = RouterPipeline(self.config, services)
         self.view = StaticConfigView(self.config)
         self.replays = replays
+        given = shared_logs() | management
+        wings = {key: given.pop(key) for key in list(given) if key in WING_KEYS}
+        self.parts = ingress_parts(**wings, replays=replays)
         self.management = Management(
             self.config,
-            **(shared_logs() | management),
+            **given,
             store=make_store(state_dir),
             activator=activator or InProcessActivator(self.pipeline),
             config_view=self.view,
             previewer=self.pipeline,
             environ=environ or {},
-            replays=replays,
             activation_wait_s=activation_wait_s,
         )
-        self.app: FastAPI = create_app(self.pipeline, UpstreamClient(), self.view, management=self.management)
+        self.app: FastAPI = create_app(
+            self.pipeline, UpstreamClient(), self.view, management=self.management, parts=self.parts
+        )
 
     def client(self, token: str | None = None) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}

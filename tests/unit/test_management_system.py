@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.management import ReplayStore, StartupTracker
-from app.management.redaction import REDACTED
+from app.common.redaction import REDACTED
+from app.management import StartupTracker
+from app.replays.replays import ReplayStore
 from tests.unit.test_management_support import SECRET, Harness, base_document, error_code
 
 
@@ -328,7 +329,7 @@ async def test_outcomes_with_idempotency_key():
     assert again.json()["idempotent_replay"] is True
     assert conflict.status_code == 409 and unknown.status_code == 404
     assert invalid.status_code == 400 and nan.status_code == 400
-    assert len(h.management.outcomes.list()) == 1
+    assert len(h.parts.replays.outcomes.list()) == 1
     assert [e["status"] for e in audit["entries"]] == [201, 200, 409, 404, 400, 400]
 
 

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.management.shared_store import ManagementStoreSettings, redis_client
 from app.pipeline.memory.redis_store import RedisMemoryStore
 from app.pipeline.memory.store import (
     InMemoryMemoryStore,
@@ -21,6 +20,7 @@ from app.pipeline.memory.store import (
     new_memory_id,
     now_stamp,
 )
+from app.state.shared_store import ManagementStoreSettings, redis_client
 
 ADA = MemoryScope(kind="user", id="ada")
 BOB = MemoryScope(kind="user", id="bob")
@@ -109,8 +109,8 @@ async def test_the_ray_routers_recall_from_the_ingress_store_on_redis_only(
     redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """router_memories (the Router replicas' store) reads what the Ingress's store (named as
-    open_replica_stores names it) keeps; on a file management store there is none, logged."""
-    from app.management.stores import router_memories
+    app/api/parts.py names it) keeps; on a file management store there is none, logged."""
+    from app.storage.memories import router_memories
 
     settings = ManagementStoreSettings(backend="redis", url=redis_url)
     app = f"app-{uuid.uuid4().hex[:8]}"
@@ -120,6 +120,6 @@ async def test_the_ray_routers_recall_from_the_ingress_store_on_redis_only(
     assert router is not None
     assert [m.text for m in await router.list_scope(ADA)] == ["The user's name is Ada."]
     assert await router.list_scope(BOB) == []
-    with caplog.at_level("INFO", logger="svc_sr.management.stores"):
+    with caplog.at_level("INFO", logger="svc_sr.storage.memories"):
         assert router_memories(ManagementStoreSettings(), None, app) is None
     assert "memory plugin inactive" in caplog.text

@@ -42,18 +42,18 @@ from schemathesis.specs.openapi.checks import (
 
 from app.api.app import create_app
 from app.api.decisions import LocalDecisionBackend
+from app.cache.admin import CacheControl, LocalCacheAdmin, backend_control
 from app.cache.base import CacheUnavailable
 from app.cache.memory import InMemorySemanticCache
 from app.config.global_config import ResponseCacheConfig
 from app.config.storage import VectorStoreConfig
-from app.management import ReplayStore
-from app.management.cache_admin import CacheControl, LocalCacheAdmin, backend_control
-from app.management.classification_metrics import aggregator_report
-from app.management.knowledge_bases import KnowledgeBaseService
-from app.management.storage import open_storage
 from app.observability.metrics import MetricsAggregator
 from app.pipeline.memory.store import InMemoryMemoryStore
+from app.replays.classification_metrics import aggregator_report
+from app.replays.replays import ReplayStore
 from app.srun.catalog import DECISION_MODEL, load
+from app.storage import open_storage
+from app.storage.knowledge_bases import KnowledgeBaseService
 from app.upstream.client import UpstreamClient
 from tests.fakes.classifiers import FakeBackend
 from tests.fakes.embedding import hashed_embed
@@ -127,6 +127,7 @@ def build_app(upstream_url: str) -> FastAPI:
         classifiers=FakeBackend(),
         management=harness.management,
         decisions=LocalDecisionBackend(load(DECISION_MODEL)),
+        parts=harness.parts,
     )
 
 

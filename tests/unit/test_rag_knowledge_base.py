@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from app.api.plugins.plugin_bindings import bindings
+from app.api.plugins.rag_probe import probe_kbs, rag_probe
 from app.config.loader import parse_config
 from app.config.plugins import KB_NAME_PATTERN, RagPlugin
-from app.management.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
-from app.management.plugin_bindings import bindings
-from app.management.rag_probe import probe_kbs, rag_probe
 from app.pipeline.phases.rag import rag_step
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.plugins import ReplayPolicy
@@ -25,6 +24,7 @@ from app.pipeline.services import PipelineServices
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.pipeline.signals.kb_data import KB_NAME, KbEntry
+from app.storage.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
 from tests.unit.test_knowledge_bases import fake_vector
 
 REACTOR_Q = "At what temperature does the reactor run?"

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from app.api.plugins.rag_probe import rag_probe
+from app.common.mgmt_errors import MgmtError
 from app.config.plugins import RagPlugin
-from app.management.errors import MgmtError
-from app.management.rag_probe import rag_probe
 from app.pipeline.compression import count_texts
 from app.pipeline.phases.rag import rag_step
 from app.pipeline.plan import RoutePlan

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.management.rate_buckets import Bucket, MemoryBuckets, RedisBuckets
-from app.management.shared_store import ManagementStoreSettings, redis_client
+from app.api.rate_buckets import Bucket, MemoryBuckets, RedisBuckets
+from app.state.shared_store import ManagementStoreSettings, redis_client
 from tests.fakes.upstream import FakeUpstream, find_free_port
 from tests.unit.test_responses_store import plane, upstream  # noqa: F401  (the module's fake upstream)
 

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from app.cli.main import cli
 from app.cli.optimize_cmds import newest_replays
-from app.management.recipe_learning import learn
-from app.management.replays import ReplayStore
+from app.pipeline.learning.recipe_learning import learn
+from app.replays.replays import ReplayStore
 from tests.unit.test_cli_config import Server
 from tests.unit.test_management_support import Harness, base_document
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.management.redaction import REDACTED, redact, restore_redacted, scrub, secret_values
+from app.common.redaction import REDACTED, redact, restore_redacted, scrub, secret_values
 
 DOC = {
     "global": {"stores": {"response_cache": {"redis": {"url": "redis://default:s3cret-pw@cache:6379/0"}}}},

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from app.config.models import RouterConfig
-from app.management.replays import ReplayStore, redact_record
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.plan import CompletionReport
 from app.pipeline.replay import REPLAY_ID_HEADER, clip_body
+from app.replays.replays import ReplayStore, redact_record
 
 
 def config(plugin: dict[str, Any] | None) -> RouterConfig:

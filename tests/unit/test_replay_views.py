@@ -1,15 +1,16 @@
 """Replay views: session trajectory, shadow dataset manifest and blinded judge tasks
-(app/management/replay_views.py) through the management app, route order included."""
+(app/replays/replay_views.py) through the management app, route order included."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.management import ReplayStore, replay_views
-from app.management.redaction import REDACTED
-from app.management.replay_views import shadow_first
+from app.common.redaction import REDACTED
 from app.pipeline import PipelineServices
 from app.pipeline.phases.parse import MAX_SESSION_ID, session_id_of
+from app.replays import replay_views
+from app.replays.replay_views import shadow_first
+from app.replays.replays import ReplayStore
 from tests.fakes.upstream import FakeUpstream
 from tests.unit.test_management_support import Harness, base_document, error_code, with_auth
 

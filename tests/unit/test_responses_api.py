@@ -10,8 +10,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter, ValidationError
 
-from app.upstream.responses_api import ChatToResponsesStream, chat_to_response
-from app.upstream.responses_request import ResponsesInputError, ResponsesRequest, responses_to_chat
+from app.exchange.responses.answer import ChatToResponsesStream, chat_to_response
+from app.exchange.responses.request import ResponsesInputError, ResponsesRequest, responses_to_chat
 from app.upstream.sse import SSEParser, encode_done, encode_sse, replay_as_sse
 
 EVENTS = TypeAdapter(ResponseStreamEvent)

@@ -17,16 +17,12 @@ import pytest
 from fastapi import FastAPI
 
 from app.api.app import StaticConfigView, create_app
+from app.api.parts import IngressParts
 from app.common.errors import SvcError
 from app.config.loader import parse_config
 from app.config.storage import VectorStoreConfig
 from app.exchange.client_api import client_api
-from app.management.service import Management
-from app.management.storage import open_storage
-from app.management.storage.files import FileServiceDown, FileStore
-from app.pipeline import PipelineServices, RouterPipeline
-from app.upstream.client import UpstreamClient
-from app.upstream.image_files import (
+from app.exchange.responses.images import (
     ImageFile,
     ImageFileRejected,
     ImageStoreDown,
@@ -34,7 +30,13 @@ from app.upstream.image_files import (
     image_file_ids,
     resolve_input_images,
 )
-from app.upstream.responses_request import ResponsesInputError, ResponsesRequest, responses_to_chat
+from app.exchange.responses.request import ResponsesInputError, ResponsesRequest, responses_to_chat
+from app.management.service import Management
+from app.pipeline import PipelineServices, RouterPipeline
+from app.storage import open_storage
+from app.storage.files import FileServiceDown, FileStore
+from app.storage.parts import storage_parts
+from app.upstream.client import UpstreamClient
 from tests.fakes.upstream import FakeUpstream
 
 
@@ -280,9 +282,10 @@ def ingress(upstream: FakeUpstream, storage_dir: Path | None) -> FastAPI:
     config = parse_config(document).config
     view = StaticConfigView(config)
     storage = open_storage(VectorStoreConfig(), storage_dir) if storage_dir is not None else None
-    management = Management(config, config_view=view, storage=storage)
+    management = Management(config, config_view=view)
+    parts = IngressParts(storage=storage_parts(storage))
     return create_app(
-        RouterPipeline(config, PipelineServices()), UpstreamClient(), view, management=management
+        RouterPipeline(config, PipelineServices()), UpstreamClient(), view, management=management, parts=parts
     )
 
 

@@ -14,12 +14,13 @@ import pytest
 from fastapi import FastAPI
 
 from app.api.app import StaticConfigView, create_app
+from app.api.parts import DataPlaneStores, IngressParts
 from app.config.loader import parse_config
-from app.exchange.stored_responses import StoredResponse
-from app.management.response_store import MemoryResponseBackend, RedisResponseBackend, ResponseBackend
+from app.exchange.responses.store import MemoryResponseBackend, RedisResponseBackend, ResponseBackend
+from app.exchange.responses.stored import StoredResponse
 from app.management.service import Management
-from app.management.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
 from app.pipeline import PipelineServices, RouterPipeline
+from app.state.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
 from app.upstream.client import UpstreamClient
 from tests.fakes.upstream import FakeUpstream
 
@@ -46,11 +47,10 @@ def plane(
     }
     config = parse_config(document).config
     view = StaticConfigView(config)
-    management = Management(
-        config, config_view=view, response_store=response_store, rate_buckets=rate_buckets
-    )
+    management = Management(config, config_view=view)
+    parts = IngressParts(data_plane=DataPlaneStores(response_store, rate_buckets))
     return create_app(
-        RouterPipeline(config, PipelineServices()), UpstreamClient(), view, management=management
+        RouterPipeline(config, PipelineServices()), UpstreamClient(), view, management=management, parts=parts
     )
 
 

@@ -1,4 +1,4 @@
-"""The StorageClient (app/management/storage/client.py) over a transport that crosses a process
+"""The StorageClient (app/storage/client.py) over a transport that crosses a process
 boundary as a Ray handle does (arguments and replies pickled, the operation run by name in a
 thread): the storage routes answer the same statuses and bodies as with the service in this
 process, the errors come back as the same exception types, a transport that cannot reach the
@@ -16,8 +16,12 @@ import pytest
 
 from app.config.plugins import RagPlugin
 from app.config.storage import VectorStoreConfig
-from app.management.storage import StorageService, open_storage
-from app.management.storage.client import (
+from app.pipeline import PipelineServices
+from app.pipeline.phases.rag import rag_step
+from app.pipeline.plan import RoutePlan
+from app.pipeline.rag import CHUNKS_HEADER, STATUS_HEADER
+from app.storage import StorageService, open_storage
+from app.storage.client import (
     DISABLED,
     StorageClient,
     StorageReply,
@@ -25,13 +29,9 @@ from app.management.storage.client import (
     local_transport,
     serve_op,
 )
-from app.management.storage.files import FileRejected, FileServiceDown
-from app.management.storage.models import FileAttach, VectorStoreCreate
-from app.management.storage.vector_stores import NotFound
-from app.pipeline import PipelineServices
-from app.pipeline.phases.rag import rag_step
-from app.pipeline.plan import RoutePlan
-from app.pipeline.rag import CHUNKS_HEADER, STATUS_HEADER
+from app.storage.files import FileRejected, FileServiceDown
+from app.storage.models import FileAttach, VectorStoreCreate
+from app.storage.vector_stores import NotFound
 from tests.fakes.embedding import hashed_embed
 from tests.unit.test_management_support import Harness
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from app.management.storage.client import DISABLED, StorageClient, StorageReply
+from app.storage.client import DISABLED, StorageClient, StorageReply
 from deployments.storage import Storage
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from app.api.routes.files import parse_multipart
 from app.config.storage import VectorStoreConfig
-from app.management.routes.files import parse_multipart
-from app.management.storage import StorageService, open_storage
-from app.management.storage.files import FileStore
+from app.storage import StorageService, open_storage
+from app.storage.files import FileStore
 from tests.fakes.embedding import hashed_embed
 from tests.unit.test_management_support import Harness
 
@@ -124,7 +124,7 @@ def test_a_failed_write_leaves_no_file(tmp_path: Path, monkeypatch: pytest.Monke
             raise OSError(28, "No space left on device")
         real_fsync(fd)
 
-    monkeypatch.setattr("app.management.storage.files.os.fsync", failing_fsync)
+    monkeypatch.setattr("app.storage.files.os.fsync", failing_fsync)
     with pytest.raises(OSError, match="unavailable"):
         store.create("a.txt", b"hello", "assistants")
     assert list(tmp_path.iterdir()) == [] and store.listing() == []

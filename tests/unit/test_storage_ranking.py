@@ -1,4 +1,4 @@
-"""Vector-store search ranking (app/management/storage/ranking.py): BM25's terms (stopwords,
+"""Vector-store search ranking (app/storage/ranking.py): BM25's terms (stopwords,
 light stemmer), weighted RRF and convex fusion, and the hybrid_rerank option end to end on a
 tiny store where the rerank changes the order."""
 
@@ -11,11 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from app.config.plugins import RagPlugin
-from app.management.storage import ranking
-from app.management.storage.backends import Bm25, Chunk, MemoryBackend
-from app.management.storage.files import FileStore
-from app.management.storage.models import FileAttach, RankingOptions, SearchRequest, VectorStoreCreate
-from app.management.storage.vector_stores import VectorStores
+from app.storage import ranking
+from app.storage.backends import Bm25, Chunk, MemoryBackend
+from app.storage.files import FileStore
+from app.storage.models import FileAttach, RankingOptions, SearchRequest, VectorStoreCreate
+from app.storage.vector_stores import VectorStores
 
 
 def chunk(cid: str, text: str = "") -> Chunk:

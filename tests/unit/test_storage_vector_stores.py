@@ -13,11 +13,11 @@ import httpx
 import numpy as np
 
 from app.config.storage import VectorStoreConfig
-from app.management.storage import StorageService, open_storage
-from app.management.storage.backends import Bm25, Chunk, MemoryBackend
-from app.management.storage.chunking import chunk_words, document_text
-from app.management.storage.models import FileAttach, VectorStoreCreate
-from app.management.storage.ranking import rrf
+from app.storage import StorageService, open_storage
+from app.storage.backends import Bm25, Chunk, MemoryBackend
+from app.storage.chunking import chunk_words, document_text
+from app.storage.models import FileAttach, VectorStoreCreate
+from app.storage.ranking import rrf
 from tests.fakes.embedding import hashed_embed
 from tests.unit.test_management_support import Harness
 

@@ -18,10 +18,10 @@ from pydantic import BaseModel, ValidationError
 
 from app.common.api_docs import BODY_TOO_LARGE, Responses, errors
 from app.common.errors import REQUEST_ID_HEADER, validation_message
+from app.common.mgmt_errors import MgmtError, MgmtErrorBody, invalid_input
 from app.management.auth import AuthError, Principal
 from app.management.discovery import RouteGuard, Sensitivity
 from app.management.documents import DocumentRejected, Reason
-from app.management.errors import MgmtError, MgmtErrorBody, invalid_input
 from app.management.service import Management
 
 M = TypeVar("M", bound=BaseModel)

@@ -10,6 +10,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.common.api_docs import json_body
+from app.common.mgmt_errors import not_found
+from app.common.redaction import REDACTED, is_secret_key, redact, restore_redacted
 from app.config.schema import config_json_schema
 from app.management.auth import auth_issues
 from app.management.documents import (
@@ -22,7 +24,6 @@ from app.management.documents import (
     parse_body,
     restart_required,
 )
-from app.management.errors import not_found
 from app.management.models import (
     HashView,
     PlanRequest,
@@ -31,7 +32,6 @@ from app.management.models import (
     VersionEntry,
     VersionsResponse,
 )
-from app.management.redaction import REDACTED, is_secret_key, redact, restore_redacted
 from app.management.routes.common import (
     Registrar,
     json_or_yaml_openapi,

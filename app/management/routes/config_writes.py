@@ -10,11 +10,11 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 
 from app.common.api_docs import NON_BLANK, REF_TEMPLATE, json_body
+from app.common.mgmt_errors import MgmtError, MgmtErrorBody, not_found, unavailable
+from app.common.redaction import restore_redacted
 from app.management.activation import PreconditionFailed, RestartRequired
 from app.management.documents import Candidate, DocumentRejected, check_document, merge_patch, parse_body
-from app.management.errors import MgmtError, MgmtErrorBody, not_found, unavailable
 from app.management.models import MutationResponse, RollbackRequest
-from app.management.redaction import restore_redacted
 from app.management.routes.common import (
     Registrar,
     Responses,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.management.errors import not_implemented
+from app.common.mgmt_errors import not_implemented
+from app.common.redaction import redact
 from app.management.inventory import classifier_view, legacy_info_classifier, legacy_info_models, system_info
-from app.management.redaction import redact
 from app.management.routes.common import Registrar, mgmt_errors, principal_of
 from app.management.service import Management
 

@@ -12,8 +12,8 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
 from app.common.api_docs import json_body
+from app.common.mgmt_errors import MgmtError
 from app.management.documents import DocumentRejected, check_document, etag_of, restart_required
-from app.management.errors import MgmtError
 from app.management.models import ReasonOut
 from app.management.recipes import (
     RecipeBody,

@@ -11,9 +11,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.common.api_docs import json_body
-from app.management.errors import MgmtError, unavailable
+from app.common.mgmt_errors import MgmtError, unavailable
+from app.common.redaction import redact
 from app.management.models import PreviewRequest, PreviewResponse
-from app.management.redaction import redact
 from app.management.routes.common import Registrar, json_response, mgmt_errors, parse_model, principal_of
 from app.management.service import Management
 from app.pipeline.phases.parse import SESSION_ID_HEADER

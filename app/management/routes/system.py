@@ -9,9 +9,9 @@ from fastapi import APIRouter, Depends, FastAPI, Query
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from app.common.mgmt_errors import not_found
 from app.management.auth import PERMISSIONS
 from app.management.discovery import describe_routes
-from app.management.errors import not_found
 from app.management.models import Discovery, RouteInfo, StatusDocument
 from app.management.openapi import UnknownOperation, narrow, served
 from app.management.routes.common import ERRORS, ManagementRoute, Registrar, json_response, route_guard

@@ -6,7 +6,7 @@ stores instead of from the client, for one scope (`user:<id>` or `session:<id>`)
   `memory` plugin the scope keys the partition).
 
 A scope is trusted until invalidated (POST /api/v1/storage/context-recovery/invalidate,
-app/management/routes/context_recovery.py). An invalidation writes the scope's RecoveryMark
+app/api/routes/context_recovery.py). An invalidation writes the scope's RecoveryMark
 (store.py) into the memory store itself, so every Router replica that recalls from it sees
 the mark: from then on recall (and the extractor's dedupe) only considers memories created
 after `invalidated_at`, and the mark's generation goes into the scope's cache partition, so

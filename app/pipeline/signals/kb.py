@@ -38,7 +38,7 @@ KB_REFRESH_S = 1.0
 
 
 class KnowledgeBaseSource(Protocol):
-    """What a feed reads (app/management/knowledge_bases.py KnowledgeBaseStore)."""
+    """What a feed reads (app/storage/knowledge_bases.py KnowledgeBaseStore)."""
 
     def revision(self) -> int: ...
 

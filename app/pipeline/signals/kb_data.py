@@ -1,7 +1,7 @@
 """Knowledge bases as stored (the management store) and as the `kb` signal scores them.
 
 A knowledge base is a named set of labelled exemplars {id, text, label, metadata?}. Two
-documents per application live in the management store (app/management/knowledge_bases.py
+documents per application live in the management store (app/storage/knowledge_bases.py
 keeps them with the store's compare-and-set):
 
 - `KnowledgeBasesDocument`: every base's entries and activation state (pending, active,
