@@ -70,11 +70,12 @@ def main() -> None:
     clients = [
         threading.Thread(target=keep_asking, args=(args.base, stop, results)) for _ in range(args.clients)
     ]
-    for thread in clients:
-        thread.start()
     rows = []
     with httpx.Client(base_url=args.base, timeout=300) as client:
-        before = client.get("/api/v1/config").json()["global"]["stores"]["response_cache"]["backend_type"]
+        stores = client.get("/api/v1/config").json().get("global", {}).get("stores", {})
+        before = stores.get("response_cache", {}).get("backend_type", "memory")  # left out: the default
+        for thread in clients:
+            thread.start()
         try:
             for _ in range(args.rounds):
                 for backend in ("memory", "milvus") if before == "milvus" else ("milvus", "memory"):
