@@ -68,6 +68,7 @@ from app.cache.checks import (
     check_ttl,
 )
 from app.cache.milvus_epochs import MilvusEpochs
+from app.common.pymilvus_import import import_pymilvus
 from app.config.cache_stores import MilvusCacheSettings
 
 log = logging.getLogger(__name__)
@@ -334,6 +335,7 @@ class MilvusSemanticCache:
             return self._client
 
     def _open(self) -> Any:
+        import_pymilvus()  # its logging setup would silence this replica's log
         from pymilvus import MilvusClient  # imported here: memory-only deployments never load it
 
         s = self._settings

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from app.common.pymilvus_import import import_pymilvus
 from app.config.cache_stores import MilvusCacheSettings
 from app.storage.backends import Chunk, VectorBackendDown
 
@@ -145,6 +146,7 @@ class MilvusBackend:
     def _connected(self) -> Any:
         with self._lock:
             if self._client is None:
+                import_pymilvus()  # its logging setup would silence this replica's log
                 from pymilvus import MilvusClient  # memory-only deployments never load it
 
                 s = self._settings
