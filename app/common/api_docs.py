@@ -21,6 +21,10 @@ REF_TEMPLATE = "#/components/schemas/{model}"
 # it): the pattern of a field that must not be blank.
 NON_BLANK = r"[^\s\x1c-\x1f\x85]"
 Responses = dict[int | str, dict[str, Any]]
+# The largest `after_sequence` a page may start after. Sequences count from 1 and never come
+# near it; the Redis stores' scripts pass numbers at 14 significant digits (a bigger one
+# reached Redis as `1e+28` and failed as a 503).
+MAX_SEQUENCE = 10**12
 
 
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:

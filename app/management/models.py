@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.common.api_docs import NON_BLANK, Absent, no_default
+from app.common.api_docs import MAX_SEQUENCE, NON_BLANK, Absent, no_default
 from app.exchange.openai_models import ChatCompletionRequest
 
 
@@ -200,4 +200,4 @@ class PreviewResponse(BaseModel):
 class AuditQuery(BaseModel):
     action: str | None = None
     limit: int = Field(default=100, ge=1, le=1000)
-    after_sequence: int = Field(default=0, ge=0)
+    after_sequence: int = Field(default=0, ge=0, le=MAX_SEQUENCE)

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
 
-from app.common.api_docs import json_body
+from app.common.api_docs import MAX_SEQUENCE, json_body
 from app.common.mgmt_errors import MgmtError, feature_disabled, not_found, unavailable
 from app.management.routes.common import (
     Registrar,
@@ -80,7 +80,7 @@ def replay_routes(mgmt: Management, parts: ReplayParts, ratings: RatingStore | N
     async def list_replays(
         request: Request,
         limit: int = Query(100, ge=1, le=1000),
-        after_sequence: int = Query(0, ge=0),
+        after_sequence: int = Query(0, ge=0, le=MAX_SEQUENCE),
         decision: str | None = Query(None, max_length=256),
         model: str | None = Query(None, max_length=256),
     ) -> JSONResponse:
@@ -197,14 +197,14 @@ def add_replay_views(add: Any, parts: ReplayParts) -> None:
         session_id: str = Query(..., min_length=1, max_length=256),
         recipe: str = Query(DEFAULT_RECIPE, min_length=1, max_length=128),
         limit: int = Query(100, ge=1, le=1000),
-        after_sequence: int = Query(0, ge=0),
+        after_sequence: int = Query(0, ge=0, le=MAX_SEQUENCE),
     ) -> Trajectory:
         return await trajectory(replays_of(parts), parts.outcomes, session_id, recipe, limit, after_sequence)
 
     async def get_dataset(
         recipe: str = Query(DEFAULT_RECIPE, min_length=1, max_length=128),
         limit: int = Query(100, ge=1, le=1000),
-        after_sequence: int = Query(0, ge=0),
+        after_sequence: int = Query(0, ge=0, le=MAX_SEQUENCE),
     ) -> DatasetManifest:
         return await dataset_manifest(replays_of(parts), recipe, after_sequence, limit)
 
@@ -212,7 +212,7 @@ def add_replay_views(add: Any, parts: ReplayParts) -> None:
         request: Request,
         recipe: str = Query(DEFAULT_RECIPE, min_length=1, max_length=128),
         limit: int = Query(100, ge=1, le=1000),
-        after_sequence: int = Query(0, ge=0),
+        after_sequence: int = Query(0, ge=0, le=MAX_SEQUENCE),
     ) -> JSONResponse:
         principal = principal_of(request)
         page = await judge_tasks(

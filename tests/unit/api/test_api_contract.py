@@ -12,6 +12,7 @@ import pytest
 
 from app.cache.admin import LocalCacheAdmin, backend_control
 from app.cache.memory import InMemorySemanticCache
+from app.common.api_docs import MAX_SEQUENCE
 from app.management.openapi import to_openapi_30
 from tests.unit.management.test_management_support import Harness, error_code
 
@@ -125,3 +126,15 @@ async def test_bodies_a_route_does_without_are_documented_optional() -> None:
     assert paths["/api/v1/storage/vector-stores"]["post"]["requestBody"]["required"] is False
     assert paths["/api/v1/config/validate"]["post"]["requestBody"]["required"] is False
     assert paths["/api/v1/storage/response-cache/invalidate"]["post"]["requestBody"]["required"] is True
+
+
+async def test_a_page_cursor_is_bounded_as_documented() -> None:
+    async with Harness().client() as api:
+        params = (await api.get("/openapi.json")).json()["paths"]["/api/v1/observability/audit"]["get"]
+        [cursor] = [p for p in params["parameters"] if p["name"] == "after_sequence"]
+        assert cursor["schema"]["maximum"] == MAX_SEQUENCE
+        answer = await api.get("/api/v1/observability/audit", params={"after_sequence": MAX_SEQUENCE + 1})
+        assert answer.status_code == 400 and error_code(answer) == "INVALID_INPUT", answer.text
+        assert (
+            await api.get("/api/v1/observability/audit", params={"after_sequence": MAX_SEQUENCE})
+        ).is_success

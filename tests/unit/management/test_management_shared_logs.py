@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 
+from app.common.api_docs import MAX_SEQUENCE
 from app.management import audit_redis
 from app.management.audit import AuditEntry, AuditLog, AuditTrail, verify_chain
 from app.management.audit_redis import RedisAuditLog
@@ -223,6 +224,18 @@ def test_a_tampered_entry_fails_verify_with_its_sequence(shared: tuple[redis.Red
 
 
 # ---------------------------------------------------------------------- replays, both stores
+
+
+def test_a_page_after_the_largest_sequence_is_empty(
+    make_audit: AuditFactory, make_replays: ReplayFactory
+) -> None:
+    """The routes' bound (MAX_SEQUENCE) is a number every store reads: an empty page, not a
+    Redis script that refused `1e+28` (a 503)."""
+    log, replays = make_audit(), make_replays()
+    log.record("config.patch")
+    replays.record(replay(1))
+    assert log.query(after_sequence=MAX_SEQUENCE).entries == []
+    assert replays.list(after_sequence=MAX_SEQUENCE).records == []
 
 
 def test_replay_store_is_bounded_and_aggregates(make_replays: ReplayFactory) -> None:
