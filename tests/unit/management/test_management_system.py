@@ -298,9 +298,11 @@ async def test_replay_routes_redact_content_and_secrets():
     assert agg["total"] == 2 and agg["by_model"]["big"]["cost"] == {"USD": 0.5}
 
 
-async def test_replays_not_enabled_is_503():
+async def test_replays_not_enabled_is_404_feature_disabled():
+    """A feature that is off is no server fault (docs/management-api.md, "A feature that is off")."""
     async with Harness().client() as c:
-        assert (await c.get("/api/v1/observability/replays")).status_code == 503
+        answer = await c.get("/api/v1/observability/replays")
+    assert answer.status_code == 404 and error_code(answer) == "FEATURE_DISABLED", answer.text
 
 
 async def test_outcomes_with_idempotency_key():
