@@ -33,7 +33,7 @@ from ray.serve.handle import DeploymentHandle
 
 from app.common.heap import freeze_startup_heap
 from app.pipeline import encoder_embed
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.local_models import router_evaluators
 from app.pipeline.plan import RoutePlan
 from app.pipeline.reload import ReloadingPipeline

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.pipeline import PipelineServices, encoder_embed
 from app.pipeline.decisions import referenced_signals
 from app.pipeline.local_models import local_evaluators

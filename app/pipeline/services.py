@@ -87,7 +87,7 @@ class CacheCalls(NamedTuple):
 
 
 def cache_calls(backend: Any, offload: bool | None = None) -> CacheCalls:
-    """The cache calls over a sync `ResponseCacheBackend` (app.cache): inline for an
+    """The cache calls over a sync `ResponseCacheStore` (app.cache): inline for an
     in-process backend, in a worker thread for a network store (`offload` None decides by
     the backend; app/cache/calls.py)."""
     cache = AsyncCache(backend, offload)

@@ -42,7 +42,7 @@ from app.extproc.server import start_bridge_server
 from app.management.service import Management
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.memory.store import InMemoryMemoryStore
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.signals.jailbreak import jailbreak_factory

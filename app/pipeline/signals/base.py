@@ -26,7 +26,7 @@ from app.common.chat_text import content_text, conversation_text, human_ask
 from app.pipeline.plan import SignalMatch
 
 if TYPE_CHECKING:
-    from app.config.models import RouterConfig
+    from app.config.document import RouterConfig
 
 EmbedFn = Callable[[list[str]], Awaitable[np.ndarray]]
 CountTokensFn = Callable[[str], int]

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import DomainSignal
 from app.models.domain import DomainResult, map_to_configured
 from app.pipeline.plan import SignalMatch

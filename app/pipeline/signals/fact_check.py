@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.semantic_signals import FactCheckSignal
 from app.models.fact_check import FactCheckHead, shared_fact_check_head
 from app.pipeline.signals.base import SignalContext

@@ -19,7 +19,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import HarmfulSignal
 from app.models.harmful import HarmfulResult
 from app.pipeline.signals.base import EvaluatorFactory, SignalContext

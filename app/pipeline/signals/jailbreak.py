@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import JailbreakSignal
 from app.models.jailbreak import JailbreakResult
 from app.pipeline.signals import llm_judge

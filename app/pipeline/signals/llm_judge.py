@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from app.config.document import RouterConfig
 from app.config.external_models import ExternalModel, external_model
-from app.config.models import RouterConfig
 from app.config.reliability import ReliabilityConfig
 from app.llm import addressing
 from app.upstream.client import UpstreamClient

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import PIISignal
 from app.models.pii import NER_DERIVED_TYPES, PII_ENTITY_TYPES, PIIResult, pii_policy_allows
 from app.pipeline.plan import SignalMatch

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from app.config.document import RouterConfig
 from app.config.model_deployments import (
     BINDINGS,
     BindingSpec,
@@ -43,7 +44,6 @@ from app.config.model_deployments import (
     on_unscanned_of,
     read_bindings,
 )
-from app.config.models import RouterConfig
 from app.models.pii import PIIEntity, PIIResult, mask
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import SignalContext, SignalEvaluator, UnscannedError, error_matches

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import DomainSignal, JailbreakSignal, PIISignal
 from app.models.domain import DOMAIN_CATEGORIES
 from app.pipeline import PipelineServices, RouterPipeline

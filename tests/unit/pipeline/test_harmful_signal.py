@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import ConfigError, parse_config
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import HARMFUL_CATEGORIES, HarmfulSignal
 from app.models.harmful import HarmfulClassifier
 from app.pipeline import PipelineServices, RouterPipeline

@@ -1,4 +1,4 @@
-"""The diagnostics' ClassifierBackend over the model deployments and the Router (app/api/
+"""The diagnostics' ClassifierSource over the model deployments and the Router (app/api/
 diagnostics_service.py), unwrapping Ray's errors through deployments/ray_compat.py so a
 replica's own error (ModelNotLoadedError, ValueError, ...) reaches the diagnostics as itself."""
 
@@ -13,7 +13,7 @@ from deployments import ray_compat
 
 
 class HandleClassifiers:
-    """The diagnostics' ClassifierBackend over the model deployments and the Router."""
+    """The diagnostics' ClassifierSource over the model deployments and the Router."""
 
     def __init__(
         self,
