@@ -11,7 +11,7 @@ app/pipeline/local_models.py wires them, in one process. Rows:
 - `learned`: the `native` MiniLM encoder on DEVICE (one pass; it reads the first 256 tokens) and
   the three heads on its vector (numpy on the host, as everywhere), the heads concurrently;
 - `pii`: what the shipped config asks (its policy allows every type NER produces): the pattern
-  types on the Router's pattern-only detector (`patterns_here`), no spaCy;
+  types on the Router's pattern-only detector (`PatternsHere`), no spaCy;
 - `pii_ner`: a policy that denies a NER type: every type, spaCy's NER over the whole text (the
   Guard deployment's detector);
 - `both`, `both_ner`: `learned` and `pii` (or `pii_ner`) concurrently, in threads, as one request
@@ -228,7 +228,7 @@ class Signals:
             Loaded.load("jailbreak guard", head("jailbreak-guard")),
             harmful=Loaded.load("harmful-content classifier", HarmfulClassifier),
         )
-        # The Router's own pattern-only detector (app/pipeline/local_models.py `patterns_here`).
+        # The Router's own pattern-only detector (app/pipeline/local_models.py `PatternsHere`).
         self.patterns = HostedGuard(
             Loaded.load("PII patterns", lambda: load_model("pii-detector", use_ner=False)),
             Loaded("jailbreak guard", None, "not hosted"),
