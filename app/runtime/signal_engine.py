@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.runtime.schemas import ErrorDetail, Span
+from app.runtime.schemas import ItemResult
 
 
 class SignalRequest(BaseModel):
@@ -66,15 +66,11 @@ class Verdict(BaseModel):
     types: list[str] = Field(default_factory=list)
 
 
-class SignalItem(BaseModel):
-    """One text's answer: the fields of its answer type, or `error` (that text alone failed)."""
+class SignalItem(ItemResult):
+    """One text's answer: the worker API's answer item (the fields of its answer type, or
+    `error`: that text alone failed) and, from an engine that judges, its `verdict`."""
 
-    label: str | None = None
-    confidence: float | None = None
-    probabilities: dict[str, float] | None = None
-    scores: dict[str, float] | None = None
-    spans: list[Span] | None = None
-    error: ErrorDetail | None = None
+    index: int = 0
     verdict: Verdict | None = None
 
     def label_scores(self) -> dict[str, float] | None:

@@ -16,7 +16,7 @@ from app.models.domain import DomainResult
 from app.models.harmful import BENIGN, HarmfulResult
 from app.models.jailbreak import JailbreakResult
 from app.models.pii import PIIEntity, PIIResult, mask
-from app.runtime.signal_engine import SignalItem
+from app.runtime.signal_engine import SignalItem, Verdict
 
 JAILBREAK_HEAD = "jailbreak"  # the label of the built-in guard's score
 
@@ -64,64 +64,51 @@ def pii_result(
     return PIIResult(has_pii=bool(entities), entities=entities, masked_text=mask(text, entities))
 
 
-def jailbreak_result(item: SignalItem, threshold: float, head: str = JAILBREAK_HEAD) -> JailbreakResult:
-    """The engine's verdict, else the score of label `head` against `threshold` (a model
-    runtime's score decides alone: no method, no pattern lists)."""
-    verdict = item.verdict
-    if verdict is not None:
-        return JailbreakResult(
-            is_jailbreak=verdict.flagged,
-            score=verdict.score,
-            confidence=verdict.confidence,
-            method=verdict.method or "classifier",
-            patterns_detected=list(verdict.patterns),
-            detection_types=list(verdict.types),
-        )
-    scores = item.label_scores()
-    if not isinstance(scores, dict) or head not in scores:
-        field = "probabilities" if item.scores is None and item.probabilities is not None else "scores"
-        raise UnusableAnswer(f"no {field} for head {head!r} in the answer")
-    score = _unit(scores[head])
+def judged(score: float, threshold: float, label: str) -> Verdict:
+    """The verdict of a score against `threshold`, flagged as `label` (an engine that answers
+    scores only: a model runtime's score decides alone, no method, no pattern lists)."""
     flagged = score >= threshold
+    confidence = score if flagged else 1.0 - score
+    return Verdict(flagged=flagged, score=score, confidence=confidence, types=[label] if flagged else [])
+
+
+def jailbreak_result(item: SignalItem, threshold: float, head: str = JAILBREAK_HEAD) -> JailbreakResult:
+    """The engine's verdict, else the score of label `head` against `threshold`."""
+    verdict = item.verdict
+    if verdict is None:
+        scores = item.label_scores()
+        if not isinstance(scores, dict) or head not in scores:
+            field = "probabilities" if item.scores is None and item.probabilities is not None else "scores"
+            raise UnusableAnswer(f"no {field} for head {head!r} in the answer")
+        verdict = judged(_unit(scores[head]), threshold, head)
     return JailbreakResult(
-        is_jailbreak=flagged,
-        score=score,
-        confidence=score if flagged else 1.0 - score,
-        method="classifier",
-        patterns_detected=[],
-        detection_types=[head] if flagged else [],
+        is_jailbreak=verdict.flagged,
+        score=verdict.score,
+        confidence=verdict.confidence,
+        method=verdict.method or "classifier",
+        patterns_detected=list(verdict.patterns),
+        detection_types=list(verdict.types),
     )
 
 
 def harmful_result(item: SignalItem, threshold: float, categories: Sequence[str] = ()) -> HarmfulResult:
     """The engine's verdict, else the summed probability of `categories` (every harm category
-    when empty) against `threshold`."""
+    when empty) against `threshold`, flagged as the most probable of them."""
     per = {k: v for k, v in (item.label_scores() or {}).items() if k != BENIGN}
-    verdict = item.verdict
-    if verdict is not None:
-        return HarmfulResult(
-            is_harmful=verdict.flagged,
-            score=verdict.score,
-            confidence=verdict.confidence,
-            category=item.label,
-            categories=per,
-            detection_types=list(verdict.types),
-        )
-    if not per:
-        raise UnusableAnswer("no harm category scores in the answer")
-    wanted = [c for c in per if not categories or c in categories]
-    if not wanted:
-        raise UnusableAnswer(f"no scores for the categories {list(categories)} in the answer")
-    score = _unit(sum(per[c] for c in wanted))
-    top = max(wanted, key=per.__getitem__)
-    flagged = score >= threshold
+    verdict, category = item.verdict, item.label
+    if verdict is None:
+        wanted = [c for c in per if not categories or c in categories]
+        if not wanted:
+            raise UnusableAnswer("no scores for the harm categories asked in the answer")
+        category = max(wanted, key=per.__getitem__)
+        verdict = judged(_unit(sum(per[c] for c in wanted)), threshold, category)
     return HarmfulResult(
-        is_harmful=flagged,
-        score=score,
-        confidence=score if flagged else 1.0 - score,
-        category=top,
+        is_harmful=verdict.flagged,
+        score=verdict.score,
+        confidence=verdict.confidence,
+        category=category,
         categories=per,
-        detection_types=[top] if flagged else [],
+        detection_types=list(verdict.types),
     )
 
 

@@ -13,29 +13,16 @@ decides); without a host (an offline preview) every call errs.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from app.config.model_deployments import OnUnscanned
 from app.runtime.signal_engine import SignalItem, SignalRequest, UnscannedError
 
+if TYPE_CHECKING:  # the host type only: the pipeline need not import the supervisor
+    from app.srun.hosting import ManagedRuntimes
+
 # The answer field each contract is read from.
 CONTRACT_FIELDS = {"label_probabilities": "probabilities", "label_scores": "scores", "token_spans": "spans"}
-
-
-class SignalHost(Protocol):
-    """What a binding calls: `ManagedRuntimes.signal` (returns a SignalResult)."""
-
-    async def signal(
-        self,
-        deployment: str,
-        surface: str,
-        body: dict[str, Any],
-        remaining_s: float | None,
-        *,
-        safety: bool = False,
-        on_error_matches: bool = False,
-        unscanned: OnUnscanned = "block",
-    ) -> Any: ...
 
 
 class WorkerEngine:
@@ -47,7 +34,7 @@ class WorkerEngine:
         self,
         binding: str,
         deployment: str,
-        host: SignalHost | None,
+        host: ManagedRuntimes | None,
         contract: str,
         *,
         safety: bool = False,

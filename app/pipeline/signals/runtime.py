@@ -22,7 +22,7 @@ family reads from the worker's answer is app/runtime/signal_readers.py:
   reads its own label's score against its threshold (a per-rule binding: its `head` label,
   default the rule's name).
 
-Calls go through a `SignalHost` (app/srun/hosting.py ManagedRuntimes): deadline
+Calls go through the host's `ManagedRuntimes.signal` (app/srun/hosting.py): deadline
 `signal_timeout_ms`, else 45 s (the pipeline sees no request deadline). When no answer comes
 or the input is read only in part, a safety signal (pii, jailbreak) is unscanned
 (`UnscannedError`: `on_unscanned: block` matches, `allow` errors so on_error decides) and a
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.config.model_deployments import BINDINGS, on_unscanned_of, read_bindings
 from app.config.models import RouterConfig
@@ -44,9 +44,10 @@ from app.pipeline.signals.domain import DomainEvaluator
 from app.pipeline.signals.jailbreak import JailbreakEvaluator
 from app.pipeline.signals.labels import EngineLabels
 from app.pipeline.signals.pii import PIIEvaluator
-from app.srun.worker_engine import SignalHost, WorkerEngine
+from app.srun.worker_engine import WorkerEngine
 
-__all__ = ["PerRule", "SignalHost", "bound_evaluators"]
+if TYPE_CHECKING:  # the host type only: the pipeline need not import the supervisor
+    from app.srun.hosting import ManagedRuntimes
 
 
 class PerRule:
@@ -100,7 +101,7 @@ def _evaluator(
 
 
 def bound_evaluators(
-    config: RouterConfig, host: SignalHost | None, base: Mapping[str, SignalEvaluator] | None = None
+    config: RouterConfig, host: ManagedRuntimes | None, base: Mapping[str, SignalEvaluator] | None = None
 ) -> dict[str, SignalEvaluator]:
     """The evaluators of the families `config` binds to model-runtime deployments, by family;
     they replace the graph's own (`base`, PipelineServices.evaluators) for this config. A
