@@ -24,8 +24,6 @@ from app.runtime.signal_engine import SignalItem, SignalRequest, Verdict
 BatchFn = Callable[[list[Any]], Coroutine[Any, Any, list[Any]]]
 Batch = Callable[[BatchFn], Batched]
 Run = Callable[[SignalRequest], Awaitable[list[SignalItem]]]
-# The category the domain host gives a blank text; the family applies its own fallback.
-HOST_FALLBACK = "other"
 # The graph's engines by family: (name in messages, reads the Router's vectors).
 GRAPH_ENGINES: dict[str, tuple[str, bool]] = {
     "domain": ("domain classifier", True),
@@ -60,7 +58,7 @@ def domain_engine(hosted: HostedDomain, batch: Batch) -> LocalEngine:
     batched = batch(heads)
 
     async def run(request: SignalRequest) -> list[SignalItem]:
-        results = await hosted.classify(request.texts, request.vectors, None, HOST_FALLBACK, batched)
+        results = await hosted.classify(request.texts, request.vectors, batched)
         return [
             SignalItem.model_construct(
                 label=r["category"], confidence=r["confidence"], probabilities=r["probabilities"]
