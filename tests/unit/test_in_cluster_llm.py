@@ -228,15 +228,17 @@ def test_the_graph_adds_one_llm_server_per_in_cluster_model(
     surging = {name for name, node in nodes.items() if node._deployment_config.max_surge_percent == 100}
     assert surging >= {"Ingress", "Router", "Embedding", "DomainClassifier", "Guard", "Observability"}
     assert server._deployment_config.max_surge_percent == 0
-    # Nor the Storage replica: its replacement must not open the records and Milvus Lite files first.
-    assert nodes["Storage"]._deployment_config.max_surge_percent == 0 and nodes["Storage"].num_replicas == 1
+    # Nor a replica that owns a store (docs/configuration.md "One owner"): the Storage (records and
+    # Milvus Lite files) and the ResponseCache over the in-memory cache, this document's default.
+    for owner in ("Storage", "ResponseCache"):
+        assert nodes[owner]._deployment_config.max_surge_percent == 0 and nodes[owner].num_replicas == 1
     # A stopping replica polls its drain at SHUTDOWN_POLL_S, not Serve's 2 s (svc-sr stop, roll-outs).
     polling = {
         n
         for n, node in nodes.items()
         if node._deployment_config.graceful_shutdown_wait_loop_s == SHUTDOWN_POLL_S
     }
-    assert polling == surging | {"Storage"}
+    assert polling == surging | {"Storage", "ResponseCache"}
     plain = {**document, "providers": {"models": [{"name": "ext", "backend_refs": [{"endpoint": "h:1"}]}]}}
     names = {bound_deployment(n).name for n in graph_nodes(build_graph(args, plain))}
     assert not any(name.startswith("LLMServer") for name in names)

@@ -42,7 +42,7 @@ from schemathesis.specs.openapi.checks import (
 
 from app.api.app import create_app
 from app.api.decisions import LocalDecisionBackend
-from app.cache.admin import LocalCacheAdmin, backend_control
+from app.cache.admin import CacheControl, LocalCacheAdmin, backend_control
 from app.cache.base import CacheUnavailable
 from app.cache.memory import InMemorySemanticCache
 from app.config.global_config import ResponseCacheConfig
@@ -85,20 +85,29 @@ CHECKS = [
 CARD_DEPENDENT = {"/v1/decisions", "/v1/systemone", "/api/v1/storage/files"}
 
 
-class LocalProbeCacheAdmin(LocalCacheAdmin):
-    """Probes a candidate in-memory cache for real; a Redis or Milvus candidate is answered as
-    unreachable without a connection (the fuzzer draws hosts and paths: it must reach nothing)."""
+class MemoryProbesOnly:
+    """The live cache's control, whose probe tries a candidate in-memory cache for real; a Redis
+    or Milvus candidate is answered as unreachable without a connection (the fuzzer draws hosts
+    and paths: it must reach nothing)."""
 
-    def _probe(self, settings: ResponseCacheConfig) -> None:
+    def __init__(self, control: CacheControl) -> None:
+        self._control = control
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._control, name)
+
+    async def probe(self, settings: ResponseCacheConfig) -> None:
         if settings.backend_type != "memory":
             raise CacheUnavailable("not probed: this test reaches 127.0.0.1 only")
-        super()._probe(settings)
+        await self._control.probe(settings)
 
 
 def build_app(upstream_url: str) -> FastAPI:
     replays = ReplayStore()
     replays.record({"id": "r1", "selected_model": "small", "decision": ""})
-    cache = LocalProbeCacheAdmin(backend_control(InMemorySemanticCache(max_entries=0, ttl_seconds=0)))
+    cache = LocalCacheAdmin(
+        MemoryProbesOnly(backend_control(InMemorySemanticCache(max_entries=0, ttl_seconds=0)))
+    )
     metrics = MetricsAggregator()
     harness = Harness(
         base_document(upstream_url),
