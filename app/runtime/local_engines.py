@@ -60,9 +60,7 @@ def domain_engine(hosted: HostedDomain, batch: Batch) -> LocalEngine:
     async def run(request: SignalRequest) -> list[SignalItem]:
         results = await hosted.classify(request.texts, request.vectors, batched)
         return [
-            SignalItem.model_construct(
-                label=r["category"], confidence=r["confidence"], probabilities=r["probabilities"]
-            )
+            SignalItem(label=r["category"], confidence=r["confidence"], probabilities=r["probabilities"])
             for r in results
         ]
 
@@ -80,7 +78,7 @@ def guard_engines(hosted: HostedGuard, batch: Batch) -> dict[str, LocalEngine]:
 
     async def pii(request: SignalRequest) -> list[SignalItem]:
         results = await hosted.detect_pii(request.texts, request.labels, request.threshold, pii_one)
-        return [SignalItem.model_construct(spans=[_span(e) for e in r["entities"]]) for r in results]
+        return [SignalItem(spans=[_span(e) for e in r["entities"]]) for r in results]
 
     async def jailbreak(request: SignalRequest) -> list[SignalItem]:
         results = await hosted.detect_jailbreak(
@@ -93,9 +91,9 @@ def guard_engines(hosted: HostedGuard, batch: Batch) -> dict[str, LocalEngine]:
             jailbreak_one,
         )
         return [
-            SignalItem.model_construct(
+            SignalItem(
                 scores={"jailbreak": r["score"]},
-                verdict=Verdict.model_construct(
+                verdict=Verdict(
                     flagged=r["is_jailbreak"],
                     score=r["score"],
                     confidence=r["confidence"],
@@ -112,10 +110,10 @@ def guard_engines(hosted: HostedGuard, batch: Batch) -> dict[str, LocalEngine]:
             request.texts, request.vectors, request.threshold, request.labels, harmful_one
         )
         return [
-            SignalItem.model_construct(
+            SignalItem(
                 label=r["category"],
                 scores=r["categories"],
-                verdict=Verdict.model_construct(
+                verdict=Verdict(
                     flagged=r["is_harmful"],
                     score=r["score"],
                     confidence=r["confidence"],
@@ -132,7 +130,7 @@ def guard_engines(hosted: HostedGuard, batch: Batch) -> dict[str, LocalEngine]:
 
 
 def _span(entity: dict[str, Any]) -> Span:
-    return Span.model_construct(
+    return Span(
         label=entity["type"],
         start=entity["start"],
         end=entity["end"],
