@@ -199,10 +199,10 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
 
 # Two starts: which document a start serves (first, resumed, unchanged, an edited file) is
 # decided by resolve_startup_document, whose every case, the edited file winning included, is
-# tests/unit/test_management_shared_state.py's on both stores; this test proves the CLI wires
+# tests/unit/management/test_management_shared_state.py's on both stores; this test proves the CLI wires
 # it to a real restart (a third start for the edited file cost CI about 2 minutes). Each backend's
 # survival of new processes is test_cache_stores.py's (Redis, Milvus Lite, hybrid); which
-# backends get one replica, on which path, is tests/unit/test_cache_owner.py's.
+# backends get one replica, on which path, is tests/unit/cache/test_cache_owner.py's.
 def test_a_cache_patched_to_milvus_lite_serves_hits_and_outlives_a_restart(cli: Cli) -> None:
     first = cli.serve()
     try:
