@@ -1,6 +1,8 @@
 """The diagnostics' ClassifierSource over the model deployments and the Router (app/api/
-diagnostics_service.py), unwrapping Ray's errors through deployments/ray_compat.py so a
-replica's own error (ModelNotLoadedError, ValueError, ...) reaches the diagnostics as itself."""
+diagnostics_service.py): the model calls ask the DomainClassifier's and Guard's engines by handle
+(app/api/engine_classifiers.py over deployments/signal_engines.py), unwrapping Ray's errors
+through deployments/ray_compat.py so a replica's own error (ModelNotLoadedError, ValueError, ...)
+reaches the diagnostics as itself."""
 
 from __future__ import annotations
 
@@ -8,11 +10,17 @@ from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
+from app.api.engine_classifiers import EngineClassifiers
 from app.runtime.schemas import ModelNotLoadedError
 from deployments import ray_compat
+from deployments.signal_engines import handle_engines
 
 
-class HandleClassifiers:
+def _unavailable(exc: BaseException) -> BaseException:
+    return ModelNotLoadedError(f"classify: deployment unavailable ({type(exc).__name__})")
+
+
+class HandleClassifiers(EngineClassifiers):
     """The diagnostics' ClassifierSource over the model deployments and the Router."""
 
     def __init__(
@@ -22,8 +30,10 @@ class HandleClassifiers:
         router: DeploymentHandle,
         embedding: DeploymentHandle | None = None,
     ) -> None:
-        self._domain = domain
-        self._guard = guard
+        # No resend: the diagnostics report what happened (503 MODEL_NOT_LOADED when unreachable).
+        super().__init__(
+            handle_engines(domain, guard, retries=0, unavailable=_unavailable, overloaded=_unavailable)
+        )
         self._router = router
         self._embedding = embedding
 
@@ -37,40 +47,6 @@ class HandleClassifiers:
 
         # The replica's own exception (ModelNotLoadedError, ValueError, ...) reaches the diagnostics as itself.
         return await ray_compat.call(handle, method, *args, unavailable=unavailable, overloaded=unavailable)
-
-    async def classify_domain(
-        self, texts: list[str], threshold: float | None, fallback_category: str
-    ) -> list[Any]:
-        return await self._call(self._domain, "classify", texts, None, threshold, fallback_category)
-
-    async def detect_pii(
-        self, texts: list[str], entity_types: list[str] | None, threshold: float | None
-    ) -> list[Any]:
-        return await self._call(self._guard, "detect_pii", texts, entity_types, threshold)
-
-    async def detect_jailbreak(
-        self,
-        texts: list[str],
-        method: str,
-        threshold: float | None,
-        jailbreak_patterns: list[str],
-        benign_patterns: list[str],
-    ) -> list[Any]:
-        return await self._call(
-            self._guard,
-            "detect_jailbreak",
-            texts,
-            None,
-            method,
-            threshold,
-            jailbreak_patterns,
-            benign_patterns,
-        )
-
-    async def detect_harmful(
-        self, texts: list[str], threshold: float | None, categories: list[str]
-    ) -> list[Any]:
-        return await self._call(self._guard, "detect_harmful", texts, None, threshold, categories)
 
     async def preview(self, text: str) -> dict[str, Any] | None:
         body = {"model": "MoM", "messages": [{"role": "user", "content": text}]}

@@ -1,6 +1,7 @@
 """The model diagnostics in-process over the graph's real models (the MiniLM encoder, the
-domain head, the jailbreak guard, the PII detector's pattern tier), through the app the
-Ingress serves: prepared bindings, typed model calls, embeddings and similarity."""
+domain head, the jailbreak guard, the PII detector's pattern tier), asked through their signal
+engines as the Ingress asks the deployments', through the app the Ingress serves: prepared
+bindings, typed model calls, embeddings and similarity."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import numpy as np
 import pytest
 
 from app.api.app import StaticConfigView, create_app
+from app.api.engine_classifiers import EngineClassifiers
 from app.api.model_bindings import GRAPH_BINDINGS
 from app.config.document import RouterConfig
 from app.models.domain import DOMAIN_CATEGORIES
 from app.pipeline.signals.base import EmbedFn
 from app.runtime.hosted import HostedDomain
 from app.runtime.hosted_guard import HostedGuard
+from app.runtime.local_engines import domain_engine, guard_engines
 from app.runtime.registry import encoder_artifacts, pin, resolve_name
 from app.upstream.client import UpstreamClient
 from tests.fakes.classifiers import FakeBackend
@@ -26,34 +29,31 @@ DIAG = "/api/v1/diagnostics"
 MODELS = f"{DIAG}/models"
 
 
-class EngineBackend:
-    """The diagnostics backend over the engine objects the graph's deployments host, in this
+def direct(fn: Any) -> Any:
+    """A host's batch function called per item: no queue (app/runtime/local_engines.py `Batch`)."""
+
+    async def one(item: Any) -> Any:
+        return (await fn([item]))[0]
+
+    return one
+
+
+class EngineBackend(EngineClassifiers):
+    """The diagnostics backend over the signal engines the graph's deployments host, in this
     process: the Embedding's encoder, HostedDomain, HostedGuard (PII without NER)."""
 
     def __init__(self, embed: EmbedFn) -> None:
         self.embed = embed
-        self.domain = HostedDomain.load(embed)
-        self.guard = HostedGuard.load(embed, use_ner=False, families=frozenset({"pii", "jailbreak"}))
-
-    async def classify_domain(self, texts: list[str], threshold: Any, fallback: str) -> list[Any]:
-        async def one(item: Any) -> Any:
-            return self.domain.head_batch([item])[0]
-
-        return await self.domain.classify(texts, None, threshold, fallback, one)
-
-    async def detect_pii(self, texts: list[str], types: Any, threshold: Any) -> list[Any]:
-        async def one(item: Any) -> Any:
-            return (await self.guard.pii_batch([item]))[0]
-
-        return await self.guard.detect_pii(texts, types, threshold, one)
-
-    async def detect_jailbreak(
-        self, texts: list[str], method: str, threshold: Any, patterns: list[str], benign: list[str]
-    ) -> list[Any]:
-        async def one(item: Any) -> Any:
-            return (await self.guard.jailbreak_batch([item]))[0]
-
-        return await self.guard.detect_jailbreak(texts, None, method, threshold, patterns, benign, one)
+        domain = HostedDomain.load(embed)
+        guard = HostedGuard.load(embed, use_ner=False, families=frozenset({"pii", "jailbreak"}))
+        engines = guard_engines(guard, direct)
+        super().__init__(
+            {
+                "domain": domain_engine(domain, direct),
+                "pii": engines["pii"],
+                "jailbreak": engines["jailbreak"],
+            }
+        )
 
     async def preview(self, text: str) -> None:
         return None
