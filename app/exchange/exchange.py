@@ -36,9 +36,9 @@ from app.common.errors import SvcError, body_too_large, from_upstream_unavailabl
 from app.exchange import answer_checks
 from app.exchange.answer import client_headers, routing_metadata
 from app.exchange.client_api import ClientApi
-from app.exchange.openai_models import json_rejected
+from app.exchange.openai_schemas import json_rejected
 from app.exchange.relay import StreamRelay
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.results import UpstreamUnavailable

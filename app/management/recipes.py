@@ -19,7 +19,7 @@ from app.common.api_docs import Absent, no_default
 from app.common.mgmt_errors import MgmtError, invalid_input
 from app.common.redaction import redact, restore_redacted
 from app.config.recipes import DEFAULT_RECIPE
-from app.management.models import ReasonOut
+from app.management.schemas import ReasonOut
 
 
 class RecipeBody(BaseModel):

@@ -18,8 +18,13 @@ from app.management.activation import (
     has_if_match,
     if_match_required,
 )
-from app.management.documents import Candidate, DocumentRejected, check_document, merge_patch, parse_body
-from app.management.models import MutationResponse, RollbackRequest
+from app.management.documents import (
+    CheckedDocument,
+    DocumentRejected,
+    check_document,
+    merge_patch,
+    parse_body,
+)
 from app.management.routes.common import (
     Registrar,
     Responses,
@@ -33,10 +38,11 @@ from app.management.routes.common import (
     rejected,
     request_id,
 )
+from app.management.schemas import MutationResponse, RollbackRequest
 from app.management.service import Management
 from app.management.state import VersionRecord
 
-Builder = Callable[[dict[str, Any]], Candidate]
+Builder = Callable[[dict[str, Any]], CheckedDocument]
 UNDOCUMENTED = Header(None, alias="If-Match", include_in_schema=False)  # documented as IF_MATCH
 
 MUTATION_RESPONSES: Responses = {
@@ -156,7 +162,7 @@ def precondition_error(exc: PreconditionFailed) -> MgmtError:
 def builder(submitted: Any, merge: bool) -> Builder:
     """The candidate from the persisted document current at activation time."""
 
-    def build(current: dict[str, Any]) -> Candidate:
+    def build(current: dict[str, Any]) -> CheckedDocument:
         restored = restore_redacted(submitted, current)
         return check_document(merge_patch(current, restored) if merge else restored)
 

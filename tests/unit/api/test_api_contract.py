@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.cache.admin import LocalCacheAdmin, backend_control
+from app.cache.admin import LocalCacheAdmin, store_control
 from app.cache.memory import InMemorySemanticCache
 from app.common.api_docs import MAX_SEQUENCE
 from app.management.openapi import to_openapi_30
@@ -65,7 +65,7 @@ async def test_request_types_are_as_strict_as_the_document(path: str, body: dict
 
 
 async def test_the_types_json_has_still_pass() -> None:
-    cache = LocalCacheAdmin(backend_control(InMemorySemanticCache(max_entries=10, ttl_seconds=60)))
+    cache = LocalCacheAdmin(store_control(InMemorySemanticCache(max_entries=10, ttl_seconds=60)))
     async with Harness(cache_admin=cache).client() as api:
         answer = await api.post(
             "/api/v1/storage/response-cache/invalidate", json={"dry_run": True, "scope": None}

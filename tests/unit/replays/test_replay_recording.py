@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.plan import CompletionReport

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.common.api_docs import MAX_SEQUENCE, NON_BLANK, Absent, no_default
-from app.exchange.openai_models import ChatCompletionRequest
+from app.exchange.openai_schemas import ChatCompletionRequest
 
 
 class ReasonOut(BaseModel):
