@@ -316,14 +316,20 @@ class PIIDetector:
             for r in rec.analyze(source, entities=rec.supported_entities):
                 value = text[r.start : r.end]
                 if etype == "IP_ADDRESS" and (
-                    _version_prefix(text, r.start)
-                    or not pii_rules.ip_is_identifying(value)
-                    or _DOTTED_MORE.match(text, r.end)  # "+33 1.23.45.67.89": a fifth group, a phone
+                    _version_prefix(text, r.start) or _DOTTED_MORE.match(text, r.end)  # "+33 1.23.45.67.89"
                 ):
+                    continue
+                if etype == "IP_ADDRESS" and (
+                    not pii_rules.ip_is_identifying(value.split("/")[0])
+                    or "/" in value  # "203.0.113.0/24": a network, no one's address
+                    or _CIDR.match(text, r.end)
+                ):
+                    cands.append(Candidate(pii_rules.NOT_PII, r.start, r.end, 1.0, "rule:non_personal_ip"))
                     continue
                 if etype == "CREDIT_CARD" and (
                     pii_rules.has_id_label_before(text, r.start)
                     or pii_rules.in_arithmetic(text, r.start, r.end)
+                    or pii_rules.card_in_number_talk(text, r.start, r.end)
                 ):
                     continue
                 cands.append(
@@ -408,6 +414,7 @@ def mask(text: str, entities: Sequence[PIIEntity]) -> str:
 
 
 _DOTTED_MORE = re.compile(r"\.\d")
+_CIDR = re.compile(r"/\d{1,3}\b")
 _VERSION_LABEL = re.compile(
     r"(?:\bv|\bversion|\bver\.?|\brelease|\bbuild|\bfirmware)(?:\s*(?:is|was|=|:|no\.?))*\s*$"
 )

@@ -18,15 +18,18 @@ Offsets are Python ``str`` indices, i.e. Unicode code points, end exclusive.
 from __future__ import annotations
 
 from app.models.pii_candidates import (
+    NOT_PII,
     PRECEDENCE,
     Candidate,
     has_id_label_before,
     in_arithmetic,
+    in_number_talk,
     resolve_overlaps,
 )
 from app.models.pii_dates import find_ages, find_dates, find_times
 from app.models.pii_greetings import find_greeting_names
 from app.models.pii_identifiers import (
+    card_in_number_talk,
     find_context_phones,
     find_credit_cards,
     find_domains,
@@ -43,6 +46,7 @@ from app.models.pii_register import drop_public_mentions, is_knowledge_question
 
 __all__ = [
     "Candidate",
+    "NOT_PII",
     "PRECEDENCE",
     "find_ages",
     "find_context_phones",
@@ -62,6 +66,8 @@ __all__ = [
     "find_zip_codes",
     "has_id_label_before",
     "in_arithmetic",
+    "in_number_talk",
+    "card_in_number_talk",
     "ip_is_identifying",
     "keep_ner_entity",
     "luhn_ok",
