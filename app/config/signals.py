@@ -93,12 +93,18 @@ class ContextSignal(Strict):
     max_tokens: TokenCount = None
 
 
+# What a safety rule reads (app/common/chat_text.py `guard_texts`): the ask always, the whole
+# conversation instead with `conversation`, tool results and system messages each on its own.
+ReadPart = Literal["ask", "conversation", "tools", "system"]
+
+
 class JailbreakSignal(Strict):
     name: str
     # vllm: an LLM guard (`global.model_catalog.external[]` with model_role guardrail) judges it.
     method: Literal["classifier", "contrastive", "hybrid", "vllm"] = "classifier"
     threshold: float = Field(default=0.5, ge=0, le=1)
     include_history: bool = False
+    read: list[ReadPart] = Field(default_factory=list)
     jailbreak_patterns: list[str] = Field(default_factory=list)
     benign_patterns: list[str] = Field(default_factory=list)
 
@@ -108,6 +114,7 @@ class PIISignal(Strict):
     threshold: float = Field(default=0.5, ge=0, le=1)
     pii_types_allowed: list[str] = Field(default_factory=list)
     include_history: bool = False
+    read: list[ReadPart] = Field(default_factory=list)
 
 
 # The harmful-content classifier's categories (app/models/harmful.py; its artifact lists the same).
@@ -123,6 +130,7 @@ class HarmfulSignal(Strict):
     threshold: float = Field(default=0.5, ge=0, le=1)
     categories: list[HarmfulCategory] = Field(default_factory=list)
     include_history: bool = False
+    read: list[ReadPart] = Field(default_factory=list)
 
 
 class KnowledgeBaseSignal(Strict):

@@ -72,9 +72,6 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
 
     detector = ""  # what the messages call the model: "jailbreak guard", ...
 
-    def _text(self, ctx: SignalContext, rule: Any) -> str:
-        raise NotImplementedError
-
     async def _call(self, text: str, vectors: np.ndarray | None, threshold: float, rule: Any) -> list[Any]:
         """The detector over one text (`self._detect` with the family's arguments)."""
         raise NotImplementedError
@@ -86,10 +83,26 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
     async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[RuleT]) -> list[SignalMatch]:
         return list(await asyncio.gather(*(self._evaluate_one(ctx, rule) for rule in rules)))
 
+    async def _judge_part(
+        self, ctx: SignalContext, text: str, threshold: float, rule: Any
+    ) -> tuple[bool, float, dict[str, Any]]:
+        vectors: np.ndarray | None = None
+        if text == ctx.text and self.uses_vectors:
+            try:
+                vectors = (await ctx.query_vector()).reshape(1, -1)
+            except Exception:  # the Embedding deployment being down: the detector encodes itself
+                vectors = None
+        raw = await self._call(text, vectors, threshold, rule)
+        if len(raw) != 1:
+            raise RuntimeError(f"{self.detector} returned {len(raw)} results for 1 text")
+        return self._judge(raw[0], threshold)
+
     async def _evaluate_one(self, ctx: SignalContext, rule: Any) -> SignalMatch:
-        text = self._text(ctx, rule)
+        """Every part the rule reads (app/common/chat_text.py `guard_texts`) is judged on its own;
+        the rule matches when one does, and reports the part that scored highest."""
+        parts = ctx.parts_for(rule.read, rule.include_history)
         threshold = self.threshold_of(rule)
-        if not text.strip():
+        if not parts:
             return SignalMatch(
                 type=self.family,
                 name=rule.name,
@@ -99,21 +112,18 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
             )
         if self._detect is None:
             return self._error(rule, f"no {self.detector} configured")
-        vectors: np.ndarray | None = None
-        if text == ctx.text and self.uses_vectors:
-            try:
-                vectors = (await ctx.query_vector()).reshape(1, -1)
-            except Exception:  # the Embedding deployment being down: the detector encodes itself
-                vectors = None
         try:
-            raw = await self._call(text, vectors, threshold, rule)
-            if len(raw) != 1:
-                raise RuntimeError(f"{self.detector} returned {len(raw)} results for 1 text")
-            matched, confidence, detail = self._judge(raw[0], threshold)
+            judged = await asyncio.gather(
+                *(self._judge_part(ctx, text, threshold, rule) for _, text in parts)
+            )
         except UnscannedError as exc:  # a model runtime that did not read it all (on_unscanned)
             return unscanned_match(self.family, rule.name, exc)
         except Exception as exc:
             return self._error(rule, f"{self.family} detection failed: {exc}")
+        best = max(range(len(parts)), key=lambda i: (judged[i][0], judged[i][1]))
+        matched, confidence, detail = judged[best]
+        if len(parts) > 1:
+            detail = {**detail, "read": parts[best][0], "parts_judged": len(parts)}
         return SignalMatch(
             type=self.family, name=rule.name, matched=matched, confidence=confidence, detail=detail
         )

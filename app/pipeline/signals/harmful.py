@@ -22,7 +22,7 @@ import numpy as np
 from app.config.models import RouterConfig
 from app.config.signals import HarmfulSignal
 from app.models.harmful import HarmfulResult
-from app.pipeline.signals.base import EvaluatorFactory, SignalContext
+from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import unit_float
 from app.pipeline.signals.guarded import TextRuleEvaluator
 from app.pipeline.signals.jailbreak import prompt_guard_settings
@@ -56,9 +56,11 @@ def prompt_guard_harmful_rule(config: RouterConfig, require_enabled: bool = True
     threshold = unit_float(raw.get("threshold"))
     if threshold is not None:
         fields["threshold"] = threshold
-    for key in ("categories", "include_history"):
+    for key in ("categories", "include_history", "read"):
         if key in raw:
             fields[key] = raw[key]
+    if "read" not in raw and isinstance(section.get("read"), list):  # the guard's own setting
+        fields["read"] = section["read"]
     try:
         return HarmfulSignal(**fields)
     except ValueError:
@@ -76,9 +78,6 @@ class HarmfulEvaluator(TextRuleEvaluator[HarmfulSignal]):
         cls, config: RouterConfig, detect: HarmfulDetectFn | None, uses_vectors: bool = True
     ) -> HarmfulEvaluator:
         return cls(config.routing.signals.harmful, detect, None, uses_vectors)
-
-    def _text(self, ctx: SignalContext, rule: HarmfulSignal) -> str:
-        return ctx.text_for(rule.include_history, paragraphs=True)
 
     async def _call(
         self, text: str, vectors: np.ndarray | None, threshold: float, rule: HarmfulSignal

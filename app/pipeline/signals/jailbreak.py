@@ -26,7 +26,7 @@ from app.config.models import RouterConfig
 from app.config.signals import JailbreakSignal
 from app.models.jailbreak import JailbreakResult
 from app.pipeline.signals import llm_judge
-from app.pipeline.signals.base import EvaluatorFactory, SignalContext
+from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import catalog_section, unit_float
 from app.pipeline.signals.guarded import TextRuleEvaluator
 
@@ -58,6 +58,8 @@ def prompt_guard_rule(config: RouterConfig) -> JailbreakSignal | None:
         fields["method"] = llm_judge.METHOD
     if isinstance(section.get("include_history"), bool):
         fields["include_history"] = section["include_history"]
+    if isinstance(section.get("read"), list):
+        fields["read"] = section["read"]
     return JailbreakSignal(**fields)
 
 
@@ -71,9 +73,6 @@ class JailbreakEvaluator(TextRuleEvaluator[JailbreakSignal]):
     ) -> JailbreakEvaluator:
         threshold = unit_float(prompt_guard_settings(config).get("threshold"))
         return cls(config.routing.signals.jailbreak, detect, threshold, uses_vectors)
-
-    def _text(self, ctx: SignalContext, rule: JailbreakSignal) -> str:
-        return ctx.text_for(rule.include_history, paragraphs=True)
 
     async def _call(
         self, text: str, vectors: np.ndarray | None, threshold: float, rule: JailbreakSignal
