@@ -32,6 +32,8 @@ class ThresholdRuleEvaluator(Generic[RuleT]):
         self._detect = detect
         self.default_threshold = default_threshold
         self.uses_vectors = uses_vectors
+        # the guardrail LLM that re-judges scores in a rule's `cascade_band` (None: no cascade)
+        self.cascade: Any = None
 
     def rule_names(self) -> list[str]:
         return list(self._rules)
@@ -95,7 +97,30 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
         raw = await self._call(text, vectors, threshold, rule)
         if len(raw) != 1:
             raise RuntimeError(f"{self.detector} returned {len(raw)} results for 1 text")
-        return self._judge(raw[0], threshold)
+        verdict = self._judge(raw[0], threshold)
+        band = getattr(rule, "cascade_band", None)
+        if band and self.cascade is not None and band[0] <= verdict[1] < band[1]:
+            return await self._cascade(text, threshold, verdict)
+        return verdict
+
+    async def _cascade(
+        self, text: str, threshold: float, verdict: tuple[bool, float, dict[str, Any]]
+    ) -> tuple[bool, float, dict[str, Any]]:
+        """The guardrail LLM's verdict on a text whose score fell in the uncertain band; the
+        classifier's stands when the LLM cannot answer (down, slow, no verdict)."""
+        matched, score, detail = verdict
+        try:
+            answer = await self.cascade.guard(text, threshold)
+        except Exception as exc:
+            return matched, score, {**detail, "cascade": "failed", "cascade_error": str(exc)[:200]}
+        llm_score = float(answer.get("score", 0.0))
+        cascaded = {
+            **detail,
+            "cascade": "llm",
+            "classifier_score": score,
+            "llm_verdict": answer.get("detection_types"),
+        }
+        return llm_score >= threshold, llm_score, cascaded
 
     async def _evaluate_one(self, ctx: SignalContext, rule: Any) -> SignalMatch:
         """Every part the rule reads (app/common/chat_text.py `guard_texts`) is judged on its own;

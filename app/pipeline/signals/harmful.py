@@ -22,6 +22,7 @@ import numpy as np
 from app.config.models import RouterConfig
 from app.config.signals import HarmfulSignal
 from app.models.harmful import HarmfulResult
+from app.pipeline.signals import llm_judge
 from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import unit_float
 from app.pipeline.signals.guarded import TextRuleEvaluator
@@ -59,8 +60,9 @@ def prompt_guard_harmful_rule(config: RouterConfig, require_enabled: bool = True
     for key in ("categories", "include_history", "read"):
         if key in raw:
             fields[key] = raw[key]
-    if "read" not in raw and isinstance(section.get("read"), list):  # the guard's own setting
-        fields["read"] = section["read"]
+    for key in ("read", "cascade_band"):  # the guard's own settings, unless the part sets its own
+        if key not in raw and isinstance(section.get(key), list):
+            fields[key] = section[key]
     try:
         return HarmfulSignal(**fields)
     except ValueError:
@@ -100,6 +102,9 @@ def harmful_factory(detect: HarmfulDetectFn | None) -> EvaluatorFactory:
     """`PipelineServices.evaluators["harmful"]` entry over a detect callable."""
 
     def factory(config: RouterConfig, services: Any = None) -> HarmfulEvaluator:
-        return HarmfulEvaluator.from_config(config, detect)
+        evaluator = HarmfulEvaluator.from_config(config, detect)
+        # rules with a cascade_band ask the guardrail LLM about uncertain scores
+        evaluator.cascade = llm_judge.build_judge(config, "guardrail", getattr(services, "llm_client", None))
+        return evaluator
 
     return factory

@@ -60,6 +60,8 @@ def prompt_guard_rule(config: RouterConfig) -> JailbreakSignal | None:
         fields["include_history"] = section["include_history"]
     if isinstance(section.get("read"), list):
         fields["read"] = section["read"]
+    if isinstance(section.get("cascade_band"), list):
+        fields["cascade_band"] = section["cascade_band"]
     return JailbreakSignal(**fields)
 
 
@@ -97,7 +99,9 @@ def jailbreak_factory(detect: JailbreakDetectFn | None) -> EvaluatorFactory:
 
     def factory(config: RouterConfig, services: Any = None) -> JailbreakEvaluator:
         judge = llm_judge.build_judge(config, "guardrail", getattr(services, "llm_client", None))
-        return JailbreakEvaluator.from_config(config, with_llm_guard(detect, judge))
+        evaluator = JailbreakEvaluator.from_config(config, with_llm_guard(detect, judge))
+        evaluator.cascade = judge  # rules with a cascade_band ask it about uncertain scores
+        return evaluator
 
     return factory
 
