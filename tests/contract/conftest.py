@@ -45,10 +45,13 @@ from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_
 from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
 from app.pipeline.memory.store import InMemoryMemoryStore
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.pipeline.signals.domain import domain_factory
+from app.pipeline.signals.harmful import harmful_factory
 from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import shared_encoder
+from app.runtime.hosted import HostedDomain
 from app.runtime.hosted_guard import HostedGuard
 from app.storage import StorageService, open_storage
 from app.storage.client import StorageClient, local_transport
@@ -269,8 +272,24 @@ class FrontDoors:
 
 
 def _guard_evaluators() -> dict[str, Any]:
-    """The pii and jailbreak families over the Guard's engine models, loaded in this process."""
+    """The pii, jailbreak and harmful families over the Guard's engine models and the domain
+    family over the DomainClassifier's, loaded in this process (the shipped config uses all)."""
     guard = HostedGuard.load()
+    domain = HostedDomain.load()
+
+    async def one_harmful(item: Any) -> Any:
+        return (await guard.harmful_batch([item]))[0]
+
+    async def one_domain(item: Any) -> Any:
+        return domain.head_batch([item])[0]
+
+    async def detect_harmful(
+        texts: list[str], vectors: Any, threshold: float, categories: list[str]
+    ) -> list[Any]:
+        return await guard.detect_harmful(texts, vectors, threshold, categories, one_harmful)
+
+    async def classify(texts: list[str], vectors: Any, threshold: float | None, fallback: str) -> list[Any]:
+        return await domain.classify(texts, vectors, threshold, fallback, one_domain)
 
     async def one_pii(item: Any) -> Any:
         return (await guard.pii_batch([item]))[0]
@@ -290,7 +309,12 @@ def _guard_evaluators() -> dict[str, Any]:
             texts, vectors, method, threshold, patterns, benign, one_jailbreak
         )
 
-    return {"pii": pii_factory(detect_pii), "jailbreak": jailbreak_factory(detect_jailbreak)}
+    return {
+        "pii": pii_factory(detect_pii),
+        "jailbreak": jailbreak_factory(detect_jailbreak),
+        "harmful": harmful_factory(detect_harmful),
+        "domain": domain_factory(classify),
+    }
 
 
 def _serve_on(loop: LoopThread, app: Any) -> tuple[uvicorn.Server, Any, int]:
