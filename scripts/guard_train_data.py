@@ -28,7 +28,7 @@ FRAMES = DATA_DIR / "guard_train_frames.json"
 HARM = ("violence_weapons", "sexual", "minors", "self_harm", "hate", "crime_hacking")
 VAL_SHARE = 0.15
 SEED_WEIGHT = 4.0
-N_FRAMED_HARM, N_FRAMED_BENIGN, N_DOC_ATTACK, N_DOC_BENIGN = 900, 500, 500, 400
+N_FRAMED_HARM, N_FRAMED_BENIGN, N_DOC_ATTACK, N_DOC_BENIGN = 1600, 800, 500, 400
 
 STRONGREJECT = {
     "Non-violent crimes": "crime_hacking",

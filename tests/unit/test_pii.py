@@ -195,7 +195,9 @@ def test_private_loopback_and_documentation_addresses_are_not_personal(
     ],
 )
 def test_numbers_a_question_calculates_with_are_no_phone_or_card(detector: PIIDetector, text: str) -> None:
-    assert detector.detect(text).entities == []
+    # only the numbers are judged here: "Luhn" is a surname a name tagger may rightly report
+    found = {e.type for e in detector.detect(text).entities}
+    assert not found & {"PHONE_NUMBER", "CREDIT_CARD", "US_BANK_NUMBER", "US_SSN"}, found
 
 
 @pytest.mark.parametrize(

@@ -68,6 +68,7 @@ class SignalContext:
         self._token_count: int | None = None
         self._vector_task: asyncio.Task[np.ndarray] | None = None
         self._parts: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+        self._part_vectors: dict[str, asyncio.Future[np.ndarray]] = {}
 
     @functools.cached_property
     def history_text(self) -> str:
@@ -89,6 +90,19 @@ class SignalContext:
         if cached is None:
             cached = self._parts[key] = guard_texts(self.messages, key[:-1], windowed)
         return cached
+
+    async def part_vectors(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """Unit vectors of a rule's parts other than the ask, embedded in one call per request
+        and shared by every guard that reads them (the ask's is `query_vector`)."""
+        if self._embed is None:
+            raise RuntimeError("no embedding service configured")
+        missing = [t for t in dict.fromkeys(texts) if t not in self._part_vectors]
+        if missing:
+            batch = asyncio.ensure_future(self._embed(missing))
+            for index, text in enumerate(missing):
+                self._part_vectors[text] = asyncio.ensure_future(_row(batch, index))
+        rows = await asyncio.gather(*(asyncio.shield(self._part_vectors[t]) for t in texts))
+        return dict(zip(texts, rows, strict=True))
 
     def whole_text_for(self, read: Sequence[str], include_history: bool = False) -> str:
         """The parts a rule reads as one text (blank-line joined): the PII detector's input.
@@ -157,6 +171,15 @@ class SignalContext:
             task.cancel()
         elif task is not None and task.done() and not task.cancelled():
             task.exception()  # mark retrieved so asyncio does not log it
+        for future in self._part_vectors.values():
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()
+
+
+async def _row(batch: asyncio.Future[np.ndarray], index: int) -> np.ndarray:
+    return np.asarray(await asyncio.shield(batch), dtype=np.float32)[index]
 
 
 @runtime_checkable

@@ -86,9 +86,9 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
         return list(await asyncio.gather(*(self._evaluate_one(ctx, rule) for rule in rules)))
 
     async def _judge_part(
-        self, ctx: SignalContext, text: str, threshold: float, rule: Any
+        self, ctx: SignalContext, text: str, threshold: float, rule: Any, others: dict[str, np.ndarray]
     ) -> tuple[bool, float, dict[str, Any]]:
-        vectors: np.ndarray | None = None
+        vectors: np.ndarray | None = others[text].reshape(1, -1) if text in others else None
         if text == ctx.text and self.uses_vectors:
             try:
                 vectors = (await ctx.query_vector()).reshape(1, -1)
@@ -137,9 +137,16 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
             )
         if self._detect is None:
             return self._error(rule, f"no {self.detector} configured")
+        others: dict[str, np.ndarray] = {}
+        rest = [text for _, text in parts if text != ctx.text]
+        if rest and self.uses_vectors:
+            try:  # one encoder call for every other part, shared with the other guards
+                others = await ctx.part_vectors(rest)
+            except Exception:  # no embedder here: each detector encodes its texts itself
+                others = {}
         try:
             judged = await asyncio.gather(
-                *(self._judge_part(ctx, text, threshold, rule) for _, text in parts)
+                *(self._judge_part(ctx, text, threshold, rule, others) for _, text in parts)
             )
         except UnscannedError as exc:  # a model runtime that did not read it all (on_unscanned)
             return unscanned_match(self.family, rule.name, exc)
