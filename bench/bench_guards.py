@@ -100,6 +100,8 @@ async def run(rounds: int) -> dict[str, Any]:
                 "added_p50_ms": round(percentile(with_g, 50, 1000) - percentile(without, 50, 1000), 3),
                 "paired_added_p50_ms": round(percentile(paired, 50, 1000), 3),
                 "guarded_p99_ms": round(percentile(with_g, 99, 1000), 3),
+                "unguarded_p99_ms": round(percentile(without, 99, 1000), 3),
+                "paired_added_p99_ms": round(percentile(paired, 99, 1000), 3),
                 "blocked": blocked,
             }
     finally:
@@ -119,7 +121,8 @@ def main() -> int:
         print(
             f"guards' added p50, {label}: {r['added_p50_ms']:.2f} ms (paired {r['paired_added_p50_ms']:.2f} ms; "
             f"route p50 {r['guarded_p50_ms']:.2f} vs {r['unguarded_p50_ms']:.2f} ms without guards, "
-            f"p99 {r['guarded_p99_ms']:.2f} ms; {r['blocked']} refused)"
+            f"p99 {r['guarded_p99_ms']:.2f} vs {r['unguarded_p99_ms']:.2f} ms, paired added p99 "
+            f"{r['paired_added_p99_ms']:.2f} ms; {r['blocked']} refused)"
         )
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

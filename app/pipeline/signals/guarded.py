@@ -154,6 +154,7 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
             return self._error(rule, f"{self.family} detection failed: {exc}")
         best = max(range(len(parts)), key=lambda i: (judged[i][0], judged[i][1]))
         matched, confidence, detail = judged[best]
+        detail = {**detail, "threshold": threshold}  # a refusal names it (app/pipeline/phases/guard.py)
         if len(parts) > 1:
             detail = {**detail, "read": parts[best][0], "parts_judged": len(parts)}
         return SignalMatch(
