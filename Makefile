@@ -13,7 +13,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test test-cluster test-vllm vllm-venv unit integration bench soak lint venv llm-start llm-stop clean
+.PHONY: run test test-cluster test-vllm vllm-venv unit unit-fast integration bench soak lint venv llm-start llm-stop clean
 
 $(STAMP): pyproject.toml
 	@echo "==> .venv: installing svc-sr and its pinned dependencies (first time: about 3 minutes; later skipped)"
@@ -66,6 +66,10 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q -n 2 tests/unit
 	$(VENV)/bin/pytest -q tests/contract
+
+# The inner loop (about a minute on 2 cores): the unit tests not marked slow.
+unit-fast: $(STAMP)
+	$(VENV)/bin/pytest -q -n 2 -p no:cacheprovider -m "not slow" tests/unit
 
 integration: $(STAMP)
 	$(VENV)/bin/pytest -q tests/integration

@@ -22,7 +22,7 @@ from ray.serve.handle import DeploymentHandle
 from app.config.models import RouterConfig
 from app.management.activation import ActivationFailed
 from app.management.live_inventory import ServeFacts
-from app.management.rollout import AppState, GraphActivator, declarative_update
+from app.management.rollout import AppState, GraphActivator, declarative_update, scaled_owner
 from app.management.service import Management, ManagementParts
 from app.management.startup import StartupTracker
 from app.management.startup_watch import READY_STATES, InfoFn, StartupWatcher
@@ -60,6 +60,8 @@ class RayServeBackend:
     def restart_required(self, graph_args: Any, old: dict[str, Any], new: dict[str, Any]) -> str | None:
         if not self._is_declarative(refresh=True):
             return None
+        if owner := scaled_owner(self._details().get("deployed_app_config") or {}, new):
+            return owner
         from deployments.versioning import graph_versions
 
         before, after = (

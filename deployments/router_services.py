@@ -26,8 +26,8 @@ from app.state.shared_store import store_settings
 from app.storage.knowledge_bases import open_kb_store
 from app.storage.memories import router_memories
 from deployments import ray_compat
+from deployments.cache_lane import cache_lane
 from deployments.handles import storage_client
-from deployments.response_cache import cache_lane
 
 
 def retried(handle: DeploymentHandle, method: str) -> Callable[..., Awaitable[list[Any]]]:

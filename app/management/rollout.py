@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from app.cache.factory import single_owner
 from app.config.loader import config_hash, parse_config
 from app.config.models import RouterConfig
 from app.management.activation import ActivationFailed
@@ -190,6 +191,24 @@ class GraphActivator:
             await self._wait_running(self.clock() + self.restore_timeout_s)
         except Exception:
             log.exception("could not restore the previous configuration after a failed activation")
+
+
+def scaled_owner(app_config: dict[str, Any], document: dict[str, Any]) -> str | None:
+    """Why `document` cannot be activated on an application deployed from a Serve config
+    (`app_config`, as deployed): its response cache needs one owner (docs/configuration.md "One
+    owner") while that config asks for more ResponseCache replicas; a Serve config's options win
+    over the graph's, and an activation only carries user_config. None: no conflict."""
+    why = single_owner(parse_config(document).config.global_.stores.response_cache)
+    entries: list[dict[str, Any]] = app_config.get("deployments") or []
+    asked = next((d for d in entries if d.get("name") == "ResponseCache"), {})
+    replicas = asked.get("num_replicas", 1)
+    if why is None or (replicas == 1 and asked.get("autoscaling_config") is None):
+        return None
+    return (
+        f"the response cache needs one owner ({why}) but this application's Serve config asks for "
+        f"ResponseCache num_replicas {replicas}{' with autoscaling' if asked.get('autoscaling_config') else ''}: "
+        "set num_replicas 1 there and `serve deploy` it first"
+    )
 
 
 # Top-level keys of a declarative Serve config that a redeploy carries over as they are.

@@ -1,6 +1,6 @@
 """Model deployments through DeploymentHandles in Ray Serve's local testing mode: the
 `@serve.batch` glue of Embedding, DomainClassifier, Guard, DecisionModel and ResponseCache.
-Their logic is tested without Ray in tests/unit/test_model_deployments.py (the hosted
+Their logic is tested without Ray in tests/unit/runtime/test_model_deployments.py (the hosted
 classes of app/runtime); these pin that the deployments wire it to Serve's batch queues.
 
 No Ray cluster: `serve.run(..., _local_testing_mode=True)` runs each deployment on an event
@@ -33,7 +33,7 @@ from deployments.domain_classifier import DomainClassifier
 from deployments.embedding import Embedding
 from deployments.guard import Guard
 from deployments.response_cache import ResponseCache
-from tests.unit.test_model_deployments import TEXTS
+from tests.unit.runtime.test_model_deployments import TEXTS
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ every partition under it (context, tenant and polarity suffixes included) for cl
 and flush; flush epochs live in the store, so every backend object over it (another replica,
 a restart) sees them; a write whose token predates a flush of its partition is dropped.
 The in-memory backend's finer points (fake clocks, lfu ties, concurrency, bad
-input) stay in tests/unit/test_cache.py; what is here is what the router relies on
+input) stay in tests/unit/cache/test_cache.py; what is here is what the router relies on
 whichever backend runs.
 """
 
