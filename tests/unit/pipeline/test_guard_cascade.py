@@ -18,7 +18,7 @@ from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.upstream.client import UpstreamClient
 from tests.fakes.upstream import FakeUpstream, find_free_port
-from tests.unit.test_classifier_signals import FakeEmbed, FakeGuard, chat
+from tests.unit.pipeline.test_classifier_signals import FakeEmbed, FakeGuard, chat
 
 
 @pytest.fixture

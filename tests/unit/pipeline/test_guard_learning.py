@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from app.cli.main import cli
 from app.pipeline.learning.recipe_learning import learn
 from app.replays.replays import ReplayStore
-from tests.unit.test_cli_config import Server
-from tests.unit.test_management_support import Harness, base_document
+from tests.unit.cli.test_cli_config import Server
+from tests.unit.management.test_management_support import Harness, base_document
 
 
 def guarded_document() -> dict[str, Any]:

@@ -120,7 +120,7 @@ def test_a_bad_line_names_its_file_and_line(tmp_path: Path, line: str) -> None:
 
 
 def test_the_committed_sets_load() -> None:
-    root = Path(__file__).resolve().parents[1] / "data" / "guard"
+    root = Path(__file__).resolve().parents[2] / "data" / "guard"
     cases = load_cases(sorted(root.glob("*.jsonl")) + sorted((root / "heldout").glob("*.jsonl")))
     assert len(cases) > 4000
     assert {c.split for c in cases if c.source.startswith("handwritten")} == {"dev", "heldout"}
