@@ -4,7 +4,6 @@ proposes from them (app/pipeline/learning/guard_learning.py): proposed, never ap
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from app.cli.main import cli
 from app.pipeline.learning.recipe_learning import learn
 from app.replays.replays import ReplayStore
 from tests.unit.cli.test_cli_config import Server
+from tests.unit.cli.test_recipe_learning import post_outcomes, propose
 from tests.unit.management.test_management_support import Harness, base_document
 
 
@@ -112,18 +112,10 @@ def test_marked_through_the_outcomes_api_proposed_by_the_cli_never_applied(tmp_p
     for record in records:
         store.record(copy.deepcopy(record))
     with Server(Harness(guarded_document(), replays=store)) as server:
-        for mark in marks:
-            posted = httpx.post(f"{server.url}/api/v1/observability/outcomes", json=mark, timeout=10)
-            assert posted.status_code == 201, posted.text
+        post_outcomes(server.url, marks)
         before = httpx.get(f"{server.url}/api/v1/config").headers["etag"]
         plan = tmp_path / "proposed.yaml"
-        result = CliRunner().invoke(
-            cli,
-            ["optimize", "recipe-learning", "--endpoint", server.url, "--json", "-o", str(plan)],
-            catch_exceptions=False,
-        )
-        assert result.exit_code == 0, result.output
-        report = json.loads(result.stdout)
+        report = propose(server.url, plan)
         assert sorted(p["check"] for p in report["guards"]["proposals"]) == [JB, PII]
         written = yaml.safe_load(plan.read_text())
         assert written["global"]["model_catalog"]["modules"]["prompt_guard"]["threshold"] == 0.73
