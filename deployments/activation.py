@@ -1,7 +1,7 @@
 """The management API inside the Ray graph: Ray Serve glue only. The Ingress builds its
 `Management` here (`build_management`) with
 
-- `RayServeBackend`: the ServeBackend (app/management/rollout.py) that rebuilds and
+- `RayServeControl`: the ServeControl (app/management/rollout.py) that rebuilds and
   redeploys this application from its Ingress replica for `GraphActivator`. Versions are
   stable (deployments/versioning.py): an unchanged deployment keeps its replicas and gets
   the new `user_config` through `reconfigure()`. An application deployed from a Serve
@@ -19,7 +19,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.management.activation import ActivationFailed
 from app.management.live_inventory import ServeFacts
 from app.management.rollout import AppState, GraphActivator, declarative_update, scaled_owner
@@ -36,7 +36,7 @@ def _value(status: Any) -> str:
     return str(getattr(status, "value", status))
 
 
-class RayServeBackend:
+class RayServeControl:
     """Redeploys this application from inside its Ingress replica."""
 
     def __init__(self, app_name: str, router: DeploymentHandle | None) -> None:
@@ -156,7 +156,7 @@ def build_management(
     context = serve.get_replica_context()
     app_name = context.app_name
     tracker = StartupTracker()
-    backend = RayServeBackend(app_name, router)
+    backend = RayServeControl(app_name, router)
     StartupWatcher(
         tracker,
         backend.app_state,

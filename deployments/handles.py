@@ -15,7 +15,7 @@ from app.cache.base import CacheScope, CacheUnavailable, FlushOutcome
 from app.common.background import BackgroundTasks
 from app.common.errors import SvcError
 from app.config.global_config import ResponseCacheConfig
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan

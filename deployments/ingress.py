@@ -15,16 +15,16 @@ from app.api.request_id import ServerEchoesRequestId
 from app.cache.admin import LocalCacheAdmin
 from app.common.background import BackgroundTasks
 from app.common.heap import freeze_startup_heap
+from app.config.document import RouterConfig
 from app.config.loader import parse_config
-from app.config.models import RouterConfig
 from app.management.service import ManagementParts
 from app.management.stores import file_candidate, open_replica_stores
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
 from deployments import ray_compat
 from deployments.activation import build_management
-from deployments.decision_model import HandleDecisionBackend
-from deployments.diagnostics_backend import HandleClassifiers
+from deployments.decision_model import HandleDecisionSource
+from deployments.diagnostics_source import HandleClassifiers
 from deployments.error_page import install_error_pages
 from deployments.handles import (
     HandleCacheControl,
@@ -69,7 +69,7 @@ class Ingress:
         config = parse_config(_current_document(graph_args)).config
         self._config = StaticConfigView(config)
         # /v1/decisions, /v1/systemone (None: no DecisionModel in the graph, they answer 503)
-        self._decisions = HandleDecisionBackend(decision_model) if decision_model is not None else None
+        self._decisions = HandleDecisionSource(decision_model) if decision_model is not None else None
         self._metrics = RouterMetrics()
         self._replay_sends = BackgroundTasks()
         completion = front_door_completion(cache, observability, self._metrics, self._replay_sends)

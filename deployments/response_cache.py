@@ -37,7 +37,7 @@ from ray.serve.handle import DeploymentHandle
 from app.cache.base import CacheScope
 from app.cache.calls import AsyncCache, runs_in_process
 from app.cache.channel import CacheChannelServer, ChannelInfo
-from app.cache.factory import backend_name, cache_backend, probe_store, store_identity
+from app.cache.factory import backend_name, open_cache_store, probe_store, store_identity
 from app.cache.memory import InMemorySemanticCache
 from app.common.background import BackgroundTasks
 from app.config.global_config import ResponseCacheConfig
@@ -106,7 +106,7 @@ class ResponseCache:
         if identity == (self._store_settings or store_identity(ResponseCacheConfig())):
             await self._cache.configure(raw)  # a partial mapping keeps the knobs it does not name
             return
-        backend = await asyncio.to_thread(cache_backend, settings, self._store_dir())
+        backend = await asyncio.to_thread(open_cache_store, settings, self._store_dir())
         cache = AsyncCache(backend, on_unavailable=self._unavailable)
         down = await cache.open()  # bounded by the store's timeout_seconds
         retired, self._cache, self._store_settings = self._cache, cache, identity

@@ -44,7 +44,7 @@ from app.benchmark.local_services import VectorTable  # noqa: E402
 from app.benchmark.plot import render_accuracy_vs_cost  # noqa: E402
 from app.benchmark.records import QuestionResult  # noqa: E402
 from app.benchmark.runner import dataset_models, run_benchmark  # noqa: E402
-from app.config.models import RouterConfig  # noqa: E402
+from app.config.document import RouterConfig  # noqa: E402
 from app.config.validate import MMLU_PRO_CATEGORIES  # noqa: E402
 from app.models.elo import ELO_FILE  # noqa: E402
 

@@ -1,6 +1,6 @@
 """The router frontend's native decision API (docs/model-runtime.md): POST /v1/decisions and /v1/systemone
-(identical) and GET /v1/systemone/models, over a `DecisionBackend` (the Ingress adapts its
-DecisionModel handle or a managed runtime's client; tests pass `LocalDecisionBackend`).
+(identical) and GET /v1/systemone/models, over a `DecisionSource` (the Ingress adapts its
+DecisionModel handle or a managed runtime's client; tests pass `LocalDecisionSource`).
 
 Errors use the worker body `{error: {code, message}}` with fixed public words: the
 runtime's own message stays private (logged at debug level, never the request text).
@@ -21,9 +21,9 @@ from pydantic import BaseModel
 
 from app.common.api_docs import BODY_TOO_LARGE, errors, json_body
 from app.runtime.schemas import NotReady, RuntimeFailure
-from app.srun.decision_backend import DEADLINE_S
-from app.srun.models import WorkerCard, WorkerErrorBody, WorkerErrorDetail
+from app.srun.decision_source import DEADLINE_S
 from app.srun.questions import DecisionRequest, DecisionResponse
+from app.srun.schemas import WorkerCard, WorkerErrorBody, WorkerErrorDetail
 
 log = logging.getLogger("svc_sr.decisions_api")
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
@@ -55,7 +55,7 @@ class NativeModels(BaseModel):
     data: list[WorkerCard]
 
 
-class DecisionBackend(Protocol):
+class DecisionSource(Protocol):
     async def decide(self, body: dict[str, Any]) -> dict[str, Any]:
         """The wire answer; raises an exception with `.status` (RuntimeFailure, RuntimeCallError)."""
         ...
@@ -65,7 +65,7 @@ class DecisionBackend(Protocol):
         ...
 
 
-class LocalDecisionBackend:
+class LocalDecisionSource:
     """An in-process decision model (no Ray, no worker process)."""
 
     def __init__(self, model: Any) -> None:
@@ -78,7 +78,7 @@ class LocalDecisionBackend:
         return [self.model.card.to_wire()]
 
 
-class NoDecisionBackend:
+class NoDecisionSource:
     """A frontend without a decision model: the native API answers 503 not_ready."""
 
     async def decide(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +97,7 @@ def _error(status: int) -> JSONResponse:
 
 
 def decisions_router(
-    backend: DecisionBackend, *, max_body_bytes: int = DEFAULT_MAX_BODY, deadline_s: float = DEADLINE_S
+    backend: DecisionSource, *, max_body_bytes: int = DEFAULT_MAX_BODY, deadline_s: float = DEADLINE_S
 ) -> APIRouter:
     router = APIRouter(tags=["native"])
 

@@ -6,7 +6,7 @@ Routes (spec 01 "Routing and diagnostics" and the older `/api/v1/classify/*` con
     POST /api/v1/classify/{intent,pii,security,batch}     older paths, same shapes
     POST /api/v1/classify/combined                        501 NOT_IMPLEMENTED (older contract)
 
-Bodies are `app.api.classify_models`. Errors use the management body
+Bodies are `app.api.classify_schemas`. Errors use the management body
 `{error: {code, message, timestamp}}`: 400 INVALID_INPUT and TEXT_TOO_LONG
 (`diagnostics_requests.py`), 408 TIMEOUT_ERROR, 503 MODEL_NOT_LOADED, 500
 CLASSIFICATION_ERROR / UNIFIED_CLASSIFICATION_ERROR (`diagnostics_service.py`, where the
@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from app.api.classify_models import (
+from app.api.classify_schemas import (
     BatchRequest,
     BatchResponse,
     CombinedRequest,

@@ -1,6 +1,6 @@
 """Request parsing of the classification diagnostics and the error body they answer with.
 
-The constraints live in the request models (`classify_models`: non-blank texts of at most
+The constraints live in the request models (`classify_schemas`: non-blank texts of at most
 MAX_TEXT_CHARS characters, option ranges, task types), so the served OpenAPI document
 states what is enforced; `parse` turns a violation into the management body
 `{error: {code, message, timestamp}}`: 400 INVALID_INPUT (malformed body, empty `text` or
@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, RootModel, ValidationError
 
-from app.api.classify_models import DEFAULT_MAX_BATCH, MAX_TEXT_CHARS
+from app.api.classify_schemas import DEFAULT_MAX_BATCH, MAX_TEXT_CHARS
 from app.common.mgmt_errors import error_body
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -28,7 +28,7 @@ from app.benchmark.guard_sets import GuardCase
 from app.benchmark.local_services import VectorTable, local_services, shared_vector_table
 from app.benchmark.runner import AUTO_MODEL, as_config
 from app.common.chat_text import human_ask
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.pipeline.pipeline import RouterPipeline
 from app.pipeline.selection import RoutingError
 

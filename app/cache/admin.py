@@ -1,9 +1,9 @@
 """The response-cache storage API's state (docs/management-api.md): capabilities, health, stats,
 probing a candidate configuration, invalidating a scope and flushing with an epoch.
 
-`ResponseCacheAdmin` is what the routes (app/api/routes/storage.py) call; `LocalCacheAdmin` is its
+`ResponseCacheAdmin` is what the routes (app/api/routes/response_cache.py) call; `LocalCacheAdmin` is its
 one implementation, over a `CacheControl` (the live cache's stats and clear): an app.cache
-backend in this process (`backend_control`), or the ResponseCache deployment's handle
+backend in this process (`store_control`), or the ResponseCache deployment's handle
 (deployments/handles.py). No Ray and no HTTP here.
 
 Scopes (app.cache.base.CacheScope): {"model"} covers every partition of that model,
@@ -28,7 +28,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from app.cache.base import CacheScope, CacheStats, CacheUnavailable, FlushOutcome, ResponseCacheBackend
+from app.cache.base import CacheScope, CacheStats, CacheUnavailable, FlushOutcome, ResponseCacheStore
 from app.cache.calls import AsyncCache
 from app.cache.factory import backend_name, probe_store
 from app.config.global_config import ResponseCacheConfig
@@ -137,8 +137,8 @@ class ResponseCacheAdmin(Protocol):
     async def flush(self, scope: CacheScope | None) -> dict[str, Any]: ...
 
 
-class _BackendControl:
-    def __init__(self, backend: ResponseCacheBackend, state_dir: Path | None) -> None:
+class _StoreControl:
+    def __init__(self, backend: ResponseCacheStore, state_dir: Path | None) -> None:
         self._cache = AsyncCache(backend)
         self._state_dir = state_dir
 
@@ -159,10 +159,10 @@ class _BackendControl:
         await asyncio.to_thread(probe_store, settings, self._state_dir)
 
 
-def backend_control(backend: ResponseCacheBackend, state_dir: Path | None = None) -> CacheControl:
+def store_control(backend: ResponseCacheStore, state_dir: Path | None = None) -> CacheControl:
     """CacheControl over a backend in this process (network backends' calls in a thread);
     `state_dir`: where a probed Milvus Lite candidate lives."""
-    return _BackendControl(backend, state_dir)
+    return _StoreControl(backend, state_dir)
 
 
 class LocalCacheAdmin:

@@ -21,7 +21,7 @@ from app.cache.base import (
     CacheStats,
     CacheUnavailable,
     FlushOutcome,
-    ResponseCacheBackend,
+    ResponseCacheStore,
     Vector,
 )
 from app.cache.memory import InMemorySemanticCache
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 IN_PROCESS: tuple[type, ...] = (InMemorySemanticCache,)
 
 
-def runs_in_process(backend: ResponseCacheBackend) -> bool:
+def runs_in_process(backend: ResponseCacheStore) -> bool:
     return isinstance(backend, IN_PROCESS)
 
 
@@ -48,7 +48,7 @@ class AsyncCache:
 
     def __init__(
         self,
-        backend: ResponseCacheBackend,
+        backend: ResponseCacheStore,
         offload: bool | None = None,
         on_unavailable: Callable[[str, CacheUnavailable], None] | None = None,
     ) -> None:

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from app.cache.base import CacheTuning, ResponseCacheBackend
+from app.cache.base import CacheTuning, ResponseCacheStore
 from app.cache.memory import memory_cache
 from app.config.global_config import ResponseCacheConfig
 
@@ -35,7 +35,7 @@ _NAMES = {
 }
 
 
-def cache_backend(settings: ResponseCacheConfig, state_dir: Path | None = None) -> ResponseCacheBackend:
+def open_cache_store(settings: ResponseCacheConfig, state_dir: Path | None = None) -> ResponseCacheStore:
     """A new backend for `settings`, tuned with its max_entries / ttl_seconds / eviction_policy.
 
     state_dir: where Milvus Lite keeps its data (`<state_dir>/response-cache.db`) when
@@ -61,7 +61,7 @@ def cache_backend(settings: ResponseCacheConfig, state_dir: Path | None = None) 
 
 def _store(
     kind: str, settings: ResponseCacheConfig, tuning: CacheTuning, state_dir: Path | None
-) -> ResponseCacheBackend:
+) -> ResponseCacheStore:
     """A shared store: Redis, or Milvus (Milvus Lite under `state_dir` without a uri)."""
     if kind == "redis":
         from app.cache.redis_store import RedisSemanticCache
@@ -79,7 +79,7 @@ def probe_store(settings: ResponseCacheConfig, state_dir: Path | None = None) ->
     close it. Raises what the store raised (CacheUnavailable: it did not answer). Run where the
     cache's stores are owned (the ResponseCache replica): a Milvus Lite candidate opens there,
     beside the live store, never in a second process (docs/configuration.md "One owner")."""
-    backend = cache_backend(settings, state_dir)
+    backend = open_cache_store(settings, state_dir)
     partition = f"{PROBE_PARTITION}|{uuid.uuid4().hex}"
     vector = np.random.default_rng().standard_normal(settings.milvus.collection.vector_field.dimension)
     try:

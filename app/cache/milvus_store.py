@@ -129,7 +129,7 @@ def _deleted_count(result: Any) -> int:
 
 
 class MilvusSemanticCache:
-    """Implements app.cache.base.ResponseCacheBackend over a Milvus collection.
+    """Implements app.cache.base.ResponseCacheStore over a Milvus collection.
 
     settings.uri: a server uri ("http://host:19530") or a Milvus Lite path; None with
     settings.host set builds the server uri from host/port; None otherwise needs

@@ -39,7 +39,7 @@ from app.cli.benchmark_report_cmds import current_store, open_store, register_re
 from app.cli.benchmark_serve_cmd import serve_command
 from app.cli.benchmark_sources import URL_KEY, config_file, fetch_config, router_client, router_options
 from app.cli.remote import DEFAULT_ENDPOINT, echo_json, option_group
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 
 console = Console(stderr=True, highlight=False)
 OPTIONS_LIMIT = (1, 25, 10)  # the contract's paging: options limit 1 to 25 (default 10)

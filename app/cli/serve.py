@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 if TYPE_CHECKING:
     from app.cli.gateway import Gateway
-    from app.config.models import RouterConfig
+    from app.config.document import RouterConfig
 
 APP_NAME = "svc-sr"
 STATE_DIR = Path(os.environ.get("SVC_SR_STATE_DIR", ".cache/run"))

@@ -25,8 +25,8 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from app.config import legacy
+from app.config.document import RouterConfig
 from app.config.errors import ConfigError, ConfigIssue, issues_from_validation_error
-from app.config.models import RouterConfig
 from app.config.recipes import recipe_issues
 from app.config.validate import semantic_issues
 

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel
 
 from app.common.errors import error_body
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.providers import BackendRef, ProviderModel
 
 ROUTER_HEADER = "x-selected-model"

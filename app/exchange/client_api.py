@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from app.common.errors import SvcError, bad_request, validation_message
-from app.exchange.openai_models import parse_chat_body, validate_chat_body
+from app.exchange.openai_schemas import parse_chat_body, validate_chat_body
 from app.exchange.responses.answer import ChatToResponsesStream, chat_to_response
 from app.exchange.responses.images import ImageFile, ResolveImageFile, resolve_input_images
 from app.exchange.responses.request import ResponsesRequest, responses_to_chat

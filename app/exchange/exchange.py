@@ -36,7 +36,7 @@ from app.exchange import answer_checks
 from app.exchange.answer import client_headers, routing_metadata
 from app.exchange.client_api import ClientApi
 from app.exchange.relay import StreamRelay
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.results import UpstreamUnavailable

@@ -28,10 +28,17 @@ from typing import Any, Literal, Protocol
 
 from app.common.background import BackgroundTasks
 from app.common.redaction import scrub, secret_values
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.management.audit import AuditTrail
 from app.management.auth import auth_issues
-from app.management.documents import Candidate, DocumentRejected, Reason, Stage, etag_of, restart_required
+from app.management.documents import (
+    CheckedDocument,
+    DocumentRejected,
+    Reason,
+    Stage,
+    etag_of,
+    restart_required,
+)
 from app.management.state import ConfigStore, StaleDocument, VersionRecord, VersionResult
 from app.state.shared_store import StoreUnavailable
 
@@ -207,7 +214,7 @@ class ActivationController:
     async def mutate(
         self,
         if_match: str | None,
-        build: Callable[[dict[str, Any]], Candidate],
+        build: Callable[[dict[str, Any]], CheckedDocument],
         source: str,
         *,
         request_id: str | None = None,
@@ -261,7 +268,7 @@ class ActivationController:
 
     def _persist(
         self,
-        candidate: Candidate,
+        candidate: CheckedDocument,
         source: str,
         request_id: str | None,
         role: str | None,
@@ -338,7 +345,7 @@ class ActivationController:
         )
 
     # ------------------------------------------------------------------ activation
-    async def _activate(self, attempt: Attempt, candidate: Candidate) -> None:
+    async def _activate(self, attempt: Attempt, candidate: CheckedDocument) -> None:
         async with self._activation_lock:
             if attempt.state != "pending":  # superseded while waiting for the previous activation
                 return
@@ -366,7 +373,7 @@ class ActivationController:
                 return
             self._succeed(attempt, candidate)
 
-    def _succeed(self, attempt: Attempt, candidate: Candidate) -> None:
+    def _succeed(self, attempt: Attempt, candidate: CheckedDocument) -> None:
         try:
             attempt.config_version = self.store.mark_active(attempt.version)
         except KeyError:  # pushed out of a tiny history; the generation serves regardless

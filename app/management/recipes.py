@@ -19,7 +19,7 @@ from pydantic.json_schema import SkipJsonSchema
 from app.common.mgmt_errors import MgmtError, invalid_input
 from app.common.redaction import redact, restore_redacted
 from app.config.recipes import DEFAULT_RECIPE
-from app.management.models import ReasonOut, no_null_default
+from app.management.schemas import ReasonOut, no_null_default
 
 
 class RecipeBody(BaseModel):

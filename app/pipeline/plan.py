@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from app.config.pricing import Pricing
 from app.config.reliability import FallbackConfig, ReliabilityConfig
-from app.pipeline.answers.models import AnswerChecks
+from app.pipeline.answers.schemas import AnswerChecks
 from app.pipeline.memory.store import MemoryScope, RecoveryMark
 from app.upstream.targets import UpstreamTarget
 

@@ -17,7 +17,7 @@ candidate's, so `cost_quality_tradeoff` means the same whatever the price level:
 A candidate the predictor does not know gets the predictor's mean quality. Compiled once per
 config version: a missing or foreign artifact fails the config's activation, not a request.
 `elo` (quality from ratings learned online) is app/pipeline/elo_selector.py, on the same
-`Candidate`, `by_value` and `RefInputs`.
+`ModelOption`, `by_value` and `RefInputs`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.pricing import Pricing
 from app.config.providers import ProviderModel
 from app.config.routing import Decision, ModelRef
@@ -49,7 +49,7 @@ VectorFn = Callable[[], Awaitable[np.ndarray]]
 
 
 @dataclass(frozen=True)
-class Candidate:
+class ModelOption:
     ref: ModelRef
     quality: float
     cost: float  # expected, in the pricing's currency
@@ -123,7 +123,7 @@ class LearnedSelector:
         """The decision's modelRefs, best first, for a request with this vector and prompt size."""
         qualities = await self._qualities(vector)
         candidates = [
-            Candidate(ref, quality, inputs.expected_cost(prompt_tokens))
+            ModelOption(ref, quality, inputs.expected_cost(prompt_tokens))
             for ref, inputs, quality in zip(self.refs, self._inputs, qualities, strict=True)
         ]
         if self.kind == "automix":
@@ -152,19 +152,19 @@ def _completion_tokens(completion: np.ndarray | None, column: int | None) -> flo
     return float(completion[column]) if column is not None else float(np.mean(completion))
 
 
-def values(candidates: Sequence[Candidate], tradeoff: float) -> list[float]:
+def values(candidates: Sequence[ModelOption], tradeoff: float) -> list[float]:
     dearest = max((c.cost for c in candidates), default=0.0)
     scale = dearest if dearest > 0 else 1.0
     return [(1.0 - tradeoff) * c.quality - tradeoff * c.cost / scale for c in candidates]
 
 
-def by_value(candidates: Sequence[Candidate], tradeoff: float) -> list[Candidate]:
+def by_value(candidates: Sequence[ModelOption], tradeoff: float) -> list[ModelOption]:
     scored = values(candidates, tradeoff)
     order = sorted(range(len(candidates)), key=lambda i: (-scored[i], i))  # ties: config order
     return [candidates[i] for i in order]
 
 
-def automix_order(candidates: Sequence[Candidate], algorithm: Algorithm) -> list[Candidate]:
+def automix_order(candidates: Sequence[ModelOption], algorithm: Algorithm) -> list[ModelOption]:
     settings = algorithm.automix or AutomixSettings()
     if not settings.cost_aware_routing:
         return sorted(candidates, key=lambda c: -c.quality)

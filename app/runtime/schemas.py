@@ -30,7 +30,7 @@ MAX_ITEMS = 2048  # inputs per request; bigger jobs should be split (one request
 
 class ErrorDetail(BaseModel):
     """One item's error in a result. A whole request's failure is `RuntimeFailure`, which a
-    worker answers with app/srun/models.py's `WorkerErrorBody`."""
+    worker answers with app/srun/schemas.py's `WorkerErrorBody`."""
 
     code: str
     message: str

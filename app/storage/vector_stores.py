@@ -2,7 +2,7 @@
 
 Records (stores, their files and each file's status) are one JSON document in the storage
 directory, rewritten atomically on every change. Chunks and vectors live in the configured
-backend (backends.py). Attaching a file records it `in_progress` and returns; one worker
+vector index (vector_index.py). Attaching a file records it `in_progress` and returns; one worker
 thread chunks it, embeds the chunks in batches and stores them, then marks it `completed`
 (with chunk_count) or `failed` (with last_error). A file detached while it is ingested has
 its chunks removed when the worker finishes.
@@ -31,10 +31,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from app.storage import ranking
-from app.storage.backends import Bm25, Chunk, VectorBackend
 from app.storage.chunking import chunk_words, document_text
 from app.storage.files import FileStore, atomic_write
-from app.storage.models import (
+from app.storage.schemas import (
     FileAttach,
     FileCounts,
     LastError,
@@ -48,6 +47,7 @@ from app.storage.models import (
     VectorStoreUpdate,
     matches,
 )
+from app.storage.vector_index import Bm25, Chunk, VectorIndex
 
 log = logging.getLogger("svc_sr.storage")
 
@@ -83,7 +83,7 @@ class VectorStores:
         self,
         directory: Path,
         files: FileStore,
-        backend: VectorBackend,
+        backend: VectorIndex,
         embed: Embed,
         *,
         chunk_words: int = 160,

@@ -27,10 +27,10 @@ from fastapi.responses import JSONResponse
 from app.common.mgmt_errors import MgmtError, invalid_input, not_found, unavailable
 from app.management.routes.common import Registrar, Responses, json_response, mgmt_errors, record_mutation
 from app.management.service import Management
-from app.storage.backends import VectorBackendDown
 from app.storage.client import StorageClient
 from app.storage.files import FileDeleted, FileList, FileObject, FileRejected, FileServiceDown
 from app.storage.parts import StorageParts
+from app.storage.vector_index import VectorIndexDown
 from app.storage.vector_stores import NotFound
 
 PREFIX = "/api/v1/storage/files"
@@ -75,7 +75,7 @@ async def call(operation: Awaitable[T]) -> T:
     deployment); the storage errors, raised again by the client, as management errors."""
     try:
         return await operation
-    except (FileServiceDown, VectorBackendDown, OSError) as exc:
+    except (FileServiceDown, VectorIndexDown, OSError) as exc:
         raise unavailable(f"storage unavailable: {exc}") from None
     except FileRejected as exc:
         raise invalid_input(str(exc), details=dict(exc.details) or None) from None

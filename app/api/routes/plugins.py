@@ -14,14 +14,14 @@ from fastapi.responses import JSONResponse
 
 from app.api.parts import IngressParts
 from app.api.plugins.plugin_bindings import bindings
-from app.api.plugins.plugin_models import (
+from app.api.plugins.plugin_previews import run_preview
+from app.api.plugins.plugin_schemas import (
     PluginBindingList,
     PluginDetail,
     PluginList,
     PluginPreviewRequest,
     PluginPreviewResponse,
 )
-from app.api.plugins.plugin_previews import run_preview
 from app.api.plugins.plugins_registry import GUARD_TYPES, descriptors, detail, require_known
 from app.api.plugins.rag_probe import probe_kbs
 from app.common.api_docs import json_body

@@ -38,7 +38,8 @@ from app.management.routes.common import (
 )
 from app.management.service import Management
 from app.storage.client import VectorStoresClient
-from app.storage.models import (
+from app.storage.parts import StorageParts
+from app.storage.schemas import (
     FileAttach,
     SearchRequest,
     SearchResults,
@@ -51,7 +52,6 @@ from app.storage.models import (
     VectorStoreObject,
     VectorStoreUpdate,
 )
-from app.storage.parts import StorageParts
 from app.storage.vector_stores import RotateResult
 
 PREFIX = "/api/v1/storage/vector-stores"

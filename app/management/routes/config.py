@@ -15,7 +15,7 @@ from app.common.redaction import REDACTED, is_secret_key, redact, restore_redact
 from app.config.schema import config_json_schema
 from app.management.auth import auth_issues
 from app.management.documents import (
-    Candidate,
+    CheckedDocument,
     DocumentRejected,
     check_document,
     diff,
@@ -23,14 +23,6 @@ from app.management.documents import (
     merge_patch,
     parse_body,
     restart_required,
-)
-from app.management.models import (
-    HashView,
-    PlanRequest,
-    PlanResponse,
-    ValidateResponse,
-    VersionEntry,
-    VersionsResponse,
 )
 from app.management.routes.common import (
     Registrar,
@@ -40,6 +32,14 @@ from app.management.routes.common import (
     parse_model,
     principal_of,
     reasons_of,
+)
+from app.management.schemas import (
+    HashView,
+    PlanRequest,
+    PlanResponse,
+    ValidateResponse,
+    VersionEntry,
+    VersionsResponse,
 )
 from app.management.service import Management
 
@@ -191,7 +191,7 @@ def versions_view(mgmt: Management, limit: int) -> VersionsResponse:
     return VersionsResponse(versions=entries, total=len(records), history_limit=mgmt.store.history_limit)
 
 
-def checked(document: Any) -> Candidate:
+def checked(document: Any) -> CheckedDocument:
     """check_document plus the auth section's issues (both raise DocumentRejected)."""
     candidate = check_document(document)
     issues = auth_issues(candidate.config)

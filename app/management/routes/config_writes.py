@@ -13,8 +13,13 @@ from app.common.api_docs import NON_BLANK, REF_TEMPLATE, json_body
 from app.common.mgmt_errors import MgmtError, MgmtErrorBody, not_found, unavailable
 from app.common.redaction import restore_redacted
 from app.management.activation import PreconditionFailed, RestartRequired
-from app.management.documents import Candidate, DocumentRejected, check_document, merge_patch, parse_body
-from app.management.models import MutationResponse, RollbackRequest
+from app.management.documents import (
+    CheckedDocument,
+    DocumentRejected,
+    check_document,
+    merge_patch,
+    parse_body,
+)
 from app.management.routes.common import (
     Registrar,
     Responses,
@@ -28,10 +33,11 @@ from app.management.routes.common import (
     rejected,
     request_id,
 )
+from app.management.schemas import MutationResponse, RollbackRequest
 from app.management.service import Management
 from app.management.state import VersionRecord
 
-Builder = Callable[[dict[str, Any]], Candidate]
+Builder = Callable[[dict[str, Any]], CheckedDocument]
 UNDOCUMENTED = Header(None, alias="If-Match", include_in_schema=False)  # documented as IF_MATCH
 
 MUTATION_RESPONSES: Responses = {
@@ -135,7 +141,7 @@ def config_write_routes(mgmt: Management) -> APIRouter:
 def builder(submitted: Any, merge: bool) -> Builder:
     """The candidate from the persisted document current at activation time."""
 
-    def build(current: dict[str, Any]) -> Candidate:
+    def build(current: dict[str, Any]) -> CheckedDocument:
         restored = restore_redacted(submitted, current)
         return check_document(merge_patch(current, restored) if merge else restored)
 

@@ -14,7 +14,6 @@ from fastapi.responses import JSONResponse
 from app.common.api_docs import json_body
 from app.common.mgmt_errors import MgmtError
 from app.management.documents import DocumentRejected, check_document, etag_of, restart_required
-from app.management.models import ReasonOut
 from app.management.recipes import (
     RecipeBody,
     RecipeList,
@@ -40,6 +39,7 @@ from app.management.routes.common import (
 )
 from app.management.routes.config import checked
 from app.management.routes.config_writes import MUTATION_RESPONSES, UNDOCUMENTED, mutate, with_if_match
+from app.management.schemas import ReasonOut
 from app.management.service import Management
 
 NAME = Path(min_length=1, max_length=128, description="recipe name; `default` is the top-level routing")

@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse
 from app.common.api_docs import json_body
 from app.common.mgmt_errors import MgmtError, unavailable
 from app.common.redaction import redact
-from app.management.models import PreviewRequest, PreviewResponse
 from app.management.routes.common import Registrar, json_response, mgmt_errors, parse_model, principal_of
+from app.management.schemas import PreviewRequest, PreviewResponse
 from app.management.service import Management
 from app.pipeline.phases.parse import SESSION_ID_HEADER
 

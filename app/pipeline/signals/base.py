@@ -24,9 +24,10 @@ import numpy as np
 
 from app.common.chat_text import content_text, conversation_text, guard_texts, human_ask
 from app.pipeline.plan import SignalMatch
+from app.runtime.signal_engine import SignalEngine, UnscannedError
 
 if TYPE_CHECKING:
-    from app.config.models import RouterConfig
+    from app.config.document import RouterConfig
 
 EmbedFn = Callable[[list[str]], Awaitable[np.ndarray]]
 CountTokensFn = Callable[[str], int]
@@ -206,21 +207,24 @@ class SignalEvaluator(Protocol):
 EvaluatorFactory = Callable[["RouterConfig", Any], SignalEvaluator]
 
 
+async def request_vectors(
+    engine: SignalEngine, ctx: SignalContext, text: str | None = None
+) -> np.ndarray | None:
+    """The request's query vector (1, dim) for an engine on the Router's vector space when the
+    text it reads (`text`, default the human's ask) is the ask; None otherwise, or when the
+    encoder is unavailable (the Embedding deployment down): the engine then encodes itself."""
+    if not engine.reads_vectors or (text is not None and text != ctx.text):
+        return None
+    try:
+        return (await ctx.query_vector()).reshape(1, -1)
+    except Exception:
+        return None
+
+
 def error_matches(family: str, names: frozenset[str] | set[str], message: str) -> list[SignalMatch]:
     return [
         SignalMatch(type=family, name=n, matched=False, confidence=0.0, error=message) for n in sorted(names)
     ]
-
-
-class UnscannedError(Exception):
-    """A safety signal's detector did not read the input in full (its model runtime failed,
-    missed the signal deadline, or read only part). `matches`: how the rule resolves, from
-    `on_unscanned` (docs/security.md): `block` -> it matches; `allow` -> it errors, and on_error decides."""
-
-    def __init__(self, reason: str, matches: bool) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.matches = matches
 
 
 def unscanned_match(family: str, name: str, exc: UnscannedError) -> SignalMatch:

@@ -25,6 +25,7 @@ def upstream() -> Iterator[FakeUpstream]:
         yield fake
 
 
+@pytest.mark.slow
 async def test_capabilities_and_health() -> None:
     harness = Harness(with_plugin({"max_tokens": 500}))
     async with harness.client() as client:
@@ -44,6 +45,7 @@ async def test_capabilities_and_health() -> None:
     }
 
 
+@pytest.mark.slow
 async def test_preview_of_a_candidate_and_of_a_binding() -> None:
     harness = Harness(with_plugin({"max_tokens": 400, "keep_last_turns": 2, "strategy": "summarize"}))
     messages = conversation(12)
@@ -92,6 +94,7 @@ async def test_preview_of_a_candidate_and_of_a_binding() -> None:
         ),
     ],
 )
+@pytest.mark.slow
 async def test_bad_previews(body: dict[str, Any], status: int, expected: str) -> None:
     async with Harness(with_plugin({"max_tokens": 400})).client() as client:
         response = await client.post(PREFIX + "/preview", json=body)
@@ -101,6 +104,7 @@ async def test_bad_previews(body: dict[str, Any], status: int, expected: str) ->
     assert expected in error["message"]
 
 
+@pytest.mark.slow
 async def test_a_binding_without_the_plugin_is_not_found() -> None:
     async with Harness().client() as client:
         response = await client.post(
@@ -110,6 +114,7 @@ async def test_a_binding_without_the_plugin_is_not_found() -> None:
     assert response.status_code == 404 and "no context_compression plugin" in response.text
 
 
+@pytest.mark.slow
 async def test_stats_count_routed_requests_without_content(upstream: FakeUpstream) -> None:
     aggregator = MetricsAggregator()
     harness: Harness
@@ -147,6 +152,7 @@ async def test_stats_count_routed_requests_without_content(upstream: FakeUpstrea
     assert "river" not in response.text and "integral" not in response.text  # no content
 
 
+@pytest.mark.slow
 async def test_stats_without_metrics_answer_503_and_permissions_apply() -> None:
     async with Harness().client() as client:
         response = await client.get(STATS)

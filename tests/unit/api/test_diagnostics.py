@@ -13,7 +13,7 @@ from app.api import diagnostics_service as diag_module
 from app.api.app import StaticConfigView, create_app
 from app.api.diagnostics import diagnostics_router
 from app.api.diagnostics_service import Diagnostics
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.models.domain import DOMAIN_CATEGORIES
 from app.runtime.schemas import ModelNotLoadedError
 from app.upstream.client import UpstreamClient
@@ -124,6 +124,7 @@ async def test_pii_reports_entities_positions_and_masked_text(prefix):
     assert body["masked_text"] == "Contact <EMAIL_ADDRESS> today"
 
 
+@pytest.mark.slow
 async def test_pii_options_and_configured_threshold():
     backend = FakeBackend()
     cfg = config(model_catalog={"modules": {"classifier": {"pii": {"threshold": 0.8}}}})
@@ -158,6 +159,7 @@ async def test_pii_options_and_configured_threshold():
 # ------------------------------------------------------------------ security
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefix", BOTH)
 async def test_security_flags_a_jailbreak(prefix):
     async with client_for(FakeBackend()) as client:
@@ -284,6 +286,7 @@ async def test_default_batch_limit_is_100():
 # ------------------------------------------------------------------ error paths
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefix", BOTH)
 @pytest.mark.parametrize("task", ["intent", "pii", "security"])
 @pytest.mark.parametrize("text", ["", "   \n"])
@@ -312,6 +315,7 @@ async def test_empty_text_is_invalid_input(prefix, task, text):
         (f"{NEW}/intent", ["a", "list"]),
     ],
 )
+@pytest.mark.slow
 async def test_malformed_requests_are_invalid_input(path, body):
     backend = FakeBackend()
     async with client_for(backend) as client:
@@ -319,6 +323,7 @@ async def test_malformed_requests_are_invalid_input(path, body):
     assert [c for c in backend.calls if c[0] != "preview"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", [b"", b"{not json", b"null"])
 async def test_unparseable_bodies_are_invalid_input(content):
     async with client_for(FakeBackend()) as client:
@@ -330,6 +335,7 @@ async def test_text_too_long():
         error_of(await post(client, f"{NEW}/pii", {"text": "x" * 100_001}), 400, "TEXT_TOO_LONG")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["intent", "pii", "security", "combined", "batch"])
 async def test_no_backend_is_model_not_loaded(task):
     body = {"texts": ["hello"]} if task == "batch" else {"text": "hello"}
@@ -345,6 +351,7 @@ async def test_no_backend_is_model_not_loaded(task):
         (RuntimeError("onnx exploded"), 500, "CLASSIFICATION_ERROR"),
     ],
 )
+@pytest.mark.slow
 async def test_model_failures_map_to_documented_errors(fail, status, code):
     async with client_for(FakeBackend(fail=fail)) as client:
         error = error_of(await post(client, f"{OLD}/security", {"text": "hello"}), status, code)
@@ -362,6 +369,7 @@ async def test_deadline_is_a_timeout_error(monkeypatch):
         error_of(await post(client, f"{NEW}/pii", {"text": "hello"}), 408, "TIMEOUT_ERROR")
 
 
+@pytest.mark.slow
 async def test_create_app_serves_the_diagnostics():
     app = create_app(
         router=None,

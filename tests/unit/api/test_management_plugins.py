@@ -40,6 +40,7 @@ def harness() -> Harness:
     return Harness(plugin_document(), embed=CountingEmbed())
 
 
+@pytest.mark.slow
 async def test_the_registry_lists_every_known_type_with_its_operations(harness: Harness) -> None:
     async with harness.client() as client:
         answer = (await client.get("/api/v1/plugins")).json()["plugins"]
@@ -61,6 +62,7 @@ async def test_the_registry_lists_every_known_type_with_its_operations(harness: 
     assert {p["phase"] for p in answer} == {"request", "response", "storage", "observability"}
 
 
+@pytest.mark.slow
 async def test_a_descriptor_carries_its_schema_and_unknown_types_are_404(harness: Harness) -> None:
     async with harness.client() as client:
         typed = (await client.get("/api/v1/plugins/tool_selection")).json()
@@ -76,6 +78,7 @@ async def test_a_descriptor_carries_its_schema_and_unknown_types_are_404(harness
     assert set(missing.json()["error"]) >= {"code", "message", "timestamp"}
 
 
+@pytest.mark.slow
 async def test_bindings_by_scope(harness: Harness) -> None:
     async with harness.client() as client:
         every = (await client.get("/api/v1/plugins/tool_selection/bindings")).json()
@@ -112,6 +115,7 @@ async def preview(client: Any, plugin_type: str, body: dict[str, Any]) -> Any:
     return await client.post(f"/api/v1/plugins/{plugin_type}/preview", json=body)
 
 
+@pytest.mark.slow
 async def test_configuration_previews_default_to_preview_and_persist_nothing(harness: Harness) -> None:
     sample = {"messages": [USER], "max_tokens": 9000, "logprobs": True}
     async with harness.client() as client:
@@ -151,6 +155,7 @@ async def test_configuration_previews_default_to_preview_and_persist_nothing(har
     assert fast["result"]["response"]["choices"][0]["message"]["content"] == "closed"
 
 
+@pytest.mark.slow
 async def test_tool_previews_need_a_binding_and_probe_is_explicit(harness: Harness) -> None:
     sample = {"messages": [USER], "tools": TOOLS}
     embed: CountingEmbed = harness.parts.embed  # type: ignore[assignment]  # the fixture's fake
@@ -179,6 +184,7 @@ async def test_tool_previews_need_a_binding_and_probe_is_explicit(harness: Harne
     assert no_probe.status_code == 400
 
 
+@pytest.mark.slow
 async def test_probe_without_an_encoder_and_rag_probe_are_503(harness: Harness) -> None:
     bare = Harness(plugin_document())
     async with bare.client() as client:
@@ -206,6 +212,7 @@ async def test_probe_without_an_encoder_and_rag_probe_are_503(harness: Harness) 
     assert "Doc A." in rag["result"]["injected_context"] and rag["result"]["messages"][0]["role"] == "system"
 
 
+@pytest.mark.slow
 async def test_answer_check_previews_apply_the_policy_and_probes_run_the_detectors(harness: Harness) -> None:
     math = {"decision": "math"}
     async with harness.client() as client:
@@ -248,6 +255,7 @@ def test_every_previewable_type_has_a_preview() -> None:
     assert set(PREVIEWS) == PREVIEW_TYPES - {"context_compression"}
 
 
+@pytest.mark.slow
 async def test_bad_bindings_are_404_and_bad_bodies_400(harness: Harness) -> None:
     async with harness.client() as client:
         no_decision = await preview(client, "tools", {"binding": {"decision": "nope"}})

@@ -41,8 +41,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from app.api.app import create_app
-from app.api.decisions import LocalDecisionBackend
-from app.cache.admin import CacheControl, LocalCacheAdmin, backend_control
+from app.api.decisions import LocalDecisionSource
+from app.cache.admin import CacheControl, LocalCacheAdmin, store_control
 from app.cache.base import CacheUnavailable
 from app.cache.memory import InMemorySemanticCache
 from app.config.global_config import ResponseCacheConfig
@@ -106,7 +106,7 @@ def build_app(upstream_url: str) -> FastAPI:
     replays = ReplayStore()
     replays.record({"id": "r1", "selected_model": "small", "decision": ""})
     cache = LocalCacheAdmin(
-        MemoryProbesOnly(backend_control(InMemorySemanticCache(max_entries=0, ttl_seconds=0)))
+        MemoryProbesOnly(store_control(InMemorySemanticCache(max_entries=0, ttl_seconds=0)))
     )
     metrics = MetricsAggregator()
     harness = Harness(
@@ -126,7 +126,7 @@ def build_app(upstream_url: str) -> FastAPI:
         harness.view,
         classifiers=FakeBackend(),
         management=harness.management,
-        decisions=LocalDecisionBackend(load(DECISION_MODEL)),
+        decisions=LocalDecisionSource(load(DECISION_MODEL)),
         parts=harness.parts,
     )
 
@@ -151,6 +151,7 @@ def live_app() -> Iterator[FastAPI]:
         yield build_app(upstream.base_url)
 
 
+@pytest.mark.slow
 @schema.parametrize()
 @settings(deadline=None, suppress_health_check=list(HealthCheck))
 def test_operation_conforms(case: schemathesis.Case, live_app: FastAPI) -> None:
@@ -158,6 +159,7 @@ def test_operation_conforms(case: schemathesis.Case, live_app: FastAPI) -> None:
     case.call_and_validate(app=live_app, checks=checks)
 
 
+@pytest.mark.slow
 def test_fuzzed_document_is_the_served_one(live_app: FastAPI) -> None:
     assert served(live_app) == DOCUMENT
 

@@ -97,6 +97,7 @@ def test_fastapi_validation_422_is_not_documented() -> None:
         ("/api/v1/config", {"format": "toml"}),
     ],
 )
+@pytest.mark.slow
 async def test_a_management_parameter_fails_with_the_management_body(path: str, params: dict[str, str]):
     async with Harness().client() as client:
         response = await client.get(path, params=params)
@@ -106,6 +107,7 @@ async def test_a_management_parameter_fails_with_the_management_body(path: str, 
     assert next(iter(params)) in error["message"]
 
 
+@pytest.mark.slow
 async def test_a_blank_idempotency_key_is_invalid_input():
     async with Harness().client() as client:
         response = await client.post(

@@ -46,6 +46,7 @@ def assert_limited(answer: httpx.Response, scope: str) -> None:
     )
 
 
+@pytest.mark.slow
 async def test_each_key_has_its_own_bucket(upstream: FakeUpstream):  # noqa: F811
     app = plane(upstream, limits(per_key={"requests_per_minute": 2}))
     for _ in range(2):
@@ -57,6 +58,7 @@ async def test_each_key_has_its_own_bucket(upstream: FakeUpstream):  # noqa: F81
     assert_limited(await ask(app), "per_key")
 
 
+@pytest.mark.slow
 async def test_a_route_bucket_is_shared_by_every_caller(upstream: FakeUpstream):  # noqa: F811
     app = plane(upstream, limits(routes={"/v1/models": {"requests_per_minute": 60, "burst": 1}}))
     assert (await ask(app, key="sk-a")).status_code == 200
@@ -66,12 +68,14 @@ async def test_a_route_bucket_is_shared_by_every_caller(upstream: FakeUpstream):
     assert (await ask(app, "/v1/chat/completions", key="sk-b")).status_code == 200  # another route
 
 
+@pytest.mark.slow
 async def test_limits_off_by_default(upstream: FakeUpstream):  # noqa: F811
     app = plane(upstream)
     for _ in range(5):
         assert (await ask(app)).status_code == 200
 
 
+@pytest.mark.slow
 async def test_two_replicas_share_buckets_on_redis(upstream: FakeUpstream, redis_url: str):  # noqa: F811
     prefix = f"svc_sr:test:{uuid.uuid4().hex}:"
     settings = limits(per_key={"requests_per_minute": 1})
@@ -88,6 +92,7 @@ async def test_two_replicas_share_buckets_on_redis(upstream: FakeUpstream, redis
     assert (await ask(local, key="sk-a")).status_code == 200
 
 
+@pytest.mark.slow
 async def test_a_store_that_is_down_lets_requests_through(upstream: FakeUpstream):  # noqa: F811
     down = redis_buckets(f"redis://127.0.0.1:{find_free_port()}/0", "svc_sr:down:", timeout_s=0.5)
     app = plane(upstream, limits(per_key={"requests_per_minute": 1}), rate_buckets=down)

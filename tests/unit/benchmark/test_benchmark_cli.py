@@ -36,6 +36,7 @@ def config_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_run_json_last_line_and_the_stored_run(tmp_path: Path, config_file: Path):
     store = tmp_path / "store"
     result = invoke(store, "run", "--dataset", str(MINI), "--config", str(config_file), "--json")
@@ -209,6 +210,7 @@ def router() -> Iterator[Server]:
         yield running
 
 
+@pytest.mark.slow
 def test_replay_scores_the_active_config_of_a_running_router(tmp_path: Path, router: Server):
     store = tmp_path / "store"
     result = invoke(store, "--url", router.url, "replay", "--dataset", str(MINI), "--json")

@@ -126,6 +126,7 @@ def router() -> Iterator[Server]:
         yield running
 
 
+@pytest.mark.slow
 def test_replay_options_lists_router_targets_and_versions(tmp_path: Path, router: Server):
     store = tmp_path / "store"
     offline = as_json(store, "replay-options")

@@ -85,6 +85,7 @@ def test_report_table(store: Path) -> None:
     assert "(default) 2, law 2, math 2" in outcome.stdout
 
 
+@pytest.mark.slow
 def test_report_plot_writes_a_png(store: Path, tmp_path: Path) -> None:
     plot = tmp_path / "plots" / "b.png"
     outcome = invoke(store, "report", "20261125-b2", "--plot", str(plot))

@@ -18,8 +18,8 @@ from app.benchmark.dataset import Dataset
 from app.benchmark.local_services import RunFeeds, VectorTable, learned_families
 from app.benchmark.report import decision_mix, model_mix
 from app.benchmark.runner import run_benchmark
+from app.config.document import RouterConfig
 from app.config.loader import parse_config
-from app.config.models import RouterConfig
 
 MINI = Path(__file__).resolve().parents[2] / "fakes" / "benchmark_mini"
 PRICES = {"big": (2.0, 4.0), "mid": (0.5, 0.5), "small": (0.1, 0.1)}

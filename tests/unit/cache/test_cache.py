@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pydantic import BaseModel
 
-from app.cache import CacheHit, CacheStats, InMemorySemanticCache, ResponseCacheBackend
+from app.cache import CacheHit, CacheStats, InMemorySemanticCache, ResponseCacheStore
 
 DIM = 384
 P = "m1|math"
@@ -63,7 +63,7 @@ def clock() -> FakeClock:
 
 
 def test_implements_backend_protocol() -> None:
-    assert isinstance(InMemorySemanticCache(), ResponseCacheBackend)
+    assert isinstance(InMemorySemanticCache(), ResponseCacheStore)
 
 
 def test_empty_cache_misses(rng) -> None:

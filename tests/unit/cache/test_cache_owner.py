@@ -98,6 +98,7 @@ def document_with(store: dict[str, Any]) -> dict[str, Any]:
         ({"backend_type": "redis"}, SHARED),
     ],
 )
+@pytest.mark.slow
 def test_the_graph_applies_the_rule_on_every_path_that_builds_it(
     store: dict[str, Any], expected: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -172,6 +172,7 @@ OTHER_TOOL = {"type": "function", "function": {"name": "book_flight", "parameter
         "user-vs-none",
     ],
 )
+@pytest.mark.slow
 async def test_an_answer_never_crosses_context_tenant_or_user(
     pipe, stored, asked, headers_stored, headers_asked
 ):

@@ -9,8 +9,9 @@ from __future__ import annotations
 import socket
 
 import numpy as np
+import pytest
 
-from app.cache.admin import LocalCacheAdmin, backend_control
+from app.cache.admin import LocalCacheAdmin, store_control
 from app.cache.base import CacheScope
 from app.cache.memory import InMemorySemanticCache
 from app.cache.redis_store import RedisSemanticCache
@@ -38,7 +39,7 @@ def filled_cache() -> InMemorySemanticCache:
 
 
 def harness(cache: InMemorySemanticCache | None = None, auth: bool = False) -> Harness:
-    admin = LocalCacheAdmin(backend_control(cache if cache is not None else filled_cache()))
+    admin = LocalCacheAdmin(store_control(cache if cache is not None else filled_cache()))
     if auth:
         document = with_auth(base_document(), AUTH)
         return Harness(document, environ={"T_ADMIN": ADMIN, "T_VIEW": VIEWER}, cache_admin=admin)
@@ -51,6 +52,7 @@ def closed_port() -> int:
         return int(s.getsockname()[1])  # closed again when the block ends: nothing listens
 
 
+@pytest.mark.slow
 async def test_viewer_reads_stats_but_cannot_flush_or_invalidate():
     h = harness(auth=True)
     async with h.client(VIEWER) as viewer, h.client(ADMIN) as admin, h.client() as anonymous:
@@ -72,6 +74,7 @@ async def test_viewer_reads_stats_but_cannot_flush_or_invalidate():
     assert flushed.status_code == 200 and flushed.json()["removed"] == 4
 
 
+@pytest.mark.slow
 async def test_dry_run_counts_without_removing():
     cache = filled_cache()
     h = harness(cache)
@@ -87,6 +90,7 @@ async def test_dry_run_counts_without_removing():
     assert len(cache) == 4
 
 
+@pytest.mark.slow
 async def test_scoped_invalidate_covers_the_tenant_partition_and_leaves_other_scopes():
     cache = filled_cache()
     h = harness(cache)
@@ -99,6 +103,7 @@ async def test_scoped_invalidate_covers_the_tenant_partition_and_leaves_other_sc
     assert cache.clear("big|code") == 1 and cache.clear("small|math") == 1
 
 
+@pytest.mark.slow
 async def test_flush_advances_the_epoch_of_its_scope():
     h = harness()
     async with h.client() as c:
@@ -112,6 +117,7 @@ async def test_flush_advances_the_epoch_of_its_scope():
     assert stats["epoch"] == 2 and stats["scope_epochs"] == {"small|math": 1} and stats["entries"] == 0
 
 
+@pytest.mark.slow
 async def test_epochs_are_the_caches_own_so_a_stale_write_is_dropped():
     cache = filled_cache()
     token = cache.epoch("big|math|tenant:5e1f")  # a request looked the cache up ...
@@ -126,6 +132,7 @@ async def test_epochs_are_the_caches_own_so_a_stale_write_is_dropped():
     assert cache.count(CacheScope(model="big")) == 0
 
 
+@pytest.mark.slow
 async def test_probe_validates_then_reports_an_unreachable_store():
     cache = filled_cache()
     h = harness(cache)
@@ -144,6 +151,7 @@ async def test_probe_validates_then_reports_an_unreachable_store():
     assert len(cache) == 4  # probes never touch the live cache
 
 
+@pytest.mark.slow
 async def test_without_a_cache_admin_every_route_is_503():
     h = Harness()
     async with h.client() as c:
@@ -158,9 +166,10 @@ async def test_without_a_cache_admin_every_route_is_503():
         assert response.headers["retry-after"] == "5"
 
 
+@pytest.mark.slow
 async def test_a_store_that_is_down_answers_503_with_the_error_body():
     settings = RedisCacheSettings(url=f"redis://127.0.0.1:{closed_port()}/0", timeout_seconds=1)
-    h = Harness(cache_admin=LocalCacheAdmin(backend_control(RedisSemanticCache(settings))))
+    h = Harness(cache_admin=LocalCacheAdmin(store_control(RedisSemanticCache(settings))))
     async with h.client() as c:
         answers = [
             await c.get(f"{PREFIX}/stats"),
@@ -175,6 +184,7 @@ async def test_a_store_that_is_down_answers_503_with_the_error_body():
     assert health.status_code == 200 and health.json()["status"] == "unavailable"
 
 
+@pytest.mark.slow
 async def test_a_scope_name_holds_no_partition_separator():
     async with harness().client() as c:
         bad = await c.post(f"{PREFIX}/flush", json={"scope": {"model": "big|math"}})

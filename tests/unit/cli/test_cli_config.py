@@ -98,6 +98,7 @@ def test_completion_scripts():
 
 
 # ------------------------------------------------------------------ remote forms
+@pytest.mark.slow
 def test_get_plan_apply_versions_rollback(server: Server, tmp_path: Path):
     ep = ("--endpoint", server.url)
     got = run("config", "get", *ep, "--format", "json")
@@ -120,6 +121,7 @@ def test_get_plan_apply_versions_rollback(server: Server, tmp_path: Path):
     assert missing.exit_code == EXIT_NOT_FOUND
 
 
+@pytest.mark.slow
 def test_apply_exit_codes(server: Server, tmp_path: Path):
     ep = ("--endpoint", server.url)
     bad = base_document()
@@ -142,6 +144,7 @@ def test_apply_exit_codes(server: Server, tmp_path: Path):
     assert schema.exit_code == 0 and "properties" in json.loads(schema.stdout)
 
 
+@pytest.mark.slow
 def test_activation_failure_exit_code(upstream: FakeUpstream, tmp_path: Path):
     class Refuse:
         async def activate(self, config, document):
@@ -154,6 +157,7 @@ def test_activation_failure_exit_code(upstream: FakeUpstream, tmp_path: Path):
     assert json.loads(result.stdout)["status"] == "activation_failed" and "no capacity" in result.stderr
 
 
+@pytest.mark.slow
 def test_token_from_environment_and_auth_failures(upstream: FakeUpstream):
     document = with_auth(base_document(upstream.base_url), {"mode": "bearer"})
     with Server(Harness(document, environ={"SVC_MGMT_TOKEN": TOKEN})) as srv:
@@ -174,6 +178,7 @@ def test_unreachable_endpoint():
     assert result.exit_code == EXIT_UNREACHABLE
 
 
+@pytest.mark.slow
 def test_route_preview_remote_and_local(server: Server, tmp_path: Path):
     remote = run("route", "preview", "what is the integral of x", "--endpoint", server.url)
     assert remote.exit_code == 0, remote.stderr
@@ -186,6 +191,7 @@ def test_route_preview_remote_and_local(server: Server, tmp_path: Path):
     assert local.exit_code == 0 and json.loads(local.stdout)["selected_model"] == "small"
 
 
+@pytest.mark.slow
 def test_request_chat_through_the_data_plane(server: Server, upstream: FakeUpstream):
     result = run("request", "chat", "an integral please", "--endpoint", server.url)
     assert result.exit_code == 0, result.stderr
@@ -194,6 +200,7 @@ def test_request_chat_through_the_data_plane(server: Server, upstream: FakeUpstr
     assert streamed.exit_code == 0 and streamed.stdout.strip()
 
 
+@pytest.mark.slow
 def test_route_probe_reports_how_a_real_request_was_routed(server: Server, upstream: FakeUpstream):
     before = len(upstream.requests)
     result = run("route", "probe", "what is the integral of x squared", "--endpoint", server.url)

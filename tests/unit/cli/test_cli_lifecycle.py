@@ -32,6 +32,7 @@ signal.pause()
 """
 
 
+@pytest.mark.slow
 def test_each_deployment_gets_a_ready_line(monkeypatch: pytest.MonkeyPatch) -> None:
     readings = iter(
         [
@@ -58,6 +59,7 @@ def test_each_deployment_gets_a_ready_line(monkeypatch: pytest.MonkeyPatch) -> N
     assert [line.split(" ready")[0] for line in lines] == ["Embedding", "Router"]  # in order, once each
 
 
+@pytest.mark.slow
 def test_envoy_and_the_sidecar_stop_together(tmp_path: Path) -> None:
     logs = {name: tmp_path / f"{name}.log" for name in ("envoy", "sidecar")}
     children = {
@@ -82,6 +84,7 @@ def test_envoy_and_the_sidecar_stop_together(tmp_path: Path) -> None:
     assert gateway.envoy is None and gateway.sidecar is None
 
 
+@pytest.mark.slow
 def test_the_cli_imports_a_command_module_only_when_it_is_used() -> None:
     """`svc-sr stop` and `status` must not pay for the benchmark, config and KubeRay modules."""
     heavy = ["app.cli.benchmark_cmds", "app.cli.config_cmds", "app.cli.kuberay", "app.cli.ops_cmds"]

@@ -115,6 +115,7 @@ def front_door() -> Iterator[str]:
     server.shutdown()
 
 
+@pytest.mark.slow
 def test_dashboard_lists_the_consoles_and_opens_only_those_that_answer(
     session: Path, front_door: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -147,6 +147,7 @@ def server() -> Iterator[cli_support.Server]:
         yield running
 
 
+@pytest.mark.slow
 def test_plan_shows_changes_and_writes_nothing(server: cli_support.Server, tmp_path: Path):
     ep = ("--endpoint", server.url)
     before = server.harness.pipeline.config
@@ -189,6 +190,7 @@ def test_plan_shows_changes_and_writes_nothing(server: cli_support.Server, tmp_p
     assert [r.name for r in server.harness.pipeline.config.recipes] == ["coder", "spare"]
 
 
+@pytest.mark.slow
 def test_builtin_init_then_plan_and_apply(server: cli_support.Server, tmp_path: Path):
     ep = ("--endpoint", server.url)
     out = tmp_path / "safe.yaml"
@@ -200,6 +202,7 @@ def test_builtin_init_then_plan_and_apply(server: cli_support.Server, tmp_path: 
     assert [r.name for r in server.harness.pipeline.config.recipes] == ["coder", "spare", "safety-first"]
 
 
+@pytest.mark.slow
 def test_apply_of_a_packed_file_is_one_version(server: cli_support.Server, tmp_path: Path):
     """`recipe pack` then `recipe apply -f` of the pack: its recipes replace same-named ones and
     join the others, in one configuration version; a bad pack changes nothing."""
@@ -249,6 +252,7 @@ def test_apply_of_a_packed_file_is_one_version(server: cli_support.Server, tmp_p
         ),
     ],
 )
+@pytest.mark.slow
 async def test_builtins_route_with_the_real_encoder(name, models, cases, minilm_embed):
     """An init'd built-in as the default routing of an in-process router over MiniLM: the
     requests it is for reach the model of its slot (routing preview; `--model` fills the

@@ -36,6 +36,7 @@ def test_help_lists_the_recipe_commands():
         assert f"  {command} " in result.stdout
 
 
+@pytest.mark.slow
 def test_list_and_get(server: cli_support.Server, tmp_path: Path):
     ep = ("--endpoint", server.url)
     table = run("recipe", "list", *ep)
@@ -58,6 +59,7 @@ def test_list_and_get(server: cli_support.Server, tmp_path: Path):
     assert run("recipe", "get", "nope", *ep).exit_code == EXIT_NOT_FOUND
 
 
+@pytest.mark.slow
 def test_apply_get_round_trip_and_routing(server: cli_support.Server, tmp_path: Path):
     ep = ("--endpoint", server.url)
     exported = tmp_path / "coder.yaml"
@@ -86,6 +88,7 @@ def test_apply_get_round_trip_and_routing(server: cli_support.Server, tmp_path: 
     assert stale.exit_code == EXIT_CONFLICT
 
 
+@pytest.mark.slow
 def test_validate_and_delete(server: cli_support.Server, tmp_path: Path):
     ep = ("--endpoint", server.url)
     good = tmp_path / "good.yaml"

@@ -29,6 +29,7 @@ def server(tmp_path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
         yield running
 
 
+@pytest.mark.slow
 def test_status_of_a_remote_endpoint(server: Server) -> None:
     result = CliRunner().invoke(cli, ["status", "--endpoint", server.url], catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -50,6 +51,7 @@ def test_status_exit_3_when_nothing_answers(tmp_path, monkeypatch: pytest.Monkey
     assert CliRunner().invoke(cli, ["status"]).exit_code == 3  # no endpoint, no local instance
 
 
+@pytest.mark.slow
 def test_a_start_in_progress_is_reported_refuses_a_second_serve_and_can_be_stopped(
     server: Server, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,6 +24,7 @@ def server(tmp_path: Path) -> Iterator[cli_support.Server]:
         yield running
 
 
+@pytest.mark.slow
 def test_vector_store_commands_round_trip(server: cli_support.Server, tmp_path: Path) -> None:
     ep = ("--endpoint", server.url)
     doc = tmp_path / "guide.md"
@@ -53,6 +54,7 @@ def test_vector_store_commands_round_trip(server: cli_support.Server, tmp_path: 
     assert cli_support.run("storage", "vector-stores", "show", store_id, *ep).exit_code == EXIT_NOT_FOUND
 
 
+@pytest.mark.slow
 def test_storage_unavailable_exits_5(tmp_path: Path) -> None:
     with cli_support.Server(cli_support.Harness()) as running:
         result = cli_support.run("storage", "vector-stores", "list", "--endpoint", running.url)

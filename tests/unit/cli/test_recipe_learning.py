@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -102,6 +103,7 @@ def test_elo_and_single_model_decisions_are_left_alone() -> None:
     assert learn(base_document(), *evidence).skipped["math"].startswith("one model listed")
 
 
+@pytest.mark.slow
 def test_the_cli_reads_replays_and_outcomes_and_writes_a_plan_it_never_applies(tmp_path: Path) -> None:
     store = ReplayStore()
     for record in records("big", 6, 0.02) + records("small", 6, 0.001):
@@ -128,6 +130,7 @@ def test_the_cli_reads_replays_and_outcomes_and_writes_a_plan_it_never_applies(t
         assert few.exit_code == 0 and "keep math:" in few.output and "propose" not in few.output
 
 
+@pytest.mark.slow
 def test_the_newest_replays_are_read_from_the_end_not_paged_from_the_start() -> None:
     """2,500 records, the newest 5 wanted: one read of the newest sequence, one page after it."""
     store = ReplayStore(capacity=5000)

@@ -106,6 +106,7 @@ def test_a_backend_that_is_down_warns_loudly_but_the_router_starts(doors: tuple[
     assert "503 upstream_unavailable" in printed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("answer", [(500, {"error": {"type": "server_error", "message": "boom"}}), None])
 def test_a_door_that_cannot_answer_fails_the_start(doors: tuple[Door, Door], answer: Any) -> None:
     if answer is None:
@@ -119,6 +120,7 @@ def test_a_door_that_cannot_answer_fails_the_start(doors: tuple[Door, Door], ans
     assert "Envoy + ext_proc: " + ("500 server_error: boom" if answer else "no answer") in printed
 
 
+@pytest.mark.slow
 def test_a_model_that_failed_to_load_fails_the_start(doors: tuple[Door, Door]) -> None:
     doors[0].ready = (503, {"phase": "error", "reason": "Guard: weights missing"})
     ok, printed = check(doors, doors[0].url)
@@ -126,6 +128,7 @@ def test_a_model_that_failed_to_load_fails_the_start(doors: tuple[Door, Door]) -
     assert "the router is not ready: a model failed to load: Guard: weights missing" in printed
 
 
+@pytest.mark.slow
 def test_readiness_that_never_comes_fails_after_the_timeout(doors: tuple[Door, Door]) -> None:
     doors[0].ready = (503, {"phase": "loading_model_deployments", "pending_models": ["Guard"]})
     assert startup_check.wait_ready(doors[0].url, 1.0) == "not ready after 1 s (waiting for Guard)"

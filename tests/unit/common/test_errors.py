@@ -24,7 +24,7 @@ from app.common.errors import (
     security_violation,
     upstream_unavailable,
 )
-from app.exchange.openai_models import ModelList, parse_chat_body, validate_chat_body
+from app.exchange.openai_schemas import ModelList, parse_chat_body, validate_chat_body
 from app.upstream.results import AttemptRecord, UpstreamUnavailable
 
 LIMIT = 64

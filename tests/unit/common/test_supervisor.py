@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from app.common.supervisor import RestartPolicy, SupervisedProcess
 
 # Children wait for a signal (signal.pause), not for a fixed time.
@@ -65,6 +67,7 @@ def test_a_dead_child_is_restarted() -> None:
     assert not proc.alive()
 
 
+@pytest.mark.slow
 def test_stop_terminates_then_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
     log = tmp_path / "stubborn.log"
     proc = RecordingProcess(

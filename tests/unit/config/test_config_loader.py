@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from app.config import ConfigError, LoadedConfig, load_config, parse_config, to_yaml
+from app.config.document import RouterConfig
 from app.config.loader import MAX_NODES, config_hash
-from app.config.models import RouterConfig
 from app.config.signals import ContextSignal, parse_token_count
 from app.models.domain import DOMAIN_CATEGORIES
 from app.pipeline.plugins import compile_guards
@@ -314,6 +314,7 @@ def test_condition_shape_errors_have_paths() -> None:
 @pytest.mark.parametrize(
     "path", [DEFAULT, *EXAMPLES, DATA / "minimal.yaml", DATA / "pre-decision.yaml"], ids=lambda p: p.name
 )
+@pytest.mark.slow
 def test_round_trip_keeps_the_hash(path: Path) -> None:
     loaded = load_config(path)
     again = parse_config(loaded.config.to_document())

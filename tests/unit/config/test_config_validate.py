@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from app.config import ConfigError, parse_config
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.routing import REFERENCE_ONLY_PLUGIN_TYPES
 from app.config.signals import REFERENCE_ONLY_SIGNAL_TYPES
 from app.config.validate import MMLU_PRO_CATEGORIES, semantic_issues

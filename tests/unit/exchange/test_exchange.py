@@ -11,7 +11,7 @@ from typing import Any
 from app.exchange.client_api import ChatApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward, Reply
 from app.pipeline import PipelineServices, RouterPipeline
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, ImmediateResponse, RoutePlan
 from tests.unit.replays.test_replay_recording import body, config

@@ -350,6 +350,7 @@ async def test_an_uploaded_image_reaches_the_upstream_inline_and_routes_as_an_im
     assert items.data[0].model_dump()["content"][1]["file_id"] == file_id
 
 
+@pytest.mark.slow
 async def test_an_unknown_file_is_404_a_document_400_and_a_missing_store_503(
     upstream: FakeUpstream, tmp_path: Path
 ):

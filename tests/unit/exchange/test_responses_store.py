@@ -16,7 +16,11 @@ from fastapi import FastAPI
 from app.api.app import StaticConfigView, create_app
 from app.api.parts import DataPlaneStores, IngressParts
 from app.config.loader import parse_config
-from app.exchange.responses.store import MemoryResponseBackend, RedisResponseBackend, ResponseBackend
+from app.exchange.responses.store import (
+    MemoryResponseRecordStore,
+    RedisResponseRecordStore,
+    ResponseRecordStore,
+)
 from app.exchange.responses.stored import StoredResponse
 from app.management.service import Management
 from app.pipeline import PipelineServices, RouterPipeline
@@ -34,7 +38,7 @@ def upstream() -> Iterator[FakeUpstream]:
 def plane(
     upstream: FakeUpstream,
     services: dict[str, Any] | None = None,
-    response_store: ResponseBackend | None = None,
+    response_store: ResponseRecordStore | None = None,
     rate_buckets: Any = None,
 ) -> FastAPI:
     document = {
@@ -59,8 +63,8 @@ def sdk(app: FastAPI, key: str = "sk-test") -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(api_key=key, base_url="http://svc/v1", http_client=http, max_retries=0)
 
 
-def redis_backend(url: str, prefix: str) -> RedisResponseBackend:
-    return RedisResponseBackend(redis_client(ManagementStoreSettings(backend="redis", url=url)), prefix)
+def redis_backend(url: str, prefix: str) -> RedisResponseRecordStore:
+    return RedisResponseRecordStore(redis_client(ManagementStoreSettings(backend="redis", url=url)), prefix)
 
 
 def sent_messages(upstream: FakeUpstream) -> list[tuple[str, str]]:
@@ -79,6 +83,7 @@ def two_replicas(request: pytest.FixtureRequest, upstream: FakeUpstream) -> tupl
     )
 
 
+@pytest.mark.slow
 async def test_a_conversation_continues_is_retrieved_listed_and_deleted(two_replicas, upstream):
     one, other = sdk(two_replicas[0]), sdk(two_replicas[1])
     first = await one.responses.create(model="MoM", input="My name is Ada.", instructions="Be brief.")
@@ -132,6 +137,7 @@ async def test_a_streamed_answer_is_kept_by_the_time_it_ends(upstream):
     assert sent_messages(upstream)[-2:] == [("assistant", final.output_text), ("user", "Go on.")]
 
 
+@pytest.mark.slow
 async def test_input_items_pages_in_both_orders(upstream):
     client = sdk(plane(upstream))
     turns = [{"role": "user", "content": f"turn {n}"} for n in range(3)]
@@ -144,6 +150,7 @@ async def test_input_items_pages_in_both_orders(upstream):
     assert [i.content[0].text for i in oldest.data] == ["turn 0", "turn 1", "turn 2"]
 
 
+@pytest.mark.slow
 async def test_store_false_and_a_disabled_store(upstream):
     client = sdk(plane(upstream))
     unkept = await client.responses.create(model="MoM", input="hi", store=False)
@@ -160,7 +167,7 @@ async def test_store_false_and_a_disabled_store(upstream):
         await off.responses.create(model="MoM", input="hi", previous_response_id=answer.id)
 
 
-class DownStore(MemoryResponseBackend):
+class DownStore(MemoryResponseRecordStore):
     async def put(self, record: StoredResponse, ttl_s: int, max_items: int) -> None:
         raise StoreUnavailable("management store: responses put failed: down")
 
@@ -190,7 +197,7 @@ def record(n: int) -> StoredResponse:
 
 async def test_memory_backend_keeps_records_for_their_ttl_and_up_to_the_cap():
     now = [100.0]
-    store = MemoryResponseBackend(clock=lambda: now[0])
+    store = MemoryResponseRecordStore(clock=lambda: now[0])
     for n in range(3):
         await store.put(record(n), ttl_s=10, max_items=2)
     assert await store.get("resp_0") is None  # the oldest past the cap

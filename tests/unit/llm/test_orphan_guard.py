@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from app.llm.orphan_guard import _stat, descendants, kill_survivors
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -42,6 +44,7 @@ def _wait_until(condition: object, timeout_s: float = 20.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_a_replica_killed_outright_takes_its_engine_processes_with_it(tmp_path: Path) -> None:
     report = tmp_path / "noted"
     replica = subprocess.Popen(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import sys
 import textwrap
 from dataclasses import replace
@@ -182,10 +183,38 @@ def test_a_server_that_dies_on_its_first_completion_is_one_clear_error(
     assert not supervisor.status(settings).running
 
 
+def test_a_port_taken_after_the_check_is_not_mistaken_for_our_server(
+    settings: LocalLLMSettings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Another server took the port between the check and our bind: its answers are not ours."""
+    other = subprocess.Popen(
+        [
+            sys.executable,
+            str(tmp_path / "fake_llm_server.py"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(settings.port),
+        ],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "FAKE_MODE": "ok"},
+    )
+    try:
+        assert other.stdout is not None and b"listening" in other.stdout.readline()
+        monkeypatch.setattr(supervisor, "_port_in_use", lambda host, port: False)
+        with pytest.raises(LocalLLMError, match="another process answered on port"):
+            supervisor.start(settings, ready_timeout=30, assemble=_fake_assemble)
+        assert not settings.pid_file.exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
 @pytest.mark.parametrize(
     ("mode", "said", "shown"),
     [("garbage", "with garbage", "not json"), ("empty", "with no text", '"content": ""')],
 )
+@pytest.mark.slow
 def test_a_server_that_answers_nonsense_is_stopped_with_the_answer_shown(
     settings: LocalLLMSettings, monkeypatch: pytest.MonkeyPatch, mode: str, said: str, shown: str
 ) -> None:

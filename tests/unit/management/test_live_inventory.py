@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from app.config.model_deployments import BINDINGS
 from app.management import StartupTracker
-from app.management.graph_models import GRAPH_MODELS, TYPED_BINDINGS, describe
+from app.management.graph_schemas import GRAPH_MODELS, TYPED_BINDINGS, describe
 from app.management.live_inventory import DeploymentFacts, ReplicaStartCounter, ServeFacts, device_of
 from tests.unit.management.test_management_support import Harness, base_document
 
@@ -71,6 +73,7 @@ async def inventory(h: Harness) -> tuple[list[dict[str, Any]], dict[str, Any], l
     return body["models"], body["system"], runtime, info["system"]["gpu_available"]
 
 
+@pytest.mark.slow
 async def test_inventory_reports_live_restarts_devices_and_cards():
     tracker = StartupTracker()
     tracker.register("Guard", artifact="jailbreak-guard", process="ray_serve")
@@ -98,6 +101,7 @@ async def test_inventory_reports_live_restarts_devices_and_cards():
     assert by_name["Embedding"]["devices"] == ["cuda:0"] and by_name["Embedding"]["replicas"] == 2
 
 
+@pytest.mark.slow
 async def test_gpu_available_only_for_local_gpu_execution():
     cpu_only = Harness(runtime_facts=FakeFacts({"Embedding": counted("Embedding", [["e"]])}))
     assert (await inventory(cpu_only))[1]["gpu_available"] is False

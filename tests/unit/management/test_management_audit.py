@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from app.management.audit import AuditLog, verify_chain
 from tests.unit.management.test_management_support import SECRET, Harness, error_code, etag
 
@@ -37,6 +39,7 @@ def test_ring_keeps_the_newest_and_reports_truncation():
     assert {e.action for e in only_a.entries} == {"a"}
 
 
+@pytest.mark.slow
 async def test_http_audit_shows_mutations_and_activations_without_bodies():
     h = Harness()
     async with h.client() as c:

@@ -40,6 +40,7 @@ def bearer(tokens: dict | None = None) -> Harness:
     return Harness(with_auth(base_document(), tokens or TOKENS), environ=ENV)
 
 
+@pytest.mark.slow
 async def test_auth_off_everything_open_but_secrets_redacted():
     h = Harness()
     async with h.client() as c:
@@ -65,6 +66,7 @@ async def test_auth_off_everything_open_but_secrets_redacted():
         "/startup-status",
     ],
 )
+@pytest.mark.slow
 async def test_bearer_requires_a_token_everywhere_but_health(path: str):
     h = bearer()
     async with h.client() as anonymous, h.client("wrong-token") as wrong, h.client(ADMIN) as admin:
@@ -79,6 +81,7 @@ async def test_bearer_requires_a_token_everywhere_but_health(path: str):
     assert ok.status_code == 200
 
 
+@pytest.mark.slow
 async def test_data_plane_model_list_stays_public_and_diagnostics_need_classify_invoke():
     h = bearer()
     async with h.client() as anonymous, h.client(VIEWER) as viewer:
@@ -94,6 +97,7 @@ async def test_data_plane_model_list_stays_public_and_diagnostics_need_classify_
         assert denied.status_code == 403 and error_code(denied) == "FORBIDDEN"
 
 
+@pytest.mark.slow
 async def test_roles_and_permissions():
     h = bearer()
     async with (
@@ -125,6 +129,7 @@ async def test_roles_and_permissions():
     assert admin_view["providers"]["models"][1]["backend_refs"][0]["api_key"] == SECRET
 
 
+@pytest.mark.slow
 async def test_default_token_env_is_admin_and_unset_tokens_fail_closed():
     h = Harness(with_auth(base_document(), {"mode": "bearer"}), environ={"SVC_MGMT_TOKEN": ADMIN})
     closed = Harness(with_auth(base_document(), {"mode": "bearer"}), environ={})
@@ -134,6 +139,7 @@ async def test_default_token_env_is_admin_and_unset_tokens_fail_closed():
         assert (await anonymous.get("/health")).status_code == 200
 
 
+@pytest.mark.slow
 async def test_tokens_never_reach_the_logs(caplog: pytest.LogCaptureFixture):
     h = bearer()
     caplog.set_level(logging.DEBUG)
@@ -150,6 +156,7 @@ async def test_tokens_never_reach_the_logs(caplog: pytest.LogCaptureFixture):
         assert secret not in text
 
 
+@pytest.mark.slow
 async def test_enabling_bearer_by_patch_takes_effect_after_activation():
     h = Harness(environ={"SVC_MGMT_TOKEN": ADMIN})
     async with h.client() as anonymous, h.client(ADMIN) as admin:
@@ -163,6 +170,7 @@ async def test_enabling_bearer_by_patch_takes_effect_after_activation():
         assert (await admin.get("/api/v1")).json()["auth_mode"] == "bearer"
 
 
+@pytest.mark.slow
 async def test_bad_auth_section_is_rejected_with_its_path():
     h = Harness()
     async with h.client() as c:
@@ -196,6 +204,7 @@ async def test_bad_auth_section_is_rejected_with_its_path():
     assert v.json()["valid"] is False
 
 
+@pytest.mark.slow
 async def test_discovery_reports_the_enforced_permission_of_each_route():
     h = bearer()
     async with h.client(ADMIN) as admin:

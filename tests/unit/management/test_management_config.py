@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from app.common.redaction import REDACTED
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.management import ActivationFailed
 from tests.fakes.upstream import FakeUpstream
 from tests.unit.management.test_management_support import SECRET, Harness, base_document, error_code, etag
@@ -43,6 +43,7 @@ async def test_get_config_as_yaml():
     assert yaml.safe_load(r.text)["providers"]["defaults"]["default_model"] == "small"
 
 
+@pytest.mark.slow
 async def test_schema_full_progressive_and_section():
     async with Harness().client() as c:
         full = (await c.get("/api/v1/config/schema")).json()
@@ -56,6 +57,7 @@ async def test_schema_full_progressive_and_section():
     assert missing.status_code == 404
 
 
+@pytest.mark.slow
 async def test_validate_reports_paths_and_normalizes_without_writing():
     h = Harness()
     bad = base_document()
@@ -79,6 +81,7 @@ async def test_validate_reports_paths_and_normalizes_without_writing():
     assert before == after
 
 
+@pytest.mark.slow
 async def test_plan_merge_lists_changes_and_candidate_etag_without_writing():
     h = Harness()
     async with h.client() as c:
@@ -99,6 +102,7 @@ async def test_plan_merge_lists_changes_and_candidate_etag_without_writing():
 
 
 # ------------------------------------------------------------------ mutations
+@pytest.mark.slow
 async def test_patch_activates_next_version_and_the_pipeline_routes_with_it():
     h = Harness()
     async with h.client() as c:
@@ -118,6 +122,7 @@ async def test_patch_activates_next_version_and_the_pipeline_routes_with_it():
     assert h.view.current().routing.signals.keywords[0].keywords == ["integral"]
 
 
+@pytest.mark.slow
 async def test_missing_if_match_is_428_and_stale_is_412_with_current_etag():
     h = Harness()
     async with h.client() as c:
@@ -138,6 +143,7 @@ async def test_missing_if_match_is_428_and_stale_is_412_with_current_etag():
     assert weak.status_code == 412
 
 
+@pytest.mark.slow
 async def test_two_concurrent_patches_one_wins_the_other_is_412():
     h = Harness()
     async with h.client() as c:
@@ -157,6 +163,7 @@ async def test_two_concurrent_patches_one_wins_the_other_is_412():
     assert versions["total"] == 2  # startup + the winner only
 
 
+@pytest.mark.slow
 async def test_redacted_document_sent_back_keeps_the_real_secret():
     h = Harness()
     async with h.client() as c:
@@ -169,6 +176,7 @@ async def test_redacted_document_sent_back_keeps_the_real_secret():
     assert ref["api_key"] == SECRET and ref["extra_headers"]["x-tenant"] == "tenant-secret-value"
 
 
+@pytest.mark.slow
 async def test_invalid_put_is_400_with_reasons_and_nothing_is_persisted():
     h = Harness()
     bad = base_document()
@@ -192,6 +200,7 @@ async def test_invalid_put_is_400_with_reasons_and_nothing_is_persisted():
     assert audit["entries"] and all(e["config"]["result"] == "rejected" for e in audit["entries"])
 
 
+@pytest.mark.slow
 async def test_listener_change_is_409_restart_required_and_not_persisted():
     document = base_document()
     document["listeners"] = [{"name": "http", "address": "127.0.0.1", "port": 8801}]
@@ -221,6 +230,7 @@ class FailingActivator:
         )
 
 
+@pytest.mark.slow
 async def test_activation_failure_is_503_document_persisted_previous_generation_serves():
     activator = FailingActivator()
     h = Harness(activator=activator)
@@ -248,6 +258,7 @@ async def test_activation_failure_is_503_document_persisted_previous_generation_
     assert (converged["status"], converged["reason"]) == ("False", "ConfigActivationFailed")
 
 
+@pytest.mark.slow
 async def test_compile_failure_is_reported_at_stage_compile():
     def refuse(config: RouterConfig) -> None:
         if config.routing.strategy == "confidence":
@@ -276,6 +287,7 @@ class GateActivator:
         self.activated.append(config.providers.defaults.default_model or "")
 
 
+@pytest.mark.slow
 async def test_pending_then_superseded_by_a_newer_candidate():
     activator = GateActivator()
     h = Harness(activator=activator, activation_wait_s=0.05)
@@ -310,6 +322,7 @@ async def test_pending_then_superseded_by_a_newer_candidate():
 
 
 # ------------------------------------------------------------------ versions and rollback
+@pytest.mark.slow
 async def test_versions_newest_first_limited_to_history():
     h = Harness()
     async with h.client() as c:
@@ -343,6 +356,7 @@ async def test_versions_newest_first_limited_to_history():
     assert len(three["versions"]) == 3 and bad.status_code == 400
 
 
+@pytest.mark.slow
 async def test_rollback_reactivates_a_recorded_version_as_a_new_one():
     h = Harness()
     async with h.client() as c:
@@ -378,6 +392,7 @@ async def test_rollback_reactivates_a_recorded_version_as_a_new_one():
 
 
 # ------------------------------------------------------------------ hot reload under load
+@pytest.mark.slow
 async def test_reload_under_load_fails_no_request():
     with FakeUpstream(name="up") as upstream:
         document = base_document(upstream.base_url)
@@ -413,6 +428,7 @@ async def test_reload_under_load_fails_no_request():
     assert h.management.store.active is not None and h.management.store.active.config_version == 7
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("body", [b"", b"[1, 2]", b"null", b"\xff\xfe"])
 async def test_odd_bodies_are_clean_400s(body: bytes):
     h = Harness()

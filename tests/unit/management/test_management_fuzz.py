@@ -113,6 +113,7 @@ def requests(draw: st.DrawFn, path: str, method: str) -> dict[str, Any]:
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
 )
+@pytest.mark.slow
 @given(data=st.data())
 def test_no_operation_answers_500(path: str, method: str, data: st.DataObject) -> None:
     request = data.draw(requests(path, method))

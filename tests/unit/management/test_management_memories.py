@@ -75,6 +75,7 @@ def harness(store: MemoryStore | None, auth: bool = False) -> Harness:
     return Harness(memory_store=store)
 
 
+@pytest.mark.slow
 async def test_list_read_delete_and_scopes_never_leak(store: MemoryStore) -> None:
     kept = await fill(store)
     bobs = kept["The user's name is Bob."]
@@ -114,6 +115,7 @@ BAD_SCOPES: list[dict[str, str]] = [
 ]
 
 
+@pytest.mark.slow
 async def test_a_bad_scope_is_400(store: MemoryStore) -> None:
     async with harness(store).client() as api:
         for params in BAD_SCOPES:
@@ -127,6 +129,7 @@ async def test_a_bad_scope_is_400(store: MemoryStore) -> None:
                 assert (await api.get(f"{PREFIX}/mem_x", params=params)).status_code == 400
 
 
+@pytest.mark.slow
 async def test_permissions(store: MemoryStore) -> None:
     kept = await fill(store)
     h = harness(store, auth=True)
@@ -140,6 +143,7 @@ async def test_permissions(store: MemoryStore) -> None:
         assert (await admin.delete(PREFIX, params=scope)).json()["deleted"] == 2
 
 
+@pytest.mark.slow
 async def test_no_store_or_a_store_that_is_down_is_503() -> None:
     async with harness(None).client() as api:
         answer = await api.get(PREFIX, params={"scope": "user:ada"})

@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from tests.fakes.upstream import FakeUpstream
 from tests.unit.management.test_management_support import Harness, base_document, error_code, etag
 
@@ -44,6 +46,7 @@ async def preview(client, model: str, text: str) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow
 async def test_list_has_default_then_named_recipes_with_entrypoints_and_the_etag():
     async with Harness(document()).client() as c:
         tag = await etag(c)
@@ -60,6 +63,7 @@ async def test_list_has_default_then_named_recipes_with_entrypoints_and_the_etag
     assert body["entrypoints"] == [{"model_names": ["coder-auto"], "recipe": "coder"}]
 
 
+@pytest.mark.slow
 async def test_get_one_recipe_default_and_unknown():
     async with Harness(document()).client() as c:
         coder = await c.get(f"{RECIPES}/coder")
@@ -72,6 +76,7 @@ async def test_get_one_recipe_default_and_unknown():
     assert "coder" in missing.json()["error"]["message"]
 
 
+@pytest.mark.slow
 async def test_put_creates_then_replaces_as_config_versions_with_if_match():
     h = Harness(document())
     async with h.client() as c:
@@ -130,6 +135,7 @@ async def test_put_invalid_recipe_is_400_with_paths_and_writes_nothing():
     assert after == tag
 
 
+@pytest.mark.slow
 async def test_validate_put_and_delete_without_writing():
     async with Harness(document()).client() as c:
         tag = await etag(c)
@@ -171,6 +177,7 @@ async def test_validate_put_and_delete_without_writing():
     assert after == tag
 
 
+@pytest.mark.slow
 async def test_delete_unreferenced_referenced_unknown_and_default():
     h = Harness(document())
     async with h.client() as c:
@@ -193,6 +200,7 @@ async def test_delete_unreferenced_referenced_unknown_and_default():
     assert [r.name for r in h.management.config.recipes] == ["coder"]
 
 
+@pytest.mark.slow
 async def test_a_put_recipe_routes_its_entrypoint_model_at_once():
     with FakeUpstream(name="up") as upstream:
         h = Harness(document(upstream.base_url))
@@ -226,6 +234,7 @@ async def test_a_put_recipe_routes_its_entrypoint_model_at_once():
     assert upstream.requests[-1].body["model"] == "big"
 
 
+@pytest.mark.slow
 async def test_put_default_replaces_the_top_level_routing():
     h = Harness(document())
     async with h.client() as c:

@@ -327,6 +327,7 @@ def test_idempotency_holds_across_replicas_at_once(shared: tuple[redis.Redis, st
         replicas[1].submit(outcome("bad"), "alice", "same-key")
 
 
+@pytest.mark.slow
 async def test_two_ingress_replicas_share_audit_and_outcomes_over_http(
     shared: tuple[redis.Redis, str],
 ) -> None:

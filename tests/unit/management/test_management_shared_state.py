@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from app.config.loader import parse_config
-from app.management.documents import Candidate, candidate_of
+from app.management.documents import CheckedDocument, candidate_of
 from app.management.state import ConfigStore
 from app.management.stores import resolve_startup_document
 from app.state.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
-from app.state.state_backends import RedisStateBackend
+from app.state.state_stores import RedisStateStore
 from tests.fakes.stores import redis_with_search
 from tests.fakes.upstream import find_free_port
 from tests.unit.management.test_management_support import (
@@ -35,10 +35,10 @@ from tests.unit.management.test_management_support import (
 
 def redis_store(url: str, prefix: str, timeout_s: float = 2.0) -> ConfigStore:
     settings = ManagementStoreSettings(backend="redis", url=url, key_prefix=prefix, timeout_seconds=timeout_s)
-    return ConfigStore(backend=RedisStateBackend(redis_client(settings), prefix))
+    return ConfigStore(backend=RedisStateStore(redis_client(settings), prefix))
 
 
-def candidate(default: str = "small", strategy: str = "priority") -> Candidate:
+def candidate(default: str = "small", strategy: str = "priority") -> CheckedDocument:
     document = base_document()
     document["providers"]["defaults"]["default_model"] = default
     document["routing"]["strategy"] = strategy
@@ -58,6 +58,7 @@ def two_replicas(kind: str, tmp_path: Path, redis_url: str, prefix: str) -> tupl
     return Harness(state_dir=tmp_path), Harness(state_dir=tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.file_store
 @pytest.mark.parametrize("kind", ["file", "redis"])
 async def test_a_patch_through_one_replica_is_what_every_replica_reads(
@@ -78,6 +79,7 @@ async def test_a_patch_through_one_replica_is_what_every_replica_reads(
     assert versions["versions"][0]["result"] == "active"
 
 
+@pytest.mark.slow
 @pytest.mark.file_store
 @pytest.mark.parametrize("kind", ["file", "redis"])
 async def test_two_patches_with_one_etag_through_two_replicas_exactly_one_wins(
@@ -209,7 +211,7 @@ def test_a_write_to_a_store_that_went_down_raises_and_changes_nothing(redis_url:
     store = redis_store(redis_url, prefix)
     store.initialize(candidate())
     before = store.snapshot_json()
-    store.backend = RedisStateBackend(  # the same store, now unreachable
+    store.backend = RedisStateStore(  # the same store, now unreachable
         redis_client(
             ManagementStoreSettings(
                 backend="redis", url=f"redis://127.0.0.1:{find_free_port()}/0", timeout_seconds=0.5

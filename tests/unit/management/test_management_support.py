@@ -16,8 +16,8 @@ from fastapi import FastAPI
 
 from app.api.app import StaticConfigView, create_app
 from app.api.parts import IngressParts
+from app.config.document import RouterConfig
 from app.config.loader import parse_config
-from app.config.models import RouterConfig
 from app.management import InProcessActivator, Management
 from app.management.activation import Activator
 from app.management.audit_redis import RedisAuditLog
@@ -29,7 +29,7 @@ from app.replays.parts import replay_parts
 from app.replays.replays import ReplayStore
 from app.replays.replays_redis import RedisOutcomeStore
 from app.state.shared_store import ManagementStoreSettings, redis_client
-from app.state.state_backends import FileStateBackend, RedisStateBackend
+from app.state.state_stores import FileStateStore, RedisStateStore
 from app.storage.parts import storage_parts
 from app.upstream.client import UpstreamClient
 
@@ -64,14 +64,14 @@ def make_store(state_dir: Path | None) -> ConfigStore:
         return ConfigStore(state_dir)
     url, prefix = _redis_store
     settings = ManagementStoreSettings(backend="redis", url=url, key_prefix=prefix)
-    return ConfigStore(backend=RedisStateBackend(redis_client(settings), prefix))
+    return ConfigStore(backend=RedisStateStore(redis_client(settings), prefix))
 
 
 def make_ratings(state_dir: Path | None) -> RatingStore:
     """The elo ratings where the store under test keeps them: `state_dir`'s file (memory when
     None), or Redis under this test's prefix."""
     if _redis_store is None:
-        return RatingStore(FileStateBackend(state_dir, RATINGS_FILE, RATINGS_LOCK) if state_dir else None)
+        return RatingStore(FileStateStore(state_dir, RATINGS_FILE, RATINGS_LOCK) if state_dir else None)
     url, prefix = _redis_store
     settings = ManagementStoreSettings(backend="redis", url=url, key_prefix=prefix)
     return open_rating_store(settings, "test", Path("unused"))

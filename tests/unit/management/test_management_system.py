@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from app.common.redaction import REDACTED
 from app.management import StartupTracker
 from app.replays.replays import ReplayStore
@@ -64,6 +66,7 @@ async def test_startup_failure_is_phase_error_with_reason_but_status_hides_detai
     assert "/secret/path" not in status.text
 
 
+@pytest.mark.slow
 async def test_status_document_shape():
     h = Harness()
     async with h.client() as c:
@@ -125,6 +128,7 @@ async def test_discovery_lists_every_route_with_permission_and_sensitivity():
     assert ("GET", "/config/router") not in keys
 
 
+@pytest.mark.slow
 async def test_openapi_is_3_0_and_narrows_to_one_operation():
     h = Harness()
     async with h.client() as c:
@@ -149,6 +153,7 @@ async def test_openapi_is_3_0_and_narrows_to_one_operation():
 
 
 # ------------------------------------------------------------------ inventory, older paths
+@pytest.mark.slow
 async def test_inventory_and_older_views():
     tracker = StartupTracker()
     tracker.register("Embedding", artifact="minilm-embedding")
@@ -192,6 +197,7 @@ async def test_inventory_and_older_views():
 
 
 # ------------------------------------------------------------------ routing preview
+@pytest.mark.slow
 async def test_routing_preview_evaluates_signals_and_selection_without_backend_calls():
     h = Harness()
     async with h.client() as c:
@@ -231,6 +237,7 @@ async def test_routing_preview_evaluates_signals_and_selection_without_backend_c
     assert unknown.status_code == 404 and empty.status_code == 400
 
 
+@pytest.mark.slow
 async def test_routing_preview_unavailable_and_deadline():
     h = Harness()
     h.management.previewer = None
@@ -279,6 +286,7 @@ def test_replay_store_is_bounded_and_aggregates():
     assert store.aggregate(model="big").total == 1
 
 
+@pytest.mark.slow
 async def test_replay_routes_redact_content_and_secrets():
     store = ReplayStore()
     rid = store.record(replay(1, "big", "math"))

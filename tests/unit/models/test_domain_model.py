@@ -168,6 +168,7 @@ def test_map_later_entry_wins_like_reference_router() -> None:
 
 
 # ------------------------------------------------------------------- retraining ----
+@pytest.mark.slow
 def test_training_script_runs_end_to_end_on_a_small_slice(tmp_path: Path) -> None:
     # The shared data lies beside the checkout (../shared) on every machine, CI included.
     assert MMLU_PRO.exists(), f"shared MMLU-Pro data missing at {MMLU_PRO}"

@@ -145,6 +145,7 @@ def test_committed_metrics_meet_the_card_targets() -> None:
     assert metrics["test_harm_vs_benign"]["recall"] >= 0.85
 
 
+@pytest.mark.slow
 def test_offline_retrain_from_committed_files(tmp_path: Path) -> None:
     """CI path: no wheels cached, --offline: trains from the seeds, chat prompts and MMLU-Pro."""
     spec = importlib.util.spec_from_file_location("train_harmful", ROOT / "scripts" / "train_harmful.py")

@@ -76,6 +76,7 @@ def test_benign_lookalikes_not_flagged(guard: JailbreakGuard) -> None:
         assert r.detection_types == []
 
 
+@pytest.mark.slow
 def test_held_out_benign_chat_false_positive_rate(guard: JailbreakGuard) -> None:
     texts = [json.loads(line)["text"] for line in EVAL_BENIGN.read_text().splitlines() if line.strip()]
     assert len(texts) >= 100
@@ -230,6 +231,7 @@ def test_info(guard: JailbreakGuard) -> None:
     assert "test" in info["metrics"]
 
 
+@pytest.mark.slow
 def test_quick_retrain_offline(tmp_path: Path) -> None:
     """Runs the training script on a small slice, offline: cached wheels if present, else the
     committed seed files and MMLU-Pro only. Never downloads."""

@@ -18,7 +18,7 @@ from app.models.pii import (
     PIIResult,
     pii_policy_allows,
 )
-from app.models.pii_rules import Candidate
+from app.models.pii_rules import EntityProposal
 
 NEGATIVES = Path(__file__).resolve().parents[2] / "data" / "pii_negatives.txt"
 
@@ -84,6 +84,7 @@ STRUCTURED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("text", "etype", "value"), STRUCTURED)
 def test_detects_entity_with_exact_offsets(detector: PIIDetector, text: str, etype: str, value: str) -> None:
     result = detector.detect(text)
@@ -315,6 +316,7 @@ def negative_results(detector: PIIDetector) -> dict[str, PIIResult]:
     return dict(zip(texts, detector.detect_many(texts), strict=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", _negatives())
 def test_look_alike_negatives_have_no_entities(negative_results: dict[str, PIIResult], text: str) -> None:
     result = negative_results[text]
@@ -345,12 +347,12 @@ def test_luhn() -> None:
 
 def test_overlap_resolution_precedence_and_ner_last() -> None:
     cands = [
-        Candidate("PHONE_NUMBER", 0, 13, 0.9, "presidio:PhoneRecognizer"),
-        Candidate("DATE_TIME", 0, 13, 0.85, "spacy:DATE"),
-        Candidate("IP_ADDRESS", 0, 13, 0.6, "presidio:IpRecognizer"),
-        Candidate("PERSON", 20, 30, 0.85, "spacy:PERSON"),
-        Candidate("STREET_ADDRESS", 18, 40, 0.6, "rule:street_address"),
-        Candidate("AGE", 50, 52, 0.85, "rule:age"),
+        EntityProposal("PHONE_NUMBER", 0, 13, 0.9, "presidio:PhoneRecognizer"),
+        EntityProposal("DATE_TIME", 0, 13, 0.85, "spacy:DATE"),
+        EntityProposal("IP_ADDRESS", 0, 13, 0.6, "presidio:IpRecognizer"),
+        EntityProposal("PERSON", 20, 30, 0.85, "spacy:PERSON"),
+        EntityProposal("STREET_ADDRESS", 18, 40, 0.6, "rule:street_address"),
+        EntityProposal("AGE", 50, 52, 0.85, "rule:age"),
     ]
     kept = pii_rules.resolve_overlaps(cands)
     assert [(c.type, c.start) for c in kept] == [("IP_ADDRESS", 0), ("STREET_ADDRESS", 18), ("AGE", 50)]
@@ -374,6 +376,7 @@ def _suffix_of(host: str) -> tuple[str, str]:
         ("go to www.example.org/path, now", ["www.example.org/path"]),
     ],
 )
+@pytest.mark.slow
 def test_domain_rule(text: str, values: list[str]) -> None:
     found = [text[c.start : c.end] for c in pii_rules.find_domains(text, _suffix_of) if c.score >= 0.5]
     assert found == values
@@ -386,6 +389,7 @@ def test_ssn_rule_rejects_never_issued_numbers() -> None:
     assert pii_rules.find_us_ssns("call 123 45 6789") == []
 
 
+@pytest.mark.slow
 @given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=80))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_any_text_gives_consistent_spans(detector: PIIDetector, text: str) -> None:

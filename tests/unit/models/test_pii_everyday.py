@@ -77,6 +77,7 @@ def test_lower_case_word_counts_only_after_a_greeting() -> None:
         "+1.617.555.0199",
     ],
 )
+@pytest.mark.slow
 def test_international_layouts_are_phones_without_a_phone_word(detector: PIIDetector, number: str) -> None:
     result = detector.detect(f"Ask for Joaquim at {number} after lunch.")
     assert _found(result, "PHONE_NUMBER") == [number]

@@ -35,6 +35,7 @@ async def _post(harness: Harness, outcome: dict[str, Any], **headers: str) -> in
     return response.status_code
 
 
+@pytest.mark.slow
 async def test_outcomes_set_the_category_accuracy_gauge() -> None:
     replays = ReplayStore()
     recorder = MetricsRecorder()

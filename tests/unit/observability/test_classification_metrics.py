@@ -35,6 +35,7 @@ def test_quantiles_are_the_upper_bound_of_the_bucket_holding_them() -> None:
     assert bucket_quantile(HistogramState(bucket_counts=[0, 0, 0, 0]), buckets, 0.5) is None
 
 
+@pytest.mark.slow
 async def test_counters_and_timing_of_routed_requests_summed_over_sources(upstream: FakeUpstream) -> None:
     aggregator = MetricsAggregator()
     harness: Harness
@@ -63,6 +64,7 @@ async def test_counters_and_timing_of_routed_requests_summed_over_sources(upstre
     assert sum(body["routing_reason_codes"].values()) == 3
 
 
+@pytest.mark.slow
 async def test_without_a_metrics_source_or_with_a_failing_one_the_route_answers_503() -> None:
     async with Harness().client() as client:
         response = await client.get("/api/v1/observability/classification-metrics")
@@ -107,6 +109,7 @@ async def signals_after(harness: Harness, texts: list[str]) -> dict[str, Any]:
     return signals
 
 
+@pytest.mark.slow
 async def test_per_signal_family_requests_matches_errors_and_latency(upstream: FakeUpstream) -> None:
     aggregator = MetricsAggregator()
     harness: Harness
@@ -144,6 +147,7 @@ async def test_per_signal_family_requests_matches_errors_and_latency(upstream: F
     assert (await signals_after(harness, []))["keyword"]["requests"] == 4
 
 
+@pytest.mark.slow
 async def test_classification_metrics_need_observability_read() -> None:
     auth = {
         "mode": "bearer",

@@ -92,6 +92,7 @@ def test_every_spec_metric_is_registered_with_its_labels_and_type():
             assert definition.kind == "histogram", name
 
 
+@pytest.mark.slow
 def test_every_registered_metric_is_recorded_or_a_listed_gap():
     recorded = recorded_names()
     named = spec_metrics()

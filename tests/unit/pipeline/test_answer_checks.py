@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.plugins import HallucinationPlugin, ResponseJailbreakPlugin, parse_plugin
 from app.config.routing import Plugin
 from app.exchange import answer_checks
@@ -19,8 +19,8 @@ from app.exchange.exchange import Exchange, ExchangeSettings, Forward
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.answers import hallucination
 from app.pipeline.answers.checker import check_answer
-from app.pipeline.answers.models import Action, AnswerChecks, AnswerVerdict, CheckOutcome
 from app.pipeline.answers.policy import preview_hallucination, preview_response_jailbreak
+from app.pipeline.answers.schemas import Action, AnswerChecks, AnswerVerdict, CheckOutcome
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan, SignalMatch
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.vector_cache import TextVectorCache

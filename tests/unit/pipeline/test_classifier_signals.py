@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import DomainSignal, JailbreakSignal, PIISignal
 from app.models.domain import DOMAIN_CATEGORIES
 from app.pipeline import PipelineServices, RouterPipeline
@@ -23,6 +23,8 @@ from app.pipeline.signals.domain import DomainEvaluator, domain_factory
 from app.pipeline.signals.jailbreak import PROMPT_GUARD_RULE, JailbreakEvaluator, jailbreak_factory
 from app.pipeline.signals.pii import PIIEvaluator, pii_factory
 from app.runtime.encoder import EMBEDDING_DIM
+from app.runtime.schemas import Span
+from app.runtime.signal_engine import SignalItem, SignalRequest, Verdict
 
 DIM = EMBEDDING_DIM
 
@@ -39,98 +41,103 @@ class FakeEmbed:
         return np.full((len(texts), DIM), 1 / np.sqrt(DIM), np.float32)
 
 
-class FakeDomain:
-    """Probabilities by keyword; applies threshold/fallback as DomainClassifier does."""
+class FakeEngine:
+    """A signal engine's surface (app/runtime/signal_engine.py) for the fakes below."""
+
+    name = "fake"
+    reads_vectors = True
+
+    def failed(self, reason: str) -> Exception:
+        return RuntimeError(reason)
+
+
+class FakeDomain(FakeEngine):
+    """Probabilities by keyword (label_probabilities; the family applies threshold/fallback)."""
 
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[dict[str, Any]] = []
         self.fail = fail
 
-    async def __call__(self, texts, vectors, threshold, fallback):
-        self.calls.append({"texts": texts, "vectors": vectors, "threshold": threshold, "fallback": fallback})
+    async def classify(self, request: SignalRequest) -> list[SignalItem]:
+        self.calls.append({"texts": request.texts, "vectors": request.vectors})
         if self.fail:
             raise RuntimeError("model crashed")
         out = []
-        for text in texts:
+        for text in request.texts:
             probs = {c: 0.01 for c in DOMAIN_CATEGORIES}
             if "integral" in text or "algebra" in text:
                 probs |= {"math": 0.8, "physics": 0.1}
             elif "contract" in text:
                 probs |= {"law": 0.55, "business": 0.3}
             best = max(probs, key=probs.__getitem__)
-            category = best if threshold is None or probs[best] >= threshold else fallback
-            out.append({"category": category, "confidence": probs[best], "probabilities": probs})
+            out.append(SignalItem(label=best, confidence=probs[best], probabilities=probs))
         return out
 
 
-def entity(type_: str, start: int, end: int, confidence: float) -> dict[str, Any]:
-    return {
-        "type": type_,
-        "value": "secret",
-        "confidence": confidence,
-        "start": start,
-        "end": end,
-        "masked_value": f"<{type_}>",
-    }
+def entity(type_: str, start: int, end: int, confidence: float) -> Span:
+    return Span(label=type_, start=start, end=end, text="secret", probability=confidence)
 
 
-class FakePII:
+class FakePII(FakeEngine):
     """Emails (0.95) and SSN-looking '123-45-6789' (0.6) by substring."""
+
+    reads_vectors = False
 
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[dict[str, Any]] = []
         self.fail = fail
 
-    async def __call__(self, texts, entity_types, threshold):
-        self.calls.append({"texts": texts, "entity_types": entity_types, "threshold": threshold})
+    async def classify(self, request: SignalRequest) -> list[SignalItem]:
+        threshold = request.threshold
+        self.calls.append({"texts": request.texts, "entity_types": request.labels, "threshold": threshold})
         if self.fail:
             raise RuntimeError("spaCy died")
         out = []
-        for text in texts:
+        for text in request.texts:
             found = []
             if "@" in text:
                 found.append(entity("EMAIL_ADDRESS", 0, 5, 0.95))
             if "123-45-6789" in text:
                 found.append(entity("US_SSN", 10, 21, 0.6))
-            found = [e for e in found if threshold is None or e["confidence"] >= threshold]
-            out.append({"has_pii": bool(found), "entities": found, "masked_text": text})
+            out.append(
+                SignalItem(spans=[e for e in found if threshold is None or e.probability >= threshold])
+            )
         return out
 
 
-class FakeGuard:
+class FakeGuard(FakeEngine):
     """Score 0.9 for 'ignore previous instructions', 0.6 for 'pretend', else 0.05."""
 
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[dict[str, Any]] = []
         self.fail = fail
 
-    async def __call__(self, texts, vectors, method, threshold, patterns, benign):
+    async def classify(self, request: SignalRequest) -> list[SignalItem]:
         self.calls.append(
             {
-                "texts": texts,
-                "vectors": vectors,
-                "method": method,
-                "threshold": threshold,
-                "patterns": patterns,
-                "benign": benign,
+                "texts": request.texts,
+                "vectors": request.vectors,
+                "method": request.method,
+                "threshold": request.threshold,
+                "patterns": request.patterns,
+                "benign": request.benign_patterns,
             }
         )
         if self.fail:
             raise RuntimeError("guard down")
         out = []
-        for text in texts:
+        for text in request.texts:
             score = 0.9 if "ignore previous instructions" in text else 0.6 if "pretend" in text else 0.05
-            flagged = score >= threshold
-            out.append(
-                {
-                    "is_jailbreak": flagged,
-                    "score": score,
-                    "confidence": score if flagged else 1 - score,
-                    "method": method,
-                    "patterns_detected": ["ignore_previous_instructions"] if score > 0.8 else [],
-                    "detection_types": ["instruction_override"] if flagged else [],
-                }
+            flagged = score >= (0.5 if request.threshold is None else request.threshold)
+            verdict = Verdict(
+                flagged=flagged,
+                score=score,
+                confidence=score if flagged else 1 - score,
+                method=request.method,
+                patterns=["ignore_previous_instructions"] if score > 0.8 else [],
+                types=["instruction_override"] if flagged else [],
             )
+            out.append(SignalItem(scores={"jailbreak": score}, verdict=verdict))
         return out
 
 
@@ -181,7 +188,7 @@ async def test_domain_below_global_threshold_falls_back():
     matches = {
         m.name: m for m in await ev.evaluate(ctx_of("is this contract valid?"), frozenset({"legal", "misc"}))
     }
-    assert fake.calls[0]["threshold"] == 0.6 and fake.calls[0]["fallback"] == "other"
+    assert (ev.threshold, ev.fallback_category) == (0.6, "other")  # applied to whatever answered
     assert not matches["legal"].matched and matches["misc"].matched
     assert matches["legal"].confidence == pytest.approx(0.55)  # how close it came
 
@@ -216,7 +223,7 @@ async def test_domain_settings_come_from_the_model_catalog():
     ev = domain_factory(fake)(config, None)
     (match,) = await ev.evaluate(ctx_of("an integral"), frozenset({"math"}))
     assert not match.matched and match.detail["category"] == "general"
-    assert (fake.calls[0]["threshold"], fake.calls[0]["fallback"]) == (0.9, "general")
+    assert (ev.threshold, ev.fallback_category) == (0.9, "general")
 
 
 async def test_domain_errors_and_empty_text():

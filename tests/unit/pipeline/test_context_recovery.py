@@ -233,6 +233,7 @@ def harness(store: MemoryStore | None, auth: bool = False) -> Harness:
     return Harness(memory_store=store)
 
 
+@pytest.mark.slow
 async def test_invalidate_dry_run_then_for_real(store: MemoryStore) -> None:
     for item in (
         memory(ADA, "The user's name is Ada.", BEFORE),
@@ -303,6 +304,7 @@ async def test_a_bad_body_is_400() -> None:
     assert (await store.mark(ADA)).generation == 0
 
 
+@pytest.mark.slow
 async def test_no_store_or_a_store_that_is_down_is_503() -> None:
     for store in (None, down_store()):
         async with harness(store).client() as api:
@@ -328,6 +330,7 @@ async def test_permissions() -> None:
         ).status_code == 403
 
 
+@pytest.mark.slow
 def test_the_cli_invalidates() -> None:
     store = InMemoryMemoryStore()
     with cli_support.Server(cli_support.Harness(memory_store=store)) as server:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from app.config.document import RouterConfig
 from app.config.errors import ConfigError
 from app.config.loader import parse_config
-from app.config.models import RouterConfig
 from app.config.selection import Algorithm
 from app.config.validate import semantic_issues
 from app.models.elo import (
@@ -33,7 +33,7 @@ from app.pipeline.elo_selector import RatingsFeed
 from app.pipeline.learning.elo_feedback import outcome_games
 from app.pipeline.learning.ratings import RATINGS_FILE, RATINGS_LOCK, RatingStore
 from app.replays.replays import OutcomeIn, outcome_score
-from app.state.state_backends import FileStateBackend
+from app.state.state_stores import FileStateStore
 
 
 # -- the config block ---------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def test_outcomes_of_other_decisions_or_without_a_result_rate_nothing() -> None:
 # -- the stored ratings -------------------------------------------------------------------------
 def test_the_file_store_counts_every_update_of_concurrent_writers(tmp_path: Path) -> None:
     """Two replicas' stores on one state directory: a compare-and-set under the file lock."""
-    stores = [RatingStore(FileStateBackend(tmp_path, RATINGS_FILE, RATINGS_LOCK)) for _ in range(2)]
+    stores = [RatingStore(FileStateStore(tmp_path, RATINGS_FILE, RATINGS_LOCK)) for _ in range(2)]
     game = Game("d", "m", 1.0, 1, 1500, None, 1e9)  # against a far better anchor: +1 each time
 
     def play(store: RatingStore) -> None:

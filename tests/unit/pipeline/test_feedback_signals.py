@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from app.api.app import StaticConfigView
 from app.api.diagnostics import diagnostics_router
 from app.api.diagnostics_service import Diagnostics
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.semantic_signals import FactCheckSignal, UserFeedbackSignal
 from app.models.feedback import FEEDBACK_LABELS, detect_feedback
 from app.pipeline.signals.base import SignalContext

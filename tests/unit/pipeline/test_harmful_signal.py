@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import ConfigError, parse_config
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import HARMFUL_CATEGORIES, HarmfulSignal
 from app.models.harmful import HarmfulClassifier
 from app.pipeline import PipelineServices, RouterPipeline
@@ -26,11 +26,13 @@ from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.pii import pii_factory
 from app.runtime.hosted import Loaded
 from app.runtime.hosted_guard import HostedGuard
+from app.runtime.signal_engine import SignalItem, SignalRequest, Verdict
 from tests.fakes.classifiers import FakeBackend
 from tests.unit.api.test_diagnostics import client_for
 from tests.unit.pipeline.test_classifier_signals import (
     FakeDomain,
     FakeEmbed,
+    FakeEngine,
     FakeGuard,
     FakePII,
     chat,
@@ -39,19 +41,42 @@ from tests.unit.pipeline.test_classifier_signals import (
 )
 
 
-class FakeHarmful:
+class FakeHarmful(FakeEngine):
     """'grenade' -> violence_weapons 0.9, 'nsfw' -> sexual 0.7, else benign (0.02 spread)."""
 
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[dict[str, Any]] = []
         self.fail = fail
 
-    async def __call__(self, texts, vectors, threshold, categories):
+    async def classify(self, request: SignalRequest) -> list[SignalItem]:
         self.calls.append(
-            {"texts": texts, "vectors": vectors, "threshold": threshold, "categories": categories}
+            {
+                "texts": request.texts,
+                "vectors": request.vectors,
+                "threshold": request.threshold,
+                "categories": request.labels,
+            }
         )
         if self.fail:
             raise RuntimeError("classifier down")
+        threshold = 0.5 if request.threshold is None else request.threshold
+        results = self.results(request.texts, threshold, request.labels)
+        return [
+            SignalItem(
+                label=r["category"],
+                scores=r["categories"],
+                verdict=Verdict(
+                    flagged=r["is_harmful"],
+                    score=r["score"],
+                    confidence=r["confidence"],
+                    types=r["detection_types"],
+                ),
+            )
+            for r in results
+        ]
+
+    @staticmethod
+    def results(texts: list[str], threshold: float, categories: list[str] | None) -> list[dict[str, Any]]:
         out = []
         for text in texts:
             probs = dict.fromkeys(HARMFUL_CATEGORIES, 0.005)
@@ -262,7 +287,7 @@ class HarmfulBackend(FakeBackend):
     """The contract fake plus a harmful-content classifier (the FakeHarmful rules)."""
 
     async def detect_harmful(self, texts, threshold, categories):
-        return await FakeHarmful()(texts, None, 0.5 if threshold is None else threshold, categories)
+        return FakeHarmful.results(texts, 0.5 if threshold is None else threshold, categories)
 
 
 async def test_security_diagnostics_add_harm_categories_when_flagged() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.selection import Algorithm, AutomixSettings
 from app.models.selection import (
     KnnQuality,
@@ -21,7 +21,7 @@ from app.models.selection import (
     save_mlp,
 )
 from app.pipeline import PipelineServices, RouterPipeline
-from app.pipeline.selectors import Candidate, automix_order, by_value
+from app.pipeline.selectors import ModelOption, automix_order, by_value
 
 DIM = 4
 MODELS = ("big", "small")
@@ -94,7 +94,7 @@ def test_artifacts_round_trip_and_refuse_the_wrong_kind(tmp_path: Path) -> None:
 
 
 def test_the_value_trades_predicted_quality_against_the_share_of_the_dearest_cost() -> None:
-    big, small = Candidate(_ref("big"), 0.9, 10.0), Candidate(_ref("small"), 0.7, 1.0)
+    big, small = ModelOption(_ref("big"), 0.9, 10.0), ModelOption(_ref("small"), 0.7, 1.0)
     assert [c.ref.model for c in by_value([big, small], 0.0)] == ["big", "small"]
     # t = 0.2: big 0.8*0.9 - 0.2*1.0 = 0.52; small 0.8*0.7 - 0.2*0.1 = 0.54
     assert [c.ref.model for c in by_value([big, small], 0.2)] == ["small", "big"]
@@ -102,9 +102,9 @@ def test_the_value_trades_predicted_quality_against_the_share_of_the_dearest_cos
 
 def test_automix_takes_the_cheapest_model_that_passes_verification_then_escalates() -> None:
     tiny, mid, large = (
-        Candidate(_ref("tiny"), 0.5, 1.0),
-        Candidate(_ref("mid"), 0.75, 3.0),
-        Candidate(_ref("large"), 0.9, 9.0),
+        ModelOption(_ref("tiny"), 0.5, 1.0),
+        ModelOption(_ref("mid"), 0.75, 3.0),
+        ModelOption(_ref("large"), 0.9, 9.0),
     )
     algorithm = Algorithm(
         type="automix", automix=AutomixSettings(verification_threshold=0.7, max_escalations=1)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.llm import addressing
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.signals.domain import domain_factory

@@ -17,7 +17,7 @@ from app.pipeline.plan import CompletionReport
 from app.pipeline.replay import REPLAY_ID_HEADER
 from app.replays.replays import ReplayStore
 from app.state.shared_store import ManagementStoreSettings, redis_client
-from app.state.state_backends import RedisStateBackend
+from app.state.state_stores import RedisStateStore
 from tests.unit.management.test_management_support import Harness, make_ratings
 from tests.unit.pipeline.test_elo_selection import config_document
 
@@ -54,6 +54,7 @@ class Replica:
         return response.status_code
 
 
+@pytest.mark.slow
 async def test_a_bad_verdict_moves_the_next_request_to_the_other_model(tmp_path: Path) -> None:
     replica = Replica(make_ratings(tmp_path), ReplayStore())
     model, replay_id = await replica.answer()
@@ -67,6 +68,7 @@ async def test_a_bad_verdict_moves_the_next_request_to_the_other_model(tmp_path:
     assert ratings.rating("all", "small") is None  # a verdict on big's answer: small did not play
 
 
+@pytest.mark.slow
 async def test_a_preferred_target_wins_a_pairwise_game_seen_by_every_replica(tmp_path: Path) -> None:
     replays = ReplayStore()
     first = Replica(make_ratings(tmp_path), replays, k_factor=100)
@@ -81,6 +83,7 @@ async def test_a_preferred_target_wins_a_pairwise_game_seen_by_every_replica(tmp
     assert ratings.rating("all", "big") == pytest.approx(1450)
 
 
+@pytest.mark.slow
 async def test_an_idempotent_replay_or_an_unknown_verdict_rates_nothing_again(tmp_path: Path) -> None:
     store = make_ratings(tmp_path)
     replica = Replica(store, ReplayStore())
@@ -95,7 +98,7 @@ async def test_an_idempotent_replay_or_an_unknown_verdict_rates_nothing_again(tm
 @pytest.mark.file_store
 async def test_a_ratings_store_that_is_down_fails_neither_outcomes_nor_requests() -> None:
     settings = ManagementStoreSettings(backend="redis", url="redis://127.0.0.1:9", timeout_seconds=0.5)
-    down = RatingStore(RedisStateBackend(redis_client(settings), "svc_sr:test:down:"))
+    down = RatingStore(RedisStateStore(redis_client(settings), "svc_sr:test:down:"))
     replica = Replica(down, ReplayStore())
     await replica.pipeline.warm_up()  # the first read fails: the initial ratings serve
     model, replay_id = await replica.answer()

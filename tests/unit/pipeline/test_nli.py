@@ -18,7 +18,7 @@ import pytest
 
 from app.api.app import StaticConfigView, create_app
 from app.api.model_bindings import find_binding
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.pipeline.answers.nli import (
     ARTIFACT,
     FEATURE_DIM,
@@ -107,6 +107,7 @@ async def test_nli_rejects_bad_bodies_with_the_management_error(client):
     assert named.status_code == 200, named.text
 
 
+@pytest.mark.slow
 async def test_nli_serves_a_configured_recipe_and_is_503_without_an_encoder():
     class NoEncoder(FakeBackend):
         embed = None  # type: ignore[assignment]
@@ -170,6 +171,7 @@ def minilm_embed_sync():
 # ------------------------------------------------------------------ the training script
 
 
+@pytest.mark.slow
 def test_training_script_on_a_tiny_slice(tmp_path: Path):
     spec = importlib.util.spec_from_file_location("train_nli", ROOT / "scripts" / "train_nli.py")
     assert spec is not None and spec.loader is not None

@@ -14,7 +14,7 @@ import pytest
 
 from app.cache import InMemorySemanticCache
 from app.common.errors import SvcError
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.pipeline import (
     ModelNotFoundError,
     NoRouteError,
@@ -230,7 +230,7 @@ async def test_unknown_model_is_404(encoder):
 
 async def test_the_front_doors_validated_body_is_routed(encoder):
     # What a front door's exchange hands the Router: decoded and validated once, the client's
-    # fields untouched (app/exchange/openai_models.py).
+    # fields untouched (app/exchange/openai_schemas.py).
     from app.exchange.client_api import ChatApi
 
     body = ChatApi().parse(json.dumps({**chat("urgent please"), "model": " MoM ", "seed": 3}).encode())

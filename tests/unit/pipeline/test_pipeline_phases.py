@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from app.config.document import RouterConfig
 from app.config.loader import parse_config
-from app.config.models import RouterConfig
 from app.config.signals import JailbreakSignal
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.phases import guard, parse

@@ -103,6 +103,7 @@ def test_the_cache_expires_and_is_bounded() -> None:
     assert len(cache) == 2 and cache.get(("b",)) is None and cache.get(("d",)) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", [FakeStore(fail=True), FakeStore(delay_s=5.0)], ids=["down", "slow"])
 async def test_a_store_down_or_slow_is_skipped_and_the_request_goes_on(
     store: FakeStore, monkeypatch: pytest.MonkeyPatch

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from app.common.errors import SvcError
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.pipeline.selection import (
     ModelIndex,
     NoRouteError,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.common.chat_text import content_text
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import ContextSignal, EmbeddingSignal, KeywordSignal
 from app.pipeline.signals import BUILTIN_EVALUATORS, ContextEvaluator, EmbeddingEvaluator, KeywordEvaluator
 from app.pipeline.signals.base import SignalContext, estimate_tokens

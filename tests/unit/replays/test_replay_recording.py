@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.plan import CompletionReport
 from app.pipeline.replay import REPLAY_ID_HEADER, clip_body
 from app.pipeline.signals.pii import pii_factory
 from app.replays.replays import ReplayStore, redact_record
+from app.runtime.schemas import Span
+from app.runtime.signal_engine import SignalItem, SignalRequest
 
 
 def config(plugin: dict[str, Any] | None) -> RouterConfig:
@@ -150,26 +152,18 @@ async def test_a_refusal_names_its_check_and_score_in_the_replay_record() -> Non
     """What an operator marks wrong: the record of a 403 says which check fired, its score and
     threshold (docs/security.md "Auditable refusals")."""
 
-    async def ssn_only(texts: list[str], entity_types: Any, threshold: Any) -> list[dict[str, Any]]:
-        return [
-            {
-                "has_pii": "123-45-6789" in t,
-                "entities": [
-                    {
-                        "type": "US_SSN",
-                        "value": "x",
-                        "start": 0,
-                        "end": 11,
-                        "confidence": 0.85,
-                        "masked_value": "<US_SSN>",
-                    }
-                ]
-                if "123-45-6789" in t
-                else [],
-                "masked_text": t,
-            }
-            for t in texts
-        ]
+    class SsnOnly:
+        """A PII engine that finds one SSN (0.85) by substring."""
+
+        name = "ssn-only"
+        reads_vectors = False
+
+        async def classify(self, request: SignalRequest) -> list[SignalItem]:
+            span = Span(label="US_SSN", start=0, end=11, text="x", probability=0.85)
+            return [SignalItem(spans=[span] if "123-45-6789" in t else []) for t in request.texts]
+
+        def failed(self, reason: str) -> Exception:
+            return RuntimeError(reason)
 
     store = ReplayStore()
     replay = {"type": "router_replay", "configuration": {}}
@@ -177,7 +171,7 @@ async def test_a_refusal_names_its_check_and_score_in_the_replay_record() -> Non
     document["routing"]["decisions"][0]["plugins"].append(
         {"type": "pii", "configuration": {"enabled": True, "pii_types_allowed": [], "threshold": 0.7}}
     )
-    services = PipelineServices(record_replay=store.record, evaluators={"pii": pii_factory(ssn_only)})
+    services = PipelineServices(record_replay=store.record, evaluators={"pii": pii_factory(SsnOnly())})
     pipeline = RouterPipeline(RouterConfig.model_validate(document), services)
     plan = await pipeline.route(body("urgent: my ssn is 123-45-6789"), {}, "req-9")
     assert plan.immediate is not None, (plan.decision, plan.signals)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from app.common.redaction import REDACTED
 from app.pipeline import PipelineServices
 from app.pipeline.phases.parse import MAX_SESSION_ID, session_id_of
@@ -124,6 +126,7 @@ def replayed_document(base_url: str) -> dict[str, Any]:
     return document
 
 
+@pytest.mark.slow
 async def test_requests_naming_a_session_form_its_trajectory_in_turn_order():
     store = ReplayStore()
     with FakeUpstream(name="session", reply="fine") as upstream:

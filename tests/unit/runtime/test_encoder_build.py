@@ -38,6 +38,7 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     dynamic_int8_model.cache_clear()
 
 
+@pytest.mark.slow
 def test_the_build_computes_in_int8_and_is_byte_identical_on_rebuild(fresh_cache: Path) -> None:
     import onnx
 
@@ -55,6 +56,7 @@ def test_the_build_computes_in_int8_and_is_byte_identical_on_rebuild(fresh_cache
     assert file_sha256(dynamic_int8_model(packaged_model_path())) == first
 
 
+@pytest.mark.slow
 def test_an_unusable_cache_dir_falls_back_to_a_temp_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -71,6 +73,7 @@ def test_an_unusable_cache_dir_falls_back_to_a_temp_folder(
     assert blocker.read_text() == "not a directory"
 
 
+@pytest.mark.slow
 def test_processes_starting_together_build_one_model_and_leave_no_partial_files(fresh_cache: Path) -> None:
     code = "from app.runtime.encoder import onnx_model_path; print(onnx_model_path())"
     procs = [
@@ -84,6 +87,7 @@ def test_processes_starting_together_build_one_model_and_leave_no_partial_files(
     assert leftovers == [Path(paths.pop()).name]
 
 
+@pytest.mark.slow
 def test_the_encoder_runs_the_build_and_its_vectors_stay_close_to_the_packaged_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

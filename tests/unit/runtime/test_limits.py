@@ -94,6 +94,7 @@ def test_prefix_of_short_text_is_complete(tok):
     st.text(alphabet=st.sampled_from(list("ab1 \u0301-.😀é\n東")), min_size=0, max_size=400),
     st.integers(1, 60),
 )
+@pytest.mark.slow
 def test_prefix_property(text, need):
     tok = TextTokenizer(TOKENIZER_PATH)
     old = limits._MIN_PREFIX_CHARS, limits._PREFIX_CHARS_PER_TOKEN

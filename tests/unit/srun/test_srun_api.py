@@ -10,7 +10,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.api.decisions import LocalDecisionBackend, decisions_router
+from app.api.decisions import LocalDecisionSource, decisions_router
 from app.runtime.schemas import Overloaded
 from app.srun.catalog import DECISION_MODEL, load
 
@@ -29,9 +29,10 @@ def client_for(app: FastAPI) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://router")
 
 
+@pytest.mark.slow
 async def test_decisions_and_systemone_answer(model):
     app = FastAPI()
-    app.include_router(decisions_router(LocalDecisionBackend(model)))
+    app.include_router(decisions_router(LocalDecisionSource(model)))
     async with client_for(app) as client:
         for path in ("/v1/decisions", "/v1/systemone"):
             response = await client.post(
@@ -46,7 +47,7 @@ async def test_decisions_and_systemone_answer(model):
 
 async def test_errors_use_fixed_public_words(model):
     app = FastAPI()
-    app.include_router(decisions_router(LocalDecisionBackend(model), max_body_bytes=2000))
+    app.include_router(decisions_router(LocalDecisionSource(model), max_body_bytes=2000))
     async with client_for(app) as client:
         bad = await client.post("/v1/decisions", json={"state": "x", "questions": {"q": {"type": "set"}}})
         assert bad.status_code == 400

@@ -10,8 +10,8 @@ from app.runtime.schemas import InvalidRequest
 from app.srun.calibration import Calibration, choice_probs, label_probs, noul_prob, score_probs, span_probs
 from app.srun.catalog import DECISION_MODEL, load
 from app.srun.decisions import DecisionModel
-from app.srun.models import RejectedInput
 from app.srun.questions import QuestionError, parse_question
+from app.srun.schemas import RejectedInput
 
 SUPPORT = {
     "type": "choice",

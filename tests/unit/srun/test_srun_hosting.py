@@ -19,13 +19,13 @@ from app.config.loader import parse_config
 from app.observability.metrics import MetricsAggregator, MetricsRecorder
 from app.runtime.schemas import InvalidRequest, ModelNotFound, NotReady
 from app.srun.client import RuntimeCallError
-from app.srun.decision_backend import ClientDecisionBackend
+from app.srun.decision_source import ClientDecisionSource
 from app.srun.hosting import ManagedRuntimes, on_unscanned, runtime_settings
-from app.srun.models import RejectedInput
 from app.srun.runtime_metrics import RuntimeMetrics
+from app.srun.schemas import RejectedInput
 from app.srun.settings import SrunEnvironment
 from app.upstream.client import UpstreamClient
-from deployments.decision_model import HandleDecisionBackend
+from deployments.decision_model import HandleDecisionSource
 
 QUESTION = {
     "type": "choice",
@@ -60,7 +60,7 @@ class _Method:
 
 
 class FakeHandle:
-    """What HandleDecisionBackend sees of a DeploymentHandle: `handle.<method>.remote(...)`."""
+    """What HandleDecisionSource sees of a DeploymentHandle: `handle.<method>.remote(...)`."""
 
     def __init__(self, decide: Any, models: Any = None) -> None:
         self.decide = _Method(decide)
@@ -77,7 +77,7 @@ def frontend(handle: FakeHandle | None) -> httpx.AsyncClient:
         None,
         UpstreamClient(),
         config,  # type: ignore[arg-type]
-        decisions=HandleDecisionBackend(handle) if handle is not None else None,
+        decisions=HandleDecisionSource(handle) if handle is not None else None,
     )  # type: ignore[arg-type]
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://router")
 
@@ -113,6 +113,7 @@ async def test_the_frontend_publishes_the_native_decision_api_over_the_handle():
         (replica_error(ZeroDivisionError("a bug")), 500, "internal_error"),
     ],
 )
+@pytest.mark.slow
 async def test_replica_errors_keep_their_status_and_only_public_words(error, status, code):
     async with frontend(FakeHandle(error)) as client:
         response = await client.post("/v1/decisions", json={"state": "x", "questions": {"q": QUESTION}})
@@ -316,7 +317,7 @@ def test_a_host_runs_only_its_deployments(runtimes):
 async def test_decisions_through_the_decision_deployment(runtimes):
     fake = FakeClient(ANSWER)
     runtimes.supervisor.client_for = lambda deployment: fake  # type: ignore[method-assign]
-    backend = runtimes.decision_backend()
+    backend = runtimes.decision_source()
     assert backend is not None
     assert await backend.decide({"state": "x", "questions": {}}) == ANSWER
     assert await backend.decide({"model": "dm", "state": "x"}) == ANSWER  # the deployment key names it too
@@ -366,8 +367,8 @@ async def test_signals_honour_signal_timeout_and_on_unscanned(runtimes):
 
 async def test_a_client_backend_takes_a_client_or_a_picker():
     fake = FakeClient(ANSWER)
-    direct = ClientDecisionBackend(fake, "decision-model", deadline_s=2.0)
-    picked = ClientDecisionBackend(lambda: fake)
+    direct = ClientDecisionSource(fake, "decision-model", deadline_s=2.0)
+    picked = ClientDecisionSource(lambda: fake)
     assert await direct.decide({"state": "x"}) == ANSWER and await picked.decide({"state": "y"}) == ANSWER
     assert fake.calls[0][1]["model"] == "decision-model" and "model" not in fake.calls[1][1]
     assert fake.calls[0][2] == 2.0
@@ -410,7 +411,7 @@ async def test_a_busy_workers_429_tries_another_replica_before_it_is_passed_back
     busy, free = FakeClient(BUSY), FakeClient(ANSWER)
     runtimes.supervisor.client_for = lambda deployment: busy  # type: ignore[method-assign]
     runtimes.supervisor.other_client = lambda deployment, than: free  # type: ignore[method-assign]
-    backend = runtimes.decision_backend()
+    backend = runtimes.decision_source()
     assert backend is not None
     assert await backend.decide({"state": "x", "questions": {}}) == ANSWER
     assert (await runtimes.signal("dm", "classify", {"text": "hi"}, None)).state == "ok"

@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from app.runtime.schemas import InvalidRequest, ModelNotFound, NotReady, Overloaded, RuntimeFailure
 from app.srun.bundle import run_bundle
 from app.srun.cache import ResultCache
-from app.srun.models import ModelEntry, RejectedInput
 from app.srun.rerank import bm25_scores, fuse, rank
 from app.srun.runtime_metrics import RuntimeMetrics
+from app.srun.schemas import ModelEntry, RejectedInput
 from app.srun.settings import RuntimeSettings, SrunEnvironment, signal_timeout_s, unscanned_matches
 from app.srun.timing import ServerTiming, parse_server_timing
 from app.srun.worker import Worker, WorkerSettings, failure_status
@@ -345,7 +345,7 @@ def test_health_moves_through_loading_warming_ready():
     import threading
 
     from app.runtime.schemas import CardLimits
-    from app.srun.models import WorkerCard
+    from app.srun.schemas import WorkerCard
 
     started, release = threading.Event(), threading.Event()
 

@@ -19,7 +19,7 @@ from app.runtime.encoder import packaged_model_path
 from app.runtime.native import native_model_path
 from app.srun import catalog
 from app.srun.admission import OFFLINE_ENV, process_environment
-from app.srun.models import ModelEntry
+from app.srun.schemas import ModelEntry
 from app.srun.worker import Worker, WorkerSettings
 
 SPEC_OPTIONS = (

@@ -10,9 +10,9 @@ from pydantic import BaseModel
 
 from app.state.json_document import MAX_ATTEMPTS, JsonDocumentStore
 from app.state.shared_store import StoreUnavailable
-from app.state.state_backends import (
-    FileStateBackend,
-    MemoryStateBackend,
+from app.state.state_stores import (
+    FileStateStore,
+    MemoryStateStore,
     Revisioned,
     StateConflict,
     StoreCorrupt,
@@ -28,7 +28,7 @@ def bump(doc: Counter) -> Counter:
     return Counter(revision=doc.revision + 1, count=doc.count + 1)
 
 
-class RacingBackend(MemoryStateBackend):
+class RacingBackend(MemoryStateStore):
     """Another writer saves just before each of this store's first `races` saves."""
 
     def __init__(self, races: int) -> None:
@@ -62,7 +62,7 @@ def test_an_update_that_keeps_losing_gives_up_unavailable() -> None:
 
 
 def test_no_change_writes_nothing_and_empty_reads_default(tmp_path: Path) -> None:
-    store = JsonDocumentStore(Counter, "counter", FileStateBackend(tmp_path, "c.json", ".c.lock"))
+    store = JsonDocumentStore(Counter, "counter", FileStateStore(tmp_path, "c.json", ".c.lock"))
     assert store.read() is None and store.load() == Counter()
     assert store.update(lambda doc: None) is None
     assert not (tmp_path / "c.json").exists()
@@ -72,7 +72,7 @@ def test_no_change_writes_nothing_and_empty_reads_default(tmp_path: Path) -> Non
 
 
 def test_a_stale_save_conflicts_and_a_bad_document_is_corrupt(tmp_path: Path) -> None:
-    store = JsonDocumentStore(Counter, "counter", FileStateBackend(tmp_path, "c.json", ".c.lock"))
+    store = JsonDocumentStore(Counter, "counter", FileStateStore(tmp_path, "c.json", ".c.lock"))
     store.update(bump)
     with pytest.raises(StateConflict):
         store.save(Counter(revision=1, count=5), expected=0)

@@ -84,6 +84,7 @@ async def test_create_answers_202_pending_then_turns_active() -> None:
     assert len(audit) == 1 and audit[0].status == 202
 
 
+@pytest.mark.slow
 async def test_second_mutation_while_pending_is_409_and_the_first_is_intact() -> None:
     gated = GatedEmbed()
     h = harness(embed=gated)
@@ -111,6 +112,7 @@ async def test_second_mutation_while_pending_is_409_and_the_first_is_intact() ->
         assert (await c.put(f"{PREFIX}/one", json={"entries": entries("z", 4)})).status_code == 202
 
 
+@pytest.mark.slow
 async def test_update_and_delete_activate_and_404s() -> None:
     h = harness()
     async with h.client() as c:
@@ -138,6 +140,7 @@ async def test_update_and_delete_activate_and_404s() -> None:
         assert (await c.get(PREFIX)).json()["data"] == []
 
 
+@pytest.mark.slow
 async def test_bad_input_is_400_and_no_runtime_is_503() -> None:
     h = harness()
     async with h.client() as c:
@@ -157,6 +160,7 @@ async def test_bad_input_is_400_and_no_runtime_is_503() -> None:
         assert (await c.get(PREFIX)).json()["data"] == []
 
 
+@pytest.mark.slow
 async def test_failed_embedding_reads_failed_and_does_not_block() -> None:
     async def broken(texts: list[str]) -> np.ndarray:
         raise RuntimeError("encoder down")
@@ -171,6 +175,7 @@ async def test_failed_embedding_reads_failed_and_does_not_block() -> None:
         assert (await c.delete(f"{PREFIX}/kb")).status_code == 202
 
 
+@pytest.mark.slow
 async def test_permissions_reads_need_data_read_writes_config_write() -> None:
     env = {"T_ADMIN": "admin-tok-1", "T_VIEW": "viewer-tok-2", "T_DATA": "data-tok-3"}
     auth = {
@@ -192,6 +197,7 @@ async def test_permissions_reads_need_data_read_writes_config_write() -> None:
         assert (await admin.post(PREFIX, json=body)).status_code == 202
 
 
+@pytest.mark.slow
 async def test_map_metadata_and_ndjson_are_deterministic() -> None:
     h = harness()
     async with h.client() as c:
@@ -218,6 +224,7 @@ async def test_map_metadata_and_ndjson_are_deterministic() -> None:
     assert [round(p["x"], 4) for p in points] == [round(float(x), 4) for x in first[:, 0]]
 
 
+@pytest.mark.slow
 async def test_file_store_is_shared_between_two_replicas(tmp_path: Path) -> None:
     settings = ManagementStoreSettings()
     one = harness(store=open_kb_store(settings, "app", tmp_path))
@@ -235,6 +242,7 @@ async def test_file_store_is_shared_between_two_replicas(tmp_path: Path) -> None
     assert (tmp_path / "knowledge_bases.json").exists() and (tmp_path / "kb_vectors_kb.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stale", [True, False])
 async def test_a_pending_base_past_its_timeout_reads_failed_and_unblocks(stale: bool) -> None:
     now = [1000.0]

@@ -30,7 +30,7 @@ from app.storage.client import (
     serve_op,
 )
 from app.storage.files import FileRejected, FileServiceDown
-from app.storage.models import FileAttach, VectorStoreCreate
+from app.storage.schemas import FileAttach, VectorStoreCreate
 from app.storage.vector_stores import NotFound
 from tests.fakes.embedding import hashed_embed
 from tests.unit.management.test_management_support import Harness
@@ -122,6 +122,7 @@ async def requests(client: httpx.AsyncClient) -> list[tuple[int, Any]]:
     return result
 
 
+@pytest.mark.slow
 async def test_the_routes_answer_alike_in_process_and_across_the_transport(tmp_path: Path) -> None:
     async with Harness(storage=service(tmp_path / "a", max_file_bytes=64)).client() as client:
         in_process = await requests(client)
@@ -136,6 +137,7 @@ async def test_the_routes_answer_alike_in_process_and_across_the_transport(tmp_p
     assert "files_remove" in sent  # detach-everywhere-then-delete is one operation there
 
 
+@pytest.mark.slow
 async def test_an_unreachable_or_disabled_service_is_a_503(tmp_path: Path) -> None:
     async with Harness(storage=StorageClient(down_transport)).client() as client:
         response = await client.get(FILES)

@@ -71,6 +71,7 @@ async def test_documents_and_images_round_trip(tmp_path: Path) -> None:
         ("empty.txt", b"", None, "empty"),
     ],
 )
+@pytest.mark.slow
 async def test_content_is_checked_not_the_name(
     tmp_path: Path, name: str, data: bytes, purpose: str | None, reason: str
 ) -> None:
@@ -85,6 +86,7 @@ async def test_content_is_checked_not_the_name(
         assert (await client.get(FILES)).json()["data"] == []
 
 
+@pytest.mark.slow
 async def test_size_and_count_limits_answer_the_spec_body(tmp_path: Path) -> None:
     harness = Harness(storage=storage(tmp_path, max_file_bytes=64, max_files=2))
     async with harness.client() as client:
@@ -101,6 +103,7 @@ async def test_size_and_count_limits_answer_the_spec_body(tmp_path: Path) -> Non
         assert len((await client.get(FILES)).json()["data"]) == 2
 
 
+@pytest.mark.slow
 async def test_a_cut_short_upload_stores_nothing(tmp_path: Path) -> None:
     harness = Harness(storage=storage(tmp_path))
     body = b'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\nhalf of the'
@@ -133,6 +136,7 @@ def test_a_failed_write_leaves_no_file(tmp_path: Path, monkeypatch: pytest.Monke
     assert FileStore(tmp_path, 1024, 10).listing() == [] and not (tmp_path / ".upload-1.tmp").exists()
 
 
+@pytest.mark.slow
 async def test_503_when_the_file_service_is_unavailable(tmp_path: Path) -> None:
     service = storage(tmp_path)
     async with Harness().client() as client:  # no storage in this process
@@ -158,6 +162,7 @@ def test_multipart_parsing_keeps_binary_bytes() -> None:
     assert fields == {"purpose": (None, b"vision"), "file": ("x.png", payload)}
 
 
+@pytest.mark.slow
 async def test_file_names_never_become_paths(tmp_path: Path) -> None:
     async with Harness(storage=storage(tmp_path)).client() as client:
         response = await client.post(FILES, **upload("../../etc/evil.txt", b"hi"))  # type: ignore[arg-type]  # httpx kwargs

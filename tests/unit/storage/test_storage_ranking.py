@@ -12,9 +12,9 @@ from pydantic import ValidationError
 
 from app.config.plugins import RagPlugin
 from app.storage import ranking
-from app.storage.backends import Bm25, Chunk, MemoryBackend
 from app.storage.files import FileStore
-from app.storage.models import FileAttach, RankingOptions, SearchRequest, VectorStoreCreate
+from app.storage.schemas import FileAttach, RankingOptions, SearchRequest, VectorStoreCreate
+from app.storage.vector_index import Bm25, Chunk, MemoryVectorIndex
 from app.storage.vector_stores import VectorStores
 
 
@@ -98,7 +98,7 @@ def table_embed(texts: list[str]) -> np.ndarray:
 def test_hybrid_rerank_rescores_the_hybrid_candidates(tmp_path: Path) -> None:
     files = FileStore(tmp_path / "files", 1 << 20, 100)
     stores = VectorStores(
-        tmp_path, files, MemoryBackend(), table_embed, chunk_words=50, chunk_overlap_words=5
+        tmp_path, files, MemoryVectorIndex(), table_embed, chunk_words=50, chunk_overlap_words=5
     )
     try:
         store = stores.create(VectorStoreCreate(name="tiny"))

@@ -11,13 +11,14 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 
 from app.config.storage import VectorStoreConfig
 from app.storage import StorageService, open_storage
-from app.storage.backends import Bm25, Chunk, MemoryBackend
 from app.storage.chunking import chunk_words, document_text
-from app.storage.models import FileAttach, VectorStoreCreate
 from app.storage.ranking import rrf
+from app.storage.schemas import FileAttach, VectorStoreCreate
+from app.storage.vector_index import Bm25, Chunk, MemoryVectorIndex
 from tests.fakes.embedding import hashed_embed
 from tests.unit.management.test_management_support import Harness
 
@@ -60,6 +61,7 @@ async def wait_done(client: httpx.AsyncClient, store_id: str) -> dict[str, Any]:
     raise AssertionError("ingestion did not finish")
 
 
+@pytest.mark.slow
 async def test_store_lifecycle_ingestion_and_hybrid_search(tmp_path: Path) -> None:
     storage = service(tmp_path)
     async with Harness(storage=storage).client() as client:
@@ -133,6 +135,7 @@ async def test_store_lifecycle_ingestion_and_hybrid_search(tmp_path: Path) -> No
     assert storage.vector_stores.backend.chunks(sid) == []
 
 
+@pytest.mark.slow
 async def test_ingestion_runs_in_the_background_and_failures_say_why(tmp_path: Path) -> None:
     gate = threading.Event()
 
@@ -164,6 +167,7 @@ async def test_ingestion_runs_in_the_background_and_failures_say_why(tmp_path: P
         assert (await wait_done(client, sid))["file_counts"]["completed"] == 1
 
 
+@pytest.mark.slow
 async def test_404s_and_bad_input(tmp_path: Path) -> None:
     async with Harness(storage=service(tmp_path)).client() as client:
         ids = await upload_all(client)
@@ -187,6 +191,7 @@ async def test_404s_and_bad_input(tmp_path: Path) -> None:
             assert (await client.post(f"{STORES}/{sid}/search", json=body)).status_code == 400
 
 
+@pytest.mark.slow
 async def test_503_when_the_vector_backend_is_down(tmp_path: Path) -> None:
     storage = service(tmp_path)
     async with Harness(storage=storage).client() as client:
@@ -194,7 +199,7 @@ async def test_503_when_the_vector_backend_is_down(tmp_path: Path) -> None:
         sid = (await client.post(STORES, json={"file_ids": [ids["space.txt"]]})).json()["id"]
         await wait_done(client, sid)
         backend = storage.vector_stores.backend
-        assert isinstance(backend, MemoryBackend)
+        assert isinstance(backend, MemoryVectorIndex)
         backend.down = True
         response = await client.post(
             f"{STORES}/{sid}/search", json={"query": "rocket", "ranking_options": {"ranker": "vector"}}

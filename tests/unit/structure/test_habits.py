@@ -24,6 +24,8 @@ import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 MAX_LINES = {"app": 500, "deployments": 200}
 MAX_TYPE_IGNORES = 10
@@ -69,6 +71,7 @@ def _type_ignores(path: Path) -> Iterator[tuple[int, str]]:
                 yield token.start[0], match.group("rest")
 
 
+@pytest.mark.slow
 def test_type_ignores_are_few_and_explained() -> None:
     found = [
         (path, line, rest)
@@ -148,6 +151,7 @@ def _starts_ray_cli(call: ast.Call) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_unit_tests_never_start_ray() -> None:
     offenders = []
     for path, tree in _unit_test_trees():
@@ -189,6 +193,7 @@ def _polling_loops(tree: ast.AST) -> set[int]:
     return inside
 
 
+@pytest.mark.slow
 def test_unit_tests_wait_for_conditions_not_fixed_sleeps() -> None:
     offenders = []
     for path, tree in _unit_test_trees():

@@ -63,6 +63,7 @@ def test_the_walk_reads_the_whole_route_list() -> None:
     assert ("POST", "/api/v1/diagnostics/similarity/batch") in routes
 
 
+@pytest.mark.slow
 def test_every_route_of_spec_1_is_served_or_a_listed_gap(served: dict[str, Any]) -> None:
     operations = {
         (method.upper(), normalized(path)) for path, item in served["paths"].items() for method in item

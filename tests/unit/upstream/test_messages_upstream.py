@@ -198,6 +198,7 @@ def app_for(m: FakeMessagesUpstream, o: FakeUpstream):
     return create_app(router=pipeline, upstream=UpstreamClient(), config=StaticConfigView(config))
 
 
+@pytest.mark.slow
 async def test_data_plane_serves_a_messages_model(fakes):
     m, o = fakes
     app = app_for(m, o)
@@ -286,6 +287,7 @@ def hashed_embed():
     return embed
 
 
+@pytest.mark.slow
 async def test_data_plane_caches_only_finished_messages_streams(fakes):
 
     from app.cache.memory import InMemorySemanticCache

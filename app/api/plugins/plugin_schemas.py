@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from app.management.models import no_null_default
+from app.management.schemas import no_null_default
 
 PluginPhase = Literal["request", "response", "storage", "observability"]
 OperationName = Literal["preview", "probe", "bindings", "storage", "observability"]

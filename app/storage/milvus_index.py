@@ -3,7 +3,7 @@ storage directory) or a Milvus server (`uri`), with the response cache's connect
 
 One row per chunk: `id` (store:file:index), `store_id`, `file_id`, `idx`, `text` and the
 vector (COSINE). The collection is created on the first write with that write's dimension.
-Every client failure is VectorBackendDown (503). Ids are checked against a fixed alphabet
+Every client failure is VectorIndexDown (503). Ids are checked against a fixed alphabet
 before they enter a filter expression, so nothing needs escaping.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from app.config.cache_stores import MilvusCacheSettings
-from app.storage.backends import Chunk, VectorBackendDown
+from app.storage.vector_index import Chunk, VectorIndexDown
 
 T = TypeVar("T")
 TEXT_MAX_BYTES = 65_535  # Milvus's VARCHAR ceiling
@@ -31,7 +31,7 @@ def _safe(value: str) -> str:
     return value
 
 
-class MilvusBackend:
+class MilvusVectorIndex:
     def __init__(self, settings: MilvusCacheSettings, lite_path: str) -> None:
         self._settings = settings
         self._uri = settings.uri or (
@@ -187,4 +187,4 @@ class MilvusBackend:
         try:
             return fn(*args, timeout=self._timeout, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the client library's errors are many and unstable
-            raise VectorBackendDown(f"Milvus at {self._uri}: {type(exc).__name__}: {exc}") from exc
+            raise VectorIndexDown(f"Milvus at {self._uri}: {type(exc).__name__}: {exc}") from exc

@@ -4,7 +4,7 @@ One HASH per chunk under `<key_prefix>c:<chunk id>` (store_id and file_id as TAG
 text, the FLOAT32 vector, COSINE HNSW index), and a SET of chunk keys per store and per
 store file, so listing a store's chunks (for BM25) and removing a file never scan the
 keyspace. The index is created on the first write with that write's dimension. Every
-client failure is VectorBackendDown (503).
+client failure is VectorIndexDown (503).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from redis.commands.search.query import Query
 
 from app.cache.redis_store import redis_client
 from app.config.cache_stores import RedisCacheSettings
-from app.storage.backends import Chunk, VectorBackendDown
+from app.storage.vector_index import Chunk, VectorIndexDown
 
 _TAG_SPECIAL = re.compile(r"([^A-Za-z0-9_])")
 
@@ -30,7 +30,7 @@ def tag(value: str) -> str:
     return _TAG_SPECIAL.sub(r"\\\1", value)
 
 
-class RedisBackend:
+class RedisVectorIndex:
     def __init__(self, settings: RedisCacheSettings, client: redis.Redis | None = None) -> None:
         self._settings = settings
         self._redis = client if client is not None else redis_client(settings)
@@ -150,4 +150,4 @@ class RedisBackend:
         try:
             yield
         except (redis.RedisError, OSError) as exc:
-            raise VectorBackendDown(f"redis vector store: {action} failed: {exc}") from exc
+            raise VectorIndexDown(f"redis vector store: {action} failed: {exc}") from exc

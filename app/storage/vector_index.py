@@ -22,7 +22,7 @@ RRF_K = 60  # the usual reciprocal-rank-fusion constant (Cormack et al. 2009)
 _WORD = re.compile(r"[a-z0-9]+")
 
 
-class VectorBackendDown(RuntimeError):
+class VectorIndexDown(RuntimeError):
     """The chunk store cannot be reached: the storage routes answer 503."""
 
 
@@ -35,7 +35,7 @@ class Chunk:
     text: str
 
 
-class VectorBackend(Protocol):
+class VectorIndex(Protocol):
     def add(self, chunks: list[Chunk], vectors: np.ndarray) -> None: ...
 
     def remove(self, store_id: str, file_id: str | None = None) -> None:
@@ -49,10 +49,10 @@ class VectorBackend(Protocol):
     def chunks(self, store_id: str) -> list[Chunk]: ...
 
     def ping(self) -> None:
-        """Raise VectorBackendDown when the store is unreachable."""
+        """Raise VectorIndexDown when the store is unreachable."""
 
 
-class MemoryBackend:
+class MemoryVectorIndex:
     """Exact cosine search over each store's matrix (this process only; tests and one replica)."""
 
     def __init__(self) -> None:
@@ -104,7 +104,7 @@ class MemoryBackend:
 
     def ping(self) -> None:
         if self.down:
-            raise VectorBackendDown("the in-memory vector store is switched off")
+            raise VectorIndexDown("the in-memory vector store is switched off")
 
 
 def words(text: str) -> list[str]:

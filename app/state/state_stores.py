@@ -6,12 +6,12 @@ compare-and-set: `save(state, expected)` writes only if the stored revision is s
 makes an If-Match check, a version append and an activation record atomic across Ingress
 replicas on different nodes, without locks held over the network.
 
-- `MemoryStateBackend`: tests and the standalone app without a state directory.
-- `FileStateBackend`: `<state_dir>/state.json` (or another document: the Elo ratings),
+- `MemoryStateStore`: tests and the standalone app without a state directory.
+- `FileStateStore`: `<state_dir>/state.json` (or another document: the Elo ratings),
   replaced atomically (app/common/persist.py); the compare-and-set runs under an advisory
   lock file, so several Ingress replicas on one node share it safely; a reader re-reads the
   file only when its stat changed.
-- `RedisStateBackend`: two keys, `<prefix>state` (the JSON document) and `<prefix>revision`;
+- `RedisStateStore`: two keys, `<prefix>state` (the JSON document) and `<prefix>revision`;
   a Lua script compares and sets both in one step. `shared`: readers check the revision
   (one GET) and reload when another replica wrote.
 
@@ -55,7 +55,7 @@ class Revisioned(Protocol):
     def model_dump_json(self, *, indent: int | None = None) -> str: ...
 
 
-class StateBackend(Protocol):
+class StateStore(Protocol):
     shared: bool  # other processes write it too: readers must check for their changes
 
     def describe(self) -> str: ...
@@ -67,7 +67,7 @@ class StateBackend(Protocol):
     def save(self, state: Revisioned, expected: int) -> None: ...
 
 
-class MemoryStateBackend:
+class MemoryStateStore:
     shared = False
 
     def __init__(self) -> None:
@@ -93,7 +93,7 @@ class _RevisionOnly(BaseModel):
     revision: int = 0
 
 
-class FileStateBackend:
+class FileStateStore:
     shared = True  # other replicas on this node may write it
 
     def __init__(self, state_dir: Path, filename: str = STATE_FILE, lock_name: str = LOCK_FILE) -> None:
@@ -165,7 +165,7 @@ return -1
 """
 
 
-class RedisStateBackend:
+class RedisStateStore:
     shared = True
 
     def __init__(self, client: redis.Redis, prefix: str, where: str = "redis") -> None:

@@ -1,7 +1,7 @@
 """The native decision API's backend over svc-srun workers (/v1/decisions, docs/model-runtime.md).
 
-`ClientDecisionBackend` answers the router frontend's decision routes (app/api/decisions.py,
-which takes any `DecisionBackend`) through an `SrunClient`: a managed worker's (the
+`ClientDecisionSource` answers the router frontend's decision routes (app/api/decisions.py,
+which takes any `DecisionSource`) through an `SrunClient`: a managed worker's (the
 supervisor picks a ready replica per call) or an attached one's.
 """
 
@@ -17,7 +17,7 @@ from app.srun.client import SrunClient, spread_overload
 DEADLINE_S = 30.0
 
 
-class ClientDecisionBackend:
+class ClientDecisionSource:
     """A managed or attached worker through `app.srun.client.SrunClient`.
 
     `client`: an SrunClient, or a callable returning one per call (a supervisor's round robin

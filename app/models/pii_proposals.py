@@ -1,4 +1,4 @@
-"""PII candidates and what every rule shares: `Candidate` (one proposed entity), the overlap
+"""PII candidates and what every rule shares: `EntityProposal` (one proposed entity), the overlap
 resolution that turns all candidates into one span per region, and the context helpers the
 rules use (the text around a match, identifier labels, arithmetic operands).
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Candidate:
+class EntityProposal:
     """One proposed entity before thresholding and overlap resolution."""
 
     type: str
@@ -58,15 +58,15 @@ PRECEDENCE: dict[str, int] = {
 _NER_SOURCES = ("spacy:", "rampart:")  # the statistical taggers
 
 
-def resolve_overlaps(candidates: Iterable[Candidate]) -> list[Candidate]:
+def resolve_overlaps(candidates: Iterable[EntityProposal]) -> list[EntityProposal]:
     """Keep one candidate per overlapping region, greedily by precedence, score, length."""
 
-    def rank(c: Candidate) -> tuple[bool, int, float, int, int]:
+    def rank(c: EntityProposal) -> tuple[bool, int, float, int, int]:
         # Every rule/recognizer candidate outranks the statistical NER: a rule only fires on a
         # format or an explicit cue, while spaCy's small model guesses from capitalisation.
         return (c.source.startswith(_NER_SOURCES), PRECEDENCE[c.type], -c.score, -(c.end - c.start), c.start)
 
-    kept: list[Candidate] = []
+    kept: list[EntityProposal] = []
     for cand in sorted(candidates, key=rank):
         if cand.end <= cand.start:
             continue

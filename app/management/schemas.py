@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from app.common.api_docs import NON_BLANK
-from app.exchange.openai_models import ChatCompletionRequest
+from app.exchange.openai_schemas import ChatCompletionRequest
 
 
 class ReasonOut(BaseModel):
