@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from app.config.document import RouterConfig
 from app.config.errors import ConfigError
 from app.config.loader import parse_config
-from app.config.document import RouterConfig
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.upstream.client import UpstreamClient
