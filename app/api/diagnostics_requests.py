@@ -19,7 +19,7 @@ from pydantic import BaseModel, RootModel, ValidationError
 
 from app.api.classify_schemas import DEFAULT_MAX_BATCH, MAX_TEXT_CHARS
 from app.common.body_limits import DEFAULT_MAX_DEPTH, JsonRejected, decode_json, rejection_message
-from app.common.mgmt_errors import error_body
+from app.common.mgmt_errors import mgmt_error_body
 from app.config.document import RouterConfig
 
 M = TypeVar("M", bound=BaseModel)
@@ -35,7 +35,7 @@ class ManagementError(Exception):
         self.message = message
 
     def body(self) -> dict[str, Any]:
-        return error_body(self.code, self.message)
+        return mgmt_error_body(self.code, self.message)
 
     def to_response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status)

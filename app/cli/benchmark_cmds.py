@@ -31,6 +31,7 @@ from app.benchmark.store import StoreError, index_dataset
 from app.cli.benchmark_audit_cmds import register_audit_commands
 from app.cli.benchmark_dataset_cmds import register_dataset_commands
 from app.cli.benchmark_exec import RunOptions, execute, invalid, load_dataset, parse_ids, question_ids
+from app.cli.benchmark_guard_cmd import register_guard_command
 from app.cli.benchmark_plan_cmds import register_plan_commands
 from app.cli.benchmark_recovery_cmds import register_recovery_commands
 from app.cli.benchmark_registry_cmds import register_registry_commands
@@ -243,6 +244,7 @@ def _start(
 
 
 register_report_commands(benchmark)
+register_guard_command(benchmark)
 register_registry_commands(benchmark)
 register_dataset_commands(benchmark, dataset_group)
 register_plan_commands(benchmark)

@@ -30,7 +30,7 @@ class MgmtErrorBody(BaseModel):
     error: MgmtErrorDetail
 
 
-def error_body(
+def mgmt_error_body(
     code: str, message: str, type: str | None = None, details: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The wire body (fields that are None are left out)."""
@@ -41,7 +41,7 @@ def error_body(
 
 class MgmtError(SvcError):
     def body(self) -> dict[str, Any]:
-        return error_body(self.code or "ERROR", self.message, self.type, self.details or None)
+        return mgmt_error_body(self.code or "ERROR", self.message, self.type, self.details or None)
 
 
 def invalid_input(message: str, details: dict[str, Any] | None = None) -> MgmtError:

@@ -14,6 +14,7 @@ from app.models.pii_proposals import (
     EntityProposal,
     has_id_label_before,
     in_arithmetic,
+    in_number_talk,
     text_after,
     text_before,
     words_re,
@@ -66,6 +67,39 @@ def _phone_context(text: str, start: int, end: int) -> bool:
     )
 
 
+# Words that say "this is a phone number" even in a sentence that also does arithmetic; "number"
+# alone does not ("the number 2147483647 is prime").
+_STRONG_PHONE_CUE = words_re(
+    (
+        r"phone",
+        r"tel",
+        r"telephone",
+        r"mobile",
+        r"cell",
+        r"call",
+        r"calling",
+        r"text",
+        r"sms",
+        r"whatsapp",
+        r"fax",
+        r"dial",
+        r"reach",
+        r"ring",
+        r"landline",
+        r"hotline",
+    )
+)
+
+
+def phone_in_number_talk(text: str, start: int, end: int) -> bool:
+    """A bare digit run (no separators, no +) in a sentence that calculates with it and says
+    nothing of phones: the subject of a maths question ("What is 4815162342 divided by 7?")."""
+    value = text[start:end]
+    if not value.isdigit():
+        return False
+    return in_number_talk(text, start, end) and not _STRONG_PHONE_CUE.search(text_before(text, start, 48))
+
+
 _EXTENSION = re.compile(r"\s*(?:x|ext\.?|extension)\s*\d{1,5}$", re.IGNORECASE)
 
 
@@ -87,6 +121,8 @@ def score_phone(text: str, start: int, end: int) -> float:
     """
     value = text[start:end]
     if has_id_label_before(text, start) or in_arithmetic(text, start, end):
+        return 0.0
+    if phone_in_number_talk(text, start, end):
         return 0.0
     if sum(ch.isdigit() for ch in value) < 7 or not _phone_shaped(value):
         return 0.0
@@ -148,6 +184,8 @@ def find_context_phones(text: str) -> list[EntityProposal]:
             not slashed_area and in_arithmetic(text, m.start(), m.end())
         ):
             continue
+        if phone_in_number_talk(text, m.start(), m.end()):
+            continue
         if looks_like_date(m.group()) or not _phone_shaped(m.group()):
             continue
         out.append(EntityProposal("PHONE_NUMBER", m.start(), m.end(), 0.7, "rule:context_phone"))
@@ -174,6 +212,40 @@ _CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){11,18}(?![\w-])")
 _CARD_CONTEXT = words_re(
     ("card", "cards", "credit", "debit", "visa", "mastercard", "amex", "cc", "pan", "number", "maestro")
 )
+# What says a card is the user's own: payment words anywhere in the text ("number" is not one).
+_CARD_OWNED = words_re(
+    (
+        r"cards?",
+        r"credit",
+        r"debit",
+        r"visa",
+        r"mastercard",
+        r"amex",
+        r"maestro",
+        r"discover",
+        r"pay\w*",
+        r"paid",
+        r"charged?",
+        r"billing",
+        r"bill",
+        r"exp(?:iry|ires|iration)?",
+        r"cvv",
+        r"cvc",
+        r"subscription",
+        r"checkout",
+        r"purchase\w*",
+        r"order",
+        r"refund\w*",
+        r"bank",
+    )
+)
+
+
+def card_in_number_talk(text: str, start: int, end: int) -> bool:
+    """A Luhn-valid number that a sentence calculates with or checks, in a text that says nothing
+    of paying: a number-theory question ("Is 4111111111111111 divisible by 3?"), not a card the
+    user disclosed."""
+    return in_number_talk(text, start, end) and not _CARD_OWNED.search(text.lower())
 
 
 def find_credit_cards(text: str) -> list[EntityProposal]:
@@ -187,6 +259,8 @@ def find_credit_cards(text: str) -> list[EntityProposal]:
         if not (12 <= len(digits) <= 19 and luhn_ok(digits)):
             continue
         if has_id_label_before(text, m.start()) or in_arithmetic(text, m.start(), m.end()):
+            continue
+        if card_in_number_talk(text, m.start(), m.end()):
             continue
         context = bool(_CARD_CONTEXT.search(text_before(text, m.start(), 48)))
         # An unknown issuer prefix is still a card when the text says so ("card 8800 ...", test
@@ -277,15 +351,18 @@ _NETMASK_OCTETS = {"0", "128", "192", "224", "240", "248", "252", "254", "255"}
 
 
 def ip_is_identifying(value: str) -> bool:
-    """Unspecified, loopback, broadcast and netmask values (0.0.0.0, 127.0.0.1, ::1,
-    255.255.255.0) name no host."""
+    """Only a globally routed address can point at a person. Unspecified, loopback, private
+    (10/8, 172.16/12, 192.168/16, fc00::/7), link-local, shared (100.64/10), documentation
+    (192.0.2/24, 198.51.100/24, 203.0.113/24, 2001:db8::/32) and other reserved ranges, broadcast
+    and netmask values name no one outside the asker's own network: not personal data under the
+    shipped policy (docs/security.md)."""
     import ipaddress
 
     try:
         ip = ipaddress.ip_address(value)
     except ValueError:
         return True  # Presidio's regex accepted it; leave the call to the recognizer
-    if ip.is_unspecified or ip.is_loopback or ip.is_multicast:
+    if ip.is_unspecified or ip.is_loopback or ip.is_multicast or not ip.is_global:
         return False
     if ip.version == 6 and sum(1 for h in value.split(":") if h) < 3:  # "b[::2]", "fe80::1"
         return False

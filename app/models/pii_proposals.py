@@ -20,8 +20,12 @@ class EntityProposal:
     start: int
     end: int
     score: float
-    source: str  # "rule:<name>", "presidio:<recognizer>" or "spacy:<label>"
+    source: str  # "rule:<name>", "presidio:<recognizer>", "spacy:<label>" or "rampart:<kind>"
 
+
+# The type of a candidate that claims a span so no looser rule reads it as something else (a
+# private IP is no phone number or date), and is dropped after overlap resolution.
+NOT_PII = "NOT_PII"
 
 # Which type survives when two rule candidates (or two NER candidates) overlap: lower index wins;
 # ties: higher score, longer span. Checksummed/structured formats beat loose ones (an IP is not also a phone number or a
@@ -35,6 +39,7 @@ PRECEDENCE: dict[str, int] = {
             "IBAN_CODE",  # an IBAN's digit groups can pass Luhn; a card never contains an IBAN
             "CREDIT_CARD",
             "IP_ADDRESS",
+            NOT_PII,  # an address that names no one (a private IP): holds its span, never reported
             "US_DRIVER_LICENSE",
             "US_SSN",
             "DOMAIN_NAME",
@@ -50,7 +55,7 @@ PRECEDENCE: dict[str, int] = {
         )
     )
 }
-_NER_SOURCES = "spacy:"
+_NER_SOURCES = ("spacy:", "rampart:")  # the statistical taggers
 
 
 def resolve_overlaps(candidates: Iterable[EntityProposal]) -> list[EntityProposal]:
@@ -106,6 +111,34 @@ def in_arithmetic(text: str, start: int, end: int) -> bool:
     left = text[max(0, start - 4) : start].rstrip()
     right = text[end : end + 4].lstrip()
     return bool((left and left[-1] in _OPERATORS) or (right and right[0] in _OPERATORS))
+
+
+# Number talk: a digit run that a sentence calculates with, converts, factors or checks is the
+# question's subject, not a contact detail or a card the user disclosed ("What is 4815162342
+# divided by 7?", "Is 4111111111111111 divisible by 3?", "5551234567 nanoseconds").
+_NUMBER_TALK = re.compile(
+    r"\b(?:divid\w*|divisib\w*|divisors?|multipl\w*|times|plus|minus|sum|products?|digits?|primes?|"
+    r"semiprimes?|factor\w*|remainders?|modulo|mod|convert\w*|binary|hex\w*|decimal|octal|round\w*|"
+    r"square|roots?|cube|percent\w*|average|mean|median|luhn|checksums?|check digit|even or odd|"
+    r"integers?|representable|float\w*|overflow|exponent\w*|scientific notation|calculat\w*|comput\w*|"
+    r"gcd|lcm|fibonacci|sort\w*|subtract\w*|add(?:ed)?|arithmetic|bits?|bytes?|"
+    r"(?:nano|micro|milli)?seconds|minutes|hours|days|years|km|kilometres?|kilometers?|miles|"
+    r"revenue|population|dollars|euros?|yen|odometer|magnitude)\b",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"[.!?\n](?:\s|$)")
+
+
+def sentence_around(text: str, start: int, end: int) -> str:
+    """The sentence holding text[start:end] (split at . ! ? or a line break)."""
+    left = max((m.end() for m in _SENTENCE_END.finditer(text, 0, start)), default=0)
+    right = _SENTENCE_END.search(text, end)
+    return text[left : right.start() + 1 if right else len(text)]
+
+
+def in_number_talk(text: str, start: int, end: int) -> bool:
+    """The number is what its sentence calculates with (see _NUMBER_TALK)."""
+    return bool(_NUMBER_TALK.search(sentence_around(text, start, end)))
 
 
 # Capital letters a name may start with: ASCII, Latin-1 and Latin Extended-A/B ("Šárka",

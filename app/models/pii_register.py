@@ -120,6 +120,7 @@ _PERSONAL_SOURCES = frozenset({"rule:greeting", "rule:mention", "rule:name_line"
 # A name line only drops under exam framing: elsewhere it makes the text personal.
 _PUBLIC_SOURCES = (
     "spacy:",
+    "rampart:",
     "rule:person_title",
     "rule:name_position",
     "rule:person_speech",

@@ -20,6 +20,7 @@ from __future__ import annotations
 from app.models.pii_dates import find_ages, find_dates, find_times
 from app.models.pii_greetings import find_greeting_names
 from app.models.pii_identifiers import (
+    card_in_number_talk,
     find_context_phones,
     find_credit_cards,
     find_domains,
@@ -33,16 +34,19 @@ from app.models.pii_identifiers import (
 from app.models.pii_names import find_person_cues, keep_ner_entity
 from app.models.pii_places import find_places, find_street_addresses, find_zip_codes
 from app.models.pii_proposals import (
+    NOT_PII,
     PRECEDENCE,
     EntityProposal,
     has_id_label_before,
     in_arithmetic,
+    in_number_talk,
     resolve_overlaps,
 )
 from app.models.pii_register import drop_public_mentions, is_knowledge_question
 
 __all__ = [
     "EntityProposal",
+    "NOT_PII",
     "PRECEDENCE",
     "find_ages",
     "find_context_phones",
@@ -62,6 +66,8 @@ __all__ = [
     "find_zip_codes",
     "has_id_label_before",
     "in_arithmetic",
+    "in_number_talk",
+    "card_in_number_talk",
     "ip_is_identifying",
     "keep_ner_entity",
     "luhn_ok",

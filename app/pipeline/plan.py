@@ -49,6 +49,20 @@ class SecurityChecks(BaseModel):
         return f"pii:{str(self.pii_detected).lower()},jailbreak:{str(self.jailbreak_detected).lower()}"
 
 
+class Refusal(BaseModel):
+    """Which check refused a request and why (docs/security.md "Auditable refusals"): in the 403
+    body's `details`, the `x-vsr-guard-*` headers and the replay record. `check` is
+    `<family>:<rule>` (e.g. `jailbreak:global:prompt_guard`, `pii:plugin:<decision>`), the name
+    an operator's outcome and `svc-sr optimize recipe-learning` use."""
+
+    check: str
+    code: str  # the 403's error code: jailbreak_detected, harmful_content_detected, pii_detected
+    score: float
+    threshold: float | None = None
+    read: str | None = None  # the part that scored highest, when the rule reads several
+    entities: list[str] = Field(default_factory=list)
+
+
 class CompressionOutcome(BaseModel):
     """What the `context_compression` plugin did to one conversation (app/pipeline/compression.py);
     counts only, never message content."""
@@ -147,6 +161,7 @@ class RoutePlan(BaseModel):
     rag: dict[str, Any] | None = None  # the rag plugin ran: app/pipeline/rag.py RagUsage
     signals: SignalReport = Field(default_factory=SignalReport)
     security: SecurityChecks = Field(default_factory=SecurityChecks)
+    refusal: Refusal | None = None  # set when a guard refused the request
     reasoning: dict[str, Any] = Field(default_factory=dict)  # {enabled, effort, family}
     tools_selected: int = 0
     classification_ms: float = 0.0

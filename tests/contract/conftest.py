@@ -48,8 +48,10 @@ from app.pipeline.memory.store import InMemoryMemoryStore
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.runtime.encoder import shared_encoder
+from app.runtime.hosted import HostedDomain
 from app.runtime.hosted_guard import HostedGuard
-from app.runtime.local_engines import guard_engines
+from app.runtime.local_engines import domain_engine, guard_engines
+from app.runtime.signal_engine import SignalEngine
 from app.storage import StorageService, open_storage
 from app.storage.client import StorageClient, local_transport
 from app.storage.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
@@ -278,9 +280,11 @@ def _one_at_a_time(fn: Any) -> Any:
 
 
 def _guard_evaluators() -> dict[str, Any]:
-    """The pii and jailbreak families over the Guard's engines, loaded in this process."""
-    engines = guard_engines(HostedGuard.load(), _one_at_a_time)
-    return engine_evaluators({"pii": engines["pii"], "jailbreak": engines["jailbreak"]})
+    """The pii, jailbreak and harmful families over the Guard's engines and the domain family
+    over the DomainClassifier's, loaded in this process (the shipped config uses all)."""
+    engines: dict[str, SignalEngine] = dict(guard_engines(HostedGuard.load(), _one_at_a_time))
+    engines["domain"] = domain_engine(HostedDomain.load(), _one_at_a_time)
+    return engine_evaluators(engines)
 
 
 def _serve_on(loop: LoopThread, app: Any) -> tuple[uvicorn.Server, Any, int]:

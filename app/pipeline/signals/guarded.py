@@ -33,6 +33,8 @@ class ThresholdRuleEvaluator(Generic[RuleT]):
         self._rules: dict[str, RuleT] = {rule.name: rule for rule in rules}
         self.engine = engine
         self.default_threshold = default_threshold
+        # the guardrail LLM that re-judges scores in a rule's `cascade_band` (None: no cascade)
+        self.cascade: Any = None
 
     def rule_names(self) -> list[str]:
         return list(self._rules)
@@ -78,9 +80,6 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
 
     detector = ""  # what the messages call the model: "jailbreak guard", ...
 
-    def _text(self, ctx: SignalContext, rule: Any) -> str:
-        raise NotImplementedError
-
     def engine_for(self, rule: Any) -> SignalEngine | None:
         """The engine a rule asks (the family's, unless a rule's method names another)."""
         return self.engine
@@ -96,10 +95,51 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
     async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[RuleT]) -> list[SignalMatch]:
         return list(await asyncio.gather(*(self._evaluate_one(ctx, rule) for rule in rules)))
 
+    async def _judge_part(
+        self,
+        ctx: SignalContext,
+        engine: SignalEngine,
+        text: str,
+        threshold: float,
+        rule: Any,
+        others: dict[str, np.ndarray],
+    ) -> tuple[bool, float, dict[str, Any]]:
+        vectors = others[text].reshape(1, -1) if text in others else await request_vectors(engine, ctx, text)
+        (item,) = await ask(engine, self._request(text, vectors, threshold, rule))
+        try:
+            verdict = self._judge(item, threshold, rule)
+        except UnusableAnswer as exc:
+            raise engine.failed(str(exc)) from None
+        band = getattr(rule, "cascade_band", None)
+        if band and self.cascade is not None and band[0] <= verdict[1] < band[1]:
+            return await self._cascade(text, threshold, verdict)
+        return verdict
+
+    async def _cascade(
+        self, text: str, threshold: float, verdict: tuple[bool, float, dict[str, Any]]
+    ) -> tuple[bool, float, dict[str, Any]]:
+        """The guardrail LLM's verdict on a text whose score fell in the uncertain band; the
+        classifier's stands when the LLM cannot answer (down, slow, no verdict)."""
+        matched, score, detail = verdict
+        try:
+            answer = await self.cascade.guard(text, threshold)
+        except Exception as exc:
+            return matched, score, {**detail, "cascade": "failed", "cascade_error": str(exc)[:200]}
+        llm_score = float(answer.scores.get("jailbreak", 0.0)) if answer.scores else 0.0
+        cascaded = {
+            **detail,
+            "cascade": "llm",
+            "classifier_score": score,
+            "llm_verdict": list(answer.verdict.types) if answer.verdict else None,
+        }
+        return llm_score >= threshold, llm_score, cascaded
+
     async def _evaluate_one(self, ctx: SignalContext, rule: Any) -> SignalMatch:
-        text = self._text(ctx, rule)
+        """Every part the rule reads (app/common/chat_text.py `guard_texts`) is judged on its own;
+        the rule matches when one does, and reports the part that scored highest."""
+        parts = ctx.parts_for(rule.read, rule.include_history)
         threshold = self.threshold_of(rule)
-        if not text.strip():
+        if not parts:
             return SignalMatch(
                 type=self.family,
                 name=rule.name,
@@ -110,17 +150,26 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
         engine = self.engine_for(rule)
         if engine is None:
             return self._error(rule, f"no {self.detector} configured")
+        others: dict[str, np.ndarray] = {}
+        rest = [text for _, text in parts if text != ctx.text]
+        if rest and engine.reads_vectors:
+            try:  # one encoder call for every other part, shared with the other guards
+                others = await ctx.part_vectors(rest)
+            except Exception:  # no embedder here: the engine encodes its texts itself
+                others = {}
         try:
-            vectors = await request_vectors(engine, ctx, text)
-            (item,) = await ask(engine, self._request(text, vectors, threshold, rule))
-            try:
-                matched, confidence, detail = self._judge(item, threshold, rule)
-            except UnusableAnswer as exc:
-                raise engine.failed(str(exc)) from None
+            judged = await asyncio.gather(
+                *(self._judge_part(ctx, engine, text, threshold, rule, others) for _, text in parts)
+            )
         except UnscannedError as exc:  # a model runtime that did not read it all (on_unscanned)
             return unscanned_match(self.family, rule.name, exc)
         except Exception as exc:
             return self._error(rule, f"{self.family} detection failed: {exc}")
+        best = max(range(len(parts)), key=lambda i: (judged[i][0], judged[i][1]))
+        matched, confidence, detail = judged[best]
+        detail = {**detail, "threshold": threshold}  # a refusal names it (app/pipeline/phases/guard.py)
+        if len(parts) > 1:
+            detail = {**detail, "read": parts[best][0], "parts_judged": len(parts)}
         return SignalMatch(
             type=self.family, name=rule.name, matched=matched, confidence=confidence, detail=detail
         )

@@ -20,7 +20,8 @@ import numpy as np
 
 from app.config.document import RouterConfig
 from app.config.signals import HarmfulSignal
-from app.pipeline.signals.base import EvaluatorFactory, SignalContext
+from app.pipeline.signals import llm_judge
+from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import unit_float
 from app.pipeline.signals.guarded import TextRuleEvaluator
 from app.pipeline.signals.jailbreak import prompt_guard_settings
@@ -53,9 +54,12 @@ def prompt_guard_harmful_rule(config: RouterConfig, require_enabled: bool = True
     threshold = unit_float(raw.get("threshold"))
     if threshold is not None:
         fields["threshold"] = threshold
-    for key in ("categories", "include_history"):
+    for key in ("categories", "include_history", "read"):
         if key in raw:
             fields[key] = raw[key]
+    for key in ("read", "cascade_band"):  # the guard's own settings, unless the part sets its own
+        if key not in raw and isinstance(section.get(key), list):
+            fields[key] = section[key]
     try:
         return HarmfulSignal(**fields)
     except ValueError:
@@ -71,9 +75,6 @@ class HarmfulEvaluator(TextRuleEvaluator[HarmfulSignal]):
     @classmethod
     def from_config(cls, config: RouterConfig, engine: SignalEngine | None) -> HarmfulEvaluator:
         return cls(config.routing.signals.harmful, engine, None)
-
-    def _text(self, ctx: SignalContext, rule: HarmfulSignal) -> str:
-        return ctx.text_for(rule.include_history, paragraphs=True)
 
     def _request(
         self, text: str, vectors: np.ndarray | None, threshold: float, rule: HarmfulSignal
@@ -99,6 +100,9 @@ def harmful_factory(engine: SignalEngine | None) -> EvaluatorFactory:
     """`PipelineServices.evaluators["harmful"]` entry over the graph's harmful-content engine."""
 
     def factory(config: RouterConfig, services: Any = None) -> HarmfulEvaluator:
-        return HarmfulEvaluator.from_config(config, engine)
+        evaluator = HarmfulEvaluator.from_config(config, engine)
+        # rules with a cascade_band ask the guardrail LLM about uncertain scores
+        evaluator.cascade = llm_judge.build_judge(config, "guardrail", getattr(services, "llm_client", None))
+        return evaluator
 
     return factory

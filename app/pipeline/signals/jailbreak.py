@@ -25,7 +25,7 @@ import numpy as np
 from app.config.document import RouterConfig
 from app.config.signals import JailbreakSignal
 from app.pipeline.signals import llm_judge
-from app.pipeline.signals.base import EvaluatorFactory, SignalContext
+from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import catalog_section, unit_float
 from app.pipeline.signals.guarded import TextRuleEvaluator
 from app.runtime.signal_engine import SignalEngine, SignalItem, SignalRequest, UnavailableEngine
@@ -55,6 +55,10 @@ def prompt_guard_rule(config: RouterConfig) -> JailbreakSignal | None:
         fields["method"] = llm_judge.METHOD
     if isinstance(section.get("include_history"), bool):
         fields["include_history"] = section["include_history"]
+    if isinstance(section.get("read"), list):
+        fields["read"] = section["read"]
+    if isinstance(section.get("cascade_band"), list):
+        fields["cascade_band"] = section["cascade_band"]
     return JailbreakSignal(**fields)
 
 
@@ -92,9 +96,6 @@ class JailbreakEvaluator(TextRuleEvaluator[JailbreakSignal]):
             return self.judge or UnavailableEngine("guard LLM", NO_GUARD_LLM)
         return self.engine or UnavailableEngine(self.detector, f"no {self.detector} configured")
 
-    def _text(self, ctx: SignalContext, rule: JailbreakSignal) -> str:
-        return ctx.text_for(rule.include_history, paragraphs=True)
-
     def _request(
         self, text: str, vectors: np.ndarray | None, threshold: float, rule: JailbreakSignal
     ) -> SignalRequest:
@@ -127,6 +128,10 @@ def jailbreak_factory(engine: SignalEngine | None) -> EvaluatorFactory:
 
     def factory(config: RouterConfig, services: Any = None) -> JailbreakEvaluator:
         judge = llm_judge.build_judge(config, "guardrail", getattr(services, "llm_client", None))
-        return JailbreakEvaluator.from_config(config, engine, llm_judge.JudgeEngine(judge) if judge else None)
+        evaluator = JailbreakEvaluator.from_config(
+            config, engine, llm_judge.JudgeEngine(judge) if judge else None
+        )
+        evaluator.cascade = judge  # rules with a cascade_band ask it about uncertain scores
+        return evaluator
 
     return factory

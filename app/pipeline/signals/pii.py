@@ -72,7 +72,7 @@ class PIIEvaluator(ThresholdRuleEvaluator[PIISignal]):
         """Judge rules that need not be configured signals (the `pii` plugin builds one)."""
         if not rules:
             return []
-        wanted = (ctx.text_for(r.include_history) for r in rules)
+        wanted = (ctx.whole_text_for(r.read, r.include_history) for r in rules)
         texts = list(dict.fromkeys(t for t in wanted if t.strip()))
         types = detector_types(rules)
         results: dict[str, PIIResult] = {}
@@ -93,7 +93,10 @@ class PIIEvaluator(ThresholdRuleEvaluator[PIISignal]):
                 return [unscanned_match(FAMILY, r.name, exc) for r in rules]
             except Exception as exc:  # a model failure is a signal error, not a 500
                 return error_matches(FAMILY, {r.name for r in rules}, f"PII detection failed: {exc}")
-        return [self._judge(rule, results.get(ctx.text_for(rule.include_history))) for rule in rules]
+        return [
+            self._judge(rule, results.get(ctx.whole_text_for(rule.read, rule.include_history)))
+            for rule in rules
+        ]
 
     def _judge(self, rule: PIISignal, result: PIIResult | None) -> SignalMatch:
         threshold = self.threshold_of(rule)

@@ -46,6 +46,23 @@ def outcomes(model: str, n: int, verdict: str) -> list[dict[str, Any]]:
     return [{"replay_id": f"{model}-{i}", "target": model, "verdict": verdict} for i in range(n)]
 
 
+def post_outcomes(url: str, posted: list[dict[str, Any]]) -> None:
+    for outcome in posted:
+        answer = httpx.post(f"{url}/api/v1/observability/outcomes", json=outcome, timeout=10)
+        assert answer.status_code == 201, answer.text
+
+
+def propose(url: str, plan: Path) -> dict[str, Any]:
+    """`svc-sr optimize recipe-learning --json -o PLAN` against the router at `url`: its report."""
+    result = CliRunner().invoke(
+        cli,
+        ["optimize", "recipe-learning", "--endpoint", url, "--json", "-o", str(plan)],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    return dict(json.loads(result.stdout))
+
+
 def test_a_better_model_listed_later_is_proposed_first() -> None:
     document = two_model_document()
     report = learn(
@@ -93,21 +110,13 @@ def test_the_cli_reads_replays_and_outcomes_and_writes_a_plan_it_never_applies(t
         store.record(record)
     harness = Harness(two_model_document(), replays=store)
     with Server(harness) as server:
-        for outcome in outcomes("big", 6, "wrong") + outcomes("small", 6, "correct"):
-            posted = httpx.post(f"{server.url}/api/v1/observability/outcomes", json=outcome, timeout=10)
-            assert posted.status_code == 201, posted.text
+        post_outcomes(server.url, outcomes("big", 6, "wrong") + outcomes("small", 6, "correct"))
         listed = httpx.get(f"{server.url}/api/v1/observability/outcomes", params={"limit": 3}).json()
         assert listed["total"] == 12 and len(listed["outcomes"]) == 3
         before = httpx.get(f"{server.url}/api/v1/config").headers["etag"]
 
         plan = tmp_path / "proposed.yaml"
-        result = CliRunner().invoke(
-            cli,
-            ["optimize", "recipe-learning", "--endpoint", server.url, "--json", "-o", str(plan)],
-            catch_exceptions=False,
-        )
-        assert result.exit_code == 0, result.output
-        report = json.loads(result.stdout)
+        report = propose(server.url, plan)
         assert report["records"] == 12 and report["outcomes_joined"] == 12
         assert [p["proposed_first"] for p in report["proposals"]] == ["small"]
         written = yaml.safe_load(plan.read_text())

@@ -169,15 +169,17 @@ async def test_category_filter_ignores_other_harm_and_not_matched_keeps_the_scor
     assert not match.matched and match.confidence < 0.1
 
 
-async def test_history_rule_joins_user_turns_and_leaves_encoding_to_the_guard() -> None:
+async def test_history_rule_joins_user_turns_and_embeds_them_once_for_every_guard() -> None:
     fake, embed = FakeHarmful(), FakeEmbed()
     ev = HarmfulEvaluator([HarmfulSignal(name="h", include_history=True)], fake)
-    (match,) = await ev.evaluate(
-        ctx_of("let's write a story", "now add a grenade", embed=embed), frozenset({"h"})
-    )
+    ctx = ctx_of("let's write a story", "now add a grenade", embed=embed)
+    (match,) = await ev.evaluate(ctx, frozenset({"h"}))
+    joined = "let's write a story\n\nnow add a grenade"
     assert match.matched
-    assert fake.calls[0]["texts"] == ["let's write a story\n\nnow add a grenade"]
-    assert fake.calls[0]["vectors"] is None and embed.calls == []
+    assert fake.calls[0]["texts"] == [joined]
+    assert fake.calls[0]["vectors"] is not None and embed.calls == [[joined]]
+    await ev.evaluate(ctx, frozenset({"h"}))  # another guard reading the same part: no new encoder pass
+    assert embed.calls == [[joined]]
 
 
 def test_prompt_guard_harmful_shorthand_and_switches() -> None:

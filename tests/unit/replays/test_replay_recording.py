@@ -9,7 +9,10 @@ from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.plan import CompletionReport
 from app.pipeline.replay import REPLAY_ID_HEADER, clip_body
+from app.pipeline.signals.pii import pii_factory
 from app.replays.replays import ReplayStore, redact_record
+from app.runtime.schemas import Span
+from app.runtime.signal_engine import SignalItem, SignalRequest
 
 
 def config(plugin: dict[str, Any] | None) -> RouterConfig:
@@ -143,3 +146,45 @@ def test_large_bodies_are_cut() -> None:
     assert clip_body({"a": 1}, None) == {"a": 1}
     cut = clip_body({"text": "x" * 1000}, 100)
     assert cut["truncated"] is True and cut["bytes"] > 1000 and len(cut["preview"]) == 100
+
+
+async def test_a_refusal_names_its_check_and_score_in_the_replay_record() -> None:
+    """What an operator marks wrong: the record of a 403 says which check fired, its score and
+    threshold (docs/security.md "Auditable refusals")."""
+
+    class SsnOnly:
+        """A PII engine that finds one SSN (0.85) by substring."""
+
+        name = "ssn-only"
+        reads_vectors = False
+
+        async def classify(self, request: SignalRequest) -> list[SignalItem]:
+            span = Span(label="US_SSN", start=0, end=11, text="x", probability=0.85)
+            return [SignalItem(spans=[span] if "123-45-6789" in t else []) for t in request.texts]
+
+        def failed(self, reason: str) -> Exception:
+            return RuntimeError(reason)
+
+    store = ReplayStore()
+    replay = {"type": "router_replay", "configuration": {}}
+    document = config(replay).model_dump(mode="json", by_alias=True, exclude_none=True)
+    document["routing"]["decisions"][0]["plugins"].append(
+        {"type": "pii", "configuration": {"enabled": True, "pii_types_allowed": [], "threshold": 0.7}}
+    )
+    services = PipelineServices(record_replay=store.record, evaluators={"pii": pii_factory(SsnOnly())})
+    pipeline = RouterPipeline(RouterConfig.model_validate(document), services)
+    plan = await pipeline.route(body("urgent: my ssn is 123-45-6789"), {}, "req-9")
+    assert plan.immediate is not None, (plan.decision, plan.signals)
+    assert plan.immediate.status == 403
+    await pipeline.complete(plan, CompletionReport(status=403, total_s=0.01))
+    record = store.get(plan.response_headers[REPLAY_ID_HEADER])
+    assert record is not None and record["status"] == 403 and record["response_path"] == "blocked"
+    assert record["refusal"] == {
+        "check": "pii:plugin:urgent",
+        "code": "pii_detected",
+        "score": 0.85,
+        "threshold": 0.7,
+        "entities": ["US_SSN"],
+    }
+    details = plan.immediate.body["error"]["details"]
+    assert (details["check"], details["score"], details["threshold"]) == ("pii:plugin:urgent", 0.85, 0.7)
