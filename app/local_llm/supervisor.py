@@ -283,8 +283,6 @@ def start(
         )
     settings.pid_file.write_text(f"{proc.pid}\n")
     result = _wait_ready(settings, proc.pid, ready_timeout, proc)
-    if result.ready:
-        result = _still_ours(settings, proc, result)
     if not result.ready:
         stop(settings)
         raise LocalLLMError(
