@@ -84,6 +84,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_cache_replicas.py
 	$(PY) bench/bench_stop.py --rounds 3
 	$(PY) bench/bench_all_signals.py
+	$(PY) bench/bench_vs_litellm.py --json .cache/bench/vs-litellm.json
 	$(PY) bench/bench_decisions.py
 	$(PY) bench/bench_tool_selection.py
 	$(PY) bench/bench_context_compression.py
