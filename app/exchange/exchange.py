@@ -40,6 +40,7 @@ from app.exchange.openai_schemas import json_rejected
 from app.exchange.relay import StreamRelay
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
+from app.pipeline.pii_mask import StreamRestorer, restore_completion
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.results import UpstreamUnavailable
 from app.upstream.sse import replay_as_sse
@@ -280,7 +281,8 @@ class Exchange:
                 if self._wire is not None and status < 400
                 else None
             )
-            self.relay = StreamRelay(translator, self.api.stream(), self.settings.clock)
+            restorer = StreamRestorer(plan.pii_mask) if plan.pii_mask else None
+            self.relay = StreamRelay(translator, self.api.stream(), self.settings.clock, restorer)
         elif status == 200 or (self._wire is not None and not isinstance(self._wire, ChatWire)):
             out["content-type"] = JSON  # a translated answer is chat JSON; a chat error page keeps its type
         return ResponseHead(status, out, streaming, hold)
@@ -321,7 +323,7 @@ class Exchange:
             return answer
         payload, headers = answer
         self._settle(self._completion(payload))
-        return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
+        return Reply(200, headers, json.dumps(self.api.render(self._restored(payload))).encode())
 
     async def answer_body(self, raw: bytes) -> Reply:
         """`whole_body`, with the plan's answer checks (header, annotate or block)."""
@@ -331,7 +333,7 @@ class Exchange:
         payload, headers = answer
         if self._plan().answer_checks is None:
             self._settle(self._completion(payload))
-            return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
+            return Reply(200, headers, json.dumps(self.api.render(self._restored(payload))).encode())
         return await self._checked(payload, headers, stream=False)
 
     async def held_stream(self, raw: bytes) -> Reply:
@@ -372,6 +374,7 @@ class Exchange:
         if verdict.action == "annotate":
             payload = json.loads(json.dumps(payload))  # the report keeps the answer as it came
             answer_checks.annotate(payload, verdict)
+        payload = self._restored(payload)
         if not stream:
             payload.setdefault("routing_metadata", {})["response_checks"] = summary
             return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
@@ -463,6 +466,11 @@ class Exchange:
         )
 
     # ------------------------------------------------------------------ helpers
+    def _restored(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The client's copy of an answer: a masked request's originals back in (pii_mask.py)."""
+        mask = self._plan().pii_mask
+        return restore_completion(payload, mask) if mask else payload
+
     def _elapsed(self) -> float:
         return self.settings.clock() - self.started
 

@@ -11,7 +11,9 @@ for `model: MoM` / `auto` (any `config.auto_model_names`, or "vllm-sr/auto"):
 2. signals: only the signal rules some decision references, one task per family,
    concurrently with the global prompt guard;
 3. decide: the decision rules (`decisions.py`);
-4. guard: the decision's `jailbreak`, then `pii` plugins; a guard that fired blocks (403);
+4. guard: the decision's `jailbreak`, then `pii` plugins; a guard that fired blocks (403),
+   or, a `pii` plugin with `action: mask | route`, masks the body (last, after every
+   mutation; the front door restores the answer) or selects a private model;
 5. plugins: `fast_response` answers without a model;
 6. select: model selection (`selection.py`);
 7. cache: response-cache lookup (a hit answers) and the write complete() performs;
@@ -55,8 +57,9 @@ from app.pipeline.phases.decide import decide
 from app.pipeline.phases.memory import memory_step
 from app.pipeline.phases.plugins import answer_fast_response, choose_tools, mutate_request
 from app.pipeline.phases.rag import rag_step
-from app.pipeline.phases.select import pass_through, routing_disabled, select_model
+from app.pipeline.phases.select import pass_through, routing_disabled, select_model, select_private
 from app.pipeline.phases.signals import evaluate_signals
+from app.pipeline.pii_mask import mask_body
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.preview import no_route_preview, preview_of
 from app.pipeline.replay import REPLAY_ID_HEADER, new_capture
@@ -193,9 +196,16 @@ class RouterPipeline:
         guarded = await guard.check_decision_guards(state, ctx, decision, guarded)
         guard.record_guards(plan, guarded)
         plan.classification_ms = (time.perf_counter() - started) * 1000
-        if guard.block_if_flagged(plan, guarded) or answer_fast_response(plan, plugins):
+        blocking = guard.take_pii_action(state, plan, ctx, decision, plugins, guarded)
+        if guard.block_if_flagged(plan, blocking) or answer_fast_response(plan, plugins):
             return ranked
         selection = await select_model(state, plan, decision, rng, ctx)
+        if plan.pii_action == "route":
+            private = select_private(state, plan, decision, rng)
+            if private is None:  # no private model can serve it: refused as `block` would
+                guard.block_if_flagged(plan, guarded)
+                return ranked
+            selection = private
         cache_status = "bypass"
         if not preview:
             cache_status = await cache_step(self.services, state, plan, ctx, plugins, headers)
@@ -209,6 +219,9 @@ class RouterPipeline:
             if plan.immediate is not None:  # on_error: fail and the store is down
                 return ranked
             await memory_step(self.services, plan, plugins.memory, ctx, headers)
+        if plan.pii_mask:  # last: whatever the plugins put in the body is masked too
+            mask_body(plan.body, plan.pii_mask)
+            plan.memory_write = None  # a memory would keep the originals
         return ranked
 
     def _mark_replay(self, plan: RoutePlan) -> None:
