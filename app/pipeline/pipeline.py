@@ -43,6 +43,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from app.common import tracing
 from app.config.document import RouterConfig
 from app.pipeline.answers.checker import check_answer
 from app.pipeline.answers.hallucination import CONTEXT_VECTOR_CACHE_SIZE
@@ -69,6 +70,17 @@ from app.pipeline.signals.base import SignalContext
 from app.pipeline.vector_cache import TextVectorCache
 
 Ranked = list[DecisionMatch]
+
+
+def route_attributes(plan: RoutePlan) -> dict[str, Any]:
+    return {
+        "svc_sr.request_id": plan.request_id,
+        "svc_sr.decision": plan.decision,
+        "svc_sr.selected_model": plan.selected_model,
+        "svc_sr.reason_code": plan.reason_code,
+        "svc_sr.answered": plan.immediate.kind if plan.immediate is not None else None,
+        "svc_sr.pii_action": plan.pii_action,
+    }
 
 
 class RouterPipeline:
@@ -103,7 +115,10 @@ class RouterPipeline:
         request_id: str | None = None,
     ) -> RoutePlan:
         """The plan of a validated chat body (app/pipeline/phases/parse.py says who validated it)."""
-        plan, _ = await self._route(body, headers, request_id, preview=False)
+        # the front door's request span, carried in `headers` across the Ray hop (traceparent)
+        with tracing.span("svc_sr.route", parent=headers) as span:
+            plan, _ = await self._route(body, headers, request_id, preview=False)
+            tracing.set_attributes(span, route_attributes(plan))
         self._mark_replay(plan)
         self.services.metrics.on_route(plan)
         return plan
@@ -190,7 +205,9 @@ class RouterPipeline:
         """An auto request's phases; each answer given on the way (block, fast_response, cache
         hit) ends the request there, as `plan.immediate`."""
         plan.signals, guarded = await evaluate_signals(state, ctx, preview=preview)
-        winner, ranked = decide(state, plan)
+        with tracing.span("svc_sr.decision") as span:
+            winner, ranked = decide(state, plan)
+            tracing.set_attributes(span, {"svc_sr.decision": plan.decision, "svc_sr.candidates": len(ranked)})
         decision = winner.decision if winner else None
         plugins = state.plugins.get(decision.name) if decision else None
         guarded = await guard.check_decision_guards(state, ctx, decision, guarded)
@@ -208,7 +225,9 @@ class RouterPipeline:
             selection = private
         cache_status = "bypass"
         if not preview:
-            cache_status = await cache_step(self.services, state, plan, ctx, plugins, headers)
+            with tracing.span("svc_sr.cache.lookup") as span:
+                cache_status = await cache_step(self.services, state, plan, ctx, plugins, headers)
+                tracing.set_attributes(span, {"svc_sr.cache.status": cache_status})
             if plan.immediate is not None:
                 fill_routing_headers(plan, cache_status)
                 return ranked

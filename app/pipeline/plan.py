@@ -177,6 +177,8 @@ class RoutePlan(BaseModel):
     # placeholder -> original, for the front door to restore (app/pipeline/pii_mask.py); its
     # originals never appear in a dump or repr of the plan
     pii_mask: PIIMask | None = None
+    # the front door's request span as a W3C traceparent carrier: complete() joins its trace
+    trace_context: dict[str, str] = Field(default_factory=dict)
 
 
 class CompletionReport(BaseModel):
