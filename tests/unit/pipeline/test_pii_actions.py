@@ -128,7 +128,9 @@ async def test_mask_sends_placeholders_and_keeps_no_original(caplog: pytest.LogC
 
 
 async def test_route_selects_the_private_model() -> None:
-    plan = await pipeline("route", Stores()).route(chat("mail ana@example.org please"))
+    stores = Stores()
+    plan = await pipeline("route", stores).route(chat("mail ana@example.org please"))
+    assert plan.cache_write is None and stores.cache == []  # a shared cache is no private model
     assert plan.immediate is None and plan.pii_action == "route"
     assert plan.selected_model == "onprem" and [t.model for t in plan.candidates] == ["onprem"]
     assert plan.reason_code == "pii_policy_alternative_selected"
@@ -137,9 +139,11 @@ async def test_route_selects_the_private_model() -> None:
 
 @pytest.mark.parametrize("action", ["block", "mask", "route"])
 async def test_a_request_without_pii_goes_as_it_came(action: str) -> None:
-    plan = await pipeline(action, Stores()).route(chat("mail the summary to the team"))
+    stores = Stores()
+    plan = await pipeline(action, stores).route(chat("mail the summary to the team"))
     assert plan.immediate is None and plan.pii_action is None and plan.selected_model == "cloud"
     assert plan.pii_mask is None
+    assert [call[0] for call in stores.cache] == ["lookup"] and plan.cache_write is not None  # cached as ever
 
 
 async def test_block_stays_the_default() -> None:

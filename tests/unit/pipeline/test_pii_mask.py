@@ -145,3 +145,16 @@ def test_held_text_without_a_finish_reason_is_released_before_done() -> None:
     content, done = streamed_text(out)
     assert content == "to <EMAIL_ADD" and done == 1
     assert out.endswith(b"data: [DONE]\n\n")
+
+
+def test_the_mask_crosses_a_ray_hop_with_the_plan() -> None:
+    # The Router hands the plan to the front door over a handle (cloudpickle): the originals go
+    # with it, though no dump of the plan shows them.
+    from ray import cloudpickle
+
+    from app.pipeline.plan import RoutePlan
+
+    plan = RoutePlan(request_id="r", requested_model="MoM", auto=True, pii_mask=mask_of())
+    crossed = cloudpickle.loads(cloudpickle.dumps(plan))
+    assert crossed.pii_mask is not None and crossed.pii_mask.originals == mask_of().originals
+    assert EMAIL not in plan.model_dump_json()
