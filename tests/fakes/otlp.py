@@ -53,6 +53,7 @@ class ReceiverBehavior:
 class _Store:
     spans: list[ReceivedSpan] = field(default_factory=list)
     exports: int = 0
+    refused: int = 0  # exports answered with fail_status
 
 
 def _value(value: AnyValue) -> Any:
@@ -102,6 +103,10 @@ class OTLPReceiver(ServedApp):
         with self._lock:
             return list(self._store.spans)
 
+    @property
+    def refused(self) -> int:
+        return self._store.refused
+
     def trace(self, trace_id: str) -> list[ReceivedSpan]:
         return [s for s in self.spans if s.trace_id == trace_id]
 
@@ -125,6 +130,8 @@ class OTLPReceiver(ServedApp):
         @app.post("/v1/traces")
         async def traces(request: Request) -> Response:
             if self.behavior.fail_status is not None:
+                with self._lock:
+                    self._store.refused += 1
                 return Response(status_code=self.behavior.fail_status)
             if request.headers.get("content-type", "").split(";")[0] != PROTOBUF:
                 return Response("OTLP/HTTP takes application/x-protobuf here", status_code=415)
