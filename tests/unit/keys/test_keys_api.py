@@ -54,7 +54,9 @@ def ingress(upstream: FakeUpstream, keys: KeyStore | None = None, required: bool
     view = StaticConfigView(config)
     parts = IngressParts(data_plane=DataPlaneStores(keys=keys or KeyStore(cache_seconds=0)))
     pipeline = RouterPipeline(config, PipelineServices())
-    return create_app(pipeline, UpstreamClient(), view, management=Management(config, config_view=view), parts=parts)
+    return create_app(
+        pipeline, UpstreamClient(), view, management=Management(config, config_view=view), parts=parts
+    )
 
 
 def http(app: FastAPI) -> httpx.AsyncClient:
@@ -112,7 +114,9 @@ async def test_no_key_or_an_unknown_one_is_401_where_keys_are_required(upstream:
     assert missing.json()["error"]["type"] == "authentication_error"
 
 
-async def test_a_listener_without_keys_serves_anyone_and_applies_a_known_keys_grants(upstream: FakeUpstream) -> None:
+async def test_a_listener_without_keys_serves_anyone_and_applies_a_known_keys_grants(
+    upstream: FakeUpstream,
+) -> None:
     app = ingress(upstream, required=False)
     assert (await chat(app, "sk-anything")).http_response.headers["x-selected-model"] == "pricey"
     issued = await issue(app, name="cheap-only", models=["cheap"])
@@ -141,7 +145,9 @@ async def test_a_budget_steps_down_near_its_limit_then_answers_429(upstream: Fak
     cost = first.model_extra["routing_metadata"]["cost"]  # one pricey answer
     assert cost > 0
     # Spent after one answer: 2/3 of the budget, past step_down_at 0.5, under the limit.
-    near = await issue(app, name="near", models=["cheap", "pricey"], budget={"usd": cost * 1.5, "period": "day"})
+    near = await issue(
+        app, name="near", models=["cheap", "pricey"], budget={"usd": cost * 1.5, "period": "day"}
+    )
     assert (await chat(app, near["key"])).http_response.headers["x-selected-model"] == "pricey"
     stepped = await chat(app, near["key"])
     assert stepped.http_response.headers["x-selected-model"] == "cheap"
