@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI
@@ -13,15 +12,14 @@ from app.api.diagnostics import diagnostics_router
 from app.api.diagnostics_service import ClassifierSource, Diagnostics
 from app.api.errors import BodySizeLimitMiddleware, install_error_handlers
 from app.api.model_diagnostics import model_diagnostics_router
-from app.api.parts import DataPlaneStores, IngressParts
+from app.api.parts import IngressParts
 from app.api.rate_limit import RateLimiter
 from app.api.responses_store import ResponseStoreService, responses_store_router
 from app.config.document import RouterConfig
 from app.exchange.exchange import RouterClient
 from app.exchange.responses.images import ImageFile, ImageStoreDown, ResolveImageFile, StoredImages
-from app.keys.gate import KeyGate, keys_required
-from app.keys.records import KeyRecord, KeyStore
-from app.pipeline.metrics import RouterMetrics
+from app.keys.gate import key_gate
+from app.keys.records import KeyStore
 from app.storage.parts import StorageParts
 from app.upstream.client import UpstreamClient
 
@@ -54,25 +52,6 @@ def management_images(parts: StorageParts) -> ResolveImageFile:
         return await StoredImages(storage.files)(file_id)
 
     return resolve
-
-
-def key_gate(config: ConfigView, stores: DataPlaneStores, metrics: Callable[[], RouterMetrics]) -> KeyGate:
-    """The Ingress's API-key gate: the live configuration's listeners and api_keys settings, the
-    keys and spend where the management state lives, each settled cost into the replica's metrics."""
-
-    def spent(record: KeyRecord, cost: float) -> None:
-        metrics().recorder.inc(
-            "svc_router_api_key_spend_usd_total", cost, key_id=record.id, key_name=record.name
-        )
-
-    return KeyGate(
-        stores.keys or KeyStore(),
-        required=lambda: keys_required(config.current()),
-        settings=lambda: config.current().global_.services.api_keys,
-        spend=stores.spend,
-        buckets=stores.rate_buckets,
-        on_spend=spent,
-    )
 
 
 def create_app(
@@ -109,7 +88,14 @@ def create_app(
     responses = ResponseStoreService(config, parts.data_plane.responses)
     limited = [Depends(RateLimiter(config, parts.data_plane.rate_buckets))]
     plane = DataPlane(router, upstream, config, responses=responses, images=management_images(parts.storage))
-    plane.keys = parts.keys = key_gate(config, parts.data_plane, lambda: plane.metrics)
+    stores = parts.data_plane
+    plane.keys = parts.keys = key_gate(
+        stores.keys or KeyStore(),
+        config.current,
+        lambda: plane.metrics.recorder,
+        stores.spend,
+        stores.rate_buckets,
+    )
     # The data plane (chat, responses, /v1/models) is not behind management auth: listeners own its access.
     app.include_router(dataplane_router(plane), dependencies=limited)
     app.include_router(responses_store_router(responses), dependencies=limited)

@@ -19,8 +19,9 @@ from app.cache.admin import ResponseCacheAdmin
 from app.common.redaction import redact_url
 from app.exchange.responses.store import RedisResponseRecordStore, ResponseRecordStore
 from app.keys.gate import KeyGate
-from app.keys.records import KeyStore, open_key_store
-from app.keys.spend import RedisSpend, SpendStore
+from app.keys.records import KeyStore
+from app.keys.spend import SpendStore
+from app.keys.stores import open_key_stores
 from app.observability.metrics import MetricsRecorder
 from app.pipeline.learning.ratings import RatingStore, open_rating_store
 from app.pipeline.memory.redis_store import RedisMemoryStore
@@ -29,7 +30,7 @@ from app.pipeline.signals.base import EmbedFn
 from app.replays.classification_metrics import MetricsSource
 from app.replays.parts import ReplayParts, replay_parts
 from app.replays.replays import OutcomeLog, ReplaySource
-from app.state.rate_buckets import BucketStore, RedisBuckets
+from app.state.rate_buckets import BucketStore
 from app.state.shared_store import ManagementStoreSettings
 from app.storage.client import StorageClient
 from app.storage.knowledge_bases import KnowledgeBaseStore, open_kb_store
@@ -83,7 +84,8 @@ def open_shared_stores(
     stores = SharedStores(
         open_rating_store(settings, name, state_dir, client), open_kb_store(settings, name, state_dir, client)
     )
-    stores.data_plane.keys = open_key_store(settings, name, state_dir, client)
+    keys = open_key_stores(settings, name, state_dir, client)
+    stores.data_plane.keys, stores.data_plane.spend = keys.keys, keys.spend
     if client is not None:
         from app.replays.replays_redis import RedisOutcomeStore, RedisReplayStore
 
@@ -93,10 +95,7 @@ def open_shared_stores(
         assert settings.url is not None  # the settings' validator requires it
         where = redact_url(settings.url)
         stores.data_plane = DataPlaneStores(
-            RedisResponseRecordStore(client, prefix, where),
-            RedisBuckets(client, prefix, where),
-            stores.data_plane.keys,
-            RedisSpend(client, prefix, where),
+            RedisResponseRecordStore(client, prefix, where), keys.buckets, keys.keys, keys.spend
         )
         stores.memories = RedisMemoryStore(client, prefix, where)
     return stores

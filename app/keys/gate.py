@@ -35,6 +35,7 @@ from app.config.pricing import Pricing
 from app.keys.grant import ModelGrant
 from app.keys.records import KeyRecord, KeyStore
 from app.keys.spend import Counter, MemorySpend, SpendStore, counter
+from app.observability.metrics import MetricsRecorder
 from app.state.rate_buckets import Bucket, BucketStore, MemoryBuckets
 from app.state.shared_store import StoreUnavailable
 
@@ -43,6 +44,7 @@ log = logging.getLogger("svc_sr.keys")
 # Completion tokens reserved for a request that sets no max_tokens.
 DEFAULT_COMPLETION_ESTIMATE = 1024
 LOG_EVERY_S = 30.0
+SPEND_METRIC = "svc_router_api_key_spend_usd_total"
 
 
 def api_key(headers: Mapping[str, str]) -> str | None:
@@ -65,15 +67,22 @@ def unauthorized(message: str, code: str) -> SvcError:
     return SvcError(401, message, "authentication_error", code, headers={"www-authenticate": "Bearer"})
 
 
-def not_granted(model: str, granted: list[str]) -> SvcError:
-    """403 for a model outside the key's grants, in the data plane's security_violation shape."""
-    return SvcError(
-        403,
-        f"this API key may not use model {model!r}",
-        "security_violation",
-        "model_not_granted",
-        details={"model": model, "granted": granted, "action_taken": "block"},
-    )
+class ModelNotGranted(SvcError):
+    """403 for a model outside the key's grants, in the data plane's security_violation shape.
+    Raised on a Router replica: it pickles by its own arguments to reach the front door."""
+
+    def __init__(self, model: str, granted: list[str]) -> None:
+        super().__init__(
+            403,
+            f"this API key may not use model {model!r}",
+            "security_violation",
+            "model_not_granted",
+            details={"model": model, "granted": granted, "action_taken": "block"},
+        )
+        self.model, self.granted = model, granted
+
+    def __reduce__(self) -> tuple[type[ModelNotGranted], tuple[str, list[str]]]:
+        return ModelNotGranted, (self.model, self.granted)
 
 
 def budget_exceeded(c: Counter, spent: float) -> SvcError:
@@ -300,3 +309,26 @@ def estimate_cost(pricing: Pricing | None, body: Mapping[str, Any]) -> float:
     limit = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")
     completion = limit if isinstance(limit, int) and limit > 0 else DEFAULT_COMPLETION_ESTIMATE
     return float(compute_cost({"prompt_tokens": prompt, "completion_tokens": completion}, pricing))
+
+
+def key_gate(
+    keys: KeyStore,
+    config: Callable[[], RouterConfig],
+    recorder: Callable[[], MetricsRecorder],
+    spend: SpendStore | None = None,
+    buckets: BucketStore | None = None,
+) -> KeyGate:
+    """A front door's gate: `config` the configuration it serves (its listeners and
+    `global.services.api_keys`), each settled cost into `recorder` (the spend metric)."""
+
+    def spent(record: KeyRecord, cost: float) -> None:
+        recorder().inc(SPEND_METRIC, cost, key_id=record.id, key_name=record.name)
+
+    return KeyGate(
+        keys,
+        required=lambda: keys_required(config()),
+        settings=lambda: config().global_.services.api_keys,
+        spend=spend,
+        buckets=buckets,
+        on_spend=spent,
+    )

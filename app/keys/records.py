@@ -81,6 +81,7 @@ class KeyStore(JsonDocumentStore[KeyRegistry]):
         self._clock = clock
         self._by_hash: dict[str, KeyRecord] = {}
         self._read_at: float | None = None
+        self._revision = -1  # the registry's revision as last read
         self.has_read = False  # the keys were read at least once (the last read serves an outage)
 
     def issue(self, spec: KeySpec) -> tuple[KeyRecord, str]:
@@ -94,8 +95,8 @@ class KeyStore(JsonDocumentStore[KeyRegistry]):
         )
 
         def add(registry: KeyRegistry) -> KeyRegistry:
-            registry.keys[record.id] = record
-            return registry
+            # A new document: the compare-and-set expects the one read unchanged (json_document.py).
+            return KeyRegistry(revision=registry.revision + 1, keys={**registry.keys, record.id: record})
 
         self.update(add)
         self._read_at = None
@@ -106,11 +107,12 @@ class KeyStore(JsonDocumentStore[KeyRegistry]):
         removed: list[KeyRecord] = []
 
         def drop(registry: KeyRegistry) -> KeyRegistry | None:
-            record = registry.keys.pop(key_id, None)
+            keys = dict(registry.keys)
+            record = keys.pop(key_id, None)
             if record is None:
                 return None
             removed.append(record)
-            return registry
+            return KeyRegistry(revision=registry.revision + 1, keys=keys)
 
         self.update(drop)
         self._read_at = None
@@ -120,12 +122,17 @@ class KeyStore(JsonDocumentStore[KeyRegistry]):
         return sorted(self.load().keys.values(), key=lambda r: r.created_at)
 
     def lookup(self, secret: str) -> KeyRecord | None:
-        """The key whose secret this is (None: unknown or revoked). Raises StoreUnavailable."""
+        """The key whose secret this is (None: unknown or revoked). Raises StoreUnavailable.
+        A miss checks the store's revision (one read) so a key issued a moment ago on another
+        replica is known at once."""
         now = self._clock()
-        if self._read_at is None or now - self._read_at >= self.cache_seconds:
-            self._by_hash = {r.key_hash: r for r in self.load().keys.values()}
-            self._read_at, self.has_read = now, True
-        return self._by_hash.get(hash_secret(secret))
+        digest = hash_secret(secret)
+        stale = self._read_at is None or now - self._read_at >= self.cache_seconds
+        if stale or (digest not in self._by_hash and self.revision() != self._revision):
+            registry = self.load()
+            self._by_hash = {r.key_hash: r for r in registry.keys.values()}
+            self._revision, self._read_at, self.has_read = registry.revision, now, True
+        return self._by_hash.get(digest)
 
     def last_read(self, secret: str) -> KeyRecord | None:
         """The key as this process read it last (the store does not answer)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 
-from app.keys.gate import not_granted
+from app.keys.gate import ModelNotGranted
 from app.keys.grant import ModelGrant
 from app.pipeline.plan import RoutePlan
 from app.pipeline.selection import ModelIndex, Selection, candidates_for
@@ -26,7 +26,7 @@ BUDGET_HEADER = "x-vsr-budget"
 def check_explicit(model: str, grant: ModelGrant | None) -> None:
     """403 for an explicit model outside the grants."""
     if grant is not None and model not in grant.models:
-        raise not_granted(model, grant.models)
+        raise ModelNotGranted(model, grant.models)
 
 
 def price(models: ModelIndex, name: str) -> float:
@@ -43,7 +43,7 @@ def within_grant(
     if not candidates:
         candidates = candidates_for(grant.models, models, rng)
     if not candidates:
-        raise not_granted(selection.model, grant.models)
+        raise ModelNotGranted(selection.model, grant.models)
     picked = candidates[0].model
     if grant.step_down:
         candidates = _cheaper(candidates, grant, models, rng)
