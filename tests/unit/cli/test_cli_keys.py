@@ -16,7 +16,9 @@ from tests.unit.cli.test_cli_config import server, upstream  # noqa: F401  (the 
 def test_keys_create_list_revoke(server: cli_support.Server) -> None:  # noqa: F811
     ep = ("--endpoint", server.url)
     model = server.harness.config.providers.models[0].name
-    created = cli_support.run("keys", "create", "ci", "--model", model, "--budget-usd", "5", "--period", "day", *ep)
+    created = cli_support.run(
+        "keys", "create", "ci", "--model", model, "--budget-usd", "5", "--period", "day", *ep
+    )
     assert created.exit_code == 0, created.output
     issued = json.loads(created.output)
     assert issued["key"].startswith("sk-svc-") and issued["budget"] == {"usd": 5.0, "period": "day"}
