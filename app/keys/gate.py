@@ -1,10 +1,10 @@
 """The key check both front doors run, once, in the exchange (app/exchange/exchange.py):
 
-    admission = await gate.admit(headers)      # 401, 429 (the key's rate limit or its budget)
-    plan = route(..., grant=admission.grant)   # grants and step-down applied by the Router
-    await gate.reserve(admission, plan, body)  # 429 when the budget filled meanwhile
+    admission = await gate.admit(headers)       # 401, 429 (the key's rate limit or its budget)
+    plan = route(..., grant=admission.grant)    # grants and step-down applied by the Router
+    await admission.reserve(pricing, model, body)  # 429 when the budget filled meanwhile
     ... the upstream answers ...
-    await gate.settle(admission, cost)         # the real cost replaces the estimate
+    await admission.settle(cost)                # the real cost replaces the estimate
 
 The key is `Authorization: Bearer <key>`, else `x-api-key`. A listener with
 `api_key_required` refuses a request without a known key (401); one without it serves a
@@ -38,6 +38,7 @@ from app.keys.spend import Counter, MemorySpend, SpendStore, counter
 from app.observability.metrics import MetricsRecorder
 from app.state.rate_buckets import Bucket, BucketStore, MemoryBuckets
 from app.state.shared_store import StoreUnavailable
+from app.state.state_stores import StoreCorrupt
 
 log = logging.getLogger("svc_sr.keys")
 
@@ -179,7 +180,7 @@ class KeyGate:
     async def _lookup(self, secret: str, required: bool) -> KeyRecord | None:
         try:
             return await asyncio.to_thread(self.store.lookup, secret)
-        except StoreUnavailable as exc:
+        except (StoreUnavailable, StoreCorrupt) as exc:
             stale = self.store.last_read(secret)
             if stale is not None or self.store.has_read:
                 self._log_degraded(exc)
@@ -234,7 +235,8 @@ class KeyGate:
         if not counters:
             return grant
         # The budget nearest its limit speaks for the request.
-        fraction, c, used = max((s / c.budget.usd, c, s) for c, s in zip(counters, spent, strict=True))
+        c, used = max(zip(counters, spent, strict=True), key=lambda pair: pair[1] / pair[0].budget.usd)
+        fraction = used / c.budget.usd
         if fraction >= 1.0:
             raise budget_exceeded(c, used)
         grant.spent_usd, grant.limit_usd = round(used, 6), c.budget.usd

@@ -368,8 +368,12 @@ class _Stack:
 
         self._stops += [lambda: loop.run(upstream.aclose()), stop_ingress]
 
+        # The Ingress's key gate over the same stores: keys issued through its management API.
         bridge = ExtProcBridge(
-            envoy_router, BridgeSettings(failure_mode="closed"), images=management_images(parts.storage)
+            envoy_router,
+            BridgeSettings(failure_mode="closed"),
+            images=management_images(parts.storage),
+            keys=plane.keys,
         )
         grpc_server = loop.run(start_bridge_server(bridge, port=0))
         self._stops.append(lambda: loop.run(grpc_server.stop(0)))

@@ -76,7 +76,8 @@ async def test_a_spend_store_that_is_down_lets_the_request_through() -> None:
 
 async def test_a_team_budget_counts_every_key_of_the_team() -> None:
     store = KeyStore(cache_seconds=0)
-    _, first = store.issue(KeySpec(name="a", models=["m"], team="research"))
+    # Its own budget as big as the team's: both fill at once (a tie between the two counters).
+    _, first = store.issue(KeySpec(name="a", models=["m"], team="research", budget=Budget(usd=1.0)))
     _, second = store.issue(KeySpec(name="b", models=["m"], team="research"))
     settings = ApiKeysConfig(teams={"research": Budget(usd=1.0, period="month")})
     gate = KeyGate(store, required=lambda: True, settings=lambda: settings)
@@ -88,6 +89,9 @@ async def test_a_team_budget_counts_every_key_of_the_team() -> None:
         await gate.admit({"authorization": f"Bearer {second}"})
     assert getattr(refused.value, "code", None) == "budget_exceeded"
     assert refused.value.details["budget"]["owner"] == "team:research"  # type: ignore[attr-defined]
+    with pytest.raises(Exception) as tied:
+        await gate.admit({"authorization": f"Bearer {first}"})
+    assert getattr(tied.value, "code", None) == "budget_exceeded"
 
 
 def test_the_estimate_covers_the_prompt_and_max_tokens() -> None:
