@@ -167,3 +167,7 @@ async def test_a_budget_steps_down_near_its_limit_then_answers_429(upstream: Fak
     async with http(app) as client:
         listed = {k["name"]: k for k in (await client.get("/api/v1/keys")).json()["data"]}
     assert listed["small"]["spend"][0]["spent_usd"] == pytest.approx(cost, rel=1e-3)
+    # The spend metric (pushed to :9190 with the replica's other metrics).
+    recorder = app.state.plane.metrics.recorder
+    spent = recorder.value("svc_router_api_key_spend_usd_total", key_id=small["id"], key_name="small")
+    assert spent == pytest.approx(cost, rel=1e-3)
