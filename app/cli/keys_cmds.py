@@ -17,16 +17,9 @@ from typing import Any
 
 import click
 
-from app.cli.remote import Remote, check, echo_json, remote_options
+from app.cli.remote import Remote, echo_json, remote_options
 
 KEYS = "/api/v1/keys"
-
-
-def _call(remote: Remote, method: str, path: str, **kwargs: Any) -> Any:
-    with remote.client() as client:
-        response = client.request(method, path, **kwargs)
-    check(response)
-    return response.json()
 
 
 @click.group()
@@ -57,14 +50,14 @@ def create(
         spec["budget"] = {"usd": budget_usd, "period": period}
     if rpm is not None:
         spec["rate_limit"] = {"requests_per_minute": rpm}
-    echo_json(_call(remote, "POST", KEYS, json=spec))
+    echo_json(remote.call("POST", KEYS, json=spec))
 
 
 @keys.command("list")
 @remote_options
 def list_keys(remote: Remote) -> None:
     """Every key (never a secret) with its granted models and spend."""
-    for key in _call(remote, "GET", KEYS)["data"]:
+    for key in remote.call("GET", KEYS)["data"]:
         spend = ", ".join(
             f"{s['owner']} {s['spent_usd']:.4f}/{s['usd']} USD per {s['period']}" for s in key["spend"]
         )
@@ -76,4 +69,4 @@ def list_keys(remote: Remote) -> None:
 @remote_options
 def revoke(key_id: str, remote: Remote) -> None:
     """Revoke KEY_ID: refused (401) by every replica within a second."""
-    echo_json(_call(remote, "DELETE", f"{KEYS}/{key_id}"))
+    echo_json(remote.call("DELETE", f"{KEYS}/{key_id}"))

@@ -11,28 +11,12 @@ import httpx
 import pytest
 
 from tests.contract.conftest import ENVOY, INGRESS, FrontDoors, Upstreams
-
-PRICEY = {"currency": "USD", "prompt_per_1m": 100_000.0, "completion_per_1m": 300_000.0}
-CHEAP = {"currency": "USD", "prompt_per_1m": 100.0, "completion_per_1m": 300.0}
+from tests.fakes.configs import keyed
 
 
 @pytest.fixture(scope="module")
 def doors(front_doors: Any, upstreams: Upstreams) -> FrontDoors:
-    ref = [{"base_url": upstreams.chat.host_url}]
-    return front_doors(  # type: ignore[no-any-return]
-        {
-            "version": "v0.3",
-            "listeners": [{"name": "http", "port": 8801, "api_key_required": True}],
-            "providers": {
-                "defaults": {"default_model": "pricey"},
-                "models": [
-                    {"name": "pricey", "backend_refs": ref, "pricing": PRICEY},
-                    {"name": "cheap", "backend_refs": ref, "pricing": CHEAP},
-                ],
-            },
-            "global": {"services": {"api_keys": {"step_down_at": 0.5, "cache_seconds": 0}}},
-        }
-    )
+    return front_doors(keyed(upstreams.chat.host_url, other=False))  # type: ignore[no-any-return]
 
 
 def issue(doors: FrontDoors, **spec: Any) -> str:

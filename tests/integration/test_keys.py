@@ -25,14 +25,13 @@ from app.common.supervisor import SupervisedProcess
 from app.config.loader import parse_config
 from app.envoy.config import EnvoyPorts, build_envoy_config
 from app.envoy.process import EnvoyProcess, write_config
+from tests.fakes.configs import keyed
 from tests.fakes.upstream import FakeUpstream, find_free_port
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
 
 APP = "keys"
-PRICEY = {"currency": "USD", "prompt_per_1m": 100_000.0, "completion_per_1m": 300_000.0}
-CHEAP = {"currency": "USD", "prompt_per_1m": 100.0, "completion_per_1m": 300.0}
 
 
 @dataclass
@@ -42,23 +41,6 @@ class Doors:
 
     def both(self) -> list[str]:
         return [self.ingress, self.envoy]
-
-
-def keyed_config(upstream: FakeUpstream, listener_port: int) -> dict[str, Any]:
-    ref = [{"base_url": upstream.base_url}]
-    return {
-        "version": "v0.3",
-        "listeners": [{"name": "http", "port": listener_port, "api_key_required": True}],
-        "providers": {
-            "defaults": {"default_model": "pricey"},
-            "models": [
-                {"name": "pricey", "backend_refs": ref, "pricing": PRICEY},
-                {"name": "cheap", "backend_refs": ref, "pricing": CHEAP},
-                {"name": "other", "backend_refs": ref},
-            ],
-        },
-        "global": {"services": {"api_keys": {"step_down_at": 0.5, "cache_seconds": 0.5}}},
-    }
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +53,8 @@ def doors(stack: Stack, redis_url: str, tmp_path_factory: pytest.TempPathFactory
     work = tmp_path_factory.mktemp("keys")
     bridge_port, listener, admin = find_free_port(), find_free_port(), find_free_port()
     with FakeUpstream(name="keys") as upstream:
-        document = keyed_config(upstream, listener)
+        document = keyed(upstream.base_url, listener_port=listener)
+        document["global"]["services"]["api_keys"]["cache_seconds"] = 0.5  # revocation: within a second
         path = work / "keys.yaml"
         path.write_text(yaml.safe_dump(document))
         store = {"backend": "redis", "url": redis_url}

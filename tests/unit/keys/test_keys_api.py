@@ -20,10 +20,8 @@ from app.keys.records import KeyStore
 from app.management.service import Management
 from app.pipeline import PipelineServices, RouterPipeline
 from app.upstream.client import UpstreamClient
+from tests.fakes.configs import keyed
 from tests.fakes.upstream import FakeUpstream
-
-PRICEY = {"currency": "USD", "prompt_per_1m": 100_000.0, "completion_per_1m": 300_000.0}
-CHEAP = {"currency": "USD", "prompt_per_1m": 100.0, "completion_per_1m": 300.0}
 
 
 @pytest.fixture(scope="module")
@@ -32,25 +30,8 @@ def upstream() -> Iterator[FakeUpstream]:
         yield fake
 
 
-def document(upstream: FakeUpstream, required: bool = True) -> dict[str, Any]:
-    ref = [{"base_url": upstream.base_url}]
-    return {
-        "version": "v0.3",
-        "listeners": [{"name": "http", "port": 8801, "api_key_required": required}],
-        "providers": {
-            "defaults": {"default_model": "pricey"},
-            "models": [
-                {"name": "pricey", "backend_refs": ref, "pricing": PRICEY},
-                {"name": "cheap", "backend_refs": ref, "pricing": CHEAP},
-                {"name": "other", "backend_refs": ref},
-            ],
-        },
-        "global": {"services": {"api_keys": {"step_down_at": 0.5, "cache_seconds": 0}}},
-    }
-
-
 def ingress(upstream: FakeUpstream, keys: KeyStore | None = None, required: bool = True) -> FastAPI:
-    config = parse_config(document(upstream, required)).config
+    config = parse_config(keyed(upstream.base_url, required=required)).config
     view = StaticConfigView(config)
     parts = IngressParts(data_plane=DataPlaneStores(keys=keys or KeyStore(cache_seconds=0)))
     pipeline = RouterPipeline(config, PipelineServices())
