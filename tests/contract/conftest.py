@@ -39,6 +39,7 @@ from app.cache.memory import InMemorySemanticCache
 from app.config.loader import parse_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
+from app.keys.grant import ModelGrant
 from app.management.service import Management
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
@@ -119,9 +120,9 @@ class RecordingRouter:
         self.completions: list[CompletionRecord] = []
 
     async def route(
-        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: Any = None
+        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: ModelGrant | None = None
     ) -> RoutePlan:
-        return await self.pipeline.route(body, headers, request_id)
+        return await self.pipeline.route(body, headers, request_id, grant)
 
     async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
         return await self.pipeline.check_answer(checks, answer, context)
