@@ -178,6 +178,10 @@ class KeyGate:
         return Admission(self, record, counters, self._grant(record, counters, spent))
 
     async def _lookup(self, secret: str, required: bool) -> KeyRecord | None:
+        if self.store.fresh():  # no I/O, no thread hop: most requests (SDKs always send a key)
+            found = self.store.last_read(secret)
+            if found is not None or not required:  # a miss where keys are required is re-checked
+                return found
         try:
             return await asyncio.to_thread(self.store.lookup, secret)
         except (StoreUnavailable, StoreCorrupt) as exc:

@@ -134,6 +134,10 @@ class KeyStore(JsonDocumentStore[KeyRegistry]):
             self._revision, self._read_at, self.has_read = registry.revision, now, True
         return self._by_hash.get(digest)
 
+    def fresh(self) -> bool:
+        """The keys were read within `cache_seconds`: `last_read` answers without the store."""
+        return self._read_at is not None and self._clock() - self._read_at < self.cache_seconds
+
     def last_read(self, secret: str) -> KeyRecord | None:
         """The key as this process read it last (the store does not answer)."""
         return self._by_hash.get(hash_secret(secret))

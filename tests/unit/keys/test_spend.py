@@ -128,3 +128,24 @@ def test_a_key_issued_on_another_replica_is_known_at_once_and_a_revoked_one_with
     assert here.lookup(secret) == record  # trusted for cache_seconds ...
     now[0] = 0.5
     assert here.lookup(secret) is None  # ... and no longer
+
+
+async def test_a_listener_without_keys_reads_the_store_once_per_cache_period() -> None:
+    from app.state.state_stores import MemoryStateStore
+
+    class Counting(MemoryStateStore):
+        reads = 0
+
+        def load_json(self) -> str | None:
+            Counting.reads += 1
+            return super().load_json()
+
+    now = [0.0]
+    store = KeyStore(Counting(), cache_seconds=0.5, clock=lambda: now[0])
+    _, secret = store.issue(KeySpec(name="k", models=["m"]))
+    gate = KeyGate(store, required=lambda: False, settings=lambda: ApiKeysConfig(cache_seconds=0.5))
+    reads = Counting.reads
+    for _ in range(20):  # an SDK's placeholder key, then a real one: one read for all of them
+        assert await gate.admit({"authorization": "Bearer sk-placeholder"}) is None
+        assert (await gate.admit({"x-api-key": secret})) is not None
+    assert Counting.reads == reads + 1
