@@ -194,9 +194,31 @@ class RateLimitConfig(Open):
         return routes
 
 
+class Budget(Strict):
+    """A spend limit in USD per calendar period (UTC): a key's or a team's."""
+
+    usd: float = Field(gt=0)
+    period: Literal["day", "week", "month"] = "month"
+
+
+class ApiKeysConfig(Open):
+    """svc-sr extension `global.services.api_keys`: how issued API keys are enforced
+    (docs/security.md "Keys and budgets"; the keys themselves live in the management store).
+
+    `step_down_at`: the fraction of a budget spent past which a request is routed only to
+    models cheaper than the one its decision picked; `teams`: the budget of each team of keys
+    (a key names its team); `cache_seconds`: how long a replica trusts a key it looked up
+    (a revoked key answers 401 within this, on every replica)."""
+
+    step_down_at: float = Field(default=0.8, gt=0, lt=1)
+    teams: dict[str, Budget] = Field(default_factory=dict)
+    cache_seconds: float = Field(default=0.5, ge=0, le=1)
+
+
 class Services(Open):
     response_api: ResponseApiConfig = Field(default_factory=ResponseApiConfig)
     ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    api_keys: ApiKeysConfig = Field(default_factory=ApiKeysConfig)
     management_api: ManagementApi = Field(default_factory=ManagementApi)
     observability: Observability = Field(default_factory=Observability)
     data_plane: DataPlaneLimits = Field(default_factory=DataPlaneLimits)

@@ -14,9 +14,9 @@ Both front doors drive the same object and only translate their transport:
     await exchange.finish()                                  # completion, when the door chooses
 
 Translation (the backend's wire, the client's API), routing headers and `routing_metadata`,
-the completion report (cost, metrics, cache write, replay) and the response-side plugins
-(app/exchange/answer_checks.py: one `check_answer` call per answer) are decided here, once. The
-completion runs when the front door calls `finish()`: the Ingress after the answer is sent,
+the completion report (cost, metrics, cache write, replay), the response-side plugins
+(app/exchange/answer_checks.py) and the API-key gate (app/keys/gate.py) are decided here, once.
+The completion runs when the front door calls `finish()`: the Ingress after the answer is sent,
 the bridge as soon as the exchange knows it.
 """
 
@@ -40,6 +40,8 @@ from app.exchange.openai_schemas import json_rejected
 from app.exchange.relay import StreamRelay
 from app.exchange.request_trace import RequestTrace
 from app.exchange.steps import JSON, Forward, Reply, ResponseHead
+from app.keys.gate import Admission, KeyGate
+from app.keys.grant import ModelGrant
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.pii_mask import StreamRestorer, restore_completion
@@ -58,7 +60,9 @@ EVENT_STREAM = "text/event-stream"
 class RouterClient(Protocol):
     """The Router as a front door sees it (a DeploymentHandle adapter or the pipeline itself)."""
 
-    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan: ...
+    async def route(
+        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: ModelGrant | None = None
+    ) -> RoutePlan: ...
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting: ...
 
@@ -70,7 +74,8 @@ class ExchangeSettings:
     """`max_body_bytes`: requests over it answer 413 (None: the transport enforces it).
     `max_json_depth`: a body nested deeper answers 400 (app/common/body_limits.py).
     `reaches`: the candidates this front door can forward to (None: all); behind Envoy an
-    in-cluster model is reached only through its HTTP backend_refs."""
+    in-cluster model is reached only through its HTTP backend_refs. `keys`: the API-key gate
+    (app/keys/gate.py), asked before routing, settled after the completion."""
 
     router: RouterClient
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
@@ -78,6 +83,7 @@ class ExchangeSettings:
     max_json_depth: int = DEFAULT_MAX_DEPTH
     clock: Callable[[], float] = time.perf_counter
     reaches: Callable[[UpstreamTarget], bool] | None = None
+    keys: KeyGate | None = None
 
 
 class Exchange:
@@ -98,6 +104,7 @@ class Exchange:
         self._report: CompletionReport | None = None
         self._done = False  # the outcome is known (a report is due, or nothing is to complete)
         self.trace: RequestTrace | None = None  # the request's spans (begin() opens them)
+        self.admission: Admission | None = None  # the request's API key, once its cost is reserved
 
     # ------------------------------------------------------------------ request
     async def begin(self, raw: bytes, headers: Mapping[str, str]) -> Reply | Forward:
@@ -106,14 +113,21 @@ class Exchange:
         self.request_id = headers.get("x-request-id") or uuid.uuid4().hex
         self.trace = RequestTrace(headers, self.api.endpoint, self.request_id)
         try:
+            admission = await self.settings.keys.admit(headers) if self.settings.keys else None
+        except SvcError as exc:  # no key, an unknown or revoked one, its rate limit or budget
+            return self._refuse(exc, "unknown")
+        try:
             body = await self._parse(raw)
         except SvcError as exc:
             return self._refuse(exc, "parse_error")
         model = body.get("model")
         self.requested_model = model if isinstance(model, str) else None
         try:
-            plan = await self.settings.router.route(body, self.trace.route_headers(headers), self.request_id)
-        except SvcError as exc:  # unknown model, nothing to route to
+            grant = admission.grant if admission is not None else None
+            plan = await self.settings.router.route(
+                body, self.trace.route_headers(headers), self.request_id, grant
+            )
+        except SvcError as exc:  # unknown model, a model not granted, nothing to route to
             return self._refuse(exc, "unknown" if exc.status < 500 else "classification_failed", model)
         except BaseException:
             self.trace.end(500, "routing_failed")
@@ -127,6 +141,11 @@ class Exchange:
             plan.candidates = [t for t in plan.candidates if self.settings.reaches(t)]
         if not plan.candidates:
             return self._no_backend(plan)
+        if admission is not None:
+            try:  # held on the key's budgets until finish() settles the real cost
+                self.admission = await admission.reserve(plan.pricing, plan.selected_model, plan.body)
+            except SvcError as exc:
+                return self._refuse(exc, "unknown", model)
         return Forward(plan, self.upstream_body)
 
     async def _parse(self, raw: bytes) -> dict[str, Any]:
@@ -210,9 +229,7 @@ class Exchange:
         kinds = {getattr(a, "error", None) or "" for a in exc.attempts}
         reason = "timeout" if kinds & {"timeout", "deadline"} else "upstream_5xx"
         self.status = error.status
-        tried = (
-            exc.attempts[-1].model if exc.attempts else plan.selected_model
-        )  # as Envoy: the model it tried
+        tried = exc.attempts[-1].model if exc.attempts else plan.selected_model  # as Envoy: the one it tried
         self._settle(
             CompletionReport(
                 status=error.status,
@@ -259,8 +276,9 @@ class Exchange:
             if self.trace is not None:
                 self.trace.streaming(plan, target.model)
             out.update({"content-type": EVENT_STREAM, **SSE_HEADERS})
+            asked = bool((self.upstream_body.get("stream_options") or {}).get("include_usage"))
             translator = (
-                self._wire.stream_translator(target, _usage_asked(self.upstream_body))
+                self._wire.stream_translator(target, asked)
                 if self._wire is not None and status < 400
                 else None
             )
@@ -278,9 +296,8 @@ class Exchange:
         relay = self._relay()
         tail = relay.end()
         finished = self.status < 400 and relay.completed
-        reason = (
-            None if finished or self.status >= 400 else "upstream_5xx"
-        )  # ended, but cut short or with an error
+        # ended, but cut short or with an error
+        reason = None if finished or self.status >= 400 else "upstream_5xx"
         self._settle(self._completion(None, finished=finished, reason=reason))
         return tail
 
@@ -412,17 +429,19 @@ class Exchange:
         report, self._report = self._report, None
         if report is None or self.plan is None:
             return None
+        accounting = None
         try:
-            return await self.settings.router.complete(self.plan, report)
+            accounting = await self.settings.router.complete(self.plan, report)
         except Exception:  # accounting must never break a served answer
             log.exception("complete() failed for request %s", self.request_id)
-            return None
+        if self.admission is not None:  # the real cost replaces the estimate
+            await self.admission.settle(accounting.cost if accounting else None)
+        return accounting
 
     def _settle(self, report: CompletionReport) -> None:
         if self._done:
             return
-        self._done = True
-        self._report = report
+        self._done, self._report = True, report
         self._end_trace(report.status, report.error_reason)
 
     def _end_trace(self, status: int, reason: str | None = None) -> None:
@@ -477,7 +496,3 @@ class Exchange:
         if self.relay is None:
             raise RuntimeError("the upstream answer is not a stream")
         return self.relay
-
-
-def _usage_asked(body: Mapping[str, Any]) -> bool:
-    return bool((body.get("stream_options") or {}).get("include_usage"))

@@ -45,6 +45,7 @@ from typing import Any
 
 from app.common import tracing
 from app.config.document import RouterConfig
+from app.keys.grant import ModelGrant
 from app.pipeline.answers.checker import check_answer
 from app.pipeline.answers.hallucination import CONTEXT_VECTOR_CACHE_SIZE
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
@@ -113,11 +114,13 @@ class RouterPipeline:
         body: Mapping[str, Any],
         headers: Mapping[str, str] | None = None,
         request_id: str | None = None,
+        grant: ModelGrant | None = None,
     ) -> RoutePlan:
-        """The plan of a validated chat body (app/pipeline/phases/parse.py says who validated it)."""
+        """The plan of a validated chat body (app/pipeline/phases/parse.py says who validated it).
+        `grant`: the request's API key's models and budget state (app/pipeline/grants.py)."""
         # the front door's request span, carried in `headers` across the Ray hop (traceparent)
         with tracing.span("svc_sr.route", parent=headers) as span:
-            plan, _ = await self._route(body, headers, request_id, preview=False)
+            plan, _ = await self._route(body, headers, request_id, preview=False, grant=grant)
             tracing.set_attributes(span, route_attributes(plan))
         self._mark_replay(plan)
         self.services.metrics.on_route(plan)
@@ -168,25 +171,28 @@ class RouterPipeline:
         preview: bool,
         rng: random.Random | None = None,
         state: CompiledConfig | None = None,
+        grant: ModelGrant | None = None,
     ) -> tuple[RoutePlan, Ranked]:
         state = state or self._state  # one config version for the whole request
         rng = rng or self.rng
         lowered = parse.lower_headers(headers)
         plan = parse.new_plan(body, lowered, request_id, state.auto_names)
         if not plan.auto:
-            pass_through(state, plan, rng)
+            pass_through(state, plan, rng, grant)
             return plan, []
         state = state.for_model(plan.requested_model)  # MoM/auto: `default`; an entrypoint: its recipe
         plan.recipe = state.recipe
         if not state.routing_enabled:
-            routing_disabled(state, plan, rng)
+            routing_disabled(state, plan, rng, grant)
             return plan, []
         started = time.perf_counter()
         ctx = parse.signal_context(
             plan, lowered, self.services, prefetch_vector=state.prefetch_vector and not preview
         )
         try:
-            ranked = await self._route_auto(state, plan, ctx, lowered, rng, preview=preview, started=started)
+            ranked = await self._route_auto(
+                state, plan, ctx, lowered, rng, preview=preview, started=started, grant=grant
+            )
         finally:
             ctx.cancel()
         return plan, ranked
@@ -201,6 +207,7 @@ class RouterPipeline:
         *,
         preview: bool,
         started: float,
+        grant: ModelGrant | None = None,
     ) -> Ranked:
         """An auto request's phases; each answer given on the way (block, fast_response, cache
         hit) ends the request there, as `plan.immediate`."""
@@ -216,9 +223,9 @@ class RouterPipeline:
         blocking = guard.take_pii_action(state, plan, ctx, decision, plugins, guarded)
         if guard.block_if_flagged(plan, blocking) or answer_fast_response(plan, plugins):
             return ranked
-        selection = await select_model(state, plan, decision, rng, ctx)
+        selection = await select_model(state, plan, decision, rng, ctx, grant)
         if plan.pii_action == "route":
-            private = select_private(state, plan, decision, rng)
+            private = select_private(state, plan, decision, rng, grant)
             if private is None:  # no private model can serve it: refused as `block` would
                 guard.block_if_flagged(plan, guarded)
                 return ranked

@@ -156,6 +156,8 @@ class RoutePlan(BaseModel):
     cache_write: CacheWrite | None = None
     memory_write: MemoryWrite | None = None
     memories_recalled: int | None = None  # the memory plugin ran: how many memories it injected
+    # the key's budget past its step-down point (app/pipeline/grants.py): state, spend, the models
+    budget: dict[str, Any] | None = None
     # the memory scope's context-recovery mark, read once per request (the cache step keys the
     # partition with its generation, recall filters by it); None: not read
     recovery_mark: RecoveryMark | None = None

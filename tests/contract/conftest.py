@@ -39,6 +39,7 @@ from app.cache.memory import InMemorySemanticCache
 from app.config.loader import parse_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
+from app.keys.grant import ModelGrant
 from app.management.service import Management
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
@@ -118,8 +119,10 @@ class RecordingRouter:
         self.pipeline = pipeline
         self.completions: list[CompletionRecord] = []
 
-    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
-        return await self.pipeline.route(body, headers, request_id)
+    async def route(
+        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: ModelGrant | None = None
+    ) -> RoutePlan:
+        return await self.pipeline.route(body, headers, request_id, grant)
 
     async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
         return await self.pipeline.check_answer(checks, answer, context)
@@ -370,8 +373,12 @@ class _Stack:
 
         self._stops += [lambda: loop.run(upstream.aclose()), stop_ingress]
 
+        # The Ingress's key gate over the same stores: keys issued through its management API.
         bridge = ExtProcBridge(
-            envoy_router, BridgeSettings(failure_mode="closed"), images=management_images(parts.storage)
+            envoy_router,
+            BridgeSettings(failure_mode="closed"),
+            images=management_images(parts.storage),
+            keys=plane.keys,
         )
         grpc_server = loop.run(start_bridge_server(bridge, port=0))
         self._stops.append(lambda: loop.run(grpc_server.stop(0)))

@@ -23,7 +23,9 @@ class Router:
         self.pipeline = pipeline("mask", Stores())
         self.reports: list[CompletionReport] = []
 
-    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
+    async def route(
+        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: Any = None
+    ) -> RoutePlan:
         return await self.pipeline.route(body, headers, request_id)
 
     async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:

@@ -13,6 +13,7 @@ import pytest
 
 from app.config.document import RouterConfig
 from app.config.validate import semantic_issues
+from app.keys.grant import ModelGrant
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.plan import CompletionReport
 from app.pipeline.signals.pii import pii_factory
@@ -135,6 +136,14 @@ async def test_route_selects_the_private_model() -> None:
     assert plan.selected_model == "onprem" and [t.model for t in plan.candidates] == ["onprem"]
     assert plan.reason_code == "pii_policy_alternative_selected"
     assert plan.body["messages"][0]["content"] == "mail ana@example.org please"  # a private model may read it
+
+
+async def test_route_never_leaves_the_keys_grants() -> None:
+    """A key granted only the cloud model: no private model it may use, so refused as `block`."""
+    grant = ModelGrant(key_id="k1", models=["cloud"])
+    plan = await pipeline("route", Stores()).route(chat("mail ana@example.org please"), grant=grant)
+    assert plan.immediate is not None and plan.immediate.status == 403
+    assert plan.selected_model != "onprem" and all(t.model != "onprem" for t in plan.candidates)
 
 
 @pytest.mark.parametrize("action", ["block", "mask", "route"])
