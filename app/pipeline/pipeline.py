@@ -13,7 +13,7 @@ for `model: MoM` / `auto` (any `config.auto_model_names`, or "vllm-sr/auto"):
 3. decide: the decision rules (`decisions.py`);
 4. guard: the decision's `jailbreak`, then `pii` plugins; a guard that fired blocks (403);
 5. plugins: `fast_response` answers without a model;
-6. select: model selection (`selection.py`);
+6. select: model selection (`selection.py`), then session-aware routing (`sessions.py`);
 7. cache: response-cache lookup (a hit answers) and the write complete() performs;
 8. plugins: `tools` / `tool_selection` (`tools.py`), request mutations, routing headers
    (`headers.py`), header_mutation;
@@ -62,6 +62,7 @@ from app.pipeline.preview import no_route_preview, preview_of
 from app.pipeline.replay import REPLAY_ID_HEADER, new_capture
 from app.pipeline.selection import NoRouteError
 from app.pipeline.services import PipelineServices
+from app.pipeline.sessions import session_step
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.vector_cache import TextVectorCache
 
@@ -196,6 +197,7 @@ class RouterPipeline:
         if guard.block_if_flagged(plan, guarded) or answer_fast_response(plan, plugins):
             return ranked
         selection = await select_model(state, plan, decision, rng, ctx)
+        await session_step(self.services.sessions, state, plan, ctx, rng, preview=preview)
         cache_status = "bypass"
         if not preview:
             cache_status = await cache_step(self.services, state, plan, ctx, plugins, headers)
