@@ -13,7 +13,8 @@ human's ask wants, this step reads the session's state and decides, in order:
    a hard lock;
 4. the session's model is no longer configured: `switched`, `model_unavailable`;
 5. otherwise the switch is weighed: its expected gain (`switch_value` times the new decision's
-   confidence, 0 when no decision matched, plus what the new model saves on this prompt) against
+   confidence plus what the new model saves on this prompt; none when no decision matched, a
+   turn that asks for no model, as a bare "ok, go ahead" in a session) against
    its price, the prompt's tokens at the new model's prefix-cache checkout price
    (`Pricing.prefix_cache_checkout_per_1m`: cache_write_per_1m minus cached_input_per_1m):
    `switched`, `gain_beats_price`, or `kept`, `price_beats_gain`.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import random
 import time
@@ -40,7 +42,7 @@ from app.config.pricing import Pricing
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.phases.select import serve_model
 from app.pipeline.plan import RoutePlan, SessionOutcome
-from app.pipeline.signals.base import SignalContext
+from app.pipeline.signals.base import SignalContext, estimate_tokens
 from app.state.session_store import SessionState, SessionStore
 
 log = logging.getLogger("svc_sr.pipeline")
@@ -74,14 +76,22 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
+def prefix_tokens(ctx: SignalContext) -> int:
+    """The prompt a provider caches as the conversation's prefix: the messages' text and the
+    tool definitions (an agent sends them on every turn)."""
+    tools = ctx.body.get("tools")
+    return ctx.token_count + (estimate_tokens(json.dumps(tools, default=str)) if tools else 0)
+
+
 def switch_terms(
     plan: RoutePlan, old: Pricing | None, new: Pricing | None, tokens: int, policy: SessionAffinity
 ) -> tuple[float, float]:
     """(expected gain, price) of moving the session to the turn's model, in USD."""
-    confidence = 0.0 if plan.reason_code == "default_model" else plan.confidence
-    saved = tokens * ((old.prompt_per_1m if old else 0.0) - (new.prompt_per_1m if new else 0.0)) / 1e6
     price = tokens * (new.prefix_cache_checkout_per_1m if new else 0.0) / 1e6
-    return confidence * policy.switch_value + saved, price
+    if plan.reason_code == "default_model":  # no decision matched: the turn asks for no model
+        return 0.0, price
+    saved = tokens * ((old.prompt_per_1m if old else 0.0) - (new.prompt_per_1m if new else 0.0)) / 1e6
+    return plan.confidence * policy.switch_value + saved, price
 
 
 def judge(
@@ -137,7 +147,7 @@ async def session_step(
         )
         plan.session.model = plan.selected_model
         return
-    action, reason, gain, price = judge(previous, plan, state, ctx.token_count, pending, policy)
+    action, reason, gain, price = judge(previous, plan, state, prefix_tokens(ctx), pending, policy)
     if action == "kept" and previous is not None and previous.model != plan.selected_model:
         serve_model(state, plan, previous.model or "", rng)
     outcome = plan.session = SessionOutcome(
