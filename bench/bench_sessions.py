@@ -26,6 +26,7 @@ from app.state.session_store import MemorySessionStore, RedisSessionStore, Sessi
 from app.state.shared_store import ManagementStoreSettings, redis_client  # noqa: E402
 from bench.bench_cache import redis_server  # noqa: E402
 from bench.latency import p50_p99_ms, percentile  # noqa: E402
+from tests.fakes.configs import keyword_routing  # noqa: E402
 
 PRICING = {
     "prompt_per_1m": 3.0,
@@ -49,30 +50,8 @@ TURNS: list[list[dict[str, Any]]] = [
 
 
 def document(sessions: bool) -> dict[str, Any]:
-    models = [
-        {"name": m, "pricing": PRICING, "backend_refs": [{"endpoint": "127.0.0.1:9"}]}
-        for m in ("code", "money")
-    ]
-    decision = lambda name, prio: {  # noqa: E731
-        "name": name,
-        "priority": prio,
-        "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": name}]},
-        "modelRefs": [{"model": name}],
-    }
-    return {
-        "version": "v0.3",
-        "providers": {"defaults": {"default_model": "code"}, "models": models},
-        "routing": {
-            "signals": {
-                "keywords": [
-                    {"name": "code", "keywords": ["bug", "sort"]},
-                    {"name": "money", "keywords": ["tax", "stock"]},
-                ]
-            },
-            "decisions": [decision("money", 20), decision("code", 10)],
-        },
-        "global": {"router": {"session_affinity": {"enabled": sessions, "timeout_ms": 1000}}},
-    }
+    routes = [("money", 20, ["tax", "stock"], "money"), ("code", 10, ["bug", "sort"], "code")]
+    return keyword_routing("http://127.0.0.1:9/v1", routes, "code", enabled=sessions, timeout_ms=1000)
 
 
 async def route_times(pipeline: RouterPipeline, requests: int, label: str) -> list[float]:

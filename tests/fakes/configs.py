@@ -89,3 +89,51 @@ def learned_signals(embedding: str, threshold: float) -> dict[str, list[dict[str
 def any_of(*signals: tuple[str, str]) -> dict[str, Any]:
     """A decision rule matching when any of the (type, name) signals matches."""
     return {"operator": "OR", "conditions": [{"type": kind, "name": name} for kind, name in signals]}
+
+
+# Prefix-cache prices (USD per 1M tokens) the session-aware routing tests and bench route at.
+CACHE_PRICED = {
+    "prompt_per_1m": 3.0,
+    "cached_input_per_1m": 0.3,
+    "cache_write_per_1m": 3.75,
+    "completion_per_1m": 15,
+}
+
+
+def keyword_routing(
+    base_url: str, routes: list[tuple[str, int, list[str], str]], default: str, **session_affinity: Any
+) -> dict[str, Any]:
+    """A document of keyword decisions at CACHE_PRICED: each route (name, priority, keywords,
+    model) is a keyword rule and a decision of that name to that model, `default` the default
+    model, every model at `base_url`; `session_affinity` (settings) enables session-aware routing."""
+    models = list(dict.fromkeys([default, *(model for *_, model in routes)]))
+    return {
+        "version": "v0.3",
+        "providers": {
+            "defaults": {"default_model": default},
+            "models": [
+                {"name": m, "pricing": dict(CACHE_PRICED), "backend_refs": [{"base_url": base_url}]}
+                for m in models
+            ],
+        },
+        "routing": {
+            "strategy": "priority",
+            "signals": {
+                "keywords": [
+                    {"name": name, "operator": "OR", "keywords": words} for name, _, words, _ in routes
+                ]
+            },
+            "decisions": [
+                {
+                    "name": name,
+                    "priority": priority,
+                    "rules": any_of(("keyword", name)),
+                    "modelRefs": [{"model": model}],
+                }
+                for name, priority, _, model in routes
+            ],
+        },
+        "global": {"router": {"session_affinity": {"enabled": True, **session_affinity}}}
+        if session_affinity
+        else {},
+    }

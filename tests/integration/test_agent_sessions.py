@@ -14,14 +14,9 @@ import openai
 import pytest
 import redis
 
+from tests.fakes.configs import keyword_routing
 from tests.integration.conftest import Stack
 
-PRICING = {
-    "prompt_per_1m": 3.0,
-    "cached_input_per_1m": 0.3,
-    "cache_write_per_1m": 3.75,
-    "completion_per_1m": 15,
-}
 TOOLS = [
     {
         "type": "function",
@@ -35,52 +30,16 @@ TOOLS = [
 
 
 def agent_config(stack: Stack) -> dict[str, Any]:
-    def keyword(name: str, words: list[str], **more: Any) -> dict[str, Any]:
-        return {"name": name, "operator": "OR", "keywords": words, **more}
-
-    def decision(name: str, priority: int, rule: str, model: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "priority": priority,
-            "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": rule}]},
-            "modelRefs": [{"model": model}],
-        }
-
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "model-a"},
-            "models": [
-                {
-                    "name": "model-a",
-                    "pricing": PRICING,
-                    "backend_refs": [{"base_url": stack.upstream_a.host_url}],
-                },
-                {
-                    "name": "model-b",
-                    "pricing": PRICING,
-                    "backend_refs": [{"base_url": stack.upstream_b.host_url}],
-                },
-            ],
-        },
-        "routing": {
-            "strategy": "priority",
-            "signals": {
-                "keywords": [
-                    keyword("finance_terms", ["tax", "stock"]),
-                    # reads the tool results too: per turn, a loop whose result speaks of money moves
-                    keyword("finance_in_tools", ["tax", "stock"], read=["tools"]),
-                    keyword("code_terms", ["bug", "function"]),
-                ]
-            },
-            "decisions": [
-                decision("finance", 20, "finance_terms", "model-b"),
-                decision("finance_tools", 15, "finance_in_tools", "model-b"),
-                decision("code", 10, "code_terms", "model-a"),
-            ],
-        },
-        "global": {"router": {"session_affinity": {"enabled": True, "switch_value": 0.01}}},
-    }
+    routes = [
+        ("finance", 20, ["tax", "stock"], "model-b"),
+        ("finance_tools", 15, ["tax", "stock"], "model-b"),
+        ("code", 10, ["bug", "function"], "model-a"),
+    ]
+    document = keyword_routing(stack.upstream_a.host_url, routes, "model-a", switch_value=0.01)
+    document["providers"]["models"][1]["backend_refs"] = [{"base_url": stack.upstream_b.host_url}]
+    # reads the tool results too: per turn, a loop whose result speaks of money moves to model-b
+    document["routing"]["signals"]["keywords"][1]["read"] = ["tools"]
+    return document
 
 
 @pytest.fixture(scope="module")

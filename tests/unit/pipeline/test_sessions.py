@@ -16,38 +16,12 @@ from app.pipeline.services import PipelineServices
 from app.pipeline.sessions import session_key
 from app.state.session_store import MemorySessionStore, SessionState
 from app.state.shared_store import StoreUnavailable
-
-PRICE = {
-    "prompt_per_1m": 3.0,
-    "cached_input_per_1m": 0.3,
-    "cache_write_per_1m": 3.75,
-    "completion_per_1m": 15,
-}
+from tests.fakes.configs import keyword_routing
 
 
 def document(switch_value: float = 0.002) -> dict[str, Any]:
-    models = [
-        {"name": m, "pricing": PRICE, "backend_refs": [{"base_url": "http://127.0.0.1:9/v1"}]}
-        for m in ("general", "finance", "code")
-    ]
-    keyword = lambda name, words: {"name": name, "operator": "OR", "keywords": words}  # noqa: E731
-    decision = lambda name, prio: {  # noqa: E731
-        "name": name,
-        "priority": prio,
-        "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": name}]},
-        "modelRefs": [{"model": name}],
-    }
-    return {
-        "version": "v0.3",
-        "global": {"router": {"session_affinity": {"enabled": True, "switch_value": switch_value}}},
-        "providers": {"defaults": {"default_model": "general"}, "models": models},
-        "routing": {
-            "signals": {
-                "keywords": [keyword("finance", ["tax", "stock"]), keyword("code", ["bug", "function"])]
-            },
-            "decisions": [decision("finance", 20), decision("code", 10)],
-        },
-    }
+    routes = [("finance", 20, ["tax", "stock"], "finance"), ("code", 10, ["bug", "function"], "code")]
+    return keyword_routing("http://127.0.0.1:9/v1", routes, "general", switch_value=switch_value)
 
 
 def pipeline(store: Any = None, doc: dict[str, Any] | None = None) -> RouterPipeline:
