@@ -46,11 +46,13 @@ async def run(args: argparse.Namespace) -> None:
     from app.common.background import BackgroundTasks
     from app.exchange.responses.images import StoredImages
     from app.observability.push import LoopMetricsPusher
+    from app.observability.tracing import configure_tracing
     from deployments.handles import HandleRouterClient, front_door_completion, storage_client
     from deployments.observability import handle_pusher
 
     config = load_config(args.config).config
     services = config.global_.services
+    configure_tracing(services.observability.tracing, "ext_proc")
     ray.init(address=args.ray_address, namespace="serve", logging_level=logging.ERROR, log_to_driver=False)
     application = serve.status().applications.get(args.app)
     if application is None or "Router" not in application.deployments:

@@ -33,6 +33,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.common.heap import freeze_startup_heap
+from app.observability.tracing import configure_tracing
 from app.pipeline import encoder_embed
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.local_models import router_evaluators
@@ -122,6 +123,8 @@ class Router:
         """A routing configuration (user_config) arrives: at startup or a hot reload."""
         first = self._host.generation()["hash"] is None
         await self._host.apply(user_config["config"])
+        # tracing settings change only with a restart (409 RESTART_REQUIRED): set once, then no-ops
+        configure_tracing(self._host.pipeline.config.global_.services.observability.tracing, "router")
         if first:
             freeze_startup_heap()
 

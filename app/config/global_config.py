@@ -91,8 +91,43 @@ class MetricsService(Open):
     port: int = Field(default=9190, ge=1, le=65535)
 
 
+class TracingExporter(Open):
+    """Where spans go: OTLP over HTTP (protobuf) to `endpoint` (the collector's base URL or its
+    full `/v1/traces` URL); `stdout` prints them (debugging)."""
+
+    type: Literal["otlp", "stdout"] = "otlp"
+    endpoint: str = "http://127.0.0.1:4318"
+    insecure: bool = True  # the reference key; plain http:// is what an http URL means here
+    timeout_s: float = Field(default=10.0, gt=0)
+
+
+class TracingSampling(Open):
+    """`always_on`, `always_off`, or `probabilistic` at `rate`; a client's sampled traceparent
+    is followed either way (parent-based)."""
+
+    type: Literal["always_on", "always_off", "probabilistic"] = "always_on"
+    rate: float = Field(default=1.0, ge=0, le=1)
+
+
+class TracingResource(Open):
+    service_name: str = "svc-sr"
+    service_version: str | None = None
+    deployment_environment: str | None = None
+
+
+class TracingConfig(Open):
+    """OpenTelemetry traces of the data plane (docs/security.md "Tracing"); a change needs a restart."""
+
+    enabled: bool = False
+    provider: Literal["opentelemetry"] = "opentelemetry"
+    exporter: TracingExporter = Field(default_factory=TracingExporter)
+    sampling: TracingSampling = Field(default_factory=TracingSampling)
+    resource: TracingResource = Field(default_factory=TracingResource)
+
+
 class Observability(Open):
     metrics: MetricsService = Field(default_factory=MetricsService)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
 
 
 class DataPlaneLimits(Open):

@@ -38,8 +38,11 @@ from app.exchange.answer import client_headers, routing_metadata
 from app.exchange.client_api import ClientApi
 from app.exchange.openai_schemas import json_rejected
 from app.exchange.relay import StreamRelay
+from app.exchange.request_trace import RequestTrace
+from app.exchange.steps import JSON, Forward, Reply, ResponseHead
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
+from app.pipeline.pii_mask import StreamRestorer, restore_completion
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.results import UpstreamUnavailable
 from app.upstream.sse import replay_as_sse
@@ -49,7 +52,6 @@ from app.upstream.wire import ChatWire, UpstreamWire, json_object, wire_for
 log = logging.getLogger("svc_sr.exchange")
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
 
 
@@ -78,34 +80,6 @@ class ExchangeSettings:
     reaches: Callable[[UpstreamTarget], bool] | None = None
 
 
-@dataclass
-class Reply:
-    """An answer the front door sends as it is."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    content_type: str = JSON
-
-
-@dataclass
-class Forward:
-    """Routed: send `body` (a chat body) to `plan.candidates`."""
-
-    plan: RoutePlan
-    body: dict[str, Any]
-
-
-@dataclass
-class ResponseHead:
-    """What the client gets for the upstream's response head."""
-
-    status: int
-    headers: dict[str, str]
-    streaming: bool  # an event stream: relay it chunk by chunk
-    hold: bool = False  # an event stream checked whole: read it all, then `held_stream`
-
-
 class Exchange:
     def __init__(self, settings: ExchangeSettings, api: ClientApi) -> None:
         self.settings = settings
@@ -123,12 +97,14 @@ class Exchange:
         self._head_at: float | None = None
         self._report: CompletionReport | None = None
         self._done = False  # the outcome is known (a report is due, or nothing is to complete)
+        self.trace: RequestTrace | None = None  # the request's spans (begin() opens them)
 
     # ------------------------------------------------------------------ request
     async def begin(self, raw: bytes, headers: Mapping[str, str]) -> Reply | Forward:
         """Parse and route. Errors a client caused answer here (with their metrics); anything
         else raises, for the front door's own failure policy (and its own count of it)."""
         self.request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        self.trace = RequestTrace(headers, self.api.endpoint, self.request_id)
         try:
             body = await self._parse(raw)
         except SvcError as exc:
@@ -136,11 +112,15 @@ class Exchange:
         model = body.get("model")
         self.requested_model = model if isinstance(model, str) else None
         try:
-            plan = await self.settings.router.route(body, dict(headers), self.request_id)
+            plan = await self.settings.router.route(body, self.trace.route_headers(headers), self.request_id)
         except SvcError as exc:  # unknown model, nothing to route to
             return self._refuse(exc, "unknown" if exc.status < 500 else "classification_failed", model)
+        except BaseException:
+            self.trace.end(500, "routing_failed")
+            raise
         plan.endpoint = self.api.endpoint
         self.plan = plan
+        self.trace.routed(plan)
         if plan.immediate is not None:
             return self._immediate(plan)
         if self.settings.reaches is not None:
@@ -176,6 +156,7 @@ class Exchange:
     def _refuse(self, exc: SvcError, reason: str, model: Any = None) -> Reply:
         """An error answered before anything was routed: counted here, no completion."""
         self._done = True
+        self._end_trace(exc.status)
         self._count_error(reason, exc.status, model if isinstance(model, str) else None)
         return Reply(
             exc.status, {"x-request-id": self.request_id, **exc.headers}, json.dumps(exc.body()).encode()
@@ -214,6 +195,7 @@ class Exchange:
     def _no_backend(self, plan: RoutePlan) -> Reply:
         error = upstream_unavailable(message="no backend serves the selected model")
         self._done = True
+        self._end_trace(error.status)
         self._count_error("unknown", error.status, plan.selected_model)
         return Reply(
             error.status,
@@ -274,13 +256,16 @@ class Exchange:
         out = {**client_headers(plan, self.started), "x-selected-model": target.model}
         hold = streaming and status == 200 and plan.answer_checks is not None
         if streaming:
+            if self.trace is not None:
+                self.trace.streaming(plan, target.model)
             out.update({"content-type": EVENT_STREAM, **SSE_HEADERS})
             translator = (
                 self._wire.stream_translator(target, _usage_asked(self.upstream_body))
                 if self._wire is not None and status < 400
                 else None
             )
-            self.relay = StreamRelay(translator, self.api.stream(), self.settings.clock)
+            restorer = StreamRestorer(plan.pii_mask) if plan.pii_mask else None
+            self.relay = StreamRelay(translator, self.api.stream(), self.settings.clock, restorer)
         elif status == 200 or (self._wire is not None and not isinstance(self._wire, ChatWire)):
             out["content-type"] = JSON  # a translated answer is chat JSON; a chat error page keeps its type
         return ResponseHead(status, out, streaming, hold)
@@ -321,7 +306,7 @@ class Exchange:
             return answer
         payload, headers = answer
         self._settle(self._completion(payload))
-        return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
+        return Reply(200, headers, json.dumps(self.api.render(self._restored(payload))).encode())
 
     async def answer_body(self, raw: bytes) -> Reply:
         """`whole_body`, with the plan's answer checks (header, annotate or block)."""
@@ -331,7 +316,7 @@ class Exchange:
         payload, headers = answer
         if self._plan().answer_checks is None:
             self._settle(self._completion(payload))
-            return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
+            return Reply(200, headers, json.dumps(self.api.render(self._restored(payload))).encode())
         return await self._checked(payload, headers, stream=False)
 
     async def held_stream(self, raw: bytes) -> Reply:
@@ -372,6 +357,7 @@ class Exchange:
         if verdict.action == "annotate":
             payload = json.loads(json.dumps(payload))  # the report keeps the answer as it came
             answer_checks.annotate(payload, verdict)
+        payload = self._restored(payload)
         if not stream:
             payload.setdefault("routing_metadata", {})["response_checks"] = summary
             return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
@@ -437,6 +423,12 @@ class Exchange:
             return
         self._done = True
         self._report = report
+        self._end_trace(report.status, report.error_reason)
+
+    def _end_trace(self, status: int, reason: str | None = None) -> None:
+        if self.trace is not None:
+            decision = self.plan.decision if self.plan else None
+            self.trace.end(status, reason, decision, self.target.model if self.target else None)
 
     def _completion(
         self, response: dict[str, Any] | None, finished: bool = True, reason: str | None = None
@@ -463,6 +455,11 @@ class Exchange:
         )
 
     # ------------------------------------------------------------------ helpers
+    def _restored(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The client's copy of an answer: a masked request's originals back in (pii_mask.py)."""
+        mask = self._plan().pii_mask
+        return restore_completion(payload, mask) if mask else payload
+
     def _elapsed(self) -> float:
         return self.settings.clock() - self.started
 

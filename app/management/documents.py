@@ -178,9 +178,7 @@ def restart_required(old: RouterConfig, new: RouterConfig) -> list[Reason]:
                         f"listeners[{index}].{attr}",
                     )
                 )
-    old_tracing = (old.global_.services.observability.model_extra or {}).get("tracing")
-    new_tracing = (new.global_.services.observability.model_extra or {}).get("tracing")
-    if old_tracing != new_tracing:
+    if old.global_.services.observability.tracing != new.global_.services.observability.tracing:
         reasons.append(
             Reason(
                 "validate",

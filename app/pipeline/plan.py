@@ -16,6 +16,7 @@ from app.config.pricing import Pricing
 from app.config.reliability import FallbackConfig, ReliabilityConfig
 from app.pipeline.answers.schemas import AnswerChecks
 from app.pipeline.memory.store import MemoryScope, RecoveryMark
+from app.pipeline.pii_mask import PIIMask
 from app.upstream.targets import UpstreamTarget
 
 
@@ -191,6 +192,13 @@ class RoutePlan(BaseModel):
     router_replica: str | None = None  # the Router replica that routed it (Ray graph only)
     compression: CompressionOutcome | None = None  # the decision's context_compression plugin ran
     answer_checks: AnswerChecks | None = None  # response_jailbreak / hallucination on the answer
+    # the decision's `pii` plugin flagged the request and acted short of blocking it
+    pii_action: Literal["mask", "route"] | None = None
+    # placeholder -> original, for the front door to restore (app/pipeline/pii_mask.py); its
+    # originals never appear in a dump or repr of the plan
+    pii_mask: PIIMask | None = None
+    # the front door's request span as a W3C traceparent carrier: complete() joins its trace
+    trace_context: dict[str, str] = Field(default_factory=dict)
     session: SessionOutcome | None = None  # session-aware routing ran (global.router.session_affinity)
 
 

@@ -107,6 +107,8 @@ def replay_record(plan: RoutePlan, report: CompletionReport, accounting: Account
         "latency_ms": _ms(report.total_s),
         "ttft_ms": _ms(accounting.ttft_s),
     }
+    if plan.pii_action is not None:  # the pii plugin masked it or routed it to a private model
+        record["pii_action"] = plan.pii_action
     if plan.refusal is not None:  # which check refused it: what an operator marks wrong
         record["refusal"] = plan.refusal.model_dump(exclude_none=True)
     if plan.session is not None:  # session-aware routing: kept / switched and why

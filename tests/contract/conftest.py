@@ -254,6 +254,7 @@ class FrontDoors:
     memories: InMemoryMemoryStore  # the memory plugin's store (also behind the Ingress's memories API)
     storage: StorageService  # files and vector stores: the Ingress's storage API and the rag plugin's search
     services: PipelineServices  # the pipeline's (a test may swap `retrieve` to take a store down)
+    replays: list[dict[str, Any]]  # the `router_replay` records complete() made, in order
     _settle: dict[str, Callable[[], None]] = field(default_factory=dict)
 
     def url(self, door: str) -> str:
@@ -267,6 +268,7 @@ class FrontDoors:
         """A clean slate for the next scenario: the response cache and the memories emptied."""
         self.cache.clear()
         self.memories.clear()
+        self.replays.clear()
         self.services.rag_cache = type(self.services.rag_cache)()
 
 
@@ -331,7 +333,9 @@ class _Stack:
         if callable(backend_close):
             self._stops.append(backend_close)
         self._stops.append(storage.vector_stores.close)
+        replays: list[dict[str, Any]] = []
         services = PipelineServices(
+            record_replay=replays.append,
             # The rag plugin searches through the StorageClient, as a Router replica does over
             # the Storage deployment's handle (here the local transport).
             retrieve=StorageClient(local_transport(storage)).retrieve,
@@ -396,6 +400,7 @@ class _Stack:
             memories=memories,
             storage=storage,
             services=services,
+            replays=replays,
             _settle={INGRESS: settle_ingress, ENVOY: settle_envoy},
         )
 

@@ -45,6 +45,30 @@ async def select_model(
     return selection
 
 
+def select_private(
+    state: CompiledConfig, plan: RoutePlan, decision: Decision | None, rng: random.Random
+) -> Selection | None:
+    """`pii` action `route`: the decision's models marked `private`, else every private model
+    of the config, in order; None when none has a backend (the caller blocks instead)."""
+    refs = decision.modelRefs if decision is not None else []
+    names = [r.model for r in refs if (m := state.models.get(r.model)) is not None and m.private]
+    if not names:
+        names = [m.name for m in state.config.providers.models if m.private]
+    candidates = candidates_for(names, state.models, rng)
+    if not candidates:
+        return None
+    selected = candidates[0].model
+    ref = next((r for r in refs if r.model == selected), None)
+    plan.selected_model = selected
+    plan.candidates = candidates
+    plan.reason_code = "pii_policy_alternative_selected"
+    model = state.models.get(selected)
+    plan.reliability = model.reliability if model else None
+    served = {t.model for t in candidates}
+    plan.pricing = _pricing([m for name in served if (m := state.models.get(name)) is not None])
+    return Selection(selected, ref, candidates, "decision")
+
+
 async def learned_order(
     state: CompiledConfig, decision: Decision | None, ctx: SignalContext
 ) -> list[ModelRef] | None:

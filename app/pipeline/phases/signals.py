@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Mapping
 
+from app.common import tracing
 from app.common.chat_text import read_digest
 from app.config.signals import HarmfulSignal, JailbreakSignal, PIISignal
 from app.pipeline.compiled import TEXTLESS_FAMILIES, CompiledConfig
@@ -79,11 +80,14 @@ async def _run_family(
     evaluator: SignalEvaluator, ctx: SignalContext, names: frozenset[str]
 ) -> tuple[str, list[SignalMatch], float]:
     started = time.perf_counter()
-    try:
-        matches = await evaluator.evaluate(ctx, names)
-    except Exception as exc:  # one family failing must not fail routing: on_error decides
-        log.warning("signal family %s failed: %s", evaluator.family, exc)
-        matches = error_matches(evaluator.family, names, f"{type(exc).__name__}: {exc}")
+    with tracing.span("svc_sr.signal", attributes={"svc_sr.signal.family": evaluator.family}) as span:
+        try:
+            matches = await evaluator.evaluate(ctx, names)
+        except Exception as exc:  # one family failing must not fail routing: on_error decides
+            log.warning("signal family %s failed: %s", evaluator.family, exc)
+            matches = error_matches(evaluator.family, names, f"{type(exc).__name__}: {exc}")
+        matched = sorted(m.name for m in matches if m.matched and not m.error)
+        tracing.set_attributes(span, {"svc_sr.signal.matched": matched, "svc_sr.signal.rules": len(names)})
     return evaluator.family, matches, (time.perf_counter() - started) * 1000
 
 
@@ -107,8 +111,13 @@ async def _run_guard(
     run = getattr(evaluator, "evaluate_rules", None)
     if run is None:
         return error_matches(family, {name}, f"no {family} evaluator to run the guard")
-    try:
-        return list(await run(ctx, [rule]))
-    except Exception as exc:
-        log.warning("%s guard %s failed: %s", family, name, exc)
-        return error_matches(family, {name}, f"{type(exc).__name__}: {exc}")
+    with tracing.span(
+        "svc_sr.signal", attributes={"svc_sr.signal.family": family, "svc_sr.guard": name}
+    ) as span:
+        try:
+            matches = list(await run(ctx, [rule]))
+        except Exception as exc:
+            log.warning("%s guard %s failed: %s", family, name, exc)
+            return error_matches(family, {name}, f"{type(exc).__name__}: {exc}")
+        tracing.set_attributes(span, {"svc_sr.signal.matched": [m.name for m in matches if m.matched]})
+        return matches
