@@ -21,6 +21,22 @@ from app.config.reliability import FallbackConfig
 from app.config.storage import VectorStoreConfig
 
 
+class SessionAffinity(Strict):
+    """`global.router.session_affinity`: keep an agent's session on one model (docs/routing-quality.md
+    "Agent traffic"). Off by default. A session is named by `x-session-id`, else the body's
+    `user`, else (with `fingerprint`) a hash of the system prompt and the first ask. A session
+    is locked to its model while a tool call is pending; otherwise it switches only when the
+    switch's expected gain (`switch_value` times the new decision's confidence, plus the price
+    saved on this request) beats its price (the prompt's tokens at the new model's prefix-cache
+    checkout price, cache_write_per_1m minus cached_input_per_1m)."""
+
+    enabled: bool = False
+    fingerprint: bool = True
+    switch_value: float = Field(default=0.002, ge=0, description="USD a switch is worth at confidence 1")
+    ttl_seconds: int = Field(default=3600, ge=1, le=30 * 86400)
+    timeout_ms: float = Field(default=50.0, gt=0, le=5000, description="a slower store: per-turn routing")
+
+
 class RouterSettings(Open):
     auto_model_name: str = "MoM"
     auto_model_names: list[str] = Field(default_factory=lambda: ["auto"])
@@ -29,6 +45,7 @@ class RouterSettings(Open):
     enabled: bool = True
     # Router-wide cross-model fallback; a decision's `fallback:` is layered over it.
     fallback: FallbackConfig | None = None
+    session_affinity: SessionAffinity = Field(default_factory=SessionAffinity)
 
 
 class ResponseCacheConfig(Open, HnswSettings):

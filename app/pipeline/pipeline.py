@@ -15,7 +15,7 @@ for `model: MoM` / `auto` (any `config.auto_model_names`, or "vllm-sr/auto"):
    or, a `pii` plugin with `action: mask | route`, masks the body (last, after every
    mutation; the front door restores the answer) or selects a private model;
 5. plugins: `fast_response` answers without a model;
-6. select: model selection (`selection.py`);
+6. select: model selection (`selection.py`), then session-aware routing (`sessions.py`);
 7. cache: response-cache lookup (a hit answers) and the write complete() performs;
 8. plugins: `tools` / `tool_selection` (`tools.py`), request mutations, routing headers
    (`headers.py`), header_mutation;
@@ -67,6 +67,7 @@ from app.pipeline.preview import no_route_preview, preview_of
 from app.pipeline.replay import REPLAY_ID_HEADER, new_capture
 from app.pipeline.selection import NoRouteError
 from app.pipeline.services import PipelineServices
+from app.pipeline.sessions import session_step
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.vector_cache import TextVectorCache
 
@@ -230,6 +231,8 @@ class RouterPipeline:
                 guard.block_if_flagged(plan, guarded)
                 return ranked
             selection = private
+        if plan.pii_action != "route":  # a private route is PII's to choose, never a session's
+            await session_step(self.services.sessions, state, plan, ctx, rng, preview=preview)
         cache_status = "bypass"
         if not preview:
             with tracing.span("svc_sr.cache.lookup") as span:

@@ -29,6 +29,10 @@ class SignalMatch(BaseModel):
     confidence: float = 1.0
     detail: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
+    # the parts of the request the rule read (`ask` or `conversation`, then `tools`, `system`)
+    # and a digest of that text (app/common/chat_text.py `read_digest`); None: it read no text
+    read: list[str] | None = None
+    read_digest: str | None = None
 
 
 class SignalReport(BaseModel):
@@ -133,6 +137,22 @@ class ReplayCapture(BaseModel):
     max_body_bytes: int | None = None
 
 
+class SessionOutcome(BaseModel):
+    """What session-aware routing did with one turn (app/pipeline/sessions.py): in the
+    `x-vsr-session*` headers, the replay record and the routing preview."""
+
+    key: str  # the session's name: the x-session-id, or a digest of `user` / the fingerprint
+    source: Literal["header", "user", "fingerprint"]
+    action: Literal["started", "kept", "switched", "per_turn"]
+    reason: str  # new_session | same_model | tool_call_pending | gain_beats_price | ...
+    model: str | None = None  # the model serving this turn
+    previous_model: str | None = None
+    turns: int = 0  # turns routed in the session before this one
+    tool_pending: bool = False  # this request answers a tool call
+    gain: float | None = None  # a weighed switch: its expected gain and price (USD)
+    price: float | None = None
+
+
 class RoutePlan(BaseModel):
     request_id: str
     session_id: str | None = None  # the client's x-session-id (replay records group turns by it)
@@ -181,6 +201,7 @@ class RoutePlan(BaseModel):
     pii_mask: PIIMask | None = None
     # the front door's request span as a W3C traceparent carrier: complete() joins its trace
     trace_context: dict[str, str] = Field(default_factory=dict)
+    session: SessionOutcome | None = None  # session-aware routing ran (global.router.session_affinity)
 
 
 class CompletionReport(BaseModel):

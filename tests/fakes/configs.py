@@ -114,3 +114,51 @@ def keyed(
         "providers": {"defaults": {"default_model": "pricey"}, "models": models},
         "global": {"services": {"api_keys": {"step_down_at": 0.5, "cache_seconds": 0}}},
     }
+
+
+# Prefix-cache prices (USD per 1M tokens) the session-aware routing tests and bench route at.
+CACHE_PRICED = {
+    "prompt_per_1m": 3.0,
+    "cached_input_per_1m": 0.3,
+    "cache_write_per_1m": 3.75,
+    "completion_per_1m": 15,
+}
+
+
+def keyword_routing(
+    base_url: str, routes: list[tuple[str, int, list[str], str]], default: str, **session_affinity: Any
+) -> dict[str, Any]:
+    """A document of keyword decisions at CACHE_PRICED: each route (name, priority, keywords,
+    model) is a keyword rule and a decision of that name to that model, `default` the default
+    model, every model at `base_url`; `session_affinity` (settings) enables session-aware routing."""
+    models = list(dict.fromkeys([default, *(model for *_, model in routes)]))
+    return {
+        "version": "v0.3",
+        "providers": {
+            "defaults": {"default_model": default},
+            "models": [
+                {"name": m, "pricing": dict(CACHE_PRICED), "backend_refs": [{"base_url": base_url}]}
+                for m in models
+            ],
+        },
+        "routing": {
+            "strategy": "priority",
+            "signals": {
+                "keywords": [
+                    {"name": name, "operator": "OR", "keywords": words} for name, _, words, _ in routes
+                ]
+            },
+            "decisions": [
+                {
+                    "name": name,
+                    "priority": priority,
+                    "rules": any_of(("keyword", name)),
+                    "modelRefs": [{"model": model}],
+                }
+                for name, priority, _, model in routes
+            ],
+        },
+        "global": {"router": {"session_affinity": {"enabled": True, **session_affinity}}}
+        if session_affinity
+        else {},
+    }

@@ -140,5 +140,19 @@ def _direct(
     fill_routing_headers(plan, "bypass")
 
 
+def serve_model(state: CompiledConfig, plan: RoutePlan, name: str, rng: random.Random) -> None:
+    """Serve the routed `plan` by model `name` instead of the selected one (session-aware
+    routing keeps a session's model): its candidates, reliability and pricing; the decision
+    stays. Nothing changes when `name` has no backend."""
+    model = state.models.get(name)
+    candidates = candidates_for([name], state.models, rng) if model is not None else []
+    if model is None or not candidates:
+        return
+    plan.selected_model = name
+    plan.candidates = candidates
+    plan.reliability = plan.reliability or model.reliability  # the decision's, when it has one
+    plan.pricing = _pricing([model])
+
+
 def _pricing(models: list[ProviderModel]) -> dict[str, Pricing]:
     return {m.name: m.pricing for m in models if m.pricing is not None}

@@ -13,8 +13,9 @@ import time
 from collections.abc import Mapping
 
 from app.common import tracing
+from app.common.chat_text import read_digest
 from app.config.signals import HarmfulSignal, JailbreakSignal, PIISignal
-from app.pipeline.compiled import CompiledConfig
+from app.pipeline.compiled import TEXTLESS_FAMILIES, CompiledConfig
 from app.pipeline.plan import SignalMatch, SignalReport
 from app.pipeline.plugins import GuardRule
 from app.pipeline.signals.base import SignalContext, SignalEvaluator, error_matches
@@ -29,10 +30,32 @@ async def evaluate_signals(
     """(the signal report, the global guard's matches)."""
     wanted = state.all_signal_names() if preview else state.referenced
     enter_stage(ctx)  # the request's model-runtime questions bundle per deployment (app/srun/stage.py)
-    return await asyncio.gather(
+    report, guards = await asyncio.gather(
         evaluate_families(state.evaluators, ctx, wanted),
         run_guards(state.evaluators, ctx, state.global_guards()),
     )
+    note_reads(report.matches, ctx, state.rule_reads)
+    return report, guards
+
+
+def note_reads(
+    matches: list[SignalMatch], ctx: SignalContext, reads: Mapping[tuple[str, str], tuple[str, ...]]
+) -> None:
+    """Say on each text-reading match which parts of the request its rule read and a digest of
+    that text (app/common/chat_text.py `read_digest`): what the preview and the replay record
+    show, never the text itself."""
+    digests: dict[str, str] = {}
+    for match in matches:
+        if match.type in TEXTLESS_FAMILIES:
+            continue
+        read = reads.get((match.type, match.name), ())
+        text = ctx.whole_text_for(read) if read else ctx.text
+        digest = digests.get(text)
+        if digest is None:
+            digest = digests[text] = read_digest(text)
+        first = "conversation" if "conversation" in read else "ask"
+        match.read = [first, *(p for p in read if p in ("tools", "system"))]
+        match.read_digest = digest
 
 
 async def evaluate_families(

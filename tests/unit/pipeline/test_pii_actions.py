@@ -166,3 +166,19 @@ def test_route_without_a_private_model_is_rejected_by_validation() -> None:
         ("routing.decisions[0].plugins[0].configuration.action", "no_private_model")
     ]
     assert semantic_issues(RouterConfig.model_validate(document("route")))[0] == []
+
+
+async def test_a_session_never_overrides_the_private_route() -> None:
+    from app.state.session_store import SessionState
+
+    doc = {**document("route"), "global": {"router": {"session_affinity": {"enabled": True}}}}
+    pipe = RouterPipeline(
+        RouterConfig.model_validate(doc),
+        PipelineServices(embed=FakeEmbed(), evaluators={"pii": pii_factory(EmailPII())}),
+    )
+    assert pipe.services.sessions is not None
+    await pipe.services.sessions.put("s1", SessionState(model="cloud", turns=2), 60)
+    plan = await pipe.route(chat("mail ana@example.org please"), {"x-session-id": "s1"})
+    assert plan.pii_action == "route" and plan.selected_model == "onprem" and plan.session is None
+    kept = await pipe.route(chat("mail the summary"), {"x-session-id": "s1"})  # no PII: the session holds
+    assert kept.selected_model == "cloud" and kept.session is not None and kept.session.action == "kept"
