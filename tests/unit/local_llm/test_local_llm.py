@@ -5,6 +5,7 @@ real engine is tested by tests/integration/test_demo_llm.py."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -57,9 +58,19 @@ FAKE_SERVER = textwrap.dedent(
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range (32768+): every other test's server binds
+    port 0 and so is given ports from that range; one of them taking this port between the pick
+    and the fake server's bind made the supervisor refuse the start, rightly (another process
+    answered on its port), and the test fail for a reason that is not its own."""
+    rng = random.Random()
+    while True:
+        port = rng.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def _fake_assemble(path: Path) -> Path:

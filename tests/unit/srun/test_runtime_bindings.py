@@ -332,7 +332,8 @@ async def test_the_deadline_is_signal_timeout_ms_else_45_s(tmp_path):
     pipe, _ = bound_pipeline(tmp_path, client, catalog)
     await pipe.route(chat("hello"))
     # the pipeline sees no request deadline (less the question's collection wait)
-    assert all(d == pytest.approx(45.0, abs=0.01) for _, d in client.calls) and client.calls
+    # (a tolerance wide enough for a loaded machine, narrow enough to tell 45 s from any configured value)
+    assert all(d == pytest.approx(45.0, abs=0.5) for _, d in client.calls) and client.calls
 
 
 class BackOffClock:
