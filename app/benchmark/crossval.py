@@ -20,7 +20,7 @@ import copy
 import hashlib
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from app.pipeline.learning.quality_fit import Recorded, fit_knn, fit_mf
 from app.runtime.encoder import token_counter
 
 KNOBS = ("budget_per_1k", "cost_quality_tradeoff")
+FillProgress = Callable[[int, int], None]
 KNN_PRIOR_WEIGHT = 5.0  # the shipped knn artifact's (scripts/train_selectors.py)
 BY_CATEGORY = "category"
 
@@ -165,24 +166,26 @@ class FoldTrainer:
             )
         return needed
 
-    async def fold_config(self, fold: str) -> RouterConfig:
+    async def fold_config(self, fold: str, progress: FillProgress | None = None) -> RouterConfig:
+        """The config routing `fold`: its predictors trained on the other folds' questions
+        (`progress`: the embedding of those questions, the first time)."""
         if fold not in self._configs:
             held = set(self.folds[fold])
             train = [qid for qid in self.planned if qid not in held]
             if self.scratch is None:
                 self.scratch = Path(tempfile.mkdtemp(prefix="svcsr-cv-"))
             out = self.scratch / f"fold-{len(self._configs)}"
-            await self._train(train, out)
+            await self._train(train, out, progress)
             self._configs[fold] = _pointed_at(self.config, out)
         return self._configs[fold]
 
-    async def _train(self, ids: list[int], out: Path) -> None:
+    async def _train(self, ids: list[int], out: Path, progress: FillProgress | None) -> None:
         kinds = self.kinds()
         dataset_models = tuple(self.dataset.models)
         texts = [question_text(q) for qid in ids if (q := self.dataset.question(qid))]
         vectors = {}
         if kinds & {"knn", "mf"}:
-            await self.table.fill(texts)
+            await self.table.fill(texts, progress=progress)
             vectors = dict(zip(ids, await self.table.embed(texts), strict=True))
         data = recorded(self.dataset, ids, vectors)
         if "knn" in kinds:

@@ -91,7 +91,8 @@ class PlannedRun:
             for fold, members in self.trainer.folds.items():
                 chosen = [i for i in members if i in wanted]
                 if chosen:
-                    groups.append((await self.trainer.fold_config(fold), chosen))
+                    embedding = (lambda done, total: progress("embed", done, total)) if progress else None
+                    groups.append((await self.trainer.fold_config(fold, embedding), chosen))
         results: list[QuestionResult] = []
         done, total = 0, len(wanted)
         for base, chosen in groups:

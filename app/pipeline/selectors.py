@@ -193,6 +193,17 @@ def by_price(candidates: Sequence[Candidate], price: float) -> list[Candidate]:
     return _ranked(candidates, [c.quality - price * c.cost for c in candidates])
 
 
+def _reference_cost(inputs: RefInputs, prompt: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """A ref's expected cost on each reference question (vectorised `expected_cost`)."""
+    if inputs.pricing is None:
+        return np.zeros(len(prompt))
+    completion = tokens[:, inputs.column] if inputs.column is not None else inputs.completion_tokens
+    out: np.ndarray = (
+        prompt * inputs.pricing.prompt_per_1m + completion * inputs.pricing.completion_per_1m
+    ) / 1e6
+    return out
+
+
 def _ranked(candidates: Sequence[Candidate], scored: Sequence[float]) -> list[Candidate]:
     order = sorted(range(len(candidates)), key=lambda i: (-scored[i], i))  # ties: config order
     return [candidates[i] for i in order]
@@ -206,13 +217,11 @@ def budget_price(predictor: QualityModel | None, inputs: Sequence[RefInputs], bu
     reference = predictor.reference if isinstance(predictor, FactorQuality) else None
     if reference is None:
         raise SelectionArtifactError("budget_per_1k needs an mf artifact with a reference set")
-    qualities, costs = [], []
-    for row in range(len(reference.prompt_tokens)):
-        quality, tokens = columns(inputs, reference.quality[row], reference.completion_tokens[row])
-        qualities.append(quality)
-        prompt = float(reference.prompt_tokens[row])
-        costs.append([i.expected_cost(prompt, t) for i, t in zip(inputs, tokens, strict=True)])
-    q, c = np.array(qualities), np.array(costs)
+    mean = reference.quality.mean(axis=1)
+    q = np.column_stack([mean if i.column is None else reference.quality[:, i.column] for i in inputs])
+    c = np.column_stack(
+        [_reference_cost(i, reference.prompt_tokens, reference.completion_tokens) for i in inputs]
+    )
     rows = np.arange(len(q))
 
     def spend(price: float) -> float:
