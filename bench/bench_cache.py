@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # bench/ is not a package; make `app` importable
     sys.path.insert(0, str(ROOT))
 
-from app.cache.base import CacheTuning, ResponseCacheBackend  # noqa: E402
-from app.cache.factory import cache_backend  # noqa: E402
+from app.cache.base import CacheTuning, ResponseCacheStore  # noqa: E402
+from app.cache.factory import open_cache_store  # noqa: E402
 from app.cache.memory import CacheEntry, ExactIndex, IndexFactory, InMemorySemanticCache  # noqa: E402
 from app.config.global_config import ResponseCacheConfig  # noqa: E402
 from bench.latency import percentile  # noqa: E402
@@ -128,7 +128,7 @@ class _FillIndex:
 class BenchBackend:
     """A backend and the bench's bulk fill for it (`fill(partition, unit_rows, response)`)."""
 
-    cache: ResponseCacheBackend
+    cache: ResponseCacheStore
     fill: Callable[[str, np.ndarray, dict[str, Any]], None]
     cleanup: list[Callable[[], Any]] = field(default_factory=list)
 
@@ -144,7 +144,7 @@ def build_backend(settings: ResponseCacheConfig, state_dir: Path, seal_milvus: b
     seal_milvus: flush Milvus after the fill (see _fill_milvus)."""
     if settings.backend_type == "memory":
         return _memory_backend(settings)
-    cache = cache_backend(settings, state_dir)
+    cache = open_cache_store(settings, state_dir)
     if settings.backend_type == "redis":
         return BenchBackend(
             cache,
@@ -289,7 +289,7 @@ def _median_of(rounds: list[dict[str, float]], key: str) -> float:
 
 
 def time_lookups(
-    cache: ResponseCacheBackend, stored: np.ndarray, lookups: int, rng: np.random.Generator
+    cache: ResponseCacheStore, stored: np.ndarray, lookups: int, rng: np.random.Generator
 ) -> dict[str, float]:
     """One round: half near-duplicates of stored rows, half random rows, shuffled."""
     half = lookups // 2

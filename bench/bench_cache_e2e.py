@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.api.app import StaticConfigView, create_app  # noqa: E402
-from app.config.models import RouterConfig  # noqa: E402
+from app.config.document import RouterConfig  # noqa: E402
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, cache_partition, encoder_embed  # noqa: E402
 from app.runtime.encoder import MiniLMEncoder, shared_encoder  # noqa: E402
 from app.upstream.client import UpstreamClient  # noqa: E402

@@ -31,11 +31,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.config.models import RouterConfig  # noqa: E402
+from app.config.document import RouterConfig  # noqa: E402
 from app.exchange.client_api import ChatApi, ResponsesApi  # noqa: E402
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward  # noqa: E402
 from app.pipeline import PipelineServices, RouterPipeline  # noqa: E402
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict  # noqa: E402
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict  # noqa: E402
 from app.pipeline.phases.parse import new_plan  # noqa: E402
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan  # noqa: E402
 from app.pipeline.signals.base import SignalContext  # noqa: E402

@@ -5,13 +5,14 @@ and on the same machine's CPU, in one run (issue 22; docs/performance.md "Every 
 configs/config.yaml evaluates four learned signals: the domain classifier, the jailbreak guard and
 the harmful-content classifier (heads on the request's one MiniLM vector), and the PII detector
 (Presidio recognizers + project rules, + spaCy NER when a policy needs NER types; CPU only). The
-engine objects are the graph's (app/runtime/hosted.py, hosted_guard.py), wired as
-app/pipeline/local_models.py wires them, in one process. Rows:
+engine objects are the graph's (app/runtime/hosted.py, hosted_guard.py), asked as the Router asks
+them in process (the signal engines of app/runtime/local_engines.py, each behind the MicroBatcher
+app/pipeline/local_models.py gives it), in one process. Rows:
 
 - `learned`: the `native` MiniLM encoder on DEVICE (one pass; it reads the first 256 tokens) and
   the three heads on its vector (numpy on the host, as everywhere), the heads concurrently;
 - `pii`: what the shipped config asks (its policy allows every type NER produces): the pattern
-  types on the Router's pattern-only detector (`patterns_here`), no spaCy;
+  types on the Router's pattern-only detector (`PatternsHere`), no spaCy;
 - `pii_ner`: a policy that denies a NER type: every type, spaCy's NER over the whole text (the
   Guard deployment's detector);
 - `both`, `both_ner`: `learned` and `pii` (or `pii_ner`) concurrently, in threads, as one request
@@ -228,7 +229,7 @@ class Signals:
             Loaded.load("jailbreak guard", head("jailbreak-guard")),
             harmful=Loaded.load("harmful-content classifier", HarmfulClassifier),
         )
-        # The Router's own pattern-only detector (app/pipeline/local_models.py `patterns_here`).
+        # The Router's own pattern-only detector (app/pipeline/local_models.py `PatternsHere`).
         self.patterns = HostedGuard(
             Loaded.load("PII patterns", lambda: load_model("pii-detector", use_ner=False)),
             Loaded("jailbreak guard", None, "not hosted"),
@@ -258,49 +259,47 @@ class Signals:
 
 
 async def with_batchers(signals: Signals, run: Callable[[dict[str, Any]], Awaitable[Any]]) -> Any:
-    """`run(queues)` with the per-model queues local_services.py puts in front of each model."""
-    from app.runtime.batching import MicroBatcher
+    """`run(engines)` over the signal engines the Router asks in process (app/runtime/
+    local_engines.py), each model behind the MicroBatcher local_models.py puts in front of it;
+    `embed` is the encoder's queue."""
+    from app.pipeline.local_models import Batchers
+    from app.runtime.local_engines import domain_engine, guard_engines
 
-    fns = {
-        "embed": signals.embedding.encode_batch,
-        "domain": signals.domain.head_batch,
-        "jailbreak": signals.guard.jailbreak_batch,
-        "harmful": signals.guard.harmful_batch,
-        "pii": signals.patterns.pii_batch,
-        "pii_ner": signals.guard.pii_batch,
-    }
-    big = 1 << 40
-    queues = {
-        k: MicroBatcher(fn, window_ms=0.0, max_batch_items=64, max_queue=big, max_queued_tokens=big)
-        for k, fn in fns.items()
+    batchers = Batchers()
+    engines: dict[str, Any] = {
+        "embed": batchers.batch(signals.embedding.encode_batch),
+        "domain": domain_engine(signals.domain, batchers.batch),
+        **guard_engines(signals.guard, batchers.batch),  # pii (with NER), jailbreak, harmful
+        "patterns": guard_engines(signals.patterns, batchers.batch)["pii"],
     }
     try:
-        return await run(queues)
+        return await run(engines)
     finally:
-        for queue in queues.values():
+        for queue in batchers.all:
             await queue.aclose()
 
 
-def request_fns(signals: Signals, q: dict[str, Any]) -> dict[str, Callable[[str], Awaitable[Any]]]:
+def request_fns(signals: Signals, engines: dict[str, Any]) -> dict[str, Callable[[str], Awaitable[Any]]]:
     from app.models.pii import NER_DERIVED_TYPES, PII_ENTITY_TYPES
+    from app.runtime.signal_engine import SignalRequest
 
-    guard = signals.guard
     # What the shipped config's PII policy asks for (app/pipeline/signals/pii.py `detector_types`).
     pattern_types = [t for t in PII_ENTITY_TYPES if t not in NER_DERIVED_TYPES]
 
     async def learned(text: str) -> Any:
-        vectors = await signals.embedding.embed([text], q["embed"].submit)  # the Router's one pass
+        vectors = await signals.embedding.embed([text], engines["embed"])  # the Router's one pass
+        request = SignalRequest(texts=[text], vectors=vectors, threshold=0.5)
         return await asyncio.gather(
-            signals.domain.classify([text], vectors, None, "other", q["domain"].submit),
-            guard.detect_jailbreak([text], vectors, "classifier", 0.5, [], [], q["jailbreak"].submit),
-            guard.detect_harmful([text], vectors, 0.5, [], q["harmful"].submit),
+            *(engines[f].classify(request) for f in ("domain", "jailbreak", "harmful"))
         )
 
     async def pii(text: str) -> Any:  # the shipped policy allows every NER type: patterns only
-        return await signals.patterns.detect_pii([text], pattern_types, 0.5, q["pii"].submit)
+        return await engines["patterns"].classify(
+            SignalRequest(texts=[text], threshold=0.5, labels=pattern_types)
+        )
 
     async def pii_ner(text: str) -> Any:  # a policy denying a NER type: every type, spaCy's NER too
-        return await guard.detect_pii([text], None, 0.5, q["pii_ner"].submit)
+        return await engines["pii"].classify(SignalRequest(texts=[text], threshold=0.5))
 
     async def both(text: str) -> Any:
         return await asyncio.gather(learned(text), pii(text))
@@ -347,8 +346,8 @@ def measure(
 
             torch.cuda.synchronize()
 
-    async def run(q: dict[str, Any]) -> None:
-        fns = request_fns(signals, q)
+    async def run(engines: dict[str, Any]) -> None:
+        fns = request_fns(signals, engines)
         for length, texts in prompts.items():
             for mode in modes:
                 if time.perf_counter() > deadline:  # a lent machine's time is short: keep what ran

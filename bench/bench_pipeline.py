@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.cache import InMemorySemanticCache  # noqa: E402
-from app.config.models import RouterConfig  # noqa: E402
+from app.config.document import RouterConfig  # noqa: E402
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed  # noqa: E402
 from app.pipeline.decisions import index_matches, select_decision  # noqa: E402
 from app.pipeline.plan import SignalMatch  # noqa: E402

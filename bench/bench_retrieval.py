@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from app.storage import ranking  # noqa: E402
-from app.storage.backends import Bm25, Chunk, words  # noqa: E402
+from app.storage.vector_index import Bm25, Chunk, words  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 STDLIB = [

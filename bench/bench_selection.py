@@ -29,8 +29,8 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from app.config.document import RouterConfig  # noqa: E402
 from app.config.loader import load_config  # noqa: E402
-from app.config.models import RouterConfig  # noqa: E402
 from app.pipeline.selection import ModelIndex  # noqa: E402
 from app.pipeline.selectors import Selector, compile_selectors  # noqa: E402
 from app.runtime.encoder import MiniLMEncoder  # noqa: E402

@@ -39,9 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from app.storage.backends import Chunk, MemoryBackend, VectorBackend  # noqa: E402
 from app.storage.files import FileStore  # noqa: E402
-from app.storage.models import FileAttach, SearchRequest, VectorStoreCreate  # noqa: E402
+from app.storage.schemas import FileAttach, SearchRequest, VectorStoreCreate  # noqa: E402
+from app.storage.vector_index import Chunk, MemoryVectorIndex, VectorIndex  # noqa: E402
 from app.storage.vector_stores import VectorStores  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
@@ -60,7 +60,7 @@ def passage(q: dict[str, Any]) -> str:
 class Recording:
     """A backend wrapper keeping what ingestion stored, to load other backends identically."""
 
-    def __init__(self, inner: VectorBackend) -> None:
+    def __init__(self, inner: VectorIndex) -> None:
         self.inner = inner
         self.rows: list[tuple[list[Chunk], np.ndarray]] = []
 
@@ -84,7 +84,7 @@ def recall_at_5(embed: Any, qs: list[dict[str, Any]]) -> dict[str, Any]:
             by_subject[q["src"]].append(q)
     subjects = sorted(s for s, items in by_subject.items() if len(items) >= 7)
     with tempfile.TemporaryDirectory() as tmp:
-        stores = open_stores(Path(tmp), MemoryBackend(), embed, 160, 32)
+        stores = open_stores(Path(tmp), MemoryVectorIndex(), embed, 160, 32)
         store = stores.create(VectorStoreCreate(name="recall"))
         subject_of: dict[str, str] = {}
         for subject in subjects:
@@ -123,7 +123,7 @@ def ingest(embed: Any, qs: list[dict[str, Any]], target: int) -> tuple[dict[str,
             if total / per_chunk >= target:
                 break
     folder = Path(tempfile.mkdtemp())
-    recording = Recording(MemoryBackend())
+    recording = Recording(MemoryVectorIndex())
     stores = open_stores(folder, recording, embed, words, overlap)
     store = stores.create(VectorStoreCreate(name="speed"))
     per_file = 100
@@ -148,23 +148,23 @@ def ingest(embed: Any, qs: list[dict[str, Any]], target: int) -> tuple[dict[str,
 
 
 @contextmanager
-def backend_named(name: str, folder: Path) -> Iterator[VectorBackend]:
+def backend_named(name: str, folder: Path) -> Iterator[VectorIndex]:
     if name == "memory":
-        yield MemoryBackend()
+        yield MemoryVectorIndex()
     elif name == "milvus-lite":
         from app.config.cache_stores import MilvusCacheSettings
-        from app.storage.milvus_backend import MilvusBackend
+        from app.storage.milvus_index import MilvusVectorIndex
 
-        backend = MilvusBackend(MilvusCacheSettings(), str(folder / "vectors.db"))
+        backend = MilvusVectorIndex(MilvusCacheSettings(), str(folder / "vectors.db"))
         yield backend
         backend.close()
     else:
         from app.config.cache_stores import RedisCacheSettings
-        from app.storage.redis_backend import RedisBackend
+        from app.storage.redis_index import RedisVectorIndex
         from tests.fakes.stores import redis_with_search
 
         with redis_with_search(folder) as url:
-            yield RedisBackend(RedisCacheSettings(url=url, index_name="bench_vs", key_prefix="bench:vs:"))
+            yield RedisVectorIndex(RedisCacheSettings(url=url, index_name="bench_vs", key_prefix="bench:vs:"))
 
 
 def search_speed(
@@ -233,7 +233,7 @@ def search_speed(
 
 
 def _completed(store_id: str, file_id: str) -> Any:
-    from app.storage.models import VectorStoreFileObject
+    from app.storage.schemas import VectorStoreFileObject
 
     return VectorStoreFileObject(id=file_id, created_at=0, vector_store_id=store_id, status="completed")
 

@@ -1,7 +1,7 @@
 """The management API inside the Ray graph: Ray Serve glue only. The Ingress builds its
 `Management` here (`build_management`) with
 
-- `RayServeBackend`: the ServeBackend (app/management/rollout.py) that rebuilds and
+- `RayServeControl`: the ServeControl (app/management/rollout.py) that rebuilds and
   redeploys this application from its Ingress replica for `GraphActivator`. Versions are
   stable (deployments/versioning.py): an unchanged deployment keeps its replicas and gets
   the new `user_config` through `reconfigure()`. An application deployed from a Serve
@@ -19,10 +19,10 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.management.activation import ActivationFailed
 from app.management.live_inventory import ServeFacts
-from app.management.rollout import AppState, GraphActivator, declarative_update
+from app.management.rollout import AppState, GraphActivator, declarative_update, scaled_owner
 from app.management.service import Management, ManagementParts
 from app.management.startup import StartupTracker
 from app.management.startup_watch import READY_STATES, InfoFn, StartupWatcher
@@ -36,7 +36,7 @@ def _value(status: Any) -> str:
     return str(getattr(status, "value", status))
 
 
-class RayServeBackend:
+class RayServeControl:
     """Redeploys this application from inside its Ingress replica."""
 
     def __init__(self, app_name: str, router: DeploymentHandle | None) -> None:
@@ -60,6 +60,8 @@ class RayServeBackend:
     def restart_required(self, graph_args: Any, old: dict[str, Any], new: dict[str, Any]) -> str | None:
         if not self._is_declarative(refresh=True):
             return None
+        if owner := scaled_owner(self._details().get("deployed_app_config") or {}, new):
+            return owner
         from deployments.versioning import graph_versions
 
         before, after = (
@@ -154,7 +156,7 @@ def build_management(
     context = serve.get_replica_context()
     app_name = context.app_name
     tracker = StartupTracker()
-    backend = RayServeBackend(app_name, router)
+    backend = RayServeControl(app_name, router)
     StartupWatcher(
         tracker,
         backend.app_state,

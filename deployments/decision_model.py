@@ -14,7 +14,7 @@ Two ways to answer, chosen by the router config the graph passes in (`runtime`):
 
 `decide(body) -> dict` answers with the wire shapes and raises `.status`-carrying errors
 (RuntimeFailure subclasses in process, RuntimeCallError from a worker), which
-`HandleDecisionBackend` (the Ingress side) passes on so the frontend answers its fixed public
+`HandleDecisionSource` (the Ingress side) passes on so the frontend answers its fixed public
 words (app/api/decisions.py). `models()` lists the cards, `info()` the load state. A model
 that fails to load does not fail the deployment: `decide` raises NotReady (503).
 
@@ -105,7 +105,7 @@ class DecisionModel:
         )
         if not await self._runtimes.start(wait=True):
             self._hosted.error = "NotReady: the managed runtime did not become ready in time"
-        self._backend = self._runtimes.decision_backend()
+        self._backend = self._runtimes.decision_source()
 
     async def _encode(self, texts: list[str]) -> list[EncodedRow]:
         return list(await asyncio.gather(*(self._encode_one(t) for t in texts)))
@@ -159,12 +159,12 @@ def _has_status(exc: BaseException) -> bool:
     return isinstance(getattr(exc, "status", None), int)
 
 
-class HandleDecisionBackend:
-    """The frontend's DecisionBackend (app/api/decisions.py) over the DecisionModel handle.
+class HandleDecisionSource:
+    """The frontend's DecisionSource (app/api/decisions.py) over the DecisionModel handle.
 
     A replica's own error (RuntimeFailure, RuntimeCallError: anything with `.status`) reaches
     the frontend as itself, so the answer has the same status and public words as with
-    `LocalDecisionBackend`; an unavailable deployment is NotReady (503 not_ready), a full
+    `LocalDecisionSource`; an unavailable deployment is NotReady (503 not_ready), a full
     queue Overloaded (429 overloaded)."""
 
     def __init__(self, handle: DeploymentHandle) -> None:

@@ -1,11 +1,12 @@
-"""DomainClassifier deployment: Ray Serve glue around `HostedDomain` (app/runtime/hosted.py),
-which serves the registry's domain-classifier model, the engine object svc-srun serves.
+"""DomainClassifier deployment: Ray Serve glue around the domain classifier's in-process engine
+(app/runtime/local_engines.py over `HostedDomain`, app/runtime/hosted.py), the engine object
+svc-srun serves.
 
-`classify(texts, vectors=None, threshold=None, fallback_category="other")`: the Router
-passes the request's query vector it already got from the Embedding deployment (one
-encoder pass per request), so this replica only runs the classification head. Texts
-without vectors are encoded by the bound Embedding deployment (or, without one, by the
-model's own encoder).
+`classify(family, request)`: the signal interface (app/runtime/signal_engine.py) that
+`HandleEngine` callers use (deployments/signal_engines.py); `family` is `domain`. The Router
+passes the request's query vector it already holds (one encoder pass per request), so this
+replica only runs the classification head. Texts without vectors are encoded by the bound
+Embedding deployment (or, without one, by the model's own encoder).
 
 Batching follows deployments/embedding.py: per text, with a per-instance `@serve.batch`
 queue. A missing or broken artifact does not fail the deployment: calls raise
@@ -15,14 +16,15 @@ error) and `info()` says why.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.runtime.hosted import DEFAULT_MAX_BATCH_SIZE, NO_BATCH_WAIT_S, Encode, HostedDomain
+from app.runtime.hosted import DEFAULT_MAX_BATCH_SIZE, NO_BATCH_WAIT_S, Batched, Encode, HostedDomain
+from app.runtime.local_engines import BatchFn, LocalEngines, domain_engine
+from app.runtime.signal_engine import SignalItem, SignalRequest
 from deployments.ray_compat import call, process_transport
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
@@ -39,6 +41,12 @@ def embedding_encoder(embedding: DeploymentHandle | None) -> Encode | None:
     return encode
 
 
+def serve_batch(fn: BatchFn) -> Batched:
+    """A per-instance `@serve.batch` queue over a host's batch function. The model deployments'
+    queues wait for no batch-mates: a batch is what queued while the previous one ran."""
+    return serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=NO_BATCH_WAIT_S)(fn)
+
+
 @serve.deployment(
     max_ongoing_requests=1024,
     ray_actor_options={"num_cpus": 0.1},
@@ -48,26 +56,12 @@ def embedding_encoder(embedding: DeploymentHandle | None) -> Encode | None:
 class DomainClassifier:
     def __init__(self, embedding: DeploymentHandle | None = None) -> None:
         self._hosted = HostedDomain.load(embedding_encoder(embedding))
-        self._classify_one = serve.batch(
-            max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=NO_BATCH_WAIT_S
-        )(self._classify_batch)
+        self._engines = LocalEngines({"domain": domain_engine(self._hosted, serve_batch)})
 
-    async def _classify_batch(self, items: list[tuple[str, np.ndarray]]) -> list[Any]:
-        return await asyncio.to_thread(self._hosted.head_batch, items)
-
-    async def classify(
-        self,
-        texts: list[str],
-        vectors: np.ndarray | list[list[float]] | None = None,
-        threshold: float | None = None,
-        fallback_category: str = "other",
-    ) -> list[dict[str, Any]]:
-        """DomainResult dicts {category, confidence, probabilities}, one per text.
-
-        Below `threshold` (or for a blank text) the category is `fallback_category`.
-        TypeError/ValueError on bad input; ModelNotLoadedError when the artifact is missing.
-        """
-        return await self._hosted.classify(texts, vectors, threshold, fallback_category, self._classify_one)
+    async def classify(self, family: str, request: SignalRequest) -> list[SignalItem]:
+        """label_probabilities, one item per text. TypeError/ValueError on bad input;
+        ModelNotLoadedError when the artifact is missing."""
+        return await self._engines.classify(family, request)
 
     async def info(self) -> dict[str, Any]:
         return self._hosted.info()

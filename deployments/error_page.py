@@ -9,7 +9,7 @@ and the spec's error body (`service_unavailable_error`, Retry-After 1). HAProxy 
 whenever it reloads its configuration, which it does each time a replica joins or leaves, so
 the page is in place before this replica takes its first request.
 
-Serve 2.60's layout (pinned by tests/unit/test_ray_compat.py): the page is
+Serve 2.60's layout (pinned by tests/unit/deployments/test_ray_compat.py): the page is
 `<directory of RAY_SERVE_HAPROXY_CONFIG_FILE_LOC>/<node id>/500.http`.
 """
 

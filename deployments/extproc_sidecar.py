@@ -73,6 +73,7 @@ async def run(args: argparse.Namespace) -> None:
         failure_mode=services.ext_proc.failure_mode,
         clear_route_cache=config.global_.router.clear_route_cache,
         max_body_bytes=services.data_plane.max_body_bytes,
+        max_json_depth=services.data_plane.max_json_depth,
     )
     # Requests are completed here (accounting, cache write, replay), like the Ingress does.
     completion = front_door_completion(cache, observability, metrics, replay_sends)

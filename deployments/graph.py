@@ -35,6 +35,7 @@ from typing import Any, cast
 from pydantic import BaseModel
 from ray.serve import Application, Deployment
 
+from app.cache.factory import single_owner
 from app.config.loader import parse_config
 from app.management.state import StartupKind
 from app.management.stores import file_candidate, start_document
@@ -131,7 +132,8 @@ def build_graph(
         document, _ = start_document_of(graph_args)
     loaded = parse_config(document, source="activation")
     document = loaded.config.to_document()
-    cache_settings = loaded.config.global_.stores.response_cache.model_dump(mode="json")
+    cache_config = loaded.config.global_.stores.response_cache
+    cache_settings = cache_config.model_dump(mode="json")
     options = graph_args.deployments
 
     metrics = {
@@ -147,16 +149,15 @@ def build_graph(
     )
 
     embedding = _deployment(Embedding).options(**options.get("Embedding", {})).bind()
+    # A store one process must own gets one replica and no surge on every path here: the file
+    # at start, a resumed version, and each activation (it rebuilds this graph with its document).
+    cache_options, owner = options.get("ResponseCache", {}), single_owner(cache_config)
     cache = (
         _deployment(ResponseCache)
         .options(
             **{
                 "user_config": {"response_cache": cache_settings},
-                **(
-                    single_replica(options.get("ResponseCache", {}), "ResponseCache", "backend_type memory")
-                    if cache_settings["backend_type"] == "memory"
-                    else options.get("ResponseCache", {})
-                ),
+                **(cache_options if owner is None else single_replica(cache_options, "ResponseCache", owner)),
             }
         )
         .bind(observability, state_dir=graph_args.state_dir)

@@ -1,14 +1,16 @@
-"""Guard deployment: Ray Serve glue around `HostedGuard` (app/runtime/hosted_guard.py), which
-serves the registry's pii-detector and jailbreak-guard models, the engine objects svc-srun
-serves.
+"""Guard deployment: Ray Serve glue around the guard's in-process engines
+(app/runtime/local_engines.py over `HostedGuard`, app/runtime/hosted_guard.py), which serve the
+registry's pii-detector and jailbreak-guard models (the engine objects svc-srun serves) and the
+harmful-content head.
 
-- `detect_pii(texts, entity_types=None, threshold=None)` -> PIIResult dicts;
-- `detect_jailbreak(texts, vectors=None, method="classifier", threshold=None,
-  jailbreak_patterns=None, benign_patterns=None)` -> JailbreakResult dicts. The Router
-  passes the request's query vector (one encoder pass per request); texts without one
-  are encoded by the bound Embedding deployment (or the model's own encoder).
+`classify(family, request)`: the signal interface (app/runtime/signal_engine.py) that
+`HandleEngine` callers use (deployments/signal_engines.py), `family` one of `pii` (token spans),
+`jailbreak` (its score and verdict at the request's method, threshold and patterns), `harmful`
+(category probabilities and verdict). The Router passes the request's query vector (one
+encoder pass per request); texts without one are encoded by the bound Embedding deployment (or
+the model's own encoder).
 
-Both batch per text with per-instance `@serve.batch` queues (deployments/embedding.py
+Each family batches per text with its per-instance `@serve.batch` queue (deployments/embedding.py
 explains why per instance); HostedGuard groups a batch by settings. Each model loads
 independently: a missing artifact makes only its calls raise ModelNotLoadedError (503
 MODEL_NOT_LOADED in the diagnostics), and `info()` says why.
@@ -18,13 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.runtime.hosted import DEFAULT_MAX_BATCH_SIZE, NO_BATCH_WAIT_S
 from app.runtime.hosted_guard import HostedGuard
-from deployments.domain_classifier import embedding_encoder
+from app.runtime.local_engines import LocalEngines, guard_engines
+from app.runtime.signal_engine import SignalItem, SignalRequest
+from deployments.domain_classifier import embedding_encoder, serve_batch
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 
@@ -43,46 +45,13 @@ class Guard:
     ) -> None:
         """`pii_threshold`: the PII cutoff for calls that pass none (None: the detector's default)."""
         self._hosted = HostedGuard.load(embedding_encoder(embedding), pii_threshold, use_ner)
-        batch = serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=NO_BATCH_WAIT_S)
-        self._pii_one = batch(self._hosted.pii_batch)
-        self._jailbreak_one = batch(self._hosted.jailbreak_batch)
-        self._harmful_one = batch(self._hosted.harmful_batch)
+        self._engines = LocalEngines(guard_engines(self._hosted, serve_batch))
 
-    async def detect_pii(
-        self, texts: list[str], entity_types: list[str] | None = None, threshold: float | None = None
-    ) -> list[dict[str, Any]]:
-        """PIIResult dicts {has_pii, entities[...], masked_text}, one per text.
-
-        PIIInputError (a ValueError) for a bad threshold, an unknown entity type or a text
-        over the length limit; ModelNotLoadedError when spaCy/Presidio failed to load.
-        """
-        return await self._hosted.detect_pii(texts, entity_types, threshold, self._pii_one)
-
-    async def detect_jailbreak(
-        self,
-        texts: list[str],
-        vectors: np.ndarray | list[list[float]] | None = None,
-        method: str = "classifier",
-        threshold: float | None = None,
-        jailbreak_patterns: list[str] | None = None,
-        benign_patterns: list[str] | None = None,
-    ) -> list[dict[str, Any]]:
-        """JailbreakResult dicts {is_jailbreak, score, confidence, method, patterns_detected,
-        detection_types}, one per text. ValueError on an unknown method or a bad threshold."""
-        return await self._hosted.detect_jailbreak(
-            texts, vectors, method, threshold, jailbreak_patterns, benign_patterns, self._jailbreak_one
-        )
-
-    async def detect_harmful(
-        self,
-        texts: list[str],
-        vectors: np.ndarray | list[list[float]] | None = None,
-        threshold: float | None = None,
-        categories: list[str] | None = None,
-    ) -> list[dict[str, Any]]:
-        """HarmfulResult dicts {is_harmful, score, confidence, category, categories,
-        detection_types}, one per text. ValueError on an unknown category or a bad threshold."""
-        return await self._hosted.detect_harmful(texts, vectors, threshold, categories, self._harmful_one)
+    async def classify(self, family: str, request: SignalRequest) -> list[SignalItem]:
+        """One item per text. ValueError (PIIInputError among them) on bad input: a bad
+        threshold, method, category or entity type, a text over the PII length limit;
+        ModelNotLoadedError when that family's model failed to load."""
+        return await self._engines.classify(family, request)
 
     async def info(self) -> dict[str, Any]:
         return self._hosted.info()

@@ -14,7 +14,8 @@ from ray.serve.handle import DeploymentHandle
 from app.cache.base import CacheScope, CacheUnavailable, FlushOutcome
 from app.common.background import BackgroundTasks
 from app.common.errors import SvcError
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
+from app.config.global_config import ResponseCacheConfig
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
@@ -22,8 +23,8 @@ from app.replays.replays import ReplayAggregate, ReplayPage
 from app.storage.client import StorageClient, StorageReply
 from app.storage.files import FileServiceDown
 from deployments import ray_compat
+from deployments.cache_lane import cache_lane
 from deployments.observability import replay_sender
-from deployments.response_cache import cache_lane
 
 
 class HandleRouterClient:
@@ -126,7 +127,11 @@ class HandleCacheControl:
     async def flush(self, scope: CacheScope | None = None) -> FlushOutcome:
         return FlushOutcome.model_validate(await self._call("flush", _plain(scope)))
 
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def probe(self, settings: ResponseCacheConfig) -> None:
+        # Any error of the probe is the candidate's (the admin reports it): raised as itself.
+        await self._call("probe", settings.model_dump(mode="json"), keep=Exception)
+
+    async def _call(self, method: str, *args: Any, keep: type[Exception] = CacheUnavailable) -> Any:
         def unavailable(exc: BaseException) -> BaseException:
             return CacheUnavailable(f"ResponseCache {method}: deployment unavailable ({type(exc).__name__})")
 
@@ -134,7 +139,7 @@ class HandleCacheControl:
             self._handle,
             method,
             *args,
-            keep=lambda exc: isinstance(exc, CacheUnavailable),
+            keep=lambda exc: isinstance(exc, keep),
             unavailable=unavailable,
             overloaded=unavailable,
         )

@@ -15,16 +15,16 @@ from app.api.request_id import ServerEchoesRequestId
 from app.cache.admin import LocalCacheAdmin
 from app.common.background import BackgroundTasks
 from app.common.heap import freeze_startup_heap
+from app.config.document import RouterConfig
 from app.config.loader import parse_config
-from app.config.models import RouterConfig
 from app.management.service import ManagementParts
 from app.management.stores import file_candidate, open_replica_stores
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
 from deployments import ray_compat
 from deployments.activation import build_management
-from deployments.decision_model import HandleDecisionBackend
-from deployments.diagnostics_backend import HandleClassifiers
+from deployments.decision_model import HandleDecisionSource
+from deployments.diagnostics_source import HandleClassifiers
 from deployments.error_page import install_error_pages
 from deployments.handles import (
     HandleCacheControl,
@@ -35,6 +35,7 @@ from deployments.handles import (
 )
 from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import metrics_source, replica_pusher
+from deployments.replica_logs import route_project_logs
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 
@@ -61,6 +62,7 @@ class Ingress:
         # The configuration arrives as user_config (hot reload without restarting this replica,
         # which runs the activation); Serve calls reconfigure() only after the ASGI app is built,
         # so the constructor reads the replica's current user_config itself.
+        route_project_logs()  # errors in this replica's log at once (deployments/replica_logs.py)
         install_error_pages()  # HAProxy's own answers (no replica could) in the spec's error shape
         transport = ray_compat.process_transport
         router, observability, cache = transport(router), transport(observability), transport(cache)
@@ -69,7 +71,7 @@ class Ingress:
         config = parse_config(_current_document(graph_args)).config
         self._config = StaticConfigView(config)
         # /v1/decisions, /v1/systemone (None: no DecisionModel in the graph, they answer 503)
-        self._decisions = HandleDecisionBackend(decision_model) if decision_model is not None else None
+        self._decisions = HandleDecisionSource(decision_model) if decision_model is not None else None
         self._metrics = RouterMetrics()
         self._replay_sends = BackgroundTasks()
         completion = front_door_completion(cache, observability, self._metrics, self._replay_sends)

@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from ray.serve import Application, Deployment
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.llm.addressing import deployment_name
 from deployments.llm_server import LLMServer, LLMServers
 

@@ -3,7 +3,7 @@
 Ray Serve 2.60 offers no public API for several things the graph needs (redeploying its
 own application without blocking, the controller's status overview, a replica's
 user_config before `reconfigure()`, a handle's transport, a deployment's version). They
-live here, each pinned by tests/unit/test_ray_compat.py, so a Ray upgrade that moves one
+live here, each pinned by tests/unit/deployments/test_ray_compat.py, so a Ray upgrade that moves one
 fails there, with its name, instead of somewhere in a request.
 
 Error unwrapping: an exception raised inside a replica reaches the caller wrapped in a

@@ -1,19 +1,21 @@
 """ResponseCache deployment: a thin Ray Serve host for a semantic cache backend.
 
-The backend is the one `global.stores.response_cache.backend_type` names (app/cache/factory.py):
-`memory` keeps its state inside the replica, so this deployment then runs ONE replica (the
-default); `redis`, `milvus` and `hybrid` keep it in a shared store, which any number of
-replicas (and a restart) share.
+The backend is the one `global.stores.response_cache.backend_type` names (app/cache/factory.py).
+A store one process must own (`single_owner`: memory, Milvus Lite) gets ONE replica, without
+surge (deployments/graph.py); Redis and a Milvus server are shared by any number of replicas.
 
-Settings arrive as Serve user_config, either the global `response_cache` block itself or
-`{"response_cache": {...}}`; `reconfigure` builds a new backend when the store changes and
-otherwise applies max_entries / ttl_seconds / eviction_policy in place, keeping entries.
+Settings arrive as Serve user_config (the `response_cache` block, or `{"response_cache": ...}`):
+a new backend when the store changes, else max_entries / ttl_seconds / eviction_policy applied
+in place, entries kept. A new backend is opened before it serves (docs/configuration.md "One owner"):
+Serve counts a replica ready, and an activation waits, until `reconfigure` returned, while the
+previous backend serves; a store that does not answer the open degrades and reconnects later.
 
-Callers on the same node reach the cache through a Unix-socket channel
-(app/cache/channel.py) that `channel()` starts and reports; the methods below serve
-everyone else and every call the channel cannot carry. Both act on the one backend.
-count / clear / flush serve the management storage API (HandleCacheControl); epoch gives a
-partition's token for store(..., epoch=) (app/cache/base.py).
+Callers on the same node reach the cache through a Unix-socket channel (app/cache/channel.py)
+that `channel()` starts and reports; the methods below serve everyone else and every call the
+channel cannot carry (deployments/cache_lane.py is the callers' side). count / clear / flush /
+probe serve the management storage API (HandleCacheControl; probe tries a candidate store here,
+where the stores are owned); epoch gives a partition's token for store(..., epoch=)
+(app/cache/base.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import hashlib
 import logging
 import os
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,12 +34,12 @@ import ray
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.cache.base import CacheHit, CacheScope
+from app.cache.base import CacheScope
 from app.cache.calls import AsyncCache, runs_in_process
 from app.cache.channel import CacheChannelServer, ChannelInfo
-from app.cache.factory import backend_name, cache_backend, store_identity
-from app.cache.lane import CacheLane
+from app.cache.factory import backend_name, open_cache_store, probe_store, store_identity
 from app.cache.memory import InMemorySemanticCache
+from app.common.background import BackgroundTasks
 from app.config.global_config import ResponseCacheConfig
 from app.management.state import state_dir_of
 from app.observability.metrics import MetricsRecorder
@@ -44,6 +47,8 @@ from deployments.observability import replica_pusher
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 log = logging.getLogger("svc_sr.response_cache")
+
+RETIRE_AFTER_S = 60.0  # a replaced backend stays open this long for the calls already on it
 
 
 @serve.deployment(
@@ -63,6 +68,7 @@ class ResponseCache:
         self._store_settings: dict[str, Any] | None = None  # what built the backend (None: the default)
         self._pusher = replica_pusher(self._metrics, observability)
         self._channel: CacheChannelServer | None = None
+        self._retired = BackgroundTasks()  # replaced backends, closed once their calls are done
 
     async def channel(self) -> dict[str, Any] | None:
         """Where same-node callers reach this replica's cache (ChannelInfo), started on the
@@ -100,13 +106,25 @@ class ResponseCache:
         if identity == (self._store_settings or store_identity(ResponseCacheConfig())):
             await self._cache.configure(raw)  # a partial mapping keeps the knobs it does not name
             return
-        state_dir = state_dir_of(self._state_dir, serve.get_replica_context().app_name)
-        backend = await asyncio.to_thread(cache_backend, settings, state_dir)
-        self._cache = AsyncCache(backend, on_unavailable=self._unavailable)
-        self._store_settings = identity
+        backend = await asyncio.to_thread(open_cache_store, settings, self._store_dir())
+        cache = AsyncCache(backend, on_unavailable=self._unavailable)
+        down = await cache.open()  # bounded by the store's timeout_seconds
+        retired, self._cache, self._store_settings = self._cache, cache, identity
         if self._channel is not None:
             self._channel.cache = self._cache
-        log.info("response cache backend: %s", backend_name(backend))
+        self._retired.spawn(retired.close(after_s=RETIRE_AFTER_S))
+        # A store that did not answer serves all the same: its calls degrade until it answers.
+        (log.info if down is None else log.warning)(
+            "response cache %s: %s", backend_name(backend), down or "open"
+        )
+
+    def _store_dir(self) -> Path:
+        return Path(self._state_dir or state_dir_of(None, serve.get_replica_context().app_name))
+
+    async def probe(self, settings: dict[str, Any]) -> None:
+        """A candidate store probed in the process that owns this cache's stores (a Milvus Lite
+        candidate opens here, beside the live one: app/cache/factory.py `probe_store`)."""
+        await asyncio.to_thread(probe_store, ResponseCacheConfig.model_validate(settings), self._store_dir())
 
     async def lookup(self, partition: str, vector: np.ndarray | list[float], threshold: float) -> dict | None:
         """CacheHit.model_dump() of the best entry at or above threshold, else None."""
@@ -156,36 +174,3 @@ def _socket_path() -> str:
     replica = serve.get_replica_context().replica_id.unique_id
     digest = hashlib.blake2s(f"{replica}:{os.getpid()}".encode(), digest_size=6).hexdigest()
     return os.path.join(tempfile.gettempdir(), f"svcsr-cache-{digest}.sock")
-
-
-def cache_lane(cache: DeploymentHandle) -> CacheLane:
-    """Calls to the ResponseCache over its replica's same-node channel, else its handle (the
-    Router's lookups, the front doors' writes)."""
-
-    async def discover() -> ChannelInfo | None:
-        info = await cache.channel.remote()
-        return None if info is None else ChannelInfo.model_validate(info)
-
-    async def lookup(partition: str, vector: np.ndarray, threshold: float) -> CacheHit | None:
-        hit = await cache.lookup.remote(partition, vector, threshold)
-        return None if hit is None else CacheHit.model_validate(hit)
-
-    async def store(
-        partition: str,
-        vector: np.ndarray,
-        response: dict[str, Any],
-        ttl_seconds: int | None,
-        epoch: int | None = None,
-    ) -> bool:
-        return bool(await cache.store.remote(partition, vector, response, ttl_seconds, epoch))
-
-    async def epoch(partition: str) -> int:
-        return int(await cache.epoch.remote(partition))
-
-    return CacheLane(
-        node_id=ray.get_runtime_context().get_node_id(),
-        discover=discover,
-        handle_lookup=lookup,
-        handle_store=store,
-        handle_epoch=epoch,
-    )

@@ -8,9 +8,11 @@ every request waiting on it in an Ingress times out (3 of 711 in the `serve depl
 a surge the replacement starts first and the old replica stops once it serves, so there is
 always one. A replacement that finds no room waits while the old replica keeps serving.
 
-LLMServer keeps Serve's default: a second engine on a full GPU would wait forever. So does the
-Storage deployment: its replacement must not open the records file and a Milvus Lite file while
-the old replica still holds them.
+LLMServer keeps Serve's default: a second engine on a full GPU would wait forever. So does a
+deployment whose one replica owns a store (`single_replica`: the Storage deployment, the
+ResponseCache over memory or Milvus Lite): its replacement must not open the records file or
+a Milvus Lite directory while the old replica still holds it (the second opener finds it
+locked), so the old one stops first.
 
 A stopping replica drains its in-flight requests (up to `graceful_shutdown_timeout_s`), checking
 every `graceful_shutdown_wait_loop_s`, and waits one period even when idle. A graph stops in
@@ -33,10 +35,12 @@ SHUTDOWN_POLL_S = 0.05
 
 
 def single_replica(options: dict[str, Any], name: str, why: str) -> dict[str, Any]:
-    """Serve `options` with one replica whatever the Serve config asks (warned): the in-memory
-    ResponseCache (two replicas would be two caches; redis, milvus and hybrid scale), and the
-    Storage deployment (it owns the records file, the ingestion worker and a Milvus Lite file)."""
-    if options.get("num_replicas", 1) == 1 and "autoscaling_config" not in options:
-        return options
-    logging.getLogger("svc_sr.graph").warning("%s: %s; running one replica", name, why)
-    return {k: v for k, v in options.items() if k != "autoscaling_config"} | {"num_replicas": 1}
+    """Serve `options` for a deployment whose one replica owns its store, whatever the Serve
+    config asks (a larger count or autoscaling is warned about and dropped): one replica, and
+    no surge, so a roll-out stops the old owner before its replacement opens the store. The
+    Storage deployment (records file, ingestion worker, a Milvus Lite file) and the
+    ResponseCache over a store one process must own (app/cache/factory.py `single_owner`)."""
+    if options.get("num_replicas", 1) != 1 or "autoscaling_config" in options:
+        logging.getLogger("svc_sr.graph").warning("%s: %s; running one replica", name, why)
+    kept = {k: v for k, v in options.items() if k != "autoscaling_config"}
+    return kept | {"num_replicas": 1, "max_surge_percent": 0}

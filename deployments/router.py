@@ -9,11 +9,12 @@ route() marks the requests whose decision records replays (`router_replay` plugi
 front door that completes the request (Ingress, ext_proc sidecar) sends the record to the
 Observability deployment, shared by every replica.
 
-The learned signal families (`domain`, `pii`, `jailbreak`, `harmful`) call the
-DomainClassifier and Guard deployments; the request's query vector is passed along, so the
-text is encoded once per request. With `InProcess.heads` the heads on that vector (domain,
-jailbreak, harmful) and PII's pattern-only checks run in this replica instead, and only PII
-checks that need NER call the Guard. Cache lookups and epoch reads go over the ResponseCache's
+The learned signal families (`domain`, `pii`, `jailbreak`, `harmful`) ask their engines
+through one interface (app/runtime/signal_engine.py): on the DomainClassifier and Guard
+deployments by handle (deployments/signal_engines.py); the request's query vector is passed
+along, so the text is encoded once per request. With `InProcess.heads` the heads on that vector
+(domain, jailbreak, harmful) and PII's pattern-only checks run on engines in this replica
+instead (app/pipeline/local_models.py), and only PII checks that need NER ask the Guard. Cache lookups and epoch reads go over the ResponseCache's
 lane. A family the configuration binds to a `model_deployments` entry (`prompt_guard`,
 `pii_classifier`, `domain_classifier`) calls that deployment's `svc-srun` workers, which each
 replica runs itself (SVC_SRUN_DIR/<replica id>/; app/srun/hosting.py BindingRuntimes).
@@ -33,7 +34,7 @@ from ray.serve.handle import DeploymentHandle
 
 from app.common.heap import freeze_startup_heap
 from app.pipeline import encoder_embed
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.local_models import router_evaluators
 from app.pipeline.plan import RoutePlan
 from app.pipeline.reload import ReloadingPipeline
@@ -44,8 +45,10 @@ from app.upstream.client import UpstreamClient
 from deployments import ray_compat
 from deployments.llm_transport import in_cluster_mounts
 from deployments.observability import replica_pusher
+from deployments.replica_logs import route_project_logs
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
-from deployments.router_services import handle_services, read_shared_state, retried
+from deployments.router_services import handle_services, read_shared_state
+from deployments.signal_engines import HandleEngine
 
 log = logging.getLogger("svc_sr.router")
 
@@ -79,6 +82,7 @@ class Router:
         ratings_at: tuple[Any, str | None, str | None] | None = None,
         storage: DeploymentHandle | None = None,
     ) -> None:
+        route_project_logs()  # errors in this replica's log at once (deployments/replica_logs.py)
         # llm_servers only keeps the in-cluster models in the graph (deployments/llm_server.py).
         transport = ray_compat.process_transport
         guard = transport(guard)
@@ -99,7 +103,7 @@ class Router:
         if local.heads:
             # Matrix products on a vector this replica holds, and PII's pattern-only checks:
             # no Ray call or batch wait for them; PII calls that need spaCy's NER go to the Guard.
-            remote_pii = retried(guard, "detect_pii") if guard is not None else None
+            remote_pii = HandleEngine(guard, "pii") if guard is not None else None
             services.evaluators.update(router_evaluators(lambda texts: services.embed(texts), remote_pii))
         # The front doors complete requests and record replays; route() only marks them.
         services.capture_replays = observability is not None

@@ -1,12 +1,12 @@
 """What a Router replica calls over handles (deployments/router.py): the Embedding deployment,
-the ResponseCache's lane, the learned signal families on the DomainClassifier and Guard, and
-the `rag` plugin's retrieval on the Storage deployment; as PipelineServices (app/pipeline).
-Also what it reads from the shared store: the elo ratings, knowledge bases and memories."""
+the ResponseCache's lane, the learned signal families' engines on the DomainClassifier and Guard
+(deployments/signal_engines.py), and the `rag` plugin's retrieval on the Storage deployment; as
+PipelineServices (app/pipeline). Also what it reads from the shared store: the elo ratings,
+knowledge bases and memories."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from ray.serve.handle import DeploymentHandle
@@ -15,44 +15,25 @@ from app.management.state import state_dir_of
 from app.pipeline import PipelineServices
 from app.pipeline.elo_selector import RatingsFeed
 from app.pipeline.learning.ratings import open_rating_store
+from app.pipeline.local_models import engine_evaluators
 from app.pipeline.signals.base import EvaluatorFactory
-from app.pipeline.signals.domain import domain_factory
-from app.pipeline.signals.harmful import harmful_factory
-from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.kb import KnowledgeBaseFeed
-from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import token_counter
 from app.state.shared_store import store_settings
 from app.storage.knowledge_bases import open_kb_store
 from app.storage.memories import router_memories
 from deployments import ray_compat
+from deployments.cache_lane import cache_lane
 from deployments.handles import storage_client
-from deployments.response_cache import cache_lane
-
-
-def retried(handle: DeploymentHandle, method: str) -> Callable[..., Awaitable[list[Any]]]:
-    """A model deployment's method, sent again once when its replica died under it (every such
-    method changes nothing)."""
-
-    async def call(*args: Any) -> list[Any]:
-        return cast(list[Any], await ray_compat.call(handle, method, *args, retries=1))
-
-    return call
+from deployments.signal_engines import handle_engines
 
 
 def classifier_evaluators(
     domain: DeploymentHandle | None, guard: DeploymentHandle | None
 ) -> dict[str, EvaluatorFactory]:
-    """Evaluator factories of the learned families over the model deployments' handles; a call
+    """Evaluator factories of the learned families over the model deployments' engines; a call
     a replica died under is sent again (to another replica or the replacement), not errored."""
-    evaluators: dict[str, EvaluatorFactory] = {}
-    if domain is not None:
-        evaluators["domain"] = domain_factory(retried(domain, "classify"))
-    if guard is not None:
-        evaluators["pii"] = pii_factory(retried(guard, "detect_pii"))
-        evaluators["jailbreak"] = jailbreak_factory(retried(guard, "detect_jailbreak"))
-        evaluators["harmful"] = harmful_factory(retried(guard, "detect_harmful"))
-    return evaluators
+    return engine_evaluators(handle_engines(domain, guard))
 
 
 def handle_services(

@@ -50,6 +50,8 @@ def fast_path_env() -> dict[str, str]:
         # Two threads are plenty for one laptop's traffic and leave the cores to the models.
         "RAY_SERVE_HAPROXY_NBTHREAD": "2",
         "RAY_SERVE_HAPROXY_RETRY_ON": CLUSTER_ENV["RAY_SERVE_HAPROXY_RETRY_ON"],
+        # Every body up to the largest max_body_bytes reaches the Router (app/common/ray_settings.py).
+        "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": CLUSTER_ENV["RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH"],
         # An Ingress replica stays up this long after it stops taking requests, so load
         # balancers elsewhere notice. HAProxy on this node drops it within ~0.1 s; Serve's 30 s
         # default only made every `svc-sr stop` and test teardown wait 30 s. Clusters keep 30 s.
@@ -74,6 +76,7 @@ FAST_PATH_KEYS = (
     "RAY_SERVE_HAPROXY_METRICS_PORT",
     "RAY_SERVE_HAPROXY_NBTHREAD",
     "RAY_SERVE_HAPROXY_RETRY_ON",
+    "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH",
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S",
 )

@@ -1,5 +1,5 @@
 """Measure the `language` signal's detector (app/models/language.py): accuracy on the prompts
-written for tests/unit/test_semantic_signals.py plus the short ones below, with the label
+written for tests/unit/pipeline/test_semantic_signals.py plus the short ones below, with the label
 space svc-sr uses (common languages) against the model's full 130 classes, and p50/p99 per
 prompt. Run: .venv/bin/python scripts/eval_language.py (docs/model-cards/language.md)."""
 
@@ -9,7 +9,7 @@ import statistics
 import time
 
 from app.models.language import LanguageDetector, _model
-from tests.unit.test_semantic_signals import SENTENCES
+from tests.unit.pipeline.test_semantic_signals import SENTENCES
 
 SHORT = {
     "en": [

@@ -45,7 +45,7 @@ from app.benchmark.local_services import VectorTable  # noqa: E402
 from app.benchmark.plot import render_accuracy_vs_cost  # noqa: E402
 from app.benchmark.runner import dataset_models  # noqa: E402
 from app.benchmark.sweep import PlannedRun, RunPlan  # noqa: E402
-from app.config.models import RouterConfig  # noqa: E402
+from app.config.document import RouterConfig  # noqa: E402
 
 BASE_CONFIG = ROOT / "configs" / "examples" / "cost-aware.yaml"
 REFERENCE_MODEL = "gemini-1.5-pro-002"

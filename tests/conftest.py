@@ -22,6 +22,17 @@ os.environ.pop("LINES", None)
 
 from tests.fakes.stores import redis_with_search
 
+# The folders whose tests start Ray, the CLI's stacks or workers (scripts/run-tests.sh runs them
+# one at a time): they carry `integration`, so `-m "not integration"` is the in-process set.
+_INTEGRATION_FOLDERS = ("integration", "cluster", "srun", "envoy")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.parts
+        if "tests" in parts and parts[parts.index("tests") + 1] in _INTEGRATION_FOLDERS:
+            item.add_marker(pytest.mark.integration)
+
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

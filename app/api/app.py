@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Depends, FastAPI
 
 from app.api.dataplane import ConfigView, DataPlane, dataplane_router
-from app.api.decisions import DecisionBackend, NoDecisionBackend, decisions_router
+from app.api.decisions import DecisionSource, NoDecisionSource, decisions_router
 from app.api.diagnostics import diagnostics_router
-from app.api.diagnostics_service import ClassifierBackend, Diagnostics
+from app.api.diagnostics_service import ClassifierSource, Diagnostics
 from app.api.errors import BodySizeLimitMiddleware, install_error_handlers
 from app.api.model_diagnostics import model_diagnostics_router
 from app.api.parts import IngressParts
 from app.api.rate_limit import RateLimiter
 from app.api.responses_store import ResponseStoreService, responses_store_router
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.exchange.exchange import RouterClient
 from app.exchange.responses.images import ImageFile, ImageStoreDown, ResolveImageFile, StoredImages
 from app.storage.parts import StorageParts
@@ -56,9 +56,9 @@ def create_app(
     router: RouterClient,
     upstream: UpstreamClient,
     config: ConfigView,
-    classifiers: ClassifierBackend | None = None,
+    classifiers: ClassifierSource | None = None,
     management: Management | None = None,
-    decisions: DecisionBackend | None = None,
+    decisions: DecisionSource | None = None,
     parts: IngressParts | None = None,
 ) -> FastAPI:
     """`classifiers`: the models behind the classification diagnostics (None: they answer 503).
@@ -92,8 +92,9 @@ def create_app(
     # The native decision API (docs/model-runtime.md), like the data plane not behind management auth.
     app.include_router(
         decisions_router(
-            decisions or NoDecisionBackend(),
+            decisions or NoDecisionSource(),
             max_body_bytes=config.current().global_.services.data_plane.max_body_bytes,
+            max_json_depth=config.current().global_.services.data_plane.max_json_depth,
         )
     )
     diagnostics = Diagnostics(classifiers, config)
@@ -112,4 +113,6 @@ def create_app(
     max_bytes = config.current().global_.services.data_plane.max_body_bytes
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_bytes)
     app.state.plane = plane
+    # The JSON nesting limit of every body a route reads (app.management.routes.common.read_model).
+    app.state.max_json_depth = lambda: config.current().global_.services.data_plane.max_json_depth
     return app

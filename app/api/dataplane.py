@@ -21,11 +21,11 @@ from starlette.background import BackgroundTask
 from app.common.api_docs import BODY_TOO_LARGE, Responses, errors, json_body, model_schema
 from app.common.background import BackgroundTasks
 from app.common.errors import ErrorBody
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.recipes import entrypoint_models
 from app.exchange.client_api import ChatApi, ClientApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Reply, RouterClient
-from app.exchange.openai_models import ChatCompletion, ChatCompletionRequest, ModelList, ResponseObject
+from app.exchange.openai_schemas import ChatCompletion, ChatCompletionRequest, ModelList, ResponseObject
 from app.exchange.responses.images import ResolveImageFile
 from app.exchange.responses.request import ResponsesRequest
 from app.exchange.responses.stored import ConversationStore
@@ -70,7 +70,10 @@ class DataPlane:
         return ResponsesApi(store, self.images)
 
     async def handle(self, api: ClientApi, raw: bytes, headers: dict[str, str]) -> Response:
-        exchange = Exchange(ExchangeSettings(self.router, self.metrics), api)
+        limits = self.config.current().global_.services.data_plane
+        exchange = Exchange(
+            ExchangeSettings(self.router, self.metrics, max_json_depth=limits.max_json_depth), api
+        )
         try:
             step = await exchange.begin(raw, headers)
         except Exception:  # the router failed: counted here, answered 500 by the error handler

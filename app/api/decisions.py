@@ -1,6 +1,6 @@
 """The router frontend's native decision API (docs/model-runtime.md): POST /v1/decisions and /v1/systemone
-(identical) and GET /v1/systemone/models, over a `DecisionBackend` (the Ingress adapts its
-DecisionModel handle or a managed runtime's client; tests pass `LocalDecisionBackend`).
+(identical) and GET /v1/systemone/models, over a `DecisionSource` (the Ingress adapts its
+DecisionModel handle or a managed runtime's client; tests pass `LocalDecisionSource`).
 
 Errors use the worker body `{error: {code, message}}` with fixed public words: the
 runtime's own message stays private (logged at debug level, never the request text).
@@ -11,7 +11,6 @@ runtime's own message stays private (logged at debug level, never the request te
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any, Protocol
 
@@ -20,10 +19,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from app.common.api_docs import BODY_TOO_LARGE, errors, json_body
+from app.common.body_limits import DEFAULT_MAX_DEPTH, JsonRejected, decode_json
 from app.runtime.schemas import NotReady, RuntimeFailure
-from app.srun.decision_backend import DEADLINE_S
-from app.srun.models import WorkerCard, WorkerErrorBody, WorkerErrorDetail
+from app.srun.decision_source import DEADLINE_S
 from app.srun.questions import DecisionRequest, DecisionResponse
+from app.srun.schemas import WorkerCard, WorkerErrorBody, WorkerErrorDetail
 
 log = logging.getLogger("svc_sr.decisions_api")
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
@@ -55,7 +55,7 @@ class NativeModels(BaseModel):
     data: list[WorkerCard]
 
 
-class DecisionBackend(Protocol):
+class DecisionSource(Protocol):
     async def decide(self, body: dict[str, Any]) -> dict[str, Any]:
         """The wire answer; raises an exception with `.status` (RuntimeFailure, RuntimeCallError)."""
         ...
@@ -65,7 +65,7 @@ class DecisionBackend(Protocol):
         ...
 
 
-class LocalDecisionBackend:
+class LocalDecisionSource:
     """An in-process decision model (no Ray, no worker process)."""
 
     def __init__(self, model: Any) -> None:
@@ -78,7 +78,7 @@ class LocalDecisionBackend:
         return [self.model.card.to_wire()]
 
 
-class NoDecisionBackend:
+class NoDecisionSource:
     """A frontend without a decision model: the native API answers 503 not_ready."""
 
     async def decide(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +97,11 @@ def _error(status: int) -> JSONResponse:
 
 
 def decisions_router(
-    backend: DecisionBackend, *, max_body_bytes: int = DEFAULT_MAX_BODY, deadline_s: float = DEADLINE_S
+    backend: DecisionSource,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    max_json_depth: int = DEFAULT_MAX_DEPTH,
+    deadline_s: float = DEADLINE_S,
 ) -> APIRouter:
     router = APIRouter(tags=["native"])
 
@@ -108,8 +112,8 @@ def decisions_router(
             if len(raw) > max_body_bytes:
                 return _error(413)
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = decode_json(raw, max_json_depth)
+        except JsonRejected:
             return _error(400)
         if not isinstance(body, dict):
             return _error(400)

@@ -6,7 +6,7 @@ Routes (spec 01 "Routing and diagnostics" and the older `/api/v1/classify/*` con
     POST /api/v1/classify/{intent,pii,security,batch}     older paths, same shapes
     POST /api/v1/classify/combined                        501 NOT_IMPLEMENTED (older contract)
 
-Bodies are `app.api.classify_models`. Errors use the management body
+Bodies are `app.api.classify_schemas`. Errors use the management body
 `{error: {code, message, timestamp}}`: 400 INVALID_INPUT and TEXT_TOO_LONG
 (`diagnostics_requests.py`), 408 TIMEOUT_ERROR, 503 MODEL_NOT_LOADED, 500
 CLASSIFICATION_ERROR / UNIFIED_CLASSIFICATION_ERROR (`diagnostics_service.py`, where the
@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from app.api.classify_models import (
+from app.api.classify_schemas import (
     BatchRequest,
     BatchResponse,
     CombinedRequest,
@@ -45,6 +45,7 @@ from app.api.diagnostics_requests import ManagementError, parse
 from app.api.diagnostics_service import Diagnostics
 from app.common.api_docs import BODY_TOO_LARGE, Responses, errors, json_body
 from app.common.mgmt_errors import MgmtErrorBody
+from app.management.routes.common import json_depth_limit
 
 GUARDED = errors(MgmtErrorBody, {401: "missing or invalid bearer token", 403: "classify.invoke missing"})
 FAILURES = {
@@ -78,7 +79,7 @@ def post_route(
 
     async def endpoint(request: Request) -> Response:
         try:
-            body = parse(model, await request.body())
+            body = parse(model, await request.body(), json_depth_limit(request))
             result = await handler(body)
         except ManagementError as exc:
             return exc.to_response()

@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from app.api.classify_models import Text, _Request
+from app.api.classify_schemas import Text, _Request
 from app.api.diagnostics_requests import invalid, max_batch_size
 from app.api.diagnostics_service import Diagnostics, _elapsed_ms
 from app.api.model_bindings import DEFAULT_RECIPE, Binding, binding_for

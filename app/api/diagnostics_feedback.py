@@ -14,7 +14,7 @@ import time
 
 from pydantic import BaseModel, Field
 
-from app.api.classify_models import Text, Threshold, _Options, _Request
+from app.api.classify_schemas import Text, Threshold, _Options, _Request
 from app.api.diagnostics_service import Diagnostics, _elapsed_ms
 from app.models.fact_check import shared_fact_check_head
 from app.models.feedback import detect_feedback

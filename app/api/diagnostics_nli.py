@@ -19,7 +19,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.classify_models import Text
+from app.api.classify_schemas import Text
 from app.api.diagnostics_requests import ManagementError
 from app.api.diagnostics_service import Diagnostics, _elapsed_ms
 from app.api.model_bindings import DEFAULT_RECIPE, BindingLimits, binding_for, check_recipe

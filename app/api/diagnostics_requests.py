@@ -1,6 +1,6 @@
 """Request parsing of the classification diagnostics and the error body they answer with.
 
-The constraints live in the request models (`classify_models`: non-blank texts of at most
+The constraints live in the request models (`classify_schemas`: non-blank texts of at most
 MAX_TEXT_CHARS characters, option ranges, task types), so the served OpenAPI document
 states what is enforced; `parse` turns a violation into the management body
 `{error: {code, message, timestamp}}`: 400 INVALID_INPUT (malformed body, empty `text` or
@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, RootModel, ValidationError
 
-from app.api.classify_models import DEFAULT_MAX_BATCH, MAX_TEXT_CHARS
-from app.common.mgmt_errors import error_body
-from app.config.models import RouterConfig
+from app.api.classify_schemas import DEFAULT_MAX_BATCH, MAX_TEXT_CHARS
+from app.common.body_limits import DEFAULT_MAX_DEPTH, JsonRejected, decode_json, rejection_message
+from app.common.mgmt_errors import mgmt_error_body
+from app.config.document import RouterConfig
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -34,7 +35,7 @@ class ManagementError(Exception):
         self.message = message
 
     def body(self) -> dict[str, Any]:
-        return error_body(self.code, self.message)
+        return mgmt_error_body(self.code, self.message)
 
     def to_response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status)
@@ -53,25 +54,24 @@ def max_batch_size(config: RouterConfig) -> int:
     return DEFAULT_MAX_BATCH
 
 
-def parse(model: type[M], raw: bytes | dict[str, Any], what: str = "request body") -> M:
+def parse(model: type[M], raw: bytes, max_depth: int = DEFAULT_MAX_DEPTH, what: str = "request body") -> M:
+    """`raw` under the body limits (app/common/body_limits.py), validated strictly: JSON's own
+    types, as the OpenAPI document states them (`0` is no boolean)."""
+    if not raw.strip():
+        raise invalid(f"{what} is required")
     try:
-        if isinstance(raw, dict):
-            return model.model_validate(raw)
-        if not raw.strip():
-            raise invalid(f"{what} is required")
-        return model.model_validate_json(raw)
+        decode_json(raw, max_depth)
+    except JsonRejected as exc:
+        raise invalid(rejection_message(exc)) from None
+    try:
+        return model.model_validate_json(raw, strict=True)
     except ValidationError as exc:
         errors = exc.errors()
         first: dict[str, Any] = dict(errors[0]) if errors else {}
-        if first.get("type") == "json_invalid":
-            raise invalid(f"{what} is not valid JSON") from None
         loc = list(first.get("loc", ()))
         if issubclass(model, RootModel) and loc:
             loc = loc[1:]  # a tagged union's first location is the variant's tag
-        where = _where(loc) or (what if isinstance(raw, dict) else "")
-        if isinstance(raw, dict) and where != what:
-            where = f"{what}.{where}"
-        raise _rejection(first, where) from None
+        raise _rejection(first, _where(loc)) from None
 
 
 def _where(loc: Sequence[Any]) -> str:

@@ -1,6 +1,6 @@
 """The classification diagnostics: intent (domain), PII and jailbreak classifiers.
 
-The classifiers arrive as a `ClassifierBackend` (the Ingress adapts the DomainClassifier,
+The classifiers arrive as a `ClassifierSource` (the Ingress adapts the DomainClassifier,
 Guard and Router handles to it; tests pass fakes), so this module needs no Ray. Intent
 answers also carry `recommended_model` / `routing_decision` from the Router's routing
 preview of the text (None when the preview is unavailable).
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from app.api.classify_models import (
+from app.api.classify_schemas import (
     BatchRequest,
     BatchResponse,
     BatchStatistics,
@@ -48,7 +48,7 @@ from app.api.classify_models import (
     SecurityResponse,
 )
 from app.api.diagnostics_requests import ManagementError, invalid, max_batch_size
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.models.domain import DomainResult, map_to_configured
 from app.models.harmful import HarmfulResult
 from app.models.jailbreak import DEFAULT_THRESHOLD, JailbreakResult
@@ -65,7 +65,7 @@ DEADLINE_S = 120.0  # spec 01 "typed model call request deadline"
 LOW_CONFIDENCE = 0.7  # batch statistics: below this (or options.confidence_threshold) is "low"
 
 
-class ClassifierBackend(Protocol):
+class ClassifierSource(Protocol):
     """The model calls behind the diagnostics; each returns one result (or its dict) per text."""
 
     async def classify_domain(
@@ -104,14 +104,14 @@ def _elapsed_ms(started: float) -> float:
 
 
 class Diagnostics:
-    def __init__(self, backend: ClassifierBackend | None, config: ConfigSource) -> None:
+    def __init__(self, backend: ClassifierSource | None, config: ConfigSource) -> None:
         self.backend = backend
         self.config = config
 
     # -------------------------------------------------------------- model calls
     async def _call(
         self,
-        make: Callable[[ClassifierBackend], Awaitable[list[Any]]],
+        make: Callable[[ClassifierSource], Awaitable[list[Any]]],
         n: int,
         error_code: str = "CLASSIFICATION_ERROR",
     ) -> list[Any]:
@@ -141,7 +141,7 @@ class Diagnostics:
     async def embed(self, texts: list[str], error_code: str = "CLASSIFICATION_ERROR") -> np.ndarray:
         """(len(texts), dim) unit vectors from the backend's `embed`; 503 MODEL_NOT_LOADED without one."""
 
-        async def call(backend: ClassifierBackend) -> list[Any]:
+        async def call(backend: ClassifierSource) -> list[Any]:
             embed = getattr(backend, "embed", None)
             if embed is None:
                 raise ModelNotLoadedError("no encoder is bound to the diagnostics")

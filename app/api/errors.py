@@ -8,8 +8,10 @@ OpenAI-style shape: SvcError, request validation (400), unknown routes/methods
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -29,6 +31,8 @@ from app.common.errors import (
 )
 
 logger = logging.getLogger(__name__)
+SERVER_ERROR = 500
+LOGGED_BODY_BYTES = 1024  # of a 5xx answer's body, in its log line (the error body fits)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -53,19 +57,44 @@ def install_error_handlers(app: FastAPI) -> None:
         message, path = validation_message(exc.errors())
         return error_response(bad_request(message, param=path))
 
-    async def http_error(_: Request, exc: Exception) -> JSONResponse:
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
         message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
-        err = SvcError(
-            exc.status_code, message, code=codes.get(exc.status_code), headers=dict(exc.headers or {})
-        )
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request, headers.get("Allow")))
+        err = SvcError(exc.status_code, message, code=codes.get(exc.status_code), headers=headers)
         return error_response(err)
 
     app.add_exception_handler(SvcError, svc_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_middleware(CatchAllMiddleware)
+
+
+def allowed_methods(request: Request, given: str | None = None) -> list[str]:
+    """Every method the request's path answers: those the app's OpenAPI document lists for the
+    path's template (generated from the registered routes; cached by FastAPI), and `given`,
+    Starlette's Allow, which names only the first route matching the path while each method is
+    a route of its own here (and covers the few routes the document leaves out)."""
+    methods = {m.strip().upper() for m in (given or "").split(",") if m.strip()}
+    paths: dict[str, dict[str, Any]] = request.app.openapi().get("paths", {})
+    matching = [t for t in paths if _template(t).fullmatch(request.url.path)]
+    # The most specific template names the path (`/recipes/validate`, not `/recipes/{name}`).
+    fewest = min((t.count("{") for t in matching), default=0)
+    for template in (t for t in matching if t.count("{") == fewest):
+        methods |= {m.upper() for m in paths[template] if m.upper() in _METHODS}
+    return sorted(methods)
+
+
+_METHODS = frozenset({"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"})
+
+
+@functools.lru_cache(maxsize=1024)
+def _template(path: str) -> re.Pattern[str]:
+    """An OpenAPI path template (`/a/{id}`) as the pattern of the paths it names."""
+    return re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(path)))
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -84,10 +113,14 @@ async def _send_error(send: Send, err: SvcError) -> None:
 
 
 class CatchAllMiddleware:
-    """Pure ASGI: an unexpected exception becomes a logged 500 body with a request id.
+    """Pure ASGI: an unexpected exception becomes a 500 body with a request id, and every 5xx
+    the app answers is logged as it is sent, at ERROR with its request id: the exception's
+    traceback, or the answer's own error body (a store or backend that is down). ERROR also
+    makes a Serve replica write its buffered log at once (deployments/replica_logs.py), so an
+    operator finds the id a client quotes in `svc-sr logs service`.
 
-    If the response had already started (a stream), it is logged and the response
-    ends; the exception is not re-raised, so the server stays quiet and healthy.
+    If the response had already started (a stream), the exception is logged and the response
+    ends; it is not re-raised, so the server stays quiet and healthy.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -97,22 +130,25 @@ class CatchAllMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
+        request_id = _header(scope, REQUEST_ID_HEADER.encode()) or uuid.uuid4().hex
+        where = f"{scope.get('method')} {scope.get('path')} (request id {request_id})"
+        status = 0
 
         async def tracking_send(message: Message) -> None:
-            nonlocal started
+            nonlocal status
             if message["type"] == "http.response.start":
-                started = True
+                status = int(message["status"])
+            elif message["type"] == "http.response.body" and status >= SERVER_ERROR:
+                status = -status  # logged once, with the first part of its body
+                excerpt = bytes(message.get("body", b""))[:LOGGED_BODY_BYTES]
+                logger.error("answered %d on %s: %s", -status, where, excerpt.decode("utf-8", "replace"))
             await send(message)
 
         try:
             await self.app(scope, receive, tracking_send)
         except Exception:
-            request_id = _header(scope, REQUEST_ID_HEADER.encode()) or uuid.uuid4().hex
-            logger.exception(
-                "unhandled error on %s %s (request id %s)", scope.get("method"), scope.get("path"), request_id
-            )
-            if not started:
+            logger.exception("unhandled error on %s", where)
+            if status == 0:
                 await _send_error(send, internal_error(request_id))
 
 

@@ -2,7 +2,7 @@
 
 A binding is one of the graph's own models under the name the router configuration gives it
 (`embedding`, `domain_classifier`, `prompt_guard`, `pii_classifier`, `reranker`): the ones the
-typed routes call, described once in app/management/graph_models.py (model, deployment,
+typed routes call, described once in app/management/graph_schemas.py (model, deployment,
 engine, pins, limits; the inventory reads the same description). Nothing is loaded to list them. A recipe is `default` or one of the configuration's named recipes (all run on the graph's models); any other name
 and any unknown binding is an explicit error, never a fallback model.
 """
@@ -16,11 +16,11 @@ from pydantic import BaseModel
 
 from app.api.diagnostics_requests import ManagementError
 from app.config.recipes import DEFAULT_RECIPE
-from app.management.graph_models import TYPED_BINDINGS, Binding, BindingLimits, describe
+from app.management.graph_schemas import TYPED_BINDINGS, Binding, BindingLimits, describe
 
 __all__ = ["DEFAULT_RECIPE", "GRAPH_BINDINGS", "Binding", "BindingLimits", "BindingList"]
 
-# The bindings the typed routes call (app/management/graph_models.py describes every one).
+# The bindings the typed routes call (app/management/graph_schemas.py describes every one).
 GRAPH_BINDINGS: tuple[str, ...] = TYPED_BINDINGS
 
 
@@ -75,7 +75,8 @@ def find_binding(
     known: Collection[str] = (DEFAULT_RECIPE,),
 ) -> Binding:
     """The binding, 404 RECIPE_NOT_FOUND / BINDING_NOT_FOUND; with `tasks` (those the route
-    serves), 400 INVALID_INPUT for a binding that answers another task."""
+    serves), 404 BINDING_NOT_FOUND too for a binding that answers another task: the route has
+    no binding of that name (the request itself is well formed, so not a 400)."""
     check_recipe(recipe, known)
     if binding not in GRAPH_BINDINGS:
         raise ManagementError(
@@ -87,8 +88,8 @@ def find_binding(
     if tasks is not None and found.task not in tasks:
         serving = [name for name in GRAPH_BINDINGS if _binding(name).task in tasks]
         raise ManagementError(
-            400,
-            "INVALID_INPUT",
+            404,
+            "BINDING_NOT_FOUND",
             f"binding {binding!r} answers {found.task}, not {' or '.join(tasks)}; "
             f"bindings for this route: {', '.join(serving)}",
         )

@@ -27,7 +27,7 @@ import time
 
 from pydantic import BaseModel, Field
 
-from app.api.classify_models import Text, Threshold, _Request
+from app.api.classify_schemas import Text, Threshold, _Request
 from app.api.diagnostics_requests import invalid, max_batch_size
 from app.api.diagnostics_service import Diagnostics, _elapsed_ms
 from app.api.model_bindings import Binding, binding_for

@@ -8,7 +8,7 @@
     POST /api/v1/diagnostics/nli                       premise/hypothesis pair (`diagnostics_nli`)
 
 Errors are the management body: 404 RECIPE_NOT_FOUND / BINDING_NOT_FOUND, 400 INVALID_INPUT
-(malformed body, a binding of another task, a list over max_batch_size), 400 TEXT_TOO_LONG,
+(malformed body, a list over max_batch_size), 400 TEXT_TOO_LONG,
 408 TIMEOUT_ERROR, 503 MODEL_NOT_LOADED, 500 CLASSIFICATION_ERROR. No route calls a
 generation backend.
 """
@@ -48,7 +48,9 @@ from app.common.mgmt_errors import MgmtErrorBody
 from app.config.recipes import recipe_names
 
 PREFIX = "/api/v1/diagnostics"
-NOT_FOUND = errors(MgmtErrorBody, {404: "RECIPE_NOT_FOUND / BINDING_NOT_FOUND"})
+NOT_FOUND = errors(
+    MgmtErrorBody, {404: "RECIPE_NOT_FOUND / BINDING_NOT_FOUND (unknown, or it answers another task)"}
+)
 MODEL_FAILURES = {**FAILURES, **NOT_FOUND}
 
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.api.rate_buckets import BucketBackend, RedisBuckets
+from app.api.rate_buckets import BucketStore, RedisBuckets
 from app.cache.admin import ResponseCacheAdmin
 from app.common.redaction import redact_url
-from app.exchange.responses.store import RedisResponseBackend, ResponseBackend
+from app.exchange.responses.store import RedisResponseRecordStore, ResponseRecordStore
 from app.observability.metrics import MetricsRecorder
 from app.pipeline.learning.ratings import RatingStore, open_rating_store
 from app.pipeline.memory.redis_store import RedisMemoryStore
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 class DataPlaneStores:
     """The data plane's shared stores (None: each replica keeps its own in memory)."""
 
-    responses: ResponseBackend | None = None  # the Responses API store
-    rate_buckets: BucketBackend | None = None  # the rate-limit buckets
+    responses: ResponseRecordStore | None = None  # the Responses API store
+    rate_buckets: BucketStore | None = None  # the rate-limit buckets
 
 
 @dataclass
@@ -84,7 +84,7 @@ def open_shared_stores(
         assert settings.url is not None  # the settings' validator requires it
         where = redact_url(settings.url)
         stores.data_plane = DataPlaneStores(
-            RedisResponseBackend(client, prefix, where), RedisBuckets(client, prefix, where)
+            RedisResponseRecordStore(client, prefix, where), RedisBuckets(client, prefix, where)
         )
         stores.memories = RedisMemoryStore(client, prefix, where)
     return stores

@@ -77,7 +77,7 @@ class Taken:
         return self.empty is None
 
 
-class BucketBackend(Protocol):
+class BucketStore(Protocol):
     def describe(self) -> str: ...
 
     async def take(self, buckets: Sequence[Bucket]) -> Taken: ...

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from fastapi import Request
 
 from app.api.dataplane import ConfigView
-from app.api.rate_buckets import Bucket, BucketBackend, MemoryBuckets
+from app.api.rate_buckets import Bucket, BucketStore, MemoryBuckets
 from app.common.errors import rate_limited
 from app.config.global_config import RateLimitConfig, RateLimitRule
 
@@ -66,7 +66,7 @@ def _bucket(name: str, rule: RateLimitRule) -> Bucket:
 
 
 class RateLimiter:
-    def __init__(self, config: ConfigView, shared: BucketBackend | None = None) -> None:
+    def __init__(self, config: ConfigView, shared: BucketStore | None = None) -> None:
         self._config = config
         self._shared = shared
         self._local = MemoryBuckets()
@@ -75,7 +75,7 @@ class RateLimiter:
     def settings(self) -> RateLimitConfig:
         return self._config.current().global_.services.ratelimit
 
-    def backend(self, settings: RateLimitConfig) -> BucketBackend:
+    def backend(self, settings: RateLimitConfig) -> BucketStore:
         if settings.backend == "memory" or self._shared is None:
             return self._local
         return self._shared

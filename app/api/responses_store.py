@@ -26,8 +26,8 @@ from app.api.dataplane import ConfigView
 from app.common.api_docs import errors
 from app.common.errors import ErrorBody, SvcError
 from app.config.global_config import ResponseApiConfig
-from app.exchange.openai_models import ResponseObject
-from app.exchange.responses.store import MemoryResponseBackend, ResponseBackend
+from app.exchange.openai_schemas import ResponseObject
+from app.exchange.responses.store import MemoryResponseRecordStore, ResponseRecordStore
 from app.exchange.responses.stored import ConversationStore, StoredResponse
 from app.state.shared_store import StoreUnavailable
 
@@ -70,16 +70,16 @@ class ResponseStoreService:
     """The store as the data plane uses it: the backend `store_backend` names (`shared`: the
     management store's Redis backend, None without one), the live settings, the degradation."""
 
-    def __init__(self, config: ConfigView, shared: ResponseBackend | None = None) -> None:
+    def __init__(self, config: ConfigView, shared: ResponseRecordStore | None = None) -> None:
         self._config = config
         self._shared = shared
-        self._local = MemoryResponseBackend()
+        self._local = MemoryResponseRecordStore()
         self._warned = False
 
     def settings(self) -> ResponseApiConfig:
         return self._config.current().global_.services.response_api
 
-    def backend(self) -> ResponseBackend:
+    def backend(self) -> ResponseRecordStore:
         wanted = self.settings().store_backend
         if wanted == "memory" or self._shared is None:
             if wanted == "redis" and not self._warned:

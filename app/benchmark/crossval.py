@@ -29,7 +29,7 @@ import numpy as np
 
 from app.benchmark.dataset import Dataset, question_text
 from app.benchmark.local_services import VectorTable
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.models.elo import ELO_FILE, initial_ratings_from, save_initial_ratings
 from app.models.quality_mf import MF_FILE
 from app.models.selection import KNN_FILE, save_knn, save_mf

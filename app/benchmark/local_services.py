@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.pipeline import PipelineServices, encoder_embed
 from app.pipeline.decisions import referenced_signals
-from app.pipeline.local_models import local_evaluators
+from app.pipeline.local_models import Batchers, engine_evaluators, local_engines
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plugins import compile_guards
 from app.pipeline.signals.base import EmbedFn
@@ -134,12 +134,13 @@ def local_services(
 ) -> LocalServices:
     """Services for routing `config` in this process, over `vectors` and into `feeds`."""
     feeds = feeds or RunFeeds()
-    evaluators, batchers = local_evaluators(learned_families(config), vectors.embed, strict=True)
+    batchers = Batchers()
+    engines = local_engines(learned_families(config), vectors.embed, batchers, strict=True)
     services = PipelineServices(
         embed=vectors.embed,
-        evaluators=evaluators,
+        evaluators=engine_evaluators(dict(engines)),
         count_tokens=token_counter(),  # the exact count the Router uses (context signals, selectors)
         record_replay=feeds.record_replay,
         metrics=feeds.metrics,
     )
-    return LocalServices(services, batchers)
+    return LocalServices(services, batchers.all)

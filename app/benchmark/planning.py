@@ -20,8 +20,8 @@ from app.benchmark.dataset import Dataset, prompt_tokens
 from app.benchmark.local_services import learned_families
 from app.benchmark.runner import dataset_models
 from app.benchmark.store import RunStore
+from app.config.document import RouterConfig
 from app.config.loader import config_hash
-from app.config.models import RouterConfig
 
 
 class ModelPlan(BaseModel):
@@ -32,7 +32,7 @@ class ModelPlan(BaseModel):
     cost_if_all: float  # the run's cost if this model answered every question it has answers to
 
 
-class Plan(BaseModel):
+class BenchmarkPlan(BaseModel):
     dataset: str
     dataset_fingerprint: str
     questions: int
@@ -60,7 +60,7 @@ def plan_run(
     excluded: int = 0,
     batch_size: int = 64,
     store: RunStore | None = None,
-) -> Plan:
+) -> BenchmarkPlan:
     chosen = dataset.subset(question_ids) if question_ids is not None else dataset
     ids = [q.question_id for q in chosen.questions]
     categories: dict[str, int] = {}
@@ -88,7 +88,7 @@ def plan_run(
         )
     costs = [m.cost_if_all for m in models if m.answers]
     fingerprint = config_hash(config)
-    return Plan(
+    return BenchmarkPlan(
         dataset=str(dataset.path),
         dataset_fingerprint=dataset.fingerprint,
         questions=len(ids),
@@ -125,10 +125,10 @@ def _reusable(
     return out
 
 
-class Candidate(BaseModel):
+class CandidateConfig(BaseModel):
     """One candidate config of `candidate-plan`: its plan and what to do about it."""
 
-    plan: Plan
+    plan: BenchmarkPlan
     action: Literal["reuse", "run"]
     run: str | None  # the stored run reused
     command: str | None  # the run to start

@@ -30,8 +30,8 @@ from app.benchmark.dataset import Dataset, Question, RecordedAnswer, question_te
 from app.benchmark.local_services import BatchFn, RunFeeds, VectorTable, local_services, shared_vector_table
 from app.benchmark.records import QuestionResult, Summary
 from app.benchmark.report import summarize
+from app.config.document import RouterConfig
 from app.config.loader import load_config
-from app.config.models import RouterConfig
 from app.pipeline.pipeline import RouterPipeline
 from app.pipeline.plan import CompletionReport, RoutePlan
 from app.pipeline.selection import RoutingError

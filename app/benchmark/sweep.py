@@ -18,7 +18,7 @@ from app.benchmark.frontier import CurvePoint
 from app.benchmark.local_services import RunFeeds, VectorTable, shared_vector_table
 from app.benchmark.records import QuestionResult
 from app.benchmark.runner import ProgressFn, run_benchmark
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Semantic response cache: backend-neutral protocol and the in-memory backend."""
 
-from app.cache.base import CacheHit, CacheStats, CacheTuning, ResponseCacheBackend
+from app.cache.base import CacheHit, CacheStats, CacheTuning, ResponseCacheStore
 from app.cache.memory import InMemorySemanticCache
 
-__all__ = ["CacheHit", "CacheStats", "CacheTuning", "InMemorySemanticCache", "ResponseCacheBackend"]
+__all__ = ["CacheHit", "CacheStats", "CacheTuning", "InMemorySemanticCache", "ResponseCacheStore"]

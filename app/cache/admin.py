@@ -1,9 +1,9 @@
 """The response-cache storage API's state (docs/management-api.md): capabilities, health, stats,
 probing a candidate configuration, invalidating a scope and flushing with an epoch.
 
-`ResponseCacheAdmin` is what the routes (app/api/routes/storage.py) call; `LocalCacheAdmin` is its
+`ResponseCacheAdmin` is what the routes (app/api/routes/response_cache.py) call; `LocalCacheAdmin` is its
 one implementation, over a `CacheControl` (the live cache's stats and clear): an app.cache
-backend in this process (`backend_control`), or the ResponseCache deployment's handle
+backend in this process (`store_control`), or the ResponseCache deployment's handle
 (deployments/handles.py). No Ray and no HTTP here.
 
 Scopes (app.cache.base.CacheScope): {"model"} covers every partition of that model,
@@ -23,22 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from app.cache.base import CacheScope, CacheStats, CacheUnavailable, FlushOutcome, ResponseCacheBackend
+from app.cache.base import CacheScope, CacheStats, CacheUnavailable, FlushOutcome, ResponseCacheStore
 from app.cache.calls import AsyncCache
-from app.cache.factory import backend_name, cache_backend
+from app.cache.factory import backend_name, probe_store
 from app.config.global_config import ResponseCacheConfig
 
 GLOBAL_SCOPE = "global"
 BACKEND_TYPES = ["memory", "redis", "milvus", "hybrid"]
 # Backends whose epochs live in a shared store (the rest: in the ResponseCache replica).
 SHARED_EPOCHS = {"redis", "milvus", "hybrid"}
-PROBE_PARTITION = "__svc_sr_probe__"
 # A probe never waits longer than this beyond the store's own timeout (building a Milvus
 # Lite store can take a few seconds).
 PROBE_MARGIN_S = 10.0
@@ -119,6 +117,11 @@ class CacheControl(Protocol):
 
     async def flush(self, scope: CacheScope | None = None) -> FlushOutcome: ...
 
+    async def probe(self, settings: ResponseCacheConfig) -> None:
+        """app/cache/factory.py `probe_store` where the cache's stores are owned: raises what the
+        candidate store raised."""
+        ...
+
 
 class ResponseCacheAdmin(Protocol):
     async def capabilities(self) -> dict[str, Any]: ...
@@ -134,9 +137,10 @@ class ResponseCacheAdmin(Protocol):
     async def flush(self, scope: CacheScope | None) -> dict[str, Any]: ...
 
 
-class _BackendControl:
-    def __init__(self, backend: ResponseCacheBackend) -> None:
+class _StoreControl:
+    def __init__(self, backend: ResponseCacheStore, state_dir: Path | None) -> None:
         self._cache = AsyncCache(backend)
+        self._state_dir = state_dir
 
     async def stats(self) -> dict[str, Any]:
         stats = await self._cache.stats()
@@ -151,19 +155,23 @@ class _BackendControl:
     async def flush(self, scope: CacheScope | None = None) -> FlushOutcome:
         return await self._cache.flush(scope)
 
+    async def probe(self, settings: ResponseCacheConfig) -> None:
+        await asyncio.to_thread(probe_store, settings, self._state_dir)
 
-def backend_control(backend: ResponseCacheBackend) -> CacheControl:
-    """CacheControl over a backend in this process (network backends' calls in a thread)."""
-    return _BackendControl(backend)
+
+def store_control(backend: ResponseCacheStore, state_dir: Path | None = None) -> CacheControl:
+    """CacheControl over a backend in this process (network backends' calls in a thread);
+    `state_dir`: where a probed Milvus Lite candidate lives."""
+    return _StoreControl(backend, state_dir)
 
 
 class LocalCacheAdmin:
     """ResponseCacheAdmin over `control`. Live-cache outages raise CacheUnavailable (the
-    routes answer 503); `test` builds its own throwaway backend and never touches `control`."""
+    routes answer 503); `test` probes a throwaway backend where the control's cache lives,
+    never its entries."""
 
-    def __init__(self, control: CacheControl, state_dir: Any = None) -> None:
+    def __init__(self, control: CacheControl) -> None:
         self._control = control
-        self._state_dir = state_dir  # where a candidate Milvus Lite store would live
 
     async def capabilities(self) -> dict[str, Any]:
         backend = str((await self._control.stats()).get("backend", "unknown"))
@@ -195,7 +203,7 @@ class LocalCacheAdmin:
         timeout = max(settings.redis.timeout_seconds, settings.milvus.timeout_seconds) + PROBE_MARGIN_S
         started = time.perf_counter()
         try:
-            await asyncio.wait_for(asyncio.to_thread(self._probe, settings), timeout)
+            await asyncio.wait_for(self._control.probe(settings), timeout)
         except (CacheUnavailable, TimeoutError, OSError) as exc:
             return self._probe_result(settings, "unreachable", reason=str(exc) or type(exc).__name__)
         except Exception as exc:  # a store that answered but refused the probe (bad index, auth...)
@@ -217,24 +225,6 @@ class LocalCacheAdmin:
             latency_ms=latency_ms,
             reason=reason,
         ).model_dump()
-
-    def _probe(self, settings: ResponseCacheConfig) -> None:
-        """Store and look up a random vector in a throwaway partition of a new backend, then
-        clear that partition (only it: the live entries of a shared store stay)."""
-        backend = cache_backend(settings, self._state_dir)
-        partition = f"{PROBE_PARTITION}|{uuid.uuid4().hex}"
-        vector = np.random.default_rng().standard_normal(settings.milvus.collection.vector_field.dimension)
-        try:
-            backend.store(partition, vector, {"object": "chat.completion", "probe": True}, ttl_seconds=60)
-            if backend.lookup(partition, vector, 0.99) is None:
-                raise RuntimeError("the probe entry was stored but not found")
-        finally:
-            try:
-                backend.clear(partition)
-            finally:
-                close = getattr(backend, "close", None)
-                if callable(close):
-                    close()
 
     async def invalidate(self, scope: CacheScope | None, dry_run: bool) -> dict[str, Any]:
         """Remove (or, dry run, count) the scope's entries; no epoch moves (see flush)."""

@@ -3,7 +3,7 @@
 A backend stores final `chat.completion` dicts keyed by a partition string
 (`model|decision[|...]`, built by the router) and an embedding of the cache query.
 Lookups never cross partitions. Memory, Redis and Milvus backends all implement
-`ResponseCacheBackend`, so the router and the `ResponseCache` deployment never care which
+`ResponseCacheStore`, so the router and the `ResponseCache` deployment never care which
 one runs (`app/cache/factory.py` builds the configured one). A network backend's outage
 surfaces as `CacheUnavailable`, never as a client library's exception.
 
@@ -154,7 +154,7 @@ class CacheTuning(BaseModel):
 
 
 @runtime_checkable
-class ResponseCacheBackend(Protocol):
+class ResponseCacheStore(Protocol):
     def lookup(self, partition: str, vector: Vector, threshold: float) -> CacheHit | None:
         """Best entry of `partition` with cosine similarity >= threshold, else None."""
         ...

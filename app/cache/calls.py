@@ -10,6 +10,7 @@ caller: the Router's pipeline, the ResponseCache deployment, its same-node chann
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,18 +21,19 @@ from app.cache.base import (
     CacheStats,
     CacheUnavailable,
     FlushOutcome,
-    ResponseCacheBackend,
+    ResponseCacheStore,
     Vector,
 )
 from app.cache.memory import InMemorySemanticCache
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # Backends whose state lives in this process: called inline.
 IN_PROCESS: tuple[type, ...] = (InMemorySemanticCache,)
 
 
-def runs_in_process(backend: ResponseCacheBackend) -> bool:
+def runs_in_process(backend: ResponseCacheStore) -> bool:
     return isinstance(backend, IN_PROCESS)
 
 
@@ -46,7 +48,7 @@ class AsyncCache:
 
     def __init__(
         self,
-        backend: ResponseCacheBackend,
+        backend: ResponseCacheStore,
         offload: bool | None = None,
         on_unavailable: Callable[[str, CacheUnavailable], None] | None = None,
     ) -> None:
@@ -108,3 +110,26 @@ class AsyncCache:
 
     async def configure(self, settings: Any) -> None:
         await self._run(self.backend.configure, settings)
+
+    async def open(self) -> str | None:
+        """Connect to the store and read it once (every backend's `epochs()` does), so that the
+        owner serves from an open store, not one its first request opens. Returns why the
+        store did not answer (None: open); the backend then reconnects on later calls, so a
+        store that is down degrades the cache and never holds its owner back."""
+        try:
+            await self._run(self.backend.epochs)
+        except CacheUnavailable as exc:
+            return str(exc)
+        return None
+
+    async def close(self, after_s: float = 0.0) -> None:
+        """Release the store's connection (a network or Milvus Lite backend; memory has none),
+        after `after_s`: a replaced backend stays open for the calls that took it before."""
+        await asyncio.sleep(after_s)
+        close = getattr(self.backend, "close", None)
+        if not callable(close):
+            return
+        try:
+            await asyncio.to_thread(close)
+        except Exception as exc:  # noqa: BLE001 - a backend that cannot close cleanly is dropped anyway
+            log.warning("closing a response cache backend failed: %s", exc)

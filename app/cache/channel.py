@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from app.cache.base import CacheHit, CacheUnavailable, ResponseCacheBackend
+from app.cache.base import CacheHit, CacheUnavailable, ResponseCacheStore
 from app.cache.calls import AsyncCache
 
 log = logging.getLogger("svc_sr.cache.channel")
@@ -84,7 +84,7 @@ class CacheChannelServer:
     gauge). `cache` may be swapped while serving (a reload that changes the backend)."""
 
     def __init__(
-        self, cache: AsyncCache | ResponseCacheBackend, path: str, on_store: Callable[[], None] | None = None
+        self, cache: AsyncCache | ResponseCacheStore, path: str, on_store: Callable[[], None] | None = None
     ) -> None:
         self.cache = cache if isinstance(cache, AsyncCache) else AsyncCache(cache)
         self.path = path

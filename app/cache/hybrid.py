@@ -48,7 +48,7 @@ from app.cache.base import (
     CacheTuning,
     CacheUnavailable,
     FlushOutcome,
-    ResponseCacheBackend,
+    ResponseCacheStore,
 )
 from app.cache.memory import memory_cache
 from app.config.cache_stores import HnswSettings
@@ -67,7 +67,7 @@ def front_tuning(tuning: CacheTuning, max_memory_entries: int) -> CacheTuning:
 
 
 def hybrid_cache(
-    store: ResponseCacheBackend, tuning: CacheTuning, settings: HnswSettings
+    store: ResponseCacheStore, tuning: CacheTuning, settings: HnswSettings
 ) -> HybridSemanticCache:
     """A hybrid over `store` whose front is an in-memory cache (HNSW when settings.use_hnsw)."""
     front = memory_cache(front_tuning(tuning, settings.max_memory_entries), settings)
@@ -75,12 +75,12 @@ def hybrid_cache(
 
 
 class HybridSemanticCache:
-    """Implements app.cache.base.ResponseCacheBackend over (front, store) backends."""
+    """Implements app.cache.base.ResponseCacheStore over (front, store) backends."""
 
     def __init__(
         self,
-        front: ResponseCacheBackend,
-        store: ResponseCacheBackend,
+        front: ResponseCacheStore,
+        store: ResponseCacheStore,
         tuning: CacheTuning | None = None,
         max_memory_entries: int = 1000,
         wall_clock: Callable[[], float] = time.time,

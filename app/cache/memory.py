@@ -141,7 +141,7 @@ class ExactIndex:
 
 
 class InMemorySemanticCache:
-    """Thread-safe semantic cache; implements app.cache.base.ResponseCacheBackend.
+    """Thread-safe semantic cache; implements app.cache.base.ResponseCacheStore.
 
     max_entries bounds the whole cache (all partitions together; 0 = unbounded).
     ttl_seconds is the default lifetime of new entries (0 = no expiry).

@@ -68,6 +68,7 @@ from app.cache.checks import (
     check_ttl,
 )
 from app.cache.milvus_epochs import MilvusEpochs
+from app.common.pymilvus_import import import_pymilvus
 from app.config.cache_stores import MilvusCacheSettings
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ def _deleted_count(result: Any) -> int:
 
 
 class MilvusSemanticCache:
-    """Implements app.cache.base.ResponseCacheBackend over a Milvus collection.
+    """Implements app.cache.base.ResponseCacheStore over a Milvus collection.
 
     settings.uri: a server uri ("http://host:19530") or a Milvus Lite path; None with
     settings.host set builds the server uri from host/port; None otherwise needs
@@ -334,6 +335,7 @@ class MilvusSemanticCache:
             return self._client
 
     def _open(self) -> Any:
+        import_pymilvus()  # its logging setup would silence this replica's log
         from pymilvus import MilvusClient  # imported here: memory-only deployments never load it
 
         s = self._settings

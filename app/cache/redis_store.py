@@ -114,7 +114,7 @@ def partition_tag(partition: str) -> str:
 
 
 class RedisSemanticCache:
-    """Implements app.cache.base.ResponseCacheBackend on Redis + RediSearch (see module doc)."""
+    """Implements app.cache.base.ResponseCacheStore on Redis + RediSearch (see module doc)."""
 
     def __init__(
         self,

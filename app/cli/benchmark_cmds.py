@@ -32,6 +32,7 @@ from app.benchmark.store import StoreError, index_dataset
 from app.cli.benchmark_audit_cmds import register_audit_commands
 from app.cli.benchmark_dataset_cmds import register_dataset_commands
 from app.cli.benchmark_exec import RunOptions, execute, invalid, load_dataset, parse_ids, question_ids
+from app.cli.benchmark_guard_cmd import register_guard_command
 from app.cli.benchmark_plan_cmds import register_plan_commands
 from app.cli.benchmark_recovery_cmds import register_recovery_commands
 from app.cli.benchmark_registry_cmds import register_registry_commands
@@ -39,7 +40,7 @@ from app.cli.benchmark_report_cmds import current_store, open_store, register_re
 from app.cli.benchmark_serve_cmd import serve_command
 from app.cli.benchmark_sources import URL_KEY, config_file, fetch_config, router_client, router_options
 from app.cli.remote import DEFAULT_ENDPOINT, echo_json, option_group
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 
 console = Console(stderr=True, highlight=False)
 OPTIONS_LIMIT = (1, 25, 10)  # the contract's paging: options limit 1 to 25 (default 10)
@@ -265,6 +266,7 @@ def _start(
 
 
 register_report_commands(benchmark)
+register_guard_command(benchmark)
 register_registry_commands(benchmark)
 register_dataset_commands(benchmark, dataset_group)
 register_plan_commands(benchmark)

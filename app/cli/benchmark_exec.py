@@ -28,7 +28,7 @@ from app.benchmark.registry import Registry
 from app.benchmark.store import StoreError, new_run_id, utc_now
 from app.cli.benchmark_report_cmds import current_store
 from app.cli.remote import EXIT_FAILURE, EXIT_INVALID, fail
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 
 if TYPE_CHECKING:
     from app.benchmark.sweep import PlannedRun

@@ -28,7 +28,7 @@ from app.cli.benchmark_sources import any_config, config_file, router_options
 from app.cli.remote import echo_json, option_group
 
 if TYPE_CHECKING:
-    from app.benchmark.planning import Plan
+    from app.benchmark.planning import BenchmarkPlan
 
 PREVIEW_MAX = 25
 
@@ -87,7 +87,7 @@ def plan_command(
         _print_plan(plan)
 
 
-def _print_plan(plan: Plan) -> None:
+def _print_plan(plan: BenchmarkPlan) -> None:
     stdout.print(
         f"dataset {plan.dataset}: {plan.questions} questions ({plan.excluded} excluded), "
         f"{len(plan.categories)} categories, {plan.prompt_tokens:,} prompt tokens, {plan.batches} batches"
@@ -131,8 +131,8 @@ def candidate_plan_command(
     baseline: str | None,
     as_json: bool,
 ) -> None:
-    """Plan measuring candidate configs: per candidate, reuse a stored run or run it; then compare."""
-    from app.benchmark.planning import Candidate, plan_run
+    """BenchmarkPlan measuring candidate configs: per candidate, reuse a stored run or run it; then compare."""
+    from app.benchmark.planning import CandidateConfig, plan_run
 
     if not configs and not targets:
         raise click.UsageError("give one --config FILE or --target NAME or more")
@@ -154,7 +154,7 @@ def candidate_plan_command(
         reuse = plan.reusable_runs[0] if plan.reusable_runs else None
         subset = f" --ids {','.join(map(str, chosen))}" if chosen is not None and len(chosen) <= 50 else ""
         rows.append(
-            Candidate(
+            CandidateConfig(
                 plan=plan,
                 action="reuse" if reuse else "run",
                 run=reuse,

@@ -22,7 +22,7 @@ from app.cli.remote import (
     check,
     fail,
 )
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 
 URL_KEY = "svc_sr.benchmark.url"
 

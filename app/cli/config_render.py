@@ -21,7 +21,7 @@ from rich.console import Console
 from app.cli.remote import EXIT_INVALID, fail
 
 if TYPE_CHECKING:
-    from app.config.models import RouterConfig
+    from app.config.document import RouterConfig
 
 console = Console(stderr=True)
 

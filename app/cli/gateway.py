@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from app.common.supervisor import SupervisedProcess
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.envoy.config import EnvoyPorts, build_envoy_config
 from app.envoy.process import EnvoyProcess, validate_config, wait_admin_ready, write_config
 

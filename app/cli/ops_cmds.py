@@ -114,7 +114,7 @@ def _local_preview(path: Path, body: dict[str, Any], seed: int | None) -> dict[s
     from app.common.errors import SvcError
     from app.config.errors import ConfigError
     from app.config.loader import load_config
-    from app.exchange.openai_models import validate_chat_body
+    from app.exchange.openai_schemas import validate_chat_body
     from app.pipeline import PipelineServices, RouterPipeline, encoder_embed
 
     try:

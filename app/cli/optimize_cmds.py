@@ -101,6 +101,12 @@ def recipe_learning(  # noqa: PLR0913 - the spec's options and the report's
             )
         for decision, why in report.skipped.items():
             click.echo(f"keep {decision}: {why}")
+        for guard in report.guards.proposals:
+            click.echo(
+                f"propose {guard.check}: {guard.change} {guard.current} -> {guard.proposed} ({guard.reason})"
+            )
+        for guard_check, why in report.guards.skipped.items():
+            click.echo(f"keep {guard_check}: {why}")
     if output is not None:
         if report.proposed_document is None:
             fail(f"nothing to propose: {output} not written", EXIT_INVALID)

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 if TYPE_CHECKING:
     from app.cli.gateway import Gateway
-    from app.config.models import RouterConfig
+    from app.config.document import RouterConfig
 
 APP_NAME = "svc-sr"
 STATE_DIR = Path(os.environ.get("SVC_SR_STATE_DIR", ".cache/run"))
@@ -153,7 +153,7 @@ def serve_forever(
     console.print(f"[bold]svc-sr[/bold] starting a local Ray instance (config {config_path})")
     http = f"http://{host}:{port}"
     began = time.monotonic()
-    _start_ray(
+    session_dir = _start_ray(
         ServeState(os.getpid(), str(config_path), http, time.time(), phase="starting"), dashboard, stop
     )
     console.print(f"Ray started ({time.monotonic() - began:.0f} s)")
@@ -173,13 +173,8 @@ def serve_forever(
                 f"[red]the router does not answer[/red]; logs: `svc-sr logs` ({STATE_DIR / 'logs'})"
             )
             return 1
-        ServeState(
-            os.getpid(),
-            str(config_path),
-            http,
-            time.time(),
-            ray.get_runtime_context().gcs_address if dashboard else None,
-        ).write()
+        # `svc-sr logs` reads this instance's session, not whichever Ray started last.
+        ServeState(os.getpid(), str(config_path), http, time.time(), session_dir).write()
         ready = True
         _print_ready(console, http, config, gateway.url if gateway is not None else None, dashboard)
         stop.wait()
@@ -189,14 +184,14 @@ def serve_forever(
         _shut_down(gateway, ready, console)
 
 
-def _start_ray(starting: ServeState, dashboard: bool, stop: threading.Event) -> None:
+def _start_ray(starting: ServeState, dashboard: bool, stop: threading.Event) -> str | None:
     """ray.init with the state file saying `starting` (cleared again if Ray does not start);
-    then SIGINT/SIGTERM set `stop`."""
+    then SIGINT/SIGTERM set `stop`. The session's directory (its logs)."""
     import ray
 
     starting.write()
     try:
-        ray.init(
+        context = ray.init(
             include_dashboard=dashboard,
             dashboard_host="127.0.0.1",
             logging_level=logging.WARNING,
@@ -210,6 +205,9 @@ def _start_ray(starting: ServeState, dashboard: bool, stop: threading.Event) -> 
     # must win so `svc-sr stop` shuts Serve and Ray down cleanly.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    info: dict[str, Any] = getattr(context, "address_info", None) or {}  # a RayContext: a local start
+    session_dir = info.get("session_dir")
+    return str(session_dir) if session_dir else None
 
 
 def _deploy(

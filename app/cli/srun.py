@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from app.srun.models import ModelEntry
+    from app.srun.schemas import ModelEntry
     from app.srun.worker import WorkerSettings
 
 PROFILES = ("exact", "shared_context", "batching", "max_speed")
@@ -277,7 +277,7 @@ def _model_entries(model: tuple[str, ...], opts: RunOptions) -> list[ModelEntry]
     """The MODEL arguments plus the --models file, with --revision / --served-model-name applied."""
     from pydantic import ValidationError
 
-    from app.srun.models import ModelEntry, ModelsFile
+    from app.srun.schemas import ModelEntry, ModelsFile
 
     entries = [ModelEntry(model=m) for m in model]
     if opts.models_file is not None:

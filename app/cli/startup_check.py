@@ -20,7 +20,7 @@ import httpx
 from rich.console import Console
 
 from app.common.errors import REQUEST_ID_HEADER
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.upstream.reachability import Backend, unreachable_backends
 
 PROBE_BODY = {

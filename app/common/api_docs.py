@@ -9,10 +9,10 @@ definitions under `$defs`, which app.management.openapi moves into components/sc
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, GetJsonSchemaHandler, TypeAdapter
-from pydantic.json_schema import JsonSchemaValue
+from pydantic import AfterValidator, BaseModel, GetJsonSchemaHandler, TypeAdapter
+from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
 
 from app.common.errors import ErrorBody
 
@@ -21,6 +21,10 @@ REF_TEMPLATE = "#/components/schemas/{model}"
 # it): the pattern of a field that must not be blank.
 NON_BLANK = r"[^\s\x1c-\x1f\x85]"
 Responses = dict[int | str, dict[str, Any]]
+# The largest `after_sequence` a page may start after. Sequences count from 1 and never come
+# near it; the Redis stores' scripts pass numbers at 14 significant digits (a bigger one
+# reached Redis as `1e+28` and failed as a 503).
+MAX_SEQUENCE = 10**12
 
 
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -28,10 +32,12 @@ def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     return model.model_json_schema(ref_template=REF_TEMPLATE)
 
 
-def json_body(model: type[BaseModel], *, description: str | None = None) -> dict[str, Any]:
-    """openapi_extra: a required JSON body that validates as `model`."""
+def json_body(
+    model: type[BaseModel], *, description: str | None = None, required: bool = True
+) -> dict[str, Any]:
+    """openapi_extra: a JSON body that validates as `model` (`required` False: no body reads as `{}`)."""
     body: dict[str, Any] = {
-        "required": True,
+        "required": required,
         "content": {"application/json": {"schema": model_schema(model)}},
     }
     if description:
@@ -71,6 +77,17 @@ class DocumentedAs:
 
     def __get_pydantic_json_schema__(self, _core: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         return handler(TypeAdapter(self.documented).core_schema)
+
+
+def _left_out(value: None) -> None:
+    raise ValueError("must not be null: leave the field out instead")
+
+
+# `X | Absent = Field(default=None, json_schema_extra=no_default)`: an optional request field
+# whose None means "absent". Its schema says neither null nor a default, and a client's explicit
+# null is refused as the schema says (pydantic does not validate a default, so only a null the
+# client sent reaches the validator).
+Absent = SkipJsonSchema[Annotated[None, AfterValidator(_left_out)]]
 
 
 def no_default(schema: dict[str, Any]) -> None:

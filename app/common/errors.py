@@ -164,9 +164,14 @@ def from_upstream_unavailable(exc: UpstreamFailure) -> SvcError:
 
 
 def security_violation(
-    code: str, entities: Iterable[str] = (), action: str = "block", message: str | None = None
+    code: str,
+    entities: Iterable[str] = (),
+    action: str = "block",
+    message: str | None = None,
+    refusal: dict[str, Any] | None = None,
 ) -> SvcError:
-    """403 for a blocked request, e.g. code "pii_detected" or "jailbreak_detected"."""
+    """403 for a blocked request, e.g. code "pii_detected" or "jailbreak_detected". `refusal`
+    (check, score, threshold, read) joins `details` beside the spec's two fields."""
     found = list(dict.fromkeys(entities))
     if message is None:
         what = {
@@ -177,9 +182,10 @@ def security_violation(
         message = f"request blocked: {what.get(code, code.replace('_', ' '))} detected"
         if found:
             message += f" ({', '.join(found)})"
-    return SvcError(
-        403, message, "security_violation", code, details={"entities_found": found, "action_taken": action}
-    )
+    details: dict[str, Any] = {"entities_found": found, "action_taken": action}
+    if refusal:
+        details |= {k: v for k, v in refusal.items() if k not in ("entities", "code")}
+    return SvcError(403, message, "security_violation", code, details=details)
 
 
 def rate_limited(retry_after: float | None = None) -> SvcError:

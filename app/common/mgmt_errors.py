@@ -2,7 +2,8 @@
 
 A SvcError subclass, so the app's existing handler answers it; `code` is the contract's
 upper-case code (INVALID_INPUT, INVALID_CONFIG, PRECONDITION_REQUIRED, CONFIG_CHANGED,
-RESTART_REQUIRED, ACTIVATION_FAILED, UNAUTHORIZED, FORBIDDEN, NOT_FOUND, NOT_IMPLEMENTED).
+RESTART_REQUIRED, ACTIVATION_FAILED, UNAUTHORIZED, FORBIDDEN, NOT_FOUND, NOT_IMPLEMENTED; and
+FEATURE_DISABLED, SERVICE_UNAVAILABLE, STORE_UNAVAILABLE).
 `MgmtErrorBody` is the body's wire model: the OpenAPI document names it for every
 management failure, and every body is built through it.
 """
@@ -29,7 +30,7 @@ class MgmtErrorBody(BaseModel):
     error: MgmtErrorDetail
 
 
-def error_body(
+def mgmt_error_body(
     code: str, message: str, type: str | None = None, details: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The wire body (fields that are None are left out)."""
@@ -40,7 +41,7 @@ def error_body(
 
 class MgmtError(SvcError):
     def body(self) -> dict[str, Any]:
-        return error_body(self.code or "ERROR", self.message, self.type, self.details or None)
+        return mgmt_error_body(self.code or "ERROR", self.message, self.type, self.details or None)
 
 
 def invalid_input(message: str, details: dict[str, Any] | None = None) -> MgmtError:
@@ -49,6 +50,14 @@ def invalid_input(message: str, details: dict[str, Any] | None = None) -> MgmtEr
 
 def not_found(message: str) -> MgmtError:
     return MgmtError(404, message, code="NOT_FOUND")
+
+
+def feature_disabled(message: str) -> MgmtError:
+    """404 FEATURE_DISABLED: the route's feature is not configured in this process. Not a fault
+    (a 5xx says the server failed): the endpoint is unavailable, as one whose service the
+    configuration does not enable; `message` says how to enable it. A configured service that
+    is down answers 503 (`unavailable`)."""
+    return MgmtError(404, message, code="FEATURE_DISABLED")
 
 
 def not_implemented(message: str) -> MgmtError:

@@ -3,6 +3,8 @@ the KubeRay manifest svc-sr writes and the local fast path of deployments/serve_
 
 from __future__ import annotations
 
+from app.common.body_limits import MAX_BODY_BYTES_LIMIT
+
 # What HAProxy re-sends to another Ingress replica. Serve's default, `conn-failure`, covers only
 # requests that never reached a replica. A request in flight on a replica that dies (killed, its
 # node lost) got no answer: HAProxy closed the client's connection (4 and 5 requests per kill in
@@ -14,6 +16,13 @@ from __future__ import annotations
 # again: its connection ends.
 HAPROXY_RETRY_ON = "conn-failure empty-response"
 
+# The largest gRPC message a replica takes. In throughput-optimized mode every handle call is a
+# gRPC message, and Serve keeps gRPC's 4 MiB default for what a replica receives: a body the
+# front door accepted then failed on its way to the Router (a 4.3 MB prompt answered 500). A
+# call carries the body once, plus the plan around it: twice the largest body any configuration
+# may accept is room enough.
+REPLICA_GRPC_MAX_MESSAGE_BYTES = 2 * MAX_BODY_BYTES_LIMIT
+
 # What every node of a cluster starts Ray with (cluster/ray-cluster.yaml's `ray start` lines, the
 # KubeRay containers app/cli/kuberay.py writes). The per-instance HAProxy files and the two local
 # tunings of deployments/serve_env.py are left to Serve's defaults there: a cluster node runs one
@@ -23,4 +32,5 @@ CLUSTER_ENV = {
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
     "RAY_SERVE_HAPROXY_RETRY_ON": HAPROXY_RETRY_ON,
+    "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": str(REPLICA_GRPC_MAX_MESSAGE_BYTES),
 }

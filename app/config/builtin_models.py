@@ -3,7 +3,7 @@
 Validation needs it to reject a binding whose built-in cannot answer what the binding reads
 (a prompt guard bound to the PII detector). The models themselves live higher up
 (`app.runtime.registry`, `app.srun.catalog`), and configuration must not import them, so the
-names and tasks are restated here as data; tests/unit/test_config_validate.py fails when
+names and tasks are restated here as data; tests/unit/config/test_config_validate.py fails when
 the two drift apart.
 """
 

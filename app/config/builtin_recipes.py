@@ -3,7 +3,7 @@ routing}` shipped with svc-sr, over the signal families it evaluates (docs/confi
 
 A built-in names its models by role placeholders (`slots`: `code-model`, `small-model`, ...);
 `init` replaces them with the user's provider models. Each one validates as a named recipe of
-a document whose providers list those models (tests/unit/test_cli_recipe_builtins.py).
+a document whose providers list those models (tests/unit/cli/test_cli_recipe_builtins.py).
 """
 
 from __future__ import annotations

@@ -6,6 +6,13 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from app.common.body_limits import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_DEPTH,
+    HARD_MAX_DEPTH,
+    MAX_BODY_BYTES_LIMIT,
+    MIN_MAX_DEPTH,
+)
 from app.config.cache_stores import HnswSettings, MilvusCacheSettings, RedisCacheSettings
 from app.config.external_models import parse_external_models
 from app.config.model_base import Open, Strict
@@ -72,9 +79,12 @@ class Observability(Open):
 
 
 class DataPlaneLimits(Open):
-    """svc-sr extension: limits of the standalone data plane."""
+    """svc-sr extension: limits of every request body the API reads, on both front doors (the
+    Ingress, Envoy's ext_proc bridge) and the management API (docs/management-api.md, "Limits"):
+    a bigger body answers 413, a JSON body nested deeper 400."""
 
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024, le=MAX_BODY_BYTES_LIMIT)
+    max_json_depth: int = Field(default=DEFAULT_MAX_DEPTH, ge=MIN_MAX_DEPTH, le=HARD_MAX_DEPTH)
 
 
 class ExtProcService(Open):

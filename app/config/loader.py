@@ -24,9 +24,10 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from app.common.body_limits import HARD_MAX_DEPTH, JsonRejected, decode_json
 from app.config import legacy
+from app.config.document import RouterConfig
 from app.config.errors import ConfigError, ConfigIssue, issues_from_validation_error
-from app.config.models import RouterConfig
 from app.config.recipes import recipe_issues
 from app.config.validate import semantic_issues
 
@@ -140,14 +141,17 @@ def parse_text(text: str, *, source: str = "<memory>") -> dict[str, Any]:
     document: Any
     if text.lstrip().startswith("{"):
         try:
-            document = json.loads(text)
-        except json.JSONDecodeError as exc:
+            document = decode_json(text, HARD_MAX_DEPTH)
+        except JsonRejected as exc:
+            if not exc.malformed:
+                raise ConfigError(
+                    [_parse_issue(f"the JSON document: {exc}", "json_syntax")], source=source
+                ) from None
             try:  # YAML flow style also starts with `{`
                 document = _load_yaml(text, source)
             except ConfigError:
                 raise ConfigError(
-                    [_parse_issue(f"line {exc.lineno}, column {exc.colno}: {exc.msg}", "json_syntax")],
-                    source=source,
+                    [_parse_issue(f"the JSON document is {exc}", "json_syntax")], source=source
                 ) from None
     else:
         document = _load_yaml(text, source)
@@ -164,6 +168,7 @@ def parse_text(text: str, *, source: str = "<memory>") -> dict[str, Any]:
 
 def _load_yaml(text: str, source: str) -> Any:
     try:
+        _check_yaml_depth(text, source)
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -173,6 +178,23 @@ def _load_yaml(text: str, source: str) -> Any:
         raise ConfigError([_parse_issue(f"{where}{problem}", code)], source=source) from None
     except yaml.YAMLError as exc:
         raise ConfigError([_parse_issue(str(exc), "yaml_syntax")], source=source) from None
+
+
+def _check_yaml_depth(text: str, source: str) -> None:
+    """The composer recurses once per level: a document nested deeper than HARD_MAX_DEPTH is
+    refused from the parser's events first (stopping at the first level too many)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_BaseLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > HARD_MAX_DEPTH:
+                raise ConfigError([_parse_issue(_too_deep(), "too_deep")], source=source)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _too_deep() -> str:
+    return f"the document nests deeper than {HARD_MAX_DEPTH} levels"
 
 
 def _kind(value: Any) -> str:
@@ -190,9 +212,11 @@ def _check_size(document: Any, source: str) -> None:
     sizes: dict[int, int] = {}
     active: set[int] = set()
 
-    def count(node: Any) -> int:
+    def count(node: Any, depth: int = 0) -> int:
         if not isinstance(node, dict | list):
             return 1
+        if depth >= HARD_MAX_DEPTH:  # aliases nest too: bounded here, so the count cannot recurse on
+            raise ConfigError([_parse_issue(_too_deep(), "too_deep")], source=source)
         key = id(node)
         if key in sizes:
             return sizes[key]
@@ -204,7 +228,7 @@ def _check_size(document: Any, source: str) -> None:
         children = node.values() if isinstance(node, dict) else node
         total = 1
         for child in children:
-            total += count(child)
+            total += count(child, depth + 1)
             if total > MAX_NODES:
                 raise ConfigError(
                     [_parse_issue(f"document expands to more than {MAX_NODES} nodes", "too_large")],

@@ -134,7 +134,7 @@ class BindingSpec:
     family: str  # the routing signal family it evaluates ("" for none)
     safety: bool  # a safety signal: on_unscanned applies
     head: str | None = None  # default head; None: the binding takes none
-    # Why a model_deployments binding is refused (the graph serves it, app/management/graph_models.py);
+    # Why a model_deployments binding is refused (the graph serves it, app/management/graph_schemas.py);
     # None: a model-runtime deployment can serve it.
     refused: str | None = None
 
@@ -170,7 +170,7 @@ def _family(path: tuple[str, ...], family: str, head: str | None = None) -> Bind
 # module's own section, where the reference layout keeps that module's settings (the flat
 # layout's `prompt_guard`, `classifier.category_model`, `classifier.pii_model`,
 # `feedback_detector`, `modality_detector`, `hallucination_mitigation` migrate there
-# unchanged). Which model serves each when unbound: app/management/graph_models.py.
+# unchanged). Which model serves each when unbound: app/management/graph_schemas.py.
 BINDINGS: dict[str, BindingSpec] = {
     "domain_classifier": _family(("modules", "classifier", "domain"), "domain"),
     "pii_classifier": _family(("modules", "classifier", "pii"), "pii"),
@@ -305,7 +305,7 @@ def check_references(
     bindings: Mapping[str, ModelBinding] | None = None,
 ) -> None:
     """ValueError unless decision_model and every binding name a deployment and shared processes
-    share a device (also checked by the router config, app/config/models.py)."""
+    share a device (also checked by the router config, app/config/document.py)."""
     if decision_model is not None and decision_model.deployment not in model_deployments:
         raise ValueError(
             f"decision_model.deployment: {decision_model.deployment!r} is not a key of model_deployments"

@@ -17,7 +17,7 @@ from app.config.model_base import Strict
 from app.config.routing import Routing
 
 if TYPE_CHECKING:
-    from app.config.models import RouterConfig
+    from app.config.document import RouterConfig
 
 DEFAULT_RECIPE = "default"
 RECIPE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"  # a slug: it appears in URLs and headers

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.plugins import PLUGIN_MODELS
 
 SCHEMA_ID = "urn:svc-sr:config:v0.3"

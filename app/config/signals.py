@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, WithJsonSchema, field_validator
 
 from app.config.errors import issues_from_validation_error
 from app.config.model_base import Open, Strict
@@ -93,12 +93,29 @@ class ContextSignal(Strict):
     max_tokens: TokenCount = None
 
 
+def _check_band(band: list[float]) -> list[float]:
+    if band and (len(band) != 2 or not 0.0 <= band[0] < band[1] <= 1.0):
+        raise ValueError("cascade_band must be [low, high] with 0 <= low < high <= 1")
+    return band
+
+
+# The uncertain band of a guard's score, [low, high): a score inside it is judged again by the
+# guardrail LLM (`global.model_catalog.external[]`, model_role guardrail); empty: no cascade.
+CascadeBand = Annotated[list[float], AfterValidator(_check_band)]
+
+# What a safety rule reads (app/common/chat_text.py `guard_texts`): the ask always, the whole
+# conversation instead with `conversation`, tool results and system messages each on its own.
+ReadPart = Literal["ask", "conversation", "tools", "system"]
+
+
 class JailbreakSignal(Strict):
     name: str
     # vllm: an LLM guard (`global.model_catalog.external[]` with model_role guardrail) judges it.
     method: Literal["classifier", "contrastive", "hybrid", "vllm"] = "classifier"
     threshold: float = Field(default=0.5, ge=0, le=1)
     include_history: bool = False
+    read: list[ReadPart] = Field(default_factory=list)
+    cascade_band: CascadeBand = Field(default_factory=list)
     jailbreak_patterns: list[str] = Field(default_factory=list)
     benign_patterns: list[str] = Field(default_factory=list)
 
@@ -108,6 +125,7 @@ class PIISignal(Strict):
     threshold: float = Field(default=0.5, ge=0, le=1)
     pii_types_allowed: list[str] = Field(default_factory=list)
     include_history: bool = False
+    read: list[ReadPart] = Field(default_factory=list)
 
 
 # The harmful-content classifier's categories (app/models/harmful.py; its artifact lists the same).
@@ -123,6 +141,8 @@ class HarmfulSignal(Strict):
     threshold: float = Field(default=0.5, ge=0, le=1)
     categories: list[HarmfulCategory] = Field(default_factory=list)
     include_history: bool = False
+    read: list[ReadPart] = Field(default_factory=list)
+    cascade_band: CascadeBand = Field(default_factory=list)
 
 
 class KnowledgeBaseSignal(Strict):
@@ -193,17 +213,29 @@ REFERENCE_ONLY_SIGNAL_TYPES = frozenset(
 
 
 def prompt_guard_harmful_issues(model_catalog: Any) -> list[tuple[str, str, str]]:
-    """(path, message, code) for `modules.prompt_guard.harmful` (true or a rule without a name):
-    it must make a rule, since the global guard is compiled from it on activation."""
-    node: object = model_catalog
-    for key in ("modules", "prompt_guard", "harmful"):
-        node = node.get(key) if isinstance(node, dict) else getattr(node, key, None)
+    """(path, message, code) for `modules.prompt_guard`'s `read` and `cascade_band`, and for its
+    `harmful` part (true or a rule without a name): each must make a rule, since the global
+    guard is compiled from them on activation."""
+    section: object = model_catalog
+    for key in ("modules", "prompt_guard"):
+        section = section.get(key) if isinstance(section, dict) else getattr(section, key, None)
+    issues: list[tuple[str, str, str]] = []
+    if isinstance(section, dict):
+        shared = {k: section[k] for k in ("read", "cascade_band") if k in section}
+        try:
+            JailbreakSignal(name="global:prompt_guard", **shared)
+        except ValidationError as exc:
+            where = "global.model_catalog.modules.prompt_guard"
+            issues += [(where, f"{i.path}: {i.message}", i.code) for i in issues_from_validation_error(exc)]
+    node = section.get("harmful") if isinstance(section, dict) else None
     path = "global.model_catalog.modules.prompt_guard.harmful"
     if node is None or isinstance(node, bool):
-        return []
+        return issues
     if not isinstance(node, dict):
-        return [(path, "expected true/false or {enabled, threshold, categories, include_history}", "type")]
-    issues = []
+        return [
+            *issues,
+            (path, "expected true/false or {enabled, threshold, categories, include_history}", "type"),
+        ]
     if not isinstance(node.get("enabled", False), bool):
         issues.append((f"{path}.enabled", "expected a boolean", "type"))
     try:

@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from pydantic import BaseModel, ValidationError
 
 from app.config.builtin_models import builtin_task
+from app.config.document import RouterConfig
 from app.config.errors import ConfigIssue, did_you_mean, issues_from_validation_error
 from app.config.model_deployments import BINDINGS, read_bindings
-from app.config.models import RouterConfig
 from app.config.plugins import PLUGIN_KIND, PLUGIN_MODELS, plugin_payload
 from app.config.providers import ProviderModel
 from app.config.routing import PLUGIN_TYPES, REFERENCE_ONLY_PLUGIN_TYPES, Condition, Decision

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel
 
 from app.common.errors import error_body
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.providers import BackendRef, ProviderModel
 
 ROUTER_HEADER = "x-selected-model"
@@ -71,29 +71,46 @@ def cluster_name(model: str) -> str:
 # its own errors) are never rewritten.
 UPSTREAM_DOWN_FLAGS = ["UF", "UH", "URX", "UC", "UR", "UO"]
 UPSTREAM_TIMEOUT_FLAGS = ["UT"]
+
+
 # Envoy's reply when the ext_proc service cannot be reached or fails (its sidecar restarting):
 # found by the reply's code details, never set on the bridge's own answers (details "svc-sr").
-EXT_PROC_FAILED = {
-    "extension_filter": {
-        "name": "envoy.access_loggers.extension_filters.cel",
-        "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
-            "expression": "response.code_details.startsWith('ext_proc_error')",
-        },
+def _cel(expression: str) -> dict[str, Any]:
+    return {
+        "extension_filter": {
+            "name": "envoy.access_loggers.extension_filters.cel",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+                "expression": expression,
+            },
+        }
     }
-}
+
+
+def _code_details(details: str) -> dict[str, Any]:
+    return _cel(f"response.code_details == '{details}'")
+
+
+EXT_PROC_FAILED = _cel("response.code_details.startsWith('ext_proc_error')")
 
 
 def _reply_mapper(
-    flags: list[str] | dict[str, Any], status: int, message: str, error_type: str, code: str
+    flags: list[str] | dict[str, Any],
+    status: int,
+    message: str,
+    error_type: str,
+    code: str,
+    retry: bool = True,
 ) -> dict[str, Any]:
-    """`flags`: the response flags to match, or a whole filter."""
+    """`flags`: the response flags to match, or a whole filter; `retry`: with Retry-After: 1."""
+    retry_after = {
+        "header": {"key": "retry-after", "value": "1"},
+        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+    }
     return {
         "filter": flags if isinstance(flags, dict) else {"response_flag_filter": {"flags": flags}},
         "status_code": status,
-        "headers_to_add": [
-            {"header": {"key": "retry-after", "value": "1"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
-        ],
+        "headers_to_add": [retry_after] if retry else [],
         "body_format_override": {
             "json_format": error_body(message, error_type, code),
             "content_type": "application/json",
@@ -126,7 +143,36 @@ def upstream_failure_replies() -> dict[str, Any]:
                 "service_unavailable_error",
                 "upstream_unavailable",
             ),
+            # A body over Envoy's own buffer (BUFFER_LIMIT_BYTES), before the bridge saw it: the
+            # 413 the bridge gives a body over max_body_bytes.
+            _reply_mapper(
+                _code_details("request_payload_too_large"),
+                413,
+                "request body exceeds the limit of the gateway's buffer",
+                "invalid_request_error",
+                "body_too_large",
+                retry=False,
+            ),
         ]
+    }
+
+
+def server_error_log() -> dict[str, Any]:
+    """Every 5xx Envoy answers (its own, the bridge's, a backend's), one line on Envoy's stderr
+    (`svc-sr logs envoy`) as it is sent, with the request id the client got (the bridge logs
+    its own failures with the same id: `svc-sr logs sidecar`)."""
+    line = (
+        "[%START_TIME%] 5xx %RESPONSE_CODE% %RESPONSE_CODE_DETAILS% %REQ(:METHOD)% %REQ(:PATH)% "
+        "request id %REQ(X-REQUEST-ID)% upstream %UPSTREAM_HOST% flags %RESPONSE_FLAGS%\n"
+    )
+    server_error = {"op": "GE", "value": {"default_value": 500, "runtime_key": "svc_sr.log_5xx"}}
+    return {
+        "name": "envoy.access_loggers.stderr",
+        "filter": {"status_code_filter": {"comparison": server_error}},
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StderrAccessLog",
+            "log_format": {"text_format_source": {"inline_string": line}},
+        },
     }
 
 
@@ -231,6 +277,9 @@ def build_envoy_config(
                                 "virtual_hosts": [{"name": "models", "domains": ["*"], "routes": routes}],
                             },
                             "local_reply_config": upstream_failure_replies(),
+                            # The client can quote the id of any answer, Envoy's own included.
+                            "always_set_request_id_in_response": True,
+                            "access_log": [server_error_log()],
                             "http_filters": [
                                 *([ext_proc] if with_ext_proc else []),
                                 {

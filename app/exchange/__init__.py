@@ -2,7 +2,7 @@
 
 `exchange.py` (Exchange: begin, respond, whole_body / stream_chunk / stream_end, close,
 finish), `client_api.py` (chat and Responses, each translated once), `relay.py` (a streamed
-answer), `answer.py` (routing headers and `routing_metadata`), `openai_models.py` (the chat
+answer), `answer.py` (routing headers and `routing_metadata`), `openai_schemas.py` (the chat
 request's wire model). The Ingress (app/api/dataplane.py) and the ext_proc bridge
 (app/extproc/bridge.py) are adapters over it.
 """

@@ -22,8 +22,8 @@ from typing import Any
 
 from app.common.chat_text import content_text
 from app.common.errors import SvcError, security_violation
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict, CheckName, CheckOutcome
 from app.pipeline.answers.policy import Checker
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict, CheckName, CheckOutcome
 
 log = logging.getLogger("svc_sr.exchange")
 

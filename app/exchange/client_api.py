@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from app.common.errors import SvcError, bad_request, validation_message
-from app.exchange.openai_models import parse_chat_body, validate_chat_body
+from app.exchange.openai_schemas import validate_chat_body
 from app.exchange.responses.answer import ChatToResponsesStream, chat_to_response
 from app.exchange.responses.images import ImageFile, ResolveImageFile, resolve_input_images
 from app.exchange.responses.request import ResponsesRequest, responses_to_chat
@@ -48,12 +48,13 @@ class ClientStream(Protocol):
 class ClientApi(Protocol):
     endpoint: str  # the metrics label
 
-    async def prepare(self, raw: bytes) -> None:
+    async def prepare(self, document: Any) -> None:
         """What parsing needs from elsewhere (a stored conversation, uploaded images); raises SvcError."""
         ...
 
-    def parse(self, raw: bytes) -> dict[str, Any]:
-        """The chat body to route, decoded and validated once (raises SvcError 400 on bad input)."""
+    def parse(self, document: Any) -> dict[str, Any]:
+        """The chat body to route from the decoded request body (app/common/body_limits.py
+        `decode_json`, by the exchange), validated once (raises SvcError 400 on bad input)."""
         ...
 
     def render(self, completion: dict[str, Any]) -> dict[str, Any]:
@@ -78,14 +79,14 @@ class _Passthrough:
 class ChatApi:
     endpoint = "chat_completions"
 
-    async def prepare(self, raw: bytes) -> None:
+    async def prepare(self, document: Any) -> None:
         return None
 
     async def persist(self) -> None:
         return None
 
-    def parse(self, raw: bytes) -> dict[str, Any]:
-        return parse_chat_body(raw)
+    def parse(self, document: Any) -> dict[str, Any]:
+        return validate_chat_body(document)
 
     def render(self, completion: dict[str, Any]) -> dict[str, Any]:
         return completion
@@ -133,10 +134,10 @@ class ResponsesApi:
         self._history: list[dict[str, Any]] | None = None
         self._pending: StoredResponse | None = None
 
-    async def prepare(self, raw: bytes) -> None:
+    async def prepare(self, document: Any) -> None:
         if self._store is None and self._resolve_image is None:
             return
-        request = self._validate(raw)
+        request = self._validate(document)
         if self._store is not None:
             await self._continue(self._store, request)
         if self._resolve_image is not None:
@@ -151,17 +152,17 @@ class ResponsesApi:
                 raise previous_not_found(request.previous_response_id)
             self._history = previous.conversation
 
-    def parse(self, raw: bytes) -> dict[str, Any]:
-        request = self._request or self._validate(raw)
+    def parse(self, document: Any) -> dict[str, Any]:
+        request = self._request or self._validate(document)
         try:
             body = responses_to_chat(request, self._history, self._images)
         except ValueError as exc:  # ResponsesInputError: input chat cannot hold
             raise bad_request(f"invalid Responses request: {exc}") from exc
         return validate_chat_body(body)
 
-    def _validate(self, raw: bytes) -> ResponsesRequest:
+    def _validate(self, document: Any) -> ResponsesRequest:
         try:
-            self._request = ResponsesRequest.model_validate_json(raw)
+            self._request = ResponsesRequest.model_validate(document)
         except ValidationError as exc:
             raise bad_request(f"invalid Responses request: {validation_message(exc.errors())[0]}") from exc
         return self._request

@@ -31,12 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app.accounting.cost import compute_cost
+from app.common.body_limits import DEFAULT_MAX_DEPTH, JsonRejected, decode_json
 from app.common.errors import SvcError, body_too_large, from_upstream_unavailable, upstream_unavailable
 from app.exchange import answer_checks
 from app.exchange.answer import client_headers, routing_metadata
 from app.exchange.client_api import ClientApi
+from app.exchange.openai_schemas import json_rejected
 from app.exchange.relay import StreamRelay
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.results import UpstreamUnavailable
@@ -64,12 +66,14 @@ class RouterClient(Protocol):
 @dataclass
 class ExchangeSettings:
     """`max_body_bytes`: requests over it answer 413 (None: the transport enforces it).
+    `max_json_depth`: a body nested deeper answers 400 (app/common/body_limits.py).
     `reaches`: the candidates this front door can forward to (None: all); behind Envoy an
     in-cluster model is reached only through its HTTP backend_refs."""
 
     router: RouterClient
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     max_body_bytes: int | None = None
+    max_json_depth: int = DEFAULT_MAX_DEPTH
     clock: Callable[[], float] = time.perf_counter
     reaches: Callable[[UpstreamTarget], bool] | None = None
 
@@ -149,8 +153,12 @@ class Exchange:
         limit = self.settings.max_body_bytes
         if limit is not None and len(raw) > limit:
             raise body_too_large(limit)
-        await self.api.prepare(raw)  # a stored conversation (previous_response_id)
-        return self.api.parse(raw)
+        try:
+            document = decode_json(raw, self.settings.max_json_depth)
+        except JsonRejected as exc:
+            raise json_rejected(exc) from None
+        await self.api.prepare(document)  # a stored conversation (previous_response_id)
+        return self.api.parse(document)
 
     @property
     def upstream_body(self) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pbg
 from pydantic import BaseModel, Field
 
 from app.common.background import BackgroundTasks
+from app.common.body_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DEPTH, HARD_MAX_DEPTH, MIN_MAX_DEPTH
 from app.exchange.exchange import ExchangeSettings, RouterClient
 from app.exchange.responses.images import ResolveImageFile
 from app.extproc.stream import ExtProcStream
@@ -42,7 +43,8 @@ log = logging.getLogger("svc_sr.extproc")
 class BridgeSettings(BaseModel):
     failure_mode: Literal["open", "closed"] = "closed"
     clear_route_cache: bool = True
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
+    max_json_depth: int = Field(default=DEFAULT_MAX_DEPTH, ge=MIN_MAX_DEPTH, le=HARD_MAX_DEPTH)
 
 
 class ExtProcBridge(pbg.ExternalProcessorServicer):
@@ -61,6 +63,7 @@ class ExtProcBridge(pbg.ExternalProcessorServicer):
             router,
             metrics or RouterMetrics(),
             self.settings.max_body_bytes,
+            self.settings.max_json_depth,
             # Envoy forwards to HTTP clusters: an in-cluster model's engine is the Ingress's to call.
             reaches=lambda target: not is_in_cluster(target.base_url),
         )

@@ -36,7 +36,14 @@ class ExtProcStream:
 
     async def handle(self, kind: str, request: pb.ProcessingRequest) -> pb.ProcessingResponse:
         if kind == "request_headers":
-            return self.on_request_headers(request.request_headers)
+            response = self.on_request_headers(request.request_headers)
+            if self.exchange is not None and request.request_headers.end_of_stream:
+                # No body follows (Envoy sends no body message): the exchange answers it as the
+                # empty body it is (a 400; an empty body is no JSON), not forwarded unrouted.
+                step = await self.exchange.begin(b"", self.headers)
+                assert isinstance(step, Reply), "an empty body is never routed"
+                return _immediate(step)
+            return response
         if self.exchange is None:  # not an API the router handles, or a fail-open passthrough
             return em.passthrough(kind)
         if kind == "request_body":

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from app.local_llm.settings import LocalLLMError, LocalLLMSettings
 
 INSTALL_HINT = "run `python -m app.local_llm install` (make run does)"
@@ -287,7 +289,38 @@ def start(
             f"{result.message}\n--- {settings.log_file} (tail) ---\n{_log_tail(settings.log_file)}"
         )
     answer = prove(settings, proc.pid, proc)
+    proven = _still_ours(settings, proc, result)
+    if not proven.ready:
+        stop(settings)
+        raise LocalLLMError(
+            f"{proven.message}\n--- {settings.log_file} (tail) ---\n{_log_tail(settings.log_file)}"
+        )
     return Status(True, proc.pid, True, result.models, f"{result.message}; answered {answer!r}")
+
+
+def _still_ours(settings: LocalLLMSettings, proc: subprocess.Popen[bytes], ready: Status) -> Status:
+    """What answered is the server we started only if it holds the port: another process may take
+    the port after the check above, and then our server exits on bind while the other answers."""
+    if _listens(proc.pid, settings.port):
+        return ready
+    return Status(
+        False,
+        proc.pid,
+        False,
+        [],
+        f"the demo LLM ({_exit_cause(proc.poll())}) does not hold port {settings.port}: another process "
+        f"answered on port {settings.port}; stop it or set SVC_SR_LLM_PORT to a free port",
+    )
+
+
+def _listens(pid: int, port: int) -> bool:
+    try:
+        sockets = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.AccessDenied:
+        return True  # a platform that hides our own child's sockets: trust the answer
+    except psutil.Error:  # the process is gone
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in sockets)
 
 
 def _wait_ready(

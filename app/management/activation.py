@@ -28,10 +28,17 @@ from typing import Any, Literal, Protocol
 
 from app.common.background import BackgroundTasks
 from app.common.redaction import scrub, secret_values
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.management.audit import AuditTrail
 from app.management.auth import auth_issues
-from app.management.documents import Candidate, DocumentRejected, Reason, Stage, etag_of, restart_required
+from app.management.documents import (
+    CheckedDocument,
+    DocumentRejected,
+    Reason,
+    Stage,
+    etag_of,
+    restart_required,
+)
 from app.management.state import ConfigStore, StaleDocument, VersionRecord, VersionResult
 from app.state.shared_store import StoreUnavailable
 
@@ -102,6 +109,16 @@ class PreconditionFailed(Exception):
         self.code = code
         self.message = message
         self.current_etag = current_etag
+
+
+def has_if_match(if_match: str | None) -> bool:
+    return if_match is not None and bool(if_match.strip())
+
+
+def if_match_required(current_etag: str) -> PreconditionFailed:
+    return PreconditionFailed(
+        428, "PRECONDITION_REQUIRED", "If-Match with the current ETag is required", current_etag
+    )
 
 
 class RestartRequired(Exception):
@@ -207,7 +224,7 @@ class ActivationController:
     async def mutate(
         self,
         if_match: str | None,
-        build: Callable[[dict[str, Any]], Candidate],
+        build: Callable[[dict[str, Any]], CheckedDocument],
         source: str,
         *,
         request_id: str | None = None,
@@ -220,10 +237,9 @@ class ActivationController:
         async with self._mutation_lock:
             current_hash = self.store.source_hash  # the store's latest (another replica may have written)
             current_etag = etag_of(current_hash)
-            if if_match is None or not if_match.strip():
-                raise PreconditionFailed(
-                    428, "PRECONDITION_REQUIRED", "If-Match with the current ETag is required", current_etag
-                )
+            if not has_if_match(if_match):
+                raise if_match_required(current_etag)
+            assert if_match is not None
             if not _etag_matches(if_match, current_etag):
                 raise PreconditionFailed(
                     412,
@@ -261,7 +277,7 @@ class ActivationController:
 
     def _persist(
         self,
-        candidate: Candidate,
+        candidate: CheckedDocument,
         source: str,
         request_id: str | None,
         role: str | None,
@@ -338,7 +354,7 @@ class ActivationController:
         )
 
     # ------------------------------------------------------------------ activation
-    async def _activate(self, attempt: Attempt, candidate: Candidate) -> None:
+    async def _activate(self, attempt: Attempt, candidate: CheckedDocument) -> None:
         async with self._activation_lock:
             if attempt.state != "pending":  # superseded while waiting for the previous activation
                 return
@@ -366,7 +382,7 @@ class ActivationController:
                 return
             self._succeed(attempt, candidate)
 
-    def _succeed(self, attempt: Attempt, candidate: Candidate) -> None:
+    def _succeed(self, attempt: Attempt, candidate: CheckedDocument) -> None:
         try:
             attempt.config_version = self.store.mark_active(attempt.version)
         except KeyError:  # pushed out of a tiny history; the generation serves regardless

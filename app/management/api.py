@@ -36,7 +36,7 @@ with the same guard and audit):
     /api/v1/storage/files[/{id}[/content]]           data.read / data.write       routes/files.py
     /api/v1/storage/vector-stores[/{id}[/files|/search|/rotate]]  data.read / data.write  routes/vector_stores.py
 
-Every request body and answer is a pydantic model (models.py); failures use MgmtError. A
+Every request body and answer is a pydantic model (schemas.py); failures use MgmtError. A
 management store that is down or too slow (StoreUnavailable) answers 503 STORE_UNAVAILABLE
 with nothing written.
 """

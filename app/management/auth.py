@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from app.config.document import RouterConfig
 from app.config.errors import issues_from_validation_error
-from app.config.models import RouterConfig
 from app.management.documents import Reason
 
 log = logging.getLogger("svc_sr.management.auth")

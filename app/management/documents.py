@@ -14,9 +14,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.config.document import RouterConfig
 from app.config.errors import ConfigError
 from app.config.loader import LoadedConfig, config_hash, parse_config, parse_text
-from app.config.models import RouterConfig
 
 Stage = Literal["parse", "compile", "validate", "warm", "activate"]
 
@@ -46,7 +46,7 @@ class DocumentRejected(Exception):
 
 
 @dataclass
-class Candidate:
+class CheckedDocument:
     """A checked document: `document` is the compact canonical form that gets persisted."""
 
     config: RouterConfig
@@ -92,14 +92,14 @@ def reasons_from_config_error(exc: ConfigError) -> list[Reason]:
     ]
 
 
-def check_document(document: dict[str, Any]) -> Candidate:
+def check_document(document: dict[str, Any]) -> CheckedDocument:
     """Stages parse (shape) and validate (schema + cross references)."""
     try:
         loaded: LoadedConfig = parse_config(document, source="request body")
     except ConfigError as exc:
         raise DocumentRejected(reasons_from_config_error(exc)) from None
     compact = compact_document(loaded.config)
-    return Candidate(
+    return CheckedDocument(
         config=loaded.config,
         document=compact,
         source_hash=document_hash(compact),
@@ -108,10 +108,10 @@ def check_document(document: dict[str, Any]) -> Candidate:
     )
 
 
-def candidate_of(config: RouterConfig) -> Candidate:
-    """A config already loaded elsewhere (the file the process started with) as a Candidate."""
+def candidate_of(config: RouterConfig) -> CheckedDocument:
+    """A config already loaded elsewhere (the file the process started with) as a CheckedDocument."""
     compact = compact_document(config)
-    return Candidate(
+    return CheckedDocument(
         config=config, document=compact, source_hash=document_hash(compact), runtime_hash=config_hash(config)
     )
 

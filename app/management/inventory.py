@@ -1,7 +1,7 @@
 """Model inventory (docs/management-api.md, and the older /info views).
 
-`InventoryBackend` is what the API reads. `LocalInventory` lists the prepared bindings from
-their one typed description (app/management/graph_models.py) and the live configuration (a
+`InventorySource` is what the API reads. `LocalInventory` lists the prepared bindings from
+their one typed description (app/management/graph_schemas.py) and the live configuration (a
 binding the configuration gives a `model_deployments` entry is that deployment's), with the
 live facts a `RuntimeFactsProvider` reports (app/management/live_inventory.py: readiness,
 restarts, the device each deployment's process runs on); without a provider (tests, offline
@@ -17,9 +17,9 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from app.config.document import RouterConfig
 from app.config.model_deployments import BINDINGS, ModelBinding, read_bindings
-from app.config.models import RouterConfig
-from app.management.graph_models import DEVICE, GRAPH_MODELS, card_summary, describe
+from app.management.graph_schemas import DEVICE, GRAPH_MODELS, card_summary, describe
 from app.management.live_inventory import DeploymentFacts, RuntimeFactsProvider, uses_gpu
 from app.management.startup import StartupTracker
 
@@ -27,7 +27,7 @@ from app.management.startup import StartupTracker
 INVENTORY_BINDINGS = tuple(name for name in GRAPH_MODELS if name != "reranker")
 
 
-class InventoryBackend(Protocol):
+class InventorySource(Protocol):
     async def models(self) -> list[dict[str, Any]]: ...
 
     async def embedding_models(self) -> list[dict[str, Any]]: ...

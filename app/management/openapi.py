@@ -27,7 +27,15 @@ def _schema_30(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     out = {key: _schema_30(value) for key, value in node.items()}
-    for rewrite in (_nullable_options, _type_list, _const, _exclusive_bounds, _examples, _null_type):
+    for rewrite in (
+        _nullable_options,
+        _type_list,
+        _const,
+        _exclusive_bounds,
+        _examples,
+        _null_type,
+        _nullable_enum,
+    ):
         rewrite(out)
     return out
 
@@ -94,6 +102,13 @@ def _null_type(out: dict[str, Any]) -> None:
     if out.get("type") == "null":
         out.pop("type")
         out["nullable"] = True
+
+
+def _nullable_enum(out: dict[str, Any]) -> None:
+    """3.0: `nullable` does not extend an `enum`; null is allowed only when the enum lists it."""
+    values = out.get("enum")
+    if out.get("nullable") and isinstance(values, list) and None not in values:
+        out["enum"] = [*values, None]
 
 
 def to_openapi_30(document: dict[str, Any]) -> dict[str, Any]:

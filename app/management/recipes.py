@@ -14,12 +14,12 @@ import copy
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.json_schema import SkipJsonSchema
 
+from app.common.api_docs import Absent, no_default
 from app.common.mgmt_errors import MgmtError, invalid_input
 from app.common.redaction import redact, restore_redacted
 from app.config.recipes import DEFAULT_RECIPE
-from app.management.models import ReasonOut, no_null_default
+from app.management.schemas import ReasonOut
 
 
 class RecipeBody(BaseModel):
@@ -71,8 +71,8 @@ class RecipeValidateRequest(BaseModel):
     )
     name: str = Field(min_length=1, max_length=128)
     action: Literal["put", "delete"] = "put"
-    recipe: RecipeBody | SkipJsonSchema[None] = Field(
-        default=None, description="required with action put", json_schema_extra=no_null_default
+    recipe: RecipeBody | Absent = Field(
+        default=None, description="required with action put", json_schema_extra=no_default
     )
 
     @model_validator(mode="after")

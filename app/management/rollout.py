@@ -1,5 +1,5 @@
 """Activation of a configuration on a Ray Serve application, without Ray: `GraphActivator`
-drives the stages over a `ServeBackend` (deployments/activation.py's RayServeBackend in
+drives the stages over a `ServeControl` (deployments/activation.py's RayServeControl in
 the graph, a fake in unit tests).
 
 After the ActivationController's parse / validate / compile stages:
@@ -25,8 +25,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from app.cache.factory import single_owner
+from app.config.document import RouterConfig
 from app.config.loader import config_hash, parse_config
-from app.config.models import RouterConfig
 from app.management.activation import ActivationFailed
 
 log = logging.getLogger("svc_sr.activation")
@@ -43,7 +44,7 @@ def first_line(text: str | None, limit: int = 300) -> str:
     return stripped.splitlines()[0][:limit] if stripped else ""
 
 
-class ServeBackend(Protocol):
+class ServeControl(Protocol):
     """What the activator needs from Ray Serve."""
 
     def build(self, graph_args: Any, document: dict[str, Any]) -> Any:
@@ -68,7 +69,7 @@ class GraphActivator:
         self,
         graph_args: Any,
         document: dict[str, Any],
-        backend: ServeBackend,
+        backend: ServeControl,
         timeout_s: float = 120.0,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -190,6 +191,24 @@ class GraphActivator:
             await self._wait_running(self.clock() + self.restore_timeout_s)
         except Exception:
             log.exception("could not restore the previous configuration after a failed activation")
+
+
+def scaled_owner(app_config: dict[str, Any], document: dict[str, Any]) -> str | None:
+    """Why `document` cannot be activated on an application deployed from a Serve config
+    (`app_config`, as deployed): its response cache needs one owner (docs/configuration.md "One
+    owner") while that config asks for more ResponseCache replicas; a Serve config's options win
+    over the graph's, and an activation only carries user_config. None: no conflict."""
+    why = single_owner(parse_config(document).config.global_.stores.response_cache)
+    entries: list[dict[str, Any]] = app_config.get("deployments") or []
+    asked = next((d for d in entries if d.get("name") == "ResponseCache"), {})
+    replicas = asked.get("num_replicas", 1)
+    if why is None or (replicas == 1 and asked.get("autoscaling_config") is None):
+        return None
+    return (
+        f"the response cache needs one owner ({why}) but this application's Serve config asks for "
+        f"ResponseCache num_replicas {replicas}{' with autoscaling' if asked.get('autoscaling_config') else ''}: "
+        "set num_replicas 1 there and `serve deploy` it first"
+    )
 
 
 # Top-level keys of a declarative Serve config that a redeploy carries over as they are.

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, TypedDict, Unpack
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.management.activation import (
     ActivationController,
     Activator,
@@ -28,9 +28,9 @@ from app.management.activation import (
 from app.management.audit import AuditLog, AuditTrail
 from app.management.auth import Authenticator
 from app.management.documents import candidate_of, etag_of
-from app.management.inventory import InventoryBackend, LocalInventory
+from app.management.inventory import InventorySource, LocalInventory
 from app.management.live_inventory import RuntimeFactsProvider
-from app.management.models import MutationResponse, StatusDocument
+from app.management.schemas import MutationResponse, StatusDocument
 from app.management.startup import StartupTracker, completed_tracker
 from app.management.state import ConfigStore
 from app.management.status import conditions
@@ -59,7 +59,7 @@ class ManagementParts(TypedDict, total=False):
     startup: StartupTracker | None
     audit: AuditTrail | None
     previewer: RoutingPreviewer | None
-    inventory: InventoryBackend | None
+    inventory: InventorySource | None
     runtime_facts: RuntimeFactsProvider | None  # live deployment facts for the inventory (None: unknown)
     filename: str
     file_hash: str | None  # source hash of the configuration file as loaded now (None: `config` is it)

@@ -1,6 +1,6 @@
 """ConfigStore: the persisted configuration document, its version history and the active record.
 
-The whole state is one document saved by compare-and-set in a backend (app/state/state_backends.py:
+The whole state is one document saved by compare-and-set in a backend (app/state/state_stores.py:
 memory, `<state_dir>/state.json`, or Redis shared by every Ingress replica): a crash leaves
 the previous state or the next one, never a half-written document or a history that
 disagrees with it; two replicas changing it at once cannot lose either change, and a
@@ -34,14 +34,14 @@ import yaml
 from pydantic import BaseModel, Field
 
 from app.common.persist import atomic_write_bytes
-from app.management.documents import Candidate
+from app.management.documents import CheckedDocument
 from app.state.shared_store import StoreUnavailable
-from app.state.state_backends import (
+from app.state.state_stores import (
     STATE_FILE,
-    FileStateBackend,
-    MemoryStateBackend,
-    StateBackend,
+    FileStateStore,
+    MemoryStateStore,
     StateConflict,
+    StateStore,
     StoreCorrupt,
 )
 
@@ -83,7 +83,7 @@ class ActiveRecord(BaseModel):
 
 class StoreState(BaseModel):
     schema_version: int = STATE_SCHEMA
-    revision: int = 0  # advanced by every save: the compare-and-set token (app/state/state_backends.py)
+    revision: int = 0  # advanced by every save: the compare-and-set token (app/state/state_stores.py)
     filename: str = "config.yaml"
     # Source hash of the configuration file (or inline document) as last loaded at a start:
     # an unchanged file means "resume the active version", a changed one wins (resolve_startup).
@@ -154,14 +154,14 @@ class ConfigStore:
         state_dir: Path | str | None = None,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         mirror_file: Path | str | None = None,
-        backend: StateBackend | None = None,
+        backend: StateStore | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if history_limit < 1:
             raise ValueError("history_limit must be >= 1")
         self.state_dir = Path(state_dir) if state_dir is not None else None
         if backend is None:
-            backend = FileStateBackend(self.state_dir) if self.state_dir is not None else MemoryStateBackend()
+            backend = FileStateStore(self.state_dir) if self.state_dir is not None else MemoryStateStore()
         self.backend = backend
         self.history_limit = history_limit
         self.mirror_file = Path(mirror_file) if mirror_file is not None else None
@@ -245,7 +245,7 @@ class ConfigStore:
     # ------------------------------------------------------------------ startup
     def initialize(
         self,
-        serving: Candidate,
+        serving: CheckedDocument,
         filename: str = "config.yaml",
         source: str = "startup",
         file_hash: str | None = None,
@@ -287,7 +287,7 @@ class ConfigStore:
         )
         return self.last_startup
 
-    def seed_local(self, serving: Candidate, filename: str) -> None:
+    def seed_local(self, serving: CheckedDocument, filename: str) -> None:
         """The store is unreachable at start: keep `serving` as this replica's local copy (not
         saved; revision -1, so the stored state is read again as soon as the store answers)."""
         state = StoreState(filename=filename, revision=-1)
@@ -298,7 +298,7 @@ class ConfigStore:
     def _new_record(
         self,
         state: StoreState,
-        candidate: Candidate,
+        candidate: CheckedDocument,
         source: str,
         rollback_of: str | None,
         request_id: str | None,
@@ -317,7 +317,7 @@ class ConfigStore:
             document=copy.deepcopy(candidate.document),
         )
 
-    def _append(self, state: StoreState, record: VersionRecord, candidate: Candidate) -> StoreState:
+    def _append(self, state: StoreState, record: VersionRecord, candidate: CheckedDocument) -> StoreState:
         state.attempt = record.attempt
         state.document = copy.deepcopy(candidate.document)
         state.source_hash = candidate.source_hash
@@ -344,7 +344,7 @@ class ConfigStore:
     # ------------------------------------------------------------------ mutations
     def persist(
         self,
-        candidate: Candidate,
+        candidate: CheckedDocument,
         source: str,
         rollback_of: str | None = None,
         request_id: str | None = None,

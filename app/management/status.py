@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.management.models import Condition
+from app.management.schemas import Condition
 from app.management.startup import StartupStatus
 from app.upstream.reachability import Backend
 

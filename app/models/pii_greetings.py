@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 
-from app.models.pii_candidates import UPPER, Candidate, wordset
 from app.models.pii_names import IMPERATIVES, TECH_TERMS
+from app.models.pii_proposals import UPPER, EntityProposal, wordset
 
 _CASED = "[" + UPPER + r"][\w'’-]*"
 # A handle: letters plus digits/underscores/dots ("j0hnny_b", "mike.t", "xX_darkwolf99").
@@ -194,14 +194,14 @@ def _trim(text: str, start: int, end: int) -> int:
     return start + value.index(words[-1], len(" ".join(words[:-1]))) + len(words[-1])
 
 
-def find_greeting_names(text: str) -> list[Candidate]:
+def find_greeting_names(text: str) -> list[EntityProposal]:
     """PERSON from salutations, direct address, sign-offs, mentions, speaker labels, person-only
     verbs and contact-block name lines."""
     return _greeting_slots(text) + _mentions(text) + _speakers_and_doers(text) + _name_line(text)
 
 
-def _greeting_slots(text: str) -> list[Candidate]:
-    out: list[Candidate] = []
+def _greeting_slots(text: str) -> list[EntityProposal]:
+    out: list[EntityProposal] = []
     lower_text = not any(ch.isupper() for ch in text)
     slots = [(_SALUTATION, 0.85), (_ADDRESSED, 0.75), (_SIGNED, 0.85), (_DASH_SIGNED, 0.7)]
     if lower_text:
@@ -221,20 +221,20 @@ def _greeting_slots(text: str) -> list[Candidate]:
                     continue
                 s = 0.6
             if all((c.start, c.end) != (start, end) for c in out):
-                out.append(Candidate("PERSON", start, end, s, "rule:greeting"))
+                out.append(EntityProposal("PERSON", start, end, s, "rule:greeting"))
     return out
 
 
-def _mentions(text: str) -> list[Candidate]:
+def _mentions(text: str) -> list[EntityProposal]:
     return [
-        Candidate("PERSON", m.start(1), m.end(1), 0.7, "rule:mention")
+        EntityProposal("PERSON", m.start(1), m.end(1), 0.7, "rule:mention")
         for m in _MENTION.finditer(text)
         if m.group(1).lower() not in _DECORATORS
     ]
 
 
-def _speakers_and_doers(text: str) -> list[Candidate]:
-    out: list[Candidate] = []
+def _speakers_and_doers(text: str) -> list[EntityProposal]:
+    out: list[EntityProposal] = []
     doers = (_SPEAKER, _PERSON_VERB, _PERSON_OWNS, _RELATIVE_NAMED, _PERSON_ROLE, _GIVEN_TO)
     for rx, score in zip(doers, (0.7, 0.75, 0.75, 0.75, 0.75, 0.7), strict=True):
         matches = list(rx.finditer(text))
@@ -248,7 +248,7 @@ def _speakers_and_doers(text: str) -> list[Candidate]:
             name = text[start:end]
             words = name.lower().split()
             if words and not any(w in _LABELS for w in words) and not _is_slot_word(name, strict=True):
-                out.append(Candidate("PERSON", start, end, score, "rule:name_position"))
+                out.append(EntityProposal("PERSON", start, end, score, "rule:name_position"))
     return out
 
 
@@ -262,7 +262,7 @@ def _skip_leading_slot_words(text: str, start: int, end: int) -> int:
     return start
 
 
-def _name_line(text: str) -> list[Candidate]:
+def _name_line(text: str) -> list[EntityProposal]:
     """A full name alone on one of the first three lines, with contact data within five lines."""
     out = []
     lines = [m for m in _LINE.finditer(text) if m.group(1).strip()]
@@ -274,5 +274,5 @@ def _name_line(text: str) -> list[Candidate]:
             continue
         if any(_CONTACT_LINE.search(ln.group(1)) for ln in lines[i + 1 : i + 6]):
             start = line.start(1) + line.group(1).index(m.group())
-            out.append(Candidate("PERSON", start, start + len(m.group()), 0.7, "rule:name_line"))
+            out.append(EntityProposal("PERSON", start, start + len(m.group()), 0.7, "rule:name_line"))
     return out

@@ -9,16 +9,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from app.models.pii_candidates import (
-    Candidate,
+from app.models.pii_dates import looks_like_date
+from app.models.pii_proposals import (
+    EntityProposal,
     has_id_label_before,
     in_arithmetic,
+    in_number_talk,
     text_after,
     text_before,
     words_re,
     wordset,
 )
-from app.models.pii_dates import looks_like_date
 
 # --------------------------------------------------------------------------- phone numbers
 
@@ -66,6 +67,39 @@ def _phone_context(text: str, start: int, end: int) -> bool:
     )
 
 
+# Words that say "this is a phone number" even in a sentence that also does arithmetic; "number"
+# alone does not ("the number 2147483647 is prime").
+_STRONG_PHONE_CUE = words_re(
+    (
+        r"phone",
+        r"tel",
+        r"telephone",
+        r"mobile",
+        r"cell",
+        r"call",
+        r"calling",
+        r"text",
+        r"sms",
+        r"whatsapp",
+        r"fax",
+        r"dial",
+        r"reach",
+        r"ring",
+        r"landline",
+        r"hotline",
+    )
+)
+
+
+def phone_in_number_talk(text: str, start: int, end: int) -> bool:
+    """A bare digit run (no separators, no +) in a sentence that calculates with it and says
+    nothing of phones: the subject of a maths question ("What is 4815162342 divided by 7?")."""
+    value = text[start:end]
+    if not value.isdigit():
+        return False
+    return in_number_talk(text, start, end) and not _STRONG_PHONE_CUE.search(text_before(text, start, 48))
+
+
 _EXTENSION = re.compile(r"\s*(?:x|ext\.?|extension)\s*\d{1,5}$", re.IGNORECASE)
 
 
@@ -87,6 +121,8 @@ def score_phone(text: str, start: int, end: int) -> float:
     """
     value = text[start:end]
     if has_id_label_before(text, start) or in_arithmetic(text, start, end):
+        return 0.0
+    if phone_in_number_talk(text, start, end):
         return 0.0
     if sum(ch.isdigit() for ch in value) < 7 or not _phone_shaped(value):
         return 0.0
@@ -115,7 +151,7 @@ _INTL_PHONE = re.compile(
 _BEFORE_OPERAND = re.compile(r"[\d)=*/^<>×÷%-]\s*$")
 
 
-def find_intl_phones(text: str) -> list[Candidate]:
+def find_intl_phones(text: str) -> list[EntityProposal]:
     """ "+44 20 7946 0958", "+49 (0)30 1234-5678", "0044 ...", "+33 1.23.45.67.89", "+49/30/1234567":
     a country-code prefix is specific enough, whatever the grouping and separators, to need no
     phone word (phonenumbers rejects several of these layouts)."""
@@ -132,11 +168,11 @@ def find_intl_phones(text: str) -> list[Candidate]:
         score = 0.75 if value.startswith("+") else 0.65
         if _phone_context(text, m.start(), m.end()):
             score += 0.2
-        out.append(Candidate("PHONE_NUMBER", m.start(), m.end(), score, "rule:intl_phone"))
+        out.append(EntityProposal("PHONE_NUMBER", m.start(), m.end(), score, "rule:intl_phone"))
     return out
 
 
-def find_context_phones(text: str) -> list[Candidate]:
+def find_context_phones(text: str) -> list[EntityProposal]:
     out = []
     for m in _LOCAL_PHONE.finditer(text):
         digits = sum(ch.isdigit() for ch in m.group())
@@ -148,9 +184,11 @@ def find_context_phones(text: str) -> list[Candidate]:
             not slashed_area and in_arithmetic(text, m.start(), m.end())
         ):
             continue
+        if phone_in_number_talk(text, m.start(), m.end()):
+            continue
         if looks_like_date(m.group()) or not _phone_shaped(m.group()):
             continue
-        out.append(Candidate("PHONE_NUMBER", m.start(), m.end(), 0.7, "rule:context_phone"))
+        out.append(EntityProposal("PHONE_NUMBER", m.start(), m.end(), 0.7, "rule:context_phone"))
     return out
 
 
@@ -174,9 +212,43 @@ _CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){11,18}(?![\w-])")
 _CARD_CONTEXT = words_re(
     ("card", "cards", "credit", "debit", "visa", "mastercard", "amex", "cc", "pan", "number", "maestro")
 )
+# What says a card is the user's own: payment words anywhere in the text ("number" is not one).
+_CARD_OWNED = words_re(
+    (
+        r"cards?",
+        r"credit",
+        r"debit",
+        r"visa",
+        r"mastercard",
+        r"amex",
+        r"maestro",
+        r"discover",
+        r"pay\w*",
+        r"paid",
+        r"charged?",
+        r"billing",
+        r"bill",
+        r"exp(?:iry|ires|iration)?",
+        r"cvv",
+        r"cvc",
+        r"subscription",
+        r"checkout",
+        r"purchase\w*",
+        r"order",
+        r"refund\w*",
+        r"bank",
+    )
+)
 
 
-def find_credit_cards(text: str) -> list[Candidate]:
+def card_in_number_talk(text: str, start: int, end: int) -> bool:
+    """A Luhn-valid number that a sentence calculates with or checks, in a text that says nothing
+    of paying: a number-theory question ("Is 4111111111111111 divisible by 3?"), not a card the
+    user disclosed."""
+    return in_number_talk(text, start, end) and not _CARD_OWNED.search(text.lower())
+
+
+def find_credit_cards(text: str) -> list[EntityProposal]:
     out = []
     for m in _CARD.finditer(text):
         raw = m.group()
@@ -188,6 +260,8 @@ def find_credit_cards(text: str) -> list[Candidate]:
             continue
         if has_id_label_before(text, m.start()) or in_arithmetic(text, m.start(), m.end()):
             continue
+        if card_in_number_talk(text, m.start(), m.end()):
+            continue
         context = bool(_CARD_CONTEXT.search(text_before(text, m.start(), 48)))
         # An unknown issuer prefix is still a card when the text says so ("card 8800 ...", test
         # and private-label ranges); without a card word it is more often an account or tracking ID.
@@ -195,7 +269,9 @@ def find_credit_cards(text: str) -> list[Candidate]:
             continue
         if len(digits) < 13 and not context:
             continue
-        out.append(Candidate("CREDIT_CARD", m.start(), m.end(), 0.95 if context else 0.7, "rule:card_luhn"))
+        out.append(
+            EntityProposal("CREDIT_CARD", m.start(), m.end(), 0.95 if context else 0.7, "rule:card_luhn")
+        )
     return out
 
 
@@ -211,23 +287,23 @@ def _ssn_valid(area: str, group: str, serial: str) -> bool:
     return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
 
 
-def find_us_ssns(text: str) -> list[Candidate]:
+def find_us_ssns(text: str) -> list[EntityProposal]:
     """ddd-dd-dddd is specific enough on its own; other layouts need an SSN word nearby.
 
     Unlike Presidio we do not reject famous sample numbers (078-05-1120): a user who types one
     after "my SSN is" is still sharing something shaped like an SSN.
     """
-    out: dict[tuple[int, int], Candidate] = {}
+    out: dict[tuple[int, int], EntityProposal] = {}
     for m in _SSN_DASHED.finditer(text):
         if _ssn_valid(*m.groups()) and not has_id_label_before(text, m.start()):
             ctx = bool(_SSN_CONTEXT.search(text_before(text, m.start(), 48)))
-            out[m.span()] = Candidate("US_SSN", m.start(), m.end(), 0.95 if ctx else 0.65, "rule:ssn")
+            out[m.span()] = EntityProposal("US_SSN", m.start(), m.end(), 0.95 if ctx else 0.65, "rule:ssn")
     for m in _SSN_LOOSE.finditer(text):
         area, _, group, serial = m.groups()
         if m.span() in out or not _ssn_valid(area, group, serial):
             continue
         if _SSN_CONTEXT.search(text_before(text, m.start(), 48)):
-            out[m.span()] = Candidate("US_SSN", m.start(), m.end(), 0.85, "rule:ssn_context")
+            out[m.span()] = EntityProposal("US_SSN", m.start(), m.end(), 0.85, "rule:ssn_context")
     return list(out.values())
 
 
@@ -247,7 +323,7 @@ _DL_VALUE = re.compile(
 )
 
 
-def find_driver_licenses(text: str) -> list[Candidate]:
+def find_driver_licenses(text: str) -> list[EntityProposal]:
     """State formats range from 1 letter + 7 digits to 13 digits, so only "licence ... <id>"
     counts; a bare alphanumeric token is far more often a product code."""
     out = []
@@ -265,7 +341,7 @@ def find_driver_licenses(text: str) -> list[Candidate]:
             ok = digits >= 4
         if not ok or looks_like_date(value):
             continue
-        out.append(Candidate("US_DRIVER_LICENSE", v.start(1), v.end(1), 0.85, "rule:driver_license"))
+        out.append(EntityProposal("US_DRIVER_LICENSE", v.start(1), v.end(1), 0.85, "rule:driver_license"))
     return out
 
 
@@ -275,15 +351,18 @@ _NETMASK_OCTETS = {"0", "128", "192", "224", "240", "248", "252", "254", "255"}
 
 
 def ip_is_identifying(value: str) -> bool:
-    """Unspecified, loopback, broadcast and netmask values (0.0.0.0, 127.0.0.1, ::1,
-    255.255.255.0) name no host."""
+    """Only a globally routed address can point at a person. Unspecified, loopback, private
+    (10/8, 172.16/12, 192.168/16, fc00::/7), link-local, shared (100.64/10), documentation
+    (192.0.2/24, 198.51.100/24, 203.0.113/24, 2001:db8::/32) and other reserved ranges, broadcast
+    and netmask values name no one outside the asker's own network: not personal data under the
+    shipped policy (docs/security.md)."""
     import ipaddress
 
     try:
         ip = ipaddress.ip_address(value)
     except ValueError:
         return True  # Presidio's regex accepted it; leave the call to the recognizer
-    if ip.is_unspecified or ip.is_loopback or ip.is_multicast:
+    if ip.is_unspecified or ip.is_loopback or ip.is_multicast or not ip.is_global:
         return False
     if ip.version == 6 and sum(1 for h in value.split(":") if h) < 3:  # "b[::2]", "fe80::1"
         return False
@@ -317,13 +396,13 @@ _URL = re.compile(
 _URL_TRAILING = ".,;:!?)]}'\""
 
 
-def find_domains(text: str, suffix_of: Callable[[str], tuple[str, str]]) -> list[Candidate]:
+def find_domains(text: str, suffix_of: Callable[[str], tuple[str, str]]) -> list[EntityProposal]:
     """DOMAIN_NAME for host names and URLs whose host is a name (an IP host is IP_ADDRESS's).
 
     ``suffix_of(host) -> (registrable_domain_label, public_suffix)`` is the public-suffix
     lookup (tldextract's bundled snapshot); it is injected so this module stays dependency-free.
     """
-    out: list[Candidate] = []
+    out: list[EntityProposal] = []
     for m in _URL.finditer(text):
         raw = m.group()
         end = m.end()
@@ -334,7 +413,7 @@ def find_domains(text: str, suffix_of: Callable[[str], tuple[str, str]]) -> list
         host = re.sub(r"^(?:[a-z]+://)?(?:[^@/]*@)?", "", raw, flags=re.IGNORECASE)
         host = re.split(r"[/:?#]", host, maxsplit=1)[0].lower()
         if _host_ok(host, suffix_of, strict=False):
-            out.append(Candidate("DOMAIN_NAME", m.start(), end, 0.9, "rule:url"))
+            out.append(EntityProposal("DOMAIN_NAME", m.start(), end, 0.9, "rule:url"))
     taken = [(c.start, c.end) for c in out]
     for m in _DOMAIN.finditer(text):
         if any(s <= m.start() < e for s, e in taken):
@@ -345,7 +424,7 @@ def find_domains(text: str, suffix_of: Callable[[str], tuple[str, str]]) -> list
             continue
         score = _host_score(host.lower(), suffix_of)
         if score:
-            out.append(Candidate("DOMAIN_NAME", m.start(1), m.end(1), score, "rule:domain"))
+            out.append(EntityProposal("DOMAIN_NAME", m.start(1), m.end(1), score, "rule:domain"))
     return out
 
 

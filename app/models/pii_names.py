@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import re
 
-from app.models.pii_candidates import (
+from app.models.pii_dates import ner_date_ok
+from app.models.pii_proposals import (
     UPPER,
-    Candidate,
+    EntityProposal,
     wordset,
 )
-from app.models.pii_dates import ner_date_ok
 
 # --------------------------------------------------------------------------- names and places
 
@@ -58,7 +58,7 @@ _NOT_A_NAME = wordset(
 )
 
 
-def find_person_cues(text: str) -> list[Candidate]:
+def find_person_cues(text: str) -> list[EntityProposal]:
     """Names after an explicit cue. spaCy's small model misses many non-English names; a cue like
     "my name is" is how users actually disclose them."""
     out = []
@@ -76,7 +76,7 @@ def find_person_cues(text: str) -> list[Candidate]:
             score = 0.7 if rx is _LOWER_NAME_CUE else 0.85
             # a titled name may be a public figure or a vignette's party (see pii_register)
             source = _CUE_SOURCES[_PERSON_CUES.index(rx)] if rx in _PERSON_CUES else "rule:person_cue"
-            out.append(Candidate("PERSON", m.start(1), end, score, source))
+            out.append(EntityProposal("PERSON", m.start(1), end, score, source))
     return out
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from app.models.pii_candidates import (
-    Candidate,
+from app.models.pii_proposals import (
+    EntityProposal,
     text_before,
     words_re,
     wordset,
@@ -117,7 +117,7 @@ _NOT_STREET_LEAD = re.compile(
 )
 
 
-def find_street_addresses(text: str) -> list[Candidate]:
+def find_street_addresses(text: str) -> list[EntityProposal]:
     """Street line plus unit ("221B Baker Street", "123 Main St, Apt 4"). City, state and ZIP are
     left to GPE / ZIP_CODE, matching the reference router's separate types."""
     out = []
@@ -136,18 +136,18 @@ def find_street_addresses(text: str) -> list[Candidate]:
             s = score
             if _ADDRESS_CONTEXT.search(text_before(text, m.start(), 32)):
                 s = min(s + 0.15, 0.95)
-            out.append(Candidate("STREET_ADDRESS", m.start(), m.end(), s, "rule:street_address"))
+            out.append(EntityProposal("STREET_ADDRESS", m.start(), m.end(), s, "rule:street_address"))
     for m in _UNIT_LINE.finditer(text):
-        out.append(Candidate("STREET_ADDRESS", m.start(1), m.end(1), 0.6, "rule:unit"))
+        out.append(EntityProposal("STREET_ADDRESS", m.start(1), m.end(1), 0.6, "rule:unit"))
     for m in _CORNER.finditer(text):
         end = m.end(1)
         if text[end - 1] == "." and len(m.group(1).split()[-1]) > 4:  # sentence stop, not "St."
             end -= 1
-        out.append(Candidate("STREET_ADDRESS", m.start(1), end, 0.7, "rule:corner"))
+        out.append(EntityProposal("STREET_ADDRESS", m.start(1), end, 0.7, "rule:corner"))
     for cue in _ADDRESS_CUE.finditer(text):
         cued = _CUED_STREET.match(text, cue.end())
         if cued:
-            out.append(Candidate("STREET_ADDRESS", cued.start(), cued.end(), 0.65, "rule:cued_street"))
+            out.append(EntityProposal("STREET_ADDRESS", cued.start(), cued.end(), 0.65, "rule:cued_street"))
     return out
 
 
@@ -188,13 +188,13 @@ _ZIP_LABELLED = re.compile(
 )
 
 
-def find_zip_codes(text: str) -> list[Candidate]:
+def find_zip_codes(text: str) -> list[EntityProposal]:
     """A 5-digit number is a ZIP only after a state or a zip/postal label."""
     out = []
     for m in _ZIP_AFTER_STATE.finditer(text):
-        out.append(Candidate("ZIP_CODE", m.start(1), m.end(1), 0.85, "rule:zip_state"))
+        out.append(EntityProposal("ZIP_CODE", m.start(1), m.end(1), 0.85, "rule:zip_state"))
     for m in _ZIP_LABELLED.finditer(text):
-        out.append(Candidate("ZIP_CODE", m.start(1), m.end(1), 0.9, "rule:zip_label"))
+        out.append(EntityProposal("ZIP_CODE", m.start(1), m.end(1), 0.9, "rule:zip_label"))
     return out
 
 
@@ -225,5 +225,7 @@ _COUNTRIES = (
 _PLACES = re.compile(r"(?<![\w-])(?:" + _COUNTRIES + r"|" + _STATE_NAMES + r")(?![\w-])")
 
 
-def find_places(text: str) -> list[Candidate]:
-    return [Candidate("GPE", m.start(), m.end(), 0.85, "gazetteer:place") for m in _PLACES.finditer(text)]
+def find_places(text: str) -> list[EntityProposal]:
+    return [
+        EntityProposal("GPE", m.start(), m.end(), 0.85, "gazetteer:place") for m in _PLACES.finditer(text)
+    ]

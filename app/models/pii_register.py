@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from app.models.pii_candidates import Candidate
+from app.models.pii_proposals import EntityProposal
 
 _EXAM_FRAME = re.compile(
     r"\b(?:which\s+of\s+the\s+following|refers?\s+to\s+the\s+following|the\s+following\s+(?:passage|"
@@ -120,6 +120,7 @@ _PERSONAL_SOURCES = frozenset({"rule:greeting", "rule:mention", "rule:name_line"
 # A name line only drops under exam framing: elsewhere it makes the text personal.
 _PUBLIC_SOURCES = (
     "spacy:",
+    "rampart:",
     "rule:person_title",
     "rule:name_position",
     "rule:person_speech",
@@ -144,7 +145,7 @@ def is_knowledge_question(text: str) -> bool:
     return bool(_asks(text) and _DOMAIN.search(text))
 
 
-def is_personal(text: str, candidates: Sequence[Candidate], exam: bool = False) -> bool:
+def is_personal(text: str, candidates: Sequence[EntityProposal], exam: bool = False) -> bool:
     """Contact data; outside exam framing also a relative/acquaintance or a greeting name (an exam's
     quoted letters and speeches have those too)."""
     if any(c.type in _PERSONAL_TYPES for c in candidates):
@@ -154,11 +155,11 @@ def is_personal(text: str, candidates: Sequence[Candidate], exam: bool = False) 
     return bool(_RELATION.search(text)) or any(c.source in _PERSONAL_SOURCES for c in candidates)
 
 
-def _public(c: Candidate, types: tuple[str, ...]) -> bool:
+def _public(c: EntityProposal, types: tuple[str, ...]) -> bool:
     return c.type in types and c.source.startswith(_PUBLIC_SOURCES)
 
 
-def drop_public_mentions(text: str, candidates: list[Candidate]) -> list[Candidate]:
+def drop_public_mentions(text: str, candidates: list[EntityProposal]) -> list[EntityProposal]:
     """Without PERSON/NRP candidates of public figures and nationalities in a knowledge question.
 
     A nationality or religion in a question ("What was the Chinese technique of ...?") needs no
@@ -181,7 +182,7 @@ def drop_public_mentions(text: str, candidates: list[Candidate]) -> list[Candida
     return [c for c in candidates if not _public(c, dropped)]
 
 
-def _blank(text: str, spans: Sequence[Candidate]) -> str:
+def _blank(text: str, spans: Sequence[EntityProposal]) -> str:
     """``text`` with each span replaced by a capitalised placeholder of the same length, so a
     word inside a name cannot count as a domain noun while "according to <Name>" still reads."""
     chars = list(text)

@@ -3,7 +3,7 @@ over-report, plus the overlap resolution that turns all candidates into one span
 
 The rule set, one import for the detector (app/models/pii.py) and its tests; the rules live
 by purpose in:
-- pii_candidates: `Candidate`, overlap resolution and the shared context helpers;
+- pii_proposals: `EntityProposal`, overlap resolution and the shared context helpers;
 - pii_identifiers: phone numbers, credit cards, US SSNs, US driver licences, IPs, domains;
 - pii_dates: dates and ages;
 - pii_places: street addresses, ZIP codes, countries and states;
@@ -17,16 +17,10 @@ Offsets are Python ``str`` indices, i.e. Unicode code points, end exclusive.
 
 from __future__ import annotations
 
-from app.models.pii_candidates import (
-    PRECEDENCE,
-    Candidate,
-    has_id_label_before,
-    in_arithmetic,
-    resolve_overlaps,
-)
 from app.models.pii_dates import find_ages, find_dates, find_times
 from app.models.pii_greetings import find_greeting_names
 from app.models.pii_identifiers import (
+    card_in_number_talk,
     find_context_phones,
     find_credit_cards,
     find_domains,
@@ -39,10 +33,20 @@ from app.models.pii_identifiers import (
 )
 from app.models.pii_names import find_person_cues, keep_ner_entity
 from app.models.pii_places import find_places, find_street_addresses, find_zip_codes
+from app.models.pii_proposals import (
+    NOT_PII,
+    PRECEDENCE,
+    EntityProposal,
+    has_id_label_before,
+    in_arithmetic,
+    in_number_talk,
+    resolve_overlaps,
+)
 from app.models.pii_register import drop_public_mentions, is_knowledge_question
 
 __all__ = [
-    "Candidate",
+    "EntityProposal",
+    "NOT_PII",
     "PRECEDENCE",
     "find_ages",
     "find_context_phones",
@@ -62,6 +66,8 @@ __all__ = [
     "find_zip_codes",
     "has_id_label_before",
     "in_arithmetic",
+    "in_number_talk",
+    "card_in_number_talk",
     "ip_is_identifying",
     "keep_ner_entity",
     "luhn_ok",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.recipes import DEFAULT_RECIPE, as_default, entrypoint_models
 from app.config.reliability import FallbackConfig
 from app.config.routing import Decision

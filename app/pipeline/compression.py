@@ -140,7 +140,7 @@ class Unit:
 
 
 @dataclass
-class Plan:
+class CompressionPlan:
     messages: list[Any]
     tokens: list[int]  # per message, overhead included
     units: list[Unit]
@@ -150,7 +150,7 @@ class Plan:
     summary_tokens: int = 0
 
 
-def plan_units(messages: list[Any], keep_system: bool) -> Plan:
+def plan_units(messages: list[Any], keep_system: bool) -> CompressionPlan:
     tokens = [n + MESSAGE_OVERHEAD for n in count_texts([counted_text(m) for m in messages])]
     units: list[Unit] = []
     current: Unit | None = None
@@ -164,10 +164,10 @@ def plan_units(messages: list[Any], keep_system: bool) -> Plan:
             units.append(current)
         current.indices.append(index)
         current.tokens += tokens[index]
-    return Plan(messages, tokens, units, [u for u in units if not u.pinned])
+    return CompressionPlan(messages, tokens, units, [u for u in units if not u.pinned])
 
 
-def _summary_lines(plan: Plan, turn: Unit) -> list[str]:
+def _summary_lines(plan: CompressionPlan, turn: Unit) -> list[str]:
     lines = []
     for index in turn.indices:
         message = plan.messages[index]
@@ -203,7 +203,7 @@ def _summary(turns: int, lines: list[str], line_tokens: list[int], room: int) ->
     return "\n".join(kept), used
 
 
-def select(plan: Plan, config: ContextCompressionPlugin) -> None:
+def select(plan: CompressionPlan, config: ContextCompressionPlugin) -> None:
     """Drop the oldest droppable turns until the conversation fits (plan.dropped, plan.summary).
     `summarize` reserves room for the summary's head while dropping, then fills what is left
     of the budget (at most summary_max_tokens) with lead sentences; a head that still does not
@@ -240,7 +240,7 @@ def select(plan: Plan, config: ContextCompressionPlugin) -> None:
 
 def compress(
     messages: list[Any], config: ContextCompressionPlugin
-) -> tuple[list[Any], CompressionOutcome, Plan]:
+) -> tuple[list[Any], CompressionOutcome, CompressionPlan]:
     """(forwarded messages, outcome, plan). The input list is never mutated; an untouched
     conversation comes back as the same list object."""
     plan = plan_units(messages, config.keep_system)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from app.config.plugins import ContextCompressionPlugin
-from app.pipeline.compression import MESSAGE_OVERHEAD, TOKENIZER_NAME, Plan, compress, role_of
+from app.pipeline.compression import MESSAGE_OVERHEAD, TOKENIZER_NAME, CompressionPlan, compress, role_of
 from app.pipeline.plan import CompressionOutcome
 
 
@@ -77,7 +77,7 @@ def preview_context_compression(
     )
 
 
-def _retained(plan: Plan, config: ContextCompressionPlugin) -> list[Retained]:
+def _retained(plan: CompressionPlan, config: ContextCompressionPlugin) -> list[Retained]:
     dropped = {i for turn in plan.dropped for i in turn.indices}
     last = {
         i for turn in plan.turns[max(0, len(plan.turns) - config.keep_last_turns) :] for i in turn.indices

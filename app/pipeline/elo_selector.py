@@ -45,7 +45,7 @@ from app.models.elo import (
 )
 from app.pipeline.selection import ModelIndex
 from app.pipeline.selectors import (
-    Candidate,
+    ModelOption,
     RefInputs,
     Selector,
     VectorFn,
@@ -184,7 +184,7 @@ class EloSelector:
         del vector
         document = self.feed.current() if self.feed is not None else None
         candidates = [
-            Candidate(
+            ModelOption(
                 ref,
                 quality(self.elo.rating(document, ref.model), self.elo.anchor),
                 inputs.expected_cost(prompt_tokens),

@@ -10,7 +10,7 @@ for `model: MoM` / `auto` (any `config.auto_model_names`, or "vllm-sr/auto"):
    and shared);
 2. signals: only the signal rules some decision references, one task per family,
    concurrently with the global prompt guard;
-3. decide: the decision engine (`decisions.py`);
+3. decide: the decision rules (`decisions.py`);
 4. guard: the decision's `jailbreak`, then `pii` plugins; a guard that fired blocks (403);
 5. plugins: `fast_response` answers without a model;
 6. select: model selection (`selection.py`);
@@ -41,10 +41,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.pipeline.answers.checker import check_answer
 from app.pipeline.answers.hallucination import CONTEXT_VECTOR_CACHE_SIZE
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.completion import complete_request
 from app.pipeline.decisions import DecisionMatch

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from app.config.pricing import Pricing
 from app.config.reliability import FallbackConfig, ReliabilityConfig
-from app.pipeline.answers.models import AnswerChecks
+from app.pipeline.answers.schemas import AnswerChecks
 from app.pipeline.memory.store import MemoryScope, RecoveryMark
 from app.upstream.targets import UpstreamTarget
 
@@ -47,6 +47,20 @@ class SecurityChecks(BaseModel):
 
     def header(self) -> str:
         return f"pii:{str(self.pii_detected).lower()},jailbreak:{str(self.jailbreak_detected).lower()}"
+
+
+class Refusal(BaseModel):
+    """Which check refused a request and why (docs/security.md "Auditable refusals"): in the 403
+    body's `details`, the `x-vsr-guard-*` headers and the replay record. `check` is
+    `<family>:<rule>` (e.g. `jailbreak:global:prompt_guard`, `pii:plugin:<decision>`), the name
+    an operator's outcome and `svc-sr optimize recipe-learning` use."""
+
+    check: str
+    code: str  # the 403's error code: jailbreak_detected, harmful_content_detected, pii_detected
+    score: float
+    threshold: float | None = None
+    read: str | None = None  # the part that scored highest, when the rule reads several
+    entities: list[str] = Field(default_factory=list)
 
 
 class CompressionOutcome(BaseModel):
@@ -147,6 +161,7 @@ class RoutePlan(BaseModel):
     rag: dict[str, Any] | None = None  # the rag plugin ran: app/pipeline/rag.py RagUsage
     signals: SignalReport = Field(default_factory=SignalReport)
     security: SecurityChecks = Field(default_factory=SecurityChecks)
+    refusal: Refusal | None = None  # set when a guard refused the request
     reasoning: dict[str, Any] = Field(default_factory=dict)  # {enabled, effort, family}
     tools_selected: int = 0
     classification_ms: float = 0.0

@@ -101,6 +101,8 @@ def replay_record(plan: RoutePlan, report: CompletionReport, accounting: Account
         "latency_ms": _ms(report.total_s),
         "ttft_ms": _ms(accounting.ttft_s),
     }
+    if plan.refusal is not None:  # which check refused it: what an operator marks wrong
+        record["refusal"] = plan.refusal.model_dump(exclude_none=True)
     if plan.router_replica is not None:
         record["router_replica"] = plan.router_replica
     if plan.rag is not None:  # the rag plugin's retrieval: which chunks the answer was grounded on

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.common.errors import SvcError, model_not_found, no_route
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.providers import BackendRef, ProviderModel
 from app.config.routing import Decision, ModelRef
 from app.llm import addressing

@@ -22,7 +22,7 @@ use the model's mean). Costs are compared as a share of the dearest candidate's,
 A candidate the predictor does not know gets the predictor's mean quality. Compiled once per
 config version: a missing or foreign artifact fails the config's activation, not a request.
 `elo` (quality from ratings learned online) is app/pipeline/elo_selector.py, on the same
-`Candidate`, `by_value` and `RefInputs`.
+`ModelOption`, `by_value` and `RefInputs`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Protocol
 
 import numpy as np
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.pricing import Pricing
 from app.config.providers import ProviderModel
 from app.config.routing import Decision, ModelRef
@@ -55,7 +55,7 @@ VectorFn = Callable[[], Awaitable[np.ndarray]]
 
 
 @dataclass(frozen=True)
-class Candidate:
+class ModelOption:
     ref: ModelRef
     quality: float
     cost: float  # expected, in the pricing's currency
@@ -133,7 +133,7 @@ class LearnedSelector:
         """The decision's modelRefs, best first, for a request with this vector and prompt size."""
         qualities, tokens = await self._estimates(vector)
         candidates = [
-            Candidate(ref, quality, inputs.expected_cost(prompt_tokens, completion))
+            ModelOption(ref, quality, inputs.expected_cost(prompt_tokens, completion))
             for ref, inputs, quality, completion in zip(
                 self.refs, self._inputs, qualities, tokens, strict=True
             )
@@ -176,17 +176,17 @@ def _completion_tokens(completion: np.ndarray | None, column: int | None) -> flo
     return float(completion[column]) if column is not None else float(np.mean(completion))
 
 
-def values(candidates: Sequence[Candidate], tradeoff: float) -> list[float]:
+def values(candidates: Sequence[ModelOption], tradeoff: float) -> list[float]:
     dearest = max((c.cost for c in candidates), default=0.0)
     scale = dearest if dearest > 0 else 1.0
     return [(1.0 - tradeoff) * c.quality - tradeoff * c.cost / scale for c in candidates]
 
 
-def by_value(candidates: Sequence[Candidate], tradeoff: float) -> list[Candidate]:
+def by_value(candidates: Sequence[ModelOption], tradeoff: float) -> list[ModelOption]:
     return _ranked(candidates, values(candidates, tradeoff))
 
 
-def by_price(candidates: Sequence[Candidate], price: float) -> list[Candidate]:
+def by_price(candidates: Sequence[ModelOption], price: float) -> list[ModelOption]:
     """By quality minus `price` times cost (price inf: the cheapest first, by quality on ties)."""
     if np.isinf(price):
         return sorted(candidates, key=lambda c: (c.cost, -c.quality))
@@ -204,7 +204,7 @@ def _reference_cost(inputs: RefInputs, prompt: np.ndarray, tokens: np.ndarray) -
     return out
 
 
-def _ranked(candidates: Sequence[Candidate], scored: Sequence[float]) -> list[Candidate]:
+def _ranked(candidates: Sequence[ModelOption], scored: Sequence[float]) -> list[ModelOption]:
     order = sorted(range(len(candidates)), key=lambda i: (-scored[i], i))  # ties: config order
     return [candidates[i] for i in order]
 
@@ -238,7 +238,7 @@ def budget_price(predictor: QualityModel | None, inputs: Sequence[RefInputs], bu
     return high
 
 
-def automix_order(candidates: Sequence[Candidate], algorithm: Algorithm) -> list[Candidate]:
+def automix_order(candidates: Sequence[ModelOption], algorithm: Algorithm) -> list[ModelOption]:
     settings = algorithm.automix or AutomixSettings()
     if not settings.cost_aware_routing:
         return sorted(candidates, key=lambda c: -c.quality)

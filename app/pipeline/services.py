@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -19,9 +19,11 @@ from app.pipeline.elo_selector import RatingsFeed
 from app.pipeline.rag import ResultCache, Retrieve
 from app.pipeline.signals.base import CountTokensFn, EmbedFn, EvaluatorFactory
 from app.pipeline.signals.kb import KnowledgeBaseFeed
-from app.pipeline.signals.runtime import SignalHost
 from app.runtime.batching import MicroBatcher
 from app.upstream.client import UpstreamClient
+
+if TYPE_CHECKING:  # the host type only: the pipeline need not import the supervisor
+    from app.srun.hosting import ManagedRuntimes
 
 Embedder = Callable[[list[str]], Awaitable[np.ndarray]]
 # partition -> its epoch token (app/cache/base.py), for the write's stale guard
@@ -61,7 +63,7 @@ class PipelineServices(CompletionServices):
     count_tokens: CountTokensFn | None = None
     phrase_cache: dict[str, np.ndarray] = field(default_factory=dict)
     capture_replays: bool = False
-    bound_workers: SignalHost | None = None
+    bound_workers: ManagedRuntimes | None = None
     # Asks the external LLM classifiers and guards (app/pipeline/signals/llm_judge.py); None:
     # a rule that needs one errors (on_error decides).
     llm_client: UpstreamClient | None = None
@@ -87,7 +89,7 @@ class CacheCalls(NamedTuple):
 
 
 def cache_calls(backend: Any, offload: bool | None = None) -> CacheCalls:
-    """The cache calls over a sync `ResponseCacheBackend` (app.cache): inline for an
+    """The cache calls over a sync `ResponseCacheStore` (app.cache): inline for an
     in-process backend, in a worker thread for a network store (`offload` None decides by
     the backend; app/cache/calls.py)."""
     cache = AsyncCache(backend, offload)

@@ -216,8 +216,8 @@ class HostedEmbedding:
 class HostedDomain:
     """The DomainClassifier deployment's state: the domain-classifier model, loaded or not.
 
-    Threshold and fallback are applied per caller after the batched head, so callers with
-    different settings share batches."""
+    It answers the head's best label; the family applies its threshold and fallback to whatever
+    engine answered, so every caller shares batches."""
 
     def __init__(self, loaded: Loaded[LabelProbabilityModel], encode: Encode | None = None) -> None:
         self.loaded = loaded
@@ -236,31 +236,22 @@ class HostedDomain:
         model = self.loaded.require()
         return model.classify_vectors(np.stack([vector for _, vector in items]), [text for text, _ in items])
 
-    async def classify(
-        self, texts: Any, vectors: Any, threshold: Any, fallback_category: str, batched: Batched
-    ) -> list[dict[str, Any]]:
-        """DomainResult dicts {category, confidence, probabilities}, one per text; below
-        `threshold` (or for a blank text) the category is `fallback_category`. TypeError or
+    async def classify(self, texts: Any, vectors: Any, batched: Batched) -> list[dict[str, Any]]:
+        """{category, confidence, probabilities} per text: the head's answer as it is (the
+        threshold and fallback are the family's, app/runtime/signal_readers.py). TypeError or
         ValueError on bad input; ModelNotLoadedError when the model is not loaded."""
         items = check_texts(texts)
         given = check_vectors(vectors, len(items))
-        if threshold is not None and (isinstance(threshold, bool) or not 0.0 <= float(threshold) <= 1.0):
-            raise ValueError(f"threshold must be within [0, 1], got {threshold!r}")
         model = self.loaded.require()
         if not items:
             return []
         if given is None:
             given = await encode_texts(items, self.encode, model.encoder.encode)
         results = await asyncio.gather(*(batched((t, v)) for t, v in zip(items, given, strict=True)))
-        out = []
-        for text, result in zip(items, results, strict=True):
-            category = result.category
-            if not text.strip() or (threshold is not None and result.confidence < threshold):
-                category = fallback_category
-            out.append(
-                {"category": category, "confidence": result.confidence, "probabilities": result.probabilities}
-            )
-        return out
+        return [
+            {"category": r.category, "confidence": r.confidence, "probabilities": r.probabilities}
+            for r in results
+        ]
 
     def info(self) -> dict[str, Any]:
         model = self.loaded.model

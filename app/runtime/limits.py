@@ -37,8 +37,8 @@ from app.runtime.schemas import (
     SCAN_BUDGET_EXCEEDED,
     CardLimits,
     ClassifyOptions,
-    ErrorDetail,
     InvalidRequest,
+    ItemError,
     Span,
 )
 
@@ -197,7 +197,7 @@ class InputPlan:
     segments: list[Segment] = field(default_factory=list)
     tokens: int = 0  # tokens read (usage)
     partial: bool = False
-    error: ErrorDetail | None = None
+    error: ItemError | None = None
 
 
 def plan_input(item: int, text: str, budget: Budget, tok: TextTokenizer) -> InputPlan:
@@ -283,7 +283,7 @@ def _whole(item: int, text: str, tokens: int) -> InputPlan:
 
 
 def _fail(item: int, code: str, message: str) -> InputPlan:
-    return InputPlan(item, error=ErrorDetail(code=code, message=message))
+    return InputPlan(item, error=ItemError(code=code, message=message))
 
 
 # --------------------------------------------------------------------------- aggregation

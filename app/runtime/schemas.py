@@ -28,9 +28,9 @@ MAX_ITEMS = 2048  # inputs per request; bigger jobs should be split (one request
 # --------------------------------------------------------------------------- errors
 
 
-class ErrorDetail(BaseModel):
+class ItemError(BaseModel):
     """One item's error in a result. A whole request's failure is `RuntimeFailure`, which a
-    worker answers with app/srun/models.py's `WorkerErrorBody`."""
+    worker answers with app/srun/schemas.py's `WorkerErrorBody`."""
 
     code: str
     message: str
@@ -226,7 +226,7 @@ class ItemResult(_Wire):
     probabilities: dict[str, float] | None = None
     scores: dict[str, float] | None = None
     spans: list[Span] | None = None
-    error: ErrorDetail | None = None
+    error: ItemError | None = None
     usage: Usage = Field(default_factory=Usage)
 
 
@@ -248,7 +248,7 @@ class EmbeddingItem(_Wire):
     object: Literal["embedding"] = "embedding"
     index: int
     embedding: list[float] | None = None
-    error: ErrorDetail | None = None
+    error: ItemError | None = None
     usage: Usage = Field(default_factory=Usage)
 
 

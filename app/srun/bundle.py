@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.runtime.schemas import parse_request
-from app.srun.models import BundleRequest, BundleResponse, BundleResult, RejectedInput, WorkerErrorDetail
+from app.srun.schemas import BundleRequest, BundleResponse, BundleResult, RejectedInput, WorkerErrorDetail
 from app.srun.timing import ServerTiming
 
 Handler = Callable[[str, dict[str, Any], ServerTiming], Awaitable[tuple[dict[str, Any], bytes | None]]]

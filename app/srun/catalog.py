@@ -30,8 +30,8 @@ from app.runtime.schemas import (
 )
 from app.srun.calibration import ARTIFACT, Calibration
 from app.srun.decisions import DecisionModel, EncodedRow
-from app.srun.models import RerankItem, RerankRequest, RerankResponse, RerankUsage, WorkerCard
 from app.srun.rerank import rank
+from app.srun.schemas import RerankItem, RerankRequest, RerankResponse, RerankUsage, WorkerCard
 
 DECISION_MODEL = "decision-model"
 RERANKER = "minilm-reranker"

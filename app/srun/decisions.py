@@ -33,7 +33,6 @@ from app.srun.calibration import (
     score_probs,
     span_probs,
 )
-from app.srun.models import RejectedInput, WorkerCard
 from app.srun.questions import (
     ChoiceAnswer,
     DecisionRequest,
@@ -50,6 +49,7 @@ from app.srun.questions import (
     SpanOut,
     parse_question,
 )
+from app.srun.schemas import RejectedInput, WorkerCard
 
 
 @dataclass

@@ -9,7 +9,7 @@ Hosts (docs/model-runtime.md "Router-managed runtimes"):
   (deployments/router.py) the deployments its configuration's bindings name
   (`BindingRuntimes`), each replica with its own workers;
 - an embedding host without Ray: `ManagedRuntimes(...)`, then
-  `create_app(..., decisions=runtimes.decision_backend())` and
+  `create_app(..., decisions=runtimes.decision_source())` and
   `PipelineServices(bound_workers=runtimes)` for the routing bindings.
 
 Deadlines: a routing or safety signal gets `signal_timeout_ms`, else the request's remaining
@@ -29,10 +29,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.config.document import RouterConfig
 from app.config.model_deployments import OnUnscanned, on_unscanned_of, read_bindings
-from app.config.models import RouterConfig
 from app.srun.client import RuntimeCallError, spread_overload
-from app.srun.decision_backend import DEADLINE_S, ClientDecisionBackend
+from app.srun.decision_source import DEADLINE_S, ClientDecisionSource
 from app.srun.runtime_metrics import RuntimeMetrics
 from app.srun.settings import (
     ModelCatalogSettings,
@@ -148,12 +148,12 @@ class ManagedRuntimes:
 
     # -- what a host serves --------------------------------------------------------------
 
-    def decision_backend(self, budget_s: float = DEADLINE_S) -> ClientDecisionBackend | None:
+    def decision_source(self, budget_s: float = DEADLINE_S) -> ClientDecisionSource | None:
         """/v1/decisions through the `decision_model` deployment's replicas (None: not configured here)."""
         deployment = self.decision_deployment
         if deployment is None:
             return None
-        return ClientDecisionBackend(
+        return ClientDecisionSource(
             lambda: self.supervisor.client_for(deployment),
             self.supervisor.served_name(deployment),
             deadline_s=min(budget_s, signal_timeout_s(budget_s)),

@@ -11,16 +11,13 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
-from pydantic.json_schema import SkipJsonSchema
 
-from app.common.api_docs import DocumentedAs, SchemaKeys, exactly_one, no_default
+from app.common.api_docs import Absent, DocumentedAs, SchemaKeys, exactly_one, no_default
 
 QuestionType = Literal["choice", "noul", "score", "set", "span"]
 QUESTION_TYPES: tuple[str, ...] = ("choice", "noul", "score", "set", "span")
 INVALID_QUESTION: Literal["invalid_question"] = "invalid_question"
 K = TypeVar("K", bound=str)  # an option key: any string, or a fixed set (noul: "false"/"true")
-# An optional field whose None means "absent": its schema says neither null nor a default.
-Absent = SkipJsonSchema[None]
 ABSENT = Field(default=None, json_schema_extra=no_default)
 
 

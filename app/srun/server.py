@@ -31,7 +31,8 @@ from app.runtime.schemas import (
     RuntimeFailure,
 )
 from app.srun.bundle import run_bundle
-from app.srun.models import (
+from app.srun.questions import DecisionRequest, DecisionResponse
+from app.srun.schemas import (
     API_VERSION,
     BundleRequest,
     BundleResponse,
@@ -43,7 +44,6 @@ from app.srun.models import (
     WorkerErrorBody,
     WorkerErrorDetail,
 )
-from app.srun.questions import DecisionRequest, DecisionResponse
 from app.srun.timing import ServerTiming
 from app.srun.worker import Worker, dumps, failure_status
 

@@ -39,7 +39,7 @@ from app.srun.cache import ResultCache
 from app.srun.catalog import Loaded, Reranker
 from app.srun.decisions import DecisionModel, EncodedRow
 from app.srun.metrics import WorkerMetrics
-from app.srun.models import (
+from app.srun.schemas import (
     HealthResponse,
     ModelEntry,
     ModelHealth,

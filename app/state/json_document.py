@@ -1,4 +1,4 @@
-"""One typed JSON document kept in a state backend (state_backends.py), shared by every replica:
+"""One typed JSON document kept in a state store (state_stores.py), shared by every replica:
 the elo ratings (ratings.py), the knowledge bases and each base's vectors (knowledge_bases.py).
 
 - memory: one process (tests; the standalone app).
@@ -24,12 +24,12 @@ from pydantic import ValidationError
 
 from app.common.redaction import redact_url
 from app.state.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
-from app.state.state_backends import (
-    FileStateBackend,
-    MemoryStateBackend,
-    RedisStateBackend,
-    StateBackend,
+from app.state.state_stores import (
+    FileStateStore,
+    MemoryStateStore,
+    RedisStateStore,
     StateConflict,
+    StateStore,
     StoreCorrupt,
 )
 
@@ -62,10 +62,10 @@ R = TypeVar("R")
 class JsonDocumentStore(Generic[D]):
     """Document `model` over one backend; `what` names it in errors ("elo ratings")."""
 
-    def __init__(self, model: type[D], what: str, backend: StateBackend | None = None) -> None:
+    def __init__(self, model: type[D], what: str, backend: StateStore | None = None) -> None:
         self.model = model
         self.what = what
-        self.backend = backend or MemoryStateBackend()
+        self.backend = backend or MemoryStateStore()
         # One update at a time in this process (the memory backend's compare-and-set is not
         # thread-safe); other processes are kept apart by the backend's compare-and-set.
         self._lock = threading.Lock()
@@ -130,7 +130,7 @@ class JsonDocumentStore(Generic[D]):
 
 
 @dataclass
-class DocumentBackends:
+class DocumentStores:
     """Where an application's documents live: Redis under the management store's prefix, or
     files in the state directory (`client`: a Redis client the caller already holds; else
     one is made on first use and shared by every document opened here)."""
@@ -140,7 +140,7 @@ class DocumentBackends:
     state_dir: Path
     client: redis.Redis | None = None
 
-    def open(self, key: str, filename: str, lock_name: str) -> StateBackend:
+    def open(self, key: str, filename: str, lock_name: str) -> StateStore:
         """`key`: the Redis key prefix under the application's ("elo:"); `filename` and
         `lock_name`: the document's file and lock file in the state directory."""
         if self.settings.backend == "redis":
@@ -148,5 +148,5 @@ class DocumentBackends:
             if self.client is None:
                 self.client = redis_client(self.settings)
             prefix = f"{self.settings.prefix_for(self.app_name)}{key}"
-            return RedisStateBackend(self.client, prefix, where=redact_url(self.settings.url))
-        return FileStateBackend(self.state_dir, filename=filename, lock_name=lock_name)
+            return RedisStateStore(self.client, prefix, where=redact_url(self.settings.url))
+        return FileStateStore(self.state_dir, filename=filename, lock_name=lock_name)

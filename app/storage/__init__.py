@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from app.config.storage import VectorStoreConfig
-from app.storage.backends import MemoryBackend, VectorBackend
 from app.storage.files import FileStore
+from app.storage.vector_index import MemoryVectorIndex, VectorIndex
 from app.storage.vector_stores import Embed, VectorStores
 
 log = logging.getLogger("svc_sr.storage")
@@ -44,16 +44,16 @@ def router_encoder() -> Embed:
     return embed
 
 
-def open_backend(config: VectorStoreConfig, directory: Path) -> VectorBackend:
+def open_vector_index(config: VectorStoreConfig, directory: Path) -> VectorIndex:
     if config.backend_type == "milvus":
-        from app.storage.milvus_backend import MilvusBackend
+        from app.storage.milvus_index import MilvusVectorIndex
 
-        return MilvusBackend(config.milvus, str(directory / "vectors.db"))
+        return MilvusVectorIndex(config.milvus, str(directory / "vectors.db"))
     if config.backend_type == "redis":
-        from app.storage.redis_backend import RedisBackend
+        from app.storage.redis_index import RedisVectorIndex
 
-        return RedisBackend(config.redis)
-    return MemoryBackend()
+        return RedisVectorIndex(config.redis)
+    return MemoryVectorIndex()
 
 
 def open_storage(
@@ -68,7 +68,7 @@ def open_storage(
         stores = VectorStores(
             directory,
             files,
-            open_backend(config, directory),
+            open_vector_index(config, directory),
             embed or router_encoder(),
             chunk_words=config.chunk_words,
             chunk_overlap_words=config.chunk_overlap_words,

@@ -27,9 +27,9 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from app.pipeline.rag import RagChunk
 from app.storage import StorageService
-from app.storage.backends import VectorBackendDown
 from app.storage.files import FileObject, FileRejected, FileServiceDown, Purpose
-from app.storage.models import (
+from app.storage.retrieval import search_chunks
+from app.storage.schemas import (
     FileAttach,
     SearchRequest,
     SearchResults,
@@ -38,7 +38,7 @@ from app.storage.models import (
     VectorStoreObject,
     VectorStoreUpdate,
 )
-from app.storage.retrieval import search_chunks
+from app.storage.vector_index import VectorIndexDown
 from app.storage.vector_stores import NotFound, RotateResult
 
 FaultKind = Literal["unavailable", "rejected", "not_found", "invalid"]
@@ -56,7 +56,7 @@ class StorageFault(BaseModel):
 
 
 class StorageReply(BaseModel):
-    """One operation's outcome: its value (a pydantic model of storage/models.py, a list of
+    """One operation's outcome: its value (a pydantic model of storage/schemas.py, a list of
     them, bytes or None) or its fault."""
 
     value: Any = None
@@ -104,7 +104,7 @@ def serve_op(service: StorageService | None, op: str, args: tuple[Any, ...]) -> 
         return StorageReply(fault=StorageFault(kind="unavailable", message=DISABLED))
     try:
         return StorageReply(value=OPS[op](service, *args))
-    except (FileServiceDown, VectorBackendDown, OSError) as exc:
+    except (FileServiceDown, VectorIndexDown, OSError) as exc:
         return StorageReply(fault=StorageFault(kind="unavailable", message=str(exc)))
     except FileRejected as exc:
         return StorageReply(fault=StorageFault(kind="rejected", message=str(exc), details=dict(exc.details)))

@@ -40,9 +40,9 @@ from app.pipeline.signals.kb_data import (
     KnowledgeBasesDocument,
     content_hash,
 )
-from app.state.json_document import DocumentBackends, JsonDocumentStore
+from app.state.json_document import DocumentStores, JsonDocumentStore
 from app.state.shared_store import ManagementStoreSettings
-from app.state.state_backends import MemoryStateBackend, StateBackend
+from app.state.state_stores import MemoryStateStore, StateStore
 
 if TYPE_CHECKING:
     import redis
@@ -58,14 +58,12 @@ class KnowledgeBaseStore(JsonDocumentStore[KnowledgeBasesDocument]):
 
     def __init__(
         self,
-        backend: StateBackend | None = None,
-        vectors_backend: Callable[[str], StateBackend] | None = None,
+        backend: StateStore | None = None,
+        vectors_backend: Callable[[str], StateStore] | None = None,
     ) -> None:
         super().__init__(KnowledgeBasesDocument, "knowledge bases", backend)
-        memory: dict[str, StateBackend] = {}
-        self._vectors_backend = vectors_backend or (
-            lambda name: memory.setdefault(name, MemoryStateBackend())
-        )
+        memory: dict[str, StateStore] = {}
+        self._vectors_backend = vectors_backend or (lambda name: memory.setdefault(name, MemoryStateStore()))
 
     def _vectors(self, name: str) -> JsonDocumentStore[KbVectors]:
         return JsonDocumentStore(KbVectors, f"knowledge base {name!r} vectors", self._vectors_backend(name))
@@ -81,7 +79,7 @@ def open_kb_store(
     settings: ManagementStoreSettings, app_name: str, state_dir: Path, client: redis.Redis | None = None
 ) -> KnowledgeBaseStore:
     """The knowledge bases of application `app_name`, where its management state lives."""
-    backends = DocumentBackends(settings, app_name, state_dir, client)
+    backends = DocumentStores(settings, app_name, state_dir, client)
     return KnowledgeBaseStore(
         backends.open("kb:", KB_FILE, KB_LOCK),
         lambda name: backends.open(f"kb:vectors:{name}:", f"kb_vectors_{name}.json", f".kb_{name}.lock"),

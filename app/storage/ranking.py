@@ -21,7 +21,7 @@ import numpy as np
 
 from app.common.stopwords import ENGLISH_STOPWORDS
 from app.srun import rerank as reranker
-from app.storage.backends import RRF_K, Chunk
+from app.storage.vector_index import RRF_K, Chunk
 
 # hybrid: convex fusion, 0.7 x normalized cosine + 0.3 x normalized BM25 (the weight chosen on
 # the tune halves of two labelled sets; it beat equal and weighted RRF there, docs/storage.md)

@@ -7,7 +7,7 @@ API, by the store's `name` (the newest store of that name wins)."""
 from __future__ import annotations
 
 from app.pipeline.rag import RagChunk
-from app.storage.models import RankingOptions, SearchRequest
+from app.storage.schemas import RankingOptions, SearchRequest
 from app.storage.vector_stores import NotFound, VectorStores
 
 

@@ -2,7 +2,7 @@
 
 Records (stores, their files and each file's status) are one JSON document in the storage
 directory, rewritten atomically on every change. Chunks and vectors live in the configured
-backend (backends.py). Attaching a file records it `in_progress` and returns; one worker
+vector index (vector_index.py). Attaching a file records it `in_progress` and returns; one worker
 thread chunks it, embeds the chunks in batches and stores them, then marks it `completed`
 (with chunk_count) or `failed` (with last_error). A file detached while it is ingested has
 its chunks removed when the worker finishes.
@@ -31,10 +31,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from app.storage import ranking
-from app.storage.backends import Bm25, Chunk, VectorBackend
 from app.storage.chunking import chunk_words, document_text
 from app.storage.files import FileStore, atomic_write
-from app.storage.models import (
+from app.storage.schemas import (
     FileAttach,
     FileCounts,
     LastError,
@@ -48,6 +47,7 @@ from app.storage.models import (
     VectorStoreUpdate,
     matches,
 )
+from app.storage.vector_index import Bm25, Chunk, VectorIndex
 
 log = logging.getLogger("svc_sr.storage")
 
@@ -83,7 +83,7 @@ class VectorStores:
         self,
         directory: Path,
         files: FileStore,
-        backend: VectorBackend,
+        backend: VectorIndex,
         embed: Embed,
         *,
         chunk_words: int = 160,
@@ -114,8 +114,8 @@ class VectorStores:
 
     def create(self, body: VectorStoreCreate) -> VectorStoreObject:
         for file_id in body.file_ids:
-            if self.files.get(file_id) is None:
-                raise NotFound(f"file {file_id!r} not found")
+            if self.files.get(file_id) is None:  # a bad request, as in attach
+                raise ValueError(f"file_ids: no file {file_id!r}")
         now = int(time.time())
         store = VectorStoreObject(
             id=f"vs_{uuid.uuid4().hex}",
@@ -169,9 +169,11 @@ class VectorStores:
     # ---------------------------------------------------------------- files
 
     def attach(self, store_id: str, body: FileAttach) -> VectorStoreFileObject:
+        with self._lock:
+            self._record(store_id)  # an unknown store (the path) is 404 before the body is read
         found = self.files.get(body.file_id)
-        if found is None:
-            raise NotFound(f"file {body.file_id!r} not found")
+        if found is None:  # a body naming no file is a bad request: the store itself exists
+            raise ValueError(f"file_id: no file {body.file_id!r}")
         if found.purpose != "assistants":
             raise ValueError(
                 f"file {body.file_id!r} has purpose {found.purpose!r}; vector stores take documents"

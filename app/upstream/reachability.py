@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 
 
 class Backend(BaseModel):

@@ -43,7 +43,7 @@ VOLATILE_FIELDS = frozenset(
         "system_fingerprint",
         "processing_time_ms",
         # A Responses object's `store`: the Ingress keeps responses (GET /v1/responses/{id},
-        # previous_response_id: tests/unit/test_responses_store.py); the ext_proc bridge has no
+        # previous_response_id: tests/unit/exchange/test_responses_store.py); the ext_proc bridge has no
         # Responses store and says so (false). Everything else of the answer is the same.
         "store",
     }

@@ -42,14 +42,16 @@ from app.extproc.server import start_bridge_server
 from app.management.service import Management
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
+from app.pipeline.local_models import engine_evaluators
 from app.pipeline.memory.store import InMemoryMemoryStore
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
-from app.pipeline.signals.jailbreak import jailbreak_factory
 from app.pipeline.signals.kb import KnowledgeBaseFeed
-from app.pipeline.signals.pii import pii_factory
 from app.runtime.encoder import shared_encoder
+from app.runtime.hosted import HostedDomain
 from app.runtime.hosted_guard import HostedGuard
+from app.runtime.local_engines import domain_engine, guard_engines
+from app.runtime.signal_engine import SignalEngine
 from app.storage import StorageService, open_storage
 from app.storage.client import StorageClient, local_transport
 from app.storage.knowledge_bases import KnowledgeBaseService, KnowledgeBaseStore
@@ -268,29 +270,21 @@ class FrontDoors:
         self.services.rag_cache = type(self.services.rag_cache)()
 
 
+def _one_at_a_time(fn: Any) -> Any:
+    """A host's batch function called with one item at a time (no queue in this process)."""
+
+    async def call(item: Any) -> Any:
+        return (await fn([item]))[0]
+
+    return call
+
+
 def _guard_evaluators() -> dict[str, Any]:
-    """The pii and jailbreak families over the Guard's engine models, loaded in this process."""
-    guard = HostedGuard.load()
-
-    async def one_pii(item: Any) -> Any:
-        return (await guard.pii_batch([item]))[0]
-
-    async def one_jailbreak(item: Any) -> Any:
-        return (await guard.jailbreak_batch([item]))[0]
-
-    async def detect_pii(
-        texts: list[str], entity_types: list[str] | None, threshold: float | None
-    ) -> list[Any]:
-        return await guard.detect_pii(texts, entity_types, threshold, one_pii)
-
-    async def detect_jailbreak(
-        texts: list[str], vectors: Any, method: str, threshold: float, patterns: list[str], benign: list[str]
-    ) -> list[Any]:
-        return await guard.detect_jailbreak(
-            texts, vectors, method, threshold, patterns, benign, one_jailbreak
-        )
-
-    return {"pii": pii_factory(detect_pii), "jailbreak": jailbreak_factory(detect_jailbreak)}
+    """The pii, jailbreak and harmful families over the Guard's engines and the domain family
+    over the DomainClassifier's, loaded in this process (the shipped config uses all)."""
+    engines: dict[str, SignalEngine] = dict(guard_engines(HostedGuard.load(), _one_at_a_time))
+    engines["domain"] = domain_engine(HostedDomain.load(), _one_at_a_time)
+    return engine_evaluators(engines)
 
 
 def _serve_on(loop: LoopThread, app: Any) -> tuple[uvicorn.Server, Any, int]:

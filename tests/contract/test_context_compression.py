@@ -14,7 +14,7 @@ import pytest
 from app.pipeline.compression import HEADER, count_texts, counted_text
 from tests.contract.answers import Answer, sdk_chat
 from tests.contract.conftest import DOORS, FrontDoors, Upstreams
-from tests.unit.test_context_compression import conversation
+from tests.unit.pipeline.test_context_compression import conversation
 
 BUDGET = 600
 KEEP = 3

@@ -28,19 +28,19 @@ from openai.types.vector_stores import VectorStoreFile
 
 from app.config.storage import VectorStoreConfig
 from app.pipeline.rag import PREAMBLE
-from app.storage import open_backend
-from app.storage.backends import MemoryBackend, VectorBackend
-from app.storage.milvus_backend import MilvusBackend
-from app.storage.redis_backend import RedisBackend
+from app.storage import open_vector_index
+from app.storage.milvus_index import MilvusVectorIndex
+from app.storage.redis_index import RedisVectorIndex
+from app.storage.vector_index import MemoryVectorIndex, VectorIndex
 from tests.contract.answers import Answer, sdk_chat, user
 from tests.contract.conftest import DOORS, FrontDoors, Upstreams
 from tests.stores.backends import BackendKind, unreachable_location
 
 STORE = "handbook"
-BACKENDS: dict[str, type[VectorBackend]] = {
-    "memory": MemoryBackend,
-    "milvus": MilvusBackend,
-    "redis": RedisBackend,
+BACKENDS: dict[str, type[VectorIndex]] = {
+    "memory": MemoryVectorIndex,
+    "milvus": MilvusVectorIndex,
+    "redis": RedisVectorIndex,
 }
 STORES = "/api/v1/storage/vector-stores"
 REACTOR = (
@@ -155,16 +155,18 @@ def test_the_right_passage_reaches_the_upstream_and_the_answer_names_its_chunk(
         assert again.body["routing_metadata"]["rag"]["chunks"] == rag["chunks"]
 
 
-def unreachable(backend: str, directory: Path) -> VectorBackend:
+def unreachable(backend: str, directory: Path) -> VectorIndex:
     """A backend of the same kind that cannot be reached (Redis, Milvus: a closed local port)."""
     if backend == "memory":
-        dead = MemoryBackend()
+        dead = MemoryVectorIndex()
         dead.down = True
         return dead
     location = unreachable_location(
         BackendKind(backend, {}, store="redis" if backend == "redis" else "milvus")
     )
-    return open_backend(VectorStoreConfig.model_validate({"backend_type": backend, **location}), directory)
+    return open_vector_index(
+        VectorStoreConfig.model_validate({"backend_type": backend, **location}), directory
+    )
 
 
 def assert_unavailable(response: httpx.Response) -> None:

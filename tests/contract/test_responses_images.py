@@ -17,7 +17,7 @@ import pytest
 
 from tests.contract.answers import sdk
 from tests.contract.conftest import DOORS, FrontDoors, Upstreams
-from tests.unit.test_responses_image_files import png
+from tests.unit.exchange.test_responses_image_files import png
 
 PNG = png(4, 4)
 

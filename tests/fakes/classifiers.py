@@ -1,4 +1,4 @@
-"""A fake ClassifierBackend (app/api/diagnostics_service.py) for the diagnostics routes: domain,
+"""A fake ClassifierSource (app/api/diagnostics_service.py) for the diagnostics routes: domain,
 PII and jailbreak answers from a few trigger phrases, every call recorded, optional failure
 or delay."""
 

@@ -1,9 +1,26 @@
 """Configuration documents the store tests and benches share: one upstream model, one
-decision (a keyword) with the semantic cache on, the response cache on a given store."""
+decision (a keyword) with the semantic cache on, the response cache on a given store; and the
+shipped configs/config.yaml pointed at a fake upstream."""
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def served_default(upstream_host_url: str) -> dict[str, Any]:
+    """configs/config.yaml with its backends pointed at the fake upstream; nothing else changed."""
+    document = yaml.safe_load((ROOT / "configs" / "config.yaml").read_text())
+    document = copy.deepcopy(document)  # YAML anchors share objects; edit copies
+    for model in document["providers"]["models"]:
+        for ref in model["backend_refs"]:
+            ref["endpoint"] = upstream_host_url.removeprefix("http://")
+    return dict(document)
 
 
 def redis_store(redis_url: str, namespace: str, **settings: Any) -> dict[str, Any]:

@@ -9,31 +9,19 @@ The texts are written for this test, the kinds of text users send; the classifie
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 import yaml
 
+from tests.fakes.configs import served_default
 from tests.fakes.processes import wait_http_ok
 from tests.fakes.upstream import FakeUpstream, find_free_port
 from tests.integration.conftest import Stack
 
-ROOT = Path(__file__).resolve().parents[2]
 APP, PREFIX = "default-config", "/default"
-
-
-def served_default(upstream: FakeUpstream) -> dict[str, Any]:
-    """configs/config.yaml with its backends pointed at the fake upstream; nothing else changed."""
-    document = yaml.safe_load((ROOT / "configs" / "config.yaml").read_text())
-    document = copy.deepcopy(document)  # YAML anchors share objects; edit copies
-    for model in document["providers"]["models"]:
-        for ref in model["backend_refs"]:
-            ref["endpoint"] = upstream.host_url.removeprefix("http://")
-    return document
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +33,7 @@ def default_app(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
     work = tmp_path_factory.mktemp("default-config")
     with FakeUpstream(name="default-config") as upstream:
         config_path = work / "config.yaml"
-        config_path.write_text(yaml.safe_dump(served_default(upstream)))
+        config_path.write_text(yaml.safe_dump(served_default(upstream.host_url)))
         serve.run(
             build_app(
                 GraphArgs(

@@ -22,6 +22,7 @@ import openai
 import pytest
 import yaml
 
+from tests.fakes.configs import served_default
 from tests.fakes.upstream import find_free_port
 from tests.integration.test_cli_restart import ROOT, SVC_SR, Cli
 
@@ -58,12 +59,9 @@ def demo_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoLLM]:
 
 
 def shipped_config(work: Path, llm_port: int, serve_port: int) -> Path:
-    """configs/config.yaml with its ports moved off the ones a developer's `make run` holds."""
-    document = yaml.safe_load((ROOT / "configs" / "config.yaml").read_text())
-    for model in document["providers"]["models"]:
-        for ref in model.get("backend_refs", []):
-            assert ref["endpoint"] == "127.0.0.1:18082"
-            ref["endpoint"] = f"127.0.0.1:{llm_port}"
+    """configs/config.yaml on this test's demo LLM, its Envoy and metrics ports moved off the ones
+    a developer's `make run` holds."""
+    document = served_default(f"http://127.0.0.1:{llm_port}")
     document["listeners"][0]["port"] = find_free_port()
     services = document["global"]["services"]
     services["management_api"]["port"] = serve_port

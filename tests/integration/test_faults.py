@@ -196,7 +196,7 @@ def describe(outcomes: list[Outcome]) -> str:
 def test_haproxy_answers_for_itself_with_the_spec_error_body(faults: Faults) -> None:
     """What HAProxy answers when no Ingress replica could (none up, every retry used, a replica
     died under a body too big to re-send): the page the Ingress replicas put in place of
-    Serve's plain-text 500 (deployments/error_page.py; tests/unit/test_error_page.py shows
+    Serve's plain-text 500 (deployments/error_page.py; tests/unit/deployments/test_error_page.py shows
     HAProxy accepts it)."""
     pages = list(Path(os.environ["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"]).parent.glob(f"*/{PAGE_NAME}"))
     assert pages and all(page.read_bytes() == error_page() for page in pages)

@@ -40,7 +40,7 @@ _WRITER = r"""
 import asyncio, sys
 from pathlib import Path
 from app.management.state import ConfigStore
-from tests.unit.test_management_support import Harness, base_document
+from tests.unit.management.test_management_support import Harness, base_document
 
 async def main(state_dir: Path, start: int) -> None:
     stored = ConfigStore(state_dir).document if (state_dir / "state.json").exists() else None

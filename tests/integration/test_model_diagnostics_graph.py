@@ -1,5 +1,5 @@
 """The model diagnostics routes on the Ray graph: the Ingress reaches the Embedding,
-DomainClassifier and Guard deployments through its handles (deployments/diagnostics_backend.py),
+DomainClassifier and Guard deployments through its handles (deployments/diagnostics_source.py),
 the same models the Router's requests use."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ svc-sr graph on a local Ray instance, fake upstreams on 127.0.0.1); the routing-
 notebook benchmarks a small sample of ../shared/data/mmlu-pro. The addresses reach the
 notebooks as the environment variables their first cell reads (defaults: `make run`'s
 router). Every cell asserts what it shows, so a notebook that no longer works fails here.
-Committed notebooks carry no outputs: tests/unit/test_notebooks_clean.py.
+Committed notebooks carry no outputs: tests/unit/structure/test_notebooks_clean.py.
 """
 
 from __future__ import annotations

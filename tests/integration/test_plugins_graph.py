@@ -24,7 +24,7 @@ import openai
 import pytest
 
 from tests.integration.conftest import Stack
-from tests.unit.test_context_compression import conversation
+from tests.unit.pipeline.test_context_compression import conversation
 
 pytestmark = pytest.mark.integration
 

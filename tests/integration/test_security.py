@@ -3,7 +3,7 @@
 Decisions used here live in conftest.routed_config: `secure` (pii plugin, emails allowed),
 `guarded` (jailbreak plugin), `block_pii_fast` (pii signal + fast_response) and
 `math_domain` (domain signal). The global prompt guard is covered by the unit tests
-(tests/unit/test_classifier_signals.py): enabling it here would put every other test's
+(tests/unit/pipeline/test_classifier_signals.py): enabling it here would put every other test's
 prompt through the jailbreak model.
 """
 

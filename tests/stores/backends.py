@@ -1,7 +1,7 @@
 """The response-cache backends the contract suite runs against, and its vector helpers.
 
 Every backend is built the way the router builds it: a `ResponseCacheConfig` through
-`app.cache.factory.cache_backend`. Each test gets a fresh store location (a Redis index
+`app.cache.factory.open_cache_store`. Each test gets a fresh store location (a Redis index
 and key prefix of its own, a Milvus Lite file of its own), so cases never see each other's
 entries; a `BackendMaker` called twice gives two backend objects over the same store,
 which is how the suite checks that entries outlive the object that wrote them.
@@ -17,15 +17,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from app.cache.base import CacheHit, ResponseCacheBackend
-from app.cache.factory import cache_backend
+from app.cache.base import CacheHit, ResponseCacheStore
+from app.cache.factory import open_cache_store
 from app.config.global_config import ResponseCacheConfig
 from tests.fakes.upstream import find_free_port
 
 DIM = 384  # the Milvus collection's default dimension, and the router's encoder width
 
 StoreKind = Literal["redis", "milvus"]
-Builder = Callable[[ResponseCacheConfig, Path], ResponseCacheBackend]
+Builder = Callable[[ResponseCacheConfig, Path], ResponseCacheStore]
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class BackendKind:
     id: str
     config: dict[str, Any]
     store: StoreKind | None = None  # None: the entries live in the backend object only
-    build: Builder = cache_backend
+    build: Builder = open_cache_store
 
     @property
     def persistent(self) -> bool:
@@ -88,9 +88,9 @@ class BackendMaker:
     kind: BackendKind
     location: dict[str, Any]
     state_dir: Path
-    built: list[ResponseCacheBackend] = field(default_factory=list)
+    built: list[ResponseCacheStore] = field(default_factory=list)
 
-    def __call__(self, **tuning: Any) -> ResponseCacheBackend:
+    def __call__(self, **tuning: Any) -> ResponseCacheStore:
         settings = ResponseCacheConfig.model_validate(
             {"enabled": True, **self.kind.config, **self.location, **tuning}
         )

@@ -7,7 +7,7 @@ every partition under it (context, tenant and polarity suffixes included) for cl
 and flush; flush epochs live in the store, so every backend object over it (another replica,
 a restart) sees them; a write whose token predates a flush of its partition is dropped.
 The in-memory backend's finer points (fake clocks, lfu ties, concurrency, bad
-input) stay in tests/unit/test_cache.py; what is here is what the router relies on
+input) stay in tests/unit/cache/test_cache.py; what is here is what the router relies on
 whichever backend runs.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.cache.base import CacheScope, CacheUnavailable, ResponseCacheBackend
+from app.cache.base import CacheScope, CacheUnavailable, ResponseCacheStore
 from tests.stores.backends import (
     BACKENDS,
     HYBRID_BACKENDS,
@@ -86,7 +86,7 @@ def make_hybrid_over_unreachable_store(
 
 
 @pytest.fixture
-def backend(make_backend: BackendMaker) -> ResponseCacheBackend:
+def backend(make_backend: BackendMaker) -> ResponseCacheStore:
     return make_backend()
 
 
@@ -105,7 +105,7 @@ def wait_until(condition: Callable[[], bool], timeout: float = EXPIRY_WAIT_SECON
     return True
 
 
-def present(backend: ResponseCacheBackend, partition: str, vector: np.ndarray) -> bool:
+def present(backend: ResponseCacheStore, partition: str, vector: np.ndarray) -> bool:
     return backend.lookup(partition, vector, 0.99) is not None
 
 
@@ -113,7 +113,7 @@ def present(backend: ResponseCacheBackend, partition: str, vector: np.ndarray) -
 
 
 def test_implements_the_backend_protocol(backend) -> None:
-    assert isinstance(backend, ResponseCacheBackend)
+    assert isinstance(backend, ResponseCacheStore)
 
 
 def test_empty_store_misses(backend, rng) -> None:

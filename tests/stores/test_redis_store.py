@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import redis
 
-from app.cache.base import CacheTuning, CacheUnavailable, ResponseCacheBackend
-from app.cache.factory import backend_name, cache_backend
+from app.cache.base import CacheTuning, CacheUnavailable, ResponseCacheStore
+from app.cache.factory import backend_name, open_cache_store
 from app.cache.redis_store import RedisSemanticCache
 from app.config.cache_stores import RedisCacheSettings
 from app.config.global_config import ResponseCacheConfig
@@ -64,9 +64,9 @@ def raw(redis_url: str) -> Iterator[redis.Redis]:
 
 def test_the_factory_builds_it_from_the_config(settings: RedisCacheSettings) -> None:
     config = ResponseCacheConfig(backend_type="redis", redis=settings, max_entries=7, eviction_policy="lru")
-    backend = cache_backend(config)
+    backend = open_cache_store(config)
     assert isinstance(backend, RedisSemanticCache)
-    assert isinstance(backend, ResponseCacheBackend)
+    assert isinstance(backend, ResponseCacheStore)
     assert backend_name(backend) == "redis"
     assert backend.tuning == CacheTuning(max_entries=7, ttl_seconds=3600, eviction_policy="lru")
     backend.close()

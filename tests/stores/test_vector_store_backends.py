@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from app.config.cache_stores import MilvusCacheSettings, MilvusCollection, RedisCacheSettings
-from app.storage import milvus_backend
-from app.storage.backends import Chunk, MemoryBackend, VectorBackend, VectorBackendDown
+from app.storage import milvus_index
 from app.storage.files import FileStore
-from app.storage.milvus_backend import MilvusBackend
-from app.storage.models import ComparisonFilter, FileAttach, SearchRequest, VectorStoreCreate
-from app.storage.redis_backend import RedisBackend
+from app.storage.milvus_index import MilvusVectorIndex
+from app.storage.redis_index import RedisVectorIndex
+from app.storage.schemas import ComparisonFilter, FileAttach, SearchRequest, VectorStoreCreate
+from app.storage.vector_index import Chunk, MemoryVectorIndex, VectorIndex, VectorIndexDown
 from app.storage.vector_stores import VectorStores
 from tests.fakes.embedding import hashed_embed
 
@@ -25,25 +25,25 @@ TEXTS = ["red apple pie recipe", "green apple orchard", "rocket launch to orbit"
 
 
 @pytest.fixture(params=["memory", "milvus", "redis"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorBackend]:
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorIndex]:
     if request.param == "memory":
-        yield MemoryBackend()
+        yield MemoryVectorIndex()
     elif request.param == "milvus":
         settings = MilvusCacheSettings(collection=MilvusCollection(name="chunks_test"))
-        milvus = MilvusBackend(settings, str(tmp_path / "vectors.db"))
+        milvus = MilvusVectorIndex(settings, str(tmp_path / "vectors.db"))
         yield milvus
         milvus.close()
     else:
         url = request.getfixturevalue("redis_url")
         tag = uuid.uuid4().hex[:8]
-        yield RedisBackend(RedisCacheSettings(url=url, index_name=f"vs_{tag}", key_prefix=f"test:{tag}:"))
+        yield RedisVectorIndex(RedisCacheSettings(url=url, index_name=f"vs_{tag}", key_prefix=f"test:{tag}:"))
 
 
 def chunks_of(store: str, file: str, texts: list[str]) -> list[Chunk]:
     return [Chunk(f"{store}:{file}:{i}", store, file, i, t) for i, t in enumerate(texts)]
 
 
-def test_add_search_list_and_remove(backend: VectorBackend) -> None:
+def test_add_search_list_and_remove(backend: VectorIndex) -> None:
     backend.add(chunks_of("vs_a", "file-1", TEXTS[:2]), hashed_embed(TEXTS[:2]))
     backend.add(chunks_of("vs_a", "file-2", TEXTS[2:]), hashed_embed(TEXTS[2:]))
     backend.add(chunks_of("vs_b", "file-1", TEXTS[:1]), hashed_embed(TEXTS[:1]))
@@ -62,7 +62,7 @@ def test_add_search_list_and_remove(backend: VectorBackend) -> None:
     assert [c.text for c in backend.chunks("vs_b")] == TEXTS[:1]
 
 
-def test_ingestion_and_hybrid_search(backend: VectorBackend, tmp_path: Path) -> None:
+def test_ingestion_and_hybrid_search(backend: VectorIndex, tmp_path: Path) -> None:
     files = FileStore(tmp_path / "files", 1 << 20, 100)
     stores = VectorStores(tmp_path, files, backend, hashed_embed, chunk_words=8, chunk_overlap_words=2)
     try:
@@ -89,17 +89,17 @@ def test_ingestion_and_hybrid_search(backend: VectorBackend, tmp_path: Path) -> 
 
 
 def test_an_unreachable_store_is_backend_down(tmp_path: Path) -> None:
-    dead = RedisBackend(RedisCacheSettings(url="redis://127.0.0.1:1/0", timeout_seconds=0.5))
-    with pytest.raises(VectorBackendDown):
+    dead = RedisVectorIndex(RedisCacheSettings(url="redis://127.0.0.1:1/0", timeout_seconds=0.5))
+    with pytest.raises(VectorIndexDown):
         dead.ping()
-    with pytest.raises(VectorBackendDown):
+    with pytest.raises(VectorIndexDown):
         dead.nearest("vs_a", np.ones(4, np.float32), 3, None)
-    server = MilvusBackend(MilvusCacheSettings(uri="http://127.0.0.1:1", timeout_seconds=0.5), "unused")
-    with pytest.raises(VectorBackendDown):
+    server = MilvusVectorIndex(MilvusCacheSettings(uri="http://127.0.0.1:1", timeout_seconds=0.5), "unused")
+    with pytest.raises(VectorIndexDown):
         server.ping()
 
 
-def test_rotate_rebuilds_a_store_without_leftover_chunks(backend: VectorBackend, tmp_path: Path) -> None:
+def test_rotate_rebuilds_a_store_without_leftover_chunks(backend: VectorIndex, tmp_path: Path) -> None:
     files = FileStore(tmp_path / "files", 1 << 20, 100)
     stores = VectorStores(tmp_path, files, backend, hashed_embed, chunk_words=8, chunk_overlap_words=1)
     try:
@@ -125,8 +125,8 @@ def test_milvus_lists_a_store_bigger_than_one_query_window(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One Milvus query answers at most QUERY_WINDOW rows: BM25 must still see every chunk."""
-    monkeypatch.setattr(milvus_backend, "QUERY_WINDOW", 2)
-    milvus = MilvusBackend(
+    monkeypatch.setattr(milvus_index, "QUERY_WINDOW", 2)
+    milvus = MilvusVectorIndex(
         MilvusCacheSettings(collection=MilvusCollection(name="chunks_test")), str(tmp_path / "v.db")
     )
     try:
@@ -146,7 +146,7 @@ def test_milvus_checks_its_collection_again_after_a_failed_connect(
     from pymilvus import MilvusClient
 
     settings = MilvusCacheSettings(collection=MilvusCollection(name="chunks_test"))
-    first = MilvusBackend(settings, str(tmp_path / "v.db"))
+    first = MilvusVectorIndex(settings, str(tmp_path / "v.db"))
     first.add(chunks_of("vs_a", "file-1", TEXTS[:2]), hashed_embed(TEXTS[:2]))
     first.close()
     real, calls = MilvusClient.has_collection, []
@@ -158,9 +158,9 @@ def test_milvus_checks_its_collection_again_after_a_failed_connect(
         return bool(real(self, *args, **kwargs))  # type: ignore[arg-type]
 
     monkeypatch.setattr(MilvusClient, "has_collection", flapping)
-    second = MilvusBackend(settings, str(tmp_path / "v.db"))
+    second = MilvusVectorIndex(settings, str(tmp_path / "v.db"))
     try:
-        with pytest.raises(VectorBackendDown):
+        with pytest.raises(VectorIndexDown):
             second.ping()
         assert sorted(c.text for c in second.chunks("vs_a")) == sorted(TEXTS[:2])
         assert second.nearest("vs_a", hashed_embed(["apple pie"])[0], 1, None)
@@ -173,7 +173,7 @@ def test_a_milvus_ping_asks_the_server_each_time(tmp_path: Path, monkeypatch: py
     the server was up must not answer for it once it is gone."""
     from pymilvus import MilvusClient
 
-    milvus = MilvusBackend(
+    milvus = MilvusVectorIndex(
         MilvusCacheSettings(collection=MilvusCollection(name="chunks_test")), str(tmp_path / "v.db")
     )
     try:
@@ -183,7 +183,7 @@ def test_a_milvus_ping_asks_the_server_each_time(tmp_path: Path, monkeypatch: py
             raise ConnectionError("the server went away")
 
         monkeypatch.setattr(MilvusClient, "has_collection", gone)
-        with pytest.raises(VectorBackendDown):
+        with pytest.raises(VectorIndexDown):
             milvus.ping()
     finally:
         milvus.close()

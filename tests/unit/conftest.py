@@ -1,5 +1,5 @@
 """The management tests run once per management store: every test module that builds its
-app through `Harness` (tests/unit/test_management_support.py) runs on the file store and
+app through `Harness` (tests/unit/management/test_management_support.py) runs on the file store and
 again on Redis (a real server, tests/conftest.py `redis_url`), each test on its own keys.
 A test that is about the file itself carries `@pytest.mark.file_store`.
 
@@ -17,7 +17,7 @@ import pytest
 
 from app.pipeline.signals.base import EmbedFn
 from app.runtime.encoder import shared_encoder
-from tests.unit import test_management_support as support
+from tests.unit.management import test_management_support as support
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from app.common.mgmt_errors import not_found
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.plugins import ContextCompressionPlugin, parse_plugin
 from app.config.recipes import DEFAULT_RECIPE, recipe_names, recipe_routing
 from app.observability.metrics import CATALOG

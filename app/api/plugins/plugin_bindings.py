@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api.plugins.plugin_models import PluginBindingList, PluginBindingView, PluginDependency
+from app.api.plugins.plugin_schemas import PluginBindingList, PluginBindingView, PluginDependency
 from app.api.plugins.plugins_registry import kind_of
 from app.common.mgmt_errors import MgmtError
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.plugins import PLUGIN_MODELS
 from app.config.recipes import DEFAULT_RECIPE, recipe_names, recipe_routing
 from app.config.routing import Decision, Plugin

@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from app.api.plugins.plugin_bindings import declared_enabled, find_decision, find_plugin
-from app.api.plugins.plugin_models import (
+from app.api.plugins.plugin_schemas import (
     AnswerConditions,
     FastResponsePreview,
     HeaderMutationPreview,
@@ -41,8 +41,8 @@ from app.api.plugins.rag_probe import rag_probe
 from app.common.chat_text import human_ask
 from app.common.errors import validation_message
 from app.common.mgmt_errors import MgmtError, invalid_input, not_implemented, unavailable
+from app.config.document import RouterConfig
 from app.config.global_config import ResponseCacheConfig
-from app.config.models import RouterConfig
 from app.config.plugins import (
     PLUGIN_MODELS,
     HallucinationPlugin,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api.plugins.plugin_models import (
+from app.api.plugins.plugin_schemas import (
     PluginDescriptor,
     PluginDetail,
     PluginOperation,

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from app.api.plugins.plugin_models import RagChunkUsed, RagPreview, RagRetrieval
+from app.api.plugins.plugin_schemas import RagChunkUsed, RagPreview, RagRetrieval
 from app.common.mgmt_errors import invalid_input, unavailable
 from app.config.plugins import RagPlugin
 from app.pipeline.rag import (

@@ -14,7 +14,7 @@ from app.api.routes.knowledge_bases import knowledge_base_routes
 from app.api.routes.memories import memory_routes
 from app.api.routes.plugins import plugin_routes
 from app.api.routes.replays import replay_routes
-from app.api.routes.storage import storage_routes
+from app.api.routes.response_cache import storage_routes
 from app.api.routes.vector_stores import vector_store_routes
 from app.management.service import Management
 

@@ -18,9 +18,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.api.plugins import compression
-from app.api.routes.replays import read_metrics
+from app.api.routes.replays import METRICS_RESPONSES, read_metrics
 from app.common.api_docs import json_body
-from app.management.routes.common import Registrar, json_response, mgmt_errors, parse_model
+from app.management.routes.common import Registrar, json_response, mgmt_errors, read_model
 from app.management.service import Management
 from app.replays.parts import ReplayParts
 
@@ -40,7 +40,7 @@ def compression_routes(mgmt: Management, replays: ReplayParts) -> APIRouter:
         return await asyncio.to_thread(compression.health, mgmt.config)
 
     async def preview(request: Request) -> JSONResponse:
-        body = parse_model(compression.PreviewRequest, await request.body())
+        body = await read_model(compression.PreviewRequest, request)
         config = mgmt.config
         # tokenizing thousands of messages is CPU work: off the event loop
         answer = await asyncio.to_thread(compression.preview, config, body)
@@ -84,7 +84,7 @@ def compression_routes(mgmt: Management, replays: ReplayParts) -> APIRouter:
         "GET",
         "observability.read",
         response_model=compression.Stats,
-        responses=mgmt_errors({503: "SERVICE_UNAVAILABLE: metrics are not collected or cannot be read"}),
+        responses=METRICS_RESPONSES,
         tags=TAGS,
         summary="context_compression: redacted statistics summed over every replica",
     )

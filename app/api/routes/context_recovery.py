@@ -10,7 +10,7 @@ answers never served; nothing is deleted. A dry run reads the counts and writes 
 Permission cache.invalidate (the contract's invalidate role, granted to operators): the route
 deletes and reads no content, it only stops the router reusing a scope's state, which an
 operator must be able to do at once on an incident; deleting memories stays data.write.
-No memory store in this process, or one that does not answer: 503. Audited unless a dry run
+No memory store configured: 404 FEATURE_DISABLED; one that does not answer: 503. Audited unless a dry run
 (`context_recovery.invalidate`, the scope's kind and generation, never its id)."""
 
 from __future__ import annotations
@@ -22,15 +22,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.routes.memories import SCOPE_PATTERN
+from app.api.routes.memories import DISABLED as MEMORIES_DISABLED
+from app.api.routes.memories import NO_STORE, SCOPE_PATTERN
+from app.api.routes.memories import UNAVAILABLE as MEMORIES_UNAVAILABLE
 from app.common.api_docs import json_body
-from app.common.mgmt_errors import unavailable
+from app.common.mgmt_errors import feature_disabled, unavailable
 from app.management.routes.common import (
     Registrar,
     Responses,
     json_response,
-    mgmt_errors,
-    parse_model,
+    read_model,
     record_mutation,
 )
 from app.management.service import Management
@@ -40,7 +41,7 @@ from app.storage.parts import StorageParts
 
 PATH = "/api/v1/storage/context-recovery/invalidate"
 TAGS: list[str | Enum] = ["storage"]
-UNAVAILABLE: Responses = mgmt_errors({503: "no memory store in this process, or it is unavailable"})
+UNAVAILABLE: Responses = {**MEMORIES_UNAVAILABLE, **MEMORIES_DISABLED}
 MAX_REASON = 500
 
 
@@ -76,10 +77,10 @@ def context_recovery_routes(mgmt: Management, parts: StorageParts) -> APIRouter:
 
 def invalidate_route(mgmt: Management, parts: StorageParts) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def invalidate(request: Request) -> JSONResponse:
-        body = parse_model(InvalidateRecovery, await request.body())
+        body = await read_model(InvalidateRecovery, request)
         scope = scope_of(body.scope)
         if parts.memories is None:
-            raise unavailable("no memory store in this process")
+            raise feature_disabled(NO_STORE)
         try:
             result = await recovery.invalidate(
                 parts.memories, scope, dry_run=body.dry_run, reason=body.reason

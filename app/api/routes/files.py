@@ -27,10 +27,18 @@ from fastapi.responses import JSONResponse
 from app.common.mgmt_errors import MgmtError, invalid_input, not_found, unavailable
 from app.management.routes.common import Registrar, Responses, json_response, mgmt_errors, record_mutation
 from app.management.service import Management
-from app.storage.backends import VectorBackendDown
 from app.storage.client import StorageClient
-from app.storage.files import FileDeleted, FileList, FileObject, FileRejected, FileServiceDown
+from app.storage.files import (
+    DOCUMENT_TYPES,
+    IMAGE_TYPES,
+    FileDeleted,
+    FileList,
+    FileObject,
+    FileRejected,
+    FileServiceDown,
+)
 from app.storage.parts import StorageParts
+from app.storage.vector_index import VectorIndexDown
 from app.storage.vector_stores import NotFound
 
 PREFIX = "/api/v1/storage/files"
@@ -75,7 +83,7 @@ async def call(operation: Awaitable[T]) -> T:
     deployment); the storage errors, raised again by the client, as management errors."""
     try:
         return await operation
-    except (FileServiceDown, VectorBackendDown, OSError) as exc:
+    except (FileServiceDown, VectorIndexDown, OSError) as exc:
         raise unavailable(f"storage unavailable: {exc}") from None
     except FileRejected as exc:
         raise invalid_input(str(exc), details=dict(exc.details) or None) from None
@@ -160,8 +168,15 @@ class FileEndpoints:
         return value
 
 
+# The bytes as uploaded, with the content type the upload was accepted as (app/storage/files.py).
 DOWNLOAD_OK: Responses = {
-    200: {"description": "the file's bytes", "content": {"application/octet-stream": {}}}
+    200: {
+        "description": "the file's bytes, in the content type it was accepted as",
+        "content": {
+            kind: {"schema": {"type": "string", "format": "binary"}}
+            for kind in sorted({*DOCUMENT_TYPES.values(), *IMAGE_TYPES.values()})
+        },
+    }
 }
 
 

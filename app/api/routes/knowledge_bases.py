@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 
 from app.common.api_docs import json_body
 from app.common.mgmt_errors import MgmtError
-from app.management.routes.common import Registrar, json_response, mgmt_errors, parse_model, record_mutation
+from app.management.routes.common import Registrar, json_response, mgmt_errors, read_model, record_mutation
 from app.management.service import Management
 from app.pipeline.signals.kb_data import KB_NAME, MAX_ENTRIES, KbEntry, KbStatus, KnowledgeBase
 from app.storage.kb_map import KbMap, KbMapMetadata
@@ -156,11 +156,11 @@ def _write_routes(mgmt: Management, parts: StorageParts, add: Callable[..., None
         return json_response(body, status=202)
 
     async def create(request: Request) -> JSONResponse:
-        body = parse_model(KbCreate, await request.body())
+        body = await read_model(KbCreate, request)
         return await accepted(request, "kb.create", kbs.create(body.name, body.description, body.entries))
 
     async def update(request: Request, name: str = NAME) -> JSONResponse:
-        body = parse_model(KbUpdate, await request.body())
+        body = await read_model(KbUpdate, request)
         return await accepted(request, "kb.update", kbs.update(name, body.description, body.entries))
 
     async def delete(request: Request, name: str = NAME) -> JSONResponse:

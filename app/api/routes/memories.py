@@ -9,7 +9,8 @@ store the `memory` plugin writes (app/pipeline/memory/):
 A listing names exactly one scope and answers only that scope's memories. Read and delete by
 id take the scope too, optionally: given, a memory of another scope is 404 as an unknown one
 (a caller that knows only its own scope cannot reach another's memory by guessing ids). No
-memory store in this process, or one that does not answer: 503."""
+memory store configured (the management store is not Redis): 404 FEATURE_DISABLED; one that
+does not answer: 503."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Any, Literal, TypeVar
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from app.common.mgmt_errors import not_found, unavailable
+from app.common.mgmt_errors import feature_disabled, not_found, unavailable
 from app.management.routes.common import Registrar, Responses, mgmt_errors, record_mutation
 from app.management.service import Management
 from app.pipeline.memory.store import (
@@ -35,10 +36,15 @@ from app.storage.parts import StorageParts
 
 PREFIX = "/api/v1/storage/memories"
 TAGS: list[str | Enum] = ["storage"]
-UNAVAILABLE: Responses = mgmt_errors({503: "no memory store in this process, or it is unavailable"})
+UNAVAILABLE: Responses = mgmt_errors({503: "SERVICE_UNAVAILABLE: the memory store does not answer"})
+# The memories live on the management store's Redis (app/storage/memories.py).
+NO_STORE = "memories are not enabled: the memory store needs the management store on Redis (SVC_SR_MANAGEMENT_STORE_URL)"
 # the kind, then an id of 1 to MAX_SCOPE_ID characters that does not start with a space
 SCOPE_PATTERN = rf"^(user|session):\S.{{0,{MAX_SCOPE_ID - 1}}}$"
-UNKNOWN: Responses = mgmt_errors({404: "NOT_FOUND: no such memory (in this scope)"})
+UNKNOWN: Responses = mgmt_errors(
+    {404: "NOT_FOUND: no such memory (in this scope); FEATURE_DISABLED: no memory store configured"}
+)
+DISABLED: Responses = mgmt_errors({404: "FEATURE_DISABLED: no memory store configured"})
 T = TypeVar("T")
 
 
@@ -104,7 +110,7 @@ def memory_routes(mgmt: Management, parts: StorageParts) -> APIRouter:
 
     def store() -> MemoryStore:
         if parts.memories is None:
-            raise unavailable("no memory store in this process")
+            raise feature_disabled(NO_STORE)
         return parts.memories
 
     async def list_memories(
@@ -152,8 +158,8 @@ def memory_routes(mgmt: Management, parts: StorageParts) -> APIRouter:
         return MemoryDeleted(id=found.id)
 
     routes: list[tuple[str, Any, str, str, type[BaseModel], Responses]] = [
-        ("", list_memories, "GET", "data.read", MemoryList, UNAVAILABLE),
-        ("", delete_scope, "DELETE", "data.write", ScopeDeleted, UNAVAILABLE),
+        ("", list_memories, "GET", "data.read", MemoryList, {**UNAVAILABLE, **DISABLED}),
+        ("", delete_scope, "DELETE", "data.write", ScopeDeleted, {**UNAVAILABLE, **DISABLED}),
         ("/{memory_id}", get_memory, "GET", "data.read", MemoryView, {**UNAVAILABLE, **UNKNOWN}),
         ("/{memory_id}", delete_memory, "DELETE", "data.write", MemoryDeleted, {**UNAVAILABLE, **UNKNOWN}),
     ]

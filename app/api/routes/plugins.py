@@ -14,20 +14,20 @@ from fastapi.responses import JSONResponse
 
 from app.api.parts import IngressParts
 from app.api.plugins.plugin_bindings import bindings
-from app.api.plugins.plugin_models import (
+from app.api.plugins.plugin_previews import run_preview
+from app.api.plugins.plugin_schemas import (
     PluginBindingList,
     PluginDetail,
     PluginList,
     PluginPreviewRequest,
     PluginPreviewResponse,
 )
-from app.api.plugins.plugin_previews import run_preview
 from app.api.plugins.plugins_registry import GUARD_TYPES, descriptors, detail, require_known
 from app.api.plugins.rag_probe import probe_kbs
 from app.common.api_docs import json_body
 from app.common.mgmt_errors import MgmtError
 from app.management.auth import AuthError
-from app.management.routes.common import Registrar, mgmt_errors, parse_model, principal_of, record_denial
+from app.management.routes.common import Registrar, mgmt_errors, principal_of, read_model, record_denial
 from app.management.service import Management
 from app.pipeline.signals.kb import KnowledgeBaseFeed
 
@@ -68,7 +68,7 @@ def plugin_routes(mgmt: Management, parts: IngressParts) -> APIRouter:
 
     async def preview(request: Request, plugin_type: str = TYPE) -> JSONResponse:
         require_known(plugin_type)
-        body = parse_model(PluginPreviewRequest, await request.body())
+        body = await read_model(PluginPreviewRequest, request)
         permission = preview_permission(plugin_type, body.mode)
         try:
             mgmt.authenticator.authorize(principal_of(request), permission)

@@ -12,16 +12,16 @@ from typing import Any
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
 
-from app.common.api_docs import json_body
-from app.common.mgmt_errors import MgmtError, not_found, unavailable
+from app.common.api_docs import MAX_SEQUENCE, json_body
+from app.common.mgmt_errors import MgmtError, feature_disabled, not_found, unavailable
 from app.management.routes.common import (
     Registrar,
     Responses,
     json_response,
     maybe_await,
     mgmt_errors,
-    parse_model,
     principal_of,
+    read_model,
     record_mutation,
 )
 from app.management.service import Management
@@ -50,7 +50,14 @@ from app.replays.replays import (
 )
 
 MAX_IDEMPOTENCY_KEY = 255
-REPLAYS_OFF: Responses = mgmt_errors({503: "replay recording is not enabled"})
+# Every route over the summed metrics (read_metrics).
+METRICS_RESPONSES: Responses = mgmt_errors(
+    {
+        404: "FEATURE_DISABLED: metrics are not collected",
+        503: "SERVICE_UNAVAILABLE: the metrics cannot be read now",
+    }
+)
+REPLAYS_OFF: Responses = mgmt_errors({404: "FEATURE_DISABLED: replay records are not kept in this process"})
 
 
 def replay_routes(mgmt: Management, parts: ReplayParts, ratings: RatingStore | None) -> APIRouter:
@@ -66,14 +73,14 @@ def replay_routes(mgmt: Management, parts: ReplayParts, ratings: RatingStore | N
         "GET",
         "observability.read",
         response_model=ClassificationMetrics,
-        responses=mgmt_errors({503: "SERVICE_UNAVAILABLE: metrics are not collected or cannot be read"}),
+        responses=METRICS_RESPONSES,
         summary="classification counters and timing, summed over every replica",
     )
 
     async def list_replays(
         request: Request,
         limit: int = Query(100, ge=1, le=1000),
-        after_sequence: int = Query(0, ge=0),
+        after_sequence: int = Query(0, ge=0, le=MAX_SEQUENCE),
         decision: str | None = Query(None, max_length=256),
         model: str | None = Query(None, max_length=256),
     ) -> JSONResponse:
@@ -143,7 +150,9 @@ def replay_routes(mgmt: Management, parts: ReplayParts, ratings: RatingStore | N
         "GET",
         "observability.read",
         "sensitive",
-        responses={**REPLAYS_OFF, **mgmt_errors({404: "NOT_FOUND: no such replay record"})},
+        responses=mgmt_errors(
+            {404: "NOT_FOUND: no such replay record; FEATURE_DISABLED: replay records are not kept"}
+        ),
         summary="one replay record",
     )
     add(
@@ -188,14 +197,14 @@ def add_replay_views(add: Any, parts: ReplayParts) -> None:
         session_id: str = Query(..., min_length=1, max_length=256),
         recipe: str = Query(DEFAULT_RECIPE, min_length=1, max_length=128),
         limit: int = Query(100, ge=1, le=1000),
-        after_sequence: int = Query(0, ge=0),
+        after_sequence: int = Query(0, ge=0, le=MAX_SEQUENCE),
     ) -> Trajectory:
         return await trajectory(replays_of(parts), parts.outcomes, session_id, recipe, limit, after_sequence)
 
     async def get_dataset(
         recipe: str = Query(DEFAULT_RECIPE, min_length=1, max_length=128),
         limit: int = Query(100, ge=1, le=1000),
-        after_sequence: int = Query(0, ge=0),
+        after_sequence: int = Query(0, ge=0, le=MAX_SEQUENCE),
     ) -> DatasetManifest:
         return await dataset_manifest(replays_of(parts), recipe, after_sequence, limit)
 
@@ -203,7 +212,7 @@ def add_replay_views(add: Any, parts: ReplayParts) -> None:
         request: Request,
         recipe: str = Query(DEFAULT_RECIPE, min_length=1, max_length=128),
         limit: int = Query(100, ge=1, le=1000),
-        after_sequence: int = Query(0, ge=0),
+        after_sequence: int = Query(0, ge=0, le=MAX_SEQUENCE),
     ) -> JSONResponse:
         principal = principal_of(request)
         page = await judge_tasks(
@@ -250,7 +259,7 @@ def add_replay_views(add: Any, parts: ReplayParts) -> None:
 async def read_metrics(parts: ReplayParts) -> MetricsReport:
     """Every replica's metrics summed; 503 when they are not collected or cannot be read."""
     if parts.metrics is None:
-        raise unavailable("metrics are not collected (no Observability deployment)")
+        raise feature_disabled("metrics are not collected (global.services.observability.metrics.enabled)")
     try:
         report: MetricsReport = await maybe_await(parts.metrics())
     except Exception as exc:  # the Observability replica restarting: a 503, never a 500
@@ -260,7 +269,7 @@ async def read_metrics(parts: ReplayParts) -> MetricsReport:
 
 def replays_of(parts: ReplayParts) -> ReplaySource:
     if parts.replays is None:
-        raise unavailable("replay recording is not enabled (router_replay plugin)")
+        raise feature_disabled("replay records are not kept in this process (no Observability deployment)")
     return parts.replays
 
 
@@ -274,7 +283,7 @@ async def submit_outcome(
     """201 a new outcome, 200 its idempotent replay; the audit entry records the status (500 if none)."""
     status = 500
     try:
-        body = parse_model(OutcomeIn, await request.body())
+        body = await read_model(OutcomeIn, request)
         replay = await maybe_await(parts.replays.get(body.replay_id)) if parts.replays is not None else None
         if parts.replays is not None and replay is None:
             raise not_found(f"no replay record {body.replay_id!r}")

@@ -33,12 +33,13 @@ from app.management.routes.common import (
     Responses,
     json_response,
     mgmt_errors,
-    parse_model,
+    read_model,
     record_mutation,
 )
 from app.management.service import Management
 from app.storage.client import VectorStoresClient
-from app.storage.models import (
+from app.storage.parts import StorageParts
+from app.storage.schemas import (
     FileAttach,
     SearchRequest,
     SearchResults,
@@ -51,7 +52,6 @@ from app.storage.models import (
     VectorStoreObject,
     VectorStoreUpdate,
 )
-from app.storage.parts import StorageParts
 from app.storage.vector_stores import RotateResult
 
 PREFIX = "/api/v1/storage/vector-stores"
@@ -72,7 +72,7 @@ class StoreEndpoints:
 
     async def create(self, request: Request) -> JSONResponse:
         vs = self.stores()
-        body = parse_model(VectorStoreCreate, await request.body() or b"{}")
+        body = await read_model(VectorStoreCreate, request, optional=True)
         created = await call(vs.create(body))
         record_mutation(self.mgmt, "storage.vector_store.create", request, 200, vector_store_id=created.id)
         return json_response(created)
@@ -87,7 +87,7 @@ class StoreEndpoints:
 
     async def update(self, store_id: str, request: Request) -> JSONResponse:
         vs = self.stores()
-        body = parse_model(VectorStoreUpdate, await request.body())
+        body = await read_model(VectorStoreUpdate, request)
         updated = await call(vs.update(store_id, body))
         record_mutation(self.mgmt, "storage.vector_store.update", request, 200, vector_store_id=store_id)
         return json_response(updated)
@@ -100,7 +100,7 @@ class StoreEndpoints:
 
     async def search(self, store_id: str, request: Request) -> JSONResponse:
         vs = self.stores()
-        body = parse_model(SearchRequest, await request.body())
+        body = await read_model(SearchRequest, request)
         return json_response(await call(vs.search(store_id, body)))
 
     async def rotate(self, store_id: str, request: Request) -> JSONResponse:
@@ -111,7 +111,7 @@ class StoreEndpoints:
 
     async def attach(self, store_id: str, request: Request) -> JSONResponse:
         vs = self.stores()
-        body = parse_model(FileAttach, await request.body())
+        body = await read_model(FileAttach, request)
         item = await call(vs.attach(store_id, body))
         record_mutation(
             self.mgmt,
@@ -159,7 +159,9 @@ def vector_store_routes(mgmt: Management, parts: StorageParts) -> APIRouter:
         (files + "/{file_id}", ep.detach, "DELETE", "data.write", VectorStoreFileDeleted, None),
     ]
     for path, endpoint, method, permission, model, body in routes:
-        options: dict[str, Any] = {"openapi_extra": json_body(body)} if body is not None else {}
+        # Creating takes no body at all as well (every field is optional).
+        documented = None if body is None else json_body(body, required=body is not VectorStoreCreate)
+        options: dict[str, Any] = {"openapi_extra": documented} if documented is not None else {}
         responses = UNAVAILABLE if (path, method) == (PREFIX, "GET") else ONE
         add(
             path,

@@ -50,7 +50,7 @@ return 1
 """
 
 
-class ResponseBackend(Protocol):
+class ResponseRecordStore(Protocol):
     def describe(self) -> str: ...
 
     async def put(self, record: StoredResponse, ttl_s: int, max_items: int) -> None: ...
@@ -60,7 +60,7 @@ class ResponseBackend(Protocol):
     async def delete(self, response_id: str) -> bool: ...
 
 
-class MemoryResponseBackend:
+class MemoryResponseRecordStore:
     """One process's records (an Ingress replica without a shared store; tests)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -98,7 +98,7 @@ class MemoryResponseBackend:
         return found is not None
 
 
-class RedisResponseBackend:
+class RedisResponseRecordStore:
     """The records in Redis under the management store's prefix (see the module doc)."""
 
     def __init__(self, client: redis.Redis, prefix: str, where: str = "redis") -> None:

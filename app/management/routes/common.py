@@ -17,6 +17,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
 from app.common.api_docs import BODY_TOO_LARGE, Responses, errors
+from app.common.body_limits import DEFAULT_MAX_DEPTH, JsonRejected, decode_json, rejection_message
 from app.common.errors import REQUEST_ID_HEADER, validation_message
 from app.common.mgmt_errors import MgmtError, MgmtErrorBody, invalid_input
 from app.management.auth import AuthError, Principal
@@ -161,14 +162,31 @@ def json_response(model: BaseModel, status: int = 200, headers: dict[str, str] |
     return JSONResponse(model.model_dump(mode="json"), status_code=status, headers=headers)
 
 
-def parse_model(model: type[M], raw: bytes) -> M:
+def json_depth_limit(request: Request) -> int:
+    """global.services.data_plane.max_json_depth of the app serving `request` (create_app keeps
+    a reader of the live configuration in the app's state)."""
+    limit = getattr(request.app.state, "max_json_depth", None)
+    return int(limit()) if callable(limit) else DEFAULT_MAX_DEPTH
+
+
+async def read_model(model: type[M], request: Request, *, optional: bool = False) -> M:
+    """The request's JSON body as `model` (`parse_model`); `optional`: no body reads as `{}`."""
+    raw = await request.body()
+    return parse_model(model, b"{}" if optional and not raw.strip() else raw, json_depth_limit(request))
+
+
+def parse_model(model: type[M], raw: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> M:
+    """`raw` under the body limits (app/common/body_limits.py), validated strictly: JSON's own
+    types, as the OpenAPI document states them (`0` is no boolean, `"1"` no number)."""
     if not raw.strip():
         raise invalid_input("request body is required")
     try:
-        return model.model_validate_json(raw)
+        decode_json(raw, max_depth)
+    except JsonRejected as exc:
+        raise invalid_input(rejection_message(exc)) from None
+    try:
+        return model.model_validate_json(raw, strict=True)
     except ValidationError as exc:
-        if any(e.get("type") == "json_invalid" for e in exc.errors()):
-            raise invalid_input("request body is not valid JSON") from None
         message, _ = validation_message([dict(e) for e in exc.errors()])
         raise invalid_input(message) from None
 
@@ -188,15 +206,16 @@ def rejected(exc: DocumentRejected) -> MgmtError:
     return MgmtError(400, message, code="INVALID_CONFIG", details={"reasons": reasons_of(exc.reasons)})
 
 
-def json_or_yaml_openapi(content: str = "configuration document (JSON or YAML)") -> dict[str, Any]:
-    # A YAML body is described by what it parses to: a mapping, as the JSON one.
+def json_or_yaml_openapi(
+    content: str = "configuration document (JSON or YAML)", judged: bool = False
+) -> dict[str, Any]:
+    """A YAML body is described by what it parses to: a mapping, as the JSON one. `judged`: any
+    body (none included) is answered with a verdict, not refused, so any body is valid."""
+    schema: dict[str, Any] = {} if judged else {"type": "object"}
     return {
         "requestBody": {
-            "required": True,
+            "required": not judged,
             "description": content,
-            "content": {
-                "application/json": {"schema": {"type": "object"}},
-                "application/yaml": {"schema": {"type": "object"}},
-            },
+            "content": {"application/json": {"schema": schema}, "application/yaml": {"schema": schema}},
         }
     }

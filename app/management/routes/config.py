@@ -15,7 +15,7 @@ from app.common.redaction import REDACTED, is_secret_key, redact, restore_redact
 from app.config.schema import config_json_schema
 from app.management.auth import auth_issues
 from app.management.documents import (
-    Candidate,
+    CheckedDocument,
     DocumentRejected,
     check_document,
     diff,
@@ -24,22 +24,22 @@ from app.management.documents import (
     parse_body,
     restart_required,
 )
-from app.management.models import (
+from app.management.routes.common import (
+    Registrar,
+    json_or_yaml_openapi,
+    json_response,
+    mgmt_errors,
+    principal_of,
+    read_model,
+    reasons_of,
+)
+from app.management.schemas import (
     HashView,
     PlanRequest,
     PlanResponse,
     ValidateResponse,
     VersionEntry,
     VersionsResponse,
-)
-from app.management.routes.common import (
-    Registrar,
-    json_or_yaml_openapi,
-    json_response,
-    mgmt_errors,
-    parse_model,
-    principal_of,
-    reasons_of,
 )
 from app.management.service import Management
 
@@ -93,7 +93,7 @@ def config_read_routes(mgmt: Management) -> APIRouter:
         return validate_document(mgmt, await request.body(), principal_of(request).can("secret_view"))
 
     async def plan(request: Request) -> PlanResponse:
-        body = parse_model(PlanRequest, await request.body())
+        body = await read_model(PlanRequest, request)
         return plan_change(mgmt, body, principal_of(request).can("secret_view"))
 
     add(
@@ -112,7 +112,11 @@ def config_read_routes(mgmt: Management) -> APIRouter:
         "sensitive",
         response_model=ValidateResponse,
         summary="validate and normalize a document (no write)",
-        openapi_extra=json_or_yaml_openapi(),
+        openapi_extra=json_or_yaml_openapi(
+            "configuration document (JSON or YAML); one that does not parse, is not a mapping "
+            "or is empty is answered valid: false with its reasons",
+            judged=True,
+        ),
     )
     add(
         "/api/v1/config/plan",
@@ -191,7 +195,7 @@ def versions_view(mgmt: Management, limit: int) -> VersionsResponse:
     return VersionsResponse(versions=entries, total=len(records), history_limit=mgmt.store.history_limit)
 
 
-def checked(document: Any) -> Candidate:
+def checked(document: Any) -> CheckedDocument:
     """check_document plus the auth section's issues (both raise DocumentRejected)."""
     candidate = check_document(document)
     issues = auth_issues(candidate.config)

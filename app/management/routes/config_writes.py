@@ -12,26 +12,37 @@ from fastapi.responses import JSONResponse
 from app.common.api_docs import NON_BLANK, REF_TEMPLATE, json_body
 from app.common.mgmt_errors import MgmtError, MgmtErrorBody, not_found, unavailable
 from app.common.redaction import restore_redacted
-from app.management.activation import PreconditionFailed, RestartRequired
-from app.management.documents import Candidate, DocumentRejected, check_document, merge_patch, parse_body
-from app.management.models import MutationResponse, RollbackRequest
+from app.management.activation import (
+    PreconditionFailed,
+    RestartRequired,
+    has_if_match,
+    if_match_required,
+)
+from app.management.documents import (
+    CheckedDocument,
+    DocumentRejected,
+    check_document,
+    merge_patch,
+    parse_body,
+)
 from app.management.routes.common import (
     Registrar,
     Responses,
     json_or_yaml_openapi,
     json_response,
     mgmt_errors,
-    parse_model,
     principal_of,
+    read_model,
     reasons_of,
     record_mutation,
     rejected,
     request_id,
 )
+from app.management.schemas import MutationResponse, RollbackRequest
 from app.management.service import Management
 from app.management.state import VersionRecord
 
-Builder = Callable[[dict[str, Any]], Candidate]
+Builder = Callable[[dict[str, Any]], CheckedDocument]
 UNDOCUMENTED = Header(None, alias="If-Match", include_in_schema=False)  # documented as IF_MATCH
 
 MUTATION_RESPONSES: Responses = {
@@ -79,12 +90,15 @@ def config_write_routes(mgmt: Management) -> APIRouter:
     add = Registrar(router, mgmt).add
 
     async def patch_config(request: Request, if_match: str | None = UNDOCUMENTED) -> JSONResponse:
+        require_if_match(mgmt, request, "config.patch", if_match)
         return await write_config(mgmt, request, if_match, merge=True)
 
     async def put_config(request: Request, if_match: str | None = UNDOCUMENTED) -> JSONResponse:
+        require_if_match(mgmt, request, "config.put", if_match)
         return await write_config(mgmt, request, if_match, merge=False)
 
     async def rollback(request: Request, if_match: str | None = UNDOCUMENTED) -> JSONResponse:
+        require_if_match(mgmt, request, "config.rollback", if_match)
         record = await rollback_target(mgmt, request)
         document = record.document
         return await mutate(
@@ -132,10 +146,23 @@ def config_write_routes(mgmt: Management) -> APIRouter:
     return router
 
 
+def require_if_match(mgmt: Management, request: Request, action: str, if_match: str | None) -> None:
+    """428 first, before the body or the resource is read (the contract's order: a missing
+    If-Match is answered as such, not as a 400, 404 or 409 it would have hidden). Whether it
+    names the current document is checked under the write lock (`mutate`)."""
+    if not has_if_match(if_match):
+        record_mutation(mgmt, action, request, 428)
+        raise precondition_error(if_match_required(mgmt.activation.etag))
+
+
+def precondition_error(exc: PreconditionFailed) -> MgmtError:
+    return MgmtError(exc.status, exc.message, code=exc.code, headers={"ETag": exc.current_etag})
+
+
 def builder(submitted: Any, merge: bool) -> Builder:
     """The candidate from the persisted document current at activation time."""
 
-    def build(current: dict[str, Any]) -> Candidate:
+    def build(current: dict[str, Any]) -> CheckedDocument:
         restored = restore_redacted(submitted, current)
         return check_document(merge_patch(current, restored) if merge else restored)
 
@@ -157,7 +184,7 @@ async def write_config(
 async def rollback_target(mgmt: Management, request: Request) -> VersionRecord:
     """The recorded version the body names (400 and 404 audited)."""
     try:
-        body = parse_model(RollbackRequest, await request.body())
+        body = await read_model(RollbackRequest, request)
     except MgmtError:
         record_mutation(mgmt, "config.rollback", request, 400)
         raise
@@ -201,9 +228,7 @@ async def mutate(
                 rollback_of=rollback_of,
             )
         except PreconditionFailed as exc:
-            raise MgmtError(
-                exc.status, exc.message, code=exc.code, headers={"ETag": exc.current_etag}
-            ) from None
+            raise precondition_error(exc) from None
         except DocumentRejected as exc:
             raise rejected(exc) from None
         except RestartRequired as exc:

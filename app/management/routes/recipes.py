@@ -14,7 +14,6 @@ from fastapi.responses import JSONResponse
 from app.common.api_docs import json_body
 from app.common.mgmt_errors import MgmtError
 from app.management.documents import DocumentRejected, check_document, etag_of, restart_required
-from app.management.models import ReasonOut
 from app.management.recipes import (
     RecipeBody,
     RecipeList,
@@ -33,13 +32,20 @@ from app.management.routes.common import (
     Registrar,
     json_response,
     mgmt_errors,
-    parse_model,
     principal_of,
+    read_model,
     reasons_of,
     record_mutation,
 )
 from app.management.routes.config import checked
-from app.management.routes.config_writes import MUTATION_RESPONSES, UNDOCUMENTED, mutate, with_if_match
+from app.management.routes.config_writes import (
+    MUTATION_RESPONSES,
+    UNDOCUMENTED,
+    mutate,
+    require_if_match,
+    with_if_match,
+)
+from app.management.schemas import ReasonOut
 from app.management.service import Management
 
 NAME = Path(min_length=1, max_length=128, description="recipe name; `default` is the top-level routing")
@@ -70,8 +76,9 @@ def recipe_routes(mgmt: Management) -> APIRouter:
     async def put_recipe(
         request: Request, name: str = NAME, if_match: str | None = UNDOCUMENTED
     ) -> JSONResponse:
+        require_if_match(mgmt, request, "recipe.put", if_match)
         try:
-            body = parse_model(RecipeBody, await request.body())
+            body = await read_model(RecipeBody, request)
         except MgmtError:
             record_mutation(mgmt, "recipe.put", request, 400)
             raise
@@ -87,7 +94,8 @@ def recipe_routes(mgmt: Management) -> APIRouter:
     async def delete_recipe(
         request: Request, name: str = NAME, if_match: str | None = UNDOCUMENTED
     ) -> JSONResponse:
-        try:  # unknown (404) or referenced (409) before If-Match; checked again under the write lock
+        require_if_match(mgmt, request, "recipe.delete", if_match)
+        try:  # unknown (404) or referenced (409) before a stale If-Match; again under the write lock
             without_recipe(mgmt.store.document, name)
         except MgmtError as exc:
             record_mutation(mgmt, "recipe.delete", request, exc.status)
@@ -102,7 +110,7 @@ def recipe_routes(mgmt: Management) -> APIRouter:
         )
 
     async def validate(request: Request) -> RecipeValidateResponse:
-        body = parse_model(RecipeValidateRequest, await request.body())
+        body = await read_model(RecipeValidateRequest, request)
         return validate_recipe(mgmt, body, principal_of(request).can("secret_view"))
 
     add(

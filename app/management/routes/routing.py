@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse
 from app.common.api_docs import json_body
 from app.common.mgmt_errors import MgmtError, unavailable
 from app.common.redaction import redact
-from app.management.models import PreviewRequest, PreviewResponse
-from app.management.routes.common import Registrar, json_response, mgmt_errors, parse_model, principal_of
+from app.management.routes.common import Registrar, json_response, mgmt_errors, principal_of, read_model
+from app.management.schemas import PreviewRequest, PreviewResponse
 from app.management.service import Management
 from app.pipeline.phases.parse import SESSION_ID_HEADER
 
@@ -25,7 +25,7 @@ def routing_routes(mgmt: Management) -> APIRouter:
     router = APIRouter()
 
     async def preview(request: Request) -> JSONResponse:
-        body = parse_model(PreviewRequest, await request.body())
+        body = await read_model(PreviewRequest, request)
         result = await run_preview(mgmt, body)
         if not principal_of(request).can("secret_view"):
             result = redact(result)

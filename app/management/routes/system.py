@@ -12,9 +12,9 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from app.common.mgmt_errors import not_found
 from app.management.auth import PERMISSIONS
 from app.management.discovery import describe_routes
-from app.management.models import Discovery, RouteInfo, StatusDocument
 from app.management.openapi import UnknownOperation, narrow, served
 from app.management.routes.common import ERRORS, ManagementRoute, Registrar, json_response, route_guard
+from app.management.schemas import Discovery, RouteInfo, StatusDocument
 from app.management.service import Management
 from app.management.startup import StartupStatus
 

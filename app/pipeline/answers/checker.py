@@ -18,12 +18,12 @@ from typing import Any
 from app.config.plugins import HallucinationPlugin, ResponseJailbreakPlugin
 from app.config.signals import HarmfulSignal, JailbreakSignal
 from app.pipeline.answers import hallucination
-from app.pipeline.answers.models import AnswerChecks, AnswerVerdict, CheckOutcome
 from app.pipeline.answers.policy import (
     DEFAULT_JAILBREAK_THRESHOLD,
     action_for,
     hallucination_flagged,
 )
+from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict, CheckOutcome
 from app.pipeline.phases.signals import run_guards
 from app.pipeline.plugins import GuardRule
 from app.pipeline.signals.base import EmbedFn, SignalContext, SignalEvaluator

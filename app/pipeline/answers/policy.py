@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.config.plugins import HallucinationPlugin, ResponseJailbreakPlugin
-from app.pipeline.answers.models import Action, AnswerChecks, AnswerVerdict, CheckOutcome
+from app.pipeline.answers.schemas import Action, AnswerChecks, AnswerVerdict, CheckOutcome
 
 DEFAULT_JAILBREAK_THRESHOLD = 0.5  # JailbreakSignal's default, when neither plugin nor guard sets one
 Checker = Callable[[AnswerChecks, str, list[str]], Awaitable[AnswerVerdict]]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.models.elo import Game
 from app.pipeline.elo_selector import EloDecision, elo_decision
 from app.pipeline.learning.ratings import RatingStore

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.models.elo import Game, RatingsDocument, apply_games
-from app.state.json_document import DocumentBackends, JsonDocumentStore
+from app.state.json_document import DocumentStores, JsonDocumentStore
 from app.state.shared_store import ManagementStoreSettings
-from app.state.state_backends import StateBackend
+from app.state.state_stores import StateStore
 
 if TYPE_CHECKING:
     import redis
@@ -36,7 +36,7 @@ RATINGS_LOCK = ".elo_ratings.lock"
 class RatingStore(JsonDocumentStore[RatingsDocument]):
     """The ratings document over one state backend (see the module doc)."""
 
-    def __init__(self, backend: StateBackend | None = None) -> None:
+    def __init__(self, backend: StateStore | None = None) -> None:
         super().__init__(RatingsDocument, "elo ratings", backend)
 
     def apply(self, games: Sequence[Game]) -> RatingsDocument:
@@ -51,5 +51,5 @@ def open_rating_store(
 ) -> RatingStore:
     """The ratings of application `app_name`: Redis under the management store's prefix, or
     the state directory's file (`client`: one the caller already holds)."""
-    backends = DocumentBackends(settings, app_name, state_dir, client)
+    backends = DocumentStores(settings, app_name, state_dir, client)
     return RatingStore(backends.open("elo:", RATINGS_FILE, RATINGS_LOCK))

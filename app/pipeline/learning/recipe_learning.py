@@ -16,6 +16,8 @@ learn from outcomes online, and the other algorithms do not take the first):
   front of `modelRefs` (the static selection takes the first; the rest stay fallbacks);
 - `prefer_cheaper`: the models are within `margin` of each other, and one listed later costs
   less per request on the same records: it moves to the front.
+Refusals an operator marked wrong propose guard thresholds and PII policies
+(app/pipeline/learning/guard_learning.py), in the same plan.
 Nothing else is touched; with too little evidence nothing is proposed and the report says why.
 The plan is the proposed document (the current one with those decisions reordered) for
 `svc-sr config plan/apply --config FILE`: learning never applies a change by itself.
@@ -30,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from app.pipeline.learning.guard_learning import GuardReport, learn_guards
 from app.replays.replays import outcome_score
 
 DEFAULT_MIN_OUTCOMES = 5
@@ -66,6 +69,7 @@ class LearningReport(BaseModel):
     decisions: list[DecisionEvidence]
     proposals: list[Proposal]
     skipped: dict[str, str]  # decision -> why nothing was proposed
+    guards: GuardReport  # refusals marked wrong or right, and the guard changes they support
     proposed_document: dict[str, Any] | None  # None: no change proposed
 
 
@@ -183,11 +187,13 @@ def learn(
         proposals.append(found)
         refs = entry["modelRefs"]
         refs.insert(0, refs.pop(listed.index(found.proposed_first)))
+    guards, guards_changed = learn_guards(proposed, records, outcomes, min_outcomes)
     return LearningReport(
         records=len(records),
         outcomes_joined=joined,
         decisions=decisions,
         proposals=proposals,
         skipped=skipped,
-        proposed_document=proposed if proposals else None,
+        guards=guards,
+        proposed_document=proposed if proposals or guards_changed else None,
     )

@@ -1,4 +1,4 @@
-"""Phase `decide`: the decision engine (`decisions.py`) over the plan's signal matches; the
+"""Phase `decide`: the decision rules (`decisions.py`) over the plan's signal matches; the
 winner's name and confidence go into the plan (confidence 0 when no decision matched)."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from app.config.routing import Decision
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.headers import fill_routing_headers
 from app.pipeline.phases.signals import run_guards
-from app.pipeline.plan import ImmediateResponse, RoutePlan, SecurityChecks, SignalMatch
+from app.pipeline.plan import ImmediateResponse, Refusal, RoutePlan, SecurityChecks, SignalMatch
 from app.pipeline.signals.base import SignalContext
 
 
@@ -50,21 +50,22 @@ def block_if_flagged(plan: RoutePlan, guarded: list[SignalMatch]) -> bool:
 def block(plan: RoutePlan, match: SignalMatch) -> None:
     """403 security_violation for a guard that fired (spec 01 data-plane error body). A guard
     whose input was not scanned (`on_unscanned: block`) blocks the same way, entities
-    `unscanned`."""
+    `unscanned`. The body's `details`, the `x-vsr-guard-*` headers and the replay record name
+    the check, its score and threshold (`plan.refusal`)."""
     unscanned = bool(match.detail.get("unscanned"))
     message = f"request blocked: the content could not be scanned ({match.type})" if unscanned else None
     if match.type == "pii":
+        code = "pii_detected"
         found = (
             ["unscanned"]
             if unscanned
             else [str(t) for t in match.detail.get("denied") or match.detail.get("entities") or []]
         )
-        error = security_violation("pii_detected", found, message=message)
         plan.reason_code = "pii_policy_denied"
         headers = {"x-vsr-pii-violation": "true", "x-vsr-pii-types": ",".join(found)}
     elif match.type == "harmful":
+        code = "harmful_content_detected"
         found = ["unscanned"] if unscanned else [str(t) for t in match.detail.get("detection_types") or []]
-        error = security_violation("harmful_content_detected", found, message=message)
         plan.reason_code = "harmful_content_block"
         headers = {
             "x-vsr-harmful-blocked": "true",
@@ -72,17 +73,36 @@ def block(plan: RoutePlan, match: SignalMatch) -> None:
             "x-vsr-harmful-confidence": f"{match.confidence:.4f}",
         }
     else:
+        code = "jailbreak_detected"
         found = ["unscanned"] if unscanned else [str(t) for t in match.detail.get("detection_types") or []]
-        error = security_violation("jailbreak_detected", found, message=message)
         plan.reason_code = "jailbreak_block"
         headers = {
             "x-vsr-jailbreak-blocked": "true",
             "x-vsr-jailbreak-type": ",".join(found),
             "x-vsr-jailbreak-confidence": f"{match.confidence:.4f}",
         }
+    refusal = refusal_of(match, code, found)
+    error = security_violation(code, found, message=message, refusal=refusal.model_dump(exclude_none=True))
+    headers |= {"x-vsr-guard-check": refusal.check, "x-vsr-guard-score": f"{refusal.score:.4f}"}
+    if refusal.threshold is not None:
+        headers["x-vsr-guard-threshold"] = f"{refusal.threshold:.4f}"
+    plan.refusal = refusal
     plan.selected_model = None
     plan.immediate = ImmediateResponse(kind="block", status=error.status, body=error.body(), headers=headers)
     fill_routing_headers(plan, "bypass")
+
+
+def refusal_of(match: SignalMatch, code: str, found: list[str]) -> Refusal:
+    threshold = match.detail.get("threshold")
+    read = match.detail.get("read")
+    return Refusal(
+        check=f"{match.type}:{match.name}",
+        code=code,
+        score=round(float(match.confidence), 4),
+        threshold=round(float(threshold), 4) if isinstance(threshold, int | float) else None,
+        read=str(read) if read else None,
+        entities=found,
+    )
 
 
 def security_checks(matches: list[SignalMatch]) -> SecurityChecks:

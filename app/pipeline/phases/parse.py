@@ -2,7 +2,7 @@
 evaluators share.
 
 The body arrives validated and is not checked again: a front door decoded and validated it
-once (app/exchange/openai_models.py `parse_chat_body`; the routing preview's `PreviewRequest`
+once (app/exchange/openai_schemas.py `parse_chat_body`; the routing preview's `PreviewRequest`
 is the same model; the CLI's local preview validates what it builds with it) and the Router
 hop only pickled it. A caller of `RouterPipeline.route()` in process (the benchmark, tests) passes a
 body it built, or one `validate_chat_body` returned.

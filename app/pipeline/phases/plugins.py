@@ -8,7 +8,7 @@ The guard plugins (`jailbreak`, `pii`) are phase `guard`, the cache plugin phase
 
 from __future__ import annotations
 
-from app.pipeline.answers.models import AnswerChecks
+from app.pipeline.answers.schemas import AnswerChecks
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.compression import apply_compression
 from app.pipeline.headers import fill_routing_headers

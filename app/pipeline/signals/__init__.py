@@ -4,7 +4,9 @@ Built in: `keyword`, `embedding`, `context`, and the families judged on the requ
 sentence vector in the Router's own process: `preference`, `complexity`, `language`, `modality`, `fact_check`, `user_feedback`, and `kb` (knowledge bases
 of the management store, through `PipelineServices.knowledge_bases`). Other families (domain, pii, jailbreak,
 ...) are added through `PipelineServices.evaluators` with the same factory shape
-`(config, services) -> SignalEvaluator`; see `base.py`.
+`(config, services) -> SignalEvaluator`; see `base.py`. The learned ones ask a `SignalEngine`
+(app/runtime/signal_engine.py) wherever their host placed it (app/pipeline/local_models.py
+`engine_evaluators`).
 """
 
 from __future__ import annotations

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from app.common.chat_text import content_text, conversation_text, human_ask
+from app.common.chat_text import content_text, conversation_text, guard_texts, human_ask
 from app.pipeline.plan import SignalMatch
+from app.runtime.signal_engine import SignalEngine, UnscannedError
 
 if TYPE_CHECKING:
-    from app.config.models import RouterConfig
+    from app.config.document import RouterConfig
 
 EmbedFn = Callable[[list[str]], Awaitable[np.ndarray]]
 CountTokensFn = Callable[[str], int]
@@ -67,6 +68,8 @@ class SignalContext:
         self._count_tokens = count_tokens
         self._token_count: int | None = None
         self._vector_task: asyncio.Task[np.ndarray] | None = None
+        self._parts: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+        self._part_vectors: dict[str, asyncio.Future[np.ndarray]] = {}
 
     @functools.cached_property
     def history_text(self) -> str:
@@ -77,6 +80,38 @@ class SignalContext:
     def history_paragraphs(self) -> str:
         """The conversation text as paragraphs: what the jailbreak and harmful guards read."""
         return conversation_text(self.messages, paragraphs=True)
+
+    def parts_for(
+        self, read: Sequence[str], include_history: bool = False, windowed: bool = True
+    ) -> list[tuple[str, str]]:
+        """A safety rule's (part, text) pairs (app/common/chat_text.py `guard_texts`);
+        `include_history` is the older spelling of reading `conversation`."""
+        key = (*sorted(set(read) | ({"conversation"} if include_history else set())), str(windowed))
+        cached = self._parts.get(key)
+        if cached is None:
+            cached = self._parts[key] = guard_texts(self.messages, key[:-1], windowed)
+        return cached
+
+    async def part_vectors(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """Unit vectors of a rule's parts other than the ask, embedded in one call per request
+        and shared by every guard that reads them (the ask's is `query_vector`)."""
+        if self._embed is None:
+            raise RuntimeError("no embedding service configured")
+        missing = [t for t in dict.fromkeys(texts) if t not in self._part_vectors]
+        if missing:
+            batch = asyncio.ensure_future(self._embed(missing))
+            for index, text in enumerate(missing):
+                self._part_vectors[text] = asyncio.ensure_future(_row(batch, index))
+        rows = await asyncio.gather(*(asyncio.shield(self._part_vectors[t]) for t in texts))
+        return dict(zip(texts, rows, strict=True))
+
+    def whole_text_for(self, read: Sequence[str], include_history: bool = False) -> str:
+        """The parts a rule reads as one text (blank-line joined): the PII detector's input.
+        Only the ask (or the conversation) when `read` names nothing more."""
+        parts = self.parts_for(read, include_history, windowed=False)
+        if len(parts) <= 1:
+            return self.text_for(include_history)
+        return "\n\n".join(text for _, text in parts)
 
     def text_for(self, include_history: bool, paragraphs: bool = False) -> str:
         """A rule's text: with `include_history` the conversation text (as `paragraphs` when
@@ -137,6 +172,15 @@ class SignalContext:
             task.cancel()
         elif task is not None and task.done() and not task.cancelled():
             task.exception()  # mark retrieved so asyncio does not log it
+        for future in self._part_vectors.values():
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()
+
+
+async def _row(batch: asyncio.Future[np.ndarray], index: int) -> np.ndarray:
+    return np.asarray(await asyncio.shield(batch), dtype=np.float32)[index]
 
 
 @runtime_checkable
@@ -163,21 +207,24 @@ class SignalEvaluator(Protocol):
 EvaluatorFactory = Callable[["RouterConfig", Any], SignalEvaluator]
 
 
+async def request_vectors(
+    engine: SignalEngine, ctx: SignalContext, text: str | None = None
+) -> np.ndarray | None:
+    """The request's query vector (1, dim) for an engine on the Router's vector space when the
+    text it reads (`text`, default the human's ask) is the ask; None otherwise, or when the
+    encoder is unavailable (the Embedding deployment down): the engine then encodes itself."""
+    if not engine.reads_vectors or (text is not None and text != ctx.text):
+        return None
+    try:
+        return (await ctx.query_vector()).reshape(1, -1)
+    except Exception:
+        return None
+
+
 def error_matches(family: str, names: frozenset[str] | set[str], message: str) -> list[SignalMatch]:
     return [
         SignalMatch(type=family, name=n, matched=False, confidence=0.0, error=message) for n in sorted(names)
     ]
-
-
-class UnscannedError(Exception):
-    """A safety signal's detector did not read the input in full (its model runtime failed,
-    missed the signal deadline, or read only part). `matches`: how the rule resolves, from
-    `on_unscanned` (docs/security.md): `block` -> it matches; `allow` -> it errors, and on_error decides."""
-
-    def __init__(self, reason: str, matches: bool) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.matches = matches
 
 
 def unscanned_match(family: str, name: str, exc: UnscannedError) -> SignalMatch:

@@ -1,10 +1,11 @@
 """Domain signals: `routing.signals.domains[]`, judged by the 14-category domain classifier.
 
 One classification per request: the human's ask, with the request's shared query
-embedding (`SignalContext.query_vector`, the one encoder pass) handed to the classifier
-so it does not encode again. The classifier applies the global threshold
-(`global.model_catalog.modules.classifier.domain.threshold`): a best probability below it
-turns the category into `fallback_category` (default `other`).
+embedding (`SignalContext.query_vector`, the one encoder pass) handed to an engine on the
+Router's vector space so it does not encode again. The global threshold
+(`global.model_catalog.modules.classifier.domain.threshold`) applies to whatever answered: a
+best probability below it turns the category into `fallback_category` (default `other`;
+app/runtime/signal_readers.py `domain_result`).
 
 A rule matches when the category is one of its `mmlu_categories`, or, for a rule with no
 list, when the category equals its name case-insensitively (the spec's mapping rule);
@@ -12,30 +13,26 @@ a rule's own `threshold` additionally requires that much probability. Confidence
 classification confidence when matched; otherwise the best probability among the rule's
 categories (so `NOT` and previews see how close it was).
 
-The classifier arrives as an async callable (`DomainClassifyFn`): the Router adapts the
-DomainClassifier deployment handle to it, tests pass a fake.
+The classifier is a `SignalEngine` (app/runtime/signal_engine.py): the head in the Router,
+the DomainClassifier deployment, a `model_deployments` binding's workers, or the
+classification LLM (`classifier.domain.use_vllm`); tests pass a fake.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import numpy as np
-
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import DomainSignal
 from app.models.domain import DomainResult, map_to_configured
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals import llm_judge
-from app.pipeline.signals.base import EvaluatorFactory, SignalContext, error_matches
+from app.pipeline.signals.base import EvaluatorFactory, SignalContext, error_matches, request_vectors
+from app.runtime.signal_engine import SignalEngine, SignalRequest, UnavailableEngine, checked
+from app.runtime.signal_readers import UnusableAnswer, domain_result
 
 FAMILY = "domain"
 DEFAULT_FALLBACK = "other"
-
-# (texts, vectors or None, threshold or None, fallback_category) -> one result per text
-DomainClassifyFn = Callable[[list[str], np.ndarray | None, float | None, str], Awaitable[list[Any]]]
 
 
 def catalog_section(config: RouterConfig, *keys: str) -> dict[str, Any]:
@@ -75,47 +72,40 @@ class DomainEvaluator:
     def __init__(
         self,
         rules: list[DomainSignal],
-        classify: DomainClassifyFn | None,
+        engine: SignalEngine | None,
         threshold: float | None = None,
         fallback_category: str = DEFAULT_FALLBACK,
-        uses_vectors: bool = True,
     ) -> None:
         self._rules = {rule.name: rule for rule in rules}
-        self._classify = classify
+        self.engine = engine
         self.threshold = threshold
         self.fallback_category = fallback_category
-        self.uses_vectors = uses_vectors  # False: a model-runtime binding, which encodes on the worker
         self._mapping = [(rule.name, list(rule.mmlu_categories)) for rule in rules]
 
     @classmethod
-    def from_config(
-        cls, config: RouterConfig, classify: DomainClassifyFn | None, uses_vectors: bool = True
-    ) -> DomainEvaluator:
+    def from_config(cls, config: RouterConfig, engine: SignalEngine | None) -> DomainEvaluator:
         threshold, fallback = domain_settings(config)
-        return cls(config.routing.signals.domains, classify, threshold, fallback, uses_vectors)
+        return cls(config.routing.signals.domains, engine, threshold, fallback)
 
     def rule_names(self) -> list[str]:
         return list(self._rules)
 
     async def warm_up(self) -> None:
-        return None  # the model deployment loads and warms itself
+        return None  # the engine's host loads and warms it
 
     def configured_category(self, category: str) -> str:
         return map_to_configured(category, self._mapping)
 
     async def classify(self, ctx: SignalContext) -> DomainResult:
-        if self._classify is None:
+        engine = self.engine
+        if engine is None:
             raise RuntimeError("no domain classifier configured")
-        vectors: np.ndarray | None = None
-        if self.uses_vectors:
-            try:
-                vectors = (await ctx.query_vector()).reshape(1, -1)
-            except Exception:  # the Embedding deployment being down: the classifier encodes itself
-                vectors = None
-        results = await self._classify([ctx.text], vectors, self.threshold, self.fallback_category)
-        if len(results) != 1:
-            raise RuntimeError(f"domain classifier returned {len(results)} results for 1 text")
-        return DomainResult.model_validate(results[0])
+        request = SignalRequest(texts=[ctx.text], vectors=await request_vectors(engine, ctx))
+        (item,) = checked(engine, await engine.classify(request), 1)
+        try:
+            return domain_result(item, ctx.text, self.threshold, self.fallback_category)
+        except UnusableAnswer as exc:
+            raise engine.failed(str(exc)) from None
 
     async def evaluate(self, ctx: SignalContext, names: frozenset[str]) -> list[SignalMatch]:
         known = frozenset(n for n in names if n in self._rules)
@@ -169,30 +159,26 @@ class DomainEvaluator:
         )
 
 
-def domain_factory(classify: DomainClassifyFn | None) -> EvaluatorFactory:
-    """`PipelineServices.evaluators["domain"]` entry over a classify callable."""
+def domain_factory(engine: SignalEngine | None) -> EvaluatorFactory:
+    """`PipelineServices.evaluators["domain"]` entry over the graph's domain engine; with
+    `classifier.domain.use_vllm` the classification LLM answers instead."""
 
     def factory(config: RouterConfig, services: Any = None) -> DomainEvaluator:
         if catalog_section(config, "modules", "classifier", "domain").get("use_vllm") is True:
-            judge = llm_judge.build_judge(config, "classification", getattr(services, "llm_client", None))
-            return DomainEvaluator.from_config(config, llm_classify(judge, config), uses_vectors=False)
-        return DomainEvaluator.from_config(config, classify)
+            return DomainEvaluator.from_config(config, llm_classifier(config, services))
+        return DomainEvaluator.from_config(config, engine)
 
     return factory
 
 
-def llm_classify(judge: llm_judge.LLMJudge | None, config: RouterConfig) -> DomainClassifyFn:
-    """The classification LLM as the domain classifier (`classifier.domain.use_vllm`): it
-    picks among the categories the domain rules accept."""
+def llm_classifier(config: RouterConfig, services: Any) -> SignalEngine:
+    """The classification LLM as the domain engine: it picks among the categories the domain
+    rules accept."""
     labels = sorted({c for rule in config.routing.signals.domains for c in rule_categories(rule)})
-
-    async def classify(
-        texts: list[str], vectors: np.ndarray | None, threshold: float | None, fallback: str
-    ) -> list[Any]:
-        if judge is None:
-            raise RuntimeError(
-                "use_vllm needs an external model with model_role classification (global.model_catalog.external)"
-            )
-        return list(await asyncio.gather(*(judge.classify(text, labels, fallback) for text in texts)))
-
-    return classify
+    judge = llm_judge.build_judge(config, "classification", getattr(services, "llm_client", None))
+    if judge is None:
+        return UnavailableEngine(
+            "classification LLM",
+            "use_vllm needs an external model with model_role classification (global.model_catalog.external)",
+        )
+    return llm_judge.JudgeEngine(judge, labels=labels)

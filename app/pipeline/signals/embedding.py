@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import EmbeddingSignal
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import EmbedFn, SignalContext, error_matches

@@ -1,9 +1,10 @@
 """Shared shape of the safety-signal evaluators (pii, jailbreak, harmful): named rules with a
-per-rule threshold that falls back to the model's global one, judged by a detector.
+per-rule threshold that falls back to the model's global one, judged by a `SignalEngine`
+(app/runtime/signal_engine.py) wherever the configuration placed it.
 
 `TextRuleEvaluator` is the whole rule walk of the families that judge one text per rule with
-the request's shared vector (jailbreak, harmful); each says only how it calls its detector and
-what a result means (`_call`, `_judge`)."""
+the request's shared vector (jailbreak, harmful); each says only what it asks its engine and
+what an answer means (`_request`, `_judge`)."""
 
 from __future__ import annotations
 
@@ -14,24 +15,26 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from app.pipeline.plan import SignalMatch
-from app.pipeline.signals.base import SignalContext, UnscannedError, unscanned_match
+from app.pipeline.signals.base import SignalContext, request_vectors, unscanned_match
+from app.runtime.signal_engine import SignalEngine, SignalItem, SignalRequest, UnscannedError, checked
+from app.runtime.signal_readers import UnusableAnswer
 
 RuleT = TypeVar("RuleT")
 
 
 class ThresholdRuleEvaluator(Generic[RuleT]):
-    """`uses_vectors`: the detector takes the request's query vector (the graph's own models);
-    a model-runtime binding encodes on the worker, so none is computed for it."""
+    """`engine`: where the family's model runs (None: none configured here)."""
 
     family: str = ""
 
     def __init__(
-        self, rules: list[Any], detect: Any, default_threshold: float | None = None, uses_vectors: bool = True
+        self, rules: list[Any], engine: SignalEngine | None, default_threshold: float | None = None
     ) -> None:
         self._rules: dict[str, RuleT] = {rule.name: rule for rule in rules}
-        self._detect = detect
+        self.engine = engine
         self.default_threshold = default_threshold
-        self.uses_vectors = uses_vectors
+        # the guardrail LLM that re-judges scores in a rule's `cascade_band` (None: no cascade)
+        self.cascade: Any = None
 
     def rule_names(self) -> list[str]:
         return list(self._rules)
@@ -64,32 +67,79 @@ class ThresholdRuleEvaluator(Generic[RuleT]):
         raise NotImplementedError
 
 
+async def ask(engine: SignalEngine, request: SignalRequest) -> list[SignalItem]:
+    """The engine's items for `request`, one answered item per text (else its failure)."""
+    return checked(engine, await engine.classify(request), len(request.texts))
+
+
 class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
     """Rules judged one text each (the human's ask, or with `include_history` the conversation
-    text: app/common/chat_text.py), concurrently; the ask goes with the request's query vector,
-    so the detector does not encode it again. A failure is the rule's signal error (`on_error`
-    decides), never a 500."""
+    text: app/common/chat_text.py), concurrently; the ask goes with the request's query vector
+    to an engine on the Router's vector space, so it does not encode again. A failure is the
+    rule's signal error (`on_error` decides), or unscanned (`on_unscanned`), never a 500."""
 
     detector = ""  # what the messages call the model: "jailbreak guard", ...
 
-    def _text(self, ctx: SignalContext, rule: Any) -> str:
+    def engine_for(self, rule: Any) -> SignalEngine | None:
+        """The engine a rule asks (the family's, unless a rule's method names another)."""
+        return self.engine
+
+    def _request(self, text: str, vectors: np.ndarray | None, threshold: float, rule: Any) -> SignalRequest:
+        """What the family asks its engine about one text."""
         raise NotImplementedError
 
-    async def _call(self, text: str, vectors: np.ndarray | None, threshold: float, rule: Any) -> list[Any]:
-        """The detector over one text (`self._detect` with the family's arguments)."""
-        raise NotImplementedError
-
-    def _judge(self, raw: Any, threshold: float) -> tuple[bool, float, dict[str, Any]]:
-        """(matched, confidence, detail) of one detector result."""
+    def _judge(self, item: SignalItem, threshold: float, rule: Any) -> tuple[bool, float, dict[str, Any]]:
+        """(matched, confidence, detail) of one answer; UnusableAnswer when it lacks what is read."""
         raise NotImplementedError
 
     async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[RuleT]) -> list[SignalMatch]:
         return list(await asyncio.gather(*(self._evaluate_one(ctx, rule) for rule in rules)))
 
+    async def _judge_part(
+        self,
+        ctx: SignalContext,
+        engine: SignalEngine,
+        text: str,
+        threshold: float,
+        rule: Any,
+        others: dict[str, np.ndarray],
+    ) -> tuple[bool, float, dict[str, Any]]:
+        vectors = others[text].reshape(1, -1) if text in others else await request_vectors(engine, ctx, text)
+        (item,) = await ask(engine, self._request(text, vectors, threshold, rule))
+        try:
+            verdict = self._judge(item, threshold, rule)
+        except UnusableAnswer as exc:
+            raise engine.failed(str(exc)) from None
+        band = getattr(rule, "cascade_band", None)
+        if band and self.cascade is not None and band[0] <= verdict[1] < band[1]:
+            return await self._cascade(text, threshold, verdict)
+        return verdict
+
+    async def _cascade(
+        self, text: str, threshold: float, verdict: tuple[bool, float, dict[str, Any]]
+    ) -> tuple[bool, float, dict[str, Any]]:
+        """The guardrail LLM's verdict on a text whose score fell in the uncertain band; the
+        classifier's stands when the LLM cannot answer (down, slow, no verdict)."""
+        matched, score, detail = verdict
+        try:
+            answer = await self.cascade.guard(text, threshold)
+        except Exception as exc:
+            return matched, score, {**detail, "cascade": "failed", "cascade_error": str(exc)[:200]}
+        llm_score = float(answer.scores.get("jailbreak", 0.0)) if answer.scores else 0.0
+        cascaded = {
+            **detail,
+            "cascade": "llm",
+            "classifier_score": score,
+            "llm_verdict": list(answer.verdict.types) if answer.verdict else None,
+        }
+        return llm_score >= threshold, llm_score, cascaded
+
     async def _evaluate_one(self, ctx: SignalContext, rule: Any) -> SignalMatch:
-        text = self._text(ctx, rule)
+        """Every part the rule reads (app/common/chat_text.py `guard_texts`) is judged on its own;
+        the rule matches when one does, and reports the part that scored highest."""
+        parts = ctx.parts_for(rule.read, rule.include_history)
         threshold = self.threshold_of(rule)
-        if not text.strip():
+        if not parts:
             return SignalMatch(
                 type=self.family,
                 name=rule.name,
@@ -97,23 +147,29 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
                 confidence=0.0,
                 detail={"reason": "no user text"},
             )
-        if self._detect is None:
+        engine = self.engine_for(rule)
+        if engine is None:
             return self._error(rule, f"no {self.detector} configured")
-        vectors: np.ndarray | None = None
-        if text == ctx.text and self.uses_vectors:
-            try:
-                vectors = (await ctx.query_vector()).reshape(1, -1)
-            except Exception:  # the Embedding deployment being down: the detector encodes itself
-                vectors = None
+        others: dict[str, np.ndarray] = {}
+        rest = [text for _, text in parts if text != ctx.text]
+        if rest and engine.reads_vectors:
+            try:  # one encoder call for every other part, shared with the other guards
+                others = await ctx.part_vectors(rest)
+            except Exception:  # no embedder here: the engine encodes its texts itself
+                others = {}
         try:
-            raw = await self._call(text, vectors, threshold, rule)
-            if len(raw) != 1:
-                raise RuntimeError(f"{self.detector} returned {len(raw)} results for 1 text")
-            matched, confidence, detail = self._judge(raw[0], threshold)
+            judged = await asyncio.gather(
+                *(self._judge_part(ctx, engine, text, threshold, rule, others) for _, text in parts)
+            )
         except UnscannedError as exc:  # a model runtime that did not read it all (on_unscanned)
             return unscanned_match(self.family, rule.name, exc)
         except Exception as exc:
             return self._error(rule, f"{self.family} detection failed: {exc}")
+        best = max(range(len(parts)), key=lambda i: (judged[i][0], judged[i][1]))
+        matched, confidence, detail = judged[best]
+        detail = {**detail, "threshold": threshold}  # a refusal names it (app/pipeline/phases/guard.py)
+        if len(parts) > 1:
+            detail = {**detail, "read": parts[best][0], "parts_judged": len(parts)}
         return SignalMatch(
             type=self.family, name=rule.name, matched=matched, confidence=confidence, detail=detail
         )

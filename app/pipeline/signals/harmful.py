@@ -5,33 +5,31 @@ A rule `{name, threshold, categories, include_history}` matches when the harmful
 classifier's probability of the rule's categories (every harm category when empty) reaches
 `threshold`. The text is the human's ask, or with `include_history` the conversation text as
 paragraphs (app/common/chat_text.py). For the ask the request's shared query embedding is
-passed along, so the Guard does not encode it again. Confidence is the score, also when not
-matched (so `NOT` works).
+passed along, so an engine on the Router's vector space does not encode it again. Confidence
+is the score, also when not matched (so `NOT` works).
 
-The classifier arrives as an async callable (`HarmfulDetectFn`): the Router adapts the Guard
-deployment handle to it, tests pass a fake.
+The classifier is a `SignalEngine` (app/runtime/signal_engine.py): the head in the Router or
+the Guard deployment; tests pass a fake.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, Literal, overload
 
 import numpy as np
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import HarmfulSignal
-from app.models.harmful import HarmfulResult
-from app.pipeline.signals.base import EvaluatorFactory, SignalContext
+from app.pipeline.signals import llm_judge
+from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import unit_float
 from app.pipeline.signals.guarded import TextRuleEvaluator
 from app.pipeline.signals.jailbreak import prompt_guard_settings
+from app.runtime.signal_engine import SignalEngine, SignalItem, SignalRequest
+from app.runtime.signal_readers import harmful_result
 
 FAMILY = "harmful"
 PROMPT_GUARD_RULE = "global:prompt_guard:harmful"
-
-# (texts, vectors or None, threshold, categories) -> HarmfulResult dicts
-HarmfulDetectFn = Callable[[list[str], np.ndarray | None, float, list[str]], Awaitable[list[Any]]]
 
 
 @overload
@@ -56,9 +54,12 @@ def prompt_guard_harmful_rule(config: RouterConfig, require_enabled: bool = True
     threshold = unit_float(raw.get("threshold"))
     if threshold is not None:
         fields["threshold"] = threshold
-    for key in ("categories", "include_history"):
+    for key in ("categories", "include_history", "read"):
         if key in raw:
             fields[key] = raw[key]
+    for key in ("read", "cascade_band"):  # the guard's own settings, unless the part sets its own
+        if key not in raw and isinstance(section.get(key), list):
+            fields[key] = section[key]
     try:
         return HarmfulSignal(**fields)
     except ValueError:
@@ -72,21 +73,19 @@ class HarmfulEvaluator(TextRuleEvaluator[HarmfulSignal]):
     detector = "harmful-content classifier"
 
     @classmethod
-    def from_config(
-        cls, config: RouterConfig, detect: HarmfulDetectFn | None, uses_vectors: bool = True
-    ) -> HarmfulEvaluator:
-        return cls(config.routing.signals.harmful, detect, None, uses_vectors)
+    def from_config(cls, config: RouterConfig, engine: SignalEngine | None) -> HarmfulEvaluator:
+        return cls(config.routing.signals.harmful, engine, None)
 
-    def _text(self, ctx: SignalContext, rule: HarmfulSignal) -> str:
-        return ctx.text_for(rule.include_history, paragraphs=True)
-
-    async def _call(
+    def _request(
         self, text: str, vectors: np.ndarray | None, threshold: float, rule: HarmfulSignal
-    ) -> list[Any]:
-        return list(await self._detect([text], vectors, threshold, list(rule.categories)))
+    ) -> SignalRequest:
+        categories = list(rule.categories) or None
+        return SignalRequest(texts=[text], vectors=vectors, threshold=threshold, labels=categories)
 
-    def _judge(self, raw: Any, threshold: float) -> tuple[bool, float, dict[str, Any]]:
-        result = HarmfulResult.model_validate(raw)
+    def _judge(
+        self, item: SignalItem, threshold: float, rule: HarmfulSignal
+    ) -> tuple[bool, float, dict[str, Any]]:
+        result = harmful_result(item, threshold, rule.categories)
         detail = {
             "score": result.score,
             "threshold": threshold,
@@ -97,10 +96,13 @@ class HarmfulEvaluator(TextRuleEvaluator[HarmfulSignal]):
         return result.is_harmful, result.score, detail
 
 
-def harmful_factory(detect: HarmfulDetectFn | None) -> EvaluatorFactory:
-    """`PipelineServices.evaluators["harmful"]` entry over a detect callable."""
+def harmful_factory(engine: SignalEngine | None) -> EvaluatorFactory:
+    """`PipelineServices.evaluators["harmful"]` entry over the graph's harmful-content engine."""
 
     def factory(config: RouterConfig, services: Any = None) -> HarmfulEvaluator:
-        return HarmfulEvaluator.from_config(config, detect)
+        evaluator = HarmfulEvaluator.from_config(config, engine)
+        # rules with a cascade_band ask the guardrail LLM about uncertain scores
+        evaluator.cascade = llm_judge.build_judge(config, "guardrail", getattr(services, "llm_client", None))
+        return evaluator
 
     return factory

@@ -5,38 +5,35 @@ A rule `{name, method, threshold, include_history, jailbreak_patterns, benign_pa
 matches when the guard flags the text (`is_jailbreak`: score >= threshold). The text is
 the human's ask, or with `include_history` the conversation text as paragraphs
 (app/common/chat_text.py: every user turn, so an attack split over turns is seen whole).
-For the ask the request's shared query embedding is passed along, so the guard does not
-encode it again; history texts are encoded by the guard's side. Confidence is the guard's
-risk score, also when not matched (so `NOT` works).
+For the ask the request's shared query embedding is passed along, so an engine on the
+Router's vector space does not encode it again; history texts are encoded on its side.
+Confidence is the guard's risk score, also when not matched (so `NOT` works).
 
 A rule that leaves `threshold` unset takes `prompt_guard.threshold` when configured.
-The guard arrives as an async callable (`JailbreakDetectFn`): the Router adapts the Guard
-deployment handle to it, tests pass a fake.
+The guard is a `SignalEngine` (app/runtime/signal_engine.py): the heads in the Router, the
+Guard deployment or a `prompt_guard` binding's workers, reading the score of label `head`
+(default `jailbreak`); rules with method `vllm` ask the guard LLM
+(`global.model_catalog.external`, app/pipeline/signals/llm_judge.py). Tests pass a fake.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import JailbreakSignal
-from app.models.jailbreak import JailbreakResult
 from app.pipeline.signals import llm_judge
-from app.pipeline.signals.base import EvaluatorFactory, SignalContext
+from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import catalog_section, unit_float
 from app.pipeline.signals.guarded import TextRuleEvaluator
+from app.runtime.signal_engine import SignalEngine, SignalItem, SignalRequest, UnavailableEngine
+from app.runtime.signal_readers import JAILBREAK_HEAD, jailbreak_result
 
 FAMILY = "jailbreak"
 PROMPT_GUARD_RULE = "global:prompt_guard"
-
-# (texts, vectors or None, method, threshold, jailbreak_patterns, benign_patterns) -> results
-JailbreakDetectFn = Callable[
-    [list[str], np.ndarray | None, str, float, list[str], list[str]], Awaitable[list[Any]]
-]
+NO_GUARD_LLM = "method vllm needs an external model with model_role guardrail (global.model_catalog.external)"
 
 
 def prompt_guard_settings(config: RouterConfig) -> dict[str, Any]:
@@ -58,6 +55,10 @@ def prompt_guard_rule(config: RouterConfig) -> JailbreakSignal | None:
         fields["method"] = llm_judge.METHOD
     if isinstance(section.get("include_history"), bool):
         fields["include_history"] = section["include_history"]
+    if isinstance(section.get("read"), list):
+        fields["read"] = section["read"]
+    if isinstance(section.get("cascade_band"), list):
+        fields["cascade_band"] = section["cascade_band"]
     return JailbreakSignal(**fields)
 
 
@@ -65,24 +66,52 @@ class JailbreakEvaluator(TextRuleEvaluator[JailbreakSignal]):
     family = FAMILY
     detector = "jailbreak guard"
 
+    def __init__(
+        self,
+        rules: list[JailbreakSignal],
+        engine: SignalEngine | None,
+        default_threshold: float | None = None,
+        judge: SignalEngine | None = None,
+        head: str = JAILBREAK_HEAD,
+    ) -> None:
+        super().__init__(rules, engine, default_threshold)
+        self.judge = judge  # the guard LLM, for rules with method `vllm`
+        self.head = head  # the label whose score is the risk score
+
     @classmethod
     def from_config(
-        cls, config: RouterConfig, detect: JailbreakDetectFn | None, uses_vectors: bool = True
+        cls,
+        config: RouterConfig,
+        engine: SignalEngine | None,
+        judge: SignalEngine | None = None,
+        head: str = JAILBREAK_HEAD,
     ) -> JailbreakEvaluator:
         threshold = unit_float(prompt_guard_settings(config).get("threshold"))
-        return cls(config.routing.signals.jailbreak, detect, threshold, uses_vectors)
+        return cls(config.routing.signals.jailbreak, engine, threshold, judge, head)
 
-    def _text(self, ctx: SignalContext, rule: JailbreakSignal) -> str:
-        return ctx.text_for(rule.include_history, paragraphs=True)
+    def engine_for(self, rule: JailbreakSignal) -> SignalEngine | None:
+        if self.engine is None and self.judge is None:
+            return None
+        if rule.method == llm_judge.METHOD:
+            return self.judge or UnavailableEngine("guard LLM", NO_GUARD_LLM)
+        return self.engine or UnavailableEngine(self.detector, f"no {self.detector} configured")
 
-    async def _call(
+    def _request(
         self, text: str, vectors: np.ndarray | None, threshold: float, rule: JailbreakSignal
-    ) -> list[Any]:
-        patterns, benign = list(rule.jailbreak_patterns), list(rule.benign_patterns)
-        return list(await self._detect([text], vectors, rule.method, threshold, patterns, benign))
+    ) -> SignalRequest:
+        return SignalRequest(
+            texts=[text],
+            vectors=vectors,
+            threshold=threshold,
+            method=rule.method,
+            patterns=list(rule.jailbreak_patterns),
+            benign_patterns=list(rule.benign_patterns),
+        )
 
-    def _judge(self, raw: Any, threshold: float) -> tuple[bool, float, dict[str, Any]]:
-        result = JailbreakResult.model_validate(raw)
+    def _judge(
+        self, item: SignalItem, threshold: float, rule: JailbreakSignal
+    ) -> tuple[bool, float, dict[str, Any]]:
+        result = jailbreak_result(item, threshold, self.head)
         detail = {
             "score": result.score,
             "method": result.method,
@@ -93,39 +122,16 @@ class JailbreakEvaluator(TextRuleEvaluator[JailbreakSignal]):
         return result.is_jailbreak, result.score, detail
 
 
-def jailbreak_factory(detect: JailbreakDetectFn | None) -> EvaluatorFactory:
-    """`PipelineServices.evaluators["jailbreak"]` entry over a detect callable."""
+def jailbreak_factory(engine: SignalEngine | None) -> EvaluatorFactory:
+    """`PipelineServices.evaluators["jailbreak"]` entry over the graph's guard engine (and the
+    guard LLM for `vllm` rules, when the config names one)."""
 
     def factory(config: RouterConfig, services: Any = None) -> JailbreakEvaluator:
         judge = llm_judge.build_judge(config, "guardrail", getattr(services, "llm_client", None))
-        return JailbreakEvaluator.from_config(config, with_llm_guard(detect, judge))
+        evaluator = JailbreakEvaluator.from_config(
+            config, engine, llm_judge.JudgeEngine(judge) if judge else None
+        )
+        evaluator.cascade = judge  # rules with a cascade_band ask it about uncertain scores
+        return evaluator
 
     return factory
-
-
-def with_llm_guard(
-    detect: JailbreakDetectFn | None, judge: llm_judge.LLMJudge | None
-) -> JailbreakDetectFn | None:
-    """`detect`, except that rules with method `vllm` ask the guard LLM."""
-    if detect is None and judge is None:
-        return None
-
-    async def run(
-        texts: list[str],
-        vectors: np.ndarray | None,
-        method: str,
-        threshold: float,
-        patterns: list[str],
-        benign: list[str],
-    ) -> list[Any]:
-        if method != llm_judge.METHOD:
-            if detect is None:
-                raise RuntimeError("no jailbreak guard configured")
-            return await detect(texts, vectors, method, threshold, patterns, benign)
-        if judge is None:
-            raise RuntimeError(
-                "method vllm needs an external model with model_role guardrail (global.model_catalog.external)"
-            )
-        return list(await asyncio.gather(*(judge.guard(text, threshold) for text in texts)))
-
-    return run

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import KnowledgeBaseSignal
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import SignalContext, error_matches

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from difflib import SequenceMatcher
 from typing import Any
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import KeywordSignal
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import SignalContext

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.semantic_signals import LanguageSignal
 from app.models.language import LanguageDetector
 from app.pipeline.signals.base import SignalContext

@@ -10,22 +10,28 @@ category names in a system prompt and answers with one of them. Anything else, a
 or an unreachable model is a signal error: the rule's on_error decides, never a 500.
 
 The call is the upstream client's (timeouts, in-cluster handle transport), with greedy
-decoding and `llm_timeout_seconds` as the whole call's budget.
+decoding and `llm_timeout_seconds` as the whole call's budget. `JudgeEngine` is the judge as a
+`SignalEngine` (app/runtime/signal_engine.py), the transport the jailbreak family's `vllm`
+rules and `classifier.domain.use_vllm` place the signal on: the guard answers the `jailbreak`
+score with its verdict, the classifier the category it names.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
+from app.config.document import RouterConfig
 from app.config.external_models import ExternalModel, external_model
-from app.config.models import RouterConfig
 from app.config.reliability import ReliabilityConfig
 from app.llm import addressing
+from app.runtime.signal_engine import SignalItem, SignalRequest, Verdict
 from app.upstream.client import UpstreamClient
 from app.upstream.targets import UpstreamTarget
 
 METHOD = "vllm"
+DEFAULT_THRESHOLD = 0.5  # a guard asked without a threshold: the jailbreak rules' default
 _VERDICT = re.compile(r"\b(unsafe|jailbreak|controversial|safe|benign|yes|no)\b", re.IGNORECASE)
 _SCORES = {
     "unsafe": 1.0,
@@ -116,25 +122,44 @@ class LLMJudge:
         except (KeyError, IndexError, TypeError) as exc:
             raise JudgeError(f"{self.model.name}: no chat message in its answer") from exc
 
-    async def guard(self, text: str, threshold: float) -> dict[str, Any]:
-        """A JailbreakResult (app/models/jailbreak.py) for one text."""
+    async def guard(self, text: str, threshold: float) -> SignalItem:
+        """One text's `jailbreak` score and the verdict at `threshold`."""
         answer = await self.ask(text, self.model.system_prompt)
         score, word = guard_verdict(answer)
-        return {
-            "is_jailbreak": score >= threshold,
-            "score": score,
-            "confidence": 1.0,
-            "method": METHOD,
-            "detection_types": [f"llm:{word}"],
-        }
+        verdict = Verdict(
+            flagged=score >= threshold, score=score, confidence=1.0, method=METHOD, types=[f"llm:{word}"]
+        )
+        return SignalItem(scores={"jailbreak": score}, verdict=verdict)
 
-    async def classify(self, text: str, labels: list[str], fallback: str) -> dict[str, Any]:
-        """A DomainResult (app/models/domain.py): the category named, else the fallback."""
+    async def classify(self, text: str, labels: list[str]) -> SignalItem:
+        """The category the answer names (probability 1), or no label (the family's fallback)."""
         system = self.model.system_prompt or CLASSIFY_PROMPT.format(labels=", ".join(labels))
         category = answered_category(await self.ask(text, system), labels)
         if category is None:
-            return {"category": fallback, "confidence": 0.0, "probabilities": {}}
-        return {"category": category, "confidence": 1.0, "probabilities": {category: 1.0}}
+            return SignalItem(confidence=0.0, probabilities={})
+        return SignalItem(label=category, confidence=1.0, probabilities={category: 1.0})
+
+
+class JudgeEngine:
+    """An LLM judge as a signal engine: with `labels`, the classifier choosing among them; else
+    the guard, judging at the request's threshold. Each text is one chat call, concurrently."""
+
+    reads_vectors = False
+
+    def __init__(self, judge: LLMJudge, labels: list[str] | None = None) -> None:
+        self.judge = judge
+        self.labels = labels
+        self.name = judge.model.name
+
+    async def classify(self, request: SignalRequest) -> list[SignalItem]:
+        if self.labels is not None:
+            labels = self.labels
+            return list(await asyncio.gather(*(self.judge.classify(t, labels) for t in request.texts)))
+        threshold = request.threshold if request.threshold is not None else DEFAULT_THRESHOLD
+        return list(await asyncio.gather(*(self.judge.guard(t, threshold) for t in request.texts)))
+
+    def failed(self, reason: str) -> Exception:
+        return JudgeError(reason)
 
 
 def build_judge(config: RouterConfig, role: str, client: UpstreamClient | None) -> LLMJudge | None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.common.chat_text import ask_index
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.signals.labels import LabelFamily
 

@@ -14,6 +14,10 @@ A rule that leaves `threshold` unset takes `global.model_catalog.modules.classif
 When every rule allows every type NER produces, the detector is asked for the pattern types
 only and skips spaCy's NER (`detector_types`): those types could not change a match.
 
+The detector is a `SignalEngine` (app/runtime/signal_engine.py) answering token spans: the
+Router's pattern-only detector with the Guard deployment for NER, the Guard alone, or a
+`pii_classifier` binding's workers; tests pass a fake.
+
 Detail: `entities` (every type found, sorted; what `plan.security` reports), `denied`
 (the types the policy refused), `detected`, and spans {type, start, end, confidence}.
 Values are never copied into the detail: previews and logs must not leak the PII.
@@ -21,27 +25,25 @@ Values are never copied into the detail: previews and logs must not leak the PII
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.signals import PIISignal
 from app.models.pii import NER_DERIVED_TYPES, PII_ENTITY_TYPES, PIIResult, pii_policy_allows
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import (
     EvaluatorFactory,
     SignalContext,
-    UnscannedError,
     error_matches,
     unscanned_match,
 )
 from app.pipeline.signals.domain import catalog_section, unit_float
-from app.pipeline.signals.guarded import ThresholdRuleEvaluator
+from app.pipeline.signals.guarded import ThresholdRuleEvaluator, ask
+from app.runtime.signal_engine import SignalEngine, SignalRequest, UnscannedError
+from app.runtime.signal_readers import UnusableAnswer, pii_result
 
 FAMILY = "pii"
-
-# (texts, entity_types or None, threshold or None) -> one PIIResult (or its dict) per text
-PIIDetectFn = Callable[[list[str], list[str] | None, float | None], Awaitable[list[Any]]]
 
 
 def pii_default_threshold(config: RouterConfig) -> float | None:
@@ -63,31 +65,38 @@ class PIIEvaluator(ThresholdRuleEvaluator[PIISignal]):
     family = FAMILY
 
     @classmethod
-    def from_config(cls, config: RouterConfig, detect: PIIDetectFn | None) -> PIIEvaluator:
-        return cls(config.routing.signals.pii, detect, pii_default_threshold(config))
+    def from_config(cls, config: RouterConfig, engine: SignalEngine | None) -> PIIEvaluator:
+        return cls(config.routing.signals.pii, engine, pii_default_threshold(config))
 
     async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[PIISignal]) -> list[SignalMatch]:
         """Judge rules that need not be configured signals (the `pii` plugin builds one)."""
         if not rules:
             return []
-        wanted = (ctx.text_for(r.include_history) for r in rules)
+        wanted = (ctx.whole_text_for(r.read, r.include_history) for r in rules)
         texts = list(dict.fromkeys(t for t in wanted if t.strip()))
         types = detector_types(rules)
         results: dict[str, PIIResult] = {}
         if texts:
-            if self._detect is None:
+            engine = self.engine
+            if engine is None:
                 return error_matches(FAMILY, {r.name for r in rules}, "no PII detector configured")
             cutoff = min(self.threshold_of(r) for r in rules)
             try:
-                raw = await self._detect(texts, types, cutoff)
-                if len(raw) != len(texts):
-                    raise RuntimeError(f"PII detector returned {len(raw)} results for {len(texts)} texts")
-                results = {t: PIIResult.model_validate(r) for t, r in zip(texts, raw, strict=True)}
+                items = await ask(engine, SignalRequest(texts=texts, threshold=cutoff, labels=types))
+                try:
+                    results = {
+                        t: pii_result(item, t, types, cutoff) for t, item in zip(texts, items, strict=True)
+                    }
+                except UnusableAnswer as exc:
+                    raise engine.failed(str(exc)) from None
             except UnscannedError as exc:  # a model runtime that did not read it all (on_unscanned)
                 return [unscanned_match(FAMILY, r.name, exc) for r in rules]
             except Exception as exc:  # a model failure is a signal error, not a 500
                 return error_matches(FAMILY, {r.name for r in rules}, f"PII detection failed: {exc}")
-        return [self._judge(rule, results.get(ctx.text_for(rule.include_history))) for rule in rules]
+        return [
+            self._judge(rule, results.get(ctx.whole_text_for(rule.read, rule.include_history)))
+            for rule in rules
+        ]
 
     def _judge(self, rule: PIISignal, result: PIIResult | None) -> SignalMatch:
         threshold = self.threshold_of(rule)
@@ -109,10 +118,10 @@ class PIIEvaluator(ThresholdRuleEvaluator[PIISignal]):
         return SignalMatch(type=FAMILY, name=rule.name, matched=matched, confidence=confidence, detail=detail)
 
 
-def pii_factory(detect: PIIDetectFn | None) -> EvaluatorFactory:
-    """`PipelineServices.evaluators["pii"]` entry over a detect callable."""
+def pii_factory(engine: SignalEngine | None) -> EvaluatorFactory:
+    """`PipelineServices.evaluators["pii"]` entry over the graph's PII engine."""
 
     def factory(config: RouterConfig, services: Any = None) -> PIIEvaluator:
-        return PIIEvaluator.from_config(config, detect)
+        return PIIEvaluator.from_config(config, engine)
 
     return factory

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.config.semantic_signals import PreferenceSignal
 from app.config.signals import EmbeddingSignal
 from app.pipeline.plan import SignalMatch

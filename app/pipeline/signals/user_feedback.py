@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.common.chat_text import ask_index
-from app.config.models import RouterConfig
+from app.config.document import RouterConfig
 from app.models.feedback import detect_feedback
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.signals.labels import LabelFamily

@@ -63,7 +63,7 @@ async def test_the_front_door_answers_through_a_managed_worker_across_a_restart(
         None,
         UpstreamClient(),
         StaticConfigView(config),  # type: ignore[arg-type]
-        decisions=runtimes.decision_backend(),
+        decisions=runtimes.decision_source(),
     )
     metrics = runtimes.metrics
     try:

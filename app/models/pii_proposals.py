@@ -1,0 +1,154 @@
+"""PII candidates and what every rule shares: `EntityProposal` (one proposed entity), the overlap
+resolution that turns all candidates into one span per region, and the context helpers the
+rules use (the text around a match, identifier labels, arithmetic operands).
+
+Offsets are Python ``str`` indices, i.e. Unicode code points, end exclusive.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EntityProposal:
+    """One proposed entity before thresholding and overlap resolution."""
+
+    type: str
+    start: int
+    end: int
+    score: float
+    source: str  # "rule:<name>", "presidio:<recognizer>", "spacy:<label>" or "rampart:<kind>"
+
+
+# The type of a candidate that claims a span so no looser rule reads it as something else (a
+# private IP is no phone number or date), and is dropped after overlap resolution.
+NOT_PII = "NOT_PII"
+
+# Which type survives when two rule candidates (or two NER candidates) overlap: lower index wins;
+# ties: higher score, longer span. Checksummed/structured formats beat loose ones (an IP is not also a phone number or a
+# date), rules that needed explicit context beat rules that did not, and the statistical NER
+# comes last because it is the least precise on digits and symbols.
+PRECEDENCE: dict[str, int] = {
+    t: i
+    for i, t in enumerate(
+        (
+            "EMAIL_ADDRESS",
+            "IBAN_CODE",  # an IBAN's digit groups can pass Luhn; a card never contains an IBAN
+            "CREDIT_CARD",
+            "IP_ADDRESS",
+            NOT_PII,  # an address that names no one (a private IP): holds its span, never reported
+            "US_DRIVER_LICENSE",
+            "US_SSN",
+            "DOMAIN_NAME",
+            "PHONE_NUMBER",
+            "STREET_ADDRESS",
+            "ZIP_CODE",
+            "AGE",
+            "DATE_TIME",
+            "PERSON",
+            "ORGANIZATION",
+            "GPE",
+            "NRP",
+        )
+    )
+}
+_NER_SOURCES = ("spacy:", "rampart:")  # the statistical taggers
+
+
+def resolve_overlaps(candidates: Iterable[EntityProposal]) -> list[EntityProposal]:
+    """Keep one candidate per overlapping region, greedily by precedence, score, length."""
+
+    def rank(c: EntityProposal) -> tuple[bool, int, float, int, int]:
+        # Every rule/recognizer candidate outranks the statistical NER: a rule only fires on a
+        # format or an explicit cue, while spaCy's small model guesses from capitalisation.
+        return (c.source.startswith(_NER_SOURCES), PRECEDENCE[c.type], -c.score, -(c.end - c.start), c.start)
+
+    kept: list[EntityProposal] = []
+    for cand in sorted(candidates, key=rank):
+        if cand.end <= cand.start:
+            continue
+        if all(cand.end <= k.start or cand.start >= k.end for k in kept):
+            kept.append(cand)
+    return sorted(kept, key=lambda c: (c.start, c.end))
+
+
+# --------------------------------------------------------------------------- context helpers
+
+
+def text_before(text: str, start: int, width: int) -> str:
+    return text[max(0, start - width) : start].lower()
+
+
+def text_after(text: str, end: int, width: int) -> str:
+    return text[end : end + width].lower()
+
+
+# A number directly labelled as an identifier ("order #", "invoice no.", "ISBN") is not a phone
+# number, card or SSN, however well it validates.
+_ID_LABEL = re.compile(
+    r"(?:\border|\binvoice|\bticket|\bid|\bref(?:erence)?|\btracking|\bisbn(?:-1[03])?|\bserial|"
+    r"\btransaction|\btxn|\bcase|\bsku|\bpart|\bmodel|\bversion|\bbuild|\bcommit|\bconfirmation|"
+    r"\bbooking|\breservation|\bpo|\bissue|\bpr|\bpatent|\bshipment|\bparcel|\bitem|\bproduct|"
+    r"\baccount|\bacct|\bcustomer|\bmember|\bemployee|\bstudent|\bpolicy|\bclaim)"
+    r"(?:\s*(?:number|num|no\.?|nr\.?|id|code|is|was|:|#))*\s*[:#=-]?\s*$"
+)
+
+
+def has_id_label_before(text: str, start: int) -> bool:
+    return bool(_ID_LABEL.search(text_before(text, start, 32)))
+
+
+_OPERATORS = set("=*/^+<>×÷%")
+
+
+def in_arithmetic(text: str, start: int, end: int) -> bool:
+    """A number that is an operand ("2^31 - 1 = 2147483647", "123456789 / 3") is not an identifier."""
+    if any(ch in "/*=^" for ch in text[start:end]):
+        return True
+    left = text[max(0, start - 4) : start].rstrip()
+    right = text[end : end + 4].lstrip()
+    return bool((left and left[-1] in _OPERATORS) or (right and right[0] in _OPERATORS))
+
+
+# Number talk: a digit run that a sentence calculates with, converts, factors or checks is the
+# question's subject, not a contact detail or a card the user disclosed ("What is 4815162342
+# divided by 7?", "Is 4111111111111111 divisible by 3?", "5551234567 nanoseconds").
+_NUMBER_TALK = re.compile(
+    r"\b(?:divid\w*|divisib\w*|divisors?|multipl\w*|times|plus|minus|sum|products?|digits?|primes?|"
+    r"semiprimes?|factor\w*|remainders?|modulo|mod|convert\w*|binary|hex\w*|decimal|octal|round\w*|"
+    r"square|roots?|cube|percent\w*|average|mean|median|luhn|checksums?|check digit|even or odd|"
+    r"integers?|representable|float\w*|overflow|exponent\w*|scientific notation|calculat\w*|comput\w*|"
+    r"gcd|lcm|fibonacci|sort\w*|subtract\w*|add(?:ed)?|arithmetic|bits?|bytes?|"
+    r"(?:nano|micro|milli)?seconds|minutes|hours|days|years|km|kilometres?|kilometers?|miles|"
+    r"revenue|population|dollars|euros?|yen|odometer|magnitude)\b",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"[.!?\n](?:\s|$)")
+
+
+def sentence_around(text: str, start: int, end: int) -> str:
+    """The sentence holding text[start:end] (split at . ! ? or a line break)."""
+    left = max((m.end() for m in _SENTENCE_END.finditer(text, 0, start)), default=0)
+    right = _SENTENCE_END.search(text, end)
+    return text[left : right.start() + 1 if right else len(text)]
+
+
+def in_number_talk(text: str, start: int, end: int) -> bool:
+    """The number is what its sentence calculates with (see _NUMBER_TALK)."""
+    return bool(_NUMBER_TALK.search(sentence_around(text, start, end)))
+
+
+# Capital letters a name may start with: ASCII, Latin-1 and Latin Extended-A/B ("Šárka",
+# "Łukasz", "Živković"), for regex character classes.
+UPPER = "A-ZÀ-ÖØ-Þ" + "".join(ch for ch in map(chr, range(0x100, 0x250)) if ch.isupper())
+
+
+def wordset(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+def words_re(words: Iterable[str]) -> re.Pattern[str]:
+    return re.compile(r"\b(?:" + "|".join(words) + r")\b")

