@@ -1,20 +1,22 @@
 #!/usr/bin/env python
-"""The cross-validated routing-quality tables of docs/routing-quality.md, in one command.
+"""The cross-validated routing-quality tables of docs/routing-quality.md, in one command
+(`make routing-quality`).
 
 It runs what `svc-sr benchmark run --cross-validate ... --sweep ...` runs (app/benchmark/
-sweep.py: the folds' predictors trained on the other folds, every question routed through the
-router's own pipeline, the knob swept) for each configuration below, by question (5 folds)
-and by held-out category (14 folds), and reports them against the fixed mixes of models
-(app/benchmark/frontier.py): every single model, the hull of the random mixes of two, the
-oracle, the router's curve over its knob, APGR and the margin over the hull at fixed budgets.
-The question vectors are cached on disk (scripts/train_selectors.py `embed_questions`): the
-same vectors a run computes, so the figures are the CLI's.
+sweep.py: each fold's predictor trained on the other folds, every question routed through the
+router's own pipeline, the knob swept) for each setting below, and reports it against the fixed
+mixes of models (app/benchmark/frontier.py): every single model, the hull of the random mixes of
+two, the oracle, the router's curve over its knob, APGR and the margin over the hull at fixed
+budgets. Each curve point carries 95 % intervals: the accuracy's (binomial) and the margin's,
+paired per question against the hull's mix at the point's cost (the mix scored as its expected
+accuracy on each question). `mf` is configs/examples/cost-aware.yaml itself, by question
+(5 folds) and by held-out category (14 folds: the predictor never saw the category); `knn` is
+the earlier selector on the same refs, by question.
 
-Run:  .venv/bin/python scripts/evaluate_routing.py                       (prints the tables)
-      .venv/bin/python scripts/evaluate_routing.py --docs docs/routing-quality.md --plot docs/routing-quality.png
-      .venv/bin/python scripts/evaluate_routing.py --only mf --folds 5    (one setting, one split)
-About 15 minutes on 2 cores (most of it training 2 x 19 folds' predictors); set
-OPENBLAS_NUM_THREADS=1 on a shared machine.
+Run:  make routing-quality        (rewrites the block of docs/routing-quality.md and the plot)
+      .venv/bin/python scripts/evaluate_routing.py --only mf --folds 5   (one setting, one split)
+About 40 minutes on 2 shared cores; the question vectors are cached on disk
+(scripts/train_selectors.py `embed_questions`): the same vectors a run computes.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import re
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +48,21 @@ from app.benchmark.dataset import Dataset, question_text  # noqa: E402
 from app.benchmark.frontier import CurvePoint, Frontier, compute_frontier  # noqa: E402
 from app.benchmark.local_services import VectorTable  # noqa: E402
 from app.benchmark.plot import render_accuracy_vs_cost  # noqa: E402
+from app.benchmark.records import QuestionResult  # noqa: E402
 from app.benchmark.runner import dataset_models  # noqa: E402
 from app.benchmark.sweep import PlannedRun, RunPlan  # noqa: E402
 from app.config.document import RouterConfig  # noqa: E402
 
 BASE_CONFIG = ROOT / "configs" / "examples" / "cost-aware.yaml"
 REFERENCE_MODEL = "gemini-1.5-pro-002"
-BUDGETS = (0.03, 0.04, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.25, 0.3, 0.4, 0.5)
-TRADEOFFS = (0.0, 0.04, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
+BUDGETS = (0.04, 0.06, 0.08, 0.1, 0.125, 0.15, 0.17, 0.2, 0.25, 0.3, 0.4)
+TRADEOFFS = (0.0, 0.04, 0.08, 0.1, 0.15, 0.2, 0.3)
 BEGIN, END = "<!-- evaluate_routing: begin -->", "<!-- evaluate_routing: end -->"
+Z95 = 1.96
 
 
-def settings(base: dict[str, Any]) -> dict[str, tuple[RouterConfig, str]]:
-    """Name -> (the config it routes with, its sweep). `mf`: the shipped example itself."""
+def settings(base: dict[str, Any]) -> dict[str, tuple[RouterConfig, str, tuple[str, ...]]]:
+    """Name -> (the config it routes with, its sweep, the splits it is reported on)."""
 
     def with_algorithm(algorithm: dict[str, Any]) -> RouterConfig:
         document = json.loads(json.dumps(base))
@@ -63,67 +70,100 @@ def settings(base: dict[str, Any]) -> dict[str, tuple[RouterConfig, str]]:
         return RouterConfig.model_validate(document)
 
     return {
-        "mf": (RouterConfig.model_validate(base), "budget_per_1k=" + ",".join(f"{b:g}" for b in BUDGETS)),
+        "mf": (
+            RouterConfig.model_validate(base),
+            "budget_per_1k=" + ",".join(f"{b:g}" for b in BUDGETS),
+            ("5", BY_CATEGORY),
+        ),
         "knn": (
             with_algorithm({"type": "knn", "cost_quality_tradeoff": 0.1, "ml": {"knn": {"k": 40}}}),
             "cost_quality_tradeoff=" + ",".join(f"{t:g}" for t in TRADEOFFS),
+            ("5",),
         ),
     }
 
 
 async def evaluate(
     config: RouterConfig, sweep: str, dataset: Dataset, table: VectorTable, folds: str
-) -> tuple[Point, list[CurvePoint]]:
-    """The config's own point and its curve, cross-validated by `folds`."""
+) -> tuple[list[QuestionResult], dict[str, list[QuestionResult]]]:
+    """The config's own rows and each knob value's, cross-validated by `folds`."""
     ids = [q.question_id for q in dataset.questions]
     run = PlannedRun(config, RunPlan(dataset, ids, folds, sweep), table)
     try:
-        rows = await run.route(ids)
-        curve = await run.curve()
+        return await run.route(ids), await run.curve_rows()
     finally:
         run.close()
-    own = point("configured", len(rows), sum(r.correct for r in rows), sum(r.cost for r in rows))
-    return own, curve
 
 
-def markdown(name: str, folds: str, own: Point, frontier: Frontier, reference: Point) -> list[str]:
+def pooled(name: str, rows: Sequence[QuestionResult]) -> Point:
+    return point(name, len(rows), sum(r.correct for r in rows), sum(r.cost for r in rows))
+
+
+def accuracy_interval(p: Point) -> float:
+    """Half the width of the accuracy's 95 % interval (normal approximation)."""
+    return Z95 * math.sqrt(p.accuracy * (1 - p.accuracy) / max(p.questions, 1))
+
+
+def margin_interval(
+    rows: Sequence[QuestionResult], cost_per_1k: float, hull: Sequence[Point], dataset: Dataset
+) -> tuple[float, float] | None:
+    """The margin over the hull's mix at this cost and half its 95 % interval, paired per
+    question (None: the cost is outside the hull)."""
+    for low, high in zip(hull, hull[1:], strict=False):
+        if low.cost_per_1k <= cost_per_1k <= high.cost_per_1k:
+            share = (cost_per_1k - low.cost_per_1k) / (high.cost_per_1k - low.cost_per_1k)
+            diffs = []
+            for r in rows:
+                a, b = dataset.answer(r.question_id, low.name), dataset.answer(r.question_id, high.name)
+                mix = (1 - share) * float(bool(a and a.correct)) + share * float(bool(b and b.correct))
+                diffs.append(float(r.correct) - mix)
+            d = np.asarray(diffs)
+            return float(d.mean()), Z95 * float(d.std(ddof=1)) / math.sqrt(len(d))
+    return None
+
+
+def markdown(
+    name: str, folds: str, own: Point, curve: dict[str, list[QuestionResult]], frontier: Frontier,
+    reference: Point, dataset: Dataset,
+) -> list[str]:  # fmt: skip
     how = "by held-out category (14 folds)" if folds == BY_CATEGORY else f"{folds} folds by question"
     apgr = "-" if frontier.apgr is None else f"{frontier.apgr:.3f}"
     lines = [
         f"### `{name}`, cross-validated {how}",
         "",
-        f"APGR **{apgr}** (weak {frontier.weak}, strong {frontier.strong}; the hull's straight line scores 0.5). "
-        f"The configured setting: accuracy {own.accuracy:.4f} at ${own.cost_per_1k:.4f} per 1,000 "
+        f"APGR **{apgr}** (weak {frontier.weak}, strong {frontier.strong}; the hull's straight "
+        f"line scores 0.5). The configured setting: accuracy {own.accuracy:.4f} "
+        f"± {accuracy_interval(own):.4f} at ${own.cost_per_1k:.4f} per 1,000 "
         f"({own.accuracy / reference.accuracy:.1%} of {REFERENCE_MODEL}'s accuracy at "
         f"{own.cost_per_1k / reference.cost_per_1k:.1%} of its cost).",
         "",
-        "| knob | accuracy | per 1,000 queries | of pro: accuracy | cost | best mix of two there | margin |",
+        "| knob | accuracy (95 % interval) | per 1,000 queries | of pro: accuracy | cost "
+        "| best mix of two there | margin (95 % interval) |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in frontier.curve:
         p = c.point
-        hull = _hull_at(frontier, p.cost_per_1k)
-        margin = "-" if hull is None else f"{(p.accuracy - hull) * 100:+.1f} pts"
+        margin = margin_interval(curve[c.knob], p.cost_per_1k, frontier.hull, dataset)
+        shown = "-" if margin is None else f"{margin[0] * 100:+.1f} ± {margin[1] * 100:.1f} pts"
+        hull = "-" if margin is None else f"{p.accuracy - margin[0]:.4f}"
         lines.append(
-            f"| {c.knob} | {p.accuracy:.4f} | ${p.cost_per_1k:.4f} | {p.accuracy / reference.accuracy:.1%} "
-            f"| {p.cost_per_1k / reference.cost_per_1k:.1%} | {'-' if hull is None else f'{hull:.4f}'} | {margin} |"
+            f"| {c.knob} | {p.accuracy:.4f} ± {accuracy_interval(p):.4f} | ${p.cost_per_1k:.4f} "
+            f"| {p.accuracy / reference.accuracy:.1%} | {p.cost_per_1k / reference.cost_per_1k:.1%} "
+            f"| {hull} | {shown} |"
         )
     lines += [
         "",
-        "| budget per 1,000 | of pro's cost | router (its curve) | best mix of two | margin |",
+        "At fixed budgets (the router's curve interpolated between its knob values):",
+        "",
+        "| budget per 1,000 | of pro's cost | router | best mix of two | margin |",
         "|---|---|---|---|---|",
     ]
     for m in frontier.margins:
         lines.append(
-            f"| ${m.cost_per_1k:.4f} | {m.share_of_strong:.0%} | {m.router:.4f} | {m.hull:.4f} | {m.margin * 100:+.1f} pts |"
+            f"| ${m.cost_per_1k:.4f} | {m.share_of_strong:.0%} | {m.router:.4f} | {m.hull:.4f} "
+            f"| {m.margin * 100:+.1f} pts |"
         )
     return [*lines, ""]
-
-
-def _hull_at(frontier: Frontier, cost: float) -> float | None:
-    from app.benchmark.frontier import hull_accuracy
-
-    return hull_accuracy(frontier.hull, cost)
 
 
 def baseline_table(baselines: Baselines, frontier: Frontier, reference: Point) -> list[str]:
@@ -145,7 +185,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--dataset", type=Path, default=SHARED_DATASET)
-    parser.add_argument("--folds", nargs="+", default=["5", BY_CATEGORY], help="5 (by question), category")
+    parser.add_argument("--folds", nargs="+", help="only these splits: 5 (by question), category")
     parser.add_argument("--only", choices=["mf", "knn"], help="one setting")
     parser.add_argument("--plot", type=Path, help="write the accuracy-vs-cost PNG (mf, 5 folds) here")
     parser.add_argument("--docs", type=Path, help="rewrite the marked block of this markdown file")
@@ -170,19 +210,27 @@ def main() -> None:
     out: list[str] = []
     dump: dict[str, Any] = {}
     plotted: Frontier | None = None
-    for name, (routed, sweep) in settings(base).items():
+    for name, (routed, sweep, splits) in settings(base).items():
         if args.only not in (None, name):
             continue
-        for folds in args.folds:
-            own, curve = asyncio.run(evaluate(routed, sweep, dataset, table, folds))
-            frontier = compute_frontier(baselines.models, curve)
+        for folds in splits:
+            if args.folds and folds not in args.folds:
+                continue
+            started = time.perf_counter()
+            rows, curve = asyncio.run(evaluate(routed, sweep, dataset, table, folds))
+            own = pooled("configured", rows)
+            frontier = compute_frontier(
+                baselines.models,
+                [CurvePoint(knob=label, point=pooled(label, r)) for label, r in curve.items()],
+            )
             if not out:
                 out += baseline_table(baselines, frontier, reference)
-            out += markdown(name, folds, own, frontier, reference)
+            out += markdown(name, folds, own, curve, frontier, reference, dataset)
             dump[f"{name} {folds}"] = {"configured": own.model_dump(), "frontier": frontier.model_dump()}
             if name == "mf" and folds != BY_CATEGORY and plotted is None:
                 plotted = frontier
-            print(f"{name} {folds}: APGR {frontier.apgr}", file=sys.stderr)
+            print(f"{name} {folds}: APGR {frontier.apgr} ({time.perf_counter() - started:.0f} s)",
+                  file=sys.stderr)  # fmt: skip
     text = "\n".join(out)
     print(text)
     if args.plot and plotted is not None:
@@ -191,11 +239,10 @@ def main() -> None:
         args.json.write_text(json.dumps(dump, indent=1))
     if args.docs:
         document = args.docs.read_text()
-        block = f"{BEGIN}\n{text}\n{END}"
         pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
         if not pattern.search(document):
             raise SystemExit(f"{args.docs} has no {BEGIN} ... {END} block")
-        args.docs.write_text(pattern.sub(lambda _: block, document))
+        args.docs.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", document))
 
 
 if __name__ == "__main__":

@@ -60,18 +60,24 @@ class PlannedRun:
 
     async def curve(self, progress: ProgressFn | None = None) -> list[CurvePoint]:
         """The run's questions at each knob value: one point each."""
+        return [
+            CurvePoint(
+                knob=label,
+                point=point(label, len(rows), sum(r.correct for r in rows), sum(r.cost for r in rows)),
+            )
+            for label, rows in (await self.curve_rows(progress)).items()
+        ]
+
+    async def curve_rows(self, progress: ProgressFn | None = None) -> dict[str, list[QuestionResult]]:
+        """Each knob value's label -> the run's questions routed at it (intervals need the rows)."""
         if self.knob is None:
-            return []
+            return {}
         knob, values = self.knob
-        out = []
+        out = {}
         for value in values:
             label = f"{knob}={value:g}"
-            rows = await self._route(
+            out[label] = await self._route(
                 self.config, (knob, value), self.plan.planned, _phase(progress, label), None
-            )
-            correct = sum(r.correct for r in rows)
-            out.append(
-                CurvePoint(knob=label, point=point(label, len(rows), correct, sum(r.cost for r in rows)))
             )
         return out
 
