@@ -222,3 +222,27 @@ def test_a_budget_sweep_needs_an_mf_decision(tmp_path: Path):
         tmp_path / "s", "run", "--dataset", str(MINI), "--config", str(plain), "--sweep", "budget_per_1k=1"
     )
     assert result.exit_code == EXIT_INVALID and "needs a decision whose algorithm" in result.stderr
+
+
+def test_the_routing_table_margin_interval_is_paired_per_question_against_the_hull_mix():
+    """scripts/evaluate_routing.py's margin (docs/routing-quality.md): at a cost halfway from
+    mid to big the hull's mix scores (mid + big) / 2 on each question; a router right on all
+    six is ahead by 0.5 on 2 and 6 (mid's misses) and 4 (big's), by 0 elsewhere."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from app.benchmark.dataset import Dataset
+
+    path = Path(__file__).resolve().parents[3] / "scripts" / "evaluate_routing.py"
+    spec = importlib.util.spec_from_file_location("evaluate_routing", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    dataset = Dataset.load(MINI)
+    hull = [p("small", 0.5, SMALL), p("mid", 4 / 6, MID), p("big", 5 / 6, BIG)]
+    rows = [SimpleNamespace(question_id=qid, correct=True) for qid in range(1, 7)]
+    margin, half = script.margin_interval(rows, (MID + BIG) / 2, hull, dataset)
+    assert margin == pytest.approx(0.25)
+    assert half == pytest.approx(1.96 * 0.25 * np.sqrt(6 / 5) / np.sqrt(6))
+    assert script.margin_interval(rows, BIG * 2, hull, dataset) is None  # beyond the hull
+    assert script.accuracy_interval(p("x", 0.5, 1.0, questions=100)) == pytest.approx(0.098)
