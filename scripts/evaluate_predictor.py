@@ -17,7 +17,6 @@ About 5 minutes on 2 cores with the question vectors cached.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ if str(ROOT) not in sys.path:  # scripts/ is not a package; make `app` and the t
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from evaluate_routing import rewrite_block  # noqa: E402
 from train_selectors import SHARED_DATASET, embed_questions  # noqa: E402
 
 from app.benchmark.crossval import fold_of, recorded  # noqa: E402
@@ -115,11 +115,7 @@ def main() -> None:
     text = markdown(list(dataset.models), *held_out(dataset))
     print(text)
     if args.docs:
-        document = args.docs.read_text()
-        pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-        if not pattern.search(document):
-            raise SystemExit(f"{args.docs} has no {BEGIN} ... {END} block")
-        args.docs.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", document))
+        rewrite_block(args.docs, BEGIN, END, text)
 
 
 if __name__ == "__main__":

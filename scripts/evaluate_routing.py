@@ -238,11 +238,16 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(dump, indent=1))
     if args.docs:
-        document = args.docs.read_text()
-        pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-        if not pattern.search(document):
-            raise SystemExit(f"{args.docs} has no {BEGIN} ... {END} block")
-        args.docs.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", document))
+        rewrite_block(args.docs, BEGIN, END, text)
+
+
+def rewrite_block(path: Path, begin: str, end: str, text: str) -> None:
+    """Replace what lies between the markers `begin` and `end` of a markdown file with `text`."""
+    document = path.read_text()
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    if not pattern.search(document):
+        raise SystemExit(f"{path} has no {begin} ... {end} block")
+    path.write_text(pattern.sub(lambda _: f"{begin}\n{text}\n{end}", document))
 
 
 if __name__ == "__main__":
