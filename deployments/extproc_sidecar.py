@@ -21,10 +21,15 @@ import socket
 from pathlib import Path
 
 from app.common.process_exit import exit_now
+from app.config.document import RouterConfig
 from app.config.loader import load_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
+from app.keys.gate import KeyGate, key_gate
+from app.keys.stores import open_key_stores
+from app.management.state import state_dir_of
 from app.pipeline.metrics import RouterMetrics
+from app.state.shared_store import redis_client, store_settings
 
 log = logging.getLogger("svc_sr.extproc")
 
@@ -36,6 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--app", default="svc-sr", help="Serve application holding the Router")
     parser.add_argument("--host", default=None, help="default: global.services.ext_proc.bind_address")
     parser.add_argument("--port", type=int, default=None, help="default: global.services.ext_proc.port")
+    parser.add_argument(
+        "--state-dir", default=None, help="the management state directory (API keys on the file store)"
+    )
     return parser.parse_args(argv)
 
 
@@ -46,11 +54,13 @@ async def run(args: argparse.Namespace) -> None:
     from app.common.background import BackgroundTasks
     from app.exchange.responses.images import StoredImages
     from app.observability.push import LoopMetricsPusher
+    from app.observability.tracing import configure_tracing
     from deployments.handles import HandleRouterClient, front_door_completion, storage_client
     from deployments.observability import handle_pusher
 
     config = load_config(args.config).config
     services = config.global_.services
+    configure_tracing(services.observability.tracing, "ext_proc")
     ray.init(address=args.ray_address, namespace="serve", logging_level=logging.ERROR, log_to_driver=False)
     application = serve.status().applications.get(args.app)
     if application is None or "Router" not in application.deployments:
@@ -77,7 +87,10 @@ async def run(args: argparse.Namespace) -> None:
     )
     # Requests are completed here (accounting, cache write, replay), like the Ingress does.
     completion = front_door_completion(cache, observability, metrics, replay_sends)
-    bridge = ExtProcBridge(HandleRouterClient(router, completion), settings, metrics, images=images)
+    keys = sidecar_keys(config, args, metrics)  # the Ingress's keys: the management store's
+    bridge = ExtProcBridge(
+        HandleRouterClient(router, completion), settings, metrics, images=images, keys=keys
+    )
     host = args.host or services.ext_proc.bind_address
     server = await start_bridge_server(bridge, host, args.port or services.ext_proc.port)
     print(f"ext_proc bridge listening on {host}:{server.svc_sr_port}", flush=True)
@@ -94,6 +107,15 @@ async def run(args: argparse.Namespace) -> None:
         await pusher.stop()
     elif pusher is not None:
         pusher.stop()
+
+
+def sidecar_keys(config: RouterConfig, args: argparse.Namespace, metrics: RouterMetrics) -> KeyGate:
+    """The API-key gate over the management store the Ingress uses (SVC_SR_MANAGEMENT_STORE_URL's
+    Redis, else the state directory's file; spend and rate buckets then in this process)."""
+    store = store_settings(None)
+    client = redis_client(store) if store.backend == "redis" else None
+    stores = open_key_stores(store, args.app, state_dir_of(args.state_dir, args.app), client)
+    return key_gate(stores.keys, lambda: config, lambda: metrics.recorder, stores.spend, stores.buckets)
 
 
 def main(argv: list[str] | None = None) -> None:

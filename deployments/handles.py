@@ -15,6 +15,7 @@ from app.cache.base import CacheScope, CacheUnavailable, FlushOutcome
 from app.common.background import BackgroundTasks
 from app.common.errors import SvcError
 from app.config.global_config import ResponseCacheConfig
+from app.keys.grant import ModelGrant
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.metrics import RouterMetrics
@@ -38,10 +39,12 @@ class HandleRouterClient:
         self._handle = handle
         self._completion = completion
 
-    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
+    async def route(
+        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: ModelGrant | None = None
+    ) -> RoutePlan:
         # route() changes nothing: a Router replica lost with its node is asked again elsewhere.
         plan: RoutePlan = await ray_compat.call(
-            self._handle, "route", body, headers, request_id, keep=_is_svc_error, retries=1
+            self._handle, "route", body, headers, request_id, grant, keep=_is_svc_error, retries=1
         )
         return plan
 

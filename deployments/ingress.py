@@ -19,6 +19,7 @@ from app.config.document import RouterConfig
 from app.config.loader import parse_config
 from app.management.service import ManagementParts
 from app.management.stores import file_candidate, open_replica_stores
+from app.observability.tracing import configure_tracing
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
 from deployments import ray_compat
@@ -69,6 +70,7 @@ class Ingress:
         domain, guard, decision_model = transport(domain), transport(guard), transport(decision_model)
         embedding, storage = transport(embedding), transport(storage)
         config = parse_config(_current_document(graph_args)).config
+        configure_tracing(config.global_.services.observability.tracing, "ingress")
         self._config = StaticConfigView(config)
         # /v1/decisions, /v1/systemone (None: no DecisionModel in the graph, they answer 503)
         self._decisions = HandleDecisionSource(decision_model) if decision_model is not None else None

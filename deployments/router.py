@@ -33,6 +33,8 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.common.heap import freeze_startup_heap
+from app.keys.grant import ModelGrant
+from app.observability.tracing import configure_tracing
 from app.pipeline import encoder_embed
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.local_models import router_evaluators
@@ -122,6 +124,8 @@ class Router:
         """A routing configuration (user_config) arrives: at startup or a hot reload."""
         first = self._host.generation()["hash"] is None
         await self._host.apply(user_config["config"])
+        # tracing settings change only with a restart (409 RESTART_REQUIRED): set once, then no-ops
+        configure_tracing(self._host.pipeline.config.global_.services.observability.tracing, "router")
         if first:
             freeze_startup_heap()
 
@@ -139,10 +143,12 @@ class Router:
         """The configuration served and the last failed reload (the activator's warm check)."""
         return {"replica": self._replica, **self._host.generation()}
 
-    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
+    async def route(
+        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: ModelGrant | None = None
+    ) -> RoutePlan:
         # `body` is the chat body a front door's exchange decoded and validated; the handle only
         # pickled it, so it is routed as it is, not validated again (app/pipeline/phases/parse.py).
-        plan = await self._host.pipeline.route(body, headers, request_id=request_id)
+        plan = await self._host.pipeline.route(body, headers, request_id=request_id, grant=grant)
         plan.router_replica = self._replica  # replay records name it (the front door completes)
         return plan
 

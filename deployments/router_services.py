@@ -2,7 +2,7 @@
 the ResponseCache's lane, the learned signal families' engines on the DomainClassifier and Guard
 (deployments/signal_engines.py), and the `rag` plugin's retrieval on the Storage deployment; as
 PipelineServices (app/pipeline). Also what it reads from the shared store: the elo ratings,
-knowledge bases and memories."""
+knowledge bases, memories and sessions."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from app.pipeline.local_models import engine_evaluators
 from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.runtime.encoder import token_counter
+from app.state.session_store import session_store
 from app.state.shared_store import store_settings
 from app.storage.knowledge_bases import open_kb_store
 from app.storage.memories import router_memories
@@ -70,3 +71,4 @@ def read_shared_state(
     services.ratings = RatingsFeed(open_rating_store(settings, name, where))
     services.knowledge_bases = KnowledgeBaseFeed(open_kb_store(settings, name, where))
     services.memories = router_memories(store, app_name, app)  # recall (Redis only)
+    services.sessions = session_store(settings, name)  # session-aware routing's sessions

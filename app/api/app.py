@@ -18,6 +18,8 @@ from app.api.responses_store import ResponseStoreService, responses_store_router
 from app.config.document import RouterConfig
 from app.exchange.exchange import RouterClient
 from app.exchange.responses.images import ImageFile, ImageStoreDown, ResolveImageFile, StoredImages
+from app.keys.gate import key_gate
+from app.keys.records import KeyStore
 from app.storage.parts import StorageParts
 from app.upstream.client import UpstreamClient
 
@@ -86,6 +88,14 @@ def create_app(
     responses = ResponseStoreService(config, parts.data_plane.responses)
     limited = [Depends(RateLimiter(config, parts.data_plane.rate_buckets))]
     plane = DataPlane(router, upstream, config, responses=responses, images=management_images(parts.storage))
+    stores = parts.data_plane
+    plane.keys = parts.keys = key_gate(
+        stores.keys or KeyStore(),
+        config.current,
+        lambda: plane.metrics.recorder,
+        stores.spend,
+        stores.rate_buckets,
+    )
     # The data plane (chat, responses, /v1/models) is not behind management auth: listeners own its access.
     app.include_router(dataplane_router(plane), dependencies=limited)
     app.include_router(responses_store_router(responses), dependencies=limited)

@@ -29,6 +29,7 @@ from app.exchange.openai_schemas import ChatCompletion, ChatCompletionRequest, M
 from app.exchange.responses.images import ResolveImageFile
 from app.exchange.responses.request import ResponsesRequest
 from app.exchange.responses.stored import ConversationStore
+from app.keys.gate import KeyGate
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
 from app.upstream.results import UpstreamStreamError, UpstreamUnavailable
@@ -64,6 +65,7 @@ class DataPlane:
         self.responses = responses
         self.images = images
         self.background = BackgroundTasks()  # completions of streams, after their last byte
+        self.keys: KeyGate | None = None  # issued API keys, grants and budgets (app/keys/gate.py)
 
     def responses_api(self) -> ResponsesApi:
         store = self.responses.for_request() if self.responses is not None else None
@@ -72,7 +74,8 @@ class DataPlane:
     async def handle(self, api: ClientApi, raw: bytes, headers: dict[str, str]) -> Response:
         limits = self.config.current().global_.services.data_plane
         exchange = Exchange(
-            ExchangeSettings(self.router, self.metrics, max_json_depth=limits.max_json_depth), api
+            ExchangeSettings(self.router, self.metrics, max_json_depth=limits.max_json_depth, keys=self.keys),
+            api,
         )
         try:
             step = await exchange.begin(raw, headers)
@@ -203,11 +206,15 @@ def _answers(answer: type[BaseModel], stream_events: str) -> Responses:
             {
                 400: "invalid request (invalid_json, invalid_request, no_route; invalid_image_file: "
                 "a Responses input_image file_id that is not a purpose=vision image)",
-                403: "blocked: security_violation (pii_detected, jailbreak_detected)",
+                401: "authentication_error (missing_api_key, invalid_api_key): a listener requires "
+                "API keys and the request has no known one",
+                403: "blocked: security_violation (pii_detected, jailbreak_detected; model_not_granted: "
+                "a model outside the API key's grants)",
                 404: "model_not_found: an explicit model that is not configured; "
                 "previous_response_not_found (Responses: unknown or expired); file_not_found "
                 "(Responses input_image file_id)",
-                429: "RATE_LIMIT_EXCEEDED (Retry-After)",
+                429: "RATE_LIMIT_EXCEEDED (Retry-After); budget_exceeded: the API key's budget is "
+                "spent (Retry-After: the end of its period)",
                 503: "upstream_unavailable: no backend answered; response_store_unavailable, "
                 "file_store_unavailable (Retry-After)",
                 504: "upstream_timeout: every attempt timed out",

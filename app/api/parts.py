@@ -4,8 +4,9 @@ stores opened where the management state lives.
 `open_shared_stores` opens them at the location `app/management/stores.py` resolved for the
 replica (settings, application name, state directory, one Redis pool): the Elo ratings and the
 knowledge bases on Redis or in the state directory's files; on Redis also the outcomes, the
-replay records, the Responses store, the rate-limit buckets and the memories (the replicas on
-every node share them). Without Redis those are each replica's own (memory) or absent.
+replay records, the Responses store, the rate-limit buckets, the memories and the keys' spend
+(the replicas on every node share them). Without Redis those are each replica's own (memory) or
+absent. The issued API keys live on Redis or in the state directory's file.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.api.rate_buckets import BucketStore, RedisBuckets
 from app.cache.admin import ResponseCacheAdmin
 from app.common.redaction import redact_url
 from app.exchange.responses.store import RedisResponseRecordStore, ResponseRecordStore
+from app.keys.gate import KeyGate
+from app.keys.records import KeyStore
+from app.keys.spend import SpendStore
+from app.keys.stores import open_key_stores
 from app.observability.metrics import MetricsRecorder
 from app.pipeline.learning.ratings import RatingStore, open_rating_store
 from app.pipeline.memory.redis_store import RedisMemoryStore
@@ -26,6 +30,7 @@ from app.pipeline.signals.base import EmbedFn
 from app.replays.classification_metrics import MetricsSource
 from app.replays.parts import ReplayParts, replay_parts
 from app.replays.replays import OutcomeLog, ReplaySource
+from app.state.rate_buckets import BucketStore
 from app.state.shared_store import ManagementStoreSettings
 from app.storage.client import StorageClient
 from app.storage.knowledge_bases import KnowledgeBaseStore, open_kb_store
@@ -41,6 +46,8 @@ class DataPlaneStores:
 
     responses: ResponseRecordStore | None = None  # the Responses API store
     rate_buckets: BucketStore | None = None  # the rate-limit buckets
+    keys: KeyStore | None = None  # the issued API keys (None: this process's memory)
+    spend: SpendStore | None = None  # spend per key and team (None: this process's memory)
 
 
 @dataclass
@@ -50,6 +57,8 @@ class IngressParts:
     ratings: RatingStore | None = None  # the elo ratings outcomes update (None: outcomes rate nothing)
     cache_admin: ResponseCacheAdmin | None = None  # None: the response-cache routes answer 503
     data_plane: DataPlaneStores = field(default_factory=DataPlaneStores)
+    # The data plane's API-key gate (create_app builds it over `data_plane`'s stores).
+    keys: KeyGate | None = None
     # The router's encoder (texts -> unit vectors) for plugin probes (tool_selection); None:
     # create_app binds the diagnostics' one when it has classifiers, else probes answer 503.
     embed: EmbedFn | None = None
@@ -75,6 +84,8 @@ def open_shared_stores(
     stores = SharedStores(
         open_rating_store(settings, name, state_dir, client), open_kb_store(settings, name, state_dir, client)
     )
+    keys = open_key_stores(settings, name, state_dir, client)
+    stores.data_plane.keys, stores.data_plane.spend = keys.keys, keys.spend
     if client is not None:
         from app.replays.replays_redis import RedisOutcomeStore, RedisReplayStore
 
@@ -84,7 +95,7 @@ def open_shared_stores(
         assert settings.url is not None  # the settings' validator requires it
         where = redact_url(settings.url)
         stores.data_plane = DataPlaneStores(
-            RedisResponseRecordStore(client, prefix, where), RedisBuckets(client, prefix, where)
+            RedisResponseRecordStore(client, prefix, where), keys.buckets, keys.keys, keys.spend
         )
         stores.memories = RedisMemoryStore(client, prefix, where)
     return stores

@@ -35,24 +35,15 @@ from collections.abc import Mapping
 from fastapi import Request
 
 from app.api.dataplane import ConfigView
-from app.api.rate_buckets import Bucket, BucketStore, MemoryBuckets
 from app.common.errors import rate_limited
 from app.config.global_config import RateLimitConfig, RateLimitRule
+from app.keys.gate import api_key
+from app.state.rate_buckets import Bucket, BucketStore, MemoryBuckets
 
 log = logging.getLogger("svc_sr.rate_limit")
 
 ANONYMOUS = "anonymous"
 LOG_EVERY_S = 30.0
-
-
-def api_key(headers: Mapping[str, str]) -> str | None:
-    """The caller's API key: `Authorization: Bearer <key>`, else `x-api-key` (None: neither)."""
-    auth = (headers.get("authorization") or "").strip()
-    scheme, _, token = auth.partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    key = (headers.get("x-api-key") or "").strip()
-    return key or None
 
 
 def key_bucket_name(key: str | None) -> str:

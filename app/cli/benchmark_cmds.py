@@ -29,6 +29,7 @@ from rich.table import Table
 from app.benchmark.dataset import Dataset, DatasetError
 from app.benchmark.registry import Registry
 from app.benchmark.store import StoreError, index_dataset
+from app.cli.benchmark_agent_cmd import register_agent_command
 from app.cli.benchmark_audit_cmds import register_audit_commands
 from app.cli.benchmark_dataset_cmds import register_dataset_commands
 from app.cli.benchmark_exec import RunOptions, execute, invalid, load_dataset, parse_ids, question_ids
@@ -267,6 +268,7 @@ def _start(
 
 register_report_commands(benchmark)
 register_guard_command(benchmark)
+register_agent_command(benchmark)
 register_registry_commands(benchmark)
 register_dataset_commands(benchmark, dataset_group)
 register_plan_commands(benchmark)

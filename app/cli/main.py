@@ -46,6 +46,7 @@ CONFIG = "app.cli.config_cmds:register"
         "optimize": "app.cli.optimize_cmds:optimize",
         "recipe": "app.cli.recipe_cmds:recipe",
         "storage": "app.cli.storage_cmds:storage",
+        "keys": "app.cli.keys_cmds:keys",
     },
 )
 @click.version_option("0.1.0", prog_name="svc-sr")

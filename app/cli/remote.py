@@ -174,6 +174,13 @@ class Remote:
     def client(self) -> MgmtClient:
         return MgmtClient(self.endpoint or DEFAULT_ENDPOINT, self.timeout, self.token_env)
 
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One request's JSON answer; a failure exits with its status's code (`check`)."""
+        with self.client() as client:
+            response = client.request(method, path, **kwargs)
+        check(response)
+        return response.json()
+
 
 def option_group(
     target: str, build: Callable[..., Any], *options: Callable[[Any], Any]

@@ -21,16 +21,9 @@ from typing import Any
 
 import click
 
-from app.cli.remote import EXIT_INVALID, Remote, check, echo_json, fail, remote_options
+from app.cli.remote import EXIT_INVALID, Remote, echo_json, fail, remote_options
 
 STORES = "/api/v1/storage/vector-stores"
-
-
-def _call(remote: Remote, method: str, path: str, **kwargs: Any) -> Any:
-    with remote.client() as client:
-        response = client.request(method, path, **kwargs)
-    check(response)
-    return response.json()
 
 
 @click.group()
@@ -47,7 +40,7 @@ def storage() -> None:
 def upload(path: Path, purpose: str, remote: Remote) -> None:
     """Upload a document (.txt .md .json .csv .html) or, with --purpose vision, an image."""
     files = {"file": (path.name, path.read_bytes())}
-    echo_json(_call(remote, "POST", "/api/v1/storage/files", files=files, data={"purpose": purpose}))
+    echo_json(remote.call("POST", "/api/v1/storage/files", files=files, data={"purpose": purpose}))
 
 
 @storage.command("rotate")
@@ -55,7 +48,7 @@ def upload(path: Path, purpose: str, remote: Remote) -> None:
 @remote_options
 def rotate(store_id: str, remote: Remote) -> None:
     """Rebuild STORE_ID's index: re-ingest every file with the current chunking and encoder."""
-    echo_json(_call(remote, "POST", f"{STORES}/{store_id}/rotate"))
+    echo_json(remote.call("POST", f"{STORES}/{store_id}/rotate"))
 
 
 @storage.group("vector-stores")
@@ -67,7 +60,7 @@ def vector_stores() -> None:
 @remote_options
 def list_stores(remote: Remote) -> None:
     """Every vector store with its file counts."""
-    for store in _call(remote, "GET", STORES)["data"]:
+    for store in remote.call("GET", STORES)["data"]:
         counts = store["file_counts"]
         click.echo(
             f"{store['id']}  {store.get('name') or '-'}  {store['status']}  files {counts['completed']}/{counts['total']}"
@@ -80,7 +73,7 @@ def list_stores(remote: Remote) -> None:
 @remote_options
 def create(name: str | None, file_ids: tuple[str, ...], remote: Remote) -> None:
     """Create a vector store (its files ingest in the background)."""
-    echo_json(_call(remote, "POST", STORES, json={"name": name, "file_ids": list(file_ids)}))
+    echo_json(remote.call("POST", STORES, json={"name": name, "file_ids": list(file_ids)}))
 
 
 @vector_stores.command("show")
@@ -88,8 +81,8 @@ def create(name: str | None, file_ids: tuple[str, ...], remote: Remote) -> None:
 @remote_options
 def show(store_id: str, remote: Remote) -> None:
     """A vector store and the status of each of its files."""
-    store = _call(remote, "GET", f"{STORES}/{store_id}")
-    store["files"] = _call(remote, "GET", f"{STORES}/{store_id}/files")["data"]
+    store = remote.call("GET", f"{STORES}/{store_id}")
+    store["files"] = remote.call("GET", f"{STORES}/{store_id}/files")["data"]
     echo_json(store)
 
 
@@ -98,7 +91,7 @@ def show(store_id: str, remote: Remote) -> None:
 @remote_options
 def delete(store_id: str, remote: Remote) -> None:
     """Delete a vector store and its chunks (the files stay)."""
-    echo_json(_call(remote, "DELETE", f"{STORES}/{store_id}"))
+    echo_json(remote.call("DELETE", f"{STORES}/{store_id}"))
 
 
 @vector_stores.command("attach")
@@ -117,7 +110,7 @@ def attach(store_id: str, file_id: str, attributes: tuple[str, ...], remote: Rem
             fail(f"--attribute {item!r}: expected key=value", EXIT_INVALID)
         parsed[key] = value
     echo_json(
-        _call(remote, "POST", f"{STORES}/{store_id}/files", json={"file_id": file_id, "attributes": parsed})
+        remote.call("POST", f"{STORES}/{store_id}/files", json={"file_id": file_id, "attributes": parsed})
     )
 
 
@@ -135,7 +128,7 @@ def attach(store_id: str, file_id: str, attributes: tuple[str, ...], remote: Rem
 def search(store_id: str, query: str, max_results: int, ranker: str, remote: Remote) -> None:
     """The chunks of STORE_ID that best answer QUERY."""
     body = {"query": query, "max_num_results": max_results, "ranking_options": {"ranker": ranker}}
-    for hit in _call(remote, "POST", f"{STORES}/{store_id}/search", json=body)["data"]:
+    for hit in remote.call("POST", f"{STORES}/{store_id}/search", json=body)["data"]:
         text = " ".join(hit["content"][0]["text"].split())
         click.echo(f"{hit['score']:.4f}  {hit['filename']}  {text[:160]}")
 
@@ -155,4 +148,4 @@ def invalidate_recovery(scope: str, dry_run: bool, reason: str | None, remote: R
     body: dict[str, Any] = {"scope": scope, "dry_run": dry_run}
     if reason is not None:
         body["reason"] = reason
-    echo_json(_call(remote, "POST", "/api/v1/storage/context-recovery/invalidate", json=body))
+    echo_json(remote.call("POST", "/api/v1/storage/context-recovery/invalidate", json=body))

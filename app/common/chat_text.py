@@ -8,12 +8,18 @@ rendering and the management previews.
   nothing: images (`image_url`, `input_image`), audio, files, refusals, and tool results
   (`tool_result` parts carry a tool's output, not the author's words). `None`, or anything
   that is not a string or a list, gives "".
-- **an ask** (`is_ask`): a user message that is not only tool results. A user message is only
-  tool results when its content is a non-empty list of `tool_result` parts: a tool loop in the
-  messages-style layout, where the tool's answer rides in a user turn. In OpenAI's layout tool
-  results are `tool` messages, and those are never asks (nor is any system, developer or
-  assistant message).
-- **the human's ask** (`human_ask`): the content text of the latest ask; "" when there is none.
+- **harness text** (`harness_texts`): what an agent harness writes into user turns for the
+  model, not the human: reminders (`<system-reminder>...</system-reminder>` blocks, wherever
+  they sit in a turn) and compaction summaries (a turn that opens with a known summary preamble,
+  `COMPACTION_PREAMBLES`, or is one `<summary>...</summary>` block).
+- **an ask** (`is_ask`): a user message that is not only tool results and harness text. A user
+  message is only tool results when its content is a non-empty list of `tool_result` parts
+  (beside at most harness text): a tool loop in the messages-style layout, where the tool's
+  answer rides in a user turn. In OpenAI's layout tool results are `tool` messages (answering an
+  assistant message's `tool_calls`), and those are never asks (nor is any system, developer or
+  assistant message). A turn whose whole text is harness text is no ask either.
+- **the human's ask** (`human_ask`): the content text of the latest ask, its reminders taken
+  out (`ask_text`); "" when there is none.
   It is what the signals judge by default, what the query embedding encodes, what the response
   cache looks up and the rag, memory and tool-selection plugins search with.
 - **the conversation text** (`conversation_text`): the content text of every user message,
@@ -34,13 +40,16 @@ rendering and the management previews.
   `MAX_WINDOWS`, the first and the last ones kept), so an instruction buried in a long document
   is not diluted by the text around it; the part as a whole is judged too.
 
-The text signals read is chosen in one place, `SignalContext` (app/pipeline/signals/base.py).
-Setting harness reminders and compaction summaries apart from the human's ask (agent traffic)
-is a change to `is_ask` and to what `SignalContext` offers, not to each signal family.
+The text signals read is chosen in one place, `SignalContext` (app/pipeline/signals/base.py):
+every text-reading family's rule may name the parts it reads (`read`, as the guards do), and
+the plan records which parts each rule read with a digest of the text (`read_digest`), never
+the text.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,6 +60,15 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 TOOL_ROLES = frozenset({"tool", "function"})
 WINDOW_CHARS = 1000  # about the encoder's 256 tokens
 MAX_WINDOWS = 16
+REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL | re.IGNORECASE)
+# How the common agent harnesses open the summary that replaces a compacted conversation.
+COMPACTION_PREAMBLES = (
+    "this session is being continued from a previous conversation",
+    "another language model started to solve this problem",
+    "[conversation summary]",
+    "<compaction-summary>",
+)
+SUMMARY_BLOCK = re.compile(r"\s*<summary>.*</summary>\s*", re.DOTALL | re.IGNORECASE)
 
 
 def content_text(content: Any) -> str:
@@ -70,11 +88,28 @@ def content_text(content: Any) -> str:
     return "\n".join(texts)
 
 
+def is_compaction(text: str) -> bool:
+    """A compaction summary: a known preamble, or one `<summary>` block and nothing else."""
+    head = text.lstrip()[:80].lower()
+    return head.startswith(COMPACTION_PREAMBLES) or SUMMARY_BLOCK.fullmatch(text) is not None
+
+
+def ask_text(content: Any) -> str:
+    """A user turn's content text without its reminders ("" for a compaction summary)."""
+    text = content_text(content)
+    if "<" in text:
+        text = REMINDER.sub("", text).strip() if REMINDER.search(text) else text
+    return "" if is_compaction(text) else text
+
+
 def is_ask(message: Any) -> bool:
-    """A user message that is not only tool results."""
+    """A user message that is not only tool results and harness text."""
     if not isinstance(message, Mapping) or message.get("role") != "user":
         return False
     content = message.get("content")
+    whole = content_text(content)
+    if whole.strip() and not ask_text(content).strip():
+        return False  # reminders or a compaction summary only
     if not isinstance(content, list) or not content:
         return True
     return not all(isinstance(p, Mapping) and p.get("type") == TOOL_RESULT_PART for p in content)
@@ -91,7 +126,52 @@ def ask_index(messages: Sequence[Any]) -> int:
 def human_ask(messages: Sequence[Any]) -> str:
     """The content text of the latest ask; "" when there is none."""
     index = ask_index(messages)
-    return content_text(messages[index].get("content")) if index >= 0 else ""
+    return ask_text(messages[index].get("content")) if index >= 0 else ""
+
+
+def harness_texts(messages: Sequence[Any]) -> list[str]:
+    """The harness text of the user turns, oldest first: each reminder and compaction summary."""
+    out: list[str] = []
+    for message in messages:
+        if not isinstance(message, Mapping) or message.get("role") != "user":
+            continue
+        text = content_text(message.get("content"))
+        out += [m.group(0) for m in REMINDER.finditer(text)]
+        rest = REMINDER.sub("", text).strip()
+        if rest and is_compaction(rest):
+            out.append(rest)
+    return out
+
+
+def pending_tool_call(messages: Sequence[Any]) -> bool:
+    """True when the request's tail answers a tool call: the messages after the latest assistant
+    message that has `tool_calls` (or `tool_use` parts) are tool results only (`tool` messages,
+    user turns of `tool_result` parts and harness text), so the model is mid tool loop."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if not isinstance(message, Mapping):
+            return False
+        role = message.get("role")
+        if role == "assistant":
+            return bool(_calls_tools(message)) and index < len(messages) - 1
+        if role in TOOL_ROLES or (role == "user" and not is_ask(message)):
+            continue
+        return False
+    return False
+
+
+def _calls_tools(message: Mapping[str, Any]) -> bool:
+    if message.get("tool_calls") or message.get("function_call"):
+        return True
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(p, Mapping) and p.get("type") == "tool_use" for p in content
+    )
+
+
+def read_digest(text: str) -> str:
+    """What a record shows of a text a signal read: a short SHA-256, never the text."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def conversation_text(messages: Sequence[Any], *, paragraphs: bool = False) -> str:
@@ -170,12 +250,18 @@ def guard_texts(messages: Sequence[Any], read: Sequence[str], windowed: bool = T
 
 
 __all__ = [
+    "COMPACTION_PREAMBLES",
     "MAX_WINDOWS",
     "READ_PARTS",
     "TEXT_PART_TYPES",
     "TOOL_RESULT_PART",
     "WINDOW_CHARS",
     "ask_index",
+    "ask_text",
+    "harness_texts",
+    "is_compaction",
+    "pending_tool_call",
+    "read_digest",
     "content_text",
     "conversation_text",
     "guard_texts",

@@ -35,6 +35,9 @@ class Listener(Strict):
     address: str = "127.0.0.1"
     port: int = Field(ge=1, le=65535)
     timeout: str | None = None
+    # svc-sr extension: every data-plane request through this listener needs an issued API key
+    # (docs/security.md "Keys and budgets"); false on a laptop listener bound to 127.0.0.1.
+    api_key_required: bool = False
 
 
 # ---------------------------------------------------------------- document

@@ -21,6 +21,22 @@ from app.config.reliability import FallbackConfig
 from app.config.storage import VectorStoreConfig
 
 
+class SessionAffinity(Strict):
+    """`global.router.session_affinity`: keep an agent's session on one model (docs/routing-quality.md
+    "Agent traffic"). Off by default. A session is named by `x-session-id`, else the body's
+    `user`, else (with `fingerprint`) a hash of the system prompt and the first ask. A session
+    is locked to its model while a tool call is pending; otherwise it switches only when the
+    switch's expected gain (`switch_value` times the new decision's confidence, plus the price
+    saved on this request) beats its price (the prompt's tokens at the new model's prefix-cache
+    checkout price, cache_write_per_1m minus cached_input_per_1m)."""
+
+    enabled: bool = False
+    fingerprint: bool = True
+    switch_value: float = Field(default=0.002, ge=0, description="USD a switch is worth at confidence 1")
+    ttl_seconds: int = Field(default=3600, ge=1, le=30 * 86400)
+    timeout_ms: float = Field(default=50.0, gt=0, le=5000, description="a slower store: per-turn routing")
+
+
 class RouterSettings(Open):
     auto_model_name: str = "MoM"
     auto_model_names: list[str] = Field(default_factory=lambda: ["auto"])
@@ -29,6 +45,7 @@ class RouterSettings(Open):
     enabled: bool = True
     # Router-wide cross-model fallback; a decision's `fallback:` is layered over it.
     fallback: FallbackConfig | None = None
+    session_affinity: SessionAffinity = Field(default_factory=SessionAffinity)
 
 
 class ResponseCacheConfig(Open, HnswSettings):
@@ -74,8 +91,43 @@ class MetricsService(Open):
     port: int = Field(default=9190, ge=1, le=65535)
 
 
+class TracingExporter(Open):
+    """Where spans go: OTLP over HTTP (protobuf) to `endpoint` (the collector's base URL or its
+    full `/v1/traces` URL); `stdout` prints them (debugging)."""
+
+    type: Literal["otlp", "stdout"] = "otlp"
+    endpoint: str = "http://127.0.0.1:4318"
+    insecure: bool = True  # the reference key; plain http:// is what an http URL means here
+    timeout_s: float = Field(default=10.0, gt=0)
+
+
+class TracingSampling(Open):
+    """`always_on`, `always_off`, or `probabilistic` at `rate`; a client's sampled traceparent
+    is followed either way (parent-based)."""
+
+    type: Literal["always_on", "always_off", "probabilistic"] = "always_on"
+    rate: float = Field(default=1.0, ge=0, le=1)
+
+
+class TracingResource(Open):
+    service_name: str = "svc-sr"
+    service_version: str | None = None
+    deployment_environment: str | None = None
+
+
+class TracingConfig(Open):
+    """OpenTelemetry traces of the data plane (docs/security.md "Tracing"); a change needs a restart."""
+
+    enabled: bool = False
+    provider: Literal["opentelemetry"] = "opentelemetry"
+    exporter: TracingExporter = Field(default_factory=TracingExporter)
+    sampling: TracingSampling = Field(default_factory=TracingSampling)
+    resource: TracingResource = Field(default_factory=TracingResource)
+
+
 class Observability(Open):
     metrics: MetricsService = Field(default_factory=MetricsService)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
 
 
 class DataPlaneLimits(Open):
@@ -159,9 +211,31 @@ class RateLimitConfig(Open):
         return routes
 
 
+class Budget(Strict):
+    """A spend limit in USD per calendar period (UTC): a key's or a team's."""
+
+    usd: float = Field(gt=0)
+    period: Literal["day", "week", "month"] = "month"
+
+
+class ApiKeysConfig(Open):
+    """svc-sr extension `global.services.api_keys`: how issued API keys are enforced
+    (docs/security.md "Keys and budgets"; the keys themselves live in the management store).
+
+    `step_down_at`: the fraction of a budget spent past which a request is routed only to
+    models cheaper than the one its decision picked; `teams`: the budget of each team of keys
+    (a key names its team); `cache_seconds`: how long a replica trusts a key it looked up
+    (a revoked key answers 401 within this, on every replica)."""
+
+    step_down_at: float = Field(default=0.8, gt=0, lt=1)
+    teams: dict[str, Budget] = Field(default_factory=dict)
+    cache_seconds: float = Field(default=0.5, ge=0, le=1)
+
+
 class Services(Open):
     response_api: ResponseApiConfig = Field(default_factory=ResponseApiConfig)
     ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    api_keys: ApiKeysConfig = Field(default_factory=ApiKeysConfig)
     management_api: ManagementApi = Field(default_factory=ManagementApi)
     observability: Observability = Field(default_factory=Observability)
     data_plane: DataPlaneLimits = Field(default_factory=DataPlaneLimits)

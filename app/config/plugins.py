@@ -137,9 +137,12 @@ class ResponseCachePlugin(PluginConfig):
 
 
 class PIIPlugin(PluginConfig):
-    """Block requests carrying PII other than `pii_types_allowed` (empty: any PII blocks)."""
+    """Act on requests carrying PII other than `pii_types_allowed` (empty: any PII counts):
+    `block` (403), `route` (to the models marked `private`), or `mask` (placeholders to the
+    upstream, the originals restored in the answer; docs/security.md "PII actions")."""
 
     pii_types_allowed: list[str] = Field(default_factory=list)
+    action: Literal["block", "route", "mask"] = "block"
     threshold: float | None = Field(default=None, ge=0, le=1)
 
     @field_validator("pii_types_allowed")

@@ -74,6 +74,8 @@ class ProviderModel(Strict):
     # Served by vLLM inside the Serve application (app/config/llm_serving.py); backend_refs,
     # when present, are its HTTP fallback.
     llm_config: LLMServingConfig | None = None
+    # Trusted with personal data: where a `pii` plugin with `action: route` sends a request.
+    private: bool = False
 
     @model_validator(mode="after")
     def _in_cluster_speaks_chat(self) -> ProviderModel:

@@ -18,6 +18,11 @@ from app.config.semantic_signals import (
     UserFeedbackSignal,
 )
 
+# What a rule reads (app/common/chat_text.py `guard_texts`): the human's ask always (the
+# default, `[]`), the whole conversation instead with `conversation`, tool results and system
+# messages besides (a safety rule judges each on its own; a routing rule reads them joined).
+ReadPart = Literal["ask", "conversation", "tools", "system"]
+
 
 class KeywordSignal(Strict):
     name: str
@@ -30,6 +35,7 @@ class KeywordSignal(Strict):
     ngram_arity: int | None = None
     fuzzy_match: bool | None = None
     fuzzy_threshold: float | None = None
+    read: list[ReadPart] = Field(default_factory=list)
 
     @field_validator("operator", mode="before")
     @classmethod
@@ -45,6 +51,7 @@ class EmbeddingSignal(Strict):
     query_modality: Literal["text"] = "text"
     model: str | None = None
     dimension: int | None = None
+    read: list[ReadPart] = Field(default_factory=list)
 
 
 class DomainSignal(Strict):
@@ -53,6 +60,7 @@ class DomainSignal(Strict):
     mmlu_categories: list[str] = Field(default_factory=list)
     model_scores: list[dict[str, Any]] = Field(default_factory=list)
     threshold: float | None = Field(default=None, ge=0, le=1)
+    read: list[ReadPart] = Field(default_factory=list)
 
 
 _TOKEN_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
@@ -102,10 +110,6 @@ def _check_band(band: list[float]) -> list[float]:
 # The uncertain band of a guard's score, [low, high): a score inside it is judged again by the
 # guardrail LLM (`global.model_catalog.external[]`, model_role guardrail); empty: no cascade.
 CascadeBand = Annotated[list[float], AfterValidator(_check_band)]
-
-# What a safety rule reads (app/common/chat_text.py `guard_texts`): the ask always, the whole
-# conversation instead with `conversation`, tool results and system messages each on its own.
-ReadPart = Literal["ask", "conversation", "tools", "system"]
 
 
 class JailbreakSignal(Strict):

@@ -464,9 +464,15 @@ class _Checker:
                 )
             kinds.setdefault(kind, index)
             if plugin.type in PLUGIN_TYPES:
-                parse_plugin_issues(
+                parsed = parse_plugin_issues(
                     plugin_payload(plugin), plugin.type, f"{where}.configuration", self.errors
                 )
+                if getattr(parsed, "action", None) == "route" and not self._private_models():
+                    self.error(
+                        f"{where}.configuration.action",
+                        "action 'route' needs a model marked private: true in providers.models",
+                        "no_private_model",
+                    )
             elif plugin.type in REFERENCE_ONLY_PLUGIN_TYPES:
                 self.warn(f"{where}.type", f"plugin {plugin.type!r} accepted but not applied by svc-sr")
             else:
@@ -475,6 +481,9 @@ class _Checker:
                     f"unknown plugin type {plugin.type!r}" + did_you_mean(plugin.type, PLUGIN_TYPES),
                     "unknown_plugin",
                 )
+
+    def _private_models(self) -> list[str]:
+        return [m.name for m in self.config.providers.models if m.private]
 
 
 def parse_plugin_issues(

@@ -45,6 +45,8 @@ def routing_metadata(plan: RoutePlan, started: float, cost: float | None = None)
         meta["memories_recalled"] = plan.memories_recalled
     if plan.rag is not None:  # the decision's rag plugin ran: which chunks went in
         meta["rag"] = plan.rag
+    if plan.budget is not None:  # the key's budget stepped the selection down (docs/security.md)
+        meta["budget"] = plan.budget
     if cost is not None:
         meta["cost"] = cost
     return meta

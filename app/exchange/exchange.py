@@ -14,9 +14,9 @@ Both front doors drive the same object and only translate their transport:
     await exchange.finish()                                  # completion, when the door chooses
 
 Translation (the backend's wire, the client's API), routing headers and `routing_metadata`,
-the completion report (cost, metrics, cache write, replay) and the response-side plugins
-(app/exchange/answer_checks.py: one `check_answer` call per answer) are decided here, once. The
-completion runs when the front door calls `finish()`: the Ingress after the answer is sent,
+the completion report (cost, metrics, cache write, replay), the response-side plugins
+(app/exchange/answer_checks.py) and the API-key gate (app/keys/gate.py) are decided here, once.
+The completion runs when the front door calls `finish()`: the Ingress after the answer is sent,
 the bridge as soon as the exchange knows it.
 """
 
@@ -38,8 +38,13 @@ from app.exchange.answer import client_headers, routing_metadata
 from app.exchange.client_api import ClientApi
 from app.exchange.openai_schemas import json_rejected
 from app.exchange.relay import StreamRelay
+from app.exchange.request_trace import RequestTrace
+from app.exchange.steps import JSON, Forward, Reply, ResponseHead
+from app.keys.gate import Admission, KeyGate
+from app.keys.grant import ModelGrant
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
+from app.pipeline.pii_mask import StreamRestorer, restore_completion
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.results import UpstreamUnavailable
 from app.upstream.sse import replay_as_sse
@@ -49,14 +54,15 @@ from app.upstream.wire import ChatWire, UpstreamWire, json_object, wire_for
 log = logging.getLogger("svc_sr.exchange")
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
 
 
 class RouterClient(Protocol):
     """The Router as a front door sees it (a DeploymentHandle adapter or the pipeline itself)."""
 
-    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan: ...
+    async def route(
+        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: ModelGrant | None = None
+    ) -> RoutePlan: ...
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting: ...
 
@@ -68,7 +74,8 @@ class ExchangeSettings:
     """`max_body_bytes`: requests over it answer 413 (None: the transport enforces it).
     `max_json_depth`: a body nested deeper answers 400 (app/common/body_limits.py).
     `reaches`: the candidates this front door can forward to (None: all); behind Envoy an
-    in-cluster model is reached only through its HTTP backend_refs."""
+    in-cluster model is reached only through its HTTP backend_refs. `keys`: the API-key gate
+    (app/keys/gate.py), asked before routing, settled after the completion."""
 
     router: RouterClient
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
@@ -76,34 +83,7 @@ class ExchangeSettings:
     max_json_depth: int = DEFAULT_MAX_DEPTH
     clock: Callable[[], float] = time.perf_counter
     reaches: Callable[[UpstreamTarget], bool] | None = None
-
-
-@dataclass
-class Reply:
-    """An answer the front door sends as it is."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    content_type: str = JSON
-
-
-@dataclass
-class Forward:
-    """Routed: send `body` (a chat body) to `plan.candidates`."""
-
-    plan: RoutePlan
-    body: dict[str, Any]
-
-
-@dataclass
-class ResponseHead:
-    """What the client gets for the upstream's response head."""
-
-    status: int
-    headers: dict[str, str]
-    streaming: bool  # an event stream: relay it chunk by chunk
-    hold: bool = False  # an event stream checked whole: read it all, then `held_stream`
+    keys: KeyGate | None = None
 
 
 class Exchange:
@@ -123,12 +103,19 @@ class Exchange:
         self._head_at: float | None = None
         self._report: CompletionReport | None = None
         self._done = False  # the outcome is known (a report is due, or nothing is to complete)
+        self.trace: RequestTrace | None = None  # the request's spans (begin() opens them)
+        self.admission: Admission | None = None  # the request's API key, once its cost is reserved
 
     # ------------------------------------------------------------------ request
     async def begin(self, raw: bytes, headers: Mapping[str, str]) -> Reply | Forward:
         """Parse and route. Errors a client caused answer here (with their metrics); anything
         else raises, for the front door's own failure policy (and its own count of it)."""
         self.request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        self.trace = RequestTrace(headers, self.api.endpoint, self.request_id)
+        try:
+            admission = await self.settings.keys.admit(headers) if self.settings.keys else None
+        except SvcError as exc:  # no key, an unknown or revoked one, its rate limit or budget
+            return self._refuse(exc, "unknown")
         try:
             body = await self._parse(raw)
         except SvcError as exc:
@@ -136,17 +123,29 @@ class Exchange:
         model = body.get("model")
         self.requested_model = model if isinstance(model, str) else None
         try:
-            plan = await self.settings.router.route(body, dict(headers), self.request_id)
-        except SvcError as exc:  # unknown model, nothing to route to
+            grant = admission.grant if admission is not None else None
+            plan = await self.settings.router.route(
+                body, self.trace.route_headers(headers), self.request_id, grant
+            )
+        except SvcError as exc:  # unknown model, a model not granted, nothing to route to
             return self._refuse(exc, "unknown" if exc.status < 500 else "classification_failed", model)
+        except BaseException:
+            self.trace.end(500, "routing_failed")
+            raise
         plan.endpoint = self.api.endpoint
         self.plan = plan
+        self.trace.routed(plan)
         if plan.immediate is not None:
             return self._immediate(plan)
         if self.settings.reaches is not None:
             plan.candidates = [t for t in plan.candidates if self.settings.reaches(t)]
         if not plan.candidates:
             return self._no_backend(plan)
+        if admission is not None:
+            try:  # held on the key's budgets until finish() settles the real cost
+                self.admission = await admission.reserve(plan.pricing, plan.selected_model, plan.body)
+            except SvcError as exc:
+                return self._refuse(exc, "unknown", model)
         return Forward(plan, self.upstream_body)
 
     async def _parse(self, raw: bytes) -> dict[str, Any]:
@@ -176,6 +175,7 @@ class Exchange:
     def _refuse(self, exc: SvcError, reason: str, model: Any = None) -> Reply:
         """An error answered before anything was routed: counted here, no completion."""
         self._done = True
+        self._end_trace(exc.status)
         self._count_error(reason, exc.status, model if isinstance(model, str) else None)
         return Reply(
             exc.status, {"x-request-id": self.request_id, **exc.headers}, json.dumps(exc.body()).encode()
@@ -214,6 +214,7 @@ class Exchange:
     def _no_backend(self, plan: RoutePlan) -> Reply:
         error = upstream_unavailable(message="no backend serves the selected model")
         self._done = True
+        self._end_trace(error.status)
         self._count_error("unknown", error.status, plan.selected_model)
         return Reply(
             error.status,
@@ -228,9 +229,7 @@ class Exchange:
         kinds = {getattr(a, "error", None) or "" for a in exc.attempts}
         reason = "timeout" if kinds & {"timeout", "deadline"} else "upstream_5xx"
         self.status = error.status
-        tried = (
-            exc.attempts[-1].model if exc.attempts else plan.selected_model
-        )  # as Envoy: the model it tried
+        tried = exc.attempts[-1].model if exc.attempts else plan.selected_model  # as Envoy: the one it tried
         self._settle(
             CompletionReport(
                 status=error.status,
@@ -274,13 +273,17 @@ class Exchange:
         out = {**client_headers(plan, self.started), "x-selected-model": target.model}
         hold = streaming and status == 200 and plan.answer_checks is not None
         if streaming:
+            if self.trace is not None:
+                self.trace.streaming(plan, target.model)
             out.update({"content-type": EVENT_STREAM, **SSE_HEADERS})
+            asked = bool((self.upstream_body.get("stream_options") or {}).get("include_usage"))
             translator = (
-                self._wire.stream_translator(target, _usage_asked(self.upstream_body))
+                self._wire.stream_translator(target, asked)
                 if self._wire is not None and status < 400
                 else None
             )
-            self.relay = StreamRelay(translator, self.api.stream(), self.settings.clock)
+            restorer = StreamRestorer(plan.pii_mask) if plan.pii_mask else None
+            self.relay = StreamRelay(translator, self.api.stream(), self.settings.clock, restorer)
         elif status == 200 or (self._wire is not None and not isinstance(self._wire, ChatWire)):
             out["content-type"] = JSON  # a translated answer is chat JSON; a chat error page keeps its type
         return ResponseHead(status, out, streaming, hold)
@@ -293,9 +296,8 @@ class Exchange:
         relay = self._relay()
         tail = relay.end()
         finished = self.status < 400 and relay.completed
-        reason = (
-            None if finished or self.status >= 400 else "upstream_5xx"
-        )  # ended, but cut short or with an error
+        # ended, but cut short or with an error
+        reason = None if finished or self.status >= 400 else "upstream_5xx"
         self._settle(self._completion(None, finished=finished, reason=reason))
         return tail
 
@@ -321,7 +323,7 @@ class Exchange:
             return answer
         payload, headers = answer
         self._settle(self._completion(payload))
-        return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
+        return Reply(200, headers, json.dumps(self.api.render(self._restored(payload))).encode())
 
     async def answer_body(self, raw: bytes) -> Reply:
         """`whole_body`, with the plan's answer checks (header, annotate or block)."""
@@ -331,7 +333,7 @@ class Exchange:
         payload, headers = answer
         if self._plan().answer_checks is None:
             self._settle(self._completion(payload))
-            return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
+            return Reply(200, headers, json.dumps(self.api.render(self._restored(payload))).encode())
         return await self._checked(payload, headers, stream=False)
 
     async def held_stream(self, raw: bytes) -> Reply:
@@ -372,6 +374,7 @@ class Exchange:
         if verdict.action == "annotate":
             payload = json.loads(json.dumps(payload))  # the report keeps the answer as it came
             answer_checks.annotate(payload, verdict)
+        payload = self._restored(payload)
         if not stream:
             payload.setdefault("routing_metadata", {})["response_checks"] = summary
             return Reply(200, headers, json.dumps(self.api.render(payload)).encode())
@@ -426,17 +429,25 @@ class Exchange:
         report, self._report = self._report, None
         if report is None or self.plan is None:
             return None
+        accounting = None
         try:
-            return await self.settings.router.complete(self.plan, report)
+            accounting = await self.settings.router.complete(self.plan, report)
         except Exception:  # accounting must never break a served answer
             log.exception("complete() failed for request %s", self.request_id)
-            return None
+        if self.admission is not None:  # the real cost replaces the estimate
+            await self.admission.settle(accounting.cost if accounting else None)
+        return accounting
 
     def _settle(self, report: CompletionReport) -> None:
         if self._done:
             return
-        self._done = True
-        self._report = report
+        self._done, self._report = True, report
+        self._end_trace(report.status, report.error_reason)
+
+    def _end_trace(self, status: int, reason: str | None = None) -> None:
+        if self.trace is not None:
+            decision = self.plan.decision if self.plan else None
+            self.trace.end(status, reason, decision, self.target.model if self.target else None)
 
     def _completion(
         self, response: dict[str, Any] | None, finished: bool = True, reason: str | None = None
@@ -463,6 +474,11 @@ class Exchange:
         )
 
     # ------------------------------------------------------------------ helpers
+    def _restored(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The client's copy of an answer: a masked request's originals back in (pii_mask.py)."""
+        mask = self._plan().pii_mask
+        return restore_completion(payload, mask) if mask else payload
+
     def _elapsed(self) -> float:
         return self.settings.clock() - self.started
 
@@ -480,7 +496,3 @@ class Exchange:
         if self.relay is None:
             raise RuntimeError("the upstream answer is not a stream")
         return self.relay
-
-
-def _usage_asked(body: Mapping[str, Any]) -> bool:
-    return bool((body.get("stream_options") or {}).get("include_usage"))

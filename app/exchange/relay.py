@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from app.exchange.client_api import ClientStream
+from app.pipeline.pii_mask import StreamRestorer
 from app.upstream.sse import SSEParser, StreamAccumulator
 from app.upstream.wire import StreamTranslator, stream_error_end
 
@@ -29,9 +30,13 @@ class StreamRelay:
         translator: StreamTranslator | None,
         client: ClientStream,
         clock: Callable[[], float] = time.perf_counter,
+        restorer: StreamRestorer | None = None,
     ) -> None:
-        """`translator` None: the bytes are chat already (a chat backend's error stream, a local answer)."""
+        """`translator` None: the bytes are chat already (a chat backend's error stream, a local answer).
+        `restorer`: a masked request's originals go back in on the way to the client only (the
+        accumulator, what the router keeps, holds the masked answer)."""
         self._translator = translator
+        self._restorer = restorer
         self._client = client
         self._clock = clock
         self._parser = SSEParser()
@@ -51,7 +56,10 @@ class StreamRelay:
         tail = b""
         if not self.failed and self._translator is not None:
             tail = self._guarded(self._translator.finish)
-        return self._to_client(tail) + self._client.finish()
+        out = self._to_client(tail)
+        if self._restorer is not None:
+            out += self._client.feed(self._restorer.finish())
+        return out + self._client.finish()
 
     def broken(self, message: str) -> bytes:
         """The upstream body broke off: end the client's stream with an error event and [DONE]
@@ -88,4 +96,6 @@ class StreamRelay:
             return b""
         for event in self._parser.feed(chat):
             self.accumulator.add(event)
-        return self._client.feed(chat)
+        if self._restorer is not None:
+            chat = self._restorer.feed(chat)
+        return self._client.feed(chat) if chat else b""

@@ -34,6 +34,7 @@ from app.common.body_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DEPTH, HA
 from app.exchange.exchange import ExchangeSettings, RouterClient
 from app.exchange.responses.images import ResolveImageFile
 from app.extproc.stream import ExtProcStream
+from app.keys.gate import KeyGate
 from app.llm.addressing import is_in_cluster
 from app.pipeline.metrics import RouterMetrics
 
@@ -54,7 +55,9 @@ class ExtProcBridge(pbg.ExternalProcessorServicer):
         settings: BridgeSettings | None = None,
         metrics: RouterMetrics | None = None,
         images: ResolveImageFile | None = None,
+        keys: KeyGate | None = None,
     ) -> None:
+        """`keys`: the API-key gate (app/keys/gate.py), the Ingress's rules over the same stores."""
         self.settings = settings or BridgeSettings()
         # Responses input_image file ids: the files store, where this process reaches one
         # (None: such a part answers 400).
@@ -66,6 +69,7 @@ class ExtProcBridge(pbg.ExternalProcessorServicer):
             self.settings.max_json_depth,
             # Envoy forwards to HTTP clusters: an in-cluster model's engine is the Ingress's to call.
             reaches=lambda target: not is_in_cluster(target.base_url),
+            keys=keys,
         )
         self._background = BackgroundTasks()
         self._open_exchanges = 0

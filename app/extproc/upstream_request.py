@@ -44,6 +44,10 @@ def envoy_request(exchange: Exchange, client_path: str | None) -> EnvoyRequest |
     remove = list(plan.upstream_headers_remove)
     if "x-api-key" in set_headers and "authorization" not in set_headers:
         remove.append("authorization")
+    if exchange.admission is not None:  # the client's svc-sr API key never reaches a backend
+        remove += [
+            name for name in ("authorization", "x-api-key") if name not in set_headers and name not in remove
+        ]
     path = wire.path(target)
     if path != client_path:
         set_headers[":path"] = path

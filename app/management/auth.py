@@ -56,6 +56,8 @@ PERMISSIONS: dict[str, str] = {
     "cache.read": "response cache statistics",
     "cache.invalidate": "invalidate response cache partitions",
     "cache.manage": "flush and reconfigure the response cache",
+    "keys.read": "list the data plane's API keys and their spend (never a secret)",
+    "keys.manage": "issue and revoke the data plane's API keys",
 }
 
 _VIEWER = {"ready.read", "config.read", "inventory.read", "cache.read"}
@@ -66,6 +68,7 @@ _OPERATOR = _VIEWER | {
     "learning.ingest",
     "observability.read",
     "cache.invalidate",
+    "keys.read",
 }
 BUILTIN_ROLES: dict[str, frozenset[str]] = {
     "viewer": frozenset(_VIEWER),

@@ -149,7 +149,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 def restart_required(old: RouterConfig, new: RouterConfig) -> list[Reason]:
     """Settings a live reload cannot apply (RESTART_REQUIRED, docs/management-api.md): the listener set or a
-    listener's address/port/timeout, and the tracing settings."""
+    listener's address/port/timeout/api_key_required (the ext_proc sidecar reads it at start), and the tracing settings."""
     reasons: list[Reason] = []
     before = {listener.name: listener for listener in old.listeners}
     after = {listener.name: listener for listener in new.listeners}
@@ -168,7 +168,7 @@ def restart_required(old: RouterConfig, new: RouterConfig) -> list[Reason]:
         prior = before.get(listener.name)
         if prior is None:
             continue
-        for attr in ("address", "port", "timeout"):
+        for attr in ("address", "port", "timeout", "api_key_required"):
             if getattr(prior, attr) != getattr(listener, attr):
                 reasons.append(
                     Reason(
@@ -178,9 +178,7 @@ def restart_required(old: RouterConfig, new: RouterConfig) -> list[Reason]:
                         f"listeners[{index}].{attr}",
                     )
                 )
-    old_tracing = (old.global_.services.observability.model_extra or {}).get("tracing")
-    new_tracing = (new.global_.services.observability.model_extra or {}).get("tracing")
-    if old_tracing != new_tracing:
+    if old.global_.services.observability.tracing != new.global_.services.observability.tracing:
         reasons.append(
             Reason(
                 "validate",

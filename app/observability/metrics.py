@@ -256,10 +256,10 @@ CATALOG: dict[str, MetricDef] = _defs(
         "llm_reasoning_effort_usage_total", "counter", "Reasoning efforts applied.", ("family", "effort")
     ),
     MetricDef(
-        "llm_model_cost_total",
-        "counter",
-        "Cumulative cost from token usage and pricing.",
-        ("model", "currency"),
+        "llm_model_cost_total", "counter", "Cumulative cost from usage and pricing.", ("model", "currency")
+    ),
+    MetricDef(
+        "svc_router_api_key_spend_usd_total", "counter", "USD spent per API key.", ("key_id", "key_name")
     ),
     MetricDef("llm_routing_reason_codes_total", "counter", "Routing reason codes.", ("reason_code", "model")),
     MetricDef(

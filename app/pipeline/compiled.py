@@ -15,6 +15,7 @@ from app.config.document import RouterConfig
 from app.config.recipes import DEFAULT_RECIPE, as_default, entrypoint_models
 from app.config.reliability import FallbackConfig
 from app.config.routing import Decision
+from app.config.signals import SIGNAL_FAMILIES
 from app.pipeline import decisions as engine
 from app.pipeline.elo_selector import compile_elo_selectors
 from app.pipeline.plugins import DecisionPlugins, GuardRule, compile_guards, compile_plugins
@@ -58,6 +59,7 @@ class CompiledConfig:
         self.decision_table = engine.DecisionTable(self.decisions, self.strategy)  # rules compiled once
         self.tiered = self.decision_table.tiered
         self.referenced = engine.referenced_signals(self.decisions)
+        self.rule_reads = rule_reads(config)
         self.models = ModelIndex(config)
         # entrypoint model names are auto too: routed by their recipe (for_model)
         self.auto_names = frozenset(config.auto_model_names) | EXTRA_AUTO_NAMES | frozenset(self.entrypoints)
@@ -122,6 +124,26 @@ class CompiledConfig:
         )
         if self._ratings is not None:  # serve the stored ratings from the first request on
             await self._ratings.refresh()
+
+
+# Families that read no text of the request (`context` counts the whole prompt's tokens).
+TEXTLESS_FAMILIES = frozenset({"context"})
+
+
+def rule_reads(config: RouterConfig) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(family, rule) -> the parts the rule reads (its `read`, `conversation` for the older
+    `include_history`), for every text-reading rule; a rule absent reads the human's ask."""
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    for family, attr in SIGNAL_FAMILIES.items():
+        if family in TEXTLESS_FAMILIES:
+            continue
+        for rule in getattr(config.routing.signals, attr, None) or []:
+            read = set(getattr(rule, "read", None) or ())
+            if getattr(rule, "include_history", False):
+                read.add("conversation")
+            if read - {"ask"}:
+                out[(family, rule.name)] = tuple(sorted(read))
+    return out
 
 
 def _global_fallback(config: RouterConfig) -> FallbackConfig | None:

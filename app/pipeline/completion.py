@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from app.accounting.cost import compute_cost
+from app.common import tracing
 from app.pipeline.memory.plugin import MemoryTasks, remember
 from app.pipeline.memory.store import MemorySource, MemoryStore
 from app.pipeline.metrics import RouterMetrics
@@ -67,11 +68,15 @@ async def complete_request(
     """TPOT: streams (total - ttft) / max(completion_tokens - 1, 1) (the first token's time
     is TTFT); non-streaming total / completion_tokens (no first-token time)."""
     model = report.model or plan.selected_model
-    try:
-        accounting = await _account(services, plan, report, model)
-    except Exception:
-        log.exception("complete() failed for request %s", plan.request_id)
-        accounting = Accounting(model=model)
+    # under the front door's request span (plan.trace_context), in whichever process completes
+    with tracing.span(
+        "svc_sr.complete", parent=plan.trace_context, attributes={"http.status": report.status}
+    ):
+        try:
+            accounting = await _account(services, plan, report, model)
+        except Exception:
+            log.exception("complete() failed for request %s", plan.request_id)
+            accounting = Accounting(model=model)
     services.metrics.on_complete(plan, report, accounting)
     _remember_in_background(services, plan, report)
     if plan.replay is not None and services.record_replay is not None:
@@ -146,16 +151,23 @@ async def _cache_write(
     choices = response.get("choices")
     if not isinstance(choices, list) or not choices:
         return False
-    vector = await _write_vector(services, write)
-    if vector is None:
-        return False
-    try:
-        if write.epoch is None:  # no token (no epoch call, or its read failed): unguarded
-            return bool(await store(write.partition, vector, response, write.ttl_seconds))
-        return bool(await store(write.partition, vector, response, write.ttl_seconds, epoch=write.epoch))
-    except Exception as exc:
-        log.warning("cache write failed for %s: %s", plan.request_id, exc)
-        return False
+    with tracing.span("svc_sr.cache.store") as span:
+        vector = await _write_vector(services, write)
+        if vector is None:
+            return False
+        try:
+            if write.epoch is None:  # no token (no epoch call, or its read failed): unguarded
+                stored = bool(await store(write.partition, vector, response, write.ttl_seconds))
+            else:
+                stored = bool(
+                    await store(write.partition, vector, response, write.ttl_seconds, epoch=write.epoch)
+                )
+        except Exception as exc:
+            log.warning("cache write failed for %s: %s", plan.request_id, exc)
+            tracing.fail(span, "cache write failed")
+            return False
+        tracing.set_attributes(span, {"svc_sr.cache.stored": stored})
+        return stored
 
 
 async def _write_vector(services: CompletionServices, write: CacheWrite) -> np.ndarray | None:

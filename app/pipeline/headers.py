@@ -5,7 +5,8 @@ x-cache-status (hit|miss|bypass), x-vsr-selected-{recipe,decision,model,confiden
 x-vsr-matched-<family> (comma list of matched rule names: keywords, embeddings,
 context, domains, pii, jailbreak, ...), x-security-checks, x-vsr-unscanned (safety
 families whose input a model runtime did not scan, e.g. `jailbreak`; only when there are
-some), x-tools-selected, x-classification-time (ms). x-processing-time is the front door's (it alone knows
+some), x-vsr-session / x-vsr-session-reason (session-aware routing's action and why,
+app/pipeline/sessions.py), x-tools-selected, x-classification-time (ms). x-processing-time is the front door's (it alone knows
 when the answer ended).
 
 Upstream (request) headers: x-selected-model, x-routing-confidence, x-request-id,
@@ -69,6 +70,9 @@ def fill_routing_headers(plan: RoutePlan, cache_status: str) -> None:
     response["x-security-checks"] = plan.security.header()
     if plan.security.unscanned:
         response["x-vsr-unscanned"] = ",".join(plan.security.unscanned)
+    if plan.session is not None:  # session-aware routing: kept / switched / started / per_turn, why
+        response["x-vsr-session"] = plan.session.action
+        response["x-vsr-session-reason"] = plan.session.reason
     response["x-tools-selected"] = str(plan.tools_selected)
     response["x-classification-time"] = f"{plan.classification_ms:.2f}"
     plan.upstream_headers.update(common)

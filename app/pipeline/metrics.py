@@ -68,7 +68,8 @@ class RouterMetrics:
             r.observe("svc_router_classification_duration_seconds", plan.classification_ms / 1000)
             self._signal_metrics(plan)
         if plan.security.pii_detected:
-            r.inc("svc_router_pii_detections_total", action=_guard_action(plan, "pii_policy_denied"))
+            action = plan.pii_action or _guard_action(plan, "pii_policy_denied")
+            r.inc("svc_router_pii_detections_total", action=action)
         if plan.security.jailbreak_detected:
             r.inc("svc_router_jailbreak_attempts_total", action=_guard_action(plan, "jailbreak_block"))
         cache_status = plan.response_headers.get("x-cache-status") or plan.upstream_headers.get(

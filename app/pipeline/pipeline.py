@@ -11,9 +11,11 @@ for `model: MoM` / `auto` (any `config.auto_model_names`, or "vllm-sr/auto"):
 2. signals: only the signal rules some decision references, one task per family,
    concurrently with the global prompt guard;
 3. decide: the decision rules (`decisions.py`);
-4. guard: the decision's `jailbreak`, then `pii` plugins; a guard that fired blocks (403);
+4. guard: the decision's `jailbreak`, then `pii` plugins; a guard that fired blocks (403),
+   or, a `pii` plugin with `action: mask | route`, masks the body (last, after every
+   mutation; the front door restores the answer) or selects a private model;
 5. plugins: `fast_response` answers without a model;
-6. select: model selection (`selection.py`);
+6. select: model selection (`selection.py`), then session-aware routing (`sessions.py`);
 7. cache: response-cache lookup (a hit answers) and the write complete() performs;
 8. plugins: `tools` / `tool_selection` (`tools.py`), request mutations, routing headers
    (`headers.py`), header_mutation;
@@ -41,7 +43,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from app.common import tracing
 from app.config.document import RouterConfig
+from app.keys.grant import ModelGrant
 from app.pipeline.answers.checker import check_answer
 from app.pipeline.answers.hallucination import CONTEXT_VECTOR_CACHE_SIZE
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
@@ -55,17 +59,30 @@ from app.pipeline.phases.decide import decide
 from app.pipeline.phases.memory import memory_step
 from app.pipeline.phases.plugins import answer_fast_response, choose_tools, mutate_request
 from app.pipeline.phases.rag import rag_step
-from app.pipeline.phases.select import pass_through, routing_disabled, select_model
+from app.pipeline.phases.select import pass_through, routing_disabled, select_model, select_private
 from app.pipeline.phases.signals import evaluate_signals
+from app.pipeline.pii_mask import mask_body
 from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.preview import no_route_preview, preview_of
 from app.pipeline.replay import REPLAY_ID_HEADER, new_capture
 from app.pipeline.selection import NoRouteError
 from app.pipeline.services import PipelineServices
+from app.pipeline.sessions import session_step
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.vector_cache import TextVectorCache
 
 Ranked = list[DecisionMatch]
+
+
+def route_attributes(plan: RoutePlan) -> dict[str, Any]:
+    return {
+        "svc_sr.request_id": plan.request_id,
+        "svc_sr.decision": plan.decision,
+        "svc_sr.selected_model": plan.selected_model,
+        "svc_sr.reason_code": plan.reason_code,
+        "svc_sr.answered": plan.immediate.kind if plan.immediate is not None else None,
+        "svc_sr.pii_action": plan.pii_action,
+    }
 
 
 class RouterPipeline:
@@ -98,9 +115,14 @@ class RouterPipeline:
         body: Mapping[str, Any],
         headers: Mapping[str, str] | None = None,
         request_id: str | None = None,
+        grant: ModelGrant | None = None,
     ) -> RoutePlan:
-        """The plan of a validated chat body (app/pipeline/phases/parse.py says who validated it)."""
-        plan, _ = await self._route(body, headers, request_id, preview=False)
+        """The plan of a validated chat body (app/pipeline/phases/parse.py says who validated it).
+        `grant`: the request's API key's models and budget state (app/pipeline/grants.py)."""
+        # the front door's request span, carried in `headers` across the Ray hop (traceparent)
+        with tracing.span("svc_sr.route", parent=headers) as span:
+            plan, _ = await self._route(body, headers, request_id, preview=False, grant=grant)
+            tracing.set_attributes(span, route_attributes(plan))
         self._mark_replay(plan)
         self.services.metrics.on_route(plan)
         return plan
@@ -150,25 +172,28 @@ class RouterPipeline:
         preview: bool,
         rng: random.Random | None = None,
         state: CompiledConfig | None = None,
+        grant: ModelGrant | None = None,
     ) -> tuple[RoutePlan, Ranked]:
         state = state or self._state  # one config version for the whole request
         rng = rng or self.rng
         lowered = parse.lower_headers(headers)
         plan = parse.new_plan(body, lowered, request_id, state.auto_names)
         if not plan.auto:
-            pass_through(state, plan, rng)
+            pass_through(state, plan, rng, grant)
             return plan, []
         state = state.for_model(plan.requested_model)  # MoM/auto: `default`; an entrypoint: its recipe
         plan.recipe = state.recipe
         if not state.routing_enabled:
-            routing_disabled(state, plan, rng)
+            routing_disabled(state, plan, rng, grant)
             return plan, []
         started = time.perf_counter()
         ctx = parse.signal_context(
             plan, lowered, self.services, prefetch_vector=state.prefetch_vector and not preview
         )
         try:
-            ranked = await self._route_auto(state, plan, ctx, lowered, rng, preview=preview, started=started)
+            ranked = await self._route_auto(
+                state, plan, ctx, lowered, rng, preview=preview, started=started, grant=grant
+            )
         finally:
             ctx.cancel()
         return plan, ranked
@@ -183,22 +208,36 @@ class RouterPipeline:
         *,
         preview: bool,
         started: float,
+        grant: ModelGrant | None = None,
     ) -> Ranked:
         """An auto request's phases; each answer given on the way (block, fast_response, cache
         hit) ends the request there, as `plan.immediate`."""
         plan.signals, guarded = await evaluate_signals(state, ctx, preview=preview)
-        winner, ranked = decide(state, plan)
+        with tracing.span("svc_sr.decision") as span:
+            winner, ranked = decide(state, plan)
+            tracing.set_attributes(span, {"svc_sr.decision": plan.decision, "svc_sr.candidates": len(ranked)})
         decision = winner.decision if winner else None
         plugins = state.plugins.get(decision.name) if decision else None
         guarded = await guard.check_decision_guards(state, ctx, decision, guarded)
         guard.record_guards(plan, guarded)
         plan.classification_ms = (time.perf_counter() - started) * 1000
-        if guard.block_if_flagged(plan, guarded) or answer_fast_response(plan, plugins):
+        blocking = guard.take_pii_action(state, plan, ctx, decision, plugins, guarded)
+        if guard.block_if_flagged(plan, blocking) or answer_fast_response(plan, plugins):
             return ranked
-        selection = await select_model(state, plan, decision, rng, ctx)
+        selection = await select_model(state, plan, decision, rng, ctx, grant)
+        if plan.pii_action == "route":
+            private = select_private(state, plan, decision, rng, grant)
+            if private is None:  # no private model can serve it: refused as `block` would
+                guard.block_if_flagged(plan, guarded)
+                return ranked
+            selection = private
+        if plan.pii_action != "route":  # a private route is PII's to choose, never a session's
+            await session_step(self.services.sessions, state, plan, ctx, rng, preview=preview)
         cache_status = "bypass"
         if not preview:
-            cache_status = await cache_step(self.services, state, plan, ctx, plugins, headers)
+            with tracing.span("svc_sr.cache.lookup") as span:
+                cache_status = await cache_step(self.services, state, plan, ctx, plugins, headers)
+                tracing.set_attributes(span, {"svc_sr.cache.status": cache_status})
             if plan.immediate is not None:
                 fill_routing_headers(plan, cache_status)
                 return ranked
@@ -209,6 +248,9 @@ class RouterPipeline:
             if plan.immediate is not None:  # on_error: fail and the store is down
                 return ranked
             await memory_step(self.services, plan, plugins.memory, ctx, headers)
+        if plan.pii_mask:  # last: whatever the plugins put in the body is masked too
+            mask_body(plan.body, plan.pii_mask)
+            plan.memory_write = None  # a memory would keep the originals
         return ranked
 
     def _mark_replay(self, plan: RoutePlan) -> None:

@@ -16,6 +16,7 @@ from app.config.pricing import Pricing
 from app.config.reliability import FallbackConfig, ReliabilityConfig
 from app.pipeline.answers.schemas import AnswerChecks
 from app.pipeline.memory.store import MemoryScope, RecoveryMark
+from app.pipeline.pii_mask import PIIMask
 from app.upstream.targets import UpstreamTarget
 
 
@@ -28,6 +29,10 @@ class SignalMatch(BaseModel):
     confidence: float = 1.0
     detail: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
+    # the parts of the request the rule read (`ask` or `conversation`, then `tools`, `system`)
+    # and a digest of that text (app/common/chat_text.py `read_digest`); None: it read no text
+    read: list[str] | None = None
+    read_digest: str | None = None
 
 
 class SignalReport(BaseModel):
@@ -132,6 +137,22 @@ class ReplayCapture(BaseModel):
     max_body_bytes: int | None = None
 
 
+class SessionOutcome(BaseModel):
+    """What session-aware routing did with one turn (app/pipeline/sessions.py): in the
+    `x-vsr-session*` headers, the replay record and the routing preview."""
+
+    key: str  # the session's name: the x-session-id, or a digest of `user` / the fingerprint
+    source: Literal["header", "user", "fingerprint"]
+    action: Literal["started", "kept", "switched", "per_turn"]
+    reason: str  # new_session | same_model | tool_call_pending | gain_beats_price | ...
+    model: str | None = None  # the model serving this turn
+    previous_model: str | None = None
+    turns: int = 0  # turns routed in the session before this one
+    tool_pending: bool = False  # this request answers a tool call
+    gain: float | None = None  # a weighed switch: its expected gain and price (USD)
+    price: float | None = None
+
+
 class RoutePlan(BaseModel):
     request_id: str
     session_id: str | None = None  # the client's x-session-id (replay records group turns by it)
@@ -155,6 +176,8 @@ class RoutePlan(BaseModel):
     cache_write: CacheWrite | None = None
     memory_write: MemoryWrite | None = None
     memories_recalled: int | None = None  # the memory plugin ran: how many memories it injected
+    # the key's budget past its step-down point (app/pipeline/grants.py): state, spend, the models
+    budget: dict[str, Any] | None = None
     # the memory scope's context-recovery mark, read once per request (the cache step keys the
     # partition with its generation, recall filters by it); None: not read
     recovery_mark: RecoveryMark | None = None
@@ -171,6 +194,14 @@ class RoutePlan(BaseModel):
     router_replica: str | None = None  # the Router replica that routed it (Ray graph only)
     compression: CompressionOutcome | None = None  # the decision's context_compression plugin ran
     answer_checks: AnswerChecks | None = None  # response_jailbreak / hallucination on the answer
+    # the decision's `pii` plugin flagged the request and acted short of blocking it
+    pii_action: Literal["mask", "route"] | None = None
+    # placeholder -> original, for the front door to restore (app/pipeline/pii_mask.py); its
+    # originals never appear in a dump or repr of the plan
+    pii_mask: PIIMask | None = None
+    # the front door's request span as a W3C traceparent carrier: complete() joins its trace
+    trace_context: dict[str, str] = Field(default_factory=dict)
+    session: SessionOutcome | None = None  # session-aware routing ran (global.router.session_affinity)
 
 
 class CompletionReport(BaseModel):

@@ -166,6 +166,8 @@ class DecisionPlugins:
     # response-side plugins: checked on the answer (app/pipeline/answers)
     response_jailbreak: ResponseJailbreakPlugin | None = None
     hallucination: HallucinationPlugin | None = None
+    # the `pii` plugin's action on a request it flags: block (403), route (private models), mask
+    pii_action: str = "block"
 
 
 def guard_rule_name(decision: str) -> str:
@@ -227,6 +229,8 @@ def _compile_one(out: DecisionPlugins, kind: str, settings: dict[str, Any]) -> N
         out.header_add += [(_hname(h), str(h.get("value", ""))) for h in settings.get("add") or []]
         out.header_update += [(_hname(h), str(h.get("value", ""))) for h in settings.get("update") or []]
         out.header_delete += [str(n).lower() for n in settings.get("delete") or []]
+    elif kind == "pii":
+        out.pii_action = str(settings.get("action") or "block")
     elif kind == "request_params":
         out.request_params = settings
     elif kind == "tools":
@@ -261,6 +265,9 @@ def compile_guards(decision: Decision) -> list[GuardRule]:
         if settings.get("threshold") is not None:
             fields["threshold"] = settings["threshold"]
         if plugin.type == "pii":
+            if settings.get("action") in ("mask", "route"):
+                # what is masked or kept private must be found wherever the upstream reads it
+                fields.update(include_history=True, read=["conversation", "tools"])
             pii = PIISignal(**fields, pii_types_allowed=settings.get("pii_types_allowed") or [])
         else:
             jailbreak = JailbreakSignal(**fields)

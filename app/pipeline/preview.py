@@ -54,6 +54,7 @@ def preview_of(state: CompiledConfig, plan: RoutePlan, ranked: list[DecisionMatc
         "body": plan.body,
         "upstream_headers": plan.upstream_headers,
         "classification_ms": round(plan.classification_ms, 3),
+        "session": plan.session.model_dump() if plan.session is not None else None,
     }
 
 

@@ -90,6 +90,12 @@ def replay_record(plan: RoutePlan, report: CompletionReport, accounting: Account
         "stream": report.stream,
         "matched_signals": [f"{m.type}:{m.name}" for m in plan.signals.matches if m.matched and not m.error],
         "signal_errors": list(plan.signals.errors),
+        # which parts of the request each signal read, as a digest (docs/routing-quality.md)
+        "signal_reads": {
+            f"{m.type}:{m.name}": {"read": m.read, "digest": m.read_digest}
+            for m in plan.signals.matches
+            if m.read is not None
+        },
         "security_checks": {
             "pii_detected": plan.security.pii_detected,
             "jailbreak_detected": plan.security.jailbreak_detected,
@@ -101,8 +107,13 @@ def replay_record(plan: RoutePlan, report: CompletionReport, accounting: Account
         "latency_ms": _ms(report.total_s),
         "ttft_ms": _ms(accounting.ttft_s),
     }
+    if plan.pii_action is not None:  # the pii plugin masked it or routed it to a private model
+        record["pii_action"] = plan.pii_action
     if plan.refusal is not None:  # which check refused it: what an operator marks wrong
         record["refusal"] = plan.refusal.model_dump(exclude_none=True)
+    if plan.session is not None:  # session-aware routing: kept / switched and why
+        record["session"] = plan.session.model_dump(exclude_none=True)
+        record["session_id"] = record["session_id"] or plan.session.key
     if plan.router_replica is not None:
         record["router_replica"] = plan.router_replica
     if plan.rag is not None:  # the rag plugin's retrieval: which chunks the answer was grounded on

@@ -20,6 +20,7 @@ from app.pipeline.rag import ResultCache, Retrieve
 from app.pipeline.signals.base import CountTokensFn, EmbedFn, EvaluatorFactory
 from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.runtime.batching import MicroBatcher
+from app.state.session_store import MemorySessionStore, SessionStore
 from app.upstream.client import UpstreamClient
 
 if TYPE_CHECKING:  # the host type only: the pipeline need not import the supervisor
@@ -78,6 +79,9 @@ class PipelineServices(CompletionServices):
     # finds its store unavailable.
     retrieve: Retrieve | None = None
     rag_cache: ResultCache = field(default_factory=ResultCache)
+    # Session-aware routing's sessions (app/pipeline/sessions.py): this replica's memory unless
+    # the host shares them (the Ray Router: the management store's Redis, when it is Redis).
+    sessions: SessionStore | None = field(default_factory=MemorySessionStore)
 
 
 class CacheCalls(NamedTuple):

@@ -41,6 +41,8 @@ class TrajectoryStep(BaseModel):
     matched_signals: list[str]
     cost: dict[str, Any] | None
     outcome: dict[str, Any] | None
+    # session-aware routing's turn: action (started, kept, switched, per_turn), reason, models
+    session: dict[str, Any] | None = None
 
 
 class Trajectory(BaseModel):
@@ -149,6 +151,7 @@ async def trajectory(
             matched_signals=list(r.get("matched_signals") or []),
             cost=r.get("cost"),
             outcome=verdicts.get(str(r["id"])),
+            session=r.get("session"),
         )
         for r in matched[:limit]
     ]

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from app.common import tracing
 from app.config.reliability import CircuitBreakerConfig, FailureKind, FallbackConfig, ReliabilityConfig
 from app.upstream.breaker import CircuitBreakers
 from app.upstream.deadlines import min_deadline, resolve_timeout
@@ -270,12 +271,41 @@ class AttemptLoop:
         self, plan: CallPlan, spec: _AttemptSpec, headers: Mapping[str, str]
     ) -> OpenedResponse | Failure:
         """One try. Returns the opened response, or the failure after recording it."""
-        target, transport = spec.target, self._transport
+        target = spec.target
         began = self._clock()
         record = AttemptRecord(target.model, target.label, None, None, 0.0, spec.retry)
         plan.attempts.append(record)
+        with tracing.span(
+            "svc_sr.upstream.attempt",
+            parent=headers,  # the plan's upstream headers carry the request span's traceparent
+            kind=tracing.SpanKind.CLIENT,
+            attributes={
+                "svc_sr.model": target.model,
+                "server.address": target.label,
+                "svc_sr.attempt": len(plan.attempts),
+                "svc_sr.retry": spec.retry,
+                "svc_sr.fallback": target.model != plan.groups[0][0].model,
+            },
+        ) as span:
+            outcome = await self._attempt_in(plan, spec, headers, record, began, span)
+            if not isinstance(outcome, OpenedResponse):
+                tracing.fail(span, record.error or f"status {record.status}")
+            tracing.set_attributes(span, {"http.response.status_code": record.status})
+            return outcome
+
+    async def _attempt_in(
+        self,
+        plan: CallPlan,
+        spec: _AttemptSpec,
+        headers: Mapping[str, str],
+        record: AttemptRecord,
+        began: float,
+        span: tracing.Span,
+    ) -> OpenedResponse | Failure:
+        target, transport = spec.target, self._transport
         wire = wire_for(target)
         request_headers = upstream_request_headers(headers, wire.request_headers(target))
+        tracing.inject(request_headers, span)  # the upstream's spans join this attempt's trace
         probe = self._breakers.enter(plan.breaker, target)
         response: httpx.Response | None = None
         phase = "headers"

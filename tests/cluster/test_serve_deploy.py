@@ -153,8 +153,9 @@ def users_serve_config(config_path: Path, redis_url: str, port: int) -> dict[str
 class Load:
     """Chat requests back to back from a few clients; every failure recorded."""
 
-    def __init__(self, base: str, clients: int = 2) -> None:
+    def __init__(self, base: str, key: str, clients: int = 2) -> None:
         self.base = base
+        self.key = key
         self.stop = threading.Event()
         self.sent = 0
         self.failures: list[str] = []
@@ -163,7 +164,7 @@ class Load:
             thread.start()
 
     def _run(self) -> None:
-        client = openai.OpenAI(base_url=f"{self.base}/v1", api_key="unused", max_retries=0, timeout=60)
+        client = openai.OpenAI(base_url=f"{self.base}/v1", api_key=self.key, max_retries=0, timeout=60)
         while not self.stop.is_set():
             self.sent += 1
             try:
@@ -197,7 +198,14 @@ def test_serve_deploy_of_the_users_file_then_a_rolling_change_under_load(
         assert {d["status"] for d in app["deployments"].values()} == {"HEALTHY"}
         assert app["deployments"]["Ingress"]["replica_states"] == {"RUNNING": 2}
 
-        chat = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=60)
+        # cluster/serve-config.yaml's listener requires keys: none is 401, an issued one is served.
+        keyless = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=60)
+        with pytest.raises(openai.AuthenticationError):
+            keyless.chat.completions.create(model="MoM", messages=[{"role": "user", "content": "hi"}])
+        issued = httpx.post(f"{base}/api/v1/keys", json={"name": "deploy", "models": ["model-a"]}, timeout=30)
+        assert issued.status_code == 201, issued.text
+        key = issued.json()["key"]
+        chat = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0, timeout=60)
         answer = chat.chat.completions.with_raw_response.create(
             model="MoM", messages=[{"role": "user", "content": "deploycheck: what is 2 + 2?"}]
         )
@@ -210,7 +218,7 @@ def test_serve_deploy_of_the_users_file_then_a_rolling_change_under_load(
         changed["routing"]["decisions"][0]["description"] = "second deploy"
         second.write_text(yaml.safe_dump(changed))
         serve_config.write_text(yaml.safe_dump(users_serve_config(second, redis_url, port)))
-        load = Load(base)
+        load = Load(base, key)
         try:
             cluster.deploy(serve_config)
             cluster.wait_running(previous_message=app.get("last_deployed_time_s"))

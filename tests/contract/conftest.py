@@ -39,6 +39,7 @@ from app.cache.memory import InMemorySemanticCache
 from app.config.loader import parse_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
+from app.keys.grant import ModelGrant
 from app.management.service import Management
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
@@ -118,8 +119,10 @@ class RecordingRouter:
         self.pipeline = pipeline
         self.completions: list[CompletionRecord] = []
 
-    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
-        return await self.pipeline.route(body, headers, request_id)
+    async def route(
+        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: ModelGrant | None = None
+    ) -> RoutePlan:
+        return await self.pipeline.route(body, headers, request_id, grant)
 
     async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
         return await self.pipeline.check_answer(checks, answer, context)
@@ -254,6 +257,7 @@ class FrontDoors:
     memories: InMemoryMemoryStore  # the memory plugin's store (also behind the Ingress's memories API)
     storage: StorageService  # files and vector stores: the Ingress's storage API and the rag plugin's search
     services: PipelineServices  # the pipeline's (a test may swap `retrieve` to take a store down)
+    replays: list[dict[str, Any]]  # the `router_replay` records complete() made, in order
     _settle: dict[str, Callable[[], None]] = field(default_factory=dict)
 
     def url(self, door: str) -> str:
@@ -267,6 +271,7 @@ class FrontDoors:
         """A clean slate for the next scenario: the response cache and the memories emptied."""
         self.cache.clear()
         self.memories.clear()
+        self.replays.clear()
         self.services.rag_cache = type(self.services.rag_cache)()
 
 
@@ -331,7 +336,9 @@ class _Stack:
         if callable(backend_close):
             self._stops.append(backend_close)
         self._stops.append(storage.vector_stores.close)
+        replays: list[dict[str, Any]] = []
         services = PipelineServices(
+            record_replay=replays.append,
             # The rag plugin searches through the StorageClient, as a Router replica does over
             # the Storage deployment's handle (here the local transport).
             retrieve=StorageClient(local_transport(storage)).retrieve,
@@ -366,8 +373,12 @@ class _Stack:
 
         self._stops += [lambda: loop.run(upstream.aclose()), stop_ingress]
 
+        # The Ingress's key gate over the same stores: keys issued through its management API.
         bridge = ExtProcBridge(
-            envoy_router, BridgeSettings(failure_mode="closed"), images=management_images(parts.storage)
+            envoy_router,
+            BridgeSettings(failure_mode="closed"),
+            images=management_images(parts.storage),
+            keys=plane.keys,
         )
         grpc_server = loop.run(start_bridge_server(bridge, port=0))
         self._stops.append(lambda: loop.run(grpc_server.stop(0)))
@@ -396,6 +407,7 @@ class _Stack:
             memories=memories,
             storage=storage,
             services=services,
+            replays=replays,
             _settle={INGRESS: settle_ingress, ENVOY: settle_envoy},
         )
 

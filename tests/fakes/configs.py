@@ -89,3 +89,76 @@ def learned_signals(embedding: str, threshold: float) -> dict[str, list[dict[str
 def any_of(*signals: tuple[str, str]) -> dict[str, Any]:
     """A decision rule matching when any of the (type, name) signals matches."""
     return {"operator": "OR", "conditions": [{"type": kind, "name": name} for kind, name in signals]}
+
+
+KEYED_PRICEY = {"currency": "USD", "prompt_per_1m": 100_000.0, "completion_per_1m": 300_000.0}
+KEYED_CHEAP = {"currency": "USD", "prompt_per_1m": 100.0, "completion_per_1m": 300.0}
+
+
+def keyed(
+    base_url: str, *, required: bool = True, listener_port: int = 8801, other: bool = True
+) -> dict[str, Any]:
+    """The API-key tests' document (docs/security.md "Keys and budgets"): MoM's default is the
+    expensive `pricey` (a few dollars a request), `cheap` a thousandth of it, `other` unpriced;
+    keys past half their budget step down (`step_down_at` 0.5)."""
+    ref = [{"base_url": base_url}]
+    models = [
+        {"name": "pricey", "backend_refs": ref, "pricing": dict(KEYED_PRICEY)},
+        {"name": "cheap", "backend_refs": ref, "pricing": dict(KEYED_CHEAP)},
+    ]
+    if other:
+        models.append({"name": "other", "backend_refs": ref})
+    return {
+        "version": "v0.3",
+        "listeners": [{"name": "http", "port": listener_port, "api_key_required": required}],
+        "providers": {"defaults": {"default_model": "pricey"}, "models": models},
+        "global": {"services": {"api_keys": {"step_down_at": 0.5, "cache_seconds": 0}}},
+    }
+
+
+# Prefix-cache prices (USD per 1M tokens) the session-aware routing tests and bench route at.
+CACHE_PRICED = {
+    "prompt_per_1m": 3.0,
+    "cached_input_per_1m": 0.3,
+    "cache_write_per_1m": 3.75,
+    "completion_per_1m": 15,
+}
+
+
+def keyword_routing(
+    base_url: str, routes: list[tuple[str, int, list[str], str]], default: str, **session_affinity: Any
+) -> dict[str, Any]:
+    """A document of keyword decisions at CACHE_PRICED: each route (name, priority, keywords,
+    model) is a keyword rule and a decision of that name to that model, `default` the default
+    model, every model at `base_url`; `session_affinity` (settings) enables session-aware routing."""
+    models = list(dict.fromkeys([default, *(model for *_, model in routes)]))
+    return {
+        "version": "v0.3",
+        "providers": {
+            "defaults": {"default_model": default},
+            "models": [
+                {"name": m, "pricing": dict(CACHE_PRICED), "backend_refs": [{"base_url": base_url}]}
+                for m in models
+            ],
+        },
+        "routing": {
+            "strategy": "priority",
+            "signals": {
+                "keywords": [
+                    {"name": name, "operator": "OR", "keywords": words} for name, _, words, _ in routes
+                ]
+            },
+            "decisions": [
+                {
+                    "name": name,
+                    "priority": priority,
+                    "rules": any_of(("keyword", name)),
+                    "modelRefs": [{"model": model}],
+                }
+                for name, priority, _, model in routes
+            ],
+        },
+        "global": {"router": {"session_affinity": {"enabled": True, **session_affinity}}}
+        if session_affinity
+        else {},
+    }

@@ -47,7 +47,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from tests.fakes.served import ServedApp
-from tests.fakes.upstream import RecordedRequest
+from tests.fakes.upstream import RecordedRequest, text_pieces
 
 REQUEST_KEYS = frozenset(
     {
@@ -94,6 +94,7 @@ class MessagesBehavior:
     answer_body: str | None = None
     answer_content_type: str = "application/json"
     stream_body: str | None = None
+    chunk_chars: int | None = None  # stream text in pieces of this many characters (default: words)
 
 
 class InvalidRequest(Exception):
@@ -454,8 +455,7 @@ class FakeMessagesUpstream(ServedApp):
             if index == 0:
                 out.append(("ping", {"type": "ping"}))
             if block["type"] == "text":
-                words = block["text"].split(" ")
-                pieces = [w + " " for w in words[:-1]] + [words[-1]]
+                pieces = text_pieces(block["text"], self.behavior.chunk_chars)
                 deltas = [{"type": "text_delta", "text": p} for p in pieces if p]
             else:
                 raw = json.dumps(block["input"])

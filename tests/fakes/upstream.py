@@ -15,7 +15,8 @@ Behaviour knobs (constructor keywords or `configure()`): fail_status/fail_times
 delay_s (before the response headers), first_byte_delay_s (stream: after headers),
 chunk_delay_s, reply (fixed text), tool_call ({"name", "arguments"}),
 hold_after_chunks (stream: pause after N chunks until `release()`), abort_after_chunks
-(stream: drop the connection after N chunks), finish_reason.
+(stream: drop the connection after N chunks), finish_reason, chunk_chars (stream the reply
+in pieces of that many characters).
 
 Standalone: python -m tests.fakes.upstream --port 18090 --name a
 """
@@ -57,6 +58,7 @@ class Behavior:
     hold_after_chunks: int | None = None
     abort_after_chunks: int | None = None
     finish_reason: str = "stop"
+    chunk_chars: int | None = None  # stream the reply in pieces of this many characters (default: words)
 
 
 @dataclass
@@ -65,6 +67,15 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     received_at: float = field(default_factory=time.monotonic)
+
+
+def text_pieces(text: str, chunk_chars: int | None) -> list[str]:
+    """A streamed reply's pieces: word by word, or `chunk_chars` characters at a time (which
+    cuts words, and whatever else the text holds, anywhere)."""
+    if chunk_chars:
+        return [text[i : i + chunk_chars] for i in range(0, len(text), chunk_chars)]
+    words = text.split(" ")
+    return [w + " " for w in words[:-1]] + [words[-1]]
 
 
 def find_free_port() -> int:
@@ -287,9 +298,7 @@ class FakeUpstream(ServedApp):
                 chunk({}, "tool_calls"),
             ]
         else:
-            words = reply.split(" ")
-            pieces = [w + " " for w in words[:-1]] + [words[-1]]
-            out += [chunk({"content": p}) for p in pieces if p]
+            out += [chunk({"content": p}) for p in text_pieces(reply, behavior.chunk_chars) if p]
             out.append(chunk({}, behavior.finish_reason))
         if (body.get("stream_options") or {}).get("include_usage"):
             out.append(json.dumps({**base, "choices": [], "usage": self._usage(body, reply)}))

@@ -65,6 +65,8 @@ async def cache_step(
     headers: Mapping[str, str],
 ) -> str:
     """Lookup (hit -> plan.immediate) and/or schedule the write; returns x-cache-status."""
+    if plan.pii_action is not None:  # PII the policy denied: no key or entry holds it (docs/security.md)
+        return "bypass"
     policy = effective_cache_policy(plugins, state.global_cache)
     if not policy.enabled or not ctx.text or services.cache_lookup is None:
         return "bypass"

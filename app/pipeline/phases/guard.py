@@ -1,6 +1,7 @@
 """Phase `guard`: the chosen decision's `jailbreak` then `pii` plugins, the plan's security
 summary, and the 403 block when any guard fired (spec 01 "Errors"), the global prompt
-guard's `harmful` part included (code `harmful_content_detected`).
+guard's `harmful` part included (code `harmful_content_detected`); a `pii` plugin whose
+action is `mask` or `route` acts instead of blocking (`take_pii_action`).
 
 The global prompt guard already ran with the signals; the decision's guards run only when
 it did not fire. A guard that could not run (errored match) never blocks.
@@ -13,7 +14,9 @@ from app.config.routing import Decision
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.headers import fill_routing_headers
 from app.pipeline.phases.signals import run_guards
+from app.pipeline.pii_mask import build_mask
 from app.pipeline.plan import ImmediateResponse, Refusal, RoutePlan, SecurityChecks, SignalMatch
+from app.pipeline.plugins import DecisionPlugins, guard_rule_name
 from app.pipeline.signals.base import SignalContext
 
 
@@ -32,6 +35,39 @@ def record_guards(plan: RoutePlan, guarded: list[SignalMatch]) -> None:
     plan.signals.matches.extend(guarded)
     plan.signals.errors.extend(f"{m.type}:{m.name}: {m.error}" for m in guarded if m.error)
     plan.security = security_checks(plan.signals.matches)
+
+
+def take_pii_action(
+    state: CompiledConfig,
+    plan: RoutePlan,
+    ctx: SignalContext,
+    decision: Decision | None,
+    plugins: DecisionPlugins | None,
+    guarded: list[SignalMatch],
+) -> list[SignalMatch]:
+    """The decision's `pii` plugin with `action: mask` or `route` (docs/security.md "PII
+    actions"): its match, when it fired on text it read whole, sets `plan.pii_action` (and the
+    mask) instead of blocking; the matches left to block on are returned. Unscanned input still
+    blocks: a mask cannot cover what was not read."""
+    if decision is None or plugins is None or plugins.pii_action not in ("mask", "route"):
+        return guarded
+    name = guard_rule_name(decision.name)
+    match = next((m for m in guarded if m.type == "pii" and m.name == name), None)
+    if match is None or not match.matched or match.error or match.detail.get("unscanned"):
+        return guarded
+    if plugins.pii_action == "mask":
+        rule = next(r for family, r in state.guards[decision.name] if family == "pii")
+        text = ctx.whole_text_for(rule.read, rule.include_history)
+        denied = set(match.detail.get("denied") or [])
+        spans = sorted(
+            (s for s in match.detail.get("spans") or [] if s.get("type") in denied), key=lambda s: s["start"]
+        )  # numbered in reading order
+        plan.pii_mask = build_mask((str(s["type"]), text[int(s["start"]) : int(s["end"])]) for s in spans)
+        if not plan.pii_mask:
+            return guarded  # nothing to mask by (no span for a denied type): block as before
+    plan.pii_action = "mask" if plugins.pii_action == "mask" else "route"
+    plan.response_headers["x-vsr-pii-action"] = plan.pii_action
+    return [m for m in guarded if m is not match]
 
 
 def blocking_match(guarded: list[SignalMatch]) -> SignalMatch | None:

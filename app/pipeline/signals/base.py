@@ -95,6 +95,8 @@ class SignalContext:
     async def part_vectors(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """Unit vectors of a rule's parts other than the ask, embedded in one call per request
         and shared by every guard that reads them (the ask's is `query_vector`)."""
+        if not texts:
+            return {}
         if self._embed is None:
             raise RuntimeError("no embedding service configured")
         missing = [t for t in dict.fromkeys(texts) if t not in self._part_vectors]

@@ -96,14 +96,16 @@ class DomainEvaluator:
     def configured_category(self, category: str) -> str:
         return map_to_configured(category, self._mapping)
 
-    async def classify(self, ctx: SignalContext) -> DomainResult:
+    async def classify(self, ctx: SignalContext, text: str | None = None) -> DomainResult:
+        """The classification of `text` (default the human's ask)."""
         engine = self.engine
         if engine is None:
             raise RuntimeError("no domain classifier configured")
-        request = SignalRequest(texts=[ctx.text], vectors=await request_vectors(engine, ctx))
+        text = ctx.text if text is None else text
+        request = SignalRequest(texts=[text], vectors=await request_vectors(engine, ctx, text))
         (item,) = checked(engine, await engine.classify(request), 1)
         try:
-            return domain_result(item, ctx.text, self.threshold, self.fallback_category)
+            return domain_result(item, text, self.threshold, self.fallback_category)
         except UnusableAnswer as exc:
             raise engine.failed(str(exc)) from None
 
@@ -124,19 +126,24 @@ class DomainEvaluator:
                 )
                 for n in sorted(known)
             ]
-        try:
-            result = await self.classify(ctx)
-        except Exception as exc:  # a model failure is a signal error (on_error decides), not a 500
-            return out + error_matches(FAMILY, known, f"domain classification failed: {exc}")
-        top = sorted(result.probabilities.items(), key=lambda kv: kv[1], reverse=True)[:3]
-        shared = {
-            "category": result.category,
-            "configured_category": self.configured_category(result.category),
-            "top": [{"category": c, "probability": round(p, 4)} for c, p in top],
-        }
-        for name in sorted(known):
-            out.append(self._judge(self._rules[name], result, shared))
-        return out
+        found: list[SignalMatch] = []
+        by_text: dict[str, list[str]] = {}
+        for name in sorted(known):  # one classification per distinct text the rules read
+            by_text.setdefault(ctx.whole_text_for(self._rules[name].read), []).append(name)
+        for text, group in by_text.items():
+            try:
+                result = await self.classify(ctx, text)
+            except Exception as exc:  # a model failure is a signal error (on_error decides), not a 500
+                found += error_matches(FAMILY, set(group), f"domain classification failed: {exc}")
+                continue
+            top = sorted(result.probabilities.items(), key=lambda kv: kv[1], reverse=True)[:3]
+            shared = {
+                "category": result.category,
+                "configured_category": self.configured_category(result.category),
+                "top": [{"category": c, "probability": round(p, 4)} for c, p in top],
+            }
+            found += [self._judge(self._rules[name], result, shared) for name in group]
+        return out + sorted(found, key=lambda m: m.name)
 
     @staticmethod
     def _judge(rule: DomainSignal, result: DomainResult, shared: dict[str, Any]) -> SignalMatch:

@@ -103,15 +103,20 @@ class EmbeddingEvaluator:
                 )
                 for n in sorted(known)
             ]
+        texts = {name: ctx.whole_text_for(self._rules[name].read) for name in known}
         try:
             await self.warm_up()
-            query = await ctx.query_vector()
+            # the ask's vector is the request's one query vector; a rule reading more parts
+            # embeds its text beside it, once per request (SignalContext.part_vectors)
+            vectors = await ctx.part_vectors([t for t in set(texts.values()) if t != ctx.text])
+            if ctx.text in texts.values():
+                vectors[ctx.text] = await ctx.query_vector()
         except Exception as exc:  # the encoder being down is a signal error, not a 500
             return out + error_matches(FAMILY, known, f"embedding failed: {exc}")
         assert self._matrix is not None
-        sims = self._matrix @ query
         for name in sorted(known):
-            out.append(self._judge(self._rules[name], sims[self._slices[name]]))
+            sims = self._matrix[self._slices[name]] @ vectors[texts[name]]
+            out.append(self._judge(self._rules[name], sims))
         return out
 
     @staticmethod

@@ -151,7 +151,13 @@ class KeywordEvaluator:
         return None
 
     async def evaluate(self, ctx: SignalContext, names: frozenset[str]) -> list[SignalMatch]:
-        return self.evaluate_text(ctx.text, names)
+        by_text: dict[str, set[str]] = {}
+        for name in names:
+            compiled = self._rules.get(name)
+            text = ctx.whole_text_for(compiled.rule.read) if compiled is not None else ctx.text
+            by_text.setdefault(text, set()).add(name)
+        out = [m for text, group in by_text.items() for m in self.evaluate_text(text, group)]
+        return sorted(out, key=lambda m: m.name)
 
     def evaluate_text(self, text: str, names: frozenset[str] | set[str]) -> list[SignalMatch]:
         out = []

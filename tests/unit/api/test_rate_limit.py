@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.api.rate_buckets import Bucket, MemoryBuckets, RedisBuckets
+from app.state.rate_buckets import Bucket, MemoryBuckets, RedisBuckets
 from app.state.shared_store import ManagementStoreSettings, redis_client
 from tests.fakes.upstream import FakeUpstream, find_free_port
 from tests.unit.exchange.test_responses_store import plane, upstream  # noqa: F401  (the module's fake upstream)

@@ -26,7 +26,9 @@ class RecordingRouter:
         self.no_candidates = no_candidates
         self.reports: list[CompletionReport] = []
 
-    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
+    async def route(
+        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: Any = None
+    ) -> RoutePlan:
         plan = await self.pipeline.route(body, headers, request_id)
         if self.immediate is not None:
             plan.immediate = self.immediate

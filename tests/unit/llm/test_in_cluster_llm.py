@@ -263,7 +263,9 @@ class _InClusterRouter:
             parse_config(document).config, PipelineServices(), rng=random.Random(0)
         )
 
-    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> Any:
+    async def route(
+        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: Any = None
+    ) -> Any:
         return await self.pipeline.route(body, headers, request_id)
 
     async def check_answer(self, checks: Any, answer: str, context: list[str]) -> Any:

@@ -215,6 +215,22 @@ async def test_listener_change_is_409_restart_required_and_not_persisted():
     assert r.json()["error"]["details"]["reasons"][0]["path"] == "listeners[0].port"
 
 
+@pytest.mark.slow
+async def test_tracing_change_is_409_restart_required_and_not_persisted():
+    h = Harness(base_document())
+    traced = copy.deepcopy(base_document())
+    traced.setdefault("global", {}).setdefault("services", {}).setdefault("observability", {})["tracing"] = {
+        "enabled": True,
+        "sampling": {"type": "probabilistic", "rate": 0.1},
+    }
+    async with h.client() as c:
+        tag = await etag(c)
+        r = await c.put("/api/v1/config", json=traced, headers={"If-Match": tag})
+        assert await etag(c) == tag
+    assert r.status_code == 409 and error_code(r) == "RESTART_REQUIRED"
+    assert r.json()["error"]["details"]["reasons"][0]["path"] == "global.services.observability.tracing"
+
+
 class FailingActivator:
     def __init__(self, stage: str = "warm") -> None:
         self.stage = stage

@@ -204,7 +204,9 @@ class CheckingRouter(RecordingRouter):
         self.checked: list[tuple[str, list[str]]] = []
         self.accounted: list[CompletionReport] = []
 
-    async def route(self, body: dict[str, Any], headers: dict[str, str], request_id: str) -> RoutePlan:
+    async def route(
+        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: Any = None
+    ) -> RoutePlan:
         plan = await super().route(body, headers, request_id)
         plan.answer_checks = AnswerChecks(decision="d", hallucination=HallucinationPlugin(action="block"))
         return plan

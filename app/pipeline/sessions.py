@@ -1,0 +1,180 @@
+"""Session-aware routing (`global.router.session_affinity`, docs/routing-quality.md "Agent
+traffic"): keep an agent's working session on one model.
+
+Per-turn routing judges each request alone; in an agent's session that switches models in
+the middle of a tool loop (the new model does not know the loop's calls) and throws away the
+provider's prefix cache of the conversation. After the select phase chose the model the
+human's ask wants, this step reads the session's state and decides, in order:
+
+1. no state yet: `started` (the turn's model becomes the session's);
+2. the same model: `kept`, `same_model`;
+3. a tool call is pending (the request's tail answers the last assistant message's
+   `tool_calls`, app/common/chat_text.py `pending_tool_call`): `kept`, `tool_call_pending`,
+   a hard lock;
+4. the session's model is no longer configured: `switched`, `model_unavailable`;
+5. otherwise the switch is weighed: its expected gain (`switch_value` times the new decision's
+   confidence plus what the new model saves on this prompt; none when no decision matched, a
+   turn that asks for no model, as a bare "ok, go ahead" in a session) against
+   its price, the prompt's tokens at the new model's prefix-cache checkout price
+   (`Pricing.prefix_cache_checkout_per_1m`: cache_write_per_1m minus cached_input_per_1m):
+   `switched`, `gain_beats_price`, or `kept`, `price_beats_gain`.
+
+A kept turn is served by the session's model (its candidates, reliability and pricing); the
+decision stays the ask's, so plugins, metrics and accuracy read what the human asked. A store
+that is down or slower than `timeout_ms` leaves the turn routed per turn (`per_turn`,
+`store_unavailable`): a session never fails a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import random
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from app.common.chat_text import ask_text, is_ask, pending_tool_call, system_texts
+from app.config.global_config import SessionAffinity
+from app.config.pricing import Pricing
+from app.pipeline.compiled import CompiledConfig
+from app.pipeline.phases.select import serve_model
+from app.pipeline.plan import RoutePlan, SessionOutcome
+from app.pipeline.signals.base import SignalContext, estimate_tokens
+from app.state.session_store import SessionState, SessionStore
+
+log = logging.getLogger("svc_sr.pipeline")
+
+Source = Literal["header", "user", "fingerprint"]
+Action = Literal["started", "kept", "switched"]
+Named = tuple[str, Source]
+
+
+def session_key(
+    plan: RoutePlan, body: Mapping[str, Any], messages: Sequence[Any], fingerprint: bool
+) -> Named | None:
+    """The session a request belongs to: the client's `x-session-id`, else the body's `user`
+    (digested: a user id is not for the records), else the conversation fingerprint (a digest
+    of the system prompt and the first ask, the same on every turn of one conversation)."""
+    if plan.session_id:
+        return plan.session_id, "header"
+    user = body.get("user")
+    if isinstance(user, str) and user.strip():
+        return f"user-{_digest(user.strip())}", "user"
+    if not fingerprint:
+        return None
+    first = next((m for m in messages if is_ask(m)), None)
+    if first is None:
+        return None
+    seed = "\x1e".join([*system_texts(messages), ask_text(first.get("content"))])
+    return f"conv-{_digest(seed)}", "fingerprint"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def prefix_tokens(ctx: SignalContext) -> int:
+    """The prompt a provider caches as the conversation's prefix: the messages' text and the
+    tool definitions (an agent sends them on every turn)."""
+    tools = ctx.body.get("tools")
+    return ctx.token_count + (estimate_tokens(json.dumps(tools, default=str)) if tools else 0)
+
+
+def switch_terms(
+    plan: RoutePlan, old: Pricing | None, new: Pricing | None, tokens: int, policy: SessionAffinity
+) -> tuple[float, float]:
+    """(expected gain, price) of moving the session to the turn's model, in USD."""
+    price = tokens * (new.prefix_cache_checkout_per_1m if new else 0.0) / 1e6
+    if plan.reason_code == "default_model":  # no decision matched: the turn asks for no model
+        return 0.0, price
+    saved = tokens * ((old.prompt_per_1m if old else 0.0) - (new.prompt_per_1m if new else 0.0)) / 1e6
+    return plan.confidence * policy.switch_value + saved, price
+
+
+def judge(
+    previous: SessionState | None,
+    plan: RoutePlan,
+    state: CompiledConfig,
+    tokens: int,
+    pending: bool,
+    policy: SessionAffinity,
+) -> tuple[Action, str, float | None, float | None]:
+    """(action, reason, gain, price) of one turn (the module's order)."""
+    if previous is None or previous.model is None:
+        return "started", "new_session", None, None
+    if previous.model == plan.selected_model:
+        return "kept", "same_model", None, None
+    old = state.models.get(previous.model)
+    if old is None:
+        return "switched", "model_unavailable", None, None
+    if pending:
+        return "kept", "tool_call_pending", None, None
+    new = state.models.get(plan.selected_model or "")
+    gain, price = switch_terms(plan, old.pricing, new.pricing if new else None, tokens, policy)
+    if gain > price:
+        return "switched", "gain_beats_price", gain, price
+    return "kept", "price_beats_gain", gain, price
+
+
+async def session_step(
+    store: SessionStore | None,
+    state: CompiledConfig,
+    plan: RoutePlan,
+    ctx: SignalContext,
+    rng: random.Random,
+    *,
+    preview: bool,
+) -> None:
+    """Session-aware routing of one auto turn whose model is selected (see the module doc); a
+    preview reads the session and writes nothing."""
+    policy = state.config.global_.router.session_affinity
+    if not policy.enabled or store is None or plan.selected_model is None or plan.immediate is not None:
+        return
+    named = session_key(plan, ctx.body, ctx.messages, policy.fingerprint)
+    if named is None:
+        return
+    key, source = named
+    pending = pending_tool_call(ctx.messages)
+    try:
+        previous = await asyncio.wait_for(store.get(key), policy.timeout_ms / 1000)
+    except Exception as exc:  # down, slow or unreadable: route this turn alone
+        log.warning("session store unavailable, routing per turn: %s", exc)
+        plan.session = SessionOutcome(
+            key=key, source=source, action="per_turn", reason="store_unavailable", tool_pending=pending
+        )
+        plan.session.model = plan.selected_model
+        return
+    action, reason, gain, price = judge(previous, plan, state, prefix_tokens(ctx), pending, policy)
+    if action == "kept" and previous is not None and previous.model != plan.selected_model:
+        serve_model(state, plan, previous.model or "", rng)
+    outcome = plan.session = SessionOutcome(
+        key=key,
+        source=source,
+        action=action,
+        reason=reason,
+        model=plan.selected_model,
+        previous_model=previous.model if previous else None,
+        turns=previous.turns if previous else 0,
+        tool_pending=pending,
+        gain=gain,
+        price=price,
+    )
+    if preview:
+        return
+    after = SessionState(
+        model=plan.selected_model,
+        decision=plan.decision,
+        turns=outcome.turns + 1,
+        tool_pending=pending,
+        updated_at=time.time(),
+    )
+    try:
+        await asyncio.wait_for(store.put(key, after, policy.ttl_seconds), policy.timeout_ms / 1000)
+    except Exception as exc:  # the turn is routed; the next one starts the session again
+        log.warning("session store write failed: %s", exc)
+
+
+__all__ = ["judge", "session_key", "session_step", "switch_terms"]

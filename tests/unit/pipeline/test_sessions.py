@@ -1,0 +1,177 @@
+"""Session-aware routing (app/pipeline/sessions.py): the session key, the hard lock of a
+pending tool call, a switch weighed against its prefix-cache price, the headers and record,
+and a store that is down (per-turn routing, never a failed request)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+from typing import Any
+
+from app.config.loader import parse_config
+from app.pipeline import RouterPipeline
+from app.pipeline.plan import RoutePlan
+from app.pipeline.services import PipelineServices
+from app.pipeline.sessions import session_key
+from app.state.session_store import MemorySessionStore, SessionState
+from app.state.shared_store import StoreUnavailable
+from tests.fakes.configs import keyword_routing
+
+
+def document(switch_value: float = 0.002) -> dict[str, Any]:
+    routes = [("finance", 20, ["tax", "stock"], "finance"), ("code", 10, ["bug", "function"], "code")]
+    return keyword_routing("http://127.0.0.1:9/v1", routes, "general", switch_value=switch_value)
+
+
+def pipeline(store: Any = None, doc: dict[str, Any] | None = None) -> RouterPipeline:
+    services = PipelineServices(sessions=store if store is not None else MemorySessionStore())
+    return RouterPipeline(parse_config(doc or document()).config, services, rng=random.Random(0))
+
+
+def ask(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}],
+}
+
+
+def route(pipe: RouterPipeline, messages: list[dict[str, Any]], session: str | None = "s1") -> RoutePlan:
+    headers = {"x-session-id": session} if session else {}
+    return asyncio.run(pipe.route({"model": "MoM", "messages": copy.deepcopy(messages)}, headers))
+
+
+def test_the_session_key_is_the_header_then_user_then_the_fingerprint():
+    messages = [{"role": "system", "content": "agent"}, ask("fix the bug")]
+    plan = RoutePlan(request_id="r", requested_model="MoM", auto=True, session_id="abc")
+    assert session_key(plan, {}, messages, True) == ("abc", "header")
+    plan.session_id = None
+    key, source = session_key(plan, {"user": "alice@example.com"}, messages, True) or ("", "")
+    assert source == "user" and "alice" not in key
+    first = session_key(plan, {}, messages, True)
+    later = session_key(plan, {}, [*messages, CALL, {"role": "tool", "content": "x"}, ask("next")], True)
+    assert first is not None and first == later and first[1] == "fingerprint"
+    assert session_key(plan, {}, [{"role": "system", "content": "other"}, ask("fix the bug")], True) != first
+    assert session_key(plan, {}, messages, False) is None
+
+
+def test_a_tool_loop_stays_on_the_sessions_model_and_a_new_ask_switches():
+    pipe = pipeline()
+    history = [ask("fix the bug in this function")]
+    first = route(pipe, history)
+    assert first.selected_model == "code" and first.session is not None and first.session.action == "started"
+    # the tool result speaks of stocks and taxes; the ask is unchanged, and the loop is locked anyway
+    history += [CALL, {"role": "tool", "tool_call_id": "c1", "content": "tax stock tax stock"}]
+    loop = route(pipe, history)
+    assert loop.selected_model == "code" and loop.session is not None
+    assert (loop.session.action, loop.session.reason, loop.session.tool_pending) == (
+        "kept",
+        "same_model",
+        True,
+    )
+    assert loop.response_headers["x-vsr-session"] == "kept"
+    history += [{"role": "assistant", "content": "fixed"}, ask("what is the tax on stock dividends?")]
+    new = route(pipe, history)
+    assert new.decision == "finance" and new.selected_model == "finance"
+    assert new.session is not None and (new.session.action, new.session.reason) == (
+        "switched",
+        "gain_beats_price",
+    )
+    assert new.session.previous_model == "code" and new.session.turns == 2
+    assert new.response_headers["x-vsr-session-reason"] == "gain_beats_price"
+
+
+def test_a_pending_tool_call_is_a_hard_lock_even_when_the_turn_wants_another_model():
+    store = MemorySessionStore()
+    asyncio.run(store.put("s1", SessionState(model="general", turns=3), 60))
+    pipe = pipeline(store)
+    plan = route(pipe, [ask("fix the bug"), CALL, {"role": "tool", "tool_call_id": "c1", "content": "ok"}])
+    assert plan.decision == "code" and plan.selected_model == "general"
+    assert plan.session is not None and (plan.session.action, plan.session.reason) == (
+        "kept",
+        "tool_call_pending",
+    )
+    assert [t.model for t in plan.candidates] == ["general"]
+    assert plan.response_headers["x-vsr-selected-model"] == "general"
+
+
+def test_a_switch_whose_price_beats_its_gain_keeps_the_model():
+    store = MemorySessionStore()
+    asyncio.run(store.put("s1", SessionState(model="general", turns=1), 60))
+    # 3.45 USD per 1M tokens of checkout: a long prompt costs more than a 0.0001 USD gain
+    pipe = pipeline(store, document(switch_value=0.0001))
+    plan = route(pipe, [ask("x " * 2000), {"role": "assistant", "content": "ok"}, ask("fix the bug")])
+    assert plan.decision == "code" and plan.selected_model == "general"
+    assert plan.session is not None and plan.session.reason == "price_beats_gain"
+    assert plan.session.price is not None and plan.session.gain is not None
+    assert plan.session.price > plan.session.gain > 0
+
+
+class DownStore:
+    shared = True
+
+    async def get(self, key: str) -> SessionState | None:
+        raise StoreUnavailable("management store: session read failed: refused")
+
+    async def put(self, key: str, state: SessionState, ttl_seconds: int) -> None:
+        raise StoreUnavailable("management store: session write failed: refused")
+
+
+class SlowStore(DownStore):
+    async def get(self, key: str) -> SessionState | None:
+        await asyncio.Event().wait()  # never answers: the timeout decides
+        return None
+
+
+def test_a_store_that_is_down_or_slow_routes_per_turn():
+    for store in (DownStore(), SlowStore()):
+        doc = document()
+        doc["global"]["router"]["session_affinity"]["timeout_ms"] = 20
+        plan = route(pipeline(store, doc), [ask("fix the bug")])
+        assert plan.selected_model == "code"
+        assert plan.session is not None and (plan.session.action, plan.session.reason) == (
+            "per_turn",
+            "store_unavailable",
+        )
+        assert plan.response_headers["x-vsr-session"] == "per_turn"
+
+
+def test_off_by_default_and_the_preview_reads_without_writing():
+    doc = document()
+    del doc["global"]
+    assert route(pipeline(doc=doc), [ask("fix the bug")]).session is None
+    store = MemorySessionStore()
+    pipe = pipeline(store)
+    body = {"model": "MoM", "messages": [ask("fix the bug")]}
+    preview = asyncio.run(pipe.preview(body, {"x-session-id": "p1"}))
+    assert preview["session"]["action"] == "started" and preview["session"]["key"] == "p1"
+    assert asyncio.run(store.get("p1")) is None
+
+
+def test_the_memory_store_expires_and_forgets_the_least_recent():
+    store = MemorySessionStore(capacity=2)
+    for key in ("a", "b", "c"):
+        asyncio.run(store.put(key, SessionState(model=key), 60))
+    assert asyncio.run(store.get("a")) is None and asyncio.run(store.get("c")) is not None
+    asyncio.run(store.put("d", SessionState(model="d"), -1))
+    assert asyncio.run(store.get("d")) is None
+
+
+def test_the_replay_record_says_kept_or_switched_and_names_the_session():
+    from app.pipeline.plan import Accounting, CompletionReport, ReplayCapture
+    from app.pipeline.replay import replay_record
+
+    pipe = pipeline()
+    route(pipe, [ask("fix the bug")], session=None)
+    plan = route(
+        pipe, [ask("fix the bug"), CALL, {"role": "tool", "tool_call_id": "c1", "content": "tax"}], None
+    )
+    plan.replay = ReplayCapture(replay_id="replay-1")
+    record = replay_record(plan, CompletionReport(status=200), Accounting())
+    assert record["session"]["action"] == "kept" and record["session"]["source"] == "fingerprint"
+    assert record["session_id"] == record["session"]["key"]
+    assert record["signal_reads"]["keyword:code"]["read"] == ["ask"]
