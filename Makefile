@@ -13,7 +13,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test test-cluster test-vllm vllm-venv unit unit-fast integration bench soak lint venv llm-start llm-stop clean
+.PHONY: run test test-cluster test-vllm vllm-venv unit unit-fast integration bench routing-quality soak lint venv llm-start llm-stop clean
 
 $(STAMP): pyproject.toml
 	@echo "==> .venv: installing svc-sr and its pinned dependencies (first time: about 3 minutes; later skipped)"
@@ -90,6 +90,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_all_signals.py
 	$(PY) bench/bench_vs_litellm.py --json .cache/bench/vs-litellm.json
 	$(PY) bench/bench_decisions.py
+	$(PY) bench/bench_selection.py
 	$(PY) bench/bench_tool_selection.py
 	$(PY) bench/bench_context_compression.py
 	$(PY) bench/bench_answer_checks.py
@@ -97,6 +98,12 @@ bench: $(STAMP)
 	$(PY) bench/bench_sessions.py
 	$(PY) -m app.local_llm install
 	$(PY) bench/bench_demo_llm.py
+
+# The cross-validated routing-quality tables and plot of docs/routing-quality.md (about 40 minutes
+# on 2 cores), then the mf predictor's held-out calibration in its model card.
+routing-quality: $(STAMP)
+	OPENBLAS_NUM_THREADS=1 $(PY) scripts/evaluate_routing.py --docs docs/routing-quality.md --plot docs/routing-quality.png
+	OPENBLAS_NUM_THREADS=1 $(PY) scripts/evaluate_predictor.py --docs docs/model-cards/model-selection.md
 
 # A 10-minute soak (not part of `make test`): steady load on a real local stack (fake upstreams on
 # 127.0.0.1), the resident memory of every process and every failed request (docs/performance.md).

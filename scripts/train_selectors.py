@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Train svc-sr's learned model selectors (`algorithm.type: knn | mlp`) on recorded answers.
+"""Train svc-sr's learned model selectors (`algorithm.type: knn | mlp | mf`) on recorded answers.
 
 Data: a dataset directory in the ../shared/data/mmlu-pro format (questions.jsonl and
 model_results.csv: what each model answered and whether it was right). Each question's text
@@ -10,13 +10,17 @@ selectors learn, from the vector, each model's chance to answer right.
   search at run time), with every question's per-model outcomes.
 - mlp: one hidden layer of 128 ReLU units, one sigmoid output per model (scikit-learn's
   MLPClassifier on the multi-label outcomes), exported to numpy arrays.
+- mf: matrix factorisation over a learned question embedding and per-model embeddings, with a
+  neighbour vote, calibrated, with per-model completion-token heads and a reference set for
+  `budget_per_1k` (app/pipeline/learning/quality_fit.py `fit_mf`; numpy, about 30 s).
 - elo: starting Elo ratings per model, overall and per category (`algorithm.elo.
   initial_ratings_path`): each recorded answer is a game against the anchor, and a rating is
   where the online update settles on those games (app/models/elo.py). No vectors needed.
 
 Run:  .venv/bin/python scripts/train_selectors.py          (writes app/models/artifacts/selection/)
-      .venv/bin/python scripts/train_selectors.py --dataset DIR --out DIR [--kinds elo]
-scripts/evaluate_routing.py calls `train()` per cross-validation fold.
+      .venv/bin/python scripts/train_selectors.py --dataset DIR --out DIR [--kinds mf elo]
+`svc-sr benchmark run --cross-validate` trains the mf/knn artifacts of each fold itself
+(app/benchmark/crossval.py), with the same functions.
 """
 
 from __future__ import annotations
@@ -35,40 +39,28 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # scripts/ is not a package; make `app` importable
     sys.path.insert(0, str(ROOT))
 
+from app.benchmark.crossval import KNN_PRIOR_WEIGHT, recorded  # noqa: E402
 from app.benchmark.dataset import Dataset, question_text  # noqa: E402
 from app.benchmark.local_services import VectorTable, shared_vector_table  # noqa: E402
 from app.models.elo import ELO_FILE, initial_ratings_from, save_initial_ratings  # noqa: E402
+from app.models.quality_mf import MF_FILE  # noqa: E402
 from app.models.selection import (  # noqa: E402
     ARTIFACT_DIR,
     KNN_FILE,
     MLP_FILE,
-    KnnQuality,
     MlpQuality,
     save_knn,
+    save_mf,
     save_mlp,
 )
+from app.pipeline.learning.quality_fit import fit_knn, fit_mf  # noqa: E402
 
 SHARED_DATASET = ROOT.parent / "shared" / "data" / "mmlu-pro"
 CACHE_DIR = Path.home() / ".cache" / "svc-sr" / "selection"
-PCA_DIMS = 64
 KNN_K = 40
 MLP_HIDDEN = 128
 SEED = 0
-KINDS = ("knn", "mlp", "elo")
-
-
-def outcome_matrix(dataset: Dataset, ids: list[int]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
-    """Models, (n, m) right-or-wrong and (n, m) completion tokens of the questions `ids`."""
-    models = tuple(dataset.models)
-    correct = np.zeros((len(ids), len(models)), dtype=bool)
-    completion = np.zeros((len(ids), len(models)), dtype=np.float64)
-    for row, qid in enumerate(ids):
-        for col, model in enumerate(models):
-            answer = dataset.answer(qid, model)
-            if answer is not None:
-                correct[row, col] = answer.correct
-                completion[row, col] = answer.completion_tokens
-    return models, correct, completion
+KINDS = ("knn", "mlp", "mf", "elo")
 
 
 def embed_questions(dataset: Dataset) -> dict[int, np.ndarray]:
@@ -93,26 +85,6 @@ def embed_questions(dataset: Dataset) -> dict[int, np.ndarray]:
 async def _embed(table: VectorTable, texts: list[str]) -> np.ndarray:
     await table.fill(texts)
     return await table.embed(texts)
-
-
-def fit_knn(
-    vectors: np.ndarray, correct: np.ndarray, completion: np.ndarray, models: tuple[str, ...]
-) -> KnnQuality:
-    mean = vectors.mean(axis=0)
-    _, _, right = np.linalg.svd(vectors - mean, full_matrices=False)
-    projection = right[:PCA_DIMS].T.astype(np.float32)
-    z = (vectors - mean) @ projection
-    z /= np.linalg.norm(z, axis=1, keepdims=True)
-    return KnnQuality(
-        models=models,
-        mean_completion_tokens=completion.mean(axis=0),
-        mean=mean.astype(np.float32),
-        projection=projection,
-        points=np.round(z * 127).astype(np.int8),
-        outcomes=correct,
-        prior=correct.mean(axis=0),
-        k=KNN_K,
-    )
 
 
 def fit_mlp(
@@ -141,8 +113,12 @@ def train(
     vectors: dict[int, np.ndarray] | None = None,
     kinds: tuple[str, ...] = KINDS,
 ) -> dict[str, object]:
-    """The `kinds` artifacts (knn, mlp, elo) trained on the questions `ids`, written to `out`."""
-    models, correct, completion = outcome_matrix(dataset, ids)
+    """The `kinds` artifacts (knn, mlp, mf, elo) trained on the questions `ids`, written to `out`."""
+    models = tuple(dataset.models)
+    needs_vectors = bool({"knn", "mlp", "mf"} & set(kinds))
+    table = (vectors if vectors is not None else embed_questions(dataset)) if needs_vectors else {}
+    data = recorded(dataset, ids, table)
+    correct, completion = data.correct, data.completion
     meta: dict[str, object] = {
         "dataset_fingerprint": dataset.fingerprint,
         "trained_questions": len(ids),
@@ -157,14 +133,14 @@ def train(
             meta=meta,
         )
         save_initial_ratings(out / ELO_FILE, ratings)
-    if "knn" in kinds or "mlp" in kinds:
-        table = vectors if vectors is not None else embed_questions(dataset)
-        x = np.stack([table[qid] for qid in ids])
+    if needs_vectors:
         meta = {**meta, "encoder": "MiniLM-L6 int8 (app/runtime/encoder.py)"}
         if "knn" in kinds:
-            save_knn(out / KNN_FILE, fit_knn(x, correct, completion, models), meta)
+            save_knn(out / KNN_FILE, fit_knn(data, models, KNN_K, prior_weight=KNN_PRIOR_WEIGHT), meta)
         if "mlp" in kinds:
-            save_mlp(out / MLP_FILE, fit_mlp(x, correct, completion, models), meta)
+            save_mlp(out / MLP_FILE, fit_mlp(data.vectors, correct, completion, models), meta)
+        if "mf" in kinds:
+            save_mf(out / MF_FILE, fit_mf(data, models), meta)
     return meta
 
 

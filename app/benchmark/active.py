@@ -58,6 +58,8 @@ class ActiveState(BaseModel):
     batch_size: int
     seed: int
     experiment: str | None = None
+    cross_validate: str | None = None  # `run --cross-validate` (app/benchmark/sweep.py)
+    sweep: str | None = None  # `run --sweep`: routed again when the run is recovered
     host: str
     pid: int
     status: Status = "running"

@@ -1,5 +1,7 @@
 """The accuracy-vs-cost plot of `svc-sr benchmark report --plot FILE.png`: every single model as
-a labelled point, the per-category best, the oracle and the run(s) highlighted.
+a labelled point, the random mixes of every pair (faint lines), their hull (the best fixed mix
+at each cost), the per-category best, the oracle, the run(s) highlighted and the router's
+curve over its knob.
 
 Cost is per 1,000 queries, so runs over different question sets share an axis. matplotlib is
 imported inside the function: the CLI must start fast, and most commands never plot.
@@ -10,13 +12,17 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from app.benchmark.baselines import Baselines, Point
+from app.benchmark.frontier import Frontier
 
 RUN_COLORS = ["tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:pink"]
 
 
-def render_accuracy_vs_cost(baselines: Baselines, runs: Sequence[Point]) -> bytes:
+def render_accuracy_vs_cost(
+    baselines: Baselines, runs: Sequence[Point], frontier: Frontier | None = None
+) -> bytes:
     """The plot as PNG bytes (the caller writes them, atomically).
 
     The cost axis is logarithmic (ten models span two orders of magnitude) unless a point costs
@@ -27,6 +33,10 @@ def render_accuracy_vs_cost(baselines: Baselines, runs: Sequence[Point]) -> byte
 
     figure = Figure(figsize=(9, 6), dpi=100)
     axes = figure.subplots()
+    curve: list[Point] = []
+    if frontier is not None:
+        _draw_frontier(axes, frontier)
+        curve = [c.point for c in frontier.curve]
     for model in baselines.models:
         axes.scatter(model.cost_per_1k, model.accuracy, color="tab:gray", s=30, zorder=2)
         axes.annotate(
@@ -60,7 +70,7 @@ def render_accuracy_vs_cost(baselines: Baselines, runs: Sequence[Point]) -> byte
             label=f"run {run.name} ({run.accuracy:.3f})",
             zorder=4,
         )
-    points = [*baselines.models, baselines.category_best, baselines.oracle, *runs]
+    points = [*baselines.models, baselines.category_best, baselines.oracle, *runs, *curve]
     logarithmic = min(point.cost_per_1k for point in points) > 0
     if logarithmic:
         axes.set_xscale("log")
@@ -77,6 +87,23 @@ def render_accuracy_vs_cost(baselines: Baselines, runs: Sequence[Point]) -> byte
     image = io.BytesIO()
     figure.savefig(image, format="png")
     return image.getvalue()
+
+
+def _draw_frontier(axes: Any, frontier: Frontier) -> None:
+    for pair in frontier.pairs:
+        xs, ys = (pair.cheap_cost_per_1k, pair.dear_cost_per_1k), (pair.cheap_accuracy, pair.dear_accuracy)
+        axes.plot(xs, ys, color="tab:gray", alpha=0.15, linewidth=0.8, zorder=1)
+    hull = frontier.hull
+    axes.plot(
+        [p.cost_per_1k for p in hull], [p.accuracy for p in hull], color="black", linestyle="--",
+        linewidth=1.2, label="best random mix of two models (hull)", zorder=2,
+    )  # fmt: skip
+    if len(frontier.curve) > 1:
+        axes.plot(
+            [c.point.cost_per_1k for c in frontier.curve], [c.point.accuracy for c in frontier.curve],
+            color="tab:red", marker="o", markersize=4, linewidth=1.5, zorder=4,
+            label="router over its knob" + (f" (APGR {frontier.apgr:.2f})" if frontier.apgr is not None else ""),
+        )  # fmt: skip
 
 
 def _sparse_dollars(value: float, _position: object) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.benchmark.frontier import CurvePoint
+
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -56,3 +58,8 @@ class RunRecord(_Record):
     decision_mix: dict[str, int] = Field(default_factory=dict)  # decision (or "(default)") -> questions
     model_mix: dict[str, int] = Field(default_factory=dict)  # model -> questions
     duration_s: float = 0.0
+    # `--cross-validate`: "5" (folds by question) or "category"; the results are each fold's,
+    # routed by predictors trained on the other folds (app/benchmark/crossval.py).
+    cross_validation: str | None = None
+    sweep: str | None = None  # `--sweep`: the knob and its values, as given
+    curve: list[CurvePoint] = Field(default_factory=list)  # the run at each knob value

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.benchmark.baselines import PER_THOUSAND, Baselines, Point, point
+from app.benchmark.frontier import CurvePoint, Frontier, compute_frontier
 from app.benchmark.records import QuestionResult, RunRecord, Summary
 
 DEFAULT_DECISION = "(default)"  # the default model answered: no decision matched
@@ -52,6 +53,9 @@ class Report(_Shape):
     algorithm_mix: dict[str, int]  # algorithm.type that chose -> questions, most first
     errors: dict[str, int]  # why questions were not scored -> questions
     baselines: Baselines | None = None  # on the run's questions; None without recorded answers
+    cross_validation: str | None = None  # the run's `--cross-validate` (None: not cross-validated)
+    # The run (or its curve over the knob) against fixed mixes of models: app/benchmark/frontier.py.
+    frontier: Frontier | None = None
 
 
 class CategoryDelta(_Shape):
@@ -148,9 +152,20 @@ def model_mix(results: Iterable[QuestionResult]) -> dict[str, int]:
 
 
 def build_report(
-    record: RunRecord, results: Sequence[QuestionResult], baselines: Baselines | None = None
+    record: RunRecord,
+    results: Sequence[QuestionResult],
+    baselines: Baselines | None = None,
+    weak: str | None = None,
+    strong: str | None = None,
 ) -> Report:
+    """The report; with baselines, the frontier of the run's curve (its one point when it was
+    not swept), the weak and strong models of APGR named or chosen (ValueError: an unknown one)."""
     summary = summarize(results)
+    frontier = None
+    if baselines is not None:
+        own = point(record.run_id, summary.questions, sum(r.correct for r in results), summary.cost)
+        curve = record.curve or [CurvePoint(knob="run", point=own)]
+        frontier = compute_frontier(baselines.models, curve, weak, strong)
     return Report(
         run_id=record.run_id,
         kind=record.kind,
@@ -170,6 +185,8 @@ def build_report(
         algorithm_mix=_mix(result.algorithm for result in results),
         errors=_mix(result.error for result in results if result.error is not None),
         baselines=baselines,
+        cross_validation=record.cross_validation,
+        frontier=frontier,
     )
 
 

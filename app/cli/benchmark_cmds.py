@@ -17,6 +17,7 @@ With `--json`, the last stdout line of run/replay is `{"accuracy": ..., "cost": 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any, NoReturn
@@ -192,10 +193,31 @@ run_options = option_group(
 @click.option(
     "--target", "target_name", default=None, help="A registered config target, instead of --config."
 )
-def benchmark_run(config_path: Path | None, target_name: str | None, options: RunOptions) -> None:
+@click.option(
+    "--cross-validate",
+    "cross_validate",
+    default=None,
+    metavar="K|category",
+    help="Train the config's learned predictors per fold (K folds by question, or one per category) "
+    "and route each fold by the predictors that never saw it.",
+)
+@click.option(
+    "--sweep",
+    default=None,
+    metavar="KNOB=V1,V2,...",
+    help="Route the questions again at each value of budget_per_1k or cost_quality_tradeoff "
+    "(every learned decision): the router's curve in the report.",
+)
+def benchmark_run(
+    config_path: Path | None,
+    target_name: str | None,
+    cross_validate: str | None,
+    sweep: str | None,
+    options: RunOptions,
+) -> None:
     """Route every question of a dataset through CONFIG's pipeline and score the answers."""
     config, label = config_file(config_path, target_name)
-    _start(config, label, "run", options)
+    _start(config, label, "run", dataclasses.replace(options, cross_validate=cross_validate, sweep=sweep))
 
 
 @benchmark.command("replay")

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.console import Console
@@ -22,12 +22,16 @@ from rich.table import Table
 
 from app.benchmark.active import ActiveRuns, ActiveState, RunCancelled, Status, new_state
 from app.benchmark.dataset import Dataset, DatasetError
+from app.benchmark.frontier import CurvePoint
 from app.benchmark.records import QuestionResult, RunRecord, Summary
 from app.benchmark.registry import Registry
 from app.benchmark.store import StoreError, new_run_id, utc_now
 from app.cli.benchmark_report_cmds import current_store
 from app.cli.remote import EXIT_FAILURE, EXIT_INVALID, fail
 from app.config.document import RouterConfig
+
+if TYPE_CHECKING:
+    from app.benchmark.sweep import PlannedRun
 
 console = Console(stderr=True, highlight=False)
 
@@ -43,6 +47,8 @@ class RunOptions:
     seed: int
     as_json: bool
     experiment: str | None
+    cross_validate: str | None = None  # `run` only (app/benchmark/sweep.py)
+    sweep: str | None = None
 
 
 def parse_ids(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
@@ -127,7 +133,10 @@ def execute(
         batch_size=options.batch_size,
         seed=options.seed,
         experiment=options.experiment,
+        cross_validate=options.cross_validate,
+        sweep=options.sweep,
     )
+    planned_run(config, dataset, state)  # bad input is said before the run starts
     active = ActiveRuns(current_store())
     try:
         active.start(state, config.to_document())
@@ -146,7 +155,6 @@ def route_and_store(
     """Route the planned questions not in `done`, checkpointing each batch; store the run."""
     from app.benchmark.local_services import RunFeeds
     from app.benchmark.report import decision_mix, model_mix, summarize
-    from app.benchmark.runner import run_benchmark
     from app.config.loader import config_hash
 
     active = ActiveRuns(current_store())
@@ -160,19 +168,18 @@ def route_and_store(
         active.write_state(state)
         fail(message, code)
 
+    feeds = RunFeeds(on_batch=lambda batch: active.checkpoint(state.run_id, batch))
+    planned = planned_run(config, dataset, state)
+
+    async def routed(
+        progress: Callable[[str, int, int], None],
+    ) -> tuple[list[QuestionResult], list[CurvePoint]]:
+        rows = await planned.route(remaining, progress, feeds)
+        return rows, await planned.curve(progress)
+
     try:
         with _progress() as report:
-            results, _ = asyncio.run(
-                run_benchmark(
-                    config,
-                    dataset,
-                    remaining,
-                    batch_size=state.batch_size,
-                    progress=report,
-                    seed=state.seed,
-                    feeds=RunFeeds(on_batch=lambda batch: active.checkpoint(state.run_id, batch)),
-                )
-            )
+            results, curve = asyncio.run(routed(report))
     except (RunCancelled, KeyboardInterrupt):
         kept = len(active.results(state.run_id))
         stop(
@@ -187,6 +194,8 @@ def route_and_store(
     except Exception as exc:
         state.error = f"{type(exc).__name__}: {exc}"
         stop("failed", f"run {state.run_id} failed: {state.error}", EXIT_FAILURE)
+    finally:
+        planned.close()
     by_id = {r.question_id: r for r in [*done, *results]}
     ordered = [by_id[i] for i in state.planned if i in by_id]
     record = RunRecord(
@@ -202,6 +211,9 @@ def route_and_store(
         decision_mix=decision_mix(ordered),
         model_mix=model_mix(ordered),
         duration_s=round(state.duration_s + time.perf_counter() - started, 3),
+        cross_validation=state.cross_validate,
+        sweep=state.sweep,
+        curve=curve,
     )
     store = current_store()
     try:
@@ -218,6 +230,19 @@ def route_and_store(
     if as_json:
         click.echo(json.dumps(json_line(record.summary)))
     return record
+
+
+def planned_run(config: RouterConfig, dataset: Dataset, state: ActiveState) -> PlannedRun:
+    """How the run routes (cross-validated, swept); bad input (a knob no decision takes, a
+    predictor cross-validation cannot train) is one message and exit 2."""
+    from app.benchmark.crossval import CrossValidationError
+    from app.benchmark.sweep import PlannedRun, RunPlan
+
+    plan = RunPlan(dataset, state.planned, state.cross_validate, state.sweep, state.batch_size, state.seed)
+    try:
+        return PlannedRun(config, plan)
+    except CrossValidationError as exc:
+        invalid(exc)
 
 
 def json_line(summary: Summary) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from app.benchmark.baselines import Baselines, compute_baselines
 from app.benchmark.export import export_csv, export_json
+from app.benchmark.frontier import Frontier
 from app.benchmark.records import QuestionResult, RunRecord
 from app.benchmark.registry import MARKER
 from app.benchmark.report import (
@@ -122,6 +123,42 @@ def _print_report(report: Report) -> None:
             stdout.print(f"{title}: " + ", ".join(f"{name} {count}" for name, count in mix.items()))
     if report.baselines is not None:
         _print_baselines(report.baselines, report)
+    if report.frontier is not None:
+        _print_frontier(report.frontier, report.cross_validation)
+
+
+def _print_frontier(frontier: Frontier, cross_validation: str | None) -> None:
+    hull = " -> ".join(f"{p.name} ({p.accuracy:.3f}, {_money(p.cost_per_1k)})" for p in frontier.hull)
+    stdout.print(f"hull of fixed mixes (per 1,000 queries): {hull}")
+    if len(frontier.curve) > 1 or frontier.curve[0].knob != "run":
+        curve = Table("knob", "accuracy", "cost", "per 1,000 queries", title="the router's curve")
+        for c in frontier.curve:
+            curve.add_row(
+                c.knob, f"{c.point.accuracy:.4f}", _money(c.point.cost), _money(c.point.cost_per_1k)
+            )
+        stdout.print(curve)
+    how = {None: "not cross-validated", "category": "cross-validated by held-out category"}
+    stdout.print(
+        f"APGR {'-' if frontier.apgr is None else f'{frontier.apgr:.3f}'} "
+        f"(weak {frontier.weak}, strong {frontier.strong}; {how.get(cross_validation, f'{cross_validation}-fold cross-validated')})"
+    )
+    table = Table(
+        "budget per 1,000",
+        "of strong's cost",
+        "router",
+        "best mix of two",
+        "margin",
+        title="at fixed budgets",
+    )
+    for m in frontier.margins:
+        table.add_row(
+            _money(m.cost_per_1k),
+            f"{m.share_of_strong:.0%}",
+            f"{m.router:.4f}",
+            f"{m.hull:.4f}",
+            f"{m.margin * 100:+.1f} pts",
+        )
+    stdout.print(table)
 
 
 def _print_baselines(baselines: Baselines, report: Report) -> None:
@@ -157,16 +194,22 @@ def _write(path: Path, data: bytes) -> None:
 @click.option(
     "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write the accuracy-vs-cost plot (PNG)."
 )
-def report_command(run: str, as_json: bool, plot: Path | None) -> None:
-    """Accuracy, cost, per-category table, decision mix and baselines of RUN."""
+@click.option("--weak", default=None, help="APGR's weak model (default: the hull vertex before the strong).")
+@click.option("--strong", default=None, help="APGR's strong model (default: the most accurate).")
+def report_command(run: str, as_json: bool, plot: Path | None, weak: str | None, strong: str | None) -> None:
+    """Accuracy, cost, per-category table, decision mix, baselines and, against fixed mixes of
+    models, the hull, APGR and the margin at fixed budgets of RUN (its curve when swept)."""
     record, results = _load(run)
-    report = build_report(record, results, _baselines(record, results))
+    try:
+        report = build_report(record, results, _baselines(record, results), weak, strong)
+    except ValueError as exc:
+        fail(str(exc), EXIT_INVALID)
     if plot is not None:
         if report.baselines is None:
             fail("--plot needs the run's dataset and config (see the note above)", EXIT_INVALID)
         from app.benchmark.plot import render_accuracy_vs_cost
 
-        _write(plot, render_accuracy_vs_cost(report.baselines, [run_point(report)]))
+        _write(plot, render_accuracy_vs_cost(report.baselines, [run_point(report)], report.frontier))
     if as_json:
         echo_json(report.model_dump(mode="json"))
     else:

@@ -7,6 +7,10 @@ block with one family per type, `automix`, `elo`); what svc-sr adds is marked.
 - `knn` / `mlp`: a learned predictor of each model's chance to answer the request right
   (app/models/selection.py) against its expected cost, `cost_quality_tradeoff` weighing the
   two (svc-sr's addition: the reference's learned types ignore cost).
+- `mf` (svc-sr): matrix factorisation of recorded outcomes over the request's vector, with a
+  neighbour vote, calibrated, predicting each model's completion tokens too
+  (app/models/quality_mf.py); `budget_per_1k` sets what 1,000 requests may cost on average,
+  else `cost_quality_tradeoff` as for knn/mlp.
 - `automix`: the cheapest model expected to pass verification (`verification_threshold`),
   else the best quality-minus-cost value; quality from the learned predictor when `ml` is
   set, else the model cards' `quality_score`.
@@ -23,8 +27,8 @@ from pydantic import Field, model_validator
 
 from app.config.model_base import Open, Strict
 
-AlgorithmType = Literal["static", "weighted", "knn", "mlp", "automix", "elo"]
-LEARNED_TYPES = frozenset({"knn", "mlp"})
+AlgorithmType = Literal["static", "weighted", "knn", "mlp", "mf", "automix", "elo"]
+LEARNED_TYPES = frozenset({"knn", "mlp", "mf"})
 
 
 class KnnSettings(Open):
@@ -37,14 +41,21 @@ class MlpSettings(Open):
     pretrained_path: str | None = None
 
 
+class MfSettings(Open):
+    """svc-sr's `mf` family (app/models/quality_mf.py)."""
+
+    pretrained_path: str | None = None  # unset: the artifact svc-sr ships
+
+
 class MLSelection(Open):
     """The reference's `algorithm.ml`: the learned family named by `type`, one of them."""
 
-    models_path: str | None = None  # a directory holding knn_model.npz / mlp_model.npz
+    models_path: str | None = None  # a directory holding knn_model.npz / mlp_model.npz / mf_model.npz
     model_type: str | None = None  # accepted: svc-sr's selectors run on its MiniLM vectors
     embedding_dim: int | None = Field(default=None, ge=1)
     knn: KnnSettings | None = None
     mlp: MlpSettings | None = None
+    mf: MfSettings | None = None
 
 
 class AutomixSettings(Open):
@@ -82,16 +93,22 @@ class Algorithm(Open):
     ml: MLSelection | None = None
     automix: AutomixSettings | None = None
     elo: EloSettings | None = None
-    # svc-sr: knn/mlp/elo's weight of expected cost against quality (0: quality only).
+    # svc-sr: knn/mlp/mf/elo's weight of expected cost against quality (0: quality only).
     cost_quality_tradeoff: float = Field(default=0.0, ge=0, le=1)
+    # svc-sr, `mf` only: what 1,000 requests may cost on average, in the pricing's currency.
+    # The price of quality that spends it on the predictor's reference questions is found when
+    # the config compiles (app/pipeline/selectors.py); it replaces cost_quality_tradeoff.
+    budget_per_1k: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     on_error: Literal["skip", "fail", "fallback"] = "skip"  # a predictor that fails: static order
 
     @model_validator(mode="after")
     def _family_matches_type(self) -> Algorithm:
         if self.ml is not None:
-            named = [family for family in ("knn", "mlp") if getattr(self.ml, family) is not None]
+            named = [family for family in ("knn", "mlp", "mf") if getattr(self.ml, family) is not None]
             if len(named) > 1:
                 raise ValueError(f"algorithm.ml names {named}; it takes the one family `type` names")
             if named and self.type in LEARNED_TYPES and named[0] != self.type:
                 raise ValueError(f"algorithm.type is {self.type!r} but algorithm.ml configures {named[0]!r}")
+        if self.budget_per_1k is not None and self.type != "mf":
+            raise ValueError(f"algorithm.budget_per_1k needs algorithm.type 'mf' (not {self.type!r})")
         return self

@@ -1,6 +1,6 @@
 """Learned quality predictors for model selection: how likely each model answers a request
-right, from the request's MiniLM vector. The decisions' `algorithm` types `knn` and `mlp`
-(app/pipeline/selectors.py) trade this against each model's expected cost.
+right, from the request's MiniLM vector. The decisions' `algorithm` types `knn`, `mlp` and
+`mf` (app/pipeline/selectors.py) trade this against each model's expected cost.
 
 - `KnnQuality`: the k nearest training questions (cosine, in a 64-d PCA space of the
   MiniLM vector, stored int8) vote with their recorded per-model outcomes, weighted by
@@ -9,7 +9,11 @@ right, from the request's MiniLM vector. The decisions' `algorithm` types `knn` 
 - `MlpQuality`: one hidden ReLU layer, one sigmoid output per model (multi-label: each
   output is that model's probability of being right).
 
-Both also carry each model's mean completion tokens, the expected-cost input. Artifacts are
+- `FactorQuality` (`mf`, app/models/quality_mf.py): matrix factorisation over a learned
+  question embedding and per-model embeddings, blended with a `KnnQuality` vote, calibrated;
+  it also predicts each model's completion tokens for this request.
+
+knn and mlp carry each model's mean completion tokens, the expected-cost input. Artifacts are
 .npz files written by `save_*` (scripts/train_selectors.py trains them on recorded answers);
 run time needs numpy only.
 """
@@ -23,6 +27,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+from app.models.quality_mf import MF_FILE, FactorQuality, mf_arrays, mf_from_arrays
 
 ARTIFACT_DIR = Path(__file__).parent / "artifacts" / "selection"
 KNN_FILE = "knn_model.npz"
@@ -44,6 +50,10 @@ class QualityModel(Protocol):
 
     def predict(self, vector: np.ndarray) -> np.ndarray:
         """(n_models,) probabilities that each model answers right."""
+        ...
+
+    def estimate(self, vector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(n_models,) probabilities and (n_models,) expected completion tokens."""
         ...
 
 
@@ -79,6 +89,9 @@ class KnnQuality:
     def predict(self, vector: np.ndarray) -> np.ndarray:
         return self.predict_many(vector)[0]
 
+    def estimate(self, vector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.predict(vector), self.mean_completion_tokens
+
     def predict_many(self, vectors: np.ndarray) -> np.ndarray:
         z = self.project(vectors)
         similarity = z @ self.unit_points.T  # (q, n)
@@ -102,6 +115,9 @@ class MlpQuality:
     def predict(self, vector: np.ndarray) -> np.ndarray:
         return self.predict_many(vector)[0]
 
+    def estimate(self, vector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.predict(vector), self.mean_completion_tokens
+
     def predict_many(self, vectors: np.ndarray) -> np.ndarray:
         hidden = np.maximum(
             np.atleast_2d(vectors).astype(np.float32) @ self.hidden_weights + self.hidden_bias, 0
@@ -111,12 +127,37 @@ class MlpQuality:
         return probabilities
 
 
-def save_knn(path: Path, model: KnnQuality, meta: dict[str, object] | None = None) -> None:
-    _save(path, "knn", model.models, model.mean_completion_tokens, meta, {
+def knn_arrays(model: KnnQuality) -> dict[str, Any]:
+    return {
         "mean": model.mean, "projection": model.projection, "points": model.points,
         "outcomes": np.packbits(model.outcomes.astype(bool), axis=1), "prior": model.prior,
         "settings": np.array([model.k, model.prior_weight, model.sharpness], dtype=np.float64),
-    })  # fmt: skip
+    }  # fmt: skip
+
+
+def knn_from_arrays(
+    models: tuple[str, ...], completion: np.ndarray, arrays: dict[str, np.ndarray]
+) -> KnnQuality:
+    k, prior_weight, sharpness = (float(v) for v in arrays["settings"])
+    outcomes = np.unpackbits(arrays["outcomes"], axis=1, count=len(models)).astype(bool)
+    return KnnQuality(
+        models, completion, arrays["mean"], arrays["projection"], arrays["points"], outcomes,
+        arrays["prior"], int(k), prior_weight, sharpness,
+    )  # fmt: skip
+
+
+def save_knn(path: Path, model: KnnQuality, meta: dict[str, object] | None = None) -> None:
+    _save(path, "knn", model.models, model.mean_completion_tokens, meta, knn_arrays(model))
+
+
+def save_mf(path: Path, model: FactorQuality, meta: dict[str, object] | None = None) -> None:
+    """The MF predictor; its neighbour vote (a KnnQuality over its first models) rides along,
+    its arrays prefixed `knn_`."""
+    arrays = mf_arrays(model)
+    if isinstance(model.neighbours, KnnQuality):
+        arrays |= {f"knn_{name}": value for name, value in knn_arrays(model.neighbours).items()}
+        meta = {**(meta or {}), "neighbour_models": list(model.neighbours.models)}
+    _save(path, "mf", model.models, model.mean_completion_tokens, meta, arrays)
 
 
 def save_mlp(path: Path, model: MlpQuality, meta: dict[str, object] | None = None) -> None:
@@ -168,19 +209,35 @@ def _load(path: str, kind: str, stamp: int) -> QualityModel:
         raise SelectionArtifactError(f"{path} holds a {header.get('kind')!r} model, not {kind!r}")
     models = tuple(str(m) for m in header["models"])
     completion = arrays["mean_completion_tokens"].astype(np.float64)
-    if kind == "knn":
-        k, prior_weight, sharpness = (float(v) for v in arrays["settings"])
-        outcomes = np.unpackbits(arrays["outcomes"], axis=1, count=len(models)).astype(bool)
-        return KnnQuality(
-            models, completion, arrays["mean"], arrays["projection"], arrays["points"], outcomes,
-            arrays["prior"], int(k), prior_weight, sharpness,
-        )  # fmt: skip
+    try:
+        if kind == "knn":
+            return knn_from_arrays(models, completion, arrays)
+        if kind == "mf":
+            return _mf(header, models, completion, arrays)
+    except (KeyError, ValueError) as exc:
+        raise SelectionArtifactError(f"{path} is not a usable {kind} artifact: {exc}") from exc
     return MlpQuality(
         models, completion, arrays["hidden_weights"], arrays["hidden_bias"],
         arrays["output_weights"], arrays["output_bias"],
     )  # fmt: skip
 
 
+def _mf(
+    header: dict[str, Any], models: tuple[str, ...], completion: np.ndarray, arrays: dict[str, np.ndarray]
+) -> FactorQuality:
+    neighbours = None
+    if "neighbour_models" in header:
+        voters = tuple(str(m) for m in header["neighbour_models"])
+        knn = {name[4:]: value for name, value in arrays.items() if name.startswith("knn_")}
+        neighbours = knn_from_arrays(voters, completion[: len(voters)], knn)
+    own = {name: value for name, value in arrays.items() if not name.startswith("knn_")}
+    own.pop("mean_completion_tokens", None)
+    return mf_from_arrays(models, completion, own, neighbours)
+
+
+ARTIFACT_FILES = {"knn": KNN_FILE, "mlp": MLP_FILE, "mf": MF_FILE}
+
+
 def packaged_artifact(kind: str) -> Path:
     """The artifact svc-sr ships for `kind` (trained on MMLU-Pro's recorded answers)."""
-    return ARTIFACT_DIR / (KNN_FILE if kind == "knn" else MLP_FILE)
+    return ARTIFACT_DIR / ARTIFACT_FILES[kind]

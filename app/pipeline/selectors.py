@@ -1,14 +1,19 @@
-"""Learned and cost-aware model selection: a decision's `algorithm` types `knn`, `mlp` and
-`automix` (app/config/selection.py) ordering its modelRefs for one request.
+"""Learned and cost-aware model selection: a decision's `algorithm` types `knn`, `mlp`, `mf`
+and `automix` (app/config/selection.py) ordering its modelRefs for one request.
 
 Each candidate gets a predicted quality (its chance to answer right: the learned predictor
 of app/models/selection.py over the request's MiniLM vector, or the model cards'
-`quality_score`) and an expected cost (this request's prompt tokens and the model's mean
-completion tokens at the config's pricing). Costs are compared as a share of the dearest
-candidate's, so `cost_quality_tradeoff` means the same whatever the price level:
+`quality_score`) and an expected cost (this request's prompt tokens and the model's expected
+completion tokens at the config's pricing: `mf` predicts them for the request, the others
+use the model's mean). Costs are compared as a share of the dearest candidate's, so
+`cost_quality_tradeoff` means the same whatever the price level:
 `value = (1 - t) * quality - t * cost / dearest_cost`.
 
-- knn / mlp: candidates by value, best first.
+- knn / mlp / mf: candidates by value, best first.
+- mf with `budget_per_1k`: `value = quality - price * cost`, the price of quality (accuracy
+  per unit of money) found when the config compiles so that the decision's choices on the
+  predictor's reference questions cost `budget_per_1k / 1000` a request on average
+  (`budget_price`): the knob is money, for this decision's candidates at its pricing.
 - automix: the cheapest candidate whose quality reaches `verification_threshold` (the one
   that would pass verification, so no escalation is needed), then up to `max_escalations`
   dearer ones of higher quality, then the rest by value; with no candidate reaching the
@@ -34,11 +39,12 @@ from app.config.pricing import Pricing
 from app.config.providers import ProviderModel
 from app.config.routing import Decision, ModelRef
 from app.config.selection import LEARNED_TYPES, Algorithm, AutomixSettings
+from app.models.quality_mf import FactorQuality
 from app.models.selection import (
-    KNN_FILE,
-    MLP_FILE,
+    ARTIFACT_FILES,
     KnnQuality,
     QualityModel,
+    SelectionArtifactError,
     load_quality_model,
     packaged_artifact,
 )
@@ -64,12 +70,14 @@ class RefInputs:
     completion_tokens: float
     pricing: Pricing | None
 
-    def expected_cost(self, prompt_tokens: int) -> float:
-        """This request's prompt and the model's mean completion at the model's pricing."""
+    def expected_cost(self, prompt_tokens: float, completion_tokens: float | None = None) -> float:
+        """This request's prompt and the model's expected completion (given, else its mean) at
+        the model's pricing."""
         if self.pricing is None:
             return 0.0
+        tokens = self.completion_tokens if completion_tokens is None else completion_tokens
         prompt, completion = self.pricing.prompt_per_1m, self.pricing.completion_per_1m
-        return (prompt_tokens * prompt + self.completion_tokens * completion) / 1e6
+        return (prompt_tokens * prompt + tokens * completion) / 1e6
 
 
 class Selector(Protocol):
@@ -107,7 +115,7 @@ def ref_inputs(
 
 
 class LearnedSelector:
-    """One decision's compiled `algorithm` (knn, mlp or automix) over its modelRefs."""
+    """One decision's compiled `algorithm` (knn, mlp, mf or automix) over its modelRefs."""
 
     def __init__(self, decision: Decision, models: ModelIndex, predictor: QualityModel | None,
                  card_quality: dict[str, float]) -> None:  # fmt: skip
@@ -118,24 +126,40 @@ class LearnedSelector:
         known = predictor.models if predictor is not None else ()
         completion = predictor.mean_completion_tokens if predictor is not None else None
         self._inputs = ref_inputs(self.refs, models, known, completion, card_quality)
+        budget = self.algorithm.budget_per_1k
+        self.price = None if budget is None else budget_price(predictor, self._inputs, budget / 1000)
 
     async def order(self, vector: VectorFn, prompt_tokens: int) -> list[ModelRef]:
         """The decision's modelRefs, best first, for a request with this vector and prompt size."""
-        qualities = await self._qualities(vector)
+        qualities, tokens = await self._estimates(vector)
         candidates = [
-            ModelOption(ref, quality, inputs.expected_cost(prompt_tokens))
-            for ref, inputs, quality in zip(self.refs, self._inputs, qualities, strict=True)
+            ModelOption(ref, quality, inputs.expected_cost(prompt_tokens, completion))
+            for ref, inputs, quality, completion in zip(
+                self.refs, self._inputs, qualities, tokens, strict=True
+            )
         ]
         if self.kind == "automix":
             return [c.ref for c in automix_order(candidates, self.algorithm)]
+        if self.price is not None:
+            return [c.ref for c in by_price(candidates, self.price)]
         return [c.ref for c in by_value(candidates, self.algorithm.cost_quality_tradeoff)]
 
-    async def _qualities(self, vector: VectorFn) -> list[float]:
+    async def _estimates(self, vector: VectorFn) -> tuple[list[float], list[float | None]]:
+        """Each ref's predicted quality and expected completion tokens (None: the ref's mean)."""
         if self.predictor is None:  # automix without `ml`: the model cards
-            return [inputs.card_quality for inputs in self._inputs]
-        predicted = self.predictor.predict(await vector())
-        mean = float(np.mean(predicted))
-        return [mean if i.column is None else float(predicted[i.column]) for i in self._inputs]
+            return [inputs.card_quality for inputs in self._inputs], [None] * len(self._inputs)
+        predicted, tokens = self.predictor.estimate(await vector())
+        return columns(self._inputs, predicted, tokens)
+
+
+def columns(
+    inputs: Sequence[RefInputs], predicted: np.ndarray, tokens: np.ndarray
+) -> tuple[list[float], list[float | None]]:
+    """Each ref's column of a prediction; a model the predictor does not know gets the mean
+    quality and its own mean completion tokens."""
+    mean = float(np.mean(predicted))
+    qualities = [mean if i.column is None else float(predicted[i.column]) for i in inputs]
+    return qualities, [None if i.column is None else float(tokens[i.column]) for i in inputs]
 
 
 def recorded_name(model: ProviderModel, known: Sequence[str]) -> str | None:
@@ -159,9 +183,59 @@ def values(candidates: Sequence[ModelOption], tradeoff: float) -> list[float]:
 
 
 def by_value(candidates: Sequence[ModelOption], tradeoff: float) -> list[ModelOption]:
-    scored = values(candidates, tradeoff)
+    return _ranked(candidates, values(candidates, tradeoff))
+
+
+def by_price(candidates: Sequence[ModelOption], price: float) -> list[ModelOption]:
+    """By quality minus `price` times cost (price inf: the cheapest first, by quality on ties)."""
+    if np.isinf(price):
+        return sorted(candidates, key=lambda c: (c.cost, -c.quality))
+    return _ranked(candidates, [c.quality - price * c.cost for c in candidates])
+
+
+def _reference_cost(inputs: RefInputs, prompt: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """A ref's expected cost on each reference question (vectorised `expected_cost`)."""
+    if inputs.pricing is None:
+        return np.zeros(len(prompt))
+    completion = tokens[:, inputs.column] if inputs.column is not None else inputs.completion_tokens
+    out: np.ndarray = (
+        prompt * inputs.pricing.prompt_per_1m + completion * inputs.pricing.completion_per_1m
+    ) / 1e6
+    return out
+
+
+def _ranked(candidates: Sequence[ModelOption], scored: Sequence[float]) -> list[ModelOption]:
     order = sorted(range(len(candidates)), key=lambda i: (-scored[i], i))  # ties: config order
     return [candidates[i] for i in order]
+
+
+def budget_price(predictor: QualityModel | None, inputs: Sequence[RefInputs], budget: float) -> float:
+    """The least price of quality at which choosing `argmax quality - price * cost` on the
+    predictor's reference questions costs at most `budget` a request on average (0: the best
+    quality is within budget; inf: even the cheapest choices are not, so the cheapest it is).
+    Spend falls as the price rises, so a bisection on a log scale finds it."""
+    reference = predictor.reference if isinstance(predictor, FactorQuality) else None
+    if reference is None:
+        raise SelectionArtifactError("budget_per_1k needs an mf artifact with a reference set")
+    mean = reference.quality.mean(axis=1)
+    q = np.column_stack([mean if i.column is None else reference.quality[:, i.column] for i in inputs])
+    c = np.column_stack(
+        [_reference_cost(i, reference.prompt_tokens, reference.completion_tokens) for i in inputs]
+    )
+    rows = np.arange(len(q))
+
+    def spend(price: float) -> float:
+        return float(c[rows, np.argmax(q - price * c, axis=1)].mean())
+
+    if spend(0.0) <= budget:
+        return 0.0
+    low, high = 1e-3, 1e9
+    if spend(high) > budget:
+        return float("inf")
+    for _ in range(60):
+        middle = float(np.sqrt(low * high))
+        low, high = (low, middle) if spend(middle) <= budget else (middle, high)
+    return high
 
 
 def automix_order(candidates: Sequence[ModelOption], algorithm: Algorithm) -> list[ModelOption]:
@@ -204,7 +278,7 @@ def _automix_family(algorithm: Algorithm) -> str | None:
     ml = algorithm.ml
     if ml is None:
         return None
-    return "mlp" if ml.mlp is not None else "knn"
+    return "mlp" if ml.mlp is not None else "mf" if ml.mf is not None else "knn"
 
 
 def _predictor(algorithm: Algorithm, kind: str) -> QualityModel:
@@ -214,7 +288,7 @@ def _predictor(algorithm: Algorithm, kind: str) -> QualityModel:
     if family is not None and family.pretrained_path:
         path = Path(family.pretrained_path)
     elif ml is not None and ml.models_path:
-        path = Path(ml.models_path) / (KNN_FILE if kind == "knn" else MLP_FILE)
+        path = Path(ml.models_path) / ARTIFACT_FILES[kind]
     model = load_quality_model(path, kind)
     if isinstance(model, KnnQuality) and family is not None:
         model = model.with_k(getattr(family, "k", None))
