@@ -13,8 +13,9 @@ human's ask wants, this step reads the session's state and decides, in order:
    a hard lock;
 4. the session's model is no longer configured: `switched`, `model_unavailable`;
 5. otherwise the switch is weighed: its expected gain (`switch_value` times the new decision's
-   confidence plus what the new model saves on this prompt; none when no decision matched, a
-   turn that asks for no model, as a bare "ok, go ahead" in a session) against
+   confidence plus what the new model saves on each later turn; when no decision matched, a
+   turn that asks for no model as a bare "ok, go ahead", none, or with `step_down` the saving
+   alone) against
    its price, the prompt's tokens at the new model's prefix-cache checkout price
    (`Pricing.prefix_cache_checkout_per_1m`: cache_write_per_1m minus cached_input_per_1m):
    `switched`, `gain_beats_price`, or `kept`, `price_beats_gain`.
@@ -86,12 +87,24 @@ def prefix_tokens(ctx: SignalContext) -> int:
 def switch_terms(
     plan: RoutePlan, old: Pricing | None, new: Pricing | None, tokens: int, policy: SessionAffinity
 ) -> tuple[float, float]:
-    """(expected gain, price) of moving the session to the turn's model, in USD."""
+    """(expected gain, price) of moving the session to the turn's model, in USD. Priced as a
+    turn is paid: staying reads the prompt from the old model's prefix cache, switching writes it
+    to the new one's (the checkout), and either answers `answer_tokens`; so the gain counts what
+    each later turn saves (cached read and answer price), the price the checkout once."""
     price = tokens * (new.prefix_cache_checkout_per_1m if new else 0.0) / 1e6
+    saved = (
+        tokens * (_rate(old, "cached") - _rate(new, "cached"))
+        + policy.answer_tokens * (_rate(old, "answer") - _rate(new, "answer"))
+    ) / 1e6
     if plan.reason_code == "default_model":  # no decision matched: the turn asks for no model
-        return 0.0, price
-    saved = tokens * ((old.prompt_per_1m if old else 0.0) - (new.prompt_per_1m if new else 0.0)) / 1e6
+        return (saved if policy.step_down else 0.0), price
     return plan.confidence * policy.switch_value + saved, price
+
+
+def _rate(pricing: Pricing | None, part: Literal["cached", "answer"]) -> float:
+    if pricing is None:
+        return 0.0
+    return pricing.effective_cached_input_per_1m if part == "cached" else pricing.completion_per_1m
 
 
 def judge(

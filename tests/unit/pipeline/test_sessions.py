@@ -9,11 +9,15 @@ import copy
 import random
 from typing import Any
 
+import pytest
+
+from app.config.global_config import SessionAffinity
 from app.config.loader import parse_config
+from app.config.pricing import Pricing
 from app.pipeline import RouterPipeline
 from app.pipeline.plan import RoutePlan
 from app.pipeline.services import PipelineServices
-from app.pipeline.sessions import session_key
+from app.pipeline.sessions import session_key, switch_terms
 from app.state.session_store import MemorySessionStore, SessionState
 from app.state.shared_store import StoreUnavailable
 from tests.fakes.configs import keyword_routing
@@ -109,6 +113,47 @@ def test_a_switch_whose_price_beats_its_gain_keeps_the_model():
     assert plan.session is not None and plan.session.reason == "price_beats_gain"
     assert plan.session.price is not None and plan.session.gain is not None
     assert plan.session.price > plan.session.gain > 0
+
+
+CODE = Pricing(prompt_per_1m=3, cached_input_per_1m=0.3, cache_write_per_1m=3.75, completion_per_1m=15)
+GENERAL = Pricing(
+    prompt_per_1m=0.5, cached_input_per_1m=0.05, cache_write_per_1m=0.625, completion_per_1m=1.5
+)
+
+
+def test_a_switch_is_priced_as_turns_are_paid():
+    # gain: what a later turn saves (its prompt read from cache, its answer), plus the
+    # decision's value; price: the new model's checkout of the prompt, once
+    plan = RoutePlan(
+        request_id="r",
+        requested_model="MoM",
+        auto=True,
+        selected_model="general",
+        reason_code="auto_routing",
+        confidence=0.5,
+    )
+    policy = SessionAffinity(switch_value=0.01, answer_tokens=100)
+    gain, price = switch_terms(plan, CODE, GENERAL, 1000, policy)
+    assert price == pytest.approx(1000 * (0.625 - 0.05) / 1e6)
+    assert gain == pytest.approx(0.005 + (1000 * (0.3 - 0.05) + 100 * (15 - 1.5)) / 1e6)
+
+
+def test_a_turn_that_asks_for_no_model_steps_down_only_with_step_down():
+    plan = RoutePlan(
+        request_id="r",
+        requested_model="MoM",
+        auto=True,
+        selected_model="general",
+        reason_code="default_model",
+        confidence=0.0,
+    )
+    kept, price = switch_terms(plan, CODE, GENERAL, 1000, SessionAffinity())
+    assert kept == 0.0 and price > 0
+    stepped, _ = switch_terms(plan, CODE, GENERAL, 1000, SessionAffinity(step_down=True))
+    assert stepped == pytest.approx((1000 * 0.25 + 200 * 13.5) / 1e6) and stepped > price
+    # stepping up to a dearer default is never worth it
+    up, _ = switch_terms(plan, GENERAL, CODE, 1000, SessionAffinity(step_down=True))
+    assert up < 0
 
 
 class DownStore:
