@@ -15,7 +15,7 @@ from app.config.global_config import SessionAffinity
 from app.config.loader import parse_config
 from app.config.pricing import Pricing
 from app.pipeline import RouterPipeline
-from app.pipeline.plan import RoutePlan
+from app.pipeline.plan import ProviderState, RoutePlan
 from app.pipeline.services import PipelineServices
 from app.pipeline.sessions import session_key, switch_terms
 from app.state.session_store import MemorySessionStore, SessionState
@@ -154,6 +154,40 @@ def test_a_turn_that_asks_for_no_model_steps_down_only_with_step_down():
     # stepping up to a dearer default is never worth it
     up, _ = switch_terms(plan, GENERAL, CODE, 1000, SessionAffinity(step_down=True))
     assert up < 0
+
+
+def tied(pipe: RouterPipeline, text: str, tie: ProviderState) -> RoutePlan:
+    body = {
+        "model": "MoM",
+        "messages": [ask("fix the bug"), {"role": "assistant", "content": "ok"}, ask(text)],
+    }
+    return asyncio.run(pipe.route(body, {"x-session-id": "s1"}, "r", tie=tie))
+
+
+def test_a_provider_side_state_locks_the_session_to_the_model_that_answered():
+    store = MemorySessionStore()
+    pipe = pipeline(store, document(switch_value=10.0))  # any switch would be worth it
+    # the stored response was answered by `code`; the new ask wants `finance`
+    plan = tied(pipe, "what is the tax on stock dividends?", ProviderState(model="code"))
+    assert plan.decision == "finance" and plan.selected_model == "code"
+    assert [t.model for t in plan.candidates] == ["code"]
+    assert plan.session is not None and (plan.session.action, plan.session.reason) == (
+        "kept",
+        "provider_state",
+    )
+    assert plan.response_headers["x-vsr-session-reason"] == "provider_state"
+    assert asyncio.run(store.get("s1")) == SessionState(
+        model="code", decision="finance", turns=1, updated_at=asyncio.run(store.get("s1")).updated_at
+    )
+    # reasoning items: the same lock, named for it; a session that was elsewhere moves to it
+    asyncio.run(store.put("s1", SessionState(model="general", turns=4), 60))
+    plan = tied(pipe, "what is the tax on stock dividends?", ProviderState(model="code", reasoning=True))
+    assert plan.selected_model == "code" and plan.session is not None
+    assert (plan.session.action, plan.session.reason) == ("switched", "reasoning_state")
+    # a model no longer configured ties nothing: the turn is judged as any other
+    plan = tied(pipe, "what is the tax on stock dividends?", ProviderState(model="gone"))
+    assert plan.selected_model == "finance" and plan.session is not None
+    assert plan.session.reason == "gain_beats_price"
 
 
 class DownStore:
