@@ -253,4 +253,4 @@ def test_the_replay_record_says_kept_or_switched_and_names_the_session():
     record = replay_record(plan, CompletionReport(status=200), Accounting())
     assert record["session"]["action"] == "kept" and record["session"]["source"] == "fingerprint"
     assert record["session_id"] == record["session"]["key"]
-    assert record["signal_reads"]["keyword:code"]["read"] == ["ask"]
+    assert record["signal_reads"]["keyword:code"]["read"] == ["latest_ask"]
