@@ -19,7 +19,7 @@ from app.keys.grant import ModelGrant
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.completion import CompletionServices, complete_request
 from app.pipeline.metrics import RouterMetrics
-from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.pipeline.plan import Accounting, CompletionReport, ProviderState, RoutePlan
 from app.replays.replays import ReplayAggregate, ReplayPage
 from app.storage.client import StorageClient, StorageReply
 from app.storage.files import FileServiceDown
@@ -40,11 +40,16 @@ class HandleRouterClient:
         self._completion = completion
 
     async def route(
-        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: ModelGrant | None = None
+        self,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+        grant: ModelGrant | None = None,
+        tie: ProviderState | None = None,
     ) -> RoutePlan:
         # route() changes nothing: a Router replica lost with its node is asked again elsewhere.
         plan: RoutePlan = await ray_compat.call(
-            self._handle, "route", body, headers, request_id, grant, keep=_is_svc_error, retries=1
+            self._handle, "route", body, headers, request_id, grant, tie, keep=_is_svc_error, retries=1
         )
         return plan
 

@@ -38,7 +38,7 @@ from app.observability.tracing import configure_tracing
 from app.pipeline import encoder_embed
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.local_models import router_evaluators
-from app.pipeline.plan import RoutePlan
+from app.pipeline.plan import ProviderState, RoutePlan
 from app.pipeline.reload import ReloadingPipeline
 from app.runtime.encoder import MiniLMEncoder
 from app.srun.hosting import BindingRuntimes
@@ -144,11 +144,16 @@ class Router:
         return {"replica": self._replica, **self._host.generation()}
 
     async def route(
-        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: ModelGrant | None = None
+        self,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+        grant: ModelGrant | None = None,
+        tie: ProviderState | None = None,
     ) -> RoutePlan:
         # `body` is the chat body a front door's exchange decoded and validated; the handle only
         # pickled it, so it is routed as it is, not validated again (app/pipeline/phases/parse.py).
-        plan = await self._host.pipeline.route(body, headers, request_id=request_id, grant=grant)
+        plan = await self._host.pipeline.route(body, headers, request_id=request_id, grant=grant, tie=tie)
         plan.router_replica = self._replica  # replay records name it (the front door completes)
         return plan
 

@@ -134,9 +134,8 @@ def turn_cost(pricing: Pricing | None, prompt: int, cached: int) -> float:
     rest written to it (`cache_write_per_1m`, the prompt price when unset), and the answer."""
     if pricing is None:
         return 0.0
-    read = cached * (
-        pricing.cached_input_per_1m if pricing.cached_input_per_1m is not None else pricing.prompt_per_1m
-    )
+    cached = min(cached, prompt)
+    read = cached * pricing.effective_cached_input_per_1m
     written = (prompt - cached) * pricing.effective_cache_write_per_1m
     return (read + written + COMPLETION_TOKENS * pricing.completion_per_1m) / 1e6
 
@@ -171,7 +170,9 @@ async def _replay(
     messages: list[dict[str, Any]] = [{"role": "system", "content": trace.system}] if trace.system else []
     out: list[TurnResult] = []
     model: str | None = None
-    cached = 0  # prompt tokens in the serving model's prefix cache
+    # each model's prefix cache of this conversation, in tokens: a provider keeps one per model,
+    # so a turn that comes back to a model reads what that model cached when it last served
+    cached: dict[str, int] = {}
     for index, turn in enumerate(trace.turns):
         messages += turn.add
         body: dict[str, Any] = {"model": "MoM", "messages": [dict(m) for m in messages]}
@@ -185,7 +186,7 @@ async def _replay(
         if turn.label.other_domain and not turn.label.vague:  # what the ask alone is routed to
             bare = {"model": "MoM", "messages": [{"role": "user", "content": human_ask(messages)}]}
             alone = (await pipeline.route(bare, {}, f"{trace.id}-{index}-ask")).decision
-        cost = turn_cost(pricing.get(served or ""), prompt, 0 if served != model else cached)
+        cost = turn_cost(pricing.get(served or ""), prompt, cached.get(served or "", 0))
         out.append(
             TurnResult(
                 trace=trace.id,
@@ -199,8 +200,10 @@ async def _replay(
                 cost=cost,
             )
         )
-        model, cached = served, prompt + COMPLETION_TOKENS
+        model = served
         messages.append({"role": "assistant", "content": f"(answer to: {human_ask(messages)[:40]})"})
+        # the cached prefix ends with the answer as the next turn sends it back
+        cached[served or ""] = estimate_tokens(json.dumps([messages, trace.tools], ensure_ascii=False))
     return out
 
 

@@ -55,7 +55,7 @@ from typing import Any
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 TOOL_RESULT_PART = "tool_result"
-READ_PARTS = ("ask", "conversation", "tools", "system")
+READ_PARTS = ("latest_ask", "conversation", "tool_results", "system")
 SYSTEM_ROLES = frozenset({"system", "developer"})
 TOOL_ROLES = frozenset({"tool", "function"})
 WINDOW_CHARS = 1000  # about the encoder's 256 tokens
@@ -233,9 +233,9 @@ def guard_texts(messages: Sequence[Any], read: Sequence[str], windowed: bool = T
     first pair is the ask, or the conversation text as paragraphs with `conversation`; without
     `windowed`, long parts are not cut (a detector that reads a whole text, as the PII one)."""
     main = conversation_text(messages, paragraphs=True) if "conversation" in read else human_ask(messages)
-    parts: list[tuple[str, str]] = [("conversation" if "conversation" in read else "ask", main)]
-    if "tools" in read:
-        parts += [("tools", t) for t in tool_texts(messages)]
+    parts: list[tuple[str, str]] = [("conversation" if "conversation" in read else "latest_ask", main)]
+    if "tool_results" in read:
+        parts += [("tool_results", t) for t in tool_texts(messages)]
     if "system" in read:
         parts += [("system", t) for t in system_texts(messages)]
     out: list[tuple[str, str]] = []

@@ -26,13 +26,19 @@ class SessionAffinity(Strict):
     "Agent traffic"). Off by default. A session is named by `x-session-id`, else the body's
     `user`, else (with `fingerprint`) a hash of the system prompt and the first ask. A session
     is locked to its model while a tool call is pending; otherwise it switches only when the
-    switch's expected gain (`switch_value` times the new decision's confidence, plus the price
-    saved on this request) beats its price (the prompt's tokens at the new model's prefix-cache
-    checkout price, cache_write_per_1m minus cached_input_per_1m)."""
+    switch's expected gain (`switch_value` times the new decision's confidence, plus what each
+    later turn saves: its cached prompt and an `answer_tokens` answer) beats its price (the
+    prompt's tokens at the new model's prefix-cache checkout price, cache_write_per_1m minus
+    cached_input_per_1m). `step_down`: a turn that matches no decision may move to a cheaper
+    default model on the saving alone (docs/configuration.md "Session-aware routing")."""
 
     enabled: bool = False
     fingerprint: bool = True
     switch_value: float = Field(default=0.002, ge=0, description="USD a switch is worth at confidence 1")
+    answer_tokens: int = Field(default=200, ge=0, le=1_000_000, description="an answer's size, for pricing")
+    step_down: bool = Field(
+        default=False, description="a turn that matches no decision may move the session to a cheaper default"
+    )
     ttl_seconds: int = Field(default=3600, ge=1, le=30 * 86400)
     timeout_ms: float = Field(default=50.0, gt=0, le=5000, description="a slower store: per-turn routing")
 

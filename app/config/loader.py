@@ -247,6 +247,8 @@ def _build(document: dict[str, Any], source: str) -> LoadedConfig:
     if migration is not None:
         document = migration.document
         warnings.extend(migration.warnings)
+    document = copy.deepcopy(document)  # the old `read` part names converted, never in the caller's
+    warnings.extend(legacy.convert_read_parts(document))
     try:
         config = RouterConfig.model_validate(document)
     except ValidationError as exc:

@@ -31,6 +31,11 @@ class Pricing(BaseModel):
         return self.prompt_per_1m if self.cache_write_per_1m is None else self.cache_write_per_1m
 
     @property
+    def effective_cached_input_per_1m(self) -> float:
+        """A prompt token read from the provider's prefix cache (the prompt price when unset)."""
+        return self.prompt_per_1m if self.cached_input_per_1m is None else self.cached_input_per_1m
+
+    @property
     def prefix_cache_checkout_per_1m(self) -> float:
         """Session-aware routing's price of reusing a prefix cache: write minus cached read."""
         return self.effective_cache_write_per_1m - (self.cached_input_per_1m or 0.0)

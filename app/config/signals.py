@@ -19,9 +19,11 @@ from app.config.semantic_signals import (
 )
 
 # What a rule reads (app/common/chat_text.py `guard_texts`): the human's ask always (the
-# default, `[]`), the whole conversation instead with `conversation`, tool results and system
-# messages besides (a safety rule judges each on its own; a routing rule reads them joined).
-ReadPart = Literal["ask", "conversation", "tools", "system"]
+# default, `[]`, or `latest_ask`), the whole conversation instead with `conversation`, tool
+# results and system messages besides (`tool_results`, `system`; a safety rule judges each on
+# its own, a routing rule reads them joined). The old `ask` and `tools` are converted on load
+# (app/config/legacy/read_parts.py).
+ReadPart = Literal["latest_ask", "conversation", "tool_results", "system"]
 
 
 class KeywordSignal(Strict):

@@ -30,7 +30,8 @@ from app.exchange.openai_schemas import validate_chat_body
 from app.exchange.responses.answer import ChatToResponsesStream, chat_to_response
 from app.exchange.responses.images import ImageFile, ResolveImageFile, resolve_input_images
 from app.exchange.responses.request import ResponsesRequest, responses_to_chat
-from app.exchange.responses.stored import ConversationStore, StoredResponse, stored_response
+from app.exchange.responses.stored import ConversationStore, StoredResponse, provider_state, stored_response
+from app.pipeline.plan import ProviderState
 from app.upstream.sse import SSEParser
 
 CHAT_PATH = "/v1/chat/completions"
@@ -67,6 +68,15 @@ class ClientApi(Protocol):
         """Keep the answer rendered or streamed (a Responses store); never raises."""
         ...
 
+    @property
+    def tie(self) -> ProviderState | None:
+        """The provider-side state the request continues (after prepare()), for the Router."""
+        ...
+
+    def routed(self, model: str | None) -> None:
+        """The model the Router chose, kept with the answer (a Responses store)."""
+        ...
+
 
 class _Passthrough:
     def feed(self, chat: bytes) -> bytes:
@@ -83,6 +93,13 @@ class ChatApi:
         return None
 
     async def persist(self) -> None:
+        return None
+
+    @property
+    def tie(self) -> ProviderState | None:
+        return None  # a chat request carries its whole conversation: nothing stored ties it
+
+    def routed(self, model: str | None) -> None:
         return None
 
     def parse(self, document: Any) -> dict[str, Any]:
@@ -133,6 +150,8 @@ class ResponsesApi:
         self._request: ResponsesRequest | None = None
         self._history: list[dict[str, Any]] | None = None
         self._pending: StoredResponse | None = None
+        self._tie: ProviderState | None = None
+        self._model: str | None = None  # the model the Router chose, kept with the answer
 
     async def prepare(self, document: Any) -> None:
         if self._store is None and self._resolve_image is None:
@@ -151,6 +170,14 @@ class ResponsesApi:
             if previous is None:
                 raise previous_not_found(request.previous_response_id)
             self._history = previous.conversation
+            self._tie = provider_state(previous)
+
+    @property
+    def tie(self) -> ProviderState | None:
+        return self._tie
+
+    def routed(self, model: str | None) -> None:
+        self._model = model
 
     def parse(self, document: Any) -> dict[str, Any]:
         request = self._request or self._validate(document)
@@ -180,7 +207,7 @@ class ResponsesApi:
         """Keep `response` at the next persist() (when there is a store and the client lets it)."""
         request = self._parsed()
         if self._store is not None and request.store and response.get("status") != "failed":
-            self._pending = stored_response(response, request, self._history, self._images)
+            self._pending = stored_response(response, request, self._history, self._images, self._model)
 
     async def persist(self) -> None:
         record, self._pending = self._pending, None

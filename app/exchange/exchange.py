@@ -45,7 +45,7 @@ from app.keys.grant import ModelGrant
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.pii_mask import StreamRestorer, restore_completion
-from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.pipeline.plan import Accounting, CompletionReport, ProviderState, RoutePlan
 from app.upstream.results import UpstreamUnavailable
 from app.upstream.sse import replay_as_sse
 from app.upstream.targets import UpstreamTarget
@@ -61,7 +61,12 @@ class RouterClient(Protocol):
     """The Router as a front door sees it (a DeploymentHandle adapter or the pipeline itself)."""
 
     async def route(
-        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: ModelGrant | None = None
+        self,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+        grant: ModelGrant | None = None,
+        tie: ProviderState | None = None,
     ) -> RoutePlan: ...
 
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting: ...
@@ -125,7 +130,7 @@ class Exchange:
         try:
             grant = admission.grant if admission is not None else None
             plan = await self.settings.router.route(
-                body, self.trace.route_headers(headers), self.request_id, grant
+                body, self.trace.route_headers(headers), self.request_id, grant, self.api.tie
             )
         except SvcError as exc:  # unknown model, a model not granted, nothing to route to
             return self._refuse(exc, "unknown" if exc.status < 500 else "classification_failed", model)
@@ -134,6 +139,7 @@ class Exchange:
             raise
         plan.endpoint = self.api.endpoint
         self.plan = plan
+        self.api.routed(plan.selected_model)
         self.trace.routed(plan)
         if plan.immediate is not None:
             return self._immediate(plan)

@@ -62,7 +62,7 @@ from app.pipeline.phases.rag import rag_step
 from app.pipeline.phases.select import pass_through, routing_disabled, select_model, select_private
 from app.pipeline.phases.signals import evaluate_signals
 from app.pipeline.pii_mask import mask_body
-from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.pipeline.plan import Accounting, CompletionReport, ProviderState, RoutePlan
 from app.pipeline.preview import no_route_preview, preview_of
 from app.pipeline.replay import REPLAY_ID_HEADER, new_capture
 from app.pipeline.selection import NoRouteError
@@ -116,12 +116,14 @@ class RouterPipeline:
         headers: Mapping[str, str] | None = None,
         request_id: str | None = None,
         grant: ModelGrant | None = None,
+        tie: ProviderState | None = None,
     ) -> RoutePlan:
         """The plan of a validated chat body (app/pipeline/phases/parse.py says who validated it).
-        `grant`: the request's API key's models and budget state (app/pipeline/grants.py)."""
+        `grant`: the request's API key's models and budget state (app/pipeline/grants.py);
+        `tie`: the provider-side state the request continues (set by the front door)."""
         # the front door's request span, carried in `headers` across the Ray hop (traceparent)
         with tracing.span("svc_sr.route", parent=headers) as span:
-            plan, _ = await self._route(body, headers, request_id, preview=False, grant=grant)
+            plan, _ = await self._route(body, headers, request_id, preview=False, grant=grant, tie=tie)
             tracing.set_attributes(span, route_attributes(plan))
         self._mark_replay(plan)
         self.services.metrics.on_route(plan)
@@ -173,11 +175,13 @@ class RouterPipeline:
         rng: random.Random | None = None,
         state: CompiledConfig | None = None,
         grant: ModelGrant | None = None,
+        tie: ProviderState | None = None,
     ) -> tuple[RoutePlan, Ranked]:
         state = state or self._state  # one config version for the whole request
         rng = rng or self.rng
         lowered = parse.lower_headers(headers)
         plan = parse.new_plan(body, lowered, request_id, state.auto_names)
+        plan.tie = tie  # the front door's word, never the client's body or headers
         if not plan.auto:
             pass_through(state, plan, rng, grant)
             return plan, []

@@ -137,6 +137,16 @@ class ReplayCapture(BaseModel):
     max_body_bytes: int | None = None
 
 
+class ProviderState(BaseModel):
+    """A provider-side state that ties a request to the model that made it: a Responses
+    `previous_response_id` continues a stored response (and its reasoning items, when it has
+    any). The front door sets it from the store, never from the client's body or headers;
+    session-aware routing locks the session to `model` (app/pipeline/sessions.py)."""
+
+    model: str  # the model that answered the stored response
+    reasoning: bool = False  # the stored response carries reasoning items
+
+
 class SessionOutcome(BaseModel):
     """What session-aware routing did with one turn (app/pipeline/sessions.py): in the
     `x-vsr-session*` headers, the replay record and the routing preview."""
@@ -144,7 +154,7 @@ class SessionOutcome(BaseModel):
     key: str  # the session's name: the x-session-id, or a digest of `user` / the fingerprint
     source: Literal["header", "user", "fingerprint"]
     action: Literal["started", "kept", "switched", "per_turn"]
-    reason: str  # new_session | same_model | tool_call_pending | gain_beats_price | ...
+    reason: str  # new_session | same_model | provider_state | tool_call_pending | gain_beats_price | ...
     model: str | None = None  # the model serving this turn
     previous_model: str | None = None
     turns: int = 0  # turns routed in the session before this one
@@ -202,6 +212,7 @@ class RoutePlan(BaseModel):
     # the front door's request span as a W3C traceparent carrier: complete() joins its trace
     trace_context: dict[str, str] = Field(default_factory=dict)
     session: SessionOutcome | None = None  # session-aware routing ran (global.router.session_affinity)
+    tie: ProviderState | None = None  # set by the front door (a Responses previous_response_id)
 
 
 class CompletionReport(BaseModel):

@@ -267,7 +267,7 @@ def compile_guards(decision: Decision) -> list[GuardRule]:
         if plugin.type == "pii":
             if settings.get("action") in ("mask", "route"):
                 # what is masked or kept private must be found wherever the upstream reads it
-                fields.update(include_history=True, read=["conversation", "tools"])
+                fields.update(include_history=True, read=["conversation", "tool_results"])
             pii = PIISignal(**fields, pii_types_allowed=settings.get("pii_types_allowed") or [])
         else:
             jailbreak = JailbreakSignal(**fields)

@@ -7,14 +7,19 @@ provider's prefix cache of the conversation. After the select phase chose the mo
 human's ask wants, this step reads the session's state and decides, in order:
 
 1. no state yet: `started` (the turn's model becomes the session's);
-2. the same model: `kept`, `same_model`;
-3. a tool call is pending (the request's tail answers the last assistant message's
+2. a provider-side state ties the request to a model (`ProviderState`, set by the front door
+   for a Responses `previous_response_id`): served by the model that answered the stored
+   response, `kept` (`switched` when the session was elsewhere), `provider_state` or
+   `reasoning_state` (the stored response has reasoning items), a hard lock;
+3. the same model: `kept`, `same_model`;
+4. a tool call is pending (the request's tail answers the last assistant message's
    `tool_calls`, app/common/chat_text.py `pending_tool_call`): `kept`, `tool_call_pending`,
    a hard lock;
-4. the session's model is no longer configured: `switched`, `model_unavailable`;
-5. otherwise the switch is weighed: its expected gain (`switch_value` times the new decision's
-   confidence plus what the new model saves on this prompt; none when no decision matched, a
-   turn that asks for no model, as a bare "ok, go ahead" in a session) against
+5. the session's model is no longer configured: `switched`, `model_unavailable`;
+6. otherwise the switch is weighed: its expected gain (`switch_value` times the new decision's
+   confidence plus what the new model saves on each later turn; when no decision matched, a
+   turn that asks for no model as a bare "ok, go ahead", none, or with `step_down` the saving
+   alone) against
    its price, the prompt's tokens at the new model's prefix-cache checkout price
    (`Pricing.prefix_cache_checkout_per_1m`: cache_write_per_1m minus cached_input_per_1m):
    `switched`, `gain_beats_price`, or `kept`, `price_beats_gain`.
@@ -41,7 +46,7 @@ from app.config.global_config import SessionAffinity
 from app.config.pricing import Pricing
 from app.pipeline.compiled import CompiledConfig
 from app.pipeline.phases.select import serve_model
-from app.pipeline.plan import RoutePlan, SessionOutcome
+from app.pipeline.plan import ProviderState, RoutePlan, SessionOutcome
 from app.pipeline.signals.base import SignalContext, estimate_tokens
 from app.state.session_store import SessionState, SessionStore
 
@@ -50,6 +55,7 @@ log = logging.getLogger("svc_sr.pipeline")
 Source = Literal["header", "user", "fingerprint"]
 Action = Literal["started", "kept", "switched"]
 Named = tuple[str, Source]
+TIED = ("provider_state", "reasoning_state")  # the reasons of a provider-side lock
 
 
 def session_key(
@@ -86,12 +92,24 @@ def prefix_tokens(ctx: SignalContext) -> int:
 def switch_terms(
     plan: RoutePlan, old: Pricing | None, new: Pricing | None, tokens: int, policy: SessionAffinity
 ) -> tuple[float, float]:
-    """(expected gain, price) of moving the session to the turn's model, in USD."""
+    """(expected gain, price) of moving the session to the turn's model, in USD. Priced as a
+    turn is paid: staying reads the prompt from the old model's prefix cache, switching writes it
+    to the new one's (the checkout), and either answers `answer_tokens`; so the gain counts what
+    each later turn saves (cached read and answer price), the price the checkout once."""
     price = tokens * (new.prefix_cache_checkout_per_1m if new else 0.0) / 1e6
+    saved = (
+        tokens * (_rate(old, "cached") - _rate(new, "cached"))
+        + policy.answer_tokens * (_rate(old, "answer") - _rate(new, "answer"))
+    ) / 1e6
     if plan.reason_code == "default_model":  # no decision matched: the turn asks for no model
-        return 0.0, price
-    saved = tokens * ((old.prompt_per_1m if old else 0.0) - (new.prompt_per_1m if new else 0.0)) / 1e6
+        return (saved if policy.step_down else 0.0), price
     return plan.confidence * policy.switch_value + saved, price
+
+
+def _rate(pricing: Pricing | None, part: Literal["cached", "answer"]) -> float:
+    if pricing is None:
+        return 0.0
+    return pricing.effective_cached_input_per_1m if part == "cached" else pricing.completion_per_1m
 
 
 def judge(
@@ -101,8 +119,18 @@ def judge(
     tokens: int,
     pending: bool,
     policy: SessionAffinity,
+    tie: ProviderState | None = None,
 ) -> tuple[Action, str, float | None, float | None]:
-    """(action, reason, gain, price) of one turn (the module's order)."""
+    """(action, reason, gain, price) of one turn (the module's order); a tie to a model that is
+    no longer configured is routed as if there were none."""
+    if tie is not None and state.models.get(tie.model) is not None:
+        moved = previous is not None and previous.model not in (None, tie.model)
+        return (
+            ("switched" if moved else "kept"),
+            ("reasoning_state" if tie.reasoning else "provider_state"),
+            None,
+            None,
+        )
     if previous is None or previous.model is None:
         return "started", "new_session", None, None
     if previous.model == plan.selected_model:
@@ -130,7 +158,7 @@ async def session_step(
 ) -> None:
     """Session-aware routing of one auto turn whose model is selected (see the module doc); a
     preview reads the session and writes nothing."""
-    policy = state.config.global_.router.session_affinity
+    policy, tie = state.config.global_.router.session_affinity, plan.tie
     if not policy.enabled or store is None or plan.selected_model is None or plan.immediate is not None:
         return
     named = session_key(plan, ctx.body, ctx.messages, policy.fingerprint)
@@ -142,14 +170,21 @@ async def session_step(
         previous = await asyncio.wait_for(store.get(key), policy.timeout_ms / 1000)
     except Exception as exc:  # down, slow or unreadable: route this turn alone
         log.warning("session store unavailable, routing per turn: %s", exc)
+        if tie is not None and state.models.get(tie.model) is not None:  # the tie needs no store
+            serve_model(state, plan, tie.model, rng)
         plan.session = SessionOutcome(
             key=key, source=source, action="per_turn", reason="store_unavailable", tool_pending=pending
         )
         plan.session.model = plan.selected_model
         return
-    action, reason, gain, price = judge(previous, plan, state, prefix_tokens(ctx), pending, policy)
-    if action == "kept" and previous is not None and previous.model != plan.selected_model:
-        serve_model(state, plan, previous.model or "", rng)
+    action, reason, gain, price = judge(previous, plan, state, prefix_tokens(ctx), pending, policy, tie)
+    held = (
+        tie.model
+        if tie is not None and reason in TIED
+        else (previous.model if action == "kept" and previous else None)
+    )
+    if held and held != plan.selected_model:
+        serve_model(state, plan, held, rng)
     outcome = plan.session = SessionOutcome(
         key=key,
         source=source,

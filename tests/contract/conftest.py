@@ -46,7 +46,7 @@ from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.local_models import engine_evaluators
 from app.pipeline.memory.store import InMemoryMemoryStore
-from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.pipeline.plan import Accounting, CompletionReport, ProviderState, RoutePlan
 from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.runtime.encoder import shared_encoder
 from app.runtime.hosted import HostedDomain
@@ -120,9 +120,14 @@ class RecordingRouter:
         self.completions: list[CompletionRecord] = []
 
     async def route(
-        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: ModelGrant | None = None
+        self,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+        grant: ModelGrant | None = None,
+        tie: ProviderState | None = None,
     ) -> RoutePlan:
-        return await self.pipeline.route(body, headers, request_id, grant)
+        return await self.pipeline.route(body, headers, request_id, grant, tie)
 
     async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
         return await self.pipeline.check_answer(checks, answer, context)

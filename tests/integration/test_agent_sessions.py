@@ -38,7 +38,7 @@ def agent_config(stack: Stack) -> dict[str, Any]:
     document = keyword_routing(stack.upstream_a.host_url, routes, "model-a", switch_value=0.01)
     document["providers"]["models"][1]["backend_refs"] = [{"base_url": stack.upstream_b.host_url}]
     # reads the tool results too: per turn, a loop whose result speaks of money moves to model-b
-    document["routing"]["signals"]["keywords"][1]["read"] = ["tools"]
+    document["routing"]["signals"]["keywords"][1]["read"] = ["tool_results"]
     return document
 
 

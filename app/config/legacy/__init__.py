@@ -1,6 +1,7 @@
 """The converter of the reference router's older flat layout (v0.1) to canonical v0.3.
 
-One entry point, `migrate(document)`: `svc-sr config migrate FILE` and every load of a flat
+The `read` parts' old names (`ask`, `tools`) in any document: `convert_read_parts`
+(read_parts.py), on every load. One entry point for the flat layout, `migrate(document)`: `svc-sr config migrate FILE` and every load of a flat
 file (app/config/loader.py, which logs `deprecation(...)` once per such load) go through it.
 The converter works on plain mappings and knows every old spelling of a key (keys.py); the
 loader and the canonical models know only v0.3. docs/configuration.md "Flat layout (v0.1)".
@@ -14,11 +15,14 @@ from typing import Any
 from app.config.legacy.keys import LEGACY_KEY_HOME, LEGACY_KEYS, is_legacy, mixed_layout_hint
 from app.config.legacy.migration import Migration
 from app.config.legacy.migrator import Migrator
+from app.config.legacy.read_parts import RENAMED_READ_PARTS, convert_read_parts
 
 __all__ = [
     "LEGACY_KEYS",
     "LEGACY_KEY_HOME",
     "Migration",
+    "RENAMED_READ_PARTS",
+    "convert_read_parts",
     "deprecation",
     "is_legacy",
     "migrate",

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from app.exchange.responses.request import Images, ResponsesRequest, input_messages
+from app.pipeline.plan import ProviderState
 
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
@@ -31,6 +32,8 @@ class StoredResponse(BaseModel):
     conversation: list[dict[str, Any]] = Field(
         default_factory=list, description="chat messages: earlier turns, this input, the answer"
     )
+    # the model the Router chose for it: a continuation is locked to it (session-aware routing)
+    served_model: str | None = None
 
 
 class ConversationStore(Protocol):
@@ -103,6 +106,7 @@ def stored_response(
     request: ResponsesRequest,
     history: list[dict[str, Any]] | None,
     images: Images | None = None,
+    served_model: str | None = None,
 ) -> StoredResponse:
     """The record of one answered request (`history`: the previous response's conversation;
     `images`: its input_image files, kept inline in the conversation as the upstream got them,
@@ -114,4 +118,17 @@ def stored_response(
         response=kept,
         input_items=input_items(request),
         conversation=[*(history or []), *input_messages(request, images), answer_message(response)],
+        served_model=served_model,
     )
+
+
+def provider_state(record: StoredResponse) -> ProviderState | None:
+    """What a continuation of `record` is tied to: the model that answered it, and whether its
+    output carries reasoning items (None: a record kept before the model was)."""
+    if not record.served_model:
+        return None
+    output = record.response.get("output")
+    reasoning = isinstance(output, list) and any(
+        isinstance(item, dict) and item.get("type") == "reasoning" for item in output
+    )
+    return ProviderState(model=record.served_model, reasoning=reasoning)

@@ -53,8 +53,8 @@ def note_reads(
         digest = digests.get(text)
         if digest is None:
             digest = digests[text] = read_digest(text)
-        first = "conversation" if "conversation" in read else "ask"
-        match.read = [first, *(p for p in read if p in ("tools", "system"))]
+        first = "conversation" if "conversation" in read else "latest_ask"
+        match.read = [first, *(p for p in read if p in ("tool_results", "system"))]
         match.read_digest = digest
 
 

@@ -73,6 +73,9 @@ def test_turn_cost_reads_the_cache_and_writes_the_rest():
     assert turn_cost(pricing, 1000, 0) == pytest.approx((1000 * 3.75 + 200 * 15) / 1e6)
     assert turn_cost(pricing, 1000, 800) == pytest.approx((800 * 0.3 + 200 * 3.75 + 200 * 15) / 1e6)
     assert turn_cost(None, 1000, 0) == 0.0
+    # a cache longer than the prompt (the answer is priced at 200 tokens, resent shorter) reads
+    # the prompt and writes nothing: never a negative write
+    assert turn_cost(pricing, 1000, 1200) == pytest.approx((1000 * 0.3 + 200 * 15) / 1e6)
 
 
 def test_a_bad_trace_file_is_exit_2_with_its_line(tmp_path: Path):

@@ -119,7 +119,12 @@ CONFIG = {
         "signals": {
             "keywords": [
                 {"name": "money", "operator": "OR", "keywords": ["stock", "tax"]},
-                {"name": "money_anywhere", "operator": "OR", "keywords": ["stock", "tax"], "read": ["tools"]},
+                {
+                    "name": "money_anywhere",
+                    "operator": "OR",
+                    "keywords": ["stock", "tax"],
+                    "read": ["tool_results"],
+                },
                 {"name": "code", "operator": "OR", "keywords": ["function", "bug"]},
             ]
         },
@@ -169,10 +174,16 @@ def test_routing_follows_the_ask_not_the_tool_result_and_says_what_each_rule_rea
     plan = asyncio.run(pipeline.route(body))
     assert plan.decision == "code" and plan.selected_model == "code"
     matches = {m.name: m for m in plan.signals.matches}
-    assert not matches["money"].matched and matches["money"].read == ["ask"]
-    assert matches["money_anywhere"].matched and matches["money_anywhere"].read == ["ask", "tools"]
+    assert not matches["money"].matched and matches["money"].read == ["latest_ask"]
+    assert matches["money_anywhere"].matched and matches["money_anywhere"].read == [
+        "latest_ask",
+        "tool_results",
+    ]
     assert matches["money"].read_digest == read_digest("Fix the bug in the sort function")
     assert matches["money_anywhere"].read_digest != matches["money"].read_digest
     preview = asyncio.run(pipeline.preview(body))
-    assert {s["name"]: s["read"] for s in preview["signals"]}["money_anywhere"] == ["ask", "tools"]
+    assert {s["name"]: s["read"] for s in preview["signals"]}["money_anywhere"] == [
+        "latest_ask",
+        "tool_results",
+    ]
     assert all("Stock" not in str(s["read_digest"]) for s in preview["signals"])

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from app.config import ConfigError, load_config, parse_config
 from app.config.legacy import LEGACY_KEY_HOME, LEGACY_KEYS, is_legacy, migrate_legacy
 from app.config.plugins import parse_plugin
+from tests.fakes.configs import keyword_routing
 
 ROOT = Path(__file__).resolve().parents[3]
 LEGACY_EXAMPLE = ROOT / "configs" / "examples" / "legacy-flat.yaml"
@@ -338,3 +339,25 @@ def test_a_flat_key_in_a_canonical_document_is_rejected_with_its_v03_home() -> N
 def test_the_loader_names_no_flat_key() -> None:
     source = (ROOT / "app" / "config" / "loader.py").read_text()
     assert [key for key in LEGACY_KEYS if f'"{key}"' in source or f"'{key}'" in source] == []
+
+
+def test_the_old_read_part_names_load_as_the_new_ones() -> None:
+    document = keyword_routing("http://127.0.0.1:9/v1", [("money", 10, ["tax"], "m")], "general")
+    document["routing"]["signals"]["keywords"][0]["read"] = ["ask", "tools", "system"]
+    document["global"] = {"model_catalog": {"modules": {"prompt_guard": {"read": ["conversation", "tools"]}}}}
+    before = copy.deepcopy(document)
+    loaded = parse_config(document)
+    assert loaded.config.routing.signals.keywords[0].read == ["latest_ask", "tool_results", "system"]
+    assert document == before  # converted on a copy
+    renamed = [w for w in loaded.warnings if "read part renamed" in w]
+    assert renamed == [
+        "routing.signals.keywords[0].read: read part renamed (ask -> latest_ask, tools -> tool_results)",
+        "global.model_catalog.modules.prompt_guard.read: read part renamed (tools -> tool_results)",
+    ]
+    # the new names load as they are, with no warning; an unknown part is still an error
+    document["routing"]["signals"]["keywords"][0]["read"] = ["latest_ask", "tool_results"]
+    document["global"]["model_catalog"]["modules"]["prompt_guard"]["read"] = ["tool_results"]
+    assert not [w for w in parse_config(document).warnings if "read part" in w]
+    document["routing"]["signals"]["keywords"][0]["read"] = ["everything"]
+    with pytest.raises(ConfigError, match="read"):
+        parse_config(document)

@@ -27,7 +27,12 @@ class RecordingRouter:
         self.reports: list[CompletionReport] = []
 
     async def route(
-        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: Any = None
+        self,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+        grant: Any = None,
+        tie: Any = None,
     ) -> RoutePlan:
         plan = await self.pipeline.route(body, headers, request_id)
         if self.immediate is not None:

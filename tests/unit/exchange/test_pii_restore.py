@@ -24,7 +24,12 @@ class Router:
         self.reports: list[CompletionReport] = []
 
     async def route(
-        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: Any = None
+        self,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+        grant: Any = None,
+        tie: Any = None,
     ) -> RoutePlan:
         return await self.pipeline.route(body, headers, request_id)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import httpx
 import openai
 import pytest
@@ -10,8 +13,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter, ValidationError
 
+from app.exchange.client_api import ResponsesApi
 from app.exchange.responses.answer import ChatToResponsesStream, chat_to_response
 from app.exchange.responses.request import ResponsesInputError, ResponsesRequest, responses_to_chat
+from app.pipeline.plan import ProviderState
 from app.upstream.sse import SSEParser, encode_done, encode_sse, replay_as_sse
 
 EVENTS = TypeAdapter(ResponseStreamEvent)
@@ -348,3 +353,45 @@ async def test_sdk_stream_helper_builds_the_final_response(sdk):
 async def test_sdk_parses_the_non_stream_object(sdk):
     response = await sdk.responses.create(model="MoM", input="2+2?")
     assert response.output_text == "Two plus two is four." and response.usage.total_tokens == 15
+
+
+class _Records:
+    """A ConversationStore in a dict (the Responses store as ResponsesApi sees it)."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, Any] = {}
+
+    async def get(self, response_id: str) -> Any:
+        return self.kept.get(response_id)
+
+    async def put(self, record: Any) -> None:
+        self.kept[record.id] = record
+
+
+def test_a_continuation_is_tied_to_the_model_that_answered_and_its_reasoning():
+    records = _Records()
+    first = ResponsesApi(records)
+    asyncio.run(first.prepare({"model": "MoM", "input": "fix the bug"}))
+    first.parse({"model": "MoM", "input": "fix the bug"})
+    assert first.tie is None  # nothing continued
+    first.routed("code")
+    message = {"role": "assistant", "content": "done", "reasoning_content": "thinking"}
+    answer = first.render({"id": "c1", "model": "upstream-name", "choices": [{"message": message}]})
+    asyncio.run(first.persist())
+    # the Router's model is kept, not the upstream's own name for it
+    follow = {"model": "MoM", "input": "and the tax?", "previous_response_id": answer["id"]}
+    later = ResponsesApi(records)
+    asyncio.run(later.prepare(follow))
+    assert later.tie == ProviderState(model="code", reasoning=True)
+    # no reasoning items: the plain provider-side tie
+    plain = ResponsesApi(records)
+    asyncio.run(plain.prepare({"model": "MoM", "input": "x"}))
+    plain.parse({"model": "MoM", "input": "x"})
+    plain.routed("finance")
+    kept = plain.render(
+        {"id": "c2", "model": "m", "choices": [{"message": {"role": "assistant", "content": "ok"}}]}
+    )
+    asyncio.run(plain.persist())
+    again = ResponsesApi(records)
+    asyncio.run(again.prepare({"model": "MoM", "input": "y", "previous_response_id": kept["id"]}))
+    assert again.tie == ProviderState(model="finance", reasoning=False)

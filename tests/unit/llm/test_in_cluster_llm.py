@@ -264,7 +264,12 @@ class _InClusterRouter:
         )
 
     async def route(
-        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: Any = None
+        self,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+        grant: Any = None,
+        tie: Any = None,
     ) -> Any:
         return await self.pipeline.route(body, headers, request_id)
 

@@ -205,7 +205,12 @@ class CheckingRouter(RecordingRouter):
         self.accounted: list[CompletionReport] = []
 
     async def route(
-        self, body: dict[str, Any], headers: dict[str, str], request_id: str, grant: Any = None
+        self,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+        grant: Any = None,
+        tie: Any = None,
     ) -> RoutePlan:
         plan = await super().route(body, headers, request_id)
         plan.answer_checks = AnswerChecks(decision="d", hallucination=HallucinationPlugin(action="block"))

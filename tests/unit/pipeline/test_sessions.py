@@ -9,11 +9,15 @@ import copy
 import random
 from typing import Any
 
+import pytest
+
+from app.config.global_config import SessionAffinity
 from app.config.loader import parse_config
+from app.config.pricing import Pricing
 from app.pipeline import RouterPipeline
-from app.pipeline.plan import RoutePlan
+from app.pipeline.plan import ProviderState, RoutePlan
 from app.pipeline.services import PipelineServices
-from app.pipeline.sessions import session_key
+from app.pipeline.sessions import session_key, switch_terms
 from app.state.session_store import MemorySessionStore, SessionState
 from app.state.shared_store import StoreUnavailable
 from tests.fakes.configs import keyword_routing
@@ -111,6 +115,81 @@ def test_a_switch_whose_price_beats_its_gain_keeps_the_model():
     assert plan.session.price > plan.session.gain > 0
 
 
+CODE = Pricing(prompt_per_1m=3, cached_input_per_1m=0.3, cache_write_per_1m=3.75, completion_per_1m=15)
+GENERAL = Pricing(
+    prompt_per_1m=0.5, cached_input_per_1m=0.05, cache_write_per_1m=0.625, completion_per_1m=1.5
+)
+
+
+def test_a_switch_is_priced_as_turns_are_paid():
+    # gain: what a later turn saves (its prompt read from cache, its answer), plus the
+    # decision's value; price: the new model's checkout of the prompt, once
+    plan = RoutePlan(
+        request_id="r",
+        requested_model="MoM",
+        auto=True,
+        selected_model="general",
+        reason_code="auto_routing",
+        confidence=0.5,
+    )
+    policy = SessionAffinity(switch_value=0.01, answer_tokens=100)
+    gain, price = switch_terms(plan, CODE, GENERAL, 1000, policy)
+    assert price == pytest.approx(1000 * (0.625 - 0.05) / 1e6)
+    assert gain == pytest.approx(0.005 + (1000 * (0.3 - 0.05) + 100 * (15 - 1.5)) / 1e6)
+
+
+def test_a_turn_that_asks_for_no_model_steps_down_only_with_step_down():
+    plan = RoutePlan(
+        request_id="r",
+        requested_model="MoM",
+        auto=True,
+        selected_model="general",
+        reason_code="default_model",
+        confidence=0.0,
+    )
+    kept, price = switch_terms(plan, CODE, GENERAL, 1000, SessionAffinity())
+    assert kept == 0.0 and price > 0
+    stepped, _ = switch_terms(plan, CODE, GENERAL, 1000, SessionAffinity(step_down=True))
+    assert stepped == pytest.approx((1000 * 0.25 + 200 * 13.5) / 1e6) and stepped > price
+    # stepping up to a dearer default is never worth it
+    up, _ = switch_terms(plan, GENERAL, CODE, 1000, SessionAffinity(step_down=True))
+    assert up < 0
+
+
+def tied(pipe: RouterPipeline, text: str, tie: ProviderState) -> RoutePlan:
+    body = {
+        "model": "MoM",
+        "messages": [ask("fix the bug"), {"role": "assistant", "content": "ok"}, ask(text)],
+    }
+    return asyncio.run(pipe.route(body, {"x-session-id": "s1"}, "r", tie=tie))
+
+
+def test_a_provider_side_state_locks_the_session_to_the_model_that_answered():
+    store = MemorySessionStore()
+    pipe = pipeline(store, document(switch_value=10.0))  # any switch would be worth it
+    # the stored response was answered by `code`; the new ask wants `finance`
+    plan = tied(pipe, "what is the tax on stock dividends?", ProviderState(model="code"))
+    assert plan.decision == "finance" and plan.selected_model == "code"
+    assert [t.model for t in plan.candidates] == ["code"]
+    assert plan.session is not None and (plan.session.action, plan.session.reason) == (
+        "kept",
+        "provider_state",
+    )
+    assert plan.response_headers["x-vsr-session-reason"] == "provider_state"
+    assert asyncio.run(store.get("s1")) == SessionState(
+        model="code", decision="finance", turns=1, updated_at=asyncio.run(store.get("s1")).updated_at
+    )
+    # reasoning items: the same lock, named for it; a session that was elsewhere moves to it
+    asyncio.run(store.put("s1", SessionState(model="general", turns=4), 60))
+    plan = tied(pipe, "what is the tax on stock dividends?", ProviderState(model="code", reasoning=True))
+    assert plan.selected_model == "code" and plan.session is not None
+    assert (plan.session.action, plan.session.reason) == ("switched", "reasoning_state")
+    # a model no longer configured ties nothing: the turn is judged as any other
+    plan = tied(pipe, "what is the tax on stock dividends?", ProviderState(model="gone"))
+    assert plan.selected_model == "finance" and plan.session is not None
+    assert plan.session.reason == "gain_beats_price"
+
+
 class DownStore:
     shared = True
 
@@ -174,4 +253,4 @@ def test_the_replay_record_says_kept_or_switched_and_names_the_session():
     record = replay_record(plan, CompletionReport(status=200), Accounting())
     assert record["session"]["action"] == "kept" and record["session"]["source"] == "fingerprint"
     assert record["session_id"] == record["session"]["key"]
-    assert record["signal_reads"]["keyword:code"]["read"] == ["ask"]
+    assert record["signal_reads"]["keyword:code"]["read"] == ["latest_ask"]
