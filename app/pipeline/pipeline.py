@@ -236,7 +236,7 @@ class RouterPipeline:
                 return ranked
             selection = private
         if plan.pii_action != "route":  # a private route is PII's to choose, never a session's
-            await session_step(self.services.sessions, state, plan, ctx, rng, preview=preview)
+            await session_step(self.services.sessions, state, plan, ctx, rng, preview=preview, grant=grant)
         cache_status = "bypass"
         if not preview:
             with tracing.span("svc_sr.cache.lookup") as span:

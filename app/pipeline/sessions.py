@@ -44,7 +44,9 @@ from typing import Any, Literal
 from app.common.chat_text import ask_text, is_ask, pending_tool_call, system_texts
 from app.config.global_config import SessionAffinity
 from app.config.pricing import Pricing
+from app.keys.grant import ModelGrant
 from app.pipeline.compiled import CompiledConfig
+from app.pipeline.grants import price as model_price
 from app.pipeline.phases.select import serve_model
 from app.pipeline.plan import ProviderState, RoutePlan, SessionOutcome
 from app.pipeline.signals.base import SignalContext, estimate_tokens
@@ -112,6 +114,15 @@ def _rate(pricing: Pricing | None, part: Literal["cached", "answer"]) -> float:
     return pricing.effective_cached_input_per_1m if part == "cached" else pricing.completion_per_1m
 
 
+def _tied(tie: ProviderState | None, state: CompiledConfig, grant: ModelGrant | None) -> bool:
+    """A provider-side tie that binds: to a configured model the key may use."""
+    return (
+        tie is not None
+        and state.models.get(tie.model) is not None
+        and (grant is None or tie.model in grant.models)
+    )
+
+
 def judge(
     previous: SessionState | None,
     plan: RoutePlan,
@@ -120,10 +131,13 @@ def judge(
     pending: bool,
     policy: SessionAffinity,
     tie: ProviderState | None = None,
+    grant: ModelGrant | None = None,
 ) -> tuple[Action, str, float | None, float | None]:
     """(action, reason, gain, price) of one turn (the module's order); a tie to a model that is
-    no longer configured is routed as if there were none."""
-    if tie is not None and state.models.get(tie.model) is not None:
+    no longer configured, or that the request's API key may not use, is routed as if there were
+    none: a session never widens a key's grants (docs/security.md "Keys and budgets")."""
+    if _tied(tie, state, grant):
+        assert tie is not None
         moved = previous is not None and previous.model not in (None, tie.model)
         return (
             ("switched" if moved else "kept"),
@@ -138,8 +152,19 @@ def judge(
     old = state.models.get(previous.model)
     if old is None:
         return "switched", "model_unavailable", None, None
+    if grant is not None and previous.model not in grant.models:
+        return "switched", "not_granted", None, None
     if pending:
         return "kept", "tool_call_pending", None, None
+    # the key's budget stepped the selection down: a session does not hold a dearer model past
+    # it (a pending tool call above still does: the limit itself still answers 429)
+    if (
+        grant is not None
+        and grant.step_down
+        and plan.selected_model is not None
+        and model_price(state.models, previous.model) > model_price(state.models, plan.selected_model)
+    ):
+        return "switched", "budget_step_down", None, None
     new = state.models.get(plan.selected_model or "")
     gain, price = switch_terms(plan, old.pricing, new.pricing if new else None, tokens, policy)
     if gain > price:
@@ -155,6 +180,7 @@ async def session_step(
     rng: random.Random,
     *,
     preview: bool,
+    grant: ModelGrant | None = None,
 ) -> None:
     """Session-aware routing of one auto turn whose model is selected (see the module doc); a
     preview reads the session and writes nothing."""
@@ -170,14 +196,17 @@ async def session_step(
         previous = await asyncio.wait_for(store.get(key), policy.timeout_ms / 1000)
     except Exception as exc:  # down, slow or unreadable: route this turn alone
         log.warning("session store unavailable, routing per turn: %s", exc)
-        if tie is not None and state.models.get(tie.model) is not None:  # the tie needs no store
+        if _tied(tie, state, grant):  # the tie needs no store
+            assert tie is not None
             serve_model(state, plan, tie.model, rng)
         plan.session = SessionOutcome(
             key=key, source=source, action="per_turn", reason="store_unavailable", tool_pending=pending
         )
         plan.session.model = plan.selected_model
         return
-    action, reason, gain, price = judge(previous, plan, state, prefix_tokens(ctx), pending, policy, tie)
+    action, reason, gain, price = judge(
+        previous, plan, state, prefix_tokens(ctx), pending, policy, tie, grant
+    )
     held = (
         tie.model
         if tie is not None and reason in TIED

@@ -14,6 +14,7 @@ import pytest
 from app.config.global_config import SessionAffinity
 from app.config.loader import parse_config
 from app.config.pricing import Pricing
+from app.keys.grant import ModelGrant
 from app.pipeline import RouterPipeline
 from app.pipeline.plan import ProviderState, RoutePlan
 from app.pipeline.services import PipelineServices
@@ -101,6 +102,22 @@ def test_a_pending_tool_call_is_a_hard_lock_even_when_the_turn_wants_another_mod
     )
     assert [t.model for t in plan.candidates] == ["general"]
     assert plan.response_headers["x-vsr-selected-model"] == "general"
+
+
+def test_a_session_never_holds_a_model_outside_the_keys_grants():
+    """Even a pending tool call does not keep a model the request's key may not use."""
+    store = MemorySessionStore()
+    asyncio.run(store.put("s1", SessionState(model="general", turns=3), 60))
+    grant = ModelGrant(key_id="k1", models=["code"])
+    messages = [ask("fix the bug"), CALL, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    plan = asyncio.run(
+        pipeline(store).route({"model": "MoM", "messages": messages}, {"x-session-id": "s1"}, grant=grant)
+    )
+    assert plan.selected_model == "code" and [t.model for t in plan.candidates] == ["code"]
+    assert plan.session is not None and (plan.session.action, plan.session.reason) == (
+        "switched",
+        "not_granted",
+    )
 
 
 def test_a_switch_whose_price_beats_its_gain_keeps_the_model():
