@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from app.accounting.cost import compute_cost
 from app.common.body_limits import DEFAULT_MAX_DEPTH, JsonRejected, decode_json
@@ -39,13 +39,11 @@ from app.exchange.client_api import ClientApi
 from app.exchange.openai_schemas import json_rejected
 from app.exchange.relay import StreamRelay
 from app.exchange.request_trace import RequestTrace
-from app.exchange.steps import JSON, Forward, Reply, ResponseHead
+from app.exchange.steps import JSON, Forward, Reply, ResponseHead, RouterClient
 from app.keys.gate import Admission, KeyGate
-from app.keys.grant import ModelGrant
-from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.pii_mask import StreamRestorer, restore_completion
-from app.pipeline.plan import Accounting, CompletionReport, ProviderState, RoutePlan
+from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.upstream.results import UpstreamUnavailable
 from app.upstream.sse import replay_as_sse
 from app.upstream.targets import UpstreamTarget
@@ -55,23 +53,6 @@ log = logging.getLogger("svc_sr.exchange")
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 EVENT_STREAM = "text/event-stream"
-
-
-class RouterClient(Protocol):
-    """The Router as a front door sees it (a DeploymentHandle adapter or the pipeline itself)."""
-
-    async def route(
-        self,
-        body: dict[str, Any],
-        headers: dict[str, str],
-        request_id: str,
-        grant: ModelGrant | None = None,
-        tie: ProviderState | None = None,
-    ) -> RoutePlan: ...
-
-    async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting: ...
-
-    async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict: ...
 
 
 @dataclass
