@@ -116,6 +116,7 @@ class Exchange:
             admission = await self.settings.keys.admit(headers) if self.settings.keys else None
         except SvcError as exc:  # no key, an unknown or revoked one, its rate limit or budget
             return self._refuse(exc, "unknown")
+        self.api.owner = admission.record.id if admission is not None else None
         try:
             body = await self._parse(raw)
         except SvcError as exc:

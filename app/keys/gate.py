@@ -156,8 +156,9 @@ class KeyGate:
         self.on_spend = on_spend
         self._logged_at = -LOG_EVERY_S
 
-    async def admit(self, headers: Mapping[str, str]) -> Admission | None:
-        """The request's key checked (module doc); None: served without one."""
+    async def authenticate(self, headers: Mapping[str, str]) -> KeyRecord | None:
+        """The caller's key (401 where keys are required and it has no known one); None: a
+        caller without a known key where none is required. Every data-plane route asks this."""
         secret = api_key(headers)
         required = self.required()
         self.store.cache_seconds = self.settings().cache_seconds
@@ -168,9 +169,18 @@ class KeyGate:
                 )
             return None
         record = await self._lookup(secret, required)
+        if record is None and required:
+            raise unauthorized("invalid API key (unknown or revoked)", "invalid_api_key")
+        return record
+
+    def granted(self, record: KeyRecord | None) -> list[str] | None:
+        """The provider models a caller may use (None: any): its key's grants."""
+        return list(record.models) if record is not None else None
+
+    async def admit(self, headers: Mapping[str, str]) -> Admission | None:
+        """The request's key checked (module doc); None: served without one."""
+        record = await self.authenticate(headers)
         if record is None:
-            if required:
-                raise unauthorized("invalid API key (unknown or revoked)", "invalid_api_key")
             return None
         await self._rate_limit(record)
         counters = self._counters(record)

@@ -31,6 +31,9 @@ class StoredResponse(BaseModel):
     conversation: list[dict[str, Any]] = Field(
         default_factory=list, description="chat messages: earlier turns, this input, the answer"
     )
+    owner: str | None = Field(
+        default=None, description="the API key id that created it (None: none); only it reads it back"
+    )
 
 
 class ConversationStore(Protocol):
@@ -103,6 +106,7 @@ def stored_response(
     request: ResponsesRequest,
     history: list[dict[str, Any]] | None,
     images: Images | None = None,
+    owner: str | None = None,
 ) -> StoredResponse:
     """The record of one answered request (`history`: the previous response's conversation;
     `images`: its input_image files, kept inline in the conversation as the upstream got them,
@@ -114,4 +118,5 @@ def stored_response(
         response=kept,
         input_items=input_items(request),
         conversation=[*(history or []), *input_messages(request, images), answer_message(response)],
+        owner=owner,
     )
