@@ -124,7 +124,8 @@ class Exchange:
         model = body.get("model")
         self.requested_model = model if isinstance(model, str) else None
         try:
-            grant = admission.grant if admission is not None else None
+            keys = self.settings.keys
+            grant = admission.grant if admission is not None else keys.listener_grant() if keys else None
             plan = await self.settings.router.route(
                 body, self.trace.route_headers(headers), self.request_id, grant
             )

@@ -131,3 +131,31 @@ def test_another_keys_response_is_404_as_if_absent(doors: FrontDoors) -> None:
     with pytest.raises(openai.NotFoundError) as refused:
         theirs.responses.retrieve(created.id)
     assert refused.value.code == "response_not_found"
+
+
+def test_a_listeners_grants_bound_every_caller_alike(front_doors: Any, upstreams: Upstreams) -> None:
+    """Without keys required the listener's grants alone apply; a key never widens them."""
+    document = keyed(upstreams.chat.host_url, required=False, listener_models=["cheap", "other"])
+    bounded: FrontDoors = front_doors(document)
+    wide = issue(bounded, name="wide", models=["pricey", "cheap"])
+    seen = {
+        door: [
+            outcome(chat(bounded, door, None)),
+            outcome(chat(bounded, door, None, "pricey")),
+            outcome(chat(bounded, door, None, "other")),
+            outcome(chat(bounded, door, wide, "other")),
+            [m.id for m in sdk(bounded, door, wide).models.list()],
+        ]
+        for door in (INGRESS, ENVOY)
+    }
+    assert (
+        seen[INGRESS]
+        == seen[ENVOY]
+        == [
+            (200, None, "cheap"),
+            (403, "model_not_granted", None),
+            (200, None, "other"),
+            (403, "model_not_granted", None),
+            ["MoM", "cheap"],
+        ]
+    )
