@@ -11,6 +11,7 @@ from app.api.decisions import DecisionSource, NoDecisionSource, decisions_router
 from app.api.diagnostics import diagnostics_router
 from app.api.diagnostics_service import ClassifierSource, Diagnostics
 from app.api.errors import BodySizeLimitMiddleware, install_error_handlers
+from app.api.key_access import caller
 from app.api.model_diagnostics import model_diagnostics_router
 from app.api.parts import IngressParts
 from app.api.rate_limit import RateLimiter
@@ -97,14 +98,16 @@ def create_app(
         stores.rate_buckets,
     )
     # The data plane (chat, responses, /v1/models) is not behind management auth: listeners own its access.
-    app.include_router(dataplane_router(plane), dependencies=limited)
-    app.include_router(responses_store_router(responses), dependencies=limited)
+    key = caller(plane.keys)  # every data-plane route asks the gate (docs/security.md)
+    app.include_router(dataplane_router(plane, key), dependencies=limited)
+    app.include_router(responses_store_router(responses, key), dependencies=limited)
     # The native decision API (docs/model-runtime.md), like the data plane not behind management auth.
     app.include_router(
         decisions_router(
             decisions or NoDecisionSource(),
             max_body_bytes=config.current().global_.services.data_plane.max_body_bytes,
             max_json_depth=config.current().global_.services.data_plane.max_json_depth,
+            caller=key,
         )
     )
     diagnostics = Diagnostics(classifiers, config)

@@ -18,6 +18,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 from starlette.background import BackgroundTask
 
+from app.api.key_access import Caller
 from app.common.api_docs import BODY_TOO_LARGE, Responses, errors, json_body, model_schema
 from app.common.background import BackgroundTasks
 from app.common.errors import ErrorBody
@@ -30,6 +31,7 @@ from app.exchange.responses.images import ResolveImageFile
 from app.exchange.responses.request import ResponsesRequest
 from app.exchange.responses.stored import ConversationStore
 from app.keys.gate import KeyGate
+from app.keys.records import KeyRecord
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
 from app.upstream.results import UpstreamStreamError, UpstreamUnavailable
@@ -158,12 +160,15 @@ class DataPlane:
             exchange.close()  # a client that went away mid-stream: a cancellation
             self.background.spawn(exchange.finish())
 
-    def models(self) -> dict[str, Any]:
+    def models(self, key: KeyRecord | None = None) -> dict[str, Any]:
+        """The model names a caller may ask for: MoM and the other virtual names (their
+        selections stay within the caller's grants), and the provider models it is granted."""
         config = self.config.current()
         created = int(time.time())
         names = [config.global_.router.auto_model_name, *entrypoint_models(config)]
         if config.global_.router.include_config_models_in_list:
-            names += [m.name for m in config.providers.models]
+            granted = self.keys.granted(key) if self.keys is not None else None
+            names += [m.name for m in config.providers.models if granted is None or m.name in granted]
         listed = list(dict.fromkeys(["MoM", *names]))
         return {
             "object": "list",
@@ -225,7 +230,9 @@ def _answers(answer: type[BaseModel], stream_events: str) -> Responses:
     }
 
 
-def dataplane_router(plane: DataPlane) -> APIRouter:
+def dataplane_router(plane: DataPlane, caller: Caller) -> APIRouter:
+    """`caller`: the API-key gate's dependency (app/api/key_access.py), for /v1/models; the
+    exchange asks the gate itself for chat and Responses."""
     router = APIRouter(tags=["inference"])
 
     # Handlers read the raw body (passed through to the backend untouched); the schema documents it.
@@ -248,10 +255,17 @@ def dataplane_router(plane: DataPlane) -> APIRouter:
     @router.get(
         "/v1/models",
         response_model=ModelList,
-        responses=errors(ErrorBody, {429: "RATE_LIMIT_EXCEEDED (Retry-After)"}),
+        responses=errors(
+            ErrorBody,
+            {
+                401: "authentication_error (missing_api_key, invalid_api_key): a listener requires "
+                "API keys and the request has no known one",
+                429: "RATE_LIMIT_EXCEEDED (Retry-After)",
+            },
+        ),
     )
-    async def models() -> dict[str, Any]:
-        return plane.models()
+    async def models(request: Request) -> dict[str, Any]:
+        return plane.models(await caller(request))
 
     return router
 

@@ -18,8 +18,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from app.api.key_access import Caller, anyone
 from app.common.api_docs import BODY_TOO_LARGE, errors, json_body
 from app.common.body_limits import DEFAULT_MAX_DEPTH, JsonRejected, decode_json
+from app.common.errors import ErrorBody
 from app.runtime.schemas import NotReady, RuntimeFailure
 from app.srun.decision_source import DEADLINE_S
 from app.srun.questions import DecisionRequest, DecisionResponse
@@ -37,6 +39,10 @@ PUBLIC_WORDS = {
     504: ("systemone_deadline_exceeded", "deadline exceeded"),
 }
 RETRY_AFTER = {429: "1", 503: "5"}
+UNAUTHORIZED = errors(
+    ErrorBody,
+    {401: "authentication_error (missing_api_key, invalid_api_key): a listener requires API keys"},
+)
 DECIDE_FAILURES = errors(
     WorkerErrorBody,
     {
@@ -102,10 +108,14 @@ def decisions_router(
     max_body_bytes: int = DEFAULT_MAX_BODY,
     max_json_depth: int = DEFAULT_MAX_DEPTH,
     deadline_s: float = DEADLINE_S,
+    caller: Caller = anyone,
 ) -> APIRouter:
+    """`caller`: the API-key gate (app/api/key_access.py) every route asks first: 401 where a
+    listener requires keys (`anyone`: no keys, as a bare test app)."""
     router = APIRouter(tags=["native"])
 
     async def answer(request: Request) -> JSONResponse:
+        await caller(request)
         raw = b""
         async for chunk in request.stream():
             raw += chunk
@@ -136,16 +146,20 @@ def decisions_router(
             answer,
             methods=["POST"],
             response_model=DecisionResponse,
-            responses={**DECIDE_FAILURES, **BODY_TOO_LARGE},
+            responses={**UNAUTHORIZED, **DECIDE_FAILURES, **BODY_TOO_LARGE},
             openapi_extra=json_body(DecisionRequest),
         )
 
     @router.get(
         "/v1/systemone/models",
         response_model=NativeModels,
-        responses=errors(WorkerErrorBody, {503: "not_ready: the model list is not available"}),
+        responses={
+            **UNAUTHORIZED,
+            **errors(WorkerErrorBody, {503: "not_ready: the model list is not available"}),
+        },
     )
-    async def systemone_models() -> JSONResponse:
+    async def systemone_models(request: Request) -> JSONResponse:
+        await caller(request)
         try:
             cards = await asyncio.wait_for(backend.models(), deadline_s)
         except Exception as exc:

@@ -19,10 +19,11 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field, ValidationError
 
 from app.api.dataplane import ConfigView
+from app.api.key_access import Caller, key_id
 from app.common.api_docs import errors
 from app.common.errors import ErrorBody, SvcError
 from app.config.global_config import ResponseApiConfig
@@ -126,15 +127,18 @@ class ResponseStoreService:
             log.warning("%s", exc)
             raise store_unavailable("delete") from None
 
-    async def stored(self, response_id: str) -> StoredResponse:
+    async def stored(self, response_id: str, owner: str | None) -> StoredResponse:
+        """The response `owner` (the caller's key id, None: none) created; another's is 404,
+        as if absent (docs/security.md "Keys and budgets")."""
         self._enabled(response_id)
         record = await self.get(response_id)
-        if record is None:
+        if record is None or record.owner != owner:
             raise response_not_found(response_id)
         return record
 
 
 _STATUSES = {
+    401: "authentication_error (missing_api_key, invalid_api_key): a listener requires API keys",
     404: "response_not_found (unknown or expired), response_store_disabled",
     429: "RATE_LIMIT_EXCEEDED (Retry-After)",
     503: "response_store_unavailable: the store did not answer (Retry-After)",
@@ -143,16 +147,19 @@ _ERRORS = errors(ErrorBody, _STATUSES)
 _LIST_ERRORS = errors(ErrorBody, {400: "invalid query (limit, order)", **_STATUSES})
 
 
-def responses_store_router(store: ResponseStoreService) -> APIRouter:
+def responses_store_router(store: ResponseStoreService, caller: Caller) -> APIRouter:
+    """`caller`: the API-key gate's dependency (app/api/key_access.py)."""
     router = APIRouter(tags=["inference"])
 
     @router.get("/v1/responses/{response_id}", response_model=ResponseObject, responses=_ERRORS)
-    async def retrieve(response_id: str) -> dict[str, Any]:
-        return (await store.stored(response_id)).response
+    async def retrieve(response_id: str, request: Request) -> dict[str, Any]:
+        return (await store.stored(response_id, key_id(await caller(request)))).response
 
     @router.delete("/v1/responses/{response_id}", response_model=ResponseDeleted, responses=_ERRORS)
-    async def delete(response_id: str) -> ResponseDeleted:
-        store._enabled(response_id)
+    async def delete(response_id: str, request: Request) -> ResponseDeleted:
+        await store.stored(
+            response_id, key_id(await caller(request))
+        )  # another key's response is not deleted: 404
         if not await store.delete(response_id):
             raise response_not_found(response_id)
         return ResponseDeleted(id=response_id)
@@ -162,11 +169,12 @@ def responses_store_router(store: ResponseStoreService) -> APIRouter:
     )
     async def input_items(
         response_id: str,
+        request: Request,
         limit: int = Query(20, ge=1, le=100),
         order: Literal["asc", "desc"] = Query("desc"),
         after: str | None = Query(None, description="an item id: list the items after it"),
     ) -> InputItemList:
-        items = list((await store.stored(response_id)).input_items)
+        items = list((await store.stored(response_id, key_id(await caller(request)))).input_items)
         if order == "desc":
             items.reverse()
         if after is not None:

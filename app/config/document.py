@@ -38,6 +38,10 @@ class Listener(Strict):
     # svc-sr extension: every data-plane request through this listener needs an issued API key
     # (docs/security.md "Keys and budgets"); false on a laptop listener bound to 127.0.0.1.
     api_key_required: bool = False
+    # svc-sr extension: the listener's public model grants, provider model names (None: every
+    # model). They bound every key's grants, and alone apply to a caller without a key; MoM never
+    # leaves them (docs/security.md "Keys and budgets").
+    models: list[str] | None = None
 
 
 # ---------------------------------------------------------------- document
@@ -62,6 +66,11 @@ class RouterConfig(Strict):
 
     @model_validator(mode="after")
     def _runtime_refs(self) -> RouterConfig:
+        configured = {m.name for m in self.providers.models}
+        for listener in self.listeners:
+            unknown = sorted(set(listener.models or []) - configured)
+            if unknown:
+                raise ValueError(f"listener {listener.name!r} grants unknown models: {', '.join(unknown)}")
         bindings = read_bindings(self.global_.model_catalog)
         check_references(self.model_deployments, self.decision_model, bindings)
         self.rule_binding_specs()

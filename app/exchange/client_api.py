@@ -48,6 +48,9 @@ class ClientStream(Protocol):
 
 class ClientApi(Protocol):
     endpoint: str  # the metrics label
+    # The caller's API key id (None: none): a Responses store keeps it with the answer and
+    # reads back only its own (docs/security.md "Keys and budgets"). Set by the exchange.
+    owner: str | None
 
     async def prepare(self, document: Any) -> None:
         """What parsing needs from elsewhere (a stored conversation, uploaded images); raises SvcError."""
@@ -88,6 +91,7 @@ class _Passthrough:
 
 class ChatApi:
     endpoint = "chat_completions"
+    owner: str | None = None
 
     async def prepare(self, document: Any) -> None:
         return None
@@ -140,6 +144,7 @@ def previous_not_found(response_id: str) -> SvcError:
 
 class ResponsesApi:
     endpoint = "responses"
+    owner: str | None = None
 
     def __init__(
         self, store: ConversationStore | None = None, images: ResolveImageFile | None = None
@@ -167,7 +172,7 @@ class ResponsesApi:
             request = self._request = request.model_copy(update={"store": True})
         if request.previous_response_id:
             previous = await store.get(request.previous_response_id)
-            if previous is None:
+            if previous is None or previous.owner != self.owner:  # another key's: as if absent
                 raise previous_not_found(request.previous_response_id)
             self._history = previous.conversation
             self._tie = provider_state(previous)
@@ -207,7 +212,9 @@ class ResponsesApi:
         """Keep `response` at the next persist() (when there is a store and the client lets it)."""
         request = self._parsed()
         if self._store is not None and request.store and response.get("status") != "failed":
-            self._pending = stored_response(response, request, self._history, self._images, self._model)
+            self._pending = stored_response(
+                response, request, self._history, self._images, self._model, self.owner
+            )
 
     async def persist(self) -> None:
         record, self._pending = self._pending, None

@@ -102,6 +102,7 @@ class Exchange:
             admission = await self.settings.keys.admit(headers) if self.settings.keys else None
         except SvcError as exc:  # no key, an unknown or revoked one, its rate limit or budget
             return self._refuse(exc, "unknown")
+        self.api.owner = admission.record.id if admission is not None else None
         try:
             body = await self._parse(raw)
         except SvcError as exc:
@@ -109,7 +110,8 @@ class Exchange:
         model = body.get("model")
         self.requested_model = model if isinstance(model, str) else None
         try:
-            grant = admission.grant if admission is not None else None
+            keys = self.settings.keys
+            grant = admission.grant if admission is not None else keys.listener_grant() if keys else None
             plan = await self.settings.router.route(
                 body, self.trace.route_headers(headers), self.request_id, grant, self.api.tie
             )

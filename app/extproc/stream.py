@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from app.common.errors import upstream_unavailable
+from app.common.errors import SvcError, upstream_unavailable
 from app.exchange.client_api import client_api
 from app.exchange.exchange import Exchange, Reply
 from app.extproc import envoy_messages as em
@@ -36,7 +36,7 @@ class ExtProcStream:
 
     async def handle(self, kind: str, request: pb.ProcessingRequest) -> pb.ProcessingResponse:
         if kind == "request_headers":
-            response = self.on_request_headers(request.request_headers)
+            response = await self.on_request_headers(request.request_headers)
             if self.exchange is not None and request.request_headers.end_of_stream:
                 # No body follows (Envoy sends no body message): the exchange answers it as the
                 # empty body it is (a 400; an empty body is no JSON), not forwarded unrouted.
@@ -68,10 +68,19 @@ class ExtProcStream:
             503, json.dumps(error.body()).encode(), {"x-request-id": self.request_id, **error.headers}
         )
 
-    def on_request_headers(self, headers: pb.HttpHeaders) -> pb.ProcessingResponse:
+    async def on_request_headers(self, headers: pb.HttpHeaders) -> pb.ProcessingResponse:
         self.headers = em.read_headers(headers)
         api = client_api(self.headers.get(":path", ""), self.bridge.images)
         if self.headers.get(":method", "POST").upper() != "POST" or api is None:
+            # Forwarded as it came, once the key gate let it: a listener that requires keys
+            # lets nothing through without one (docs/security.md "Keys and budgets").
+            keys = self.bridge.exchange_settings.keys
+            try:
+                if keys is not None:
+                    await keys.authenticate(self.headers)
+            except SvcError as exc:
+                headers = {"x-request-id": self.request_id, **exc.headers}
+                return em.immediate(exc.status, json.dumps(exc.body()).encode(), headers)
             return em.continue_request_headers(skip_bodies=True)
         self.exchange = Exchange(self.bridge.exchange_settings, api)
         self.headers.setdefault("x-request-id", uuid.uuid4().hex)

@@ -64,18 +64,29 @@ def keys_required(config: RouterConfig) -> bool:
     return any(listener.api_key_required for listener in config.listeners)
 
 
+def listener_models(config: RouterConfig) -> list[str] | None:
+    """The listeners' public model grants (None: none sets them). Both front doors serve every
+    listener's traffic, so, as with keys_required, the strictest applies: the models every
+    listener that sets grants allows, in the first one's order."""
+    sets = [listener.models for listener in config.listeners if listener.models is not None]
+    if not sets:
+        return None
+    return [m for m in sets[0] if all(m in other for other in sets[1:])]
+
+
 def unauthorized(message: str, code: str) -> SvcError:
     return SvcError(401, message, "authentication_error", code, headers={"www-authenticate": "Bearer"})
 
 
 class ModelNotGranted(SvcError):
-    """403 for a model outside the key's grants, in the data plane's security_violation shape.
+    """403 for a model outside the caller's grants (its key's within the listeners'), in the
+    data plane's security_violation shape.
     Raised on a Router replica: it pickles by its own arguments to reach the front door."""
 
     def __init__(self, model: str, granted: list[str]) -> None:
         super().__init__(
             403,
-            f"this API key may not use model {model!r}",
+            f"model {model!r} is not granted to this caller (its API key's or the listener's grants)",
             "security_violation",
             "model_not_granted",
             details={"model": model, "granted": granted, "action_taken": "block"},
@@ -143,21 +154,25 @@ class KeyGate:
         store: KeyStore,
         required: Callable[[], bool],
         settings: Callable[[], ApiKeysConfig],
+        listener_models: Callable[[], list[str] | None] = lambda: None,
         spend: SpendStore | None = None,
         buckets: BucketStore | None = None,
         on_spend: Callable[[KeyRecord, float], None] | None = None,
     ) -> None:
-        """`on_spend`: called with each settled cost (the spend metrics)."""
+        """`on_spend`: called with each settled cost (the spend metrics); `listener_models`:
+        the listeners' public model grants (None: none)."""
         self.store = store
         self.required = required
+        self.listener_models = listener_models
         self.settings = settings
         self.spend = spend or MemorySpend()
         self.buckets = buckets or MemoryBuckets()
         self.on_spend = on_spend
         self._logged_at = -LOG_EVERY_S
 
-    async def admit(self, headers: Mapping[str, str]) -> Admission | None:
-        """The request's key checked (module doc); None: served without one."""
+    async def authenticate(self, headers: Mapping[str, str]) -> KeyRecord | None:
+        """The caller's key (401 where keys are required and it has no known one); None: a
+        caller without a known key where none is required. Every data-plane route asks this."""
         secret = api_key(headers)
         required = self.required()
         self.store.cache_seconds = self.settings().cache_seconds
@@ -168,9 +183,27 @@ class KeyGate:
                 )
             return None
         record = await self._lookup(secret, required)
+        if record is None and required:
+            raise unauthorized("invalid API key (unknown or revoked)", "invalid_api_key")
+        return record
+
+    def granted(self, record: KeyRecord | None) -> list[str] | None:
+        """The provider models a caller may use (None: any): its key's grants within the
+        listeners' (a key never widens them), the listeners' alone without a key."""
+        bound = self.listener_models()
         if record is None:
-            if required:
-                raise unauthorized("invalid API key (unknown or revoked)", "invalid_api_key")
+            return bound
+        return [m for m in record.models if bound is None or m in bound]
+
+    def listener_grant(self) -> ModelGrant | None:
+        """What the Router is told about a request without a known key: the listeners' grants."""
+        bound = self.listener_models()
+        return None if bound is None else ModelGrant(key_id=None, models=bound)
+
+    async def admit(self, headers: Mapping[str, str]) -> Admission | None:
+        """The request's key checked (module doc); None: served without one."""
+        record = await self.authenticate(headers)
+        if record is None:
             return None
         await self._rate_limit(record)
         counters = self._counters(record)
@@ -235,7 +268,7 @@ class KeyGate:
             return [0.0] * len(counters)
 
     def _grant(self, record: KeyRecord, counters: list[Counter], spent: list[float]) -> ModelGrant:
-        grant = ModelGrant(key_id=record.id, models=list(record.models))
+        grant = ModelGrant(key_id=record.id, models=self.granted(record) or [])
         if not counters:
             return grant
         # The budget nearest its limit speaks for the request.
@@ -333,6 +366,7 @@ def key_gate(
     return KeyGate(
         keys,
         required=lambda: keys_required(config()),
+        listener_models=lambda: listener_models(config()),
         settings=lambda: config().global_.services.api_keys,
         spend=spend,
         buckets=buckets,

@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 
 class ModelGrant(BaseModel):
-    key_id: str
+    key_id: str | None  # None: a caller without a key, bound by the listeners' grants alone
     models: list[str]  # a selection never leaves these; an explicit other model is 403
     # The budget is past `step_down_at`: only models cheaper than the decision's pick.
     step_down: bool = False

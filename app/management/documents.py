@@ -149,7 +149,8 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 def restart_required(old: RouterConfig, new: RouterConfig) -> list[Reason]:
     """Settings a live reload cannot apply (RESTART_REQUIRED, docs/management-api.md): the listener set or a
-    listener's address/port/timeout/api_key_required (the ext_proc sidecar reads it at start), and the tracing settings."""
+    listener's address/port/timeout/api_key_required/models (the ext_proc sidecar reads them at start), and the
+    tracing settings."""
     reasons: list[Reason] = []
     before = {listener.name: listener for listener in old.listeners}
     after = {listener.name: listener for listener in new.listeners}
@@ -168,7 +169,7 @@ def restart_required(old: RouterConfig, new: RouterConfig) -> list[Reason]:
         prior = before.get(listener.name)
         if prior is None:
             continue
-        for attr in ("address", "port", "timeout", "api_key_required"):
+        for attr in ("address", "port", "timeout", "api_key_required", "models"):
             if getattr(prior, attr) != getattr(listener, attr):
                 reasons.append(
                     Reason(

@@ -387,7 +387,8 @@ class _Stack:
         )
         grpc_server = loop.run(start_bridge_server(bridge, port=0))
         self._stops.append(lambda: loop.run(grpc_server.stop(0)))
-        envoy, listener = start_envoy(document, work, grpc_server.svc_sr_port, "closed")
+        # Envoy sends GET /v1/models to the management API: the Ingress app serves it.
+        envoy, listener = start_envoy(document, work, grpc_server.svc_sr_port, "closed", ingress_port)
         self._stops.append(envoy.stop)
 
         def settle_ingress() -> None:

@@ -96,11 +96,17 @@ KEYED_CHEAP = {"currency": "USD", "prompt_per_1m": 100.0, "completion_per_1m": 3
 
 
 def keyed(
-    base_url: str, *, required: bool = True, listener_port: int = 8801, other: bool = True
+    base_url: str,
+    *,
+    required: bool = True,
+    listener_port: int = 8801,
+    other: bool = True,
+    listener_models: list[str] | None = None,
 ) -> dict[str, Any]:
     """The API-key tests' document (docs/security.md "Keys and budgets"): MoM's default is the
     expensive `pricey` (a few dollars a request), `cheap` a thousandth of it, `other` unpriced;
-    keys past half their budget step down (`step_down_at` 0.5)."""
+    keys past half their budget step down (`step_down_at` 0.5). `listener_models`: the
+    listener's public model grants (None: none)."""
     ref = [{"base_url": base_url}]
     models = [
         {"name": "pricey", "backend_refs": ref, "pricing": dict(KEYED_PRICEY)},
@@ -110,7 +116,14 @@ def keyed(
         models.append({"name": "other", "backend_refs": ref})
     return {
         "version": "v0.3",
-        "listeners": [{"name": "http", "port": listener_port, "api_key_required": required}],
+        "listeners": [
+            {
+                "name": "http",
+                "port": listener_port,
+                "api_key_required": required,
+                **({} if listener_models is None else {"models": listener_models}),
+            }
+        ],
         "providers": {"defaults": {"default_model": "pricey"}, "models": models},
         "global": {"services": {"api_keys": {"step_down_at": 0.5, "cache_seconds": 0}}},
     }

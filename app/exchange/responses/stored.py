@@ -34,6 +34,9 @@ class StoredResponse(BaseModel):
     )
     # the model the Router chose for it: a continuation is locked to it (session-aware routing)
     served_model: str | None = None
+    owner: str | None = Field(
+        default=None, description="the API key id that created it (None: none); only it reads it back"
+    )
 
 
 class ConversationStore(Protocol):
@@ -107,6 +110,7 @@ def stored_response(
     history: list[dict[str, Any]] | None,
     images: Images | None = None,
     served_model: str | None = None,
+    owner: str | None = None,
 ) -> StoredResponse:
     """The record of one answered request (`history`: the previous response's conversation;
     `images`: its input_image files, kept inline in the conversation as the upstream got them,
@@ -119,6 +123,7 @@ def stored_response(
         input_items=input_items(request),
         conversation=[*(history or []), *input_messages(request, images), answer_message(response)],
         served_model=served_model,
+        owner=owner,
     )
 
 

@@ -30,8 +30,13 @@ def upstream() -> Iterator[FakeUpstream]:
         yield fake
 
 
-def ingress(upstream: FakeUpstream, keys: KeyStore | None = None, required: bool = True) -> FastAPI:
-    config = parse_config(keyed(upstream.base_url, required=required)).config
+def ingress(
+    upstream: FakeUpstream,
+    keys: KeyStore | None = None,
+    required: bool = True,
+    listener_models: list[str] | None = None,
+) -> FastAPI:
+    config = parse_config(keyed(upstream.base_url, required=required, listener_models=listener_models)).config
     view = StaticConfigView(config)
     parts = IngressParts(data_plane=DataPlaneStores(keys=keys or KeyStore(cache_seconds=0)))
     pipeline = RouterPipeline(config, PipelineServices())
