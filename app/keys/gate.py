@@ -213,7 +213,8 @@ class KeyGate:
     async def _lookup(self, secret: str, required: bool) -> KeyRecord | None:
         if self.store.fresh():  # no I/O, no thread hop: most requests (SDKs always send a key)
             found = self.store.last_read(secret)
-            if found is not None or not required:  # a miss where keys are required is re-checked
+            # a miss where keys are required is re-checked, at most every MISS_RECHECK_S
+            if found is not None or not required or self.store.miss_settled():
                 return found
         try:
             return await asyncio.to_thread(self.store.lookup, secret)

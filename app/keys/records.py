@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 KEYS_FILE = "api_keys.json"
 KEYS_LOCK = ".api_keys.lock"
 SECRET_PREFIX = "sk-svc-"
+# A miss re-checks the registry's revision at most this often per process: a key issued on
+# another replica is known within it, and a flood of unknown keys costs the store at most one
+# read per interval, not one per request.
+MISS_RECHECK_S = 0.05
 
 
 class KeyRecord(BaseModel):
@@ -82,6 +86,7 @@ class KeyStore(JsonDocumentStore[KeyRegistry]):
         self._by_hash: dict[str, KeyRecord] = {}
         self._read_at: float | None = None
         self._revision = -1  # the registry's revision as last read
+        self._revision_checked_at: float | None = None  # a miss's last revision check
         self.has_read = False  # the keys were read at least once (the last read serves an outage)
 
     def issue(self, spec: KeySpec) -> tuple[KeyRecord, str]:
@@ -128,11 +133,21 @@ class KeyStore(JsonDocumentStore[KeyRegistry]):
         now = self._clock()
         digest = hash_secret(secret)
         stale = self._read_at is None or now - self._read_at >= self.cache_seconds
-        if stale or (digest not in self._by_hash and self.revision() != self._revision):
+        if not stale and digest not in self._by_hash and not self.miss_settled():
+            stale = self.revision() != self._revision
+            if not stale:  # set only once confirmed: concurrent misses must not trust a check in flight
+                self._revision_checked_at = now
+        if stale:
             registry = self.load()
             self._by_hash = {r.key_hash: r for r in registry.keys.values()}
             self._revision, self._read_at, self.has_read = registry.revision, now, True
+            self._revision_checked_at = now
         return self._by_hash.get(digest)
+
+    def miss_settled(self) -> bool:
+        """The registry's revision was checked within MISS_RECHECK_S: a miss now is a miss."""
+        checked = self._revision_checked_at
+        return checked is not None and self._clock() - checked < MISS_RECHECK_S
 
     def fresh(self) -> bool:
         """The keys were read within `cache_seconds`: `last_read` answers without the store."""

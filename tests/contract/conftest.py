@@ -39,14 +39,12 @@ from app.cache.memory import InMemorySemanticCache
 from app.config.loader import parse_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
-from app.keys.grant import ModelGrant
 from app.management.service import Management
 from app.observability.metrics import MetricsRecorder
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
-from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.local_models import engine_evaluators
 from app.pipeline.memory.store import InMemoryMemoryStore
-from app.pipeline.plan import Accounting, CompletionReport, ProviderState, RoutePlan
+from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
 from app.pipeline.signals.kb import KnowledgeBaseFeed
 from app.runtime.encoder import shared_encoder
 from app.runtime.hosted import HostedDomain
@@ -60,6 +58,7 @@ from app.storage.parts import storage_parts
 from app.upstream.client import UpstreamClient
 from tests.envoy.conftest import LoopThread, start_envoy
 from tests.fakes.messages_upstream import FakeMessagesUpstream
+from tests.fakes.pipeline_router import PipelineRouter
 from tests.fakes.upstream import FakeUpstream, find_free_port
 
 INGRESS, ENVOY = "ingress", "envoy"
@@ -112,28 +111,15 @@ class CompletionRecord:
         return asdict(self)
 
 
-class RecordingRouter:
+class RecordingRouter(PipelineRouter):
     """The RouterClient one door sees: the shared pipeline, each complete() recorded."""
 
     def __init__(self, pipeline: RouterPipeline) -> None:
-        self.pipeline = pipeline
+        super().__init__(pipeline, account=True)
         self.completions: list[CompletionRecord] = []
 
-    async def route(
-        self,
-        body: dict[str, Any],
-        headers: dict[str, str],
-        request_id: str,
-        grant: ModelGrant | None = None,
-        tie: ProviderState | None = None,
-    ) -> RoutePlan:
-        return await self.pipeline.route(body, headers, request_id, grant, tie)
-
-    async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
-        return await self.pipeline.check_answer(checks, answer, context)
-
     async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
-        accounting = await self.pipeline.complete(plan, report)
+        accounting = await super().complete(plan, report)
         self.completions.append(CompletionRecord.of(plan, report, accounting))
         return accounting
 

@@ -10,43 +10,36 @@ from typing import Any
 
 from app.exchange.client_api import ChatApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward, Reply
+from app.keys.grant import ModelGrant
 from app.pipeline import PipelineServices, RouterPipeline
-from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.metrics import RouterMetrics
-from app.pipeline.plan import Accounting, CompletionReport, ImmediateResponse, RoutePlan
+from app.pipeline.plan import ImmediateResponse, ProviderState, RoutePlan
+from tests.fakes.pipeline_router import PipelineRouter
 from tests.unit.replays.test_replay_recording import body, config
 
 
-class RecordingRouter:
-    """A RouterClient: routes with the in-process pipeline (or answers `immediate`), records completions."""
+class RecordingRouter(PipelineRouter):
+    """Routes with the in-process pipeline (or answers `immediate`), records completions."""
 
     def __init__(self, immediate: ImmediateResponse | None = None, no_candidates: bool = False) -> None:
-        self.pipeline = RouterPipeline(config(None), PipelineServices())
+        super().__init__(RouterPipeline(config(None), PipelineServices()))
         self.immediate = immediate
         self.no_candidates = no_candidates
-        self.reports: list[CompletionReport] = []
 
     async def route(
         self,
         body: dict[str, Any],
         headers: dict[str, str],
         request_id: str,
-        grant: Any = None,
-        tie: Any = None,
+        grant: ModelGrant | None = None,
+        tie: ProviderState | None = None,
     ) -> RoutePlan:
-        plan = await self.pipeline.route(body, headers, request_id)
+        plan = await super().route(body, headers, request_id, grant, tie)
         if self.immediate is not None:
             plan.immediate = self.immediate
         if self.no_candidates:
             plan.candidates = []
         return plan
-
-    async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
-        return await self.pipeline.check_answer(checks, answer, context)
-
-    async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
-        self.reports.append(report)
-        return Accounting(model=report.model)
 
 
 def chunk(content: str, finish: str | None = None) -> bytes:

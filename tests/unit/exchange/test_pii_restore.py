@@ -11,37 +11,14 @@ import pytest
 
 from app.exchange.client_api import ChatApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward
-from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
-from app.pipeline.plan import Accounting, CompletionReport, RoutePlan
+from app.pipeline.plan import CompletionReport
+from tests.fakes.pipeline_router import PipelineRouter
 from tests.unit.pipeline.test_pii_actions import Stores, pipeline
 
 ASK = "mail ana@example.org and bo@example.net the notes"
 
 
-class Router:
-    def __init__(self) -> None:
-        self.pipeline = pipeline("mask", Stores())
-        self.reports: list[CompletionReport] = []
-
-    async def route(
-        self,
-        body: dict[str, Any],
-        headers: dict[str, str],
-        request_id: str,
-        grant: Any = None,
-        tie: Any = None,
-    ) -> RoutePlan:
-        return await self.pipeline.route(body, headers, request_id)
-
-    async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
-        raise AssertionError("no answer checks configured")
-
-    async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
-        self.reports.append(report)
-        return Accounting()
-
-
-async def begin(router: Router, api: Any = None, stream: bool = False) -> tuple[Exchange, Forward]:
+async def begin(router: PipelineRouter, api: Any = None, stream: bool = False) -> tuple[Exchange, Forward]:
     exchange = Exchange(ExchangeSettings(router), api or ChatApi())
     body = {"model": "MoM", "messages": [{"role": "user", "content": ASK}], "stream": stream}
     if isinstance(api, ResponsesApi):
@@ -62,7 +39,7 @@ REPLY = "Sent to <EMAIL_ADDRESS_1> and <EMAIL_ADDRESS_2>."
 RESTORED = "Sent to ana@example.org and bo@example.net."
 
 
-def finished(router: Router) -> CompletionReport:
+def finished(router: PipelineRouter) -> CompletionReport:
     assert len(router.reports) == 1
     report = router.reports[0]
     assert (
@@ -72,7 +49,7 @@ def finished(router: Router) -> CompletionReport:
 
 
 async def test_a_whole_answer_is_restored_for_the_client_only() -> None:
-    router = Router()
+    router = PipelineRouter(pipeline("mask", Stores()))
     exchange, step = await begin(router)
     exchange.respond(200, {"content-type": "application/json"}, step.plan.candidates[0])
     answer = {"id": "x", "object": "chat.completion", "model": "cloud",
@@ -86,7 +63,7 @@ async def test_a_whole_answer_is_restored_for_the_client_only() -> None:
 
 @pytest.mark.parametrize("api", [ChatApi(), ResponsesApi()], ids=["chat", "responses"])
 async def test_a_stream_split_inside_placeholders_is_restored(api: Any) -> None:
-    router = Router()
+    router = PipelineRouter(pipeline("mask", Stores()))
     exchange, step = await begin(router, api, stream=True)
     head = exchange.respond(200, {"content-type": "text/event-stream"}, step.plan.candidates[0])
     assert head.streaming

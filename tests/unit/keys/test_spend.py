@@ -13,7 +13,7 @@ import pytest
 from app.config.global_config import ApiKeysConfig, Budget
 from app.config.pricing import Pricing
 from app.keys.gate import KeyGate, estimate_cost
-from app.keys.records import KeySpec, KeyStore
+from app.keys.records import MISS_RECHECK_S, KeySpec, KeyStore
 from app.keys.spend import MemorySpend, RedisSpend, SpendStore, counter, period_of
 from app.state.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
 
@@ -123,10 +123,12 @@ def test_a_key_issued_on_another_replica_is_known_at_once_and_a_revoked_one_with
     there = KeyStore(shared, cache_seconds=0.5, clock=lambda: now[0])
     assert here.lookup("sk-svc-none") is None  # read now: cached for 0.5 s
     record, secret = there.issue(KeySpec(name="k", models=["m"]))
-    assert here.lookup(secret) == record  # a miss re-reads a changed registry
+    assert here.lookup(secret) is None  # a miss just after a read is a miss ...
+    now[0] = MISS_RECHECK_S
+    assert here.lookup(secret) == record  # ... then re-reads a changed registry
     there.revoke(record.id)
     assert here.lookup(secret) == record  # trusted for cache_seconds ...
-    now[0] = 0.5
+    now[0] = MISS_RECHECK_S + 0.5
     assert here.lookup(secret) is None  # ... and no longer
 
 
@@ -149,3 +151,23 @@ async def test_a_listener_without_keys_reads_the_store_once_per_cache_period() -
         assert await gate.admit({"authorization": "Bearer sk-placeholder"}) is None
         assert (await gate.admit({"x-api-key": secret})) is not None
     assert Counting.reads == reads + 1
+
+
+def test_a_flood_of_unknown_keys_reads_the_registry_revision_once_per_interval() -> None:
+    from app.state.state_stores import MemoryStateStore
+
+    now = [0.0]
+    store = KeyStore(MemoryStateStore(), cache_seconds=0.5, clock=lambda: now[0])
+    checks = []
+    real = store.revision
+
+    def counted() -> int:
+        checks.append(now[0])
+        return real()
+
+    store.revision = counted  # type: ignore[method-assign]
+    assert store.lookup("sk-svc-a") is None  # the first read loads the registry
+    for i in range(100):
+        now[0] = i * 0.001  # 100 unknown keys within 0.1 s
+        assert store.lookup(f"sk-svc-{i}") is None
+    assert len(checks) == 1  # one re-check after MISS_RECHECK_S, not one per request

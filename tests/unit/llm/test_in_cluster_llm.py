@@ -24,6 +24,7 @@ from app.llm import addressing
 from app.llm.asgi_call import ResponseHead, asgi_exchange
 from app.pipeline.selection import model_targets
 from app.upstream.client import UpstreamClient
+from tests.fakes.pipeline_router import PipelineRouter
 from tests.fakes.upstream import FakeUpstream
 
 LLM = {"model_loading_config": {"model_id": "tiny", "model_source": "/models/tiny"}}
@@ -245,41 +246,21 @@ def test_the_graph_adds_one_llm_server_per_in_cluster_model(
 
 
 # -- behind Envoy ------------------------------------------------------------------------------
-class _InClusterRouter:
+def _in_cluster_router(with_http: bool) -> PipelineRouter:
     """A RouterClient whose plans name an in-cluster engine first, then (maybe) an HTTP backend."""
+    from app.pipeline import PipelineServices, RouterPipeline
 
-    def __init__(self, with_http: bool) -> None:
-        refs = [{"endpoint": "127.0.0.1:9"}] if with_http else []
-        document = {
-            "version": "v0.3",
-            "providers": {
-                "defaults": {"default_model": "tiny"},
-                "models": [{"name": "tiny", "llm_config": LLM, "backend_refs": refs}],
-            },
-        }
-        from app.pipeline import PipelineServices, RouterPipeline
-
-        self.pipeline = RouterPipeline(
-            parse_config(document).config, PipelineServices(), rng=random.Random(0)
-        )
-
-    async def route(
-        self,
-        body: dict[str, Any],
-        headers: dict[str, str],
-        request_id: str,
-        grant: Any = None,
-        tie: Any = None,
-    ) -> Any:
-        return await self.pipeline.route(body, headers, request_id)
-
-    async def check_answer(self, checks: Any, answer: str, context: list[str]) -> Any:
-        return await self.pipeline.check_answer(checks, answer, context)
-
-    async def complete(self, plan: Any, report: Any) -> Any:
-        from app.pipeline.plan import Accounting
-
-        return Accounting(model=report.model)
+    refs = [{"endpoint": "127.0.0.1:9"}] if with_http else []
+    document = {
+        "version": "v0.3",
+        "providers": {
+            "defaults": {"default_model": "tiny"},
+            "models": [{"name": "tiny", "llm_config": LLM, "backend_refs": refs}],
+        },
+    }
+    return PipelineRouter(
+        RouterPipeline(parse_config(document).config, PipelineServices(), rng=random.Random(0))
+    )
 
 
 async def test_the_ext_proc_bridge_forwards_an_in_cluster_model_to_its_http_backend_or_answers_503() -> None:
@@ -288,11 +269,11 @@ async def test_the_ext_proc_bridge_forwards_an_in_cluster_model_to_its_http_back
     from app.extproc.bridge import ExtProcBridge
 
     raw = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}).encode()
-    with_http = Exchange(ExtProcBridge(_InClusterRouter(with_http=True)).exchange_settings, ChatApi())
+    with_http = Exchange(ExtProcBridge(_in_cluster_router(with_http=True)).exchange_settings, ChatApi())
     step = await with_http.begin(raw, {})
     assert isinstance(step, Forward)
     assert [t.base_url for t in step.plan.candidates] == ["http://127.0.0.1:9"]
-    only_engine = Exchange(ExtProcBridge(_InClusterRouter(with_http=False)).exchange_settings, ChatApi())
+    only_engine = Exchange(ExtProcBridge(_in_cluster_router(with_http=False)).exchange_settings, ChatApi())
     reply = await only_engine.begin(raw, {})
     assert isinstance(reply, Reply) and reply.status == 503
     assert json.loads(reply.body)["error"]["code"] == "upstream_unavailable"

@@ -16,12 +16,13 @@ from app.config.routing import Plugin
 from app.exchange import answer_checks
 from app.exchange.client_api import ChatApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward
+from app.keys.grant import ModelGrant
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.answers import hallucination
 from app.pipeline.answers.checker import check_answer
 from app.pipeline.answers.policy import preview_hallucination, preview_response_jailbreak
 from app.pipeline.answers.schemas import Action, AnswerChecks, AnswerVerdict, CheckOutcome
-from app.pipeline.plan import Accounting, CompletionReport, RoutePlan, SignalMatch
+from app.pipeline.plan import CompletionReport, ProviderState, RoutePlan, SignalMatch
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.vector_cache import TextVectorCache
 from app.replays.replays import ReplayStore
@@ -202,17 +203,16 @@ class CheckingRouter(RecordingRouter):
         self.verdict = verdict
         self.fail = fail
         self.checked: list[tuple[str, list[str]]] = []
-        self.accounted: list[CompletionReport] = []
 
     async def route(
         self,
         body: dict[str, Any],
         headers: dict[str, str],
         request_id: str,
-        grant: Any = None,
-        tie: Any = None,
+        grant: ModelGrant | None = None,
+        tie: ProviderState | None = None,
     ) -> RoutePlan:
-        plan = await super().route(body, headers, request_id)
+        plan = await super().route(body, headers, request_id, grant, tie)
         plan.answer_checks = AnswerChecks(decision="d", hallucination=HallucinationPlugin(action="block"))
         return plan
 
@@ -222,10 +222,6 @@ class CheckingRouter(RecordingRouter):
             raise RuntimeError("router gone")
         assert self.verdict is not None
         return self.verdict
-
-    async def complete(self, plan: RoutePlan, report: CompletionReport) -> Accounting:
-        self.reports.append(report)
-        return Accounting(model=report.model)
 
 
 def verdict(action: Action) -> AnswerVerdict:
