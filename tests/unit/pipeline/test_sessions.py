@@ -100,7 +100,8 @@ def test_a_pending_tool_call_is_a_hard_lock_even_when_the_turn_wants_another_mod
         "kept",
         "tool_call_pending",
     )
-    assert [t.model for t in plan.candidates] == ["general"]
+    # the held model first; the turn's own model stays as the fallback should it fail
+    assert [t.model for t in plan.candidates] == ["general", "code"]
     assert plan.response_headers["x-vsr-selected-model"] == "general"
 
 
@@ -187,7 +188,7 @@ def test_a_provider_side_state_locks_the_session_to_the_model_that_answered():
     # the stored response was answered by `code`; the new ask wants `finance`
     plan = tied(pipe, "what is the tax on stock dividends?", ProviderState(model="code"))
     assert plan.decision == "finance" and plan.selected_model == "code"
-    assert [t.model for t in plan.candidates] == ["code"]
+    assert [t.model for t in plan.candidates] == ["code", "finance"]
     assert plan.session is not None and (plan.session.action, plan.session.reason) == (
         "kept",
         "provider_state",
