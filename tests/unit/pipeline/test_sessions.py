@@ -157,6 +157,15 @@ def test_a_switch_is_priced_as_turns_are_paid():
 
 
 def test_a_turn_that_asks_for_no_model_steps_down_only_with_step_down():
+    # a bare follow-up matches no decision: the session keeps its task's model...
+    pipe = pipeline()
+    history = [ask("fix the bug in this function")]
+    assert route(pipe, history).selected_model == "code"
+    history += [{"role": "assistant", "content": "fixed"}, ask("ok, go ahead")]
+    kept = route(pipe, history)
+    assert kept.reason_code == "default_model" and kept.selected_model == "code"
+    assert kept.session is not None and (kept.session.action, kept.session.reason) == ("kept", "no_decision")
+    # ...unless step_down lets the saving alone move it: no decision's value in the gain
     plan = RoutePlan(
         request_id="r",
         requested_model="MoM",
@@ -165,13 +174,58 @@ def test_a_turn_that_asks_for_no_model_steps_down_only_with_step_down():
         reason_code="default_model",
         confidence=0.0,
     )
-    kept, price = switch_terms(plan, CODE, GENERAL, 1000, SessionAffinity())
-    assert kept == 0.0 and price > 0
-    stepped, _ = switch_terms(plan, CODE, GENERAL, 1000, SessionAffinity(step_down=True))
+    stepped, price = switch_terms(plan, CODE, GENERAL, 1000, SessionAffinity(step_down=True))
     assert stepped == pytest.approx((1000 * 0.25 + 200 * 13.5) / 1e6) and stepped > price
     # stepping up to a dearer default is never worth it
     up, _ = switch_terms(plan, GENERAL, CODE, 1000, SessionAffinity(step_down=True))
     assert up < 0
+
+
+def test_a_switch_back_pays_only_what_the_model_has_not_cached_and_counts_the_stay():
+    plan = RoutePlan(
+        request_id="r",
+        requested_model="MoM",
+        auto=True,
+        selected_model="code",
+        reason_code="auto_routing",
+        confidence=1.0,
+    )
+    policy = SessionAffinity(switch_value=0.0, answer_tokens=0)
+    # code served this session until 8,000 of the 10,000 prompt tokens: its checkout is the rest
+    gain, price = switch_terms(plan, GENERAL, CODE, 10_000, policy, (10_000, 8_000))
+    assert price == pytest.approx(2_000 * (3.75 - 0.3) / 1e6)
+    # this turn: general's cached read against code's, so moving to the dearer model loses that
+    assert gain == pytest.approx(10_000 * (0.05 - 0.3) / 1e6)
+    # a cold model pays the whole prefix's checkout
+    _, cold = switch_terms(plan, GENERAL, CODE, 10_000, policy, (10_000, 0))
+    assert cold == pytest.approx(10_000 * (3.75 - 0.3) / 1e6)
+    # the old model's write of what it has not cached is part of staying's cost
+    stale, _ = switch_terms(plan, GENERAL, CODE, 10_000, policy, (6_000, 8_000))
+    assert stale == pytest.approx((6_000 * 0.05 + 4_000 * 0.625 - 10_000 * 0.3) / 1e6)
+    # each later turn of the expected stay saves (or loses) its cached read and answer again
+    ahead, _ = switch_terms(
+        plan,
+        GENERAL,
+        CODE,
+        10_000,
+        SessionAffinity(switch_value=0.0, answer_tokens=0, horizon_turns=2),
+        (10_000, 8_000),
+    )
+    assert ahead == pytest.approx(3 * gain)
+
+
+def test_the_session_remembers_each_models_cache():
+    store = MemorySessionStore()
+    pipe = pipeline(store, document(switch_value=10.0))
+    history = [ask("fix the bug in this function")]
+    route(pipe, history)
+    first = asyncio.run(store.get("s1"))
+    assert first is not None and set(first.cached) == {"code"} and first.cached["code"] > 0
+    history += [{"role": "assistant", "content": "fixed"}, ask("what is the tax on stock dividends?")]
+    route(pipe, history)
+    after = asyncio.run(store.get("s1"))
+    assert after is not None and after.model == "finance"
+    assert after.cached["code"] == first.cached["code"] and after.cached["finance"] > first.cached["code"]
 
 
 def tied(pipe: RouterPipeline, text: str, tie: ProviderState) -> RoutePlan:
@@ -194,9 +248,9 @@ def test_a_provider_side_state_locks_the_session_to_the_model_that_answered():
         "provider_state",
     )
     assert plan.response_headers["x-vsr-session-reason"] == "provider_state"
-    assert asyncio.run(store.get("s1")) == SessionState(
-        model="code", decision="finance", turns=1, updated_at=asyncio.run(store.get("s1")).updated_at
-    )
+    kept = asyncio.run(store.get("s1"))
+    assert kept is not None and (kept.model, kept.decision, kept.turns) == ("code", "finance", 1)
+    assert set(kept.cached) == {"code"}
     # reasoning items: the same lock, named for it; a session that was elsewhere moves to it
     asyncio.run(store.put("s1", SessionState(model="general", turns=4), 60))
     plan = tied(pipe, "what is the tax on stock dividends?", ProviderState(model="code", reasoning=True))
