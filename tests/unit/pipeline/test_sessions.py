@@ -133,6 +133,18 @@ def test_a_switch_whose_price_beats_its_gain_keeps_the_model():
     assert plan.session.price > plan.session.gain > 0
 
 
+def routed(model: str, reason_code: str, confidence: float) -> RoutePlan:
+    """An auto turn's plan as the select phase leaves it."""
+    return RoutePlan(
+        request_id="r",
+        requested_model="MoM",
+        auto=True,
+        selected_model=model,
+        reason_code=reason_code,
+        confidence=confidence,
+    )
+
+
 CODE = Pricing(prompt_per_1m=3, cached_input_per_1m=0.3, cache_write_per_1m=3.75, completion_per_1m=15)
 GENERAL = Pricing(
     prompt_per_1m=0.5, cached_input_per_1m=0.05, cache_write_per_1m=0.625, completion_per_1m=1.5
@@ -142,14 +154,7 @@ GENERAL = Pricing(
 def test_a_switch_is_priced_as_turns_are_paid():
     # gain: what a later turn saves (its prompt read from cache, its answer), plus the
     # decision's value; price: the new model's checkout of the prompt, once
-    plan = RoutePlan(
-        request_id="r",
-        requested_model="MoM",
-        auto=True,
-        selected_model="general",
-        reason_code="auto_routing",
-        confidence=0.5,
-    )
+    plan = routed("general", "auto_routing", 0.5)
     policy = SessionAffinity(switch_value=0.01, answer_tokens=100)
     gain, price = switch_terms(plan, CODE, GENERAL, 1000, policy)
     assert price == pytest.approx(1000 * (0.625 - 0.05) / 1e6)
@@ -166,14 +171,7 @@ def test_a_turn_that_asks_for_no_model_steps_down_only_with_step_down():
     assert kept.reason_code == "default_model" and kept.selected_model == "code"
     assert kept.session is not None and (kept.session.action, kept.session.reason) == ("kept", "no_decision")
     # ...unless step_down lets the saving alone move it: no decision's value in the gain
-    plan = RoutePlan(
-        request_id="r",
-        requested_model="MoM",
-        auto=True,
-        selected_model="general",
-        reason_code="default_model",
-        confidence=0.0,
-    )
+    plan = routed("general", "default_model", 0.0)
     stepped, price = switch_terms(plan, CODE, GENERAL, 1000, SessionAffinity(step_down=True))
     assert stepped == pytest.approx((1000 * 0.25 + 200 * 13.5) / 1e6) and stepped > price
     # stepping up to a dearer default is never worth it
@@ -182,14 +180,7 @@ def test_a_turn_that_asks_for_no_model_steps_down_only_with_step_down():
 
 
 def test_a_switch_back_pays_only_what_the_model_has_not_cached_and_counts_the_stay():
-    plan = RoutePlan(
-        request_id="r",
-        requested_model="MoM",
-        auto=True,
-        selected_model="code",
-        reason_code="auto_routing",
-        confidence=1.0,
-    )
+    plan = routed("code", "auto_routing", 1.0)
     policy = SessionAffinity(switch_value=0.0, answer_tokens=0)
     # code served this session until 8,000 of the 10,000 prompt tokens: its checkout is the rest
     gain, price = switch_terms(plan, GENERAL, CODE, 10_000, policy, (10_000, 8_000))
