@@ -11,7 +11,7 @@ off (per turn) and on (the config's settings; enabled when the file leaves it of
 
 Measured per mode: model switches (a turn served by another model than the turn before it),
 continuity violations (a switch on a turn that answers a pending tool call), the estimated
-cost with prefix-cache pricing (`turn_cost`), routing accuracy on the human's asks (the served
+cost with prefix-cache pricing (`Pricing.turn_cost`), routing accuracy on the human's asks (the served
 model is the expected decision's model) and how often the decision follows the human's ask
 (is the decision of that ask sent alone) on turns whose tool results or reminders speak of
 another domain and whose latest ask names its subject (a `vague` follow-up is the session's to
@@ -20,6 +20,7 @@ judge); rates with 95% Wilson intervals.
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from collections.abc import Sequence
@@ -116,8 +117,15 @@ class AgentReport(BaseModel):
 
 
 def load_traces(path: Path, split: str | None = None) -> list[AgentTrace]:
+    """A JSONL file, or a gzip-compressed one (`.gz`: the long-context set is mostly repeated
+    text)."""
+    try:
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: {exc}") from None
     traces = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -127,17 +135,6 @@ def load_traces(path: Path, split: str | None = None) -> list[AgentTrace]:
         if split is None or trace.split == split:
             traces.append(trace)
     return traces
-
-
-def turn_cost(pricing: Pricing | None, prompt: int, cached: int) -> float:
-    """A turn's estimated cost: `cached` prompt tokens read from the model's prefix cache, the
-    rest written to it (`cache_write_per_1m`, the prompt price when unset), and the answer."""
-    if pricing is None:
-        return 0.0
-    cached = min(cached, prompt)
-    read = cached * pricing.effective_cached_input_per_1m
-    written = (prompt - cached) * pricing.effective_cache_write_per_1m
-    return (read + written + COMPLETION_TOKENS * pricing.completion_per_1m) / 1e6
 
 
 def with_sessions(config: RouterConfig, on: bool) -> RouterConfig:
@@ -186,7 +183,8 @@ async def _replay(
         if turn.label.other_domain and not turn.label.vague:  # what the ask alone is routed to
             bare = {"model": "MoM", "messages": [{"role": "user", "content": human_ask(messages)}]}
             alone = (await pipeline.route(bare, {}, f"{trace.id}-{index}-ask")).decision
-        cost = turn_cost(pricing.get(served or ""), prompt, cached.get(served or "", 0))
+        rates = pricing.get(served or "")
+        cost = rates.turn_cost(prompt, cached.get(served or "", 0), COMPLETION_TOKENS) if rates else 0.0
         out.append(
             TurnResult(
                 trace=trace.id,

@@ -25,17 +25,22 @@ class SessionAffinity(Strict):
     """`global.router.session_affinity`: keep an agent's session on one model (docs/routing-quality.md
     "Agent traffic"). Off by default. A session is named by `x-session-id`, else the body's
     `user`, else (with `fingerprint`) a hash of the system prompt and the first ask. A session
-    is locked to its model while a tool call is pending; otherwise it switches only when the
-    switch's expected gain (`switch_value` times the new decision's confidence, plus what each
-    later turn saves: its cached prompt and an `answer_tokens` answer) beats its price (the
-    prompt's tokens at the new model's prefix-cache checkout price, cache_write_per_1m minus
-    cached_input_per_1m). `step_down`: a turn that matches no decision may move to a cheaper
-    default model on the saving alone (docs/configuration.md "Session-aware routing")."""
+    is locked to its model while a tool call is pending, kept on a turn that matches no
+    decision, and otherwise switches only when the switch's expected gain (`switch_value` times
+    the new decision's confidence, plus what this turn and each of `horizon_turns` later turns
+    save on the new model: cached prompt and an `answer_tokens` answer, priced as turns are
+    paid) beats its price (the prompt the new model has not cached at its prefix-cache
+    checkout price, cache_write_per_1m minus cached_input_per_1m). `step_down`: a turn that
+    matches no decision may move to a cheaper default model on the saving alone
+    (docs/configuration.md "Session-aware routing")."""
 
     enabled: bool = False
     fingerprint: bool = True
     switch_value: float = Field(default=0.002, ge=0, description="USD a switch is worth at confidence 1")
     answer_tokens: int = Field(default=200, ge=0, le=1_000_000, description="an answer's size, for pricing")
+    horizon_turns: float = Field(
+        default=0.0, ge=0, le=1000, description="later turns a switch is expected to serve, for its saving"
+    )
     step_down: bool = Field(
         default=False, description="a turn that matches no decision may move the session to a cheaper default"
     )

@@ -37,5 +37,18 @@ class Pricing(BaseModel):
 
     @property
     def prefix_cache_checkout_per_1m(self) -> float:
-        """Session-aware routing's price of reusing a prefix cache: write minus cached read."""
-        return self.effective_cache_write_per_1m - (self.cached_input_per_1m or 0.0)
+        """Session-aware routing's price of moving a prefix to this model's cache: write minus
+        cached read (0 for a model without cache prices: every turn pays the prompt price)."""
+        return self.effective_cache_write_per_1m - self.effective_cached_input_per_1m
+
+    def turn_cost(self, prompt: int, cached: int, answer: int) -> float:
+        """One agent turn on this model, in USD: `cached` prompt tokens read from its prefix cache
+        (never more than the prompt), the rest written to it, and an `answer`-token completion.
+        Session-aware routing weighs a switch with it and `svc-sr benchmark agent` prices both
+        arms with it (docs/routing-quality.md "Agent traffic")."""
+        read = min(max(cached, 0), prompt)
+        return (
+            read * self.effective_cached_input_per_1m
+            + (prompt - read) * self.effective_cache_write_per_1m
+            + answer * self.completion_per_1m
+        ) / 1e6

@@ -77,7 +77,9 @@ class ClientApi(Protocol):
         ...
 
     def routed(self, model: str | None) -> None:
-        """The model the Router chose, kept with the answer (a Responses store)."""
+        """The model serving the answer, kept with it (a Responses store): the Router's choice,
+        then the candidate that answered (a fallback's), so a continuation is tied to the model
+        that made the stored answer, never to one that failed."""
         ...
 
 
@@ -156,7 +158,7 @@ class ResponsesApi:
         self._history: list[dict[str, Any]] | None = None
         self._pending: StoredResponse | None = None
         self._tie: ProviderState | None = None
-        self._model: str | None = None  # the model the Router chose, kept with the answer
+        self._model: str | None = None  # the model that answered (routed()), kept with the answer
 
     async def prepare(self, document: Any) -> None:
         if self._store is None and self._resolve_image is None:

@@ -255,6 +255,7 @@ class Exchange:
         `first_byte_at`: when the upstream's first byte came (default: now)."""
         plan = self._plan()
         self.status, self.target = status, target
+        self.api.routed(target.model)  # a fallback answered: the stored answer is that model's
         self._head_at = first_byte_at if first_byte_at is not None else self.settings.clock()
         self._wire = None if local else wire_for(target)
         self._upstream_type = headers.get("content-type") or JSON

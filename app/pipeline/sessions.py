@@ -16,13 +16,18 @@ human's ask wants, this step reads the session's state and decides, in order:
    `tool_calls`, app/common/chat_text.py `pending_tool_call`): `kept`, `tool_call_pending`,
    a hard lock;
 5. the session's model is no longer configured: `switched`, `model_unavailable`;
-6. otherwise the switch is weighed: its expected gain (`switch_value` times the new decision's
-   confidence plus what the new model saves on each later turn; when no decision matched, a
-   turn that asks for no model as a bare "ok, go ahead", none, or with `step_down` the saving
-   alone) against
-   its price, the prompt's tokens at the new model's prefix-cache checkout price
-   (`Pricing.prefix_cache_checkout_per_1m`: cache_write_per_1m minus cached_input_per_1m):
-   `switched`, `gain_beats_price`, or `kept`, `price_beats_gain`.
+6. a turn that matched no decision (a bare "ok, go ahead" asks for no model): `kept`,
+   `no_decision`, unless `step_down` lets it move to a cheaper default on the saving alone;
+7. otherwise the switch is weighed, priced as turns are paid (`Pricing.turn_cost`; the session
+   remembers how much of the conversation each model it used has in its prefix cache): its
+   price is the prefix-cache checkout (`Pricing.prefix_cache_checkout_per_1m`, cache write
+   minus cached read) of the prompt the new model has not cached; its expected gain is the
+   decision's value (`switch_value` times its confidence) plus what this turn saves (the old
+   model's read of its cache and write of the rest, against the new model's cached price) plus
+   what each of the `horizon_turns` later turns saves on the new model (cached read and
+   answer): `switched`, `gain_beats_price`, or `kept`, `price_beats_gain`. The old model's
+   cache is not lost by a switch (a provider keeps one per model), so coming back to it pays
+   only what it has not seen.
 
 A kept turn is served by the session's model (its candidates, reliability and pricing); the
 decision stays the ask's, so plugins, metrics and accuracy read what the human asked. A store
@@ -80,6 +85,15 @@ def session_key(
     return f"conv-{_digest(seed)}", "fingerprint"
 
 
+def remember(previous: SessionState | None, model: str | None, tokens: int) -> dict[str, int]:
+    """Each model's prefix cache of the session after a turn `model` served: this turn's prompt
+    (its answer comes back as new text next turn); the others keep theirs."""
+    cached = dict(previous.cached) if previous is not None else {}
+    if model is not None:
+        cached[model] = tokens
+    return cached
+
+
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
@@ -92,26 +106,29 @@ def prefix_tokens(ctx: SignalContext) -> int:
 
 
 def switch_terms(
-    plan: RoutePlan, old: Pricing | None, new: Pricing | None, tokens: int, policy: SessionAffinity
+    plan: RoutePlan,
+    old: Pricing | None,
+    new: Pricing | None,
+    tokens: int,
+    policy: SessionAffinity,
+    cached: tuple[int, int] | None = None,
 ) -> tuple[float, float]:
-    """(expected gain, price) of moving the session to the turn's model, in USD. Priced as a
-    turn is paid: staying reads the prompt from the old model's prefix cache, switching writes it
-    to the new one's (the checkout), and either answers `answer_tokens`; so the gain counts what
-    each later turn saves (cached read and answer price), the price the checkout once."""
-    price = tokens * (new.prefix_cache_checkout_per_1m if new else 0.0) / 1e6
-    saved = (
-        tokens * (_rate(old, "cached") - _rate(new, "cached"))
-        + policy.answer_tokens * (_rate(old, "answer") - _rate(new, "answer"))
-    ) / 1e6
-    if plan.reason_code == "default_model":  # no decision matched: the turn asks for no model
-        return (saved if policy.step_down else 0.0), price
-    return plan.confidence * policy.switch_value + saved, price
+    """(expected gain, price) of moving the session to the turn's model, in USD (the module's
+    step 7). `cached`: the prompt tokens the old and the new model hold in their prefix caches
+    of this conversation (default: the old one all of it, the new one nothing)."""
+    held_old, held_new = cached if cached is not None else (tokens, 0)
+    answer = policy.answer_tokens
+    price = (
+        (tokens - min(max(held_new, 0), tokens)) * (new.prefix_cache_checkout_per_1m if new else 0.0) / 1e6
+    )
+    now = _cost(old, tokens, held_old, answer) - _cost(new, tokens, tokens, answer)
+    later = _cost(old, tokens, tokens, answer) - _cost(new, tokens, tokens, answer)
+    value = 0.0 if plan.reason_code == "default_model" else plan.confidence * policy.switch_value
+    return value + now + policy.horizon_turns * later, price
 
 
-def _rate(pricing: Pricing | None, part: Literal["cached", "answer"]) -> float:
-    if pricing is None:
-        return 0.0
-    return pricing.effective_cached_input_per_1m if part == "cached" else pricing.completion_per_1m
+def _cost(pricing: Pricing | None, tokens: int, cached: int, answer: int) -> float:
+    return pricing.turn_cost(tokens, cached, answer) if pricing is not None else 0.0
 
 
 def _tied(tie: ProviderState | None, state: CompiledConfig, grant: ModelGrant | None) -> bool:
@@ -165,8 +182,11 @@ def judge(
         and model_price(state.models, previous.model) > model_price(state.models, plan.selected_model)
     ):
         return "switched", "budget_step_down", None, None
+    if plan.reason_code == "default_model" and not policy.step_down:
+        return "kept", "no_decision", None, None
     new = state.models.get(plan.selected_model or "")
-    gain, price = switch_terms(plan, old.pricing, new.pricing if new else None, tokens, policy)
+    held = (previous.cached.get(previous.model, tokens), previous.cached.get(plan.selected_model or "", 0))
+    gain, price = switch_terms(plan, old.pricing, new.pricing if new else None, tokens, policy, held)
     if gain > price:
         return "switched", "gain_beats_price", gain, price
     return "kept", "price_beats_gain", gain, price
@@ -204,9 +224,8 @@ async def session_step(
         )
         plan.session.model = plan.selected_model
         return
-    action, reason, gain, price = judge(
-        previous, plan, state, prefix_tokens(ctx), pending, policy, tie, grant
-    )
+    tokens = prefix_tokens(ctx)
+    action, reason, gain, price = judge(previous, plan, state, tokens, pending, policy, tie, grant)
     held = (
         tie.model
         if tie is not None and reason in TIED
@@ -233,6 +252,7 @@ async def session_step(
         decision=plan.decision,
         turns=outcome.turns + 1,
         tool_pending=pending,
+        cached=remember(previous, plan.selected_model, tokens),
         updated_at=time.time(),
     )
     try:

@@ -32,6 +32,9 @@ class SessionState(BaseModel):
     decision: str | None = None  # the decision of its last ask
     turns: int = Field(default=0, ge=0)
     tool_pending: bool = False  # the last turn answered a tool call (the loop was open)
+    # the prompt tokens each model that served the session holds in its prefix cache (a provider
+    # keeps one per model): what a switch back to it does not write again
+    cached: dict[str, int] = Field(default_factory=dict)
     updated_at: float = 0.0
 
 

@@ -32,7 +32,8 @@ class StoredResponse(BaseModel):
     conversation: list[dict[str, Any]] = Field(
         default_factory=list, description="chat messages: earlier turns, this input, the answer"
     )
-    # the model the Router chose for it: a continuation is locked to it (session-aware routing)
+    # the model that answered it (a fallback's when the Router's choice failed): a continuation
+    # is locked to it (session-aware routing)
     served_model: str | None = None
     owner: str | None = Field(
         default=None, description="the API key id that created it (None: none); only it reads it back"

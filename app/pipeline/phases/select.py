@@ -142,16 +142,18 @@ def _direct(
 
 def serve_model(state: CompiledConfig, plan: RoutePlan, name: str, rng: random.Random) -> None:
     """Serve the routed `plan` by model `name` instead of the selected one (session-aware
-    routing keeps a session's model): its candidates, reliability and pricing; the decision
-    stays. Nothing changes when `name` has no backend."""
+    routing keeps a session's model): its candidates first, then the routed ones of other
+    models as the fallback (the decision's `fallback` still decides how many are tried: a
+    held model that is down does not fail the turn), its reliability and pricing; the
+    decision stays. Nothing changes when `name` has no backend."""
     model = state.models.get(name)
     candidates = candidates_for([name], state.models, rng) if model is not None else []
     if model is None or not candidates:
         return
     plan.selected_model = name
-    plan.candidates = candidates
+    plan.candidates = candidates + [c for c in plan.candidates if c.model != name]
     plan.reliability = plan.reliability or model.reliability  # the decision's, when it has one
-    plan.pricing = _pricing([model])
+    plan.pricing = {**plan.pricing, **_pricing([model])}
 
 
 def _pricing(models: list[ProviderModel]) -> dict[str, Pricing]:

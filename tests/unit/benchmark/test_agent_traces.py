@@ -4,13 +4,16 @@ routing on labeled multi-turn traces; a keyword config, so no model loads."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from app.benchmark.agent_traces import TraceError, load_traces, run_agent_benchmark, turn_cost
+from app.benchmark.agent_traces import TraceError, load_traces, run_agent_benchmark
 from app.cli.main import cli
 from app.config.loader import parse_config
 from app.config.pricing import Pricing
@@ -70,12 +73,11 @@ def test_per_turn_and_session_aware_on_one_trace(tmp_path: Path):
 
 def test_turn_cost_reads_the_cache_and_writes_the_rest():
     pricing = Pricing(prompt_per_1m=3, cached_input_per_1m=0.3, cache_write_per_1m=3.75, completion_per_1m=15)
-    assert turn_cost(pricing, 1000, 0) == pytest.approx((1000 * 3.75 + 200 * 15) / 1e6)
-    assert turn_cost(pricing, 1000, 800) == pytest.approx((800 * 0.3 + 200 * 3.75 + 200 * 15) / 1e6)
-    assert turn_cost(None, 1000, 0) == 0.0
+    assert pricing.turn_cost(1000, 0, 200) == pytest.approx((1000 * 3.75 + 200 * 15) / 1e6)
+    assert pricing.turn_cost(1000, 800, 200) == pytest.approx((800 * 0.3 + 200 * 3.75 + 200 * 15) / 1e6)
     # a cache longer than the prompt (the answer is priced at 200 tokens, resent shorter) reads
     # the prompt and writes nothing: never a negative write
-    assert turn_cost(pricing, 1000, 1200) == pytest.approx((1000 * 0.3 + 200 * 15) / 1e6)
+    assert pricing.turn_cost(1000, 1200, 200) == pytest.approx((1000 * 0.3 + 200 * 15) / 1e6)
 
 
 def test_a_bad_trace_file_is_exit_2_with_its_line(tmp_path: Path):
@@ -85,3 +87,30 @@ def test_a_bad_trace_file_is_exit_2_with_its_line(tmp_path: Path):
         load_traces(path)
     result = CliRunner().invoke(cli, ["benchmark", "agent", str(path)])
     assert result.exit_code == 2 and "bad.jsonl:2" in result.output
+
+
+def test_a_gzip_trace_file_reads_as_its_jsonl_and_a_broken_one_is_a_trace_error(tmp_path: Path):
+    path = tmp_path / "traces.jsonl.gz"
+    path.write_bytes(gzip.compress((json.dumps(TRACE) + "\n").encode()))
+    assert [t.id for t in load_traces(path)] == ["t1"]
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(gzip.compress(json.dumps(TRACE).encode())[:40])
+    with pytest.raises(TraceError, match="broken.jsonl.gz"):
+        load_traces(broken)
+
+
+def test_the_long_context_set_is_the_short_one_grown():
+    """The two shipped sets hold the same conversations, turns and labels; only sizes differ
+    (tests/data/agent_traces/README.md)."""
+    here = Path("tests/data/agent_traces")
+    short, long = load_traces(here / "traces.jsonl"), load_traces(here / "traces-long.jsonl.gz")
+    assert [(t.id, t.split, [x.label for x in t.turns]) for t in short] == [
+        (t.id, t.split, [x.label for x in t.turns]) for t in long
+    ]
+    assert all(len(b.system or "") > 8 * len(a.system or "") for a, b in zip(short, long, strict=True))
+
+
+def test_the_long_context_set_is_what_its_script_builds(tmp_path: Path):
+    out = tmp_path / "long.jsonl.gz"
+    subprocess.run([sys.executable, "scripts/build_agent_traces.py", "--out", str(out)], check=True)
+    assert out.read_bytes() == Path("tests/data/agent_traces/traces-long.jsonl.gz").read_bytes()

@@ -100,7 +100,8 @@ def test_a_pending_tool_call_is_a_hard_lock_even_when_the_turn_wants_another_mod
         "kept",
         "tool_call_pending",
     )
-    assert [t.model for t in plan.candidates] == ["general"]
+    # the held model first; the turn's own model stays as the fallback should it fail
+    assert [t.model for t in plan.candidates] == ["general", "code"]
     assert plan.response_headers["x-vsr-selected-model"] == "general"
 
 
@@ -132,6 +133,18 @@ def test_a_switch_whose_price_beats_its_gain_keeps_the_model():
     assert plan.session.price > plan.session.gain > 0
 
 
+def routed(model: str, reason_code: str, confidence: float) -> RoutePlan:
+    """An auto turn's plan as the select phase leaves it."""
+    return RoutePlan(
+        request_id="r",
+        requested_model="MoM",
+        auto=True,
+        selected_model=model,
+        reason_code=reason_code,
+        confidence=confidence,
+    )
+
+
 CODE = Pricing(prompt_per_1m=3, cached_input_per_1m=0.3, cache_write_per_1m=3.75, completion_per_1m=15)
 GENERAL = Pricing(
     prompt_per_1m=0.5, cached_input_per_1m=0.05, cache_write_per_1m=0.625, completion_per_1m=1.5
@@ -141,14 +154,7 @@ GENERAL = Pricing(
 def test_a_switch_is_priced_as_turns_are_paid():
     # gain: what a later turn saves (its prompt read from cache, its answer), plus the
     # decision's value; price: the new model's checkout of the prompt, once
-    plan = RoutePlan(
-        request_id="r",
-        requested_model="MoM",
-        auto=True,
-        selected_model="general",
-        reason_code="auto_routing",
-        confidence=0.5,
-    )
+    plan = routed("general", "auto_routing", 0.5)
     policy = SessionAffinity(switch_value=0.01, answer_tokens=100)
     gain, price = switch_terms(plan, CODE, GENERAL, 1000, policy)
     assert price == pytest.approx(1000 * (0.625 - 0.05) / 1e6)
@@ -156,21 +162,61 @@ def test_a_switch_is_priced_as_turns_are_paid():
 
 
 def test_a_turn_that_asks_for_no_model_steps_down_only_with_step_down():
-    plan = RoutePlan(
-        request_id="r",
-        requested_model="MoM",
-        auto=True,
-        selected_model="general",
-        reason_code="default_model",
-        confidence=0.0,
-    )
-    kept, price = switch_terms(plan, CODE, GENERAL, 1000, SessionAffinity())
-    assert kept == 0.0 and price > 0
-    stepped, _ = switch_terms(plan, CODE, GENERAL, 1000, SessionAffinity(step_down=True))
+    # a bare follow-up matches no decision: the session keeps its task's model...
+    pipe = pipeline()
+    history = [ask("fix the bug in this function")]
+    assert route(pipe, history).selected_model == "code"
+    history += [{"role": "assistant", "content": "fixed"}, ask("ok, go ahead")]
+    kept = route(pipe, history)
+    assert kept.reason_code == "default_model" and kept.selected_model == "code"
+    assert kept.session is not None and (kept.session.action, kept.session.reason) == ("kept", "no_decision")
+    # ...unless step_down lets the saving alone move it: no decision's value in the gain
+    plan = routed("general", "default_model", 0.0)
+    stepped, price = switch_terms(plan, CODE, GENERAL, 1000, SessionAffinity(step_down=True))
     assert stepped == pytest.approx((1000 * 0.25 + 200 * 13.5) / 1e6) and stepped > price
     # stepping up to a dearer default is never worth it
     up, _ = switch_terms(plan, GENERAL, CODE, 1000, SessionAffinity(step_down=True))
     assert up < 0
+
+
+def test_a_switch_back_pays_only_what_the_model_has_not_cached_and_counts_the_stay():
+    plan = routed("code", "auto_routing", 1.0)
+    policy = SessionAffinity(switch_value=0.0, answer_tokens=0)
+    # code served this session until 8,000 of the 10,000 prompt tokens: its checkout is the rest
+    gain, price = switch_terms(plan, GENERAL, CODE, 10_000, policy, (10_000, 8_000))
+    assert price == pytest.approx(2_000 * (3.75 - 0.3) / 1e6)
+    # this turn: general's cached read against code's, so moving to the dearer model loses that
+    assert gain == pytest.approx(10_000 * (0.05 - 0.3) / 1e6)
+    # a cold model pays the whole prefix's checkout
+    _, cold = switch_terms(plan, GENERAL, CODE, 10_000, policy, (10_000, 0))
+    assert cold == pytest.approx(10_000 * (3.75 - 0.3) / 1e6)
+    # the old model's write of what it has not cached is part of staying's cost
+    stale, _ = switch_terms(plan, GENERAL, CODE, 10_000, policy, (6_000, 8_000))
+    assert stale == pytest.approx((6_000 * 0.05 + 4_000 * 0.625 - 10_000 * 0.3) / 1e6)
+    # each later turn of the expected stay saves (or loses) its cached read and answer again
+    ahead, _ = switch_terms(
+        plan,
+        GENERAL,
+        CODE,
+        10_000,
+        SessionAffinity(switch_value=0.0, answer_tokens=0, horizon_turns=2),
+        (10_000, 8_000),
+    )
+    assert ahead == pytest.approx(3 * gain)
+
+
+def test_the_session_remembers_each_models_cache():
+    store = MemorySessionStore()
+    pipe = pipeline(store, document(switch_value=10.0))
+    history = [ask("fix the bug in this function")]
+    route(pipe, history)
+    first = asyncio.run(store.get("s1"))
+    assert first is not None and set(first.cached) == {"code"} and first.cached["code"] > 0
+    history += [{"role": "assistant", "content": "fixed"}, ask("what is the tax on stock dividends?")]
+    route(pipe, history)
+    after = asyncio.run(store.get("s1"))
+    assert after is not None and after.model == "finance"
+    assert after.cached["code"] == first.cached["code"] and after.cached["finance"] > first.cached["code"]
 
 
 def tied(pipe: RouterPipeline, text: str, tie: ProviderState) -> RoutePlan:
@@ -187,15 +233,15 @@ def test_a_provider_side_state_locks_the_session_to_the_model_that_answered():
     # the stored response was answered by `code`; the new ask wants `finance`
     plan = tied(pipe, "what is the tax on stock dividends?", ProviderState(model="code"))
     assert plan.decision == "finance" and plan.selected_model == "code"
-    assert [t.model for t in plan.candidates] == ["code"]
+    assert [t.model for t in plan.candidates] == ["code", "finance"]
     assert plan.session is not None and (plan.session.action, plan.session.reason) == (
         "kept",
         "provider_state",
     )
     assert plan.response_headers["x-vsr-session-reason"] == "provider_state"
-    assert asyncio.run(store.get("s1")) == SessionState(
-        model="code", decision="finance", turns=1, updated_at=asyncio.run(store.get("s1")).updated_at
-    )
+    kept = asyncio.run(store.get("s1"))
+    assert kept is not None and (kept.model, kept.decision, kept.turns) == ("code", "finance", 1)
+    assert set(kept.cached) == {"code"}
     # reasoning items: the same lock, named for it; a session that was elsewhere moves to it
     asyncio.run(store.put("s1", SessionState(model="general", turns=4), 60))
     plan = tied(pipe, "what is the tax on stock dividends?", ProviderState(model="code", reasoning=True))
