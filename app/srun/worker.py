@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -180,7 +181,7 @@ class Worker:
                     memory_budget_gib=entry.memory_budget_gib or self.settings.memory_budget_gib,
                     accepted_licences=self.settings.accepted_licences,
                 )
-                model = self.loader(name, engine, device)
+                model = self.loader(self._ref(name, entry.revision), engine, device)
                 self._check_revision(model, entry.revision)
                 slot.status = "warming"
                 _warm(model)
@@ -204,6 +205,14 @@ class Worker:
                 if self._stop.wait(wait):
                     return
                 wait = min(wait * 2, MAX_LOAD_WAIT_S)
+
+    @staticmethod
+    def _ref(name: str, revision: str | None) -> str:
+        """What the loader is given: a hub repository's pin picks its snapshot (the card's
+        revision is then that commit); built-ins and local directories are checked after."""
+        if revision and not catalog.is_builtin(name) and not Path(name).expanduser().is_dir():
+            return f"{name}@{revision}"
+        return name
 
     @staticmethod
     def _check_revision(model: Loaded, revision: str | None) -> None:
