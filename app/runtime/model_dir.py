@@ -141,6 +141,13 @@ def resolve_model_ref(ref: str, cache_dir: Path | None = None) -> Path:
     return snapshot
 
 
+def _name(directory: Path) -> str:
+    """The directory's name; a hub-cache snapshot's is its repository (`models--ORG--NAME`)."""
+    if snapshot_commit(directory) is None:
+        return directory.name
+    return directory.parent.parent.name.removeprefix("models--").replace("--", "/")
+
+
 def snapshot_commit(path: Path) -> str | None:
     """The commit of a hub-cache snapshot directory (`.../snapshots/COMMIT`), else None."""
     if path.parent.name == "snapshots" and COMMIT.match(path.name):
@@ -192,7 +199,7 @@ def inspect_model_dir(path: Path | str) -> ModelDirInfo:
         _check_safetensors(weights, task, vocab_size, len(labels), architecture)
     return ModelDirInfo(
         path=directory,
-        name=directory.name if snapshot_commit(directory) is None else directory.parent.parent.name,
+        name=_name(directory),
         task=task,
         format=fmt,
         architecture=architecture,

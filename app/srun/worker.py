@@ -111,6 +111,15 @@ class Slot:
 Loader = Callable[[str, str, str], Loaded]
 
 
+def model_ref(name: str, revision: str | None) -> str:
+    """What the loader is given for a model entry: a hub repository's pin picks its snapshot
+    (the card's revision is then that commit); built-ins and local directories load by name
+    and have the pin checked after (`Worker._check_revision`)."""
+    if revision and not catalog.is_builtin(name) and not Path(name).expanduser().is_dir():
+        return f"{name}@{revision}"
+    return name
+
+
 def resolve_device(device: str | None) -> str:
     device = (device or "auto").strip().lower()
     return "cpu" if device == "auto" else device
@@ -172,16 +181,17 @@ class Worker:
                 entry.engine or self.settings.engine,
                 resolve_device(entry.device or self.settings.device),
             )
+            ref = model_ref(name, entry.revision)
             try:
                 admit(
-                    name,
+                    ref,
                     engine,
                     device,
                     family=entry.family or self.settings.family,
                     memory_budget_gib=entry.memory_budget_gib or self.settings.memory_budget_gib,
                     accepted_licences=self.settings.accepted_licences,
                 )
-                model = self.loader(self._ref(name, entry.revision), engine, device)
+                model = self.loader(ref, engine, device)
                 self._check_revision(model, entry.revision)
                 slot.status = "warming"
                 _warm(model)
@@ -205,14 +215,6 @@ class Worker:
                 if self._stop.wait(wait):
                     return
                 wait = min(wait * 2, MAX_LOAD_WAIT_S)
-
-    @staticmethod
-    def _ref(name: str, revision: str | None) -> str:
-        """What the loader is given: a hub repository's pin picks its snapshot (the card's
-        revision is then that commit); built-ins and local directories are checked after."""
-        if revision and not catalog.is_builtin(name) and not Path(name).expanduser().is_dir():
-            return f"{name}@{revision}"
-        return name
 
     @staticmethod
     def _check_revision(model: Loaded, revision: str | None) -> None:
