@@ -21,7 +21,6 @@ import os
 import shutil
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,50 +177,9 @@ def fine_tune(
 
 
 def _auto_class(kind: Kind) -> Any:
-    import transformers
+    from app.runtime.dir_runners import auto_class
 
-    if kind == "sequence-classification":
-        return transformers.AutoModelForSequenceClassification
-    return transformers.AutoModelForTokenClassification
-
-
-def export_onnx(source: Path, target: Path, kind: Kind) -> None:
-    """The trained directory as ONNX (fp32 trace, then dynamic int8) plus its config and
-    tokenizer: a directory of its own that the onnxruntime engine loads."""
-    from app.runtime.native import _import_torch
-    from app.runtime.quantize import build_dynamic_int8
-
-    torch = _import_torch()
-    target.mkdir(parents=True)
-    net = (
-        _auto_class(kind)
-        .from_pretrained(str(source), local_files_only=True, attn_implementation="eager")
-        .eval()
-    )
-    ids = torch.ones((1, 16), dtype=torch.long)
-    fp32 = target / "fp32.onnx"
-    axes = {"batch": 0, "tokens": 1}
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
-        torch.onnx.export(
-            net,
-            (ids, torch.ones_like(ids), torch.zeros_like(ids)),
-            str(fp32),
-            input_names=names,
-            output_names=["logits"],
-            dynamic_axes={
-                **{n: {v: k for k, v in axes.items()} for n in names},
-                "logits": {0: "batch", 1: "tokens"},
-            },
-            opset_version=17,
-            dynamo=False,
-        )
-    build_dynamic_int8(fp32, target / "model.onnx")
-    fp32.unlink()
-    for name in ("config.json", *TOKENIZER_FILES):
-        if (source / name).is_file():
-            shutil.copy(source / name, target / name)
+    return auto_class("label_probabilities" if kind == "sequence-classification" else "token_spans")
 
 
 def train(options: TrainOptions) -> Path:
@@ -248,7 +206,9 @@ def train(options: TrainOptions) -> Path:
         loss = fine_tune(options, base, train_rows, tags, work)
         seconds = time.perf_counter() - started
         if options.onnx:
-            export_onnx(work, work / "onnx", options.kind)
+            from app.runtime.onnx_export import export_onnx
+
+            export_onnx(work, work / "onnx")
         from app.runtime.native import _import_torch
 
         trained = Trained(
