@@ -123,7 +123,7 @@ def evaluate(
 ) -> tuple[EngineEval, list[object]]:
     from app.runtime.registry import load_model
 
-    model = load_model(str(directory))
+    model = load_model(str(directory), engine="native" if where == "." else "onnxruntime")
     answers = _answers(model, held)
     per_label, micro, macro = _scores(_counts(held, answers, labels))
     accuracy = interval = None

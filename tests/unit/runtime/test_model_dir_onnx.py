@@ -4,10 +4,12 @@ directory's labels and pooling, and answers close to the fp32 torch model."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from app.runtime.model_dir import inspect_model_dir
+from app.runtime.model_dir import ModelDirError, inspect_model_dir
 from app.runtime.onnx_export import export_onnx
 from app.runtime.registry import load_model
 from app.runtime.schemas import InvalidRequest
@@ -73,3 +75,29 @@ def test_an_onnx_directory_runs_on_onnxruntime_and_cpu_only(pairs):
         load_model(str(exported), engine="native")
     with pytest.raises(InvalidRequest, match="cpu only"):
         load_model(str(exported), device="cuda:0")
+
+
+def test_a_directory_with_its_export_serves_int8_on_cpu_and_torch_when_asked(pairs, tmp_path):
+    import shutil
+
+    source, exported = pairs["seq"]
+    both = shutil.copytree(source, tmp_path / "intent")
+    shutil.copytree(exported, both / "onnx")
+    auto = load_model(str(both))
+    assert (auto.card.engine, auto.card.engines, auto.card.name) == (
+        "onnxruntime",
+        ["onnxruntime", "native"],
+        "intent",
+    )
+    assert auto.card.digest == inspect_model_dir(both / "onnx").digest  # the pin is what answers
+    native = load_model(str(both), engine="native")
+    assert native.card.engine == "native" and native.card.digest == inspect_model_dir(both).digest
+    a, b = native.classify(TEXTS).results, auto.classify(TEXTS).results
+    for x, y in zip(a, b, strict=True):
+        assert np.allclose(list(x.probabilities.values()), list(y.probabilities.values()), atol=0.02)
+    config = json.loads((both / "onnx" / "config.json").read_text())
+    config["id2label"] = {"0": "x", "1": "y", "2": "z"}
+    config["label2id"] = {"x": 0, "y": 1, "z": 2}
+    (both / "onnx" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelDirError, match="the ONNX export's task or labels are not those of"):
+        load_model(str(both))
