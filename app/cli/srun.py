@@ -355,6 +355,13 @@ def _exit_with_parent(parent: str) -> None:
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--device", default="auto", show_default=True, help="auto (cuda when present), cpu, cuda[:N]")
 @click.option("--no-onnx", is_flag=True, help="skip the ONNX int8 export (onnx/)")
+@click.option(
+    "--base",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="a local encoder directory (Hugging Face layout) to fine-tune  [default: the packaged all-MiniLM-L6-v2]",
+)
 def train(kind: str, **options: Any) -> None:
     """Fine-tune the packaged all-MiniLM-L6-v2 on a labelled file into a model directory
     `svc-srun run` serves, with a model card (README.md, training.json) and an ONNX int8

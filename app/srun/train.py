@@ -48,6 +48,7 @@ class TrainOptions:
     seed: int = 0
     device: str = "auto"
     onnx: bool = True
+    base: Path | None = None  # a local encoder directory instead of the packaged MiniLM
 
     @property
     def lr(self) -> float:
@@ -182,6 +183,17 @@ def _auto_class(kind: Kind) -> Any:
     return auto_class("label_probabilities" if kind == "sequence-classification" else "token_spans")
 
 
+def _base(directory: Path) -> Path:
+    """A local encoder to fine-tune instead of the packaged MiniLM: a Hugging Face directory
+    with safetensors weights and a tokenizer.json (a ModelDirError names what is wrong)."""
+    from app.runtime.model_dir import ModelDirError, inspect_model_dir
+
+    info = inspect_model_dir(directory)
+    if info.format != "hf":
+        raise ModelDirError(info.path, "an ONNX directory cannot be fine-tuned; give the Hugging Face one")
+    return info.path
+
+
 def train(options: TrainOptions) -> Path:
     """Run the whole recipe; the model directory written (`options.out`)."""
     from app.runtime.native import native_model_path
@@ -198,7 +210,7 @@ def train(options: TrainOptions) -> Path:
     if not held_rows:
         raise ValueError(f"{options.data}: too few rows to hold any out")
     tags = tags_of(options.kind, labels)
-    base = native_model_path()
+    base = _base(options.base) if options.base is not None else native_model_path()
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:

@@ -153,26 +153,15 @@ def evaluate(
 def evaluate_and_write_card(
     options: TrainOptions, work: Path, base: Path, held: list[Row], trained: Trained
 ) -> TrainingCard:
-    from app.runtime.native import NATIVE_PACKAGE
-
     labels = trained.labels
     native, fp32 = evaluate(work, ".", held, labels, None)
     evaluations = [native]
     if (work / "onnx").is_dir():
         evaluations.append(evaluate(work / "onnx", "onnx", held, labels, fp32)[0])
-    try:
-        version = importlib.metadata.version(NATIVE_PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        version = None
     card = TrainingCard(
         kind=options.kind,
         labels=trained.tags,
-        base={
-            "model": "sentence-transformers/all-MiniLM-L6-v2",
-            "package": NATIVE_PACKAGE,
-            "version": version,
-            "sha256": file_sha256(base / "model.safetensors"),
-        },
+        base=base_of(options, base),
         data={
             "file": options.data.name,
             "digest": data_digest(options.data),
@@ -203,13 +192,34 @@ def evaluate_and_write_card(
     return card
 
 
+def base_of(options: TrainOptions, base: Path) -> dict[str, str | None]:
+    """What the model was fine-tuned from: the packaged MiniLM, or `--base DIR`; the weights' sha256."""
+    from app.runtime.model_dir import inspect_model_dir
+    from app.runtime.native import NATIVE_PACKAGE
+
+    weights = inspect_model_dir(base).weights
+    if options.base is not None:
+        return {"model": str(base), "package": None, "version": None, "sha256": file_sha256(weights)}
+    try:
+        version = importlib.metadata.version(NATIVE_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return {
+        "model": "sentence-transformers/all-MiniLM-L6-v2",
+        "package": NATIVE_PACKAGE,
+        "version": version,
+        "sha256": file_sha256(weights),
+    }
+
+
 def render(card: TrainingCard, name: str) -> str:
     """The card as Markdown (README.md of the model directory)."""
     lines = [
         f"# {name}",
         "",
-        f"A {card.kind} model fine-tuned by `svc-srun train` from {card.base['model']} "
-        f"({card.base['package']}=={card.base['version']}), {card.created}.",
+        f"A {card.kind} model fine-tuned by `svc-srun train` from {card.base['model']}"
+        + (f" ({card.base['package']}=={card.base['version']})" if card.base["package"] else "")
+        + f", {card.created}.",
         "",
         "## Data",
         "",
