@@ -190,3 +190,15 @@ def test_offline_missing_names_the_cache_path(base, tmp_path):
 def test_paths_that_do_not_exist(ref):
     with pytest.raises(ModelDirError, match="no such directory"):
         resolve_model_ref(ref, Path("/nonexistent-cache"))
+
+
+def test_the_error_survives_pickling_with_path_and_reason():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(ModelDirError("/m/intent", "missing tokenizer.json")))
+    assert (err.path, err.reason, str(err)) == (
+        "/m/intent",
+        "missing tokenizer.json",
+        "/m/intent: missing tokenizer.json",
+    )
+    assert isinstance(err, NotReady) and isinstance(err, ValueError) and err.status == 503
