@@ -157,7 +157,7 @@ def _prepare(entries: list[ModelEntry], opts: RunOptions) -> WorkerSettings:
     errors exit 2; --offline with a model that cannot be served locally exits 1."""
     from app.runtime import base_model
     from app.srun.admission import families, offline_problems, process_environment
-    from app.srun.worker import WorkerSettings, resolve_device
+    from app.srun.worker import WorkerSettings, model_ref, resolve_device
 
     known = families()
     for family, hint in [(opts.family, "--family"), *((e.family, "--models") for e in entries)]:
@@ -180,7 +180,7 @@ def _prepare(entries: list[ModelEntry], opts: RunOptions) -> WorkerSettings:
     if opts.offline:
         problems = offline_problems(
             (
-                e.model.partition("@")[0],
+                model_ref(e.model.partition("@")[0], e.revision or e.model.partition("@")[2] or None),
                 e.engine or opts.engine,
                 resolve_device(e.device or opts.device),
             )

@@ -195,10 +195,17 @@ ALIASES = {
 }
 
 
+def is_builtin(name: str) -> bool:
+    return name in BUILTINS or name in ALIASES
+
+
 def resolve_name(name: str) -> Builtin:
     spec = BUILTINS.get(name) or BUILTINS.get(ALIASES.get(name, ""))
     if spec is None:
-        raise ModelNotFound(f"no built-in model {name!r}; built-in: {', '.join(BUILTINS)}")
+        raise ModelNotFound(
+            f"no built-in model {name!r}; built-in: {', '.join(BUILTINS)}; "
+            "a model directory or ORG/NAME@COMMIT from the hub cache also loads"
+        )
     return spec
 
 
@@ -329,14 +336,25 @@ def load_model(
     warm: bool = True,
     use_ner: bool = True,
     lazy_encoder: bool = False,
+    cache_dir: Path | None = None,
 ) -> RuntimeModel:
-    """Load a built-in model (models sharing an engine and device share one encoder).
+    """Load a built-in model (models sharing an engine and device share one encoder), or a
+    model directory: a path, or ORG/NAME@COMMIT from the hub cache (`cache_dir`, else the
+    hub cache environment; app/runtime/dir_models.py).
 
     `use_ner` (pii-detector only): False loads the regex/checksum-only tier, without spaCy.
     `lazy_encoder` (heads: domain-classifier, jailbreak-guard): the encoder is built on first
     use, for hosts handed vectors; the load then checks the head alone and warms nothing.
     ModelNotFound for an unknown name; InvalidRequest for an engine or device the model
-    cannot use; NotReady when its files are missing or it fails its self-check."""
+    cannot use; NotReady when its files are missing or it fails its self-check (a directory's
+    ModelDirError is one, naming the path and the reason)."""
+    if not is_builtin(name):
+        from app.runtime.model_dir import looks_like_ref
+
+        if looks_like_ref(name):
+            from app.runtime.dir_models import load_model_dir
+
+            return load_model_dir(name, engine, device, warm=warm, cache_dir=cache_dir)
     spec = resolve_name(name)
     device = (device or "cpu").strip().lower()
     chosen = pick_engine(spec, engine, device)

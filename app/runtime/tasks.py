@@ -125,22 +125,16 @@ class LabelProbabilityModel(TaskModel):
         return [(np.array([r.probabilities[label] for label in labels]), r.category) for r in results]
 
     def _answer(self, text: str, pieces: list[tuple[Segment, Any]]) -> dict[str, Any]:
-        if len(pieces) == 1:
-            probs, label = pieces[0][1]
-        else:
-            probs = mean_rows(np.stack([p[1][0] for p in pieces]), [p[0].tokens for p in pieces])
-            label = self.card.labels[int(np.argmax(probs))]
-        by_label = {name: float(p) for name, p in zip(self.card.labels, probs, strict=True)}
-        return {"label": label, "confidence": float(np.max(probs)), "probabilities": by_label}
+        return probabilities_answer(self.card.labels, pieces)
 
     def self_check(self) -> None:
         probs, _ = self._forward_rows(["How do I compute the derivative of x squared?"])[0]
-        _check_distribution(probs, len(self.card.labels))
+        check_distribution(probs, len(self.card.labels))
 
     def check_head(self) -> None:
         """The self-check on a vector instead of a text: no encoder pass."""
         [result] = self.classify_vectors(_unit_row(self.dim), ["How do I compute a derivative?"])
-        _check_distribution(
+        check_distribution(
             np.array([result.probabilities[label] for label in self.card.labels]), len(self.card.labels)
         )
 
@@ -221,9 +215,7 @@ class SpanModel(TaskModel):
         ]
 
     def _answer(self, text: str, pieces: list[tuple[Segment, Any]]) -> dict[str, Any]:
-        if len(pieces) == 1 and pieces[0][0].start == 0:
-            return {"spans": list(pieces[0][1])}
-        return {"spans": merge_spans(text, [(seg, spans) for seg, spans in pieces])}
+        return spans_answer(text, pieces)
 
     def self_check(self) -> None:
         spans = self._forward_rows(["write to jane.doe@example.com"])[0]
@@ -231,14 +223,33 @@ class SpanModel(TaskModel):
             raise RuntimeError(f"span self-check failed: {spans}")
 
 
+def probabilities_answer(labels: list[str], pieces: list[tuple[Segment, Any]]) -> dict[str, Any]:
+    """A label_probabilities answer from window rows of (probabilities, label): one window's
+    own, or the token-weighted mean's argmax."""
+    if len(pieces) == 1:
+        probs, label = pieces[0][1]
+    else:
+        probs = mean_rows(np.stack([p[1][0] for p in pieces]), [p[0].tokens for p in pieces])
+        label = labels[int(np.argmax(probs))]
+    by_label = {name: float(p) for name, p in zip(labels, probs, strict=True)}
+    return {"label": label, "confidence": float(np.max(probs)), "probabilities": by_label}
+
+
+def spans_answer(text: str, pieces: list[tuple[Segment, Any]]) -> dict[str, Any]:
+    """A token_spans answer from window rows of spans: merged in input offsets."""
+    if len(pieces) == 1 and pieces[0][0].start == 0:
+        return {"spans": list(pieces[0][1])}
+    return {"spans": merge_spans(text, [(seg, spans) for seg, spans in pieces])}
+
+
+def check_distribution(probs: np.ndarray, labels: int) -> None:
+    if probs.shape != (labels,) or abs(float(probs.sum()) - 1.0) > 1e-3:
+        raise RuntimeError(f"label-probability self-check failed: {probs}")
+
+
 def _unit_row(dim: int) -> np.ndarray:
     """One unit-length row: a stand-in query vector for checks that must not encode."""
     return np.full((1, dim), 1.0 / np.sqrt(dim), np.float32)
-
-
-def _check_distribution(probs: np.ndarray, labels: int) -> None:
-    if probs.shape != (labels,) or abs(float(probs.sum()) - 1.0) > 1e-3:
-        raise RuntimeError(f"label-probability self-check failed: {probs}")
 
 
 def _check_score(score: float) -> None:

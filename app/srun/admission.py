@@ -23,6 +23,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from app.runtime import registry
+from app.runtime.model_dir import (
+    ModelDirError,
+    ModelDirInfo,
+    inspect_model_dir,
+    looks_like_ref,
+    resolve_model_ref,
+)
 from app.runtime.schemas import InvalidRequest, ModelNotFound, NotReady
 from app.srun import catalog
 
@@ -77,6 +84,9 @@ def admit(
     try:
         spec = spec_of(name)
     except ModelNotFound:
+        info = dir_info(name)
+        if info is not None:
+            _admit_dir(info, family, memory_budget_gib)
         return
     if family is not None and family != spec.task:
         raise NotReady(f"{spec.name} is a {spec.task} model; family {family!r} cannot serve it")
@@ -94,16 +104,38 @@ def admit(
             )
 
 
+def dir_info(name: str) -> ModelDirInfo | None:
+    """A model directory's checked description when `name` is not a built-in but a path or
+    ORG/NAME@COMMIT (ModelDirError, a NotReady, when it cannot serve); None otherwise."""
+    if catalog.is_builtin(name) or not looks_like_ref(name):
+        return None
+    return inspect_model_dir(resolve_model_ref(name))
+
+
+def _admit_dir(info: ModelDirInfo, family: str | None, memory_budget_gib: float | None) -> None:
+    if family is not None and family != info.task:
+        raise NotReady(f"{info.path} is a {info.task} model; family {family!r} cannot serve it")
+    if memory_budget_gib is not None:
+        need = sum(f.stat().st_size for f in info.files)
+        if need > memory_budget_gib * GIB:
+            raise NotReady(
+                f"{info.path} needs about {need / GIB:.3f} GiB (its files), "
+                f"above the memory budget of {memory_budget_gib:g} GiB; not loaded"
+            )
+
+
 def offline_problems(models: Iterable[tuple[str, str, str]]) -> list[str]:
     """For (name, engine, device) each: why it cannot be served from installed packages and
     local files (unknown name, unusable engine, a missing file or package). Empty: all can."""
     problems = []
     for name, engine, device in models:
         try:
+            if dir_info(name) is not None:
+                continue  # a directory read from local files only
             spec = spec_of(name)
             chosen = registry.pick_engine(spec, engine, device)
-        except (ModelNotFound, InvalidRequest) as exc:
-            problems.append(f"{name}: {exc.message}")
+        except (ModelNotFound, InvalidRequest, ModelDirError) as exc:
+            problems.append(exc.message if isinstance(exc, ModelDirError) else f"{name}: {exc.message}")
             continue
         missing = registry.missing_artifacts(spec, chosen)
         if missing:

@@ -72,6 +72,10 @@ def builtin_names() -> list[str]:
     return [*registry.BUILTINS, *SPECS]
 
 
+def is_builtin(name: str) -> bool:
+    return name in SPECS or name in ALIASES or registry.is_builtin(name)
+
+
 def canonical(name: str) -> str:
     if name in SPECS or name in registry.BUILTINS:
         return name
@@ -175,8 +179,11 @@ def card_of(model: Loaded) -> WorkerCard:
 
 
 def load(name: str, engine: str = "auto", device: str = "cpu", *, warm: bool = True) -> Loaded:
-    """Load a built-in by name or alias. ModelNotFound, InvalidRequest (engine/device) or
-    NotReady (missing files, failed self-check), as `registry.load_model`."""
+    """Load a built-in by name or alias, or a model directory (`registry.load_model`).
+    ModelNotFound, InvalidRequest (engine/device) or NotReady (missing files, failed
+    self-check, a directory that cannot serve), as `registry.load_model`."""
+    if not is_builtin(name):
+        return registry.load_model(name, engine=engine, device=device, warm=warm)  # a directory
     key = canonical(name)
     if key in registry.BUILTINS:
         return registry.load_model(key, engine=engine, device=device, warm=warm)

@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -110,6 +111,15 @@ class Slot:
 Loader = Callable[[str, str, str], Loaded]
 
 
+def model_ref(name: str, revision: str | None) -> str:
+    """What the loader is given for a model entry: a hub repository's pin picks its snapshot
+    (the card's revision is then that commit); built-ins and local directories load by name
+    and have the pin checked after (`Worker._check_revision`)."""
+    if revision and not catalog.is_builtin(name) and not Path(name).expanduser().is_dir():
+        return f"{name}@{revision}"
+    return name
+
+
 def resolve_device(device: str | None) -> str:
     device = (device or "auto").strip().lower()
     return "cpu" if device == "auto" else device
@@ -171,16 +181,17 @@ class Worker:
                 entry.engine or self.settings.engine,
                 resolve_device(entry.device or self.settings.device),
             )
+            ref = model_ref(name, entry.revision)
             try:
                 admit(
-                    name,
+                    ref,
                     engine,
                     device,
                     family=entry.family or self.settings.family,
                     memory_budget_gib=entry.memory_budget_gib or self.settings.memory_budget_gib,
                     accepted_licences=self.settings.accepted_licences,
                 )
-                model = self.loader(name, engine, device)
+                model = self.loader(ref, engine, device)
                 self._check_revision(model, entry.revision)
                 slot.status = "warming"
                 _warm(model)

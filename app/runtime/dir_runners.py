@@ -1,0 +1,150 @@
+"""Run a model directory's network on token ids: `TorchRunner` (the `native` engine: a
+Hugging Face directory on torch, CPU or CUDA) and `OrtRunner` (the `onnxruntime` engine: an
+ONNX export, CPU). Both answer `run(texts) -> list[RowOutput]`, one per text: the network's
+raw output (logits per text for a sequence classifier, per token for a token classifier,
+token states for an encoder) and the token offsets and word ids behind it.
+
+The tokenizer truncates at the directory's `max_tokens`; the task models hand in texts the
+runtime's budgets already cut to fit, so truncation is a safety net, not a policy.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from app.runtime.model_dir import ModelDirError, ModelDirInfo
+
+
+@dataclass
+class RowOutput:
+    values: np.ndarray  # (labels,) for sequence classification; (tokens, width) otherwise
+    offsets: list[tuple[int, int]]  # per token, code points into the text
+    word_ids: list[int | None]  # per token; None for special tokens
+    special: list[bool]
+
+
+class Runner(Protocol):
+    def run(self, texts: list[str]) -> list[RowOutput]: ...
+
+
+def load_tokenizer(info: ModelDirInfo) -> Any:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(info.tokenizer))
+    tok.enable_truncation(max_length=info.max_tokens)
+    tok.no_padding()
+    return tok
+
+
+def _row(values: np.ndarray, enc: Any) -> RowOutput:
+    return RowOutput(
+        values, list(enc.offsets), list(enc.word_ids), [bool(s) for s in enc.special_tokens_mask]
+    )
+
+
+class TorchRunner:
+    """The directory's transformers class on torch: padded batches, fp32, one lock per model."""
+
+    def __init__(self, info: ModelDirInfo, device: str) -> None:
+        from app.runtime.native import _import_torch, _load_quietly, check_device
+
+        torch = _import_torch()
+        import transformers
+
+        self._torch = torch
+        self.device = check_device(device)
+        threads = os.environ.get("SVC_SR_ENCODER_THREADS")
+        if threads:
+            torch.set_num_threads(int(threads))
+        auto = {
+            "label_probabilities": transformers.AutoModelForSequenceClassification,
+            "token_spans": transformers.AutoModelForTokenClassification,
+            "embeddings": transformers.AutoModel,
+        }[info.task]
+        try:
+            model = _load_quietly(auto, info.path)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ModelDirError(info.path, f"weights do not load as {info.architecture}: {exc}") from None
+        self._model = model.eval().to(self.device)
+        self._types = "token_type_ids" in inspect.signature(self._model.forward).parameters
+        self._task = info.task
+        self._tokenizer = load_tokenizer(info)
+        self._lock = threading.Lock()
+
+    def run(self, texts: list[str]) -> list[RowOutput]:
+        from app.runtime.native import pad_batch
+
+        torch = self._torch
+        batch = pad_batch(self._tokenizer, texts)
+        ids = torch.from_numpy(batch.ids).to(self.device)
+        feeds = {"input_ids": ids, "attention_mask": torch.from_numpy(batch.mask).to(self.device)}
+        if self._types:
+            feeds["token_type_ids"] = torch.zeros_like(ids)
+        with self._lock, torch.inference_mode():
+            out = self._model(**feeds)
+            tensor = out.last_hidden_state if self._task == "embeddings" else out.logits
+            values = tensor.float().cpu().numpy()
+        encodings = self._tokenizer.encode_batch(list(texts))
+        rows = []
+        for i, enc in enumerate(encodings):
+            row = values[i] if self._task == "label_probabilities" else values[i, : batch.lengths[i]]
+            rows.append(_row(row, enc))
+        return rows
+
+
+class OrtRunner:
+    """An ONNX export on onnxruntime, CPU. Each text runs as its own unpadded row: a
+    dynamically quantized model scales activations per run, so a row must not move with
+    its batch-mates (the built-in encoder does the same, app/runtime/encoder.py)."""
+
+    def __init__(self, info: ModelDirInfo) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(os.environ.get("SVC_SR_ENCODER_THREADS", "1"))
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self._session = ort.InferenceSession(
+                str(info.weights), sess_options=options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime raises its own types for a damaged graph
+            raise ModelDirError(info.weights, f"not a loadable ONNX model: {exc}") from None
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        if "input_ids" not in self._inputs:
+            raise ModelDirError(info.weights, f"ONNX inputs {sorted(self._inputs)} have no input_ids")
+        self._tokenizer = load_tokenizer(info)
+        self._lock = threading.Lock()
+
+    def run(self, texts: list[str]) -> list[RowOutput]:
+        rows = []
+        for enc in self._tokenizer.encode_batch(list(texts)):
+            ids = np.asarray([enc.ids], dtype=np.int64)
+            feeds = {
+                "input_ids": ids,
+                "attention_mask": np.ones_like(ids),
+                "token_type_ids": np.zeros_like(ids),
+            }
+            with self._lock:
+                out = self._session.run(None, {k: v for k, v in feeds.items() if k in self._inputs})[0]
+            rows.append(_row(np.asarray(out[0], np.float32), enc))
+        return rows
+
+
+def pool(states: np.ndarray, mode: str) -> np.ndarray:
+    """One unit-length vector from token states (sentence-transformers pools every token,
+    [CLS] and [SEP] included, under the attention mask; `cls` takes the first)."""
+    if mode == "cls":
+        vector = states[0]
+    elif mode == "max":
+        vector = states.max(axis=0)
+    else:
+        vector = states.mean(axis=0)
+    norm = float(np.linalg.norm(vector))
+    return (vector / max(norm, 1e-12)).astype(np.float32)
