@@ -12,7 +12,11 @@ import time
 
 import pytest
 
-from tests.fakes.tiny_models import write_tiny_sequence_classifier
+from tests.fakes.tiny_models import (
+    write_tiny_sentence_encoder,
+    write_tiny_sequence_classifier,
+    write_tiny_token_classifier,
+)
 from tests.srun.workers import ROOT, WorkerProcess
 
 LABELS = ["billing", "shipping", "returns"]
@@ -27,12 +31,19 @@ def dirs(tmp_path_factory):
     shutil.copytree(good, snapshot)
     bad = shutil.copytree(good, base / "no-tokenizer")
     (bad / "tokenizer.json").unlink()
-    return {"good": good, "hub": base / "hub", "bad": bad}
+    return {
+        "good": good,
+        "hub": base / "hub",
+        "bad": bad,
+        "tok": write_tiny_token_classifier(base / "pii-ner", ["EMAIL", "PERSON"]),
+        "enc": write_tiny_sentence_encoder(base / "my-encoder", 48),
+    }
 
 
 @pytest.fixture(scope="module")
 def worker(dirs, tmp_path_factory):
-    args = [str(dirs["good"]), f"acme/intent@{COMMIT}", str(dirs["bad"]), "--cache-dir", str(dirs["hub"])]
+    models = [str(dirs[k]) for k in ("good", "bad", "tok", "enc")]
+    args = [*models, f"acme/intent@{COMMIT}", "--cache-dir", str(dirs["hub"])]
     proc = WorkerProcess(args, tmp_path_factory.mktemp("srun") / "worker.log")
     try:
         deadline = time.monotonic() + 60
@@ -108,3 +119,20 @@ def test_offline_start_names_the_bad_directory_and_the_missing_repository(dirs, 
     assert f"acme/other@{COMMIT} is not in the hub cache {tmp_path}" in done.stderr
     refused = run_cli("acme/intent@main", "--offline")
     assert refused.returncode == 1 and "is not a 40-character commit" in refused.stderr
+
+
+def test_token_classifier_and_sentence_encoder_directories(worker, dirs):
+    text = "write to jane.doe@example.com or call bob"
+    with worker.client(timeout=30.0) as http:
+        cards = {c["name"]: c for c in http.get("/v1/models").json()["data"]}
+        assert cards["pii-ner"]["labels"] == ["EMAIL", "PERSON"] and cards["pii-ner"]["task"] == "token_spans"
+        assert cards["my-encoder"]["dimensions"] == [48] and cards["my-encoder"]["task"] == "embeddings"
+        spans = http.post("/v1/classify", json={"model": "pii-ner", "input": text})
+        assert spans.status_code == 200, spans.text
+        for span in spans.json()["results"][0]["spans"]:
+            assert span["label"] in ("EMAIL", "PERSON") and text[span["start"] : span["end"]] == span["text"]
+        vectors = http.post("/v1/embeddings", json={"model": "my-encoder", "input": ["hello", "world"]})
+        assert vectors.status_code == 200, vectors.text
+        data = vectors.json()["data"]
+        assert [len(d["embedding"]) for d in data] == [48, 48]
+        assert abs(sum(x * x for x in data[0]["embedding"]) - 1.0) < 1e-4

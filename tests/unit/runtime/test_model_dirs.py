@@ -4,11 +4,14 @@ classes (windows, usage, item errors as for a built-in)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from app.runtime.dir_models import decode_spans
+from app.runtime.dir_runners import RowOutput
 from app.runtime.engine import Engine
 from app.runtime.model_dir import inspect_model_dir
 from app.runtime.registry import load_model
@@ -111,3 +114,105 @@ def test_unknown_bare_names_stay_model_not_found():
 def test_an_onnx_engine_for_a_torch_directory_is_invalid(dirs):
     with pytest.raises(InvalidRequest, match="engines: native"):
         load_model(str(dirs["seq"]), engine="onnxruntime")
+
+
+# --------------------------------------------------------------------------- spans and pooling
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from tokenizers import Tokenizer
+
+    from tests.fakes.tiny_models import write_tokenizer
+
+    directory = tmp_path_factory.mktemp("tok")
+    write_tokenizer(directory)
+    return Tokenizer.from_file(str(directory / "tokenizer.json"))
+
+
+def tagged_row(tokenizer, text: str, tags: list[str], per_word: list[str]) -> RowOutput:
+    """A token classifier's output for `text` whose words carry `per_word` tags on their first
+    sub-token; later sub-tokens say O (they must not count)."""
+    enc = tokenizer.encode(text)
+    logits = np.zeros((len(enc.ids), len(tags)), np.float32)
+    seen: set[int] = set()
+    for token, word in enumerate(enc.word_ids):
+        if word is not None:
+            logits[token, tags.index(per_word[word] if word not in seen else "O")] = 5.0
+            seen.add(word)
+    special = [bool(s) for s in enc.special_tokens_mask]
+    return RowOutput(logits, list(enc.offsets), list(enc.word_ids), special)
+
+
+def test_bio_tags_merge_into_one_span_per_entity(tokenizer):
+    tags = ["O", "B-EMAIL", "I-EMAIL", "B-PERSON", "I-PERSON"]
+    text = "mail jane.doe@example.com now, bob smith"
+    # words: mail jane . doe @ example . com now , bob smith
+    per_word = [
+        "O",
+        "B-EMAIL",
+        "I-EMAIL",
+        "I-EMAIL",
+        "I-EMAIL",
+        "I-EMAIL",
+        "I-EMAIL",
+        "I-EMAIL",
+        "O",
+        "O",
+        "B-PERSON",
+        "I-PERSON",
+    ]
+    spans = decode_spans(text, tagged_row(tokenizer, text, tags, per_word), tags)
+    assert [(s.label, s.text) for s in spans] == [("EMAIL", "jane.doe@example.com"), ("PERSON", "bob smith")]
+    for span in spans:
+        assert text[span.start : span.end] == span.text and span.probability > 0.9
+
+
+def test_a_b_tag_opens_a_new_span_and_plain_labels_merge_by_type(tokenizer):
+    tags = ["O", "B-PERSON", "I-PERSON"]
+    text = "ann bob"
+    spans = decode_spans(text, tagged_row(tokenizer, text, tags, ["B-PERSON", "B-PERSON"]), tags)
+    assert [s.text for s in spans] == ["ann", "bob"]
+    plain = ["O", "PERSON", "CITY"]
+    text = "ann bob paris"
+    spans = decode_spans(text, tagged_row(tokenizer, text, plain, ["PERSON", "PERSON", "CITY"]), plain)
+    assert [(s.label, s.text) for s in spans] == [("PERSON", "ann bob"), ("CITY", "paris")]
+
+
+def test_a_word_keeps_its_first_tokens_tag_and_offsets_are_code_points(tokenizer):
+    tags = ["O", "B-CITY", "I-CITY"]
+    text = "Grüße aus zürichxyz"  # "zürichxyz" is several word pieces
+    spans = decode_spans(text, tagged_row(tokenizer, text, tags, ["O", "O", "B-CITY"]), tags)
+    assert [(s.text, s.start, s.end) for s in spans] == [("zürichxyz", 10, 19)]
+
+
+@pytest.mark.parametrize("mode", ["mean", "cls", "max"])
+def test_sentence_embedding_is_the_pooled_transformer_output(dirs, tmp_path, mode):
+    import shutil
+
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    enc = Path(shutil.copytree(dirs["enc"], tmp_path / "enc"))
+    pooling = enc / "1_Pooling" / "config.json"
+    config = json.loads(pooling.read_text())
+    config.update(
+        {f"pooling_mode_{m}_token{'s' if m != 'cls' else ''}": m == mode for m in ("mean", "cls", "max")}
+    )
+    pooling.write_text(json.dumps(config))
+    texts = ["where is my parcel", "bake bread at home"]
+    got = load_model(str(enc)).embed(texts).vectors
+    tok = AutoTokenizer.from_pretrained(str(enc))
+    with torch.inference_mode():
+        states = AutoModel.from_pretrained(str(enc))(
+            **tok(texts, return_tensors="pt", padding=True)
+        ).last_hidden_state
+    mask = tok(texts, return_tensors="pt", padding=True)["attention_mask"].unsqueeze(-1)
+    if mode == "mean":
+        want = (states * mask).sum(1) / mask.sum(1)
+    elif mode == "cls":
+        want = states[:, 0]
+    else:
+        want = states.masked_fill(mask == 0, -1e9).max(1).values
+    want = torch.nn.functional.normalize(want, dim=1).numpy()
+    assert np.allclose(got, want, atol=1e-5)
