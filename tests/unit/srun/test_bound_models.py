@@ -8,16 +8,24 @@ from __future__ import annotations
 import random
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from click.testing import CliRunner
 
+from app.cli.main import cli
+from app.cli.remote import EXIT_INVALID
 from app.common.supervisor import RestartPolicy
 from app.config.errors import ConfigError
 from app.config.loader import parse_config
 from app.pipeline import PipelineServices, RouterPipeline
+from app.runtime.model_dir import inspect_model_dir
+from app.srun.bound_models import bound_model_issues, model_labels
 from app.srun.hosting import BindingRuntimes, ManagedRuntimes, ModelLoadFailed
 from app.srun.settings import SrunEnvironment
+from tests.fakes.tiny_models import write_tiny_sequence_classifier, write_tiny_token_classifier
 from tests.unit.srun.test_runtime_bindings import FakeClient, FakeEmbed, chat, serve_with
 
 INTENTS = "/models/intents"  # never read here: the fake worker answers for it
@@ -180,3 +188,69 @@ async def test_a_reload_whose_model_fails_to_load_raises_why_and_stops_its_worke
         assert first is not None and first.supervisor.load_failures() == {"intents": why}
     finally:
         await host.stop()
+
+
+# -- the model's own labels, read from its directory ------------------------------------------
+
+
+def with_artifact(document: dict[str, Any], artifact: Path) -> dict[str, Any]:
+    document["model_deployments"]["intents"]["artifact"] = str(artifact)
+    return document
+
+
+def issues_of(document: dict[str, Any]) -> dict[str, str]:
+    return {i.path: i.message for i in bound_model_issues(parse_config(document).config)}
+
+
+@pytest.fixture(scope="module")
+def intent_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("bound-models")
+    labels = write_tiny_sequence_classifier(root / "intents", ["LABEL_0", "LABEL_1", "LABEL_2"])
+    tagger = write_tiny_token_classifier(root / "tagger", ["PER", "EMAIL"])
+    return labels, tagger
+
+
+@pytest.mark.slow  # the module's tiny models: torch and transformers load (~13 s)
+def test_a_bound_directory_is_read_against_the_label_map(intent_dirs):
+    model, _ = intent_dirs
+    assert issues_of(with_artifact(intents_document(LABELS), model)) == {}
+    labels = ".".join((*DOMAIN, "labels"))
+    # a label the model does not have; a model label left unmapped that no rule declares
+    found = issues_of(with_artifact(intents_document({"LABEL_0": "billing", "LABEL_9": "tech"}), model))
+    assert set(found) == {f"{labels}.LABEL_9", f"{labels}.LABEL_1", f"{labels}.LABEL_2"}
+    assert f"the model at {model} has no label 'LABEL_9'" in found[f"{labels}.LABEL_9"]
+    assert "answers 'LABEL_1', which maps to nothing the config declares" in found[f"{labels}.LABEL_1"]
+
+
+@pytest.mark.slow  # the module's tiny models: torch and transformers load (~13 s)
+def test_a_directory_that_cannot_load_or_answers_another_task_is_refused(intent_dirs, tmp_path):
+    _, tagger = intent_dirs
+    missing = tmp_path / "nothing-here"
+    found = issues_of(with_artifact(intents_document(LABELS), missing))
+    assert (
+        list(found) == ["model_deployments.intents.artifact"]
+        and str(missing) in found["model_deployments.intents.artifact"]
+    )
+    found = issues_of(with_artifact(intents_document(), tagger))
+    assert list(found) == [".".join((*DOMAIN, "deployment"))]
+    assert "answers token_spans; the domain_classifier binding reads label_probabilities" in next(
+        iter(found.values())
+    )
+
+
+@pytest.mark.slow  # the module's tiny models: torch and transformers load (~13 s)
+def test_a_token_classifier_offers_its_entity_types(intent_dirs):
+    _, tagger = intent_dirs
+    assert model_labels(inspect_model_dir(tagger)) == ["PER", "EMAIL"]  # B-/I- merged, O left out
+
+
+@pytest.mark.slow  # the module's tiny models: torch and transformers load (~13 s)
+def test_config_validate_reads_the_bound_directory(intent_dirs, tmp_path):
+    model, _ = intent_dirs
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(yaml.safe_dump(with_artifact(intents_document(LABELS), model)))
+    bad.write_text(yaml.safe_dump(with_artifact(intents_document({"LABEL_9": "tech"}), model)))
+    assert CliRunner().invoke(cli, ["config", "validate", str(good)]).exit_code == 0
+    refused = CliRunner().invoke(cli, ["config", "validate", str(bad)])
+    assert refused.exit_code == EXIT_INVALID
+    assert ".".join((*DOMAIN, "labels", "LABEL_9")) in refused.stderr
