@@ -1,13 +1,15 @@
-"""A model of the user's own as a routing binding, on the real Ray graph (docs/model-runtime.md
-"Bindings to your own models"): the `domain` signal reads a sequence classifier from a local directory (a
-tiny random BERT written by the test, tests/fakes/tiny_models.py), MoM requests sent with the
-OpenAI SDK are routed by its labels, a PATCH with If-Match swaps it for another directory under
-load with no failed request, and a directory that does not load leaves the old model serving.
+"""Models of the user's own as routing bindings, on the real Ray graph (docs/model-runtime.md
+"Bindings to your own models"): the `domain` signal reads a sequence classifier from a local
+directory (a tiny random BERT written by the test, tests/fakes/tiny_models.py), MoM requests
+sent with the OpenAI SDK are routed by its labels, a PATCH with If-Match swaps it for another
+directory under load with no failed request, and a directory that does not load leaves the old
+model serving. The `pii_classifier` binding reads a token classifier the same way: its entity
+types, mapped to PII types, block a request through the `pii` plugin, and a swap changes them.
 
-The tiny models are random, so the expected route of each prompt is the model's own answer on
-it, computed here in process with the same loader the worker uses. The second model is the
-first's weights under other label names, mapped the other way round: every prompt's route
-flips when it serves, so the routes show which model answered.
+The tiny models are random, so the expected route of each prompt (and the PII types of the
+guarded prompt) is the model's own answer on it, computed here in process with the same loader
+the worker uses. Each second model is the first's weights under other label names, mapped the
+other way round: every answer flips when it serves, so the answers show which model answered.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import openai
 import pytest
 import yaml
 
-from tests.fakes.tiny_models import write_tiny_sequence_classifier
+from tests.fakes.tiny_models import write_tiny_sequence_classifier, write_tiny_token_classifier
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import Stack
 
@@ -40,6 +42,15 @@ PROMPTS = [
 ]
 SWAPPED = {"first": "support", "second": "billing"}  # model b's labels, the other way round
 DOMAIN = "global.model_catalog.modules.classifier.domain"
+# The guarded decision's prompts (keyword `securechat`); the tagger's entity types, mapped.
+GUARDED = [
+    "securechat my name is anna and my mail is anna at home",
+    "securechat call me at the office this week please",
+    "securechat the user said his name in the email",
+    "securechat send it to my house in the city",
+]
+TAGS_A = {"PER": "PERSON", "EMAIL": "EMAIL_ADDRESS"}
+TAGS_B = {"NAME": "EMAIL_ADDRESS", "MAIL": "PERSON"}  # tagger b: tagger a's weights, swapped
 
 
 @dataclass
@@ -49,6 +60,11 @@ class Models:
     broken: Path  # a's small files over a mismatched weight: passes validation, fails to load
     routes_a: list[str]  # each prompt's label by model a
     routes_b: list[str]  # ... by model b, mapped by SWAPPED
+    tagger_a: Path  # entity types PER, EMAIL (BIO tags)
+    tagger_b: Path  # tagger a's weights, types NAME, MAIL
+    guarded: str  # a GUARDED prompt in which the tagger finds one type only
+    types_a: set[str]  # the PII types tagger a finds in it, mapped by TAGS_A
+    types_b: set[str]  # ... tagger b, mapped by TAGS_B
 
 
 def _labels_of(directory: Path, mapping: dict[str, str] | None = None) -> list[str]:
@@ -57,6 +73,25 @@ def _labels_of(directory: Path, mapping: dict[str, str] | None = None) -> list[s
     model = load_model(str(directory))
     labels = [item.label or "" for item in model.classify(PROMPTS, {}).results]
     return [(mapping or {}).get(label, label) for label in labels]
+
+
+def _types_of(directory: Path, text: str, mapping: dict[str, str]) -> set[str]:
+    from app.runtime.registry import load_model
+
+    (item,) = load_model(str(directory)).classify([text], {}).results
+    return {mapping.get(span.label, span.label) for span in item.spans or []}
+
+
+def _taggers(root: Path) -> tuple[Path, Path, str, set[str], set[str]]:
+    """Two taggers and a guarded prompt whose answers differ (one type found, swapped)."""
+    for seed in range(8):
+        a = write_tiny_token_classifier(root / f"tagger-a{seed}", ["PER", "EMAIL"], seed=seed)
+        b = write_tiny_token_classifier(root / f"tagger-b{seed}", ["NAME", "MAIL"], seed=seed)
+        for text in GUARDED:
+            types_a, types_b = _types_of(a, text, TAGS_A), _types_of(b, text, TAGS_B)
+            if len(types_a) == 1 and types_a != types_b:
+                return a, b, text, types_a, types_b
+    raise AssertionError("no tiny tagger finds exactly one entity type in the guarded prompts")
 
 
 def _mismatched(directory: Path) -> Path:
@@ -80,10 +115,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Models:
     broken = _mismatched(Path(shutil.copytree(a, root / "intents-broken")))
     routes_a, routes_b = _labels_of(a), _labels_of(b, SWAPPED)
     assert all(x != y for x, y in zip(routes_a, routes_b, strict=True))  # same weights, swapped names
-    return Models(a, b, broken, routes_a, routes_b)
+    return Models(a, b, broken, routes_a, routes_b, *_taggers(root))
 
 
-def own_config(a: FakeUpstream, b: FakeUpstream, artifact: Path) -> dict[str, Any]:
+def own_config(a: FakeUpstream, b: FakeUpstream, artifact: Path, tagger: Path) -> dict[str, Any]:
     return {
         "version": "v0.3",
         "providers": {
@@ -95,7 +130,10 @@ def own_config(a: FakeUpstream, b: FakeUpstream, artifact: Path) -> dict[str, An
             ],
         },
         "routing": {
-            "signals": {"domains": [{"name": "billing"}, {"name": "support"}]},
+            "signals": {
+                "domains": [{"name": "billing"}, {"name": "support"}],
+                "keywords": [{"name": "secure_words", "keywords": ["securechat"]}],
+            },
             "decisions": [
                 {
                     "name": name,
@@ -104,13 +142,28 @@ def own_config(a: FakeUpstream, b: FakeUpstream, artifact: Path) -> dict[str, An
                     "modelRefs": [{"model": f"{name}-model"}],
                 }
                 for name, priority in (("billing", 20), ("support", 10))
+            ]
+            + [
+                {
+                    "name": "guarded",
+                    "priority": 100,
+                    "rules": {"type": "keyword", "name": "secure_words"},
+                    "modelRefs": [{"model": "general"}],
+                    "plugins": [{"type": "pii", "configuration": {"enabled": True, "threshold": 0.01}}],
+                }
             ],
         },
-        "model_deployments": {"intents": {"artifact": str(artifact)}},
+        "model_deployments": {"intents": {"artifact": str(artifact)}, "tagger": {"artifact": str(tagger)}},
         "global": {
             "model_catalog": {
                 "signal_timeout_ms": 10000,
-                "modules": {"classifier": {"domain": {"deployment": "intents"}}},
+                "modules": {
+                    "classifier": {
+                        "domain": {"deployment": "intents"},
+                        # any span counts: a random tagger's probabilities are low
+                        "pii": {"deployment": "tagger", "threshold": 0.01, "labels": TAGS_A},
+                    }
+                },
             },
             "stores": {"response_cache": {"enabled": False}},
         },
@@ -125,7 +178,7 @@ def base(stack: Stack, models: Models, tmp_path_factory: pytest.TempPathFactory)
 
     path = tmp_path_factory.mktemp("own-config") / "own.yaml"
     with FakeUpstream(name="billing") as a, FakeUpstream(name="support") as b:
-        path.write_text(yaml.safe_dump(own_config(a, b, models.a)))
+        path.write_text(yaml.safe_dump(own_config(a, b, models.a, models.tagger_a)))
         serve.run(
             build_app(GraphArgs(config_path=str(path), metrics={"enabled": False}, decision_model=False)),
             name=APP,
@@ -253,6 +306,39 @@ def test_a_patch_swaps_the_model_under_load_without_a_failed_request(base: str, 
     assert after and set(after) <= set(expected_after.values())
     assert routes(base) == models.routes_b
     print(f"\nswap {ended - started:.2f} s; {len(during)} requests answered during it, 0 failed")
+
+
+def guarded_types(base: str, text: str) -> set[str]:
+    """The PII types the `pii` plugin blocks `text` for, through the SDK (403 expected)."""
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=60)
+    with pytest.raises(openai.PermissionDeniedError) as blocked:
+        client.chat.completions.create(model="MoM", messages=[{"role": "user", "content": text}])
+    error = blocked.value.body if isinstance(blocked.value.body, dict) else {}
+    error = error.get("error", error)
+    assert error["code"] == "pii_detected", error
+    return set(error["details"]["entities_found"])
+
+
+def test_a_token_classifier_guards_by_its_mapped_entity_types(base: str, models: Models) -> None:
+    assert guarded_types(base, models.guarded) == models.types_a
+
+
+def test_a_patch_swaps_the_pii_model_under_load(base: str, models: Models) -> None:
+    # a merge patch: tagger a's label names are deleted (null), tagger b's added
+    labels: dict[str, str | None] = {**dict.fromkeys(TAGS_A), **TAGS_B}
+    pii = {"deployment": "tagger", "threshold": 0.01, "labels": labels}
+    body = {
+        "model_deployments": {"tagger": {"artifact": str(models.tagger_b)}},
+        "global": {"model_catalog": {"modules": {"classifier": {"pii": pii}}}},
+    }
+    with Load(base) as load:
+        started = time.monotonic()
+        swapped = patch(base, body)
+        took = time.monotonic() - started
+    assert swapped.status_code == 200 and swapped.json()["status"] == "active", swapped.text
+    assert load.failures == [], load.failures[:3]
+    assert guarded_types(base, models.guarded) == models.types_b
+    print(f"\npii swap {took:.2f} s; {len(load.answered)} requests answered, 0 failed")
 
 
 def test_a_model_that_fails_to_load_leaves_the_old_one_serving(base: str, models: Models) -> None:
