@@ -9,6 +9,9 @@ the same process (onnxruntime's spinning threads starve torch's; app/runtime/nat
 (~2,000 tokens) per model shows the cost of overflow `window`.
 
   nice .venv/bin/python bench/bench_engine.py [--iters 200] [--models a,b] [--json out.json]
+
+`--models` also takes model directories (docs/model-runtime.md, "Your own models"): each is
+timed on every engine it offers (a trained directory: its ONNX int8 export and fp32 torch).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.runtime.batching import BatchedModel  # noqa: E402
+from app.runtime.dir_models import engines_of  # noqa: E402
+from app.runtime.model_dir import inspect_model_dir, resolve_model_ref  # noqa: E402
 from app.runtime.registry import BUILTINS, load_model  # noqa: E402
 from app.runtime.schemas import RuntimeFailure  # noqa: E402
 from bench.latency import percentile  # noqa: E402
@@ -121,6 +126,9 @@ def main() -> None:
 
     runs: list[tuple[str, str]] = []
     for name in args.models.split(","):
+        if name not in BUILTINS:  # a model directory: every engine it offers
+            runs += [(name, engine) for engine in engines_of(inspect_model_dir(resolve_model_ref(name)))]
+            continue
         engines = BUILTINS[name].engines
         runs.append((name, "onnxruntime" if "onnxruntime" in engines else engines[0]))
     if "minilm-embedding" in args.models:

@@ -8,24 +8,12 @@ failed (the router errored, the endpoint did not answer) counts in `errors` and 
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
-Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
-
-
-def wilson(hits: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of hits/n; (0, 1) when n is 0."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = hits / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+from app.common.intervals import wilson
 
 
 class CaseOutcome(BaseModel):

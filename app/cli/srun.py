@@ -1,6 +1,7 @@
 """`svc-srun`: the model-runtime worker command (docs/model-runtime.md, "The worker").
 
     svc-srun run MODEL... [--models FILE] [--uds PATH | --host H --port P] [...]
+    svc-srun train sequence-classification|token-classification --data FILE --out DIR
     svc-srun models     built-in models with pinned revisions (JSON)
     svc-srun plugins    families, engines, profiles and devices this build knows (JSON)
     svc-srun devices    execution devices this process can use (JSON)
@@ -21,7 +22,7 @@ import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -145,7 +146,8 @@ def cli() -> None:
     "--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
 )
 def run(model: tuple[str, ...], **options: Any) -> None:
-    """Serve MODEL... (built-in names, MODEL@REVISION pins) over HTTP."""
+    """Serve MODEL... (built-in names, model directories, ORG/NAME@COMMIT from the hub cache;
+    MODEL@REVISION pins) over HTTP."""
     opts = RunOptions(**options)
     entries = _model_entries(model, opts)
     settings = _prepare(entries, opts)
@@ -318,6 +320,63 @@ def _exit_with_parent(parent: str) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+@cli.command()
+@click.argument("kind", type=click.Choice(["sequence-classification", "token-classification"]))
+@click.option(
+    "--data",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help='labelled rows, JSON lines or CSV: {"text", "label"} or {"text", "spans": [{"start", "end", "label"}]}',
+)
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="new model directory"
+)
+@click.option("--heads-only", is_flag=True, help="train the new head only, the encoder frozen")
+@click.option("--epochs", default=4, show_default=True, type=click.IntRange(1, 100))
+@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(1, 1024))
+@click.option(
+    "--learning-rate",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="[default: 1e-4, or 2e-3 with --heads-only]",
+)
+@click.option(
+    "--max-length", default=128, show_default=True, type=click.IntRange(8, 512), help="tokens per row"
+)
+@click.option(
+    "--eval-fraction",
+    default=0.2,
+    show_default=True,
+    type=click.FloatRange(0.05, 0.5),
+    help="rows held out for the card (per label for sequence classification)",
+)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--device", default="auto", show_default=True, help="auto (cuda when present), cpu, cuda[:N]")
+@click.option("--no-onnx", is_flag=True, help="skip the ONNX int8 export (onnx/)")
+@click.option(
+    "--base",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="a local encoder directory (Hugging Face layout) to fine-tune  [default: the packaged all-MiniLM-L6-v2]",
+)
+def train(kind: str, **options: Any) -> None:
+    """Fine-tune the packaged all-MiniLM-L6-v2 on a labelled file into a model directory
+    `svc-srun run` serves, with a model card (README.md, training.json) and an ONNX int8
+    export (onnx/). Prints the card's figures as JSON."""
+    logging.basicConfig(level="INFO", stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
+    from app.srun.train import TrainOptions
+    from app.srun.train import train as run_training
+    from app.srun.train_data import Kind, TrainDataError
+
+    onnx = not options.pop("no_onnx")
+    try:
+        out = run_training(TrainOptions(kind=cast("Kind", kind), onnx=onnx, **options))
+    except (TrainDataError, FileExistsError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo((out / "training.json").read_text())
 
 
 @cli.command()

@@ -29,6 +29,7 @@ from app.runtime.schemas import CardLimits, EngineName, InvalidRequest, ModelCar
 from app.runtime.tasks import EmbeddingModel, check_distribution, probabilities_answer, spans_answer
 
 MAX_SCAN_TOKENS = 32_768
+ONNX_EXPORT = "onnx"  # where a Hugging Face directory keeps its ONNX export
 SELF_CHECK_TEXT = "Please write to me about the weather in Paris."
 
 
@@ -158,13 +159,20 @@ class DirEncoder:
 
 
 def engines_of(info: ModelDirInfo) -> tuple[EngineName, ...]:
-    return ("onnxruntime",) if info.format == "onnx" else ("native",)
+    """An ONNX directory runs on onnxruntime; a Hugging Face one on torch, and on onnxruntime
+    too when it holds its ONNX export in `onnx/` (as `svc-srun train` writes it)."""
+    if info.format == "onnx":
+        return ("onnxruntime",)
+    if (info.path / ONNX_EXPORT / "model.onnx").is_file():
+        return ("onnxruntime", "native")
+    return ("native",)
 
 
 def pick_dir_engine(info: ModelDirInfo, engine: str, device: str) -> EngineName:
     offered = engines_of(info)
     if engine == "auto":
-        return offered[0]
+        # As for the built-ins: int8 onnxruntime on CPU when there is an export, torch on GPUs.
+        return "native" if device != "cpu" and "native" in offered else offered[0]
     for name in offered:
         if name == engine:
             return name
@@ -172,10 +180,13 @@ def pick_dir_engine(info: ModelDirInfo, engine: str, device: str) -> EngineName:
     raise InvalidRequest(f"engine {engine!r}: {info.path} is {kind} directory; engines: {', '.join(offered)}")
 
 
-def entity_types(tags: list[str]) -> list[str]:
-    """The entity types a token classifier's tags name, in order (B-/I- dropped, O left out)."""
-    types = (tag[2:] if tag[:2] in ("B-", "I-") else tag for tag in tags)
-    return list(dict.fromkeys(t for t in types if t != "O"))
+def _onnx_export(info: ModelDirInfo) -> ModelDirInfo:
+    """The ONNX export a Hugging Face directory holds, served under the directory's name."""
+    export = inspect_model_dir(info.path / ONNX_EXPORT)
+    if (export.task, export.labels) != (info.task, info.labels):
+        raise ModelDirError(export.path, f"the ONNX export's task or labels are not those of {info.path}")
+    export.name = info.name
+    return export
 
 
 def dir_card(info: ModelDirInfo, tokenizer: TextTokenizer, engine: EngineName, device: str) -> ModelCard:
@@ -185,7 +196,7 @@ def dir_card(info: ModelDirInfo, tokenizer: TextTokenizer, engine: EngineName, d
         description=f"{info.architecture} ({info.format}) from {info.path}",
         task=info.task,
         surfaces=["embeddings" if embeddings else "classify"],
-        labels=entity_types(info.labels) if info.task == "token_spans" else list(info.labels),
+        labels=info.served_labels,
         engines=list(engines_of(info)),
         engine=engine,
         dimensions=[info.dimensions] if embeddings else [],
@@ -214,8 +225,12 @@ def load_model_dir(
     chosen = pick_dir_engine(info, engine, device)
     if chosen == "onnxruntime" and device != "cpu":
         raise InvalidRequest(f"device {device!r}: the onnxruntime engine runs on cpu only here")
+    engines = engines_of(info)
+    if chosen == "onnxruntime" and info.format == "hf":
+        info = _onnx_export(info)
     tokenizer = TextTokenizer(info.tokenizer)
     card = dir_card(info, tokenizer, chosen, device)
+    card.engines = list(engines)
     card.status = "loading"
     try:
         runner: Runner = OrtRunner(info) if chosen == "onnxruntime" else TorchRunner(info, device)

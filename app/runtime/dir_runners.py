@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from app.runtime.encoder import row_feeds
 from app.runtime.model_dir import ModelDirError, ModelDirInfo
 
 
@@ -48,6 +49,17 @@ def _row(values: np.ndarray, enc: Any) -> RowOutput:
     )
 
 
+def auto_class(task: str) -> Any:
+    """The transformers class that loads a directory of `task`."""
+    import transformers
+
+    if task == "label_probabilities":
+        return transformers.AutoModelForSequenceClassification
+    if task == "token_spans":
+        return transformers.AutoModelForTokenClassification
+    return transformers.AutoModel
+
+
 class TorchRunner:
     """The directory's transformers class on torch: padded batches, fp32, one lock per model."""
 
@@ -55,20 +67,13 @@ class TorchRunner:
         from app.runtime.native import _import_torch, _load_quietly, check_device
 
         torch = _import_torch()
-        import transformers
-
         self._torch = torch
         self.device = check_device(device)
         threads = os.environ.get("SVC_SR_ENCODER_THREADS")
         if threads:
             torch.set_num_threads(int(threads))
-        auto = {
-            "label_probabilities": transformers.AutoModelForSequenceClassification,
-            "token_spans": transformers.AutoModelForTokenClassification,
-            "embeddings": transformers.AutoModel,
-        }[info.task]
         try:
-            model = _load_quietly(auto, info.path)
+            model = _load_quietly(auto_class(info.task), info.path)
         except (OSError, ValueError, RuntimeError) as exc:
             raise ModelDirError(info.path, f"weights do not load as {info.architecture}: {exc}") from None
         self._model = model.eval().to(self.device)
@@ -125,14 +130,8 @@ class OrtRunner:
     def run(self, texts: list[str]) -> list[RowOutput]:
         rows = []
         for enc in self._tokenizer.encode_batch(list(texts)):
-            ids = np.asarray([enc.ids], dtype=np.int64)
-            feeds = {
-                "input_ids": ids,
-                "attention_mask": np.ones_like(ids),
-                "token_type_ids": np.zeros_like(ids),
-            }
             with self._lock:
-                out = self._session.run(None, {k: v for k, v in feeds.items() if k in self._inputs})[0]
+                out = self._session.run(None, row_feeds(enc.ids, self._inputs))[0]
             rows.append(_row(np.asarray(out[0], np.float32), enc))
         return rows
 

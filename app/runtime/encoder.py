@@ -132,14 +132,8 @@ class MiniLMEncoder:
         encodings = self._window_encodings(list(texts))
         states: list[np.ndarray] = []
         for enc in encodings:
-            ids = np.asarray([enc.ids], dtype=np.int64)
-            feeds = {
-                "input_ids": ids,
-                "attention_mask": np.ones_like(ids),
-                "token_type_ids": np.zeros_like(ids),
-            }
             with self._lock:
-                states.append(self._session.run(None, feeds)[0][0])  # (tokens, 384)
+                states.append(self._session.run(None, row_feeds(enc.ids))[0][0])  # (tokens, 384)
         pooled = np.stack([row.mean(axis=0) for row in states])
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         vectors = (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
@@ -163,6 +157,13 @@ class MiniLMEncoder:
 
     def warm_up(self) -> None:
         warm_up_encoder(self.encode)
+
+
+def row_feeds(ids: list[int], inputs: set[str] | None = None) -> dict[str, np.ndarray]:
+    """One unpadded row's inputs for a BERT-style ONNX graph (those of `inputs` when given)."""
+    row = np.asarray([ids], dtype=np.int64)
+    feeds = {"input_ids": row, "attention_mask": np.ones_like(row), "token_type_ids": np.zeros_like(row)}
+    return feeds if inputs is None else {k: v for k, v in feeds.items() if k in inputs}
 
 
 def window_prefix(text: str, limit: int) -> str:

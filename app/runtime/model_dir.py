@@ -80,6 +80,15 @@ class ModelDirInfo:
     bio: bool = False  # token_spans: labels are B-/I- tags
     revision: str | None = None  # the hub commit of a cache snapshot
 
+    @property
+    def served_labels(self) -> list[str]:
+        """The labels answers carry: `labels` (config.json's id2label), or for a token
+        classifier the entity types its tags name (B-/I- dropped, O left out)."""
+        if self.task != "token_spans":
+            return list(self.labels)
+        types = (tag[2:] if tag[:2] in ("B-", "I-") else tag for tag in self.labels)
+        return list(dict.fromkeys(t for t in types if t != "O"))
+
     @cached_property
     def artifacts(self) -> list[ArtifactRef]:
         return [ArtifactRef(name=str(f.relative_to(self.path)), sha256=file_sha256(f)) for f in self.files]

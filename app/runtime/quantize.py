@@ -77,7 +77,7 @@ def dynamic_int8_model(source: Path) -> Path:
     with _build_lock, _file_lock(cache / f"{MODEL_STEM}.lock"):
         if not target.is_file():  # another process may have built it while we waited
             log.info("building %s from %s (once per machine)", target.name, source)
-            _build(source, target)
+            build_dynamic_int8(source, target)
     return target
 
 
@@ -91,7 +91,9 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _build(source: Path, target: Path) -> None:
+def build_dynamic_int8(source: Path, target: Path) -> None:
+    """Fold `source`'s constants and quantize every weight MatMul per channel (dynamic int8)
+    into `target`, atomically. Also how `svc-srun train` exports a trained model's ONNX."""
     import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quantize_dynamic
 

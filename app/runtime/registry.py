@@ -329,7 +329,7 @@ def _pii_detector(max_chars: int, use_ner: bool) -> Any:
 
 
 def load_model(
-    name: str,
+    name_or_path: str,
     engine: str = "auto",
     device: str = "cpu",
     *,
@@ -348,14 +348,14 @@ def load_model(
     ModelNotFound for an unknown name; InvalidRequest for an engine or device the model
     cannot use; NotReady when its files are missing or it fails its self-check (a directory's
     ModelDirError is one, naming the path and the reason)."""
-    if not is_builtin(name):
+    if not is_builtin(name_or_path):
         from app.runtime.model_dir import looks_like_ref
 
-        if looks_like_ref(name):
+        if looks_like_ref(name_or_path):
             from app.runtime.dir_models import load_model_dir
 
-            return load_model_dir(name, engine, device, warm=warm, cache_dir=cache_dir)
-    spec = resolve_name(name)
+            return load_model_dir(name_or_path, engine, device, warm=warm, cache_dir=cache_dir)
+    spec = resolve_name(name_or_path)
     device = (device or "cpu").strip().lower()
     chosen = pick_engine(spec, engine, device)
     if spec.task == "token_spans" and device != "cpu":

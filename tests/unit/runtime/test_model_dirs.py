@@ -43,7 +43,7 @@ def test_inspect_reads_task_labels_and_width(dirs):
     assert seq.digest.startswith("sha256:") and len(seq.digest) == 71 and seq.revision is None
     tok = inspect_model_dir(dirs["tok"])
     assert tok.task == "token_spans" and tok.bio and tok.labels[:3] == ["O", "B-EMAIL", "I-EMAIL"]
-    assert not inspect_model_dir(dirs["plain"]).bio
+    assert not inspect_model_dir(dirs["plain"]).bio and tok.served_labels == ["EMAIL", "PERSON"]
     enc = inspect_model_dir(dirs["enc"])
     assert (enc.task, enc.dimensions, enc.pooling, enc.labels) == ("embeddings", 48, "mean", [])
     assert "1_Pooling/config.json" in [a.name for a in enc.artifacts]
