@@ -32,15 +32,6 @@ def model_ref(deployment: ModelDeployment) -> str | None:
     return deployment.artifact
 
 
-def model_labels(info: ModelDirInfo) -> list[str]:
-    """The labels a worker answers with: a token classifier's entity types (B-/I- tags merged,
-    `O` left out), else the model's own."""
-    if info.task != "token_spans":
-        return list(info.labels)
-    types = (label[2:] if info.bio and label[:2] in ("B-", "I-") else label for label in info.labels)
-    return list(dict.fromkeys(t for t in types if t != "O"))
-
-
 def _issue(path: str, message: str, code: str) -> ConfigIssue:
     return ConfigIssue(path=path, message=message, code=code, stage="validate")
 
@@ -77,5 +68,5 @@ def bound_model_issues(config: RouterConfig, cache_dir: Path | None = None) -> l
                 )
             )
         elif spec.family in ("domain", "pii"):
-            issues += model_label_issues(config, name, model_labels(info), str(info.path))
+            issues += model_label_issues(config, name, info.served_labels, str(info.path))
     return issues

@@ -21,8 +21,7 @@ from app.common.supervisor import RestartPolicy
 from app.config.errors import ConfigError
 from app.config.loader import parse_config
 from app.pipeline import PipelineServices, RouterPipeline
-from app.runtime.model_dir import inspect_model_dir
-from app.srun.bound_models import bound_model_issues, model_labels
+from app.srun.bound_models import bound_model_issues
 from app.srun.hosting import BindingRuntimes, ManagedRuntimes, ModelLoadFailed
 from app.srun.settings import SrunEnvironment
 from tests.fakes.tiny_models import write_tiny_sequence_classifier, write_tiny_token_classifier
@@ -239,9 +238,15 @@ def test_a_directory_that_cannot_load_or_answers_another_task_is_refused(intent_
 
 
 @pytest.mark.slow  # the module's tiny models: torch and transformers load (~13 s)
-def test_a_token_classifier_offers_its_entity_types(intent_dirs):
+def test_a_pii_label_map_names_the_taggers_entity_types(intent_dirs):
     _, tagger = intent_dirs
-    assert model_labels(inspect_model_dir(tagger)) == ["PER", "EMAIL"]  # B-/I- merged, O left out
+    document = intents_document()
+    document["model_deployments"]["tagger"] = {"artifact": str(tagger)}
+    pii = {"deployment": "tagger", "labels": {"PER": "PERSON", "B-EMAIL": "EMAIL_ADDRESS"}}
+    document["global"]["model_catalog"]["modules"] = {"classifier": {"pii": pii}}
+    found = issues_of(document)  # B-/I- tags are merged into types: B-EMAIL is no label
+    path = "global.model_catalog.modules.classifier.pii.labels.B-EMAIL"
+    assert list(found) == [path] and "(its labels: PER, EMAIL)" in found[path]
 
 
 @pytest.mark.slow  # the module's tiny models: torch and transformers load (~13 s)
