@@ -12,7 +12,7 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -115,16 +115,21 @@ OnUnscanned = Literal["block", "allow"]
 # -- bindings: a routing feature evaluated by a model_deployments entry -------------------------
 
 Contract = Literal["label_probabilities", "label_scores", "token_spans"]
-BINDING_KEYS = ("deployment", "contract", "head")
+BINDING_KEYS = ("deployment", "contract", "head", "labels")
+# Families whose bound model's own labels a `labels` map renames (docs/model-runtime.md "Bindings
+# to your own models"): a category set's labels to domain names, a token classifier's to PII entity types.
+LABEL_MAP_FAMILIES = ("domain", "pii")
 
 
 class ModelBinding(StrictSettings):
-    """`deployment` (a key of model_deployments), `contract` (the answer type read) and `head`
-    (the label whose score is read; prompt_guard only, default `jailbreak`)."""
+    """`deployment` (a key of model_deployments), `contract` (the answer type read), `head`
+    (the label whose score is read; prompt_guard only, default `jailbreak`) and `labels` (the
+    model's label -> the signal name it stands for; a label left out keeps its own name)."""
 
     deployment: str = Field(min_length=1)
     contract: Contract | None = None
     head: str | None = Field(default=None, min_length=1)
+    labels: dict[str, Annotated[str, Field(min_length=1)]] | None = None
 
 
 @dataclass(frozen=True)
@@ -224,7 +229,17 @@ def _validated(where: str, name: str, spec: BindingSpec, given: dict[str, Any]) 
         raise ValueError(
             f"{where}.head: {name} reads no head (head applies to prompt_guard and per-rule bindings)"
         )
+    if binding.labels is not None and name in BINDINGS:
+        _label_map_family(where, name, spec.family)
     return binding
+
+
+def _label_map_family(where: str, name: str, family: str) -> None:
+    if family not in LABEL_MAP_FAMILIES:
+        raise ValueError(
+            f"{where}.labels: {name} reads a {family or 'graph'} model; labels maps the labels of a "
+            f"{' or '.join(LABEL_MAP_FAMILIES)} model to signal names"
+        )
 
 
 def catalog_node(catalog: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
@@ -285,6 +300,8 @@ def check_rule_bindings(
         if len(families) > 1:
             raise ValueError(f"{where}: rule {rule!r} is ambiguous ({', '.join(families)})")
         spec = rule_spec(kind, rule, families[0])
+        if binding.labels is not None:
+            _label_map_family(where, name, families[0])
         if binding.contract is not None and binding.contract not in spec.contracts:
             raise ValueError(
                 f"{where}.contract: a {families[0]} rule reads {' or '.join(spec.contracts)}, "

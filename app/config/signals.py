@@ -64,6 +64,13 @@ class DomainSignal(Strict):
     threshold: float | None = Field(default=None, ge=0, le=1)
     read: list[ReadPart] = Field(default_factory=list)
 
+    def categories(self) -> frozenset[str]:
+        """Lower-cased classifier categories the rule accepts: its `mmlu_categories` (any
+        classifier's labels, a bound model's too), else its own name (the spec's mapping rule)."""
+        if self.mmlu_categories:
+            return frozenset(c.strip().lower() for c in self.mmlu_categories)
+        return frozenset({self.name.strip().lower()})
+
 
 _TOKEN_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 

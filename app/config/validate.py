@@ -16,10 +16,9 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ValidationError
 
-from app.config.builtin_models import builtin_task
+from app.config.binding_checks import binding_issues, custom_domain_model
 from app.config.document import RouterConfig
 from app.config.errors import ConfigIssue, did_you_mean, issues_from_validation_error
-from app.config.model_deployments import BINDINGS, read_bindings
 from app.config.plugins import PLUGIN_KIND, PLUGIN_MODELS, plugin_payload
 from app.config.providers import ProviderModel
 from app.config.routing import PLUGIN_TYPES, REFERENCE_ONLY_PLUGIN_TYPES, Condition, Decision
@@ -106,41 +105,9 @@ class _Checker:
         self._model_deployments()
 
     def _model_deployments(self) -> None:
-        """Runtime deployments are consumed by decision_model and the routing bindings; a bound
-        built-in must answer what its binding reads (a guard bound to the PII detector would
-        never flag a jailbreak)."""
-        config = self.config
-        bindings = read_bindings(config.global_.model_catalog)
-        rule_specs = config.rule_binding_specs()
-        used = {b.deployment for b in bindings.values()}
-        if config.decision_model is not None:
-            used.add(config.decision_model.deployment)
-        for name in config.model_deployments:
-            if name not in used:
-                self.warn(
-                    f"model_deployments.{name}",
-                    "accepted but not applied: neither decision_model nor a "
-                    "binding (global.model_catalog.modules.*, safety.<rule>, classifier.<rule>) names it",
-                )
-        for name, binding in bindings.items():
-            spec = rule_specs.get(name) or BINDINGS[name]
-            path = ".".join(("global", "model_catalog", *spec.path))
-            task = builtin_task(config.model_deployments[binding.deployment].artifact)
-            wanted = binding.contract or spec.contracts[0]
-            if task is not None and task != wanted:
-                self.error(
-                    f"{path}.deployment",
-                    f"{binding.deployment!r} serves {task}; the {name} binding reads {wanted}",
-                    "binding_contract",
-                )
-        if "prompt_guard" in bindings:
-            for index, rule in enumerate(config.routing.signals.jailbreak):
-                if rule.method != "classifier" or rule.jailbreak_patterns or rule.benign_patterns:
-                    self.warn(
-                        f"routing.signals.jailbreak[{index}]",
-                        "method and pattern lists are not applied: "
-                        "the bound prompt_guard deployment's score decides",
-                    )
+        errors, warnings = binding_issues(self.config)
+        self.errors += errors
+        self.warnings += warnings
 
     # ---------------------------------------------------------------- listeners / services
     def _listeners(self) -> None:
@@ -322,14 +289,16 @@ class _Checker:
     def _domain_signal(self, path: str, domain: DomainSignal) -> None:
         known_models = set(self.model_names)
         labels = [domain.name, *domain.mmlu_categories]
-        if not any(label in MMLU_PRO_CATEGORIES for label in labels):
+        if custom_domain_model(self.config):
+            pass  # its own labels, checked against the rules with the model (app/config/binding_checks.py)
+        elif not any(label in MMLU_PRO_CATEGORIES for label in labels):
             self.warn(
                 path,
                 f"domain {domain.name!r} never matches: the domain classifier emits only "
                 f"the 14 MMLU-Pro categories; list some in mmlu_categories",
             )
         for k, category in enumerate(domain.mmlu_categories):
-            if category not in MMLU_PRO_CATEGORIES:
+            if category not in MMLU_PRO_CATEGORIES and not custom_domain_model(self.config):
                 self.warn(
                     f"{path}.mmlu_categories[{k}]",
                     f"{category!r} is not an MMLU-Pro category" + did_you_mean(category, MMLU_PRO_CATEGORIES),

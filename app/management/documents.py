@@ -17,6 +17,8 @@ from typing import Any, Literal
 from app.config.document import RouterConfig
 from app.config.errors import ConfigError
 from app.config.loader import LoadedConfig, config_hash, parse_config, parse_text
+from app.srun.bound_models import bound_model_issues
+from app.srun.settings import SrunEnvironment
 
 Stage = Literal["parse", "compile", "validate", "warm", "activate"]
 
@@ -93,11 +95,15 @@ def reasons_from_config_error(exc: ConfigError) -> list[Reason]:
 
 
 def check_document(document: dict[str, Any]) -> CheckedDocument:
-    """Stages parse (shape) and validate (schema + cross references)."""
+    """Stages parse (shape) and validate (schema + cross references, and the models of the user's
+    own that bindings name, read from their directories)."""
     try:
         loaded: LoadedConfig = parse_config(document, source="request body")
     except ConfigError as exc:
         raise DocumentRejected(reasons_from_config_error(exc)) from None
+    issues = bound_model_issues(loaded.config, SrunEnvironment.from_env().cache_dir)
+    if issues:
+        raise DocumentRejected(reasons_from_config_error(ConfigError(issues)))
     compact = compact_document(loaded.config)
     return CheckedDocument(
         config=loaded.config,

@@ -52,7 +52,8 @@ class ReloadingPipeline:
             digest = config_hash(config)
             if digest == self._state["hash"]:
                 return
-            runtimes = await self.bindings.update(config)  # kept when unchanged, else new ones first
+            # kept when unchanged, else new ones first; a model that fails to load fails the reload
+            runtimes = await self.bindings.update(config, require_loaded=True)
             self.services.bound_workers = runtimes
             await self._pipeline.update_config(config)  # builds and warms aside, then swaps
         except Exception as exc:

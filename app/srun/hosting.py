@@ -134,7 +134,10 @@ class ManagedRuntimes:
             self.supervisor.start()
             self._started = True
         ready = await self.supervisor.wait_ready(timeout_s) if wait else False
-        if wait and not ready:
+        failures = self.supervisor.load_failures()
+        if wait and failures:
+            log.error("model runtimes failed to load: %s", failures)
+        elif wait and not ready:
             log.error(
                 "model runtimes not ready after %.0f s: %s",
                 timeout_s or self.supervisor.env.ready_timeout_s,
@@ -254,6 +257,10 @@ class ManagedRuntimes:
         return SignalResult("ok", answer)
 
 
+class ModelLoadFailed(RuntimeError):
+    """A reload's bound model failed to load (the previous generation keeps serving)."""
+
+
 class BindingRuntimes:
     """The workers a routing configuration's bindings call, for one host that reloads its
     configuration (a Router replica): `update(config)` returns the ManagedRuntimes serving the
@@ -288,7 +295,11 @@ class BindingRuntimes:
             [(name, settings.model_deployments[name].model_dump(mode="json")) for name in sorted(deployments)]
         )
 
-    async def update(self, config: RouterConfig, wait: bool = True) -> ManagedRuntimes | None:
+    async def update(
+        self, config: RouterConfig, wait: bool = True, *, require_loaded: bool = False
+    ) -> ManagedRuntimes | None:
+        """With `require_loaded` (a reload: a previous generation can keep serving), new workers
+        whose model failed to load are stopped and `ModelLoadFailed` says why."""
         deployments = bound_deployments(config)
         if not deployments:
             return None
@@ -313,6 +324,13 @@ class BindingRuntimes:
         )
         self._live[key] = runtimes
         await runtimes.start(wait=wait)
+        failures = runtimes.supervisor.load_failures()
+        if require_loaded and failures:
+            self._live.pop(key, None)
+            await runtimes.stop()
+            raise ModelLoadFailed(
+                "; ".join(f"model deployment {name} did not load: {why}" for name, why in failures.items())
+            )
         return runtimes
 
     def settle(self, runtimes: ManagedRuntimes | None) -> None:

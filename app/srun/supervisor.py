@@ -56,6 +56,7 @@ class Replica:
     process: RuntimeProcess | None = None  # None: attached to an endpoint
     served_name: str | None = None
     ready: bool = False
+    failure: str | None = None  # why its model failed to load (not retried), from /health
 
 
 @dataclass
@@ -203,14 +204,27 @@ class RuntimeSupervisor:
         return self
 
     async def wait_ready(self, timeout_s: float | None = None) -> bool:
-        """True once every replica is ready (SVC_SRUN_READY_TIMEOUT by default)."""
+        """True once every replica is ready (SVC_SRUN_READY_TIMEOUT by default); False at the
+        timeout, or at once when a deployment's model failed to load on every replica
+        (`load_failures()` says why)."""
         deadline = asyncio.get_running_loop().time() + (timeout_s or self.env.ready_timeout_s)
         while asyncio.get_running_loop().time() < deadline:
             await self.check_health()
             if all(r.ready for reps in self.replicas.values() for r in reps):
                 return True
+            if self.load_failures():
+                return False
             await asyncio.sleep(0.1)
         return False
+
+    def load_failures(self) -> dict[str, str]:
+        """Deployments whose model failed to load on every replica (a failure the worker does
+        not retry: a bad directory, its attempts used up), with the reason."""
+        return {
+            name: str(replicas[0].failure)
+            for name, replicas in self.replicas.items()
+            if replicas and all(r.failure is not None for r in replicas)
+        }
 
     async def check_health(self) -> None:
         """Poll every replica once; end a managed worker whose every model failed."""
@@ -228,6 +242,10 @@ class RuntimeSupervisor:
                 models = body.get("models", {}) if body else {}
                 mine = (models or {}).get(replica.served_name or "", {}) if isinstance(models, dict) else {}
                 replica.ready = status == "ready" or (status == "degraded" and mine.get("status") == "ready")
+                if isinstance(mine, dict) and mine.get("status") == "failed":
+                    replica.failure = str(mine.get("message") or "failed to load")
+                elif replica.ready:
+                    replica.failure = None
                 self.metrics.set(
                     "svc_model_runtime_replica_ready",
                     1.0 if replica.ready else 0.0,

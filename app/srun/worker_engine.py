@@ -8,11 +8,14 @@ app/srun/stage.py); the worker encodes the texts itself, so no vector travels. T
 are the worker's, keeping only the answer type the binding's `contract` names. A call that got no
 usable answer resolves where the binding says: a safety binding's input is unscanned
 (`UnscannedError`, matching as `on_unscanned` says), a routing binding's is an error (on_error
-decides); without a host (an offline preview) every call errs.
+decides); without a host (an offline preview) every call errs. A binding's `labels` map renames the
+model's own labels to the signal names the family reads (docs/model-runtime.md "Bindings to your own models"):
+two labels of one name add their probabilities and keep the higher score.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.config.model_deployments import OnUnscanned
@@ -39,8 +42,10 @@ class WorkerEngine:
         *,
         safety: bool = False,
         unscanned: OnUnscanned = "block",
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         self.name = f"{binding} ({deployment})"
+        self.labels = dict(labels or {})
         self.deployment = deployment
         self.host = host
         self.field = CONTRACT_FIELDS[contract]
@@ -84,4 +89,28 @@ class WorkerEngine:
         item = SignalItem.model_validate(kept)
         if item.error is None and self.field == "probabilities" and not item.probabilities:
             raise self.failed("no label probabilities in the answer")
-        return item
+        return self._renamed(item) if self.labels else item
+
+    def _renamed(self, item: SignalItem) -> SignalItem:
+        """The item in the signal names of the binding's `labels` map."""
+
+        def name(label: str) -> str:
+            return self.labels.get(label, label)
+
+        update: dict[str, Any] = {}
+        if item.label is not None:
+            update["label"] = name(item.label)
+        if item.probabilities is not None:
+            summed: dict[str, float] = {}
+            for label, p in item.probabilities.items():
+                summed[name(label)] = summed.get(name(label), 0.0) + p
+            update["probabilities"] = summed
+            update["label"], update["confidence"] = max(summed.items(), key=lambda kv: kv[1])
+        if item.scores is not None:
+            highest: dict[str, float] = {}
+            for label, score in item.scores.items():
+                highest[name(label)] = max(score, highest.get(name(label), 0.0))
+            update["scores"] = highest
+        if item.spans is not None:
+            update["spans"] = [s.model_copy(update={"label": name(s.label)}) for s in item.spans]
+        return item.model_copy(update=update)

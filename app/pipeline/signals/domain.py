@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.config.binding_checks import DEFAULT_FALLBACK, domain_fallback
 from app.config.document import RouterConfig
 from app.config.signals import DomainSignal
 from app.models.domain import DomainResult, map_to_configured
@@ -32,7 +33,6 @@ from app.runtime.signal_engine import SignalEngine, SignalRequest, UnavailableEn
 from app.runtime.signal_readers import UnusableAnswer, domain_result
 
 FAMILY = "domain"
-DEFAULT_FALLBACK = "other"
 
 
 def catalog_section(config: RouterConfig, *keys: str) -> dict[str, Any]:
@@ -53,17 +53,12 @@ def unit_float(value: Any) -> float | None:
 def domain_settings(config: RouterConfig) -> tuple[float | None, str]:
     """(threshold, fallback_category) of `global.model_catalog.modules.classifier.domain`."""
     section = catalog_section(config, "modules", "classifier", "domain")
-    fallback = section.get("fallback_category")
-    return unit_float(section.get("threshold")), fallback if isinstance(
-        fallback, str
-    ) and fallback else DEFAULT_FALLBACK
+    return unit_float(section.get("threshold")), domain_fallback(config.global_.model_catalog)
 
 
 def rule_categories(rule: DomainSignal) -> frozenset[str]:
     """Lower-cased classifier categories a rule accepts."""
-    if rule.mmlu_categories:
-        return frozenset(c.strip().lower() for c in rule.mmlu_categories)
-    return frozenset({rule.name.strip().lower()})
+    return rule.categories()
 
 
 class DomainEvaluator:

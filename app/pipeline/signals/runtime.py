@@ -116,7 +116,13 @@ def bound_evaluators(
         unscanned = on_unscanned_of(catalog, name) if spec.safety else "block"
         contract = binding.contract or spec.contracts[0]
         engine = WorkerEngine(
-            name, binding.deployment, host, contract, safety=spec.safety, unscanned=unscanned
+            name,
+            binding.deployment,
+            host,
+            contract,
+            safety=spec.safety,
+            unscanned=unscanned,
+            labels=binding.labels,
         )
         head = binding.head or spec.head
         if name in rule_specs:
