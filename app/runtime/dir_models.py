@@ -238,6 +238,8 @@ def load_model_dir(
         if isinstance(exc, ModelDirError):
             raise
         raise InvalidRequest(str(exc)) from None
+    except Exception as exc:  # weights cut short or damaged: failed at once, never retried
+        raise ModelDirError(info.weights, f"the weights do not load: {type(exc).__name__}: {exc}") from exc
     model: TaskModel
     if info.task == "label_probabilities":
         model = DirLabelModel(card, tokenizer, runner)

@@ -257,6 +257,11 @@ def _task(architecture: str, directory: Path) -> Task:
 
 def _labels(config: dict[str, Any], directory: Path) -> list[str]:
     raw = config.get("id2label")
+    if raw is None and "label2id" not in config:
+        # transformers leaves its default out of config.json: num_labels (2 unless set) labels
+        # named LABEL_i, as transformers itself loads them; the head's width is checked later.
+        num = config.get("num_labels", 2)
+        raw = {str(i): f"LABEL_{i}" for i in range(num)} if isinstance(num, int) and num > 0 else None
     if not isinstance(raw, dict) or not raw:
         raise ModelDirError(directory / "config.json", "no id2label: the labels must be in the config")
     try:

@@ -117,6 +117,34 @@ def test_config_contradictions(seq, changes, reason):
     refused(seq, reason, seq / "config.json")
 
 
+def drop_labels(directory: Path) -> None:
+    config = json.loads((directory / "config.json").read_text())
+    for key in ("id2label", "label2id", "num_labels"):
+        config.pop(key, None)
+    (directory / "config.json").write_text(json.dumps(config))
+
+
+def test_a_two_label_model_saved_with_transformers_default_labels_loads(tmp_path):
+    # transformers leaves its default (2 labels, LABEL_0/LABEL_1) out of config.json
+    two = write_tiny_sequence_classifier(tmp_path / "two", ["no", "yes"])
+    drop_labels(two)
+    assert inspect_model_dir(two).labels == ["LABEL_0", "LABEL_1"]
+
+
+def test_a_wider_head_without_labels_is_refused_by_its_width(seq):
+    drop_labels(seq)  # three outputs, and the default is two labels
+    refused(seq, "the classification head has 3 outputs but id2label has 2 labels")
+
+
+def test_weights_cut_short_fail_at_load_with_the_path(seq):
+    weights = seq / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) - 64])  # the header still reads; the tensors do not
+    with pytest.raises(ModelDirError) as caught:
+        load_model(str(seq), engine="native")
+    assert str(weights) in caught.value.path and "the weights do not load" in caught.value.reason
+
+
 def test_one_label_is_not_a_classifier(base, tmp_path):
     one = write_tiny_sequence_classifier(tmp_path / "one", ["score"])
     refused(one, "a regression head or cross-encoder")
