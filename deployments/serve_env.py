@@ -15,15 +15,25 @@ default: a variable already set wins, and `SVC_SR_SERVE_FAST_PATH=0` turns all o
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import tempfile
 from collections.abc import MutableMapping
 from pathlib import Path
 
+from app.common.optional_imports import without_modules
 from app.common.ray_settings import CLUSTER_ENV, HAPROXY_RETRY_ON
 
-__all__ = ["CLUSTER_ENV", "FAST_PATH_KEYS", "HAPROXY_RETRY_ON", "apply_fast_path_env", "fast_path_env"]
+__all__ = [
+    "CLUSTER_ENV",
+    "FAST_PATH_KEYS",
+    "HAPROXY_RETRY_ON",
+    "LEAN_WORKER_ENV",
+    "apply_fast_path_env",
+    "fast_path_env",
+    "import_serve",
+]
 
 
 def _free_port() -> int:
@@ -92,3 +102,19 @@ def apply_fast_path_env(environ: MutableMapping[str, str] | None = None) -> dict
     applied = {key: value for key, value in fast_path_env().items() if key not in env}
     env.update(applied)
     return applied
+
+
+def import_serve() -> None:
+    """Import Ray Serve without pandas. Serve's utils import pandas, if installed (pymilvus
+    installs it), only to encode DataFrame answers, which svc-sr never returns: ~32 MiB per
+    process that loads Serve (the controller, the proxies, every replica, the driver and the
+    sidecar; docs/performance.md "Memory of the local stack"). pandas stays importable after
+    it, for the Milvus stores. Call before the process's first `from ray import serve`."""
+    with without_modules("pandas"):
+        importlib.import_module("ray.serve._private.utils")
+
+
+# The job runtime_env of a local `svc-sr serve`: every Ray worker (Serve's controller and
+# proxies, every replica) runs import_serve() before its actor's class is loaded. A deployment
+# with a runtime_env of its own keeps this key unless it sets one.
+LEAN_WORKER_ENV = {"worker_process_setup_hook": f"{__name__}.import_serve"}
