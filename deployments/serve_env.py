@@ -19,8 +19,9 @@ import importlib
 import os
 import socket
 import tempfile
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
+from typing import Any
 
 from app.common.optional_imports import without_modules
 from app.common.ray_settings import CLUSTER_ENV, HAPROXY_RETRY_ON
@@ -30,9 +31,11 @@ __all__ = [
     "FAST_PATH_KEYS",
     "HAPROXY_RETRY_ON",
     "LEAN_WORKER_ENV",
+    "ON_DEMAND_DEPLOYMENTS",
     "apply_fast_path_env",
     "fast_path_env",
     "import_serve",
+    "local_deployment_options",
 ]
 
 
@@ -118,3 +121,37 @@ def import_serve() -> None:
 # proxies, every replica) runs import_serve() before its actor's class is loaded. A deployment
 # with a runtime_env of its own keeps this key unless it sets one.
 LEAN_WORKER_ENV = {"worker_process_setup_hook": f"{__name__}.import_serve"}
+
+
+# One machine's `svc-sr serve` (cluster files keep their own options, as `serve deploy` reads
+# them): what the local graph never calls on a request starts on its first call instead of at
+# start. The Router encodes and runs the heads itself (GraphArgs router_local_*), so Embedding
+# and DomainClassifier answer only the diagnostics (texts without vectors), and DecisionModel only
+# /v1/decisions and /v1/systemone: ~460 MiB of the stack's memory (docs/performance.md "Memory
+# of the local stack"). Serve starts a replica when a call queues (its first call waits for the
+# replica's start, seconds to load its model) and stops it after 10 idle minutes. Still in the
+# graph, the dashboard and `serve status`. SVC_SR_ON_DEMAND=0 starts them all at start.
+ON_DEMAND_DEPLOYMENTS = ("Embedding", "DomainClassifier", "DecisionModel")
+ON_DEMAND = {
+    "min_replicas": 0,
+    "initial_replicas": 0,
+    "max_replicas": 1,
+    "upscale_delay_s": 0,
+    "downscale_delay_s": 600,
+}
+
+
+def local_deployment_options(
+    options: dict[str, dict[str, Any]], environ: Mapping[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """`options` (a serve config's per-deployment entries) with the one-machine defaults above."""
+    env = os.environ if environ is None else environ
+    if env.get("SVC_SR_ON_DEMAND", "1") == "0":
+        return options
+    local = dict(options)
+    for name in ON_DEMAND_DEPLOYMENTS:
+        kept = {
+            k: v for k, v in options.get(name, {}).items() if k not in ("num_replicas", "autoscaling_config")
+        }
+        local[name] = kept | {"autoscaling_config": dict(ON_DEMAND)}
+    return local

@@ -221,10 +221,10 @@ def _deploy(
     from ray import serve
 
     from deployments.graph import GraphArgs, build_graph, start_document_of
+    from deployments.serve_env import local_deployment_options
 
-    args = GraphArgs(
-        config_path=str(config_path), deployments=deployment_overrides(serve_config), app_name=APP_NAME
-    )
+    options = local_deployment_options(deployment_overrides(serve_config))
+    args = GraphArgs(config_path=str(config_path), deployments=options, app_name=APP_NAME)
     document, kind = start_document_of(args)
     console.print(f"configuration: {START_KINDS[kind]}", soft_wrap=True)
     app = build_graph(args, document=document)

@@ -77,3 +77,23 @@ def test_the_local_ray_workers_run_the_lean_import_first() -> None:
 
     module, _, name = LEAN_WORKER_ENV["worker_process_setup_hook"].rpartition(".")
     assert getattr(__import__(module, fromlist=[name]), name) is import_serve
+
+
+def test_local_options_start_what_no_local_request_calls_on_demand() -> None:
+    """One machine's graph: Embedding, DomainClassifier and DecisionModel scale from zero; the
+    serve config's other options stay, the other deployments are untouched; switched off by env."""
+    from deployments.activation import scales_to_zero
+    from deployments.serve_env import ON_DEMAND_DEPLOYMENTS, local_deployment_options
+
+    cluster = {
+        "Embedding": {"max_ongoing_requests": 128, "autoscaling_config": {"min_replicas": 1}},
+        "DomainClassifier": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0.05}},
+        "Ingress": {"num_replicas": 2},
+    }
+    local = local_deployment_options(cluster, {})
+    assert scales_to_zero(local) == set(ON_DEMAND_DEPLOYMENTS)
+    assert local["Embedding"]["max_ongoing_requests"] == 128
+    assert local["DomainClassifier"]["ray_actor_options"] == {"num_cpus": 0.05}
+    assert "num_replicas" not in local["DomainClassifier"] and local["Ingress"] == {"num_replicas": 2}
+    assert cluster["Embedding"]["autoscaling_config"] == {"min_replicas": 1}  # the input is not changed
+    assert local_deployment_options(cluster, {"SVC_SR_ON_DEMAND": "0"}) == cluster
