@@ -75,6 +75,10 @@ def fast_path_env() -> dict[str, str]:
         # alternating runs). Autoscaling and health checks act on windows of seconds, so the
         # later reaction is not felt. Clusters keep the default: the head node has spare cores.
         "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
+        # Ray keeps up to one idle worker process per CPU for the next task or actor; svc-sr
+        # runs none but its replicas, so an idle one only held ~45 MiB (docs/performance.md
+        # "Memory of the local stack"). A replica started on demand starts its own worker.
+        "RAY_num_workers_soft_limit": "0",
     }
 
 
@@ -92,6 +96,7 @@ FAST_PATH_KEYS = (
     "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH",
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S",
+    "RAY_num_workers_soft_limit",
 )
 
 
