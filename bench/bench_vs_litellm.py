@@ -168,12 +168,12 @@ def process_role(cmdline: list[str]) -> str:
     )
 
 
-def stack_memory(root: subprocess.Popen[bytes]) -> dict[str, Any]:
-    """PSS and RSS summed over the process and everything under it (Ray, the replicas, Envoy,
+def stack_memory(root: int) -> dict[str, Any]:
+    """PSS and RSS summed over process `root` and everything under it (Ray, the replicas, Envoy,
     the sidecar), in MiB: PSS is the machine memory the stack takes, RSS counts shared pages
     once per process that maps them. `by_process`: PSS and process count per role (a deployment's
     replicas together; process_role), largest first, so a cut can be aimed and runs compared."""
-    top = psutil.Process(root.pid)
+    top = psutil.Process(root)
     mib = 1024 * 1024
     pss = rss = count = 0
     by_role: dict[str, list[int]] = {}
@@ -238,10 +238,10 @@ def main() -> None:
         with litellm_proxy(upstream, work) as url:
             rows["litellm"] = load(url, EXPLICIT_MODEL, args.requests)
         with svc_sr(upstream, work) as (url, process):
-            ready_memory = stack_memory(process)
+            ready_memory = stack_memory(process.pid)
             rows["svc-sr model"] = load(url, EXPLICIT_MODEL, args.requests)
             rows["svc-sr MoM"] = load(url, "MoM", args.requests)
-            loaded_memory = stack_memory(process)
+            loaded_memory = stack_memory(process.pid)
     result = {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
