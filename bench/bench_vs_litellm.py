@@ -159,10 +159,13 @@ def process_role(cmdline: list[str]) -> str:
     """What a process of the stack is, for the per-process split: a Serve replica by its
     deployment (its replicas counted together), Ray's actors and daemons by name."""
     title = " ".join(cmdline)
-    if title.startswith("ray::ServeReplica:"):
-        return title.split()[0].rsplit(":", 1)[-1]
-    if title.startswith("ray::"):
-        return title.split()[0].removeprefix("ray::")
+    actor = (
+        title.split()[0].split(".")[0] if title.startswith("ray::") else ""
+    )  # ray::Class.method while busy
+    if actor.startswith("ray::ServeReplica:"):
+        return actor.rsplit(":", 1)[-1]
+    if actor:
+        return actor.removeprefix("ray::")
     return next(
         (role for marker, role in ROLES if marker in title), Path(cmdline[0]).name if cmdline else "?"
     )
