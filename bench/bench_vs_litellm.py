@@ -140,28 +140,60 @@ def svc_sr(upstream: FakeUpstream, work: Path) -> Iterator[tuple[str, subprocess
         stop(process)
 
 
-def stack_memory(root: subprocess.Popen[bytes]) -> dict[str, Any]:
-    """PSS and RSS summed over the process and everything under it (Ray, the replicas, Envoy,
+# Processes of the stack by what they run (first match of the command line wins); Ray names
+# its workers' processes ray::<actor class> (ray::ServeReplica:<app>:<deployment> for a replica).
+ROLES = (
+    ("svc-sr serve", "svc-sr serve (driver)"),
+    ("deployments.extproc_sidecar", "ext_proc sidecar"),
+    ("/envoy", "Envoy"),
+    ("/haproxy", "HAProxy"),
+    ("/gcs_server", "Ray GCS"),
+    ("/raylet", "Ray raylet"),
+    ("/dashboard.py", "Ray dashboard"),
+    ("/log_monitor.py", "Ray log monitor"),
+    ("/monitor.py", "Ray autoscaler monitor"),
+)
+
+
+def process_role(cmdline: list[str]) -> str:
+    """What a process of the stack is, for the per-process split: a Serve replica by its
+    deployment (its replicas counted together), Ray's actors and daemons by name."""
+    title = " ".join(cmdline)
+    actor = (
+        title.split()[0].split(".")[0] if title.startswith("ray::") else ""
+    )  # ray::Class.method while busy
+    if actor.startswith("ray::ServeReplica:"):
+        return actor.rsplit(":", 1)[-1]
+    if actor:
+        return actor.removeprefix("ray::")
+    return next(
+        (role for marker, role in ROLES if marker in title), Path(cmdline[0]).name if cmdline else "?"
+    )
+
+
+def stack_memory(root: int) -> dict[str, Any]:
+    """PSS and RSS summed over process `root` and everything under it (Ray, the replicas, Envoy,
     the sidecar), in MiB: PSS is the machine memory the stack takes, RSS counts shared pages
-    once per process that maps them. `by_process`: PSS per process title, largest first (Ray
-    names its actors' processes ray::Deployment...), so a cut can be aimed."""
-    top = psutil.Process(root.pid)
+    once per process that maps them. `by_process`: PSS and process count per role (a deployment's
+    replicas together; process_role), largest first, so a cut can be aimed and runs compared."""
+    top = psutil.Process(root)
     mib = 1024 * 1024
-    pss = rss = 0
-    by_process: dict[str, int] = {}
+    pss = rss = count = 0
+    by_role: dict[str, list[int]] = {}
     for process in [top, *top.children(recursive=True)]:
         try:
-            info, name = process.memory_full_info(), " ".join(process.cmdline()[:1])[:60]
+            info, role = process.memory_full_info(), process_role(process.cmdline())
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        pss, rss = pss + info.pss, rss + info.rss
-        key = Path(name.split(" ")[0]).name if name.startswith("/") else name
-        by_process[key] = by_process.get(key, 0) + info.pss
-    ranked = sorted(by_process.items(), key=lambda item: -item[1])
+        pss, rss, count = pss + info.pss, rss + info.rss, count + 1
+        entry = by_role.setdefault(role, [0, 0])
+        entry[0], entry[1] = entry[0] + info.pss, entry[1] + 1
+    ranked = sorted(by_role.items(), key=lambda item: -item[1][0])
     return {
         "pss_mib": round(pss / mib),
         "rss_mib": round(rss / mib),
-        "by_process_pss_mib": {name: round(size / mib) for name, size in ranked},
+        "processes": count,
+        "by_process": {role: {"pss_mib": round(size / mib), "processes": n} for role, (size, n) in ranked},
     }
 
 
@@ -209,10 +241,10 @@ def main() -> None:
         with litellm_proxy(upstream, work) as url:
             rows["litellm"] = load(url, EXPLICIT_MODEL, args.requests)
         with svc_sr(upstream, work) as (url, process):
-            ready_memory = stack_memory(process)
+            ready_memory = stack_memory(process.pid)
             rows["svc-sr model"] = load(url, EXPLICIT_MODEL, args.requests)
             rows["svc-sr MoM"] = load(url, "MoM", args.requests)
-            loaded_memory = stack_memory(process)
+            loaded_memory = stack_memory(process.pid)
     result = {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),

@@ -128,6 +128,13 @@ class RayServeControl:
         return [r for r in results if isinstance(r, dict)]
 
 
+def scales_to_zero(options: dict[str, dict[str, Any]]) -> frozenset[str]:
+    """The deployments whose options let Serve stop every replica (started on a first call)."""
+    return frozenset(
+        n for n, o in options.items() if (o.get("autoscaling_config") or {}).get("min_replicas") == 0
+    )
+
+
 def _deployment_info(app_name: str) -> InfoFn:
     def info(name: str) -> dict[str, Any] | None:
         try:
@@ -163,6 +170,7 @@ def build_management(
         _deployment_info(app_name),
         exclude=frozenset({context.deployment}),
         health=backend.app_health,
+        on_demand=scales_to_zero(getattr(graph_args, "deployments", {})),
     ).start()
     activator = GraphActivator(
         graph_args,

@@ -48,6 +48,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def run(args: argparse.Namespace) -> None:
+    from deployments.serve_env import import_serve
+
+    import_serve()
     import ray
     from ray import serve
 

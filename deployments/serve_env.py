@@ -15,15 +15,28 @@ default: a variable already set wins, and `SVC_SR_SERVE_FAST_PATH=0` turns all o
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import tempfile
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
+from typing import Any
 
+from app.common.optional_imports import without_modules
 from app.common.ray_settings import CLUSTER_ENV, HAPROXY_RETRY_ON
 
-__all__ = ["CLUSTER_ENV", "FAST_PATH_KEYS", "HAPROXY_RETRY_ON", "apply_fast_path_env", "fast_path_env"]
+__all__ = [
+    "CLUSTER_ENV",
+    "FAST_PATH_KEYS",
+    "HAPROXY_RETRY_ON",
+    "LEAN_WORKER_ENV",
+    "ON_DEMAND_DEPLOYMENTS",
+    "apply_fast_path_env",
+    "fast_path_env",
+    "import_serve",
+    "local_deployment_options",
+]
 
 
 def _free_port() -> int:
@@ -62,6 +75,10 @@ def fast_path_env() -> dict[str, str]:
         # alternating runs). Autoscaling and health checks act on windows of seconds, so the
         # later reaction is not felt. Clusters keep the default: the head node has spare cores.
         "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
+        # Ray keeps up to one idle worker process per CPU for the next task or actor; svc-sr
+        # runs none but its replicas, so an idle one only held ~45 MiB (docs/performance.md
+        # "Memory of the local stack"). A replica started on demand starts its own worker.
+        "RAY_num_workers_soft_limit": "0",
     }
 
 
@@ -79,6 +96,7 @@ FAST_PATH_KEYS = (
     "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH",
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S",
+    "RAY_num_workers_soft_limit",
 )
 
 
@@ -92,3 +110,53 @@ def apply_fast_path_env(environ: MutableMapping[str, str] | None = None) -> dict
     applied = {key: value for key, value in fast_path_env().items() if key not in env}
     env.update(applied)
     return applied
+
+
+def import_serve() -> None:
+    """Import Ray Serve without pandas. Serve's utils import pandas, if installed (pymilvus
+    installs it), only to encode DataFrame answers, which svc-sr never returns: ~32 MiB per
+    process that loads Serve (the controller, the proxies, every replica, the driver and the
+    sidecar; docs/performance.md "Memory of the local stack"). pandas stays importable after
+    it, for the Milvus stores. Call before the process's first `from ray import serve`."""
+    with without_modules("pandas"):
+        importlib.import_module("ray.serve._private.utils")
+
+
+# The job runtime_env of a local `svc-sr serve`: every Ray worker (Serve's controller and
+# proxies, every replica) runs import_serve() before its actor's class is loaded. A deployment
+# with a runtime_env of its own keeps this key unless it sets one.
+LEAN_WORKER_ENV = {"worker_process_setup_hook": f"{__name__}.import_serve"}
+
+
+# One machine's `svc-sr serve` (cluster files keep their own options, as `serve deploy` reads
+# them): what the local graph never calls on a request starts on its first call instead of at
+# start. The Router encodes and runs the heads itself (GraphArgs router_local_*), so Embedding
+# and DomainClassifier answer only the diagnostics (texts without vectors), and DecisionModel only
+# /v1/decisions and /v1/systemone: ~460 MiB of the stack's memory (docs/performance.md "Memory
+# of the local stack"). Serve starts a replica when a call queues (its first call waits for the
+# replica's start, seconds to load its model) and stops it after 10 idle minutes. Still in the
+# graph, the dashboard and `serve status`. SVC_SR_ON_DEMAND=0 starts them all at start.
+ON_DEMAND_DEPLOYMENTS = ("Embedding", "DomainClassifier", "DecisionModel")
+ON_DEMAND = {
+    "min_replicas": 0,
+    "initial_replicas": 0,
+    "max_replicas": 1,
+    "upscale_delay_s": 0,
+    "downscale_delay_s": 600,
+}
+
+
+def local_deployment_options(
+    options: dict[str, dict[str, Any]], environ: Mapping[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """`options` (a serve config's per-deployment entries) with the one-machine defaults above."""
+    env = os.environ if environ is None else environ
+    if env.get("SVC_SR_ON_DEMAND", "1") == "0":
+        return options
+    local = dict(options)
+    for name in ON_DEMAND_DEPLOYMENTS:
+        kept = {
+            k: v for k, v in options.get(name, {}).items() if k not in ("num_replicas", "autoscaling_config")
+        }
+        local[name] = kept | {"autoscaling_config": dict(ON_DEMAND)}
+    return local

@@ -136,11 +136,12 @@ def serve_forever(
         console.print(f"[red]invalid configuration {config_path}:[/red]\n{exc}")
         return 2
 
-    from deployments.serve_env import apply_fast_path_env
+    from deployments.serve_env import apply_fast_path_env, import_serve
 
     # Before Serve is imported: this process builds the graph's handles, whose transport
     # (gRPC or Ray actor calls) Serve fixes at import; Ray's processes read it at start.
     apply_fast_path_env()
+    import_serve()
     import ray
     from ray import serve
 
@@ -189,9 +190,12 @@ def _start_ray(starting: ServeState, dashboard: bool, stop: threading.Event) -> 
     then SIGINT/SIGTERM set `stop`. The session's directory (its logs)."""
     import ray
 
+    from deployments.serve_env import LEAN_WORKER_ENV
+
     starting.write()
     try:
         context = ray.init(
+            runtime_env=LEAN_WORKER_ENV,
             include_dashboard=dashboard,
             dashboard_host="127.0.0.1",
             logging_level=logging.WARNING,
@@ -217,10 +221,10 @@ def _deploy(
     from ray import serve
 
     from deployments.graph import GraphArgs, build_graph, start_document_of
+    from deployments.serve_env import local_deployment_options
 
-    args = GraphArgs(
-        config_path=str(config_path), deployments=deployment_overrides(serve_config), app_name=APP_NAME
-    )
+    options = local_deployment_options(deployment_overrides(serve_config))
+    args = GraphArgs(config_path=str(config_path), deployments=options, app_name=APP_NAME)
     document, kind = start_document_of(args)
     console.print(f"configuration: {START_KINDS[kind]}", soft_wrap=True)
     app = build_graph(args, document=document)

@@ -1,7 +1,8 @@
 """`StartupWatcher`: feeds a StartupTracker from a Serve application's deployment states.
 
 Every deployment but the excluded ones (the Ingress) is registered; HEALTHY (or scaling)
-is ready, and for model deployments only once their `info()` says the model loaded;
+is ready, and for model deployments only once their `info()` says the model loaded; one that
+may scale to zero (`on_demand`, started on its first call) is ready once HEALTHY, replica or not;
 DEPLOY_FAILED or a model that did not load is a failure. The status and info functions
 are injected (deployments/activation.py reads them from Ray Serve).
 """
@@ -54,6 +55,7 @@ class StartupWatcher:
         interval_s: float = 0.5,
         idle_interval_s: float = 5.0,
         health: StatusFn | None = None,
+        on_demand: frozenset[str] = frozenset(),
     ) -> None:
         self.tracker = tracker
         self.status = status
@@ -62,6 +64,7 @@ class StartupWatcher:
         self.health = health
         self.info = info
         self.exclude = exclude
+        self.on_demand = on_demand
         self.interval_s = interval_s
         self.idle_interval_s = idle_interval_s
         self._stop = threading.Event()
@@ -100,7 +103,11 @@ class StartupWatcher:
             self._observe(name, *deployments[name])
 
     def _observe(self, name: str, state: str, running: int) -> None:
-        if state in READY_STATES and running > 0:
+        if state in READY_STATES and name in self.on_demand:
+            # No info() call, which would start a replica (the cheap health status counts every
+            # ready deployment as running): a model that fails to load says so on its first call.
+            self.tracker.mark_ready(name)
+        elif state in READY_STATES and running > 0:
             reason = self._load_failure(name)
             if reason is not None:
                 self.tracker.mark_failed(name, reason)

@@ -30,15 +30,15 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
-import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
 from pydantic import BaseModel, Field
 
+from app.common.optional_imports import without_modules
 from app.models import pii_rules, pii_tagger
 from app.models.pii_rules import EntityProposal
 
@@ -146,21 +146,15 @@ def _presidio_recognizers() -> dict[str, Any]:
     # public-suffix list from GitHub before falling back to its bundled snapshot.
     tt.TLD_EXTRACTOR.suffix_list_urls = ()
     # presidio_analyzer's package import pulls in transformers when it is installed (it is, for
-    # training) only to offer HF NER engines we never use: ~3.5 s of start-up. A None entry makes
-    # that optional import fail fast; it is removed again right after.
-    blocked = "transformers" not in sys.modules
-    if blocked:
-        cast(dict[str, Any], sys.modules)["transformers"] = None  # a None entry: "import fails"
-    try:
+    # training) only to offer HF NER engines we never use: ~3.5 s of start-up. It and thinc
+    # (spaCy) import torch only to look for a GPU: ~60 MiB per process that detects PII.
+    with without_modules("transformers", "torch"):
         from presidio_analyzer.predefined_recognizers import (
             CreditCardRecognizer,
             EmailRecognizer,
             IbanRecognizer,
             IpRecognizer,
         )
-    finally:
-        if blocked:
-            del sys.modules["transformers"]
     return {
         "EMAIL_ADDRESS": EmailRecognizer(),
         "CREDIT_CARD": CreditCardRecognizer(),
@@ -179,7 +173,8 @@ def _phone_recognizer(regions: tuple[str, ...]) -> Any:
 
 @cache
 def _spacy_nlp() -> Any:
-    import spacy
+    with without_modules("torch"):  # thinc's optional torch import (see _presidio_recognizers)
+        import spacy
 
     return spacy.load(SPACY_MODEL, exclude=list(_SPACY_EXCLUDE))
 

@@ -58,7 +58,11 @@ pytestmark = pytest.mark.integration  # Ray, real processes
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DEPLOY_TIMEOUT_S = 420.0
-LAPTOP_TUNINGS = ("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "RAY_SERVE_CONTROL_LOOP_INTERVAL_S")
+LAPTOP_TUNINGS = (
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
+    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S",
+    "RAY_num_workers_soft_limit",
+)
 
 
 @dataclass
@@ -110,7 +114,7 @@ def cluster() -> Iterator[Cluster]:
     env["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] = "60"
     # The Serve fast path cluster/ray-cluster.yaml exports on `ray start` (HAProxy in front of
     # the Ingress replicas, throughput-optimized handles), with this instance's own HAProxy files
-    # and ports; the two laptop tunings stay at Serve's defaults, as on a cluster.
+    # and ports; the laptop tunings stay at Ray's defaults, as on a cluster.
     env |= {k: v for k, v in fast_path_env().items() if k not in LAPTOP_TUNINGS}
     start = subprocess.run(
         [

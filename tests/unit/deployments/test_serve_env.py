@@ -51,3 +51,49 @@ def test_haproxy_resends_a_request_whose_ingress_replica_died_everywhere_serve_r
     for group in groups:
         env = {e["name"]: e["value"] for e in group["template"]["spec"]["containers"][0]["env"]}
         assert env["RAY_SERVE_HAPROXY_RETRY_ON"] == HAPROXY_RETRY_ON
+
+
+def test_serve_loads_without_pandas_and_pandas_still_imports() -> None:
+    """import_serve: Serve's optional pandas import (~32 MiB per process) is skipped; pymilvus
+    (the Milvus stores) still imports pandas after it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from deployments.serve_env import import_serve\n"
+        "import_serve()\n"
+        "from ray import serve\n"
+        "assert 'pandas' not in sys.modules\n"
+        "import pandas\n"
+        "from ray.serve._private.utils import serve_encoders\n"
+        "assert pandas.DataFrame not in serve_encoders\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_the_local_ray_workers_run_the_lean_import_first() -> None:
+    from deployments.serve_env import LEAN_WORKER_ENV, import_serve
+
+    module, _, name = LEAN_WORKER_ENV["worker_process_setup_hook"].rpartition(".")
+    assert getattr(__import__(module, fromlist=[name]), name) is import_serve
+
+
+def test_local_options_start_what_no_local_request_calls_on_demand() -> None:
+    """One machine's graph: Embedding, DomainClassifier and DecisionModel scale from zero; the
+    serve config's other options stay, the other deployments are untouched; switched off by env."""
+    from deployments.activation import scales_to_zero
+    from deployments.serve_env import ON_DEMAND_DEPLOYMENTS, local_deployment_options
+
+    cluster = {
+        "Embedding": {"max_ongoing_requests": 128, "autoscaling_config": {"min_replicas": 1}},
+        "DomainClassifier": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0.05}},
+        "Ingress": {"num_replicas": 2},
+    }
+    local = local_deployment_options(cluster, {})
+    assert scales_to_zero(local) == set(ON_DEMAND_DEPLOYMENTS)
+    assert local["Embedding"]["max_ongoing_requests"] == 128
+    assert local["DomainClassifier"]["ray_actor_options"] == {"num_cpus": 0.05}
+    assert "num_replicas" not in local["DomainClassifier"] and local["Ingress"] == {"num_replicas": 2}
+    assert cluster["Embedding"]["autoscaling_config"] == {"min_replicas": 1}  # the input is not changed
+    assert local_deployment_options(cluster, {"SVC_SR_ON_DEMAND": "0"}) == cluster

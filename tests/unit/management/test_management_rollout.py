@@ -307,3 +307,31 @@ def test_a_declarative_update_overrides_only_this_apps_user_configs() -> None:
     assert details["applications"]["svc-sr"]["deployed_app_config"]["deployments"] == [
         {"name": "Router", "num_replicas": 2}
     ]  # the controller's view is not modified
+
+
+def test_a_deployment_started_on_demand_is_ready_without_a_replica_and_not_woken() -> None:
+    """`svc-sr serve` scales the deployments a local request never calls to zero
+    (deployments/serve_env.py): startup completes without them, and no info() call starts one."""
+    from deployments.activation import scales_to_zero
+
+    tracker = StartupTracker()
+    asked: list[str] = []
+    states = {"Router": ("HEALTHY", 1), "Embedding": ("HEALTHY", 0), "Guard": ("HEALTHY", 0)}
+    options = {"Embedding": {"autoscaling_config": {"min_replicas": 0}}, "Guard": {"num_replicas": 1}}
+    on_demand = scales_to_zero(options)
+    assert on_demand == {"Embedding"}
+
+    def info(name: str) -> dict[str, Any]:
+        asked.append(name)
+        return {"loaded": True}
+
+    watcher = StartupWatcher(tracker, lambda: ("RUNNING", "", states), info, on_demand=on_demand)
+    watcher.poll()
+    assert tracker.status().pending_models == ["Guard"]  # a Guard with no replica still loads
+    assert asked == []
+    states["Guard"] = ("HEALTHY", 1)
+    watcher.poll()
+    assert tracker.status().phase == "complete" and asked == ["Guard"]
+    states["Embedding"] = ("HEALTHY", 1)  # as the cheap health status reports any ready deployment
+    watcher.poll()
+    assert asked == ["Guard"]
