@@ -32,7 +32,11 @@ class PipelineRouter:
         grant: ModelGrant | None = None,
         tie: ProviderState | None = None,
     ) -> RoutePlan:
-        return await self.pipeline.route(body, headers, request_id, grant, tie)
+        return self.edit(await self.pipeline.route(body, headers, request_id, grant, tie))
+
+    def edit(self, plan: RoutePlan) -> RoutePlan:
+        """What a subclass changes on the pipeline's plan (an immediate answer, answer checks)."""
+        return plan
 
     async def check_answer(self, checks: AnswerChecks, answer: str, context: list[str]) -> AnswerVerdict:
         return await self.pipeline.check_answer(checks, answer, context)

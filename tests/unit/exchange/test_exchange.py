@@ -10,10 +10,9 @@ from typing import Any
 
 from app.exchange.client_api import ChatApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward, Reply
-from app.keys.grant import ModelGrant
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.metrics import RouterMetrics
-from app.pipeline.plan import ImmediateResponse, ProviderState, RoutePlan
+from app.pipeline.plan import ImmediateResponse, RoutePlan
 from tests.fakes.pipeline_router import PipelineRouter
 from tests.unit.replays.test_replay_recording import body, config
 
@@ -26,15 +25,7 @@ class RecordingRouter(PipelineRouter):
         self.immediate = immediate
         self.no_candidates = no_candidates
 
-    async def route(
-        self,
-        body: dict[str, Any],
-        headers: dict[str, str],
-        request_id: str,
-        grant: ModelGrant | None = None,
-        tie: ProviderState | None = None,
-    ) -> RoutePlan:
-        plan = await super().route(body, headers, request_id, grant, tie)
+    def edit(self, plan: RoutePlan) -> RoutePlan:
         if self.immediate is not None:
             plan.immediate = self.immediate
         if self.no_candidates:

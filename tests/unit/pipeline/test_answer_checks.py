@@ -16,13 +16,12 @@ from app.config.routing import Plugin
 from app.exchange import answer_checks
 from app.exchange.client_api import ChatApi, ResponsesApi
 from app.exchange.exchange import Exchange, ExchangeSettings, Forward
-from app.keys.grant import ModelGrant
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.answers import hallucination
 from app.pipeline.answers.checker import check_answer
 from app.pipeline.answers.policy import preview_hallucination, preview_response_jailbreak
 from app.pipeline.answers.schemas import Action, AnswerChecks, AnswerVerdict, CheckOutcome
-from app.pipeline.plan import CompletionReport, ProviderState, RoutePlan, SignalMatch
+from app.pipeline.plan import CompletionReport, RoutePlan, SignalMatch
 from app.pipeline.signals.base import SignalContext
 from app.pipeline.vector_cache import TextVectorCache
 from app.replays.replays import ReplayStore
@@ -204,15 +203,7 @@ class CheckingRouter(RecordingRouter):
         self.fail = fail
         self.checked: list[tuple[str, list[str]]] = []
 
-    async def route(
-        self,
-        body: dict[str, Any],
-        headers: dict[str, str],
-        request_id: str,
-        grant: ModelGrant | None = None,
-        tie: ProviderState | None = None,
-    ) -> RoutePlan:
-        plan = await super().route(body, headers, request_id, grant, tie)
+    def edit(self, plan: RoutePlan) -> RoutePlan:
         plan.answer_checks = AnswerChecks(decision="d", hallucination=HallucinationPlugin(action="block"))
         return plan
 
