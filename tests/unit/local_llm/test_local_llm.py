@@ -22,7 +22,7 @@ from app.local_llm import LocalLLMError, LocalLLMSettings, cli, supervisor
 # "crash" (the process dies of SIGSEGV, as llama.cpp built for another CPU did).
 FAKE_SERVER = textwrap.dedent(
     """
-    import argparse, json, os, signal
+    import argparse, json, os, signal, time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     p = argparse.ArgumentParser()
@@ -30,6 +30,7 @@ FAKE_SERVER = textwrap.dedent(
         p.add_argument(flag)
     a = p.parse_args()
     mode = os.environ.get("FAKE_MODE", "ok")
+    signal.signal(signal.SIGSEGV, signal.SIG_DFL)
 
     class H(BaseHTTPRequestHandler):
         def _send(self, code, body):
@@ -42,7 +43,13 @@ FAKE_SERVER = textwrap.dedent(
         def do_POST(self):
             self.rfile.read(int(self.headers["content-length"]))
             if mode == "crash":
+                # Never fall through to an answer: a SIGSEGV not acted on at once (a signal mask
+                # or disposition inherited from the test process) once let this handler answer
+                # "Hello." and the supervisor rightly accept it.
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGSEGV})
                 os.kill(os.getpid(), signal.SIGSEGV)
+                while True:
+                    time.sleep(1)
             if mode == "garbage":
                 return self._send(200, b"\\x00\\x01 not json")
             text = "" if mode == "empty" else "Hello."
