@@ -212,7 +212,8 @@ def routes(base: str) -> list[str]:
 class Load:
     """A client sending the prompts back to back through the SDK until stopped."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, prompts: list[str] = PROMPTS) -> None:
+        self.prompts = prompts
         self.client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=60)
         self.stop = threading.Event()
         self.answered: list[tuple[float, str]] = []
@@ -222,7 +223,7 @@ class Load:
     def _run(self) -> None:
         i = 0
         while not self.stop.is_set():
-            prompt = PROMPTS[i % len(PROMPTS)]
+            prompt = self.prompts[i % len(self.prompts)]
             i += 1
             try:
                 answer = self.client.chat.completions.with_raw_response.create(
