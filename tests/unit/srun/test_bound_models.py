@@ -24,7 +24,11 @@ from app.pipeline import PipelineServices, RouterPipeline
 from app.srun.bound_models import bound_model_issues
 from app.srun.hosting import BindingRuntimes, ManagedRuntimes, ModelLoadFailed
 from app.srun.settings import SrunEnvironment
-from tests.fakes.tiny_models import write_tiny_sequence_classifier, write_tiny_token_classifier
+from tests.fakes.tiny_models import (
+    write_tiny_cross_encoder,
+    write_tiny_sequence_classifier,
+    write_tiny_token_classifier,
+)
 from tests.unit.srun.test_runtime_bindings import FakeClient, FakeEmbed, chat, serve_with
 
 INTENTS = "/models/intents"  # never read here: the fake worker answers for it
@@ -233,6 +237,11 @@ def test_a_directory_that_cannot_load_or_answers_another_task_is_refused(intent_
     found = issues_of(with_artifact(intents_document(), tagger))
     assert list(found) == [".".join((*DOMAIN, "deployment"))]
     assert "answers token_spans; the domain_classifier binding reads label_probabilities" in next(
+        iter(found.values())
+    )
+    cross_encoder = write_tiny_cross_encoder(tmp_path / "reranker")  # one label: rerank, no classifier
+    found = issues_of(with_artifact(intents_document(), cross_encoder))
+    assert "answers rerank; the domain_classifier binding reads label_probabilities" in next(
         iter(found.values())
     )
 
