@@ -268,3 +268,41 @@ def test_config_validate_reads_the_bound_directory(intent_dirs, tmp_path):
     refused = CliRunner().invoke(cli, ["config", "validate", str(bad)])
     assert refused.exit_code == EXIT_INVALID
     assert ".".join((*DOMAIN, "labels", "LABEL_9")) in refused.stderr
+
+
+@pytest.mark.slow  # the module's tiny models: torch and transformers load (~13 s)
+def test_serve_refuses_a_bound_directory_at_start_before_ray(intent_dirs, tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from app.cli import serve
+
+    def no_ray(*_: object) -> None:
+        raise AssertionError("Ray started for a configuration that should have been refused")
+
+    monkeypatch.setattr(serve, "_start_ray", no_ray)
+    model, tagger = intent_dirs
+    missing = tmp_path / "nothing-here"
+    cases = {
+        "missing.yaml": (
+            with_artifact(intents_document(LABELS), missing),
+            [str(missing), "no such directory"],
+        ),
+        "tagger.yaml": (with_artifact(intents_document(), tagger), ["answers token_spans"]),
+        "labels.yaml": (
+            with_artifact(intents_document({"LABEL_9": "tech"}), model),
+            [".".join((*DOMAIN, "labels", "LABEL_9")), "has no label 'LABEL_9'"],
+        ),
+    }
+    for name, (document, reasons) in cases.items():
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(document))
+        out = io.StringIO()
+        code = serve.serve_forever(
+            path, "127.0.0.1", 1, False, Console(file=out, width=400), with_envoy=False
+        )
+        text = out.getvalue()
+        assert code == 2 and f"invalid configuration {path}" in text, text
+        for reason in reasons:
+            assert reason in text, text
