@@ -29,7 +29,7 @@ import yaml
 
 from tests.fakes.tiny_models import write_tiny_sequence_classifier, write_tiny_token_classifier
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, serve_config_app
 
 pytestmark = pytest.mark.integration
 
@@ -172,34 +172,18 @@ def own_config(a: FakeUpstream, b: FakeUpstream, artifact: Path, tagger: Path) -
 
 @pytest.fixture(scope="module")
 def base(stack: Stack, models: Models, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from ray import serve
-
-    from deployments.graph import GraphArgs, build_app
-
     path = tmp_path_factory.mktemp("own-config") / "own.yaml"
     with FakeUpstream(name="billing") as a, FakeUpstream(name="support") as b:
         path.write_text(yaml.safe_dump(own_config(a, b, models.a, models.tagger_a)))
-        serve.run(
-            build_app(GraphArgs(config_path=str(path), metrics={"enabled": False}, decision_model=False)),
-            name=APP,
-            route_prefix=f"/{APP}",
-        )
-        try:
-            url = f"{stack.base_url}/{APP}"
-            deadline = time.monotonic() + 180  # the Router starts its worker before it serves
-            while httpx.get(f"{url}/ready", timeout=10).status_code != 200:
-                assert time.monotonic() < deadline, "the application never became ready"
-                time.sleep(0.5)
+        with serve_config_app(stack, path, APP) as url:
             yield url
-        finally:
-            serve.delete(APP)
 
 
-def routes(base: str) -> list[str]:
+def routes(base: str, prompts: list[str] = PROMPTS) -> list[str]:
     """The decision of each prompt, asked through the OpenAI SDK."""
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=60)
     out = []
-    for prompt in PROMPTS:
+    for prompt in prompts:
         answer = client.chat.completions.with_raw_response.create(
             model="MoM", messages=[{"role": "user", "content": prompt}]
         )

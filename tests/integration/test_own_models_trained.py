@@ -20,30 +20,27 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 import yaml
 
 from tests.fakes.labelled_data import sequence_rows, token_rows, write_jsonl
+from tests.fakes.tiny_models import bio_labels
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.conftest import Stack
-from tests.integration.test_own_models import Load, guarded_types, patch, version
-from tests.srun.workers import ROOT, WorkerProcess
+from tests.integration.conftest import Stack, serve_config_app
+from tests.integration.test_own_models import Load, guarded_types, own_config, patch, routes, version
+from tests.srun.test_train_cli import train as train_cli  # 2 epochs at 32 tokens, 16 a batch
+from tests.srun.workers import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # two training runs on CPU
 
 APP = "own-trained"
-DOMAIN = "global.model_catalog.modules.classifier.domain"
-FAST = ["--epochs", "2", "--max-length", "32", "--batch-size", "16"]
 # Unseen objects in the training templates' phrasing: each prompt and its intent.
 PROMPTS = {
     "I was charged twice for my bicycle": "billing",
@@ -72,15 +69,7 @@ class Trained:
 
 def train(kind: str, data: Path, out: Path) -> tuple[dict[str, Any], float]:
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli.srun", "train", kind, "--data", str(data), "--out", str(out), *FAST],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads((out / "training.json").read_text()), time.monotonic() - started
+    return train_cli(kind, data, out), time.monotonic() - started
 
 
 def relabelled(source: Path, target: Path, names: dict[str, str]) -> Path:
@@ -101,13 +90,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     pii = write_jsonl(root / "pii.jsonl", token_rows(300))
     card_i, took_i = train("sequence-classification", intents, root / "support-intent")
     card_t, took_t = train("token-classification", pii, root / "pii-ner")
-    assert card_i["labels"] == LABELS and card_t["labels"] == [
-        "O",
-        "B-EMAIL",
-        "I-EMAIL",
-        "B-PERSON",
-        "I-PERSON",
-    ]
+    assert card_i["labels"] == LABELS and card_t["labels"] == bio_labels(["EMAIL", "PERSON"])
     renamed = relabelled(root / "support-intent", root / "support-intent-renamed", RENAMED)
     cards = {"intents": card_i, "tagger": card_t}
     return Trained(
@@ -116,92 +99,34 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
 
 
 def trained_config(upstream: FakeUpstream, intents: Path, tagger: Path) -> dict[str, Any]:
-    backend = [{"base_url": upstream.host_url}]
-    pii = {"enabled": True, "threshold": 0.6}
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "general"},
-            "models": [{"name": f"{n}-model", "backend_refs": backend} for n in LABELS]
-            + [{"name": "general", "backend_refs": backend}],
-        },
-        "routing": {
-            "signals": {
-                "domains": [{"name": n} for n in LABELS],
-                "keywords": [{"name": "secure_words", "keywords": ["securechat"]}],
-            },
-            "decisions": [
-                {
-                    "name": n,
-                    "priority": 10,
-                    "rules": {"type": "domain", "name": n},
-                    "modelRefs": [{"model": f"{n}-model"}],
-                }
-                for n in LABELS
-            ]
-            + [
-                {
-                    "name": "guarded",
-                    "priority": 100,
-                    "rules": {"type": "keyword", "name": "secure_words"},
-                    "modelRefs": [{"model": "general"}],
-                    "plugins": [{"type": "pii", "configuration": pii}],
-                }
-            ],
-        },
-        "model_deployments": {"intents": {"artifact": str(intents)}, "tagger": {"artifact": str(tagger)}},
-        "global": {
-            "model_catalog": {
-                "signal_timeout_ms": 10000,
-                "modules": {
-                    "classifier": {
-                        "domain": {"deployment": "intents"},
-                        "pii": {"deployment": "tagger", "threshold": 0.6, "labels": PII_TYPES},
-                    }
-                },
-            },
-            "stores": {"response_cache": {"enabled": False}},
-        },
-    }
+    """test_own_models' configuration (the guarded `pii` decision, both bindings) with a
+    domain rule and a model per trained label, and thresholds for a trained tagger."""
+    config = own_config(upstream, upstream, intents, tagger)
+    models = config["providers"]["models"]
+    config["providers"]["models"] = [{**models[0], "name": f"{n}-model"} for n in LABELS] + models[2:]
+    config["routing"]["signals"]["domains"] = [{"name": n} for n in LABELS]
+    guarded = config["routing"]["decisions"][-1]
+    guarded["plugins"][0]["configuration"]["threshold"] = 0.6  # "securechat" alone scores ~0.25
+    config["routing"]["decisions"] = [
+        {
+            **config["routing"]["decisions"][0],
+            "name": n,
+            "rules": {"type": "domain", "name": n},
+            "modelRefs": [{"model": f"{n}-model"}],
+        }
+        for n in LABELS
+    ] + [guarded]
+    config["global"]["model_catalog"]["modules"]["classifier"]["pii"].update(threshold=0.6, labels=PII_TYPES)
+    return config
 
 
 @pytest.fixture(scope="module")
 def base(stack: Stack, trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from ray import serve
-
-    from deployments.graph import GraphArgs, build_app
-
     path = tmp_path_factory.mktemp("trained-config") / "trained.yaml"
     with FakeUpstream(name="llm") as upstream:
         path.write_text(yaml.safe_dump(trained_config(upstream, trained.intents, trained.tagger)))
-        serve.run(
-            build_app(GraphArgs(config_path=str(path), metrics={"enabled": False}, decision_model=False)),
-            name=APP,
-            route_prefix=f"/{APP}",
-        )
-        try:
-            url = f"{stack.base_url}/{APP}"
-            deadline = time.monotonic() + 180  # the Router starts its workers before it serves
-            while httpx.get(f"{url}/ready", timeout=10).status_code != 200:
-                assert time.monotonic() < deadline, "the application never became ready"
-                time.sleep(0.5)
+        with serve_config_app(stack, path, APP) as url:
             yield url
-        finally:
-            serve.delete(APP)
-
-
-def routes(base: str) -> list[tuple[str, str]]:
-    """(decision, matched domain) of each prompt, asked through the OpenAI SDK."""
-    client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=60)
-    out = []
-    for prompt in PROMPTS:
-        answer = client.chat.completions.with_raw_response.create(
-            model="MoM", messages=[{"role": "user", "content": prompt}]
-        )
-        decision = answer.headers["x-vsr-selected-decision"]
-        assert answer.headers["x-selected-model"] == f"{decision}-model"
-        out.append((decision, answer.headers.get("x-vsr-matched-domains", "")))
-    return out
 
 
 def test_the_trained_directories_are_served_by_svc_srun_run(trained: Trained, tmp_path: Path) -> None:
@@ -227,13 +152,19 @@ def test_the_trained_directories_are_served_by_svc_srun_run(trained: Trained, tm
         worker.stop()
     print(
         f"\ntrain: intents {trained.train_s['intents']:.1f} s, tagger {trained.train_s['tagger']:.1f} s; "
-        f"held-out accuracy {[ev['accuracy'] for ev in intents_eval]}, "
+        f"held-out accuracy {[(ev['accuracy'], ev['accuracy_interval']) for ev in intents_eval]}, "
         f"tagger micro F1 {[ev['micro_f1'] for ev in trained.cards['tagger']['evaluations']]}"
     )
 
 
 def test_mom_requests_are_routed_by_the_trained_model(base: str) -> None:
-    assert routes(base) == [(label, label) for label in PROMPTS.values()]
+    assert routes(base, list(PROMPTS)) == list(PROMPTS.values())
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=60)
+    for prompt, label in PROMPTS.items():  # the domain signal matched is the trained label
+        answer = client.chat.completions.with_raw_response.create(
+            model="MoM", messages=[{"role": "user", "content": prompt}]
+        )
+        assert answer.headers["x-vsr-matched-domains"] == label
 
 
 def test_the_trained_tagger_drives_the_pii_policy(base: str) -> None:
@@ -264,6 +195,6 @@ def test_a_patch_swaps_the_trained_model_under_load(base: str, trained: Trained)
     rotated = [ROTATED[RENAMED[label]] for label in PROMPTS.values()]
     after = [decision for at, decision in load.answered if at > ended]
     assert after and set(after) <= set(rotated)
-    assert routes(base) == [(label, label) for label in rotated]
+    assert routes(base, list(PROMPTS)) == rotated
     during = sum(1 for at, _ in load.answered if started <= at <= ended)
     print(f"\ntrained swap {ended - started:.2f} s; {during} requests answered during it, 0 failed")
