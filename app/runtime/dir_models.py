@@ -144,9 +144,12 @@ class DirCrossEncoder(TaskModel):
         super().__init__(card, tokenizer)
         self.runner = runner
 
-    def score(self, pairs: list[tuple[str, str]]) -> list[tuple[float, int]]:
-        """Each pair's logit and the tokens read (the pair cut to the card's budget)."""
-        return [(float(row.values.reshape(-1)[0]), len(row.offsets)) for row in self.runner.run(pairs)]
+    def score(self, pairs: list[tuple[str, str]]) -> list[tuple[float, int, bool]]:
+        """Each pair's logit, the tokens read and whether the pair was cut to the card's budget."""
+        return [
+            (float(row.values.reshape(-1)[0]), len(row.offsets), row.truncated)
+            for row in self.runner.run(pairs)
+        ]
 
     def warm_up(self) -> None:
         self.score([("warm up", SELF_CHECK_TEXT), ("a longer query to warm the model up " * 3, "x")])

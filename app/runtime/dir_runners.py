@@ -33,6 +33,7 @@ class RowOutput:
     offsets: list[tuple[int, int]]  # per token, code points into the text
     word_ids: list[int | None]  # per token; None for special tokens
     special: list[bool]
+    truncated: bool = False  # the tokenizer cut the text (or pair) at max_tokens
 
 
 class Runner(Protocol):
@@ -50,7 +51,11 @@ def load_tokenizer(info: ModelDirInfo) -> Any:
 
 def _row(values: np.ndarray, enc: Any) -> RowOutput:
     return RowOutput(
-        values, list(enc.offsets), list(enc.word_ids), [bool(s) for s in enc.special_tokens_mask]
+        values,
+        list(enc.offsets),
+        list(enc.word_ids),
+        [bool(s) for s in enc.special_tokens_mask],
+        bool(enc.overflowing),
     )
 
 

@@ -20,7 +20,7 @@ from app.runtime.schemas import Timings, parse_request
 from app.srun.schemas import RerankItem, RerankRequest, RerankResponse, RerankUsage, WorkerCard
 
 Pair = tuple[str, str]
-Scored = tuple[float, int]  # (logit, tokens read)
+Scored = tuple[float, int, bool]  # (logit, tokens read, cut to the budget)
 
 
 def sigmoid(x: float) -> float:
@@ -53,7 +53,6 @@ class CrossEncoderReranker:
         pairs = [(request.query, doc) for doc in docs]
         scored = await (score(pairs) if score is not None else asyncio.to_thread(self.forward, pairs))
         post = time.perf_counter()
-        limit = self.card.limits.max_input_tokens
         order = sorted(range(len(docs)), key=lambda i: -scored[i][0])[: request.top_n]
         results = [
             RerankItem(
@@ -64,10 +63,10 @@ class CrossEncoderReranker:
             )
             for i in order
         ]
-        cut = any(tokens >= limit for _, tokens in scored)
+        cut = any(truncated for _, _, truncated in scored)
         timings.post_ms += (time.perf_counter() - post) * 1000.0
         return RerankResponse(
             model=self.card.served_name or self.card.name,
             results=results,
-            usage=RerankUsage(tokens=sum(t for _, t in scored), tokens_lower_bound=True if cut else None),
+            usage=RerankUsage(tokens=sum(t for _, t, _ in scored), tokens_lower_bound=True if cut else None),
         )
