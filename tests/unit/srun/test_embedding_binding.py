@@ -1,6 +1,7 @@
 """The `embedding` binding to a sentence encoder of the user's own (docs/model-runtime.md
 "Bindings to your own models"), without Ray or workers: the embedding rules and the response
-cache read the bound encoder's vectors (the graph's MiniLM is not asked), the cache partition
+cache read the bound encoder's vectors (the graph's MiniLM is not asked; the learned heads keep
+reading it), the inventory names the bound encoder, the cache partition
 is keyed by the encoder's identity so a swap to another encoder (of another dimension) starts a
 fresh partition, a store that cannot take a vector's dimension degrades to a miss, and a
 directory that is no sentence encoder is refused at validation naming the path."""
@@ -20,8 +21,9 @@ from app.cache.calls import AsyncCache
 from app.cache.memory import InMemorySemanticCache
 from app.config.errors import ConfigError
 from app.config.loader import parse_config
+from app.management.inventory import LocalInventory
 from app.pipeline import PipelineServices, RouterPipeline
-from app.pipeline.plan import CompletionReport
+from app.pipeline.plan import CompletionReport, SignalMatch
 from app.pipeline.services import cache_calls
 from app.srun.bound_models import bound_model_issues
 from app.srun.hosting import ManagedRuntimes
@@ -222,3 +224,81 @@ def test_a_directory_that_is_no_sentence_encoder_is_refused_at_validate(tmp_path
     assert list(found) == [BINDING]
     assert f"the model at {classifier} answers label_probabilities" in found[BINDING]
     assert "the embedding binding reads embeddings" in found[BINDING]
+
+
+async def test_the_inventory_names_the_bound_encoder():
+    config = parse_config(document()).config
+    inventory = LocalInventory(config=lambda: config)
+    (encoder,) = await inventory.embedding_models()
+    assert (encoder["binding"], encoder["provider"], encoder["deployment"]) == (
+        "embedding",
+        "model_runtime",
+        "encoder",
+    )
+    assert (encoder["task"], encoder["name"]) == ("embeddings", "/models/encoder")
+    models = {m["binding"]: m for m in await inventory.models()}
+    assert models["embedding"] == encoder
+    unbound = parse_config(document()).config.model_copy()
+    unbound.global_.model_catalog.pop("embeddings")
+    (graph,) = await LocalInventory(config=lambda: unbound).embedding_models()
+    assert (graph["provider"], graph["name"]) == ("svc-sr", "minilm-embedding")
+
+
+class GraphEncoder:
+    """The graph's MiniLM as the heads see it: 384-d vectors, calls counted."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    async def __call__(self, texts: list[str]) -> np.ndarray:
+        self.texts += texts
+        return np.full((len(texts), 384), 384**-0.5, dtype=np.float32)
+
+
+class HeadOnQueryVector:
+    """A learned family as the graph hosts it: it reads the request's query vector."""
+
+    family = "domain"
+
+    def rule_names(self) -> list[str]:
+        return ["math"]
+
+    async def warm_up(self) -> None:
+        return None
+
+    async def evaluate(self, ctx: Any, names: frozenset[str]) -> list[SignalMatch]:
+        width = len(await ctx.query_vector())
+        return [
+            SignalMatch(type="domain", name="math", matched=False, confidence=0.0, detail={"width": width})
+        ]
+
+
+async def test_the_learned_heads_keep_the_graphs_vector(tmp_path):
+    worker = EncoderWorker(dim=24, digest="sha256:" + "ab" * 32)
+    doc = document(cache=False)
+    doc["routing"]["signals"]["domains"] = [{"name": "math"}]
+    doc["routing"]["decisions"].append(
+        {
+            "name": "math",
+            "priority": 5,
+            "rules": {"type": "domain", "name": "math"},
+            "modelRefs": [{"model": "general"}],
+        }
+    )
+    config = parse_config(doc).config
+    runtimes = ManagedRuntimes.from_config(config, env=SrunEnvironment(command=["svc-srun"], dir=tmp_path))
+    serve_with(runtimes, worker)  # type: ignore[arg-type]
+    graph = GraphEncoder()
+    services = PipelineServices(
+        embed=graph,
+        bound_workers=runtimes,
+        evaluators={"domain": lambda config, services: HeadOnQueryVector()},
+    )
+    pipe = RouterPipeline(config, services, rng=random.Random(0))
+    await pipe.warm_up()
+    plan = await pipe.route(chat("please refund my payment"))
+    head = next(m for m in plan.signals.matches if m.type == "domain")
+    assert head.detail == {"width": 384} and graph.texts == ["please refund my payment"]  # MiniLM's
+    rule = next(m for m in plan.signals.matches if m.type == "embedding")
+    assert rule.matched and worker.texts[-1] == "please refund my payment"  # the bound encoder's
+    assert plan.decision == "billing"
