@@ -31,7 +31,7 @@ __all__ = [
     "FAST_PATH_KEYS",
     "HAPROXY_RETRY_ON",
     "LEAN_WORKER_ENV",
-    "ON_DEMAND_DEPLOYMENTS",
+    "on_demand_deployments",
     "apply_fast_path_env",
     "fast_path_env",
     "import_serve",
@@ -130,13 +130,13 @@ LEAN_WORKER_ENV = {"worker_process_setup_hook": f"{__name__}.import_serve"}
 
 # One machine's `svc-sr serve` (cluster files keep their own options, as `serve deploy` reads
 # them): what the local graph never calls on a request starts on its first call instead of at
-# start. The Router encodes and runs the heads itself (GraphArgs router_local_*), so Embedding
-# and DomainClassifier answer only the diagnostics (texts without vectors), and DecisionModel only
-# /v1/decisions and /v1/systemone: ~460 MiB of the stack's memory (docs/performance.md "Memory
-# of the local stack"). Serve starts a replica when a call queues (its first call waits for the
-# replica's start, seconds to load its model) and stops it after 10 idle minutes. Still in the
-# graph, the dashboard and `serve status`. SVC_SR_ON_DEMAND=0 starts them all at start.
-ON_DEMAND_DEPLOYMENTS = ("Embedding", "DomainClassifier", "DecisionModel")
+# start. Which those are follows from the graph's own switches (GraphArgs router_local_*): a
+# Router that encodes and runs the heads itself calls Embedding and DomainClassifier only for
+# the diagnostics (texts without vectors); DecisionModel answers only /v1/decisions and
+# /v1/systemone. ~460 MiB of the stack's memory (docs/performance.md "Memory of the local
+# stack"). Serve starts a replica when a call queues (its first call waits for the replica's
+# start, seconds to load its model) and stops it after 10 idle minutes. Still in the graph, the
+# dashboard and `serve status`. SVC_SR_ON_DEMAND=0 starts them all at start.
 ON_DEMAND = {
     "min_replicas": 0,
     "initial_replicas": 0,
@@ -146,15 +146,33 @@ ON_DEMAND = {
 }
 
 
+def on_demand_deployments(*, router_local_encoder: bool, router_local_heads: bool) -> tuple[str, ...]:
+    """The deployments no request of this graph calls: the Router calls Embedding unless it
+    encodes itself, and DomainClassifier unless it runs the heads itself."""
+    names = ["DecisionModel"]
+    if router_local_encoder:
+        names.insert(0, "Embedding")
+    if router_local_heads:
+        names.insert(-1, "DomainClassifier")
+    return tuple(names)
+
+
 def local_deployment_options(
-    options: dict[str, dict[str, Any]], environ: Mapping[str, str] | None = None
+    options: dict[str, dict[str, Any]],
+    *,
+    router_local_encoder: bool,
+    router_local_heads: bool,
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """`options` (a serve config's per-deployment entries) with the one-machine defaults above."""
     env = os.environ if environ is None else environ
     if env.get("SVC_SR_ON_DEMAND", "1") == "0":
         return options
     local = dict(options)
-    for name in ON_DEMAND_DEPLOYMENTS:
+    on_demand = on_demand_deployments(
+        router_local_encoder=router_local_encoder, router_local_heads=router_local_heads
+    )
+    for name in on_demand:
         kept = {
             k: v for k, v in options.get(name, {}).items() if k not in ("num_replicas", "autoscaling_config")
         }

@@ -43,6 +43,13 @@ class CacheUnavailable(RuntimeError):
     """
 
 
+class VectorDimensionMismatch(CacheUnavailable, ValueError):
+    """The store holds vectors of another width than the call's (an encoder of another
+    dimension wrote them): it cannot take this vector. Callers degrade as for an outage (a
+    miss, the write skipped, svc_router_cache_errors_total); a ValueError for callers that
+    check the argument."""
+
+
 class CacheHit(BaseModel):
     response: dict[str, Any]  # the stored chat.completion
     similarity: float

@@ -38,6 +38,7 @@ from app.cache.base import (
     CacheTuning,
     EvictionPolicy,
     FlushOutcome,
+    VectorDimensionMismatch,
     scopes_of,
 )
 from app.cache.checks import (
@@ -374,7 +375,7 @@ class InMemorySemanticCache:
     @staticmethod
     def _check_dim(part: PartitionIndex, v: np.ndarray) -> None:
         if v.shape[0] != part.dim:
-            raise ValueError(
+            raise VectorDimensionMismatch(
                 f"cache vector has {v.shape[0]} dimensions but this partition holds {part.dim}-d vectors"
                 " (embedding model changed? clear the cache)"
             )

@@ -55,6 +55,7 @@ from app.cache.base import (
     CacheUnavailable,
     EvictionPolicy,
     FlushOutcome,
+    VectorDimensionMismatch,
     scope_tag,
     scopes_of,
 )
@@ -409,7 +410,7 @@ class MilvusSemanticCache:
 
     def _check_dim(self, v: np.ndarray) -> None:
         if v.shape[0] != self._dim:
-            raise ValueError(
+            raise VectorDimensionMismatch(
                 f"cache vector has {v.shape[0]} dimensions but the Milvus collection {self._collection!r}"
                 f" holds {self._dim}-d vectors (embedding model changed? clear the cache or use another collection)"
             )

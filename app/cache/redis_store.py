@@ -62,6 +62,7 @@ from app.cache.base import (
     CacheTuning,
     CacheUnavailable,
     FlushOutcome,
+    VectorDimensionMismatch,
     scope_tag,
     scopes_of,
 )
@@ -285,7 +286,7 @@ class RedisSemanticCache:
         if self._dim is None:
             self._dim = self._index_dim() or self._create_index(dim)
         if dim != self._dim:
-            raise ValueError(
+            raise VectorDimensionMismatch(
                 f"cache vector has {dim} dimensions but the Redis index {self._settings.index_name!r}"
                 f" holds {self._dim}-d vectors (embedding model changed? clear the cache)"
             )

@@ -227,8 +227,12 @@ def _deploy(
     from deployments.graph import GraphArgs, build_graph, start_document_of
     from deployments.serve_env import local_deployment_options
 
-    options = local_deployment_options(deployment_overrides(serve_config))
-    args = GraphArgs(config_path=str(config_path), deployments=options, app_name=APP_NAME)
+    args = GraphArgs(config_path=str(config_path), app_name=APP_NAME)
+    args.deployments = local_deployment_options(
+        deployment_overrides(serve_config),
+        router_local_encoder=args.router_local_encoder,
+        router_local_heads=args.router_local_heads,
+    )
     document, kind = start_document_of(args)
     console.print(f"configuration: {START_KINDS[kind]}", soft_wrap=True)
     app = build_graph(args, document=document)

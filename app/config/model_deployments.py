@@ -114,7 +114,7 @@ OnUnscanned = Literal["block", "allow"]
 
 # -- bindings: a routing feature evaluated by a model_deployments entry -------------------------
 
-Contract = Literal["label_probabilities", "label_scores", "token_spans"]
+Contract = Literal["label_probabilities", "label_scores", "token_spans", "embeddings"]
 BINDING_KEYS = ("deployment", "contract", "head", "labels")
 # Families whose bound model's own labels a `labels` map renames (docs/model-runtime.md "Bindings
 # to your own models"): a category set's labels to domain names, a token classifier's to PII entity types.
@@ -162,8 +162,8 @@ RULE_KINDS: dict[str, tuple[str, ...]] = {
     "classifier": ("domain", *LABEL_FAMILIES),
 }
 _GRAPH_ONLY = (
-    "the router's vector space (every head and the embedding rules read one MiniLM vector) is "
-    "served by the graph's Embedding deployment; no model_deployments binding"
+    "the hallucination check reads the graph Embedding deployment's MiniLM vectors (the space the "
+    "learned heads read); no model_deployments binding"
 )
 
 
@@ -186,7 +186,9 @@ BINDINGS: dict[str, BindingSpec] = {
     "hallucination_detector": BindingSpec(
         ("modules", "hallucination_mitigation"), (), "", False, refused=_GRAPH_ONLY
     ),
-    "embedding": BindingSpec(("embeddings", "semantic"), (), "embedding", False, refused=_GRAPH_ONLY),
+    # The embedding rules and the response cache read its vectors; the learned heads keep the
+    # graph's MiniLM vector they were trained on (docs/model-runtime.md "Bindings to your own models").
+    "embedding": BindingSpec(("embeddings", "semantic"), ("embeddings",), "embedding", False),
     "rag.reranker": BindingSpec(
         ("modules", "rag", "reranker"),
         (),

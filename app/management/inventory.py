@@ -135,6 +135,11 @@ class LocalInventory:
         return out
 
     async def embedding_models(self) -> list[dict[str, Any]]:
+        """What serves the `embedding` binding: its bound deployment, else the graph's encoder."""
+        config = self.config() if self.config is not None else None
+        binding = read_bindings(config.global_.model_catalog).get("embedding") if config is not None else None
+        if binding is not None and config is not None:
+            return [runtime_entry("embedding", binding, config)]
         facts = await self._facts()
         return [graph_entry("embedding", facts.get(GRAPH_MODELS["embedding"].deployment))]
 

@@ -24,9 +24,10 @@ from app.pipeline.selectors import Selector, compile_selectors
 from app.pipeline.services import PipelineServices
 from app.pipeline.signals import BUILTIN_EVALUATORS
 from app.pipeline.signals.base import EvaluatorFactory, SignalEvaluator
+from app.pipeline.signals.embedding import EmbeddingEvaluator
 from app.pipeline.signals.harmful import prompt_guard_harmful_rule
 from app.pipeline.signals.jailbreak import prompt_guard_rule
-from app.pipeline.signals.runtime import bound_evaluators
+from app.pipeline.signals.runtime import bound_embedder, bound_evaluators
 from app.pipeline.tools import ToolVectorCache
 
 log = logging.getLogger("svc_sr.pipeline")
@@ -77,6 +78,10 @@ class CompiledConfig:
             family: factory(config, services) for family, factory in factories.items()
         }
         self.evaluators.update(bound_evaluators(config, services.bound_workers, self.evaluators))
+        # the `embedding` binding's encoder: the embedding rules' and the cache's space (None: MiniLM's)
+        self.semantic = bound_embedder(config, services.bound_workers)
+        if self.semantic is not None:
+            self.evaluators["embedding"] = EmbeddingEvaluator.bound(config, self.semantic.embed)
         self.global_fallback = _global_fallback(config)
         self.prompt_guard = prompt_guard_rule(config)
         self.prompt_guard_harmful = prompt_guard_harmful_rule(config)
@@ -117,8 +122,15 @@ class CompiledConfig:
             out[family] = out.get(family, frozenset()) | names
         return {family: names for family, names in out.items() if names}
 
+    @property
+    def encoder(self) -> str | None:
+        """The identity of the bound encoder the cache partitions are keyed by (None: the graph's)."""
+        return self.semantic.identity if self.semantic is not None else None
+
     async def warm_up(self) -> None:
         """Embed candidate phrases, load models etc. now, not on the first request."""
+        if self.semantic is not None:  # its identity keys the cache from the first request
+            await self.semantic.warm_up()
         await asyncio.gather(
             *(ev.warm_up() for ev in self.evaluators.values()), *(r.warm_up() for r in self.recipes.values())
         )

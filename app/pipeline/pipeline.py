@@ -192,7 +192,11 @@ class RouterPipeline:
             return plan, []
         started = time.perf_counter()
         ctx = parse.signal_context(
-            plan, lowered, self.services, prefetch_vector=state.prefetch_vector and not preview
+            plan,
+            lowered,
+            self.services,
+            prefetch_vector=state.prefetch_vector and not preview,
+            semantic_embed=state.semantic.embed if state.semantic is not None else None,
         )
         try:
             ranked = await self._route_auto(

@@ -4,7 +4,8 @@
 A binding's deployment whose `artifact` is a local directory (or a hub repository pinned to a
 commit, from the managed workers' hub cache, `SVC_SRUN_CACHE_DIR`) is read from its small
 files (`inspect_model_dir`: no weights load): a directory that cannot load, a model whose task
-is not what the binding reads, or labels that do not fit the config's label map
+is not what the binding reads (an `embedding` binding reads `embeddings`: a sentence encoder,
+never a classifier), or labels that do not fit the config's label map
 (app/config/binding_checks.py) are validation errors naming the path to fix, so a bad model is
 refused when the configuration is submitted, never on a request. A deployment attached to an
 `endpoint` runs elsewhere and is not read here.

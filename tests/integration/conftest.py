@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,34 +35,6 @@ class Stack:
     @property
     def v1(self) -> str:
         return f"{self.base_url}/v1"
-
-
-@contextmanager
-def serve_config_app(stack: Stack, config_path: Path, app: str, ready_s: float = 180) -> Iterator[str]:
-    """The graph of `config_path` as its own application under /`app` (no metrics, no decision
-    model), its URL once /ready answers 200 (a Router starts its managed workers first);
-    deleted on exit."""
-    import time
-
-    import httpx
-    from ray import serve
-
-    from deployments.graph import GraphArgs, build_app
-
-    serve.run(
-        build_app(GraphArgs(config_path=str(config_path), metrics={"enabled": False}, decision_model=False)),
-        name=app,
-        route_prefix=f"/{app}",
-    )
-    try:
-        url = f"{stack.base_url}/{app}"
-        deadline = time.monotonic() + ready_s
-        while httpx.get(f"{url}/ready", timeout=10).status_code != 200:
-            assert time.monotonic() < deadline, "the application never became ready"
-            time.sleep(0.5)
-        yield url
-    finally:
-        serve.delete(app)
 
 
 def routed_config(a: FakeUpstream, b: FakeUpstream, dead_port: int) -> dict:

@@ -18,6 +18,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ import yaml
 
 from tests.fakes.tiny_models import write_tiny_sequence_classifier, write_tiny_token_classifier
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.conftest import Stack, serve_config_app
+from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -170,12 +171,35 @@ def own_config(a: FakeUpstream, b: FakeUpstream, artifact: Path, tagger: Path) -
     }
 
 
+@contextmanager
+def served(stack: Stack, app: str, config_path: Path) -> Iterator[str]:
+    """The graph of `config_path` as application `app`, once ready: its URL."""
+    from ray import serve
+
+    from deployments.graph import GraphArgs, build_app
+
+    serve.run(
+        build_app(GraphArgs(config_path=str(config_path), metrics={"enabled": False}, decision_model=False)),
+        name=app,
+        route_prefix=f"/{app}",
+    )
+    try:
+        url = f"{stack.base_url}/{app}"
+        deadline = time.monotonic() + 180  # the Router starts its worker before it serves
+        while httpx.get(f"{url}/ready", timeout=10).status_code != 200:
+            assert time.monotonic() < deadline, "the application never became ready"
+            time.sleep(0.5)
+        yield url
+    finally:
+        serve.delete(app)
+
+
 @pytest.fixture(scope="module")
 def base(stack: Stack, models: Models, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path = tmp_path_factory.mktemp("own-config") / "own.yaml"
     with FakeUpstream(name="billing") as a, FakeUpstream(name="support") as b:
         path.write_text(yaml.safe_dump(own_config(a, b, models.a, models.tagger_a)))
-        with serve_config_app(stack, path, APP) as url:
+        with served(stack, APP, path) as url:
             yield url
 
 
@@ -194,7 +218,8 @@ def routes(base: str, prompts: list[str] = PROMPTS) -> list[str]:
 
 
 class Load:
-    """A client sending the prompts back to back through the SDK until stopped."""
+    """A client sending `prompts` back to back through the SDK until stopped; each answer's
+    decision is recorded ("" when the default model answered)."""
 
     def __init__(self, base: str, prompts: list[str] = PROMPTS) -> None:
         self.prompts = prompts
@@ -213,7 +238,7 @@ class Load:
                 answer = self.client.chat.completions.with_raw_response.create(
                     model="MoM", messages=[{"role": "user", "content": prompt}]
                 )
-                self.answered.append((time.monotonic(), answer.headers["x-vsr-selected-decision"]))
+                self.answered.append((time.monotonic(), answer.headers.get("x-vsr-selected-decision", "")))
             except Exception as exc:  # every failure counts
                 self.failures.append(f"{type(exc).__name__}: {exc}")
 

@@ -33,8 +33,8 @@ import yaml
 from tests.fakes.labelled_data import sequence_rows, token_rows, write_jsonl
 from tests.fakes.tiny_models import bio_labels
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.conftest import Stack, serve_config_app
-from tests.integration.test_own_models import Load, guarded_types, own_config, patch, routes, version
+from tests.integration.conftest import Stack
+from tests.integration.test_own_models import Load, guarded_types, own_config, patch, routes, served, version
 from tests.srun.test_train_cli import train as train_cli  # 2 epochs at 32 tokens, 16 a batch
 from tests.srun.workers import WorkerProcess
 
@@ -125,7 +125,7 @@ def base(stack: Stack, trained: Trained, tmp_path_factory: pytest.TempPathFactor
     path = tmp_path_factory.mktemp("trained-config") / "trained.yaml"
     with FakeUpstream(name="llm") as upstream:
         path.write_text(yaml.safe_dump(trained_config(upstream, trained.intents, trained.tagger)))
-        with serve_config_app(stack, path, APP) as url:
+        with served(stack, APP, path) as url:
             yield url
 
 

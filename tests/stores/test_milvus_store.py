@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.cache.base import CacheTuning, CacheUnavailable
+from app.cache.base import CacheTuning, CacheUnavailable, VectorDimensionMismatch
 from app.cache.milvus_store import RESPONSE_MAX_BYTES, MilvusSemanticCache  # noqa: E402
 from app.config.cache_stores import MilvusCacheSettings
 from tests.fakes.upstream import find_free_port
@@ -123,7 +123,7 @@ def test_an_existing_collection_keeps_its_dimension(make, vectors) -> None:
     make().store("p", vectors[0], answer("16-d"))
     reopened = make(settings={"collection": {"vector_field": {"dimension": 384}}})
     assert text(reopened.lookup("p", vectors[0], 0.99)) == "16-d"
-    with pytest.raises(ValueError, match="16-d vectors"):
+    with pytest.raises(VectorDimensionMismatch, match="16-d vectors"):  # a CacheUnavailable: callers degrade
         reopened.lookup("p", np.ones(384, dtype=np.float32), 0.5)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import redis
 
-from app.cache.base import CacheTuning, CacheUnavailable, ResponseCacheStore
+from app.cache.base import CacheTuning, CacheUnavailable, ResponseCacheStore, VectorDimensionMismatch
 from app.cache.factory import backend_name, open_cache_store
 from app.cache.redis_store import RedisSemanticCache
 from app.config.cache_stores import RedisCacheSettings
@@ -162,8 +162,10 @@ def test_partition_tags_are_case_sensitive(cache: RedisSemanticCache) -> None:
 
 def test_a_new_dimension_needs_a_clear(cache: RedisSemanticCache) -> None:
     cache.store("p", unit(1), answer("8-d"))
-    with pytest.raises(ValueError, match="dimensions"):
+    with pytest.raises(VectorDimensionMismatch, match="dimensions"):  # a CacheUnavailable: callers degrade
         cache.store("p", unit(1, dim=16), answer("16-d"))
+    with pytest.raises(VectorDimensionMismatch):  # another partition: the index holds one width
+        cache.lookup("p|enc:sha256:0123456789abcdef", unit(1, dim=16), 0.5)
     assert cache.clear() == 1
     cache.store("p", unit(1, dim=16), answer("16-d"))
     hit = cache.lookup("p", unit(1, dim=16), 0.99)

@@ -12,7 +12,11 @@ suffixes that keep answers from crossing into requests they do not answer:
   context recovery was invalidated, the mark's generation: app/pipeline/memory/recovery.py);
 - "|neg:<signature>" when the question negates something (app/pipeline/cache_guard.py):
   "disable 2FA" is never answered with "enable 2FA", which encoders place within any
-  usable threshold.
+  usable threshold;
+- "|enc:<identity>" when an `embedding` binding names the encoder (its worker card's digest,
+  app/srun/worker_embedder.py): entries written with one encoder's vectors are never matched
+  with another's, so a swap starts a fresh partition (of the new model's dimension); the
+  graph's own MiniLM keys none.
 Request header `x-vsr-cache-control` (name and allowed directives from the plugin's
 `request_controls`): `no-cache` skips the lookup, `no-store` the write, `bypass` both;
 `max-age=N` refuses entries older than N s, `ttl=N` sets the written entry's lifetime.
@@ -86,11 +90,12 @@ async def cache_step(
         headers,
         memory_scope,
         generation,
+        state.encoder,
     )
     # Started first so it overlaps the embedding and the lookup; a hit or a bypass leaves it.
     epoch = _start_epoch_read(services.cache_epoch, partition, plan.request_id) if store else None
     try:
-        vector = await ctx.query_vector()
+        vector = await ctx.semantic_vector()
     except Exception as exc:  # the encoder being down must not fail the request
         log.warning("cache skipped for %s: embedding failed: %s", plan.request_id, exc)
         return "bypass"
@@ -197,10 +202,11 @@ def cache_partition(
     headers: Mapping[str, str] | None = None,
     memory_scope: str | None = None,
     memory_generation: int = 0,
+    encoder: str | None = None,
 ) -> str:
     """The partition of a request's entry; `headers` lower-cased (as the pipeline passes them);
     `memory_scope`: the memory plugin's scope key, when the decision has one, and its
-    context-recovery generation."""
+    context-recovery generation; `encoder`: the bound encoder's identity (None: the graph's)."""
     messages = body.get("messages") or []
     ask = ask_index(messages)
     partition = f"{model}|{decision}"
@@ -218,6 +224,8 @@ def cache_partition(
     negation = polarity_signature(question)
     if negation:
         partition += f"|neg:{negation}"
+    if encoder is not None:
+        partition += f"|enc:{encoder}"
     return partition
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from app.pipeline.plan import RoutePlan
 from app.pipeline.plugins import CACHE_CONTROL_HEADER
 from app.pipeline.services import PipelineServices
-from app.pipeline.signals.base import SignalContext
+from app.pipeline.signals.base import EmbedFn, SignalContext
 
 # The client's session identity (as the routing preview's preview_context names it; Ray
 # Serve's session-affinity header too): it names the session a replay record belongs to
@@ -62,18 +62,24 @@ def new_plan(
 
 
 def signal_context(
-    plan: RoutePlan, headers: Mapping[str, str], services: PipelineServices, *, prefetch_vector: bool
+    plan: RoutePlan,
+    headers: Mapping[str, str],
+    services: PipelineServices,
+    *,
+    prefetch_vector: bool,
+    semantic_embed: EmbedFn | None = None,
 ) -> SignalContext:
     """The evaluators' shared inputs. With `prefetch_vector` (the response cache will look the
-    query up) the query embedding starts now, overlapping the signals, unless the client
-    bypasses the cache."""
+    query up) the cache's embedding starts now, overlapping the signals, unless the client
+    bypasses the cache. `semantic_embed`: the `embedding` binding's encoder (None: the graph's)."""
     ctx = SignalContext(
         plan.body["messages"],
         embed=services.embed,
         count_tokens=services.count_tokens,
         headers=headers,
         body=plan.body,
+        semantic_embed=semantic_embed,
     )
     if prefetch_vector and "bypass" not in headers.get(CACHE_CONTROL_HEADER, ""):
-        ctx.start_query_vector()
+        ctx.start_semantic_vector()
     return ctx

@@ -47,7 +47,9 @@ class SignalContext:
     is the human's ask, `history_text` the conversation text, `text_for(include_history)`
     a rule's choice of the two. `query_vector()` embeds the human's ask at most once per
     request, on first use, whoever asks first (an embedding signal, a learned evaluator, the
-    cache): the "one encoder pass per request" rule.
+    cache): the "one encoder pass per request" rule. `semantic_vector()` is the ask's vector in
+    the space the embedding rules and the cache read: the `embedding` binding's encoder
+    (`semantic_embed`) when the config binds one, else the same vector as `query_vector()`.
     """
 
     def __init__(
@@ -58,18 +60,19 @@ class SignalContext:
         count_tokens: CountTokensFn | None = None,
         headers: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
+        semantic_embed: EmbedFn | None = None,
     ) -> None:
         self.messages = messages
         self.headers: Mapping[str, str] = headers or {}
         self.body: Mapping[str, Any] = body or {}
         self.text = human_ask(messages)  # the query the signals judge
         self.message_count = len(messages)
-        self._embed = embed
         self._count_tokens = count_tokens
         self._token_count: int | None = None
-        self._vector_task: asyncio.Task[np.ndarray] | None = None
         self._parts: dict[tuple[str, ...], list[tuple[str, str]]] = {}
-        self._part_vectors: dict[str, asyncio.Future[np.ndarray]] = {}
+        self._graph = RequestVectors(embed)
+        # the `embedding` binding's encoder, else the graph's (one space, one pass)
+        self._semantic = RequestVectors(semantic_embed) if semantic_embed is not None else self._graph
 
     @functools.cached_property
     def history_text(self) -> str:
@@ -95,17 +98,11 @@ class SignalContext:
     async def part_vectors(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """Unit vectors of a rule's parts other than the ask, embedded in one call per request
         and shared by every guard that reads them (the ask's is `query_vector`)."""
-        if not texts:
-            return {}
-        if self._embed is None:
-            raise RuntimeError("no embedding service configured")
-        missing = [t for t in dict.fromkeys(texts) if t not in self._part_vectors]
-        if missing:
-            batch = asyncio.ensure_future(self._embed(missing))
-            for index, text in enumerate(missing):
-                self._part_vectors[text] = asyncio.ensure_future(_row(batch, index))
-        rows = await asyncio.gather(*(asyncio.shield(self._part_vectors[t]) for t in texts))
-        return dict(zip(texts, rows, strict=True))
+        return await self._graph.parts(texts)
+
+    async def semantic_part_vectors(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """`part_vectors` in the semantic space (the `embedding` binding's encoder when bound)."""
+        return await self._semantic.parts(texts)
 
     def whole_text_for(self, read: Sequence[str], include_history: bool = False) -> str:
         """The parts a rule reads as one text (blank-line joined): the PII detector's input.
@@ -142,39 +139,83 @@ class SignalContext:
 
     def start_query_vector(self) -> None:
         """Start embedding now (in the background) when a later stage will surely need it."""
-        if self._vector_task is None and self._embed is not None and self.text:
-            self._vector_task = asyncio.ensure_future(self._embed_query())
+        self._graph.start(self.text)
+
+    def start_semantic_vector(self) -> None:
+        """`start_query_vector` for the semantic space (the cache's lookup will need it)."""
+        self._semantic.start(self.text)
 
     async def query_vector(self) -> np.ndarray:
         """Unit vector (384,) of `text`; raises if no embedder is configured or text is empty."""
-        if self._embed is None:
-            raise RuntimeError("no embedding service configured")
-        if not self.text:
-            raise ValueError("no user text to embed")
-        if self._vector_task is None:
-            self._vector_task = asyncio.ensure_future(self._embed_query())
-        # shield: one cancelled waiter must not cancel the shared computation
-        return await asyncio.shield(self._vector_task)
+        return await self._graph.query(self.text)
+
+    async def semantic_vector(self) -> np.ndarray:
+        """Unit vector of `text` in the semantic space: what the embedding rules and the cache read."""
+        return await self._semantic.query(self.text)
 
     @property
     def has_vector(self) -> bool:
-        return (
-            self._vector_task is not None and self._vector_task.done() and not self._vector_task.exception()
-        )
-
-    async def _embed_query(self) -> np.ndarray:
-        assert self._embed is not None
-        vectors = await self._embed([self.text])
-        return np.asarray(vectors, dtype=np.float32).reshape(-1)
+        return self._graph.has_query
 
     def cancel(self) -> None:
         """Drop an embedding nobody awaited (e.g. the request ended on a fast response)."""
-        task = self._vector_task
+        self._graph.cancel()
+        if self._semantic is not self._graph:
+            self._semantic.cancel()
+
+
+class RequestVectors:
+    """One encoder's vectors of one request's texts, each text embedded at most once: the ask
+    (`query`) and the other parts rules read (`parts`, one call per batch of new texts)."""
+
+    def __init__(self, embed: EmbedFn | None) -> None:
+        self._embed = embed
+        self._query: asyncio.Task[np.ndarray] | None = None
+        self._parts: dict[str, asyncio.Future[np.ndarray]] = {}
+
+    def start(self, text: str) -> None:
+        if self._query is None and self._embed is not None and text:
+            self._query = asyncio.ensure_future(self._embed_one(text))
+
+    async def query(self, text: str) -> np.ndarray:
+        if self._embed is None:
+            raise RuntimeError("no embedding service configured")
+        if not text:
+            raise ValueError("no user text to embed")
+        if self._query is None:
+            self._query = asyncio.ensure_future(self._embed_one(text))
+        # shield: one cancelled waiter must not cancel the shared computation
+        return await asyncio.shield(self._query)
+
+    @property
+    def has_query(self) -> bool:
+        return self._query is not None and self._query.done() and not self._query.exception()
+
+    async def parts(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        if not texts:
+            return {}
+        if self._embed is None:
+            raise RuntimeError("no embedding service configured")
+        missing = [t for t in dict.fromkeys(texts) if t not in self._parts]
+        if missing:
+            batch = asyncio.ensure_future(self._embed(missing))
+            for index, text in enumerate(missing):
+                self._parts[text] = asyncio.ensure_future(_row(batch, index))
+        rows = await asyncio.gather(*(asyncio.shield(self._parts[t]) for t in texts))
+        return dict(zip(texts, rows, strict=True))
+
+    async def _embed_one(self, text: str) -> np.ndarray:
+        assert self._embed is not None
+        vectors = await self._embed([text])
+        return np.asarray(vectors, dtype=np.float32).reshape(-1)
+
+    def cancel(self) -> None:
+        task = self._query
         if task is not None and not task.done():
             task.cancel()
         elif task is not None and task.done() and not task.cancelled():
             task.exception()  # mark retrieved so asyncio does not log it
-        for future in self._part_vectors.values():
+        for future in self._parts.values():
             if not future.done():
                 future.cancel()
             elif not future.cancelled():

@@ -10,9 +10,13 @@ also when the rule does not match, so `NOT` and previews can use it.
 
 Candidates are embedded once per config (at warm-up, or lazily on the first request)
 into one matrix; a request costs one query embedding (shared with the cache and any
-other signal through `SignalContext.query_vector`) and one matrix-vector product.
+other signal through `SignalContext.semantic_vector`) and one matrix-vector product.
 Vectors of phrases are kept in a phrase -> vector cache shared across config
 versions, so a hot reload only embeds phrases it has not seen.
+
+The space is the graph's MiniLM, or the encoder an `embedding` binding names
+(app/srun/worker_embedder.py, docs/model-runtime.md "Bindings to your own models"): then the
+candidates are embedded by that encoder, into a phrase cache of its own (`bound`).
 """
 
 from __future__ import annotations
@@ -52,6 +56,11 @@ class EmbeddingEvaluator:
         embed = getattr(services, "embed", None)
         cache = getattr(services, "phrase_cache", None)
         return cls(config.routing.signals.embeddings, embed, cache)
+
+    @classmethod
+    def bound(cls, config: RouterConfig, embed: EmbedFn) -> EmbeddingEvaluator:
+        """The rules over a bound encoder: its phrase vectors are its own (not the graph's cache)."""
+        return cls(config.routing.signals.embeddings, embed, {})
 
     def rule_names(self) -> list[str]:
         return list(self._rules)
@@ -106,11 +115,11 @@ class EmbeddingEvaluator:
         texts = {name: ctx.whole_text_for(self._rules[name].read) for name in known}
         try:
             await self.warm_up()
-            # the ask's vector is the request's one query vector; a rule reading more parts
-            # embeds its text beside it, once per request (SignalContext.part_vectors)
-            vectors = await ctx.part_vectors([t for t in set(texts.values()) if t != ctx.text])
+            # the ask's vector is the request's one semantic vector; a rule reading more parts
+            # embeds its text beside it, once per request (SignalContext.semantic_part_vectors)
+            vectors = await ctx.semantic_part_vectors([t for t in set(texts.values()) if t != ctx.text])
             if ctx.text in texts.values():
-                vectors[ctx.text] = await ctx.query_vector()
+                vectors[ctx.text] = await ctx.semantic_vector()
         except Exception as exc:  # the encoder being down is a signal error, not a 500
             return out + error_matches(FAMILY, known, f"embedding failed: {exc}")
         assert self._matrix is not None

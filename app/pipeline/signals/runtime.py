@@ -28,6 +28,9 @@ or the input is read only in part, a safety signal (pii, jailbreak) is unscanned
 (`UnscannedError`: `on_unscanned: block` matches, `allow` errors so on_error decides) and a
 routing signal (domain) errors (on_error decides). Without a host (an offline preview) a bound
 family errors.
+
+The `embedding` binding is no family's engine but the semantic vector space: `bound_embedder`
+gives the encoder the embedding rules and the response cache read (app/srun/worker_embedder.py).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from app.pipeline.signals.domain import DomainEvaluator
 from app.pipeline.signals.jailbreak import JailbreakEvaluator
 from app.pipeline.signals.labels import EngineLabels
 from app.pipeline.signals.pii import PIIEvaluator
+from app.srun.worker_embedder import WorkerEmbedder
 from app.srun.worker_engine import WorkerEngine
 
 if TYPE_CHECKING:  # the host type only: the pipeline need not import the supervisor
@@ -84,6 +88,7 @@ class PerRule:
         return out + [match for found in await asyncio.gather(*parts) for match in found]
 
 
+EMBEDDING = "embedding"
 _LABEL_RULES = {"fact_check": "fact_check", "user_feedback": "user_feedbacks", "modality": "modality"}
 
 
@@ -113,6 +118,8 @@ def bound_evaluators(
     per_rule: dict[str, dict[str, SignalEvaluator]] = {}
     for name, binding in read_bindings(catalog).items():
         spec = rule_specs.get(name) or BINDINGS[name]
+        if spec.family == EMBEDDING:  # a vector space, not a family's engine: bound_embedder
+            continue
         unscanned = on_unscanned_of(catalog, name) if spec.safety else "block"
         contract = binding.contract or spec.contracts[0]
         engine = WorkerEngine(
@@ -133,3 +140,10 @@ def bound_evaluators(
     for family, bound in per_rule.items():
         out[family] = PerRule(family, out.get(family) or (base or {}).get(family), bound)
     return out
+
+
+def bound_embedder(config: RouterConfig, host: ManagedRuntimes | None) -> WorkerEmbedder | None:
+    """The encoder of the `embedding` binding (None: unbound, the graph's MiniLM serves): the
+    embedding rules and the response cache read its vectors, the learned heads do not."""
+    binding = read_bindings(config.global_.model_catalog).get(EMBEDDING)
+    return WorkerEmbedder(binding.deployment, host) if binding is not None else None

@@ -1,8 +1,9 @@
 """The contract's binding names beyond the first three: `fact_check_classifier`, `feedback_detector`,
 `modality_detector` (a label family judged by a deployment), per-rule `safety.<rule>` and
 `classifier.<rule>` (one named rule judged by a deployment, the family's other rules by the
-graph), and the names svc-sr serves only on its graph (`embedding`, `rag.reranker`,
-`hallucination_detector`), whose deployment binding is refused at load with its path."""
+graph), and the names svc-sr serves only on its graph (`rag.reranker`, `hallucination_detector`),
+whose deployment binding is refused at load with its path (`embedding` takes a sentence encoder:
+tests/unit/srun/test_embedding_binding.py)."""
 
 from __future__ import annotations
 
@@ -105,7 +106,11 @@ def test_every_spec_binding_name_is_known():
 @pytest.mark.parametrize(
     ("catalog", "path"),
     [
-        ({"embeddings": {"semantic": {"deployment": "fact"}}}, "embeddings.semantic.deployment"),
+        # the embedding binding reads embeddings: a built-in classifier answers none (binding_contract)
+        (
+            {"embeddings": {"semantic": {"deployment": "pii"}}},
+            "global.model_catalog.embeddings.semantic.deployment",
+        ),
         ({"modules": {"rag": {"reranker": {"deployment": "fact"}}}}, "modules.rag.reranker.deployment"),
         (
             {"modules": {"hallucination_mitigation": {"deployment": "fact"}}},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from deployments.serve_env import FAST_PATH_KEYS, apply_fast_path_env, fast_path_env
 
 
@@ -83,17 +85,38 @@ def test_local_options_start_what_no_local_request_calls_on_demand() -> None:
     """One machine's graph: Embedding, DomainClassifier and DecisionModel scale from zero; the
     serve config's other options stay, the other deployments are untouched; switched off by env."""
     from deployments.activation import scales_to_zero
-    from deployments.serve_env import ON_DEMAND_DEPLOYMENTS, local_deployment_options
+    from deployments.serve_env import local_deployment_options
 
     cluster = {
         "Embedding": {"max_ongoing_requests": 128, "autoscaling_config": {"min_replicas": 1}},
         "DomainClassifier": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0.05}},
         "Ingress": {"num_replicas": 2},
     }
-    local = local_deployment_options(cluster, {})
-    assert scales_to_zero(local) == set(ON_DEMAND_DEPLOYMENTS)
+    local_flags = {"router_local_encoder": True, "router_local_heads": True}
+    local = local_deployment_options(cluster, environ={}, **local_flags)
+    assert scales_to_zero(local) == {"Embedding", "DomainClassifier", "DecisionModel"}
     assert local["Embedding"]["max_ongoing_requests"] == 128
     assert local["DomainClassifier"]["ray_actor_options"] == {"num_cpus": 0.05}
     assert "num_replicas" not in local["DomainClassifier"] and local["Ingress"] == {"num_replicas": 2}
     assert cluster["Embedding"]["autoscaling_config"] == {"min_replicas": 1}  # the input is not changed
-    assert local_deployment_options(cluster, {"SVC_SR_ON_DEMAND": "0"}) == cluster
+    assert local_deployment_options(cluster, environ={"SVC_SR_ON_DEMAND": "0"}, **local_flags) == cluster
+
+
+@pytest.mark.parametrize(
+    ("encoder", "heads", "expected"),
+    [
+        (False, True, {"DomainClassifier", "DecisionModel"}),
+        (True, False, {"Embedding", "DecisionModel"}),
+        (False, False, {"DecisionModel"}),
+    ],
+)
+def test_a_deployment_the_router_calls_on_every_request_is_never_on_demand(
+    encoder: bool, heads: bool, expected: set[str]
+) -> None:
+    """A graph whose Router sends each request to Embedding (GPU batching) or to the classifiers
+    keeps them started: a request must not wait for a replica to start."""
+    from deployments.activation import scales_to_zero
+    from deployments.serve_env import local_deployment_options
+
+    local = local_deployment_options({}, router_local_encoder=encoder, router_local_heads=heads, environ={})
+    assert scales_to_zero(local) == expected
