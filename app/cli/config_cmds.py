@@ -100,14 +100,12 @@ def config_validate(path: Path, remote: Remote) -> None:
     """Validate a config file (locally, or by the router with --endpoint); exit 2 when invalid."""
     if remote.endpoint is None:
         from app.config.loader import ConfigError, load_config
-        from app.srun.bound_models import bound_model_issues
-        from app.srun.settings import SrunEnvironment
+        from app.srun.bound_models import check_bound_models
 
         try:
             loaded = load_config(path)
-            issues = bound_model_issues(loaded.config, SrunEnvironment.from_env().cache_dir)
-            if issues:  # the user's own models the bindings name, read from their directories
-                raise ConfigError(issues, source=str(path))
+            # the user's own models the bindings name, read from their directories
+            check_bound_models(loaded.config, str(path))
         except ConfigError as exc:
             fail(str(exc), EXIT_INVALID)
         for warning in loaded.warnings:

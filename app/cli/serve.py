@@ -129,9 +129,13 @@ def serve_forever(
     """Start Ray + the graph, show progress, block until Ctrl-C / SIGTERM, then stop cleanly."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from app.config.loader import ConfigError, load_config
+    from app.srun.bound_models import check_bound_models
 
     try:
         config = load_config(config_path).config  # fail fast with the path-named reason, before starting Ray
+        # A bound model directory that cannot load or does not fit fails here, as PATCH and
+        # `config validate` refuse it, not at activation (docs/model-runtime.md).
+        check_bound_models(config, str(config_path))
     except ConfigError as exc:
         console.print(f"[red]invalid configuration {config_path}:[/red]\n{exc}")
         return 2

@@ -17,8 +17,7 @@ from typing import Any, Literal
 from app.config.document import RouterConfig
 from app.config.errors import ConfigError
 from app.config.loader import LoadedConfig, config_hash, parse_config, parse_text
-from app.srun.bound_models import bound_model_issues
-from app.srun.settings import SrunEnvironment
+from app.srun.bound_models import check_bound_models
 
 Stage = Literal["parse", "compile", "validate", "warm", "activate"]
 
@@ -101,9 +100,10 @@ def check_document(document: dict[str, Any]) -> CheckedDocument:
         loaded: LoadedConfig = parse_config(document, source="request body")
     except ConfigError as exc:
         raise DocumentRejected(reasons_from_config_error(exc)) from None
-    issues = bound_model_issues(loaded.config, SrunEnvironment.from_env().cache_dir)
-    if issues:
-        raise DocumentRejected(reasons_from_config_error(ConfigError(issues)))
+    try:
+        check_bound_models(loaded.config)
+    except ConfigError as exc:
+        raise DocumentRejected(reasons_from_config_error(exc)) from None
     compact = compact_document(loaded.config)
     return CheckedDocument(
         config=loaded.config,

@@ -8,7 +8,9 @@ every host already serves, with the directory's own labels:
   label in a row) merged, offsets in code points of the input, probability the mean of the
   words' tag probabilities;
 - embeddings: app/runtime/tasks.py's `EmbeddingModel` over `DirEncoder` (pooled as the
-  directory says, unit length).
+  directory says, unit length);
+- rerank: `DirCrossEncoder`, a cross-encoder's logit per (query, passage) pair, which
+  svc-srun serves on /v1/rerank (app/srun/cross_encoder.py).
 
 Windows, budgets, usage and answers are the runtime's own (`TaskModel`), so a directory
 serves /v1/classify and /v1/embeddings exactly as a built-in does.
@@ -133,6 +135,31 @@ def _close(text: str, current: list[Any] | None, spans: list[Span]) -> None:
         )
 
 
+class DirCrossEncoder(TaskModel):
+    """A cross-encoder: one relevance logit per (query, passage) pair. Its surface is svc-srun's
+    /v1/rerank (app/srun/cross_encoder.py), so classify and embeddings answer
+    unsupported_surface as for any model that lacks them."""
+
+    def __init__(self, card: ModelCard, tokenizer: TextTokenizer, runner: Runner) -> None:
+        super().__init__(card, tokenizer)
+        self.runner = runner
+
+    def score(self, pairs: list[tuple[str, str]]) -> list[tuple[float, int, bool]]:
+        """Each pair's logit, the tokens read and whether the pair was cut to the card's budget."""
+        return [
+            (float(row.values.reshape(-1)[0]), len(row.offsets), row.truncated)
+            for row in self.runner.run(pairs)
+        ]
+
+    def warm_up(self) -> None:
+        self.score([("warm up", SELF_CHECK_TEXT), ("a longer query to warm the model up " * 3, "x")])
+
+    def self_check(self) -> None:
+        [row] = self.runner.run([("the weather", SELF_CHECK_TEXT)])
+        if row.values.shape != (1,) or not np.isfinite(row.values).all():
+            raise RuntimeError(f"cross-encoder answers shape {row.values.shape}, not one finite logit")
+
+
 class DirEncoder:
     """A directory's sentence encoder as the runtime's `Encoder`: pooled, unit length."""
 
@@ -195,7 +222,7 @@ def dir_card(info: ModelDirInfo, tokenizer: TextTokenizer, engine: EngineName, d
         name=info.name,
         description=f"{info.architecture} ({info.format}) from {info.path}",
         task=info.task,
-        surfaces=["embeddings" if embeddings else "classify"],
+        surfaces=["embeddings" if embeddings else "rerank" if info.task == "rerank" else "classify"],
         labels=info.served_labels,
         engines=list(engines_of(info)),
         engine=engine,
@@ -245,6 +272,8 @@ def load_model_dir(
         model = DirLabelModel(card, tokenizer, runner)
     elif info.task == "token_spans":
         model = DirSpanModel(card, tokenizer, runner, info.labels)
+    elif info.task == "rerank":
+        model = DirCrossEncoder(card, tokenizer, runner)
     else:
         model = EmbeddingModel(card, tokenizer, DirEncoder(runner, tokenizer, info))
     try:

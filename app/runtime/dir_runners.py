@@ -5,7 +5,9 @@ raw output (logits per text for a sequence classifier, per token for a token cla
 token states for an encoder) and the token offsets and word ids behind it.
 
 The tokenizer truncates at the directory's `max_tokens`; the task models hand in texts the
-runtime's budgets already cut to fit, so truncation is a safety net, not a policy.
+runtime's budgets already cut to fit, so truncation is a safety net, not a policy. A
+cross-encoder's items are (query, passage) pairs, encoded with the tokenizer's pair template
+and token type ids, cut longest-first to fit as sentence-transformers' CrossEncoder does.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,6 +24,8 @@ import numpy as np
 from app.runtime.encoder import row_feeds
 from app.runtime.model_dir import ModelDirError, ModelDirInfo
 
+Item = str | tuple[str, str]  # a text, or a cross-encoder's (query, passage) pair
+
 
 @dataclass
 class RowOutput:
@@ -28,10 +33,11 @@ class RowOutput:
     offsets: list[tuple[int, int]]  # per token, code points into the text
     word_ids: list[int | None]  # per token; None for special tokens
     special: list[bool]
+    truncated: bool = False  # the tokenizer cut the text (or pair) at max_tokens
 
 
 class Runner(Protocol):
-    def run(self, texts: list[str]) -> list[RowOutput]: ...
+    def run(self, texts: Sequence[Item]) -> list[RowOutput]: ...
 
 
 def load_tokenizer(info: ModelDirInfo) -> Any:
@@ -45,7 +51,11 @@ def load_tokenizer(info: ModelDirInfo) -> Any:
 
 def _row(values: np.ndarray, enc: Any) -> RowOutput:
     return RowOutput(
-        values, list(enc.offsets), list(enc.word_ids), [bool(s) for s in enc.special_tokens_mask]
+        values,
+        list(enc.offsets),
+        list(enc.word_ids),
+        [bool(s) for s in enc.special_tokens_mask],
+        bool(enc.overflowing),
     )
 
 
@@ -53,7 +63,7 @@ def auto_class(task: str) -> Any:
     """The transformers class that loads a directory of `task`."""
     import transformers
 
-    if task == "label_probabilities":
+    if task in ("label_probabilities", "rerank"):
         return transformers.AutoModelForSequenceClassification
     if task == "token_spans":
         return transformers.AutoModelForTokenClassification
@@ -82,24 +92,27 @@ class TorchRunner:
         self._tokenizer = load_tokenizer(info)
         self._lock = threading.Lock()
 
-    def run(self, texts: list[str]) -> list[RowOutput]:
+    def run(self, texts: Sequence[Item]) -> list[RowOutput]:
         from app.runtime.native import pad_batch
 
         torch = self._torch
         batch = pad_batch(self._tokenizer, texts)
         ids = torch.from_numpy(batch.ids).to(self.device)
         feeds = {"input_ids": ids, "attention_mask": torch.from_numpy(batch.mask).to(self.device)}
-        if self._types:
-            feeds["token_type_ids"] = torch.zeros_like(ids)
+        encodings = self._tokenizer.encode_batch(list(texts))
+        if self._types:  # all 0 for single texts; 1 over a pair's second text
+            types = np.zeros_like(batch.ids)
+            for i, enc in enumerate(encodings):
+                types[i, : batch.lengths[i]] = enc.type_ids
+            feeds["token_type_ids"] = torch.from_numpy(types).to(self.device)
         with self._lock, torch.inference_mode():
             out = self._model(**feeds)
             tensor = out.last_hidden_state if self._task == "embeddings" else out.logits
             values = tensor.float().cpu().numpy()
-        encodings = self._tokenizer.encode_batch(list(texts))
         rows = []
         for i, enc in enumerate(encodings):
-            row = values[i] if self._task == "label_probabilities" else values[i, : batch.lengths[i]]
-            rows.append(_row(row, enc))
+            per_text = self._task in ("label_probabilities", "rerank")
+            rows.append(_row(values[i] if per_text else values[i, : batch.lengths[i]], enc))
         return rows
 
 
@@ -127,11 +140,14 @@ class OrtRunner:
         self._tokenizer = load_tokenizer(info)
         self._lock = threading.Lock()
 
-    def run(self, texts: list[str]) -> list[RowOutput]:
+    def run(self, texts: Sequence[Item]) -> list[RowOutput]:
         rows = []
         for enc in self._tokenizer.encode_batch(list(texts)):
+            feeds = row_feeds(enc.ids, self._inputs)
+            if "token_type_ids" in feeds:  # a pair's second text is type 1
+                feeds["token_type_ids"] = np.asarray([enc.type_ids], dtype=np.int64)
             with self._lock:
-                out = self._session.run(None, row_feeds(enc.ids, self._inputs))[0]
+                out = self._session.run(None, feeds)[0]
             rows.append(_row(np.asarray(out[0], np.float32), enc))
         return rows
 

@@ -11,7 +11,8 @@ where it is, and whether it can load, checked from its small files before any we
   the reason, so a bad directory fails at load or validation, never on a request.
 
 Layouts: `hf` (config.json, model.safetensors or pytorch_model.bin, tokenizer.json) for
-`*ForSequenceClassification` (label_probabilities), `*ForTokenClassification` (token_spans)
+`*ForSequenceClassification` (label_probabilities; with one label a cross-encoder: rerank),
+`*ForTokenClassification` (token_spans)
 and an encoder in the sentence-transformers layout or a bare `*Model` (embeddings, mean
 pooling unless 1_Pooling says otherwise); `onnx` (the same files with model.onnx instead of
 the weights, as `svc-srun train` exports).
@@ -84,6 +85,8 @@ class ModelDirInfo:
     def served_labels(self) -> list[str]:
         """The labels answers carry: `labels` (config.json's id2label), or for a token
         classifier the entity types its tags name (B-/I- dropped, O left out)."""
+        if self.task == "rerank":
+            return []  # one relevance logit, no label
         if self.task != "token_spans":
             return list(self.labels)
         types = (tag[2:] if tag[:2] in ("B-", "I-") else tag for tag in self.labels)
@@ -190,12 +193,8 @@ def inspect_model_dir(path: Path | str) -> ModelDirInfo:
     architecture = _architecture(config, directory)
     task = _task(architecture, directory)
     labels = _labels(config, directory) if task != "embeddings" else []
-    if task == "label_probabilities" and len(labels) < 2:
-        raise ModelDirError(
-            directory / "config.json",
-            f"{architecture} with {len(labels)} label: a regression head or cross-encoder; "
-            "a sequence classifier needs 2 or more labels in id2label",
-        )
+    if task == "label_probabilities" and len(labels) == 1:
+        task = "rerank"  # one logit over a (query, passage) pair: a cross-encoder
     vocab_size = _int(config, "vocab_size", directory)
     dimensions = _int(config, "hidden_size", directory, fallback=("dim", "d_model"))
     tokenizer = _tokenizer(directory, vocab_size)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ class PaddedBatch:
     offsets: list[list[tuple[int, int]]]
 
 
-def pad_batch(tokenizer: Any, texts: list[str]) -> PaddedBatch:
+def pad_batch(tokenizer: Any, texts: Sequence[str | tuple[str, str]]) -> PaddedBatch:
     encodings = tokenizer.encode_batch(list(texts))
     lengths = [len(e.ids) for e in encodings]
     ids = np.zeros((len(texts), max(lengths)), dtype=np.int64)

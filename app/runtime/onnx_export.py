@@ -70,7 +70,7 @@ def export_onnx(source: Path, target: Path) -> Path:
                 output_names=[output],
                 dynamic_axes={
                     **dict.fromkeys(names, per_token),
-                    output: {0: "batch"} if info.task == "label_probabilities" else per_token,
+                    output: {0: "batch"} if info.task in ("label_probabilities", "rerank") else per_token,
                 },
                 opset_version=17,
                 dynamo=False,

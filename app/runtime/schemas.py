@@ -17,8 +17,10 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-Task = Literal["embeddings", "label_probabilities", "label_scores", "token_spans"]
-Surface = Literal["classify", "embeddings"]
+# `rerank`: a cross-encoder directory's relevance logit over (query, passage) pairs, answered
+# on svc-srun's /v1/rerank (app/srun/cross_encoder.py), not on classify or embeddings.
+Task = Literal["embeddings", "label_probabilities", "label_scores", "token_spans", "rerank"]
+Surface = Literal["classify", "embeddings", "rerank"]
 Overflow = Literal["reject", "truncate", "window"]
 EngineName = Literal["onnxruntime", "native"]
 ModelStatus = Literal["available", "unavailable", "loading", "warming", "ready", "degraded", "failed"]

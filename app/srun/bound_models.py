@@ -9,6 +9,9 @@ never a classifier), or labels that do not fit the config's label map
 (app/config/binding_checks.py) are validation errors naming the path to fix, so a bad model is
 refused when the configuration is submitted, never on a request. A deployment attached to an
 `endpoint` runs elsewhere and is not read here.
+
+`check_bound_models` is the one check every entry runs: PATCH/PUT (app/management/documents.py),
+`svc-sr config validate` and `svc-sr serve`'s start, before Ray starts.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from pathlib import Path
 from app.config.binding_checks import binding_path, model_label_issues
 from app.config.builtin_models import builtin_task
 from app.config.document import RouterConfig
-from app.config.errors import ConfigIssue
+from app.config.errors import ConfigError, ConfigIssue
 from app.config.model_deployments import BINDINGS, ModelDeployment, read_bindings
 from app.runtime.model_dir import ModelDirError, ModelDirInfo, inspect_model_dir, resolve_model_ref
+from app.srun.settings import SrunEnvironment
 
 
 def model_ref(deployment: ModelDeployment) -> str | None:
@@ -71,3 +75,11 @@ def bound_model_issues(config: RouterConfig, cache_dir: Path | None = None) -> l
         elif spec.family in ("domain", "pii"):
             issues += model_label_issues(config, name, info.served_labels, str(info.path))
     return issues
+
+
+def check_bound_models(config: RouterConfig, source: str = "<memory>") -> None:
+    """ConfigError naming each bound model that cannot load or does not fit its binding, read
+    through the managed workers' hub cache (SVC_SRUN_CACHE_DIR)."""
+    issues = bound_model_issues(config, SrunEnvironment.from_env().cache_dir)
+    if issues:
+        raise ConfigError(issues, source=source)

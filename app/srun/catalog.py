@@ -2,7 +2,8 @@
 the worker's own `decision-model` and `minilm-reranker`, both on the shared MiniLM encoder.
 
 `load(name, engine, device)` returns a loaded model: a `RuntimeModel` (classify,
-embeddings), a `DecisionModel` or a `Reranker`. `card_of(model)` gives its `WorkerCard`.
+embeddings), a `DecisionModel`, a `Reranker` or, for a cross-encoder directory, a
+`CrossEncoderReranker` (app/srun/cross_encoder.py). `card_of(model)` gives its `WorkerCard`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, cast
 import numpy as np
 
 from app.runtime import registry
+from app.runtime.dir_models import DirCrossEncoder
 from app.runtime.engine import RuntimeModel
 from app.runtime.limits import TextTokenizer, plan_input, resolve_budget
 from app.runtime.schemas import (
@@ -29,6 +31,7 @@ from app.runtime.schemas import (
     parse_request,
 )
 from app.srun.calibration import ARTIFACT, Calibration
+from app.srun.cross_encoder import CrossEncoderReranker
 from app.srun.decisions import DecisionModel, EncodedRow
 from app.srun.rerank import rank
 from app.srun.schemas import RerankItem, RerankRequest, RerankResponse, RerankUsage, WorkerCard
@@ -41,8 +44,8 @@ def _decision_artifacts(engine: str) -> list[tuple[str, str | None, list[Any]]]:
     return [("svc-sr-decision-calibration", None, [ARTIFACT]), *registry.encoder_artifacts(engine)]
 
 
-# registry.Builtin types the engine's own tasks and surfaces; the worker's models add
-# `decisions` and `rerank` (WorkerSurface), hence the casts.
+# registry.Builtin types the engine's own tasks and surfaces; the worker's decision model adds
+# `decisions` (WorkerSurface), hence the casts.
 SPECS: dict[str, registry.Builtin] = {
     DECISION_MODEL: registry.Builtin(
         name=DECISION_MODEL,
@@ -57,8 +60,8 @@ SPECS: dict[str, registry.Builtin] = {
     RERANKER: registry.Builtin(
         name=RERANKER,
         description="rerank: MiniLM cosine similarity fused with BM25",
-        task=cast(Task, "rerank"),
-        surfaces=cast(tuple[Surface, ...], ("rerank",)),
+        task="rerank",
+        surfaces=("rerank",),
         engines=("onnxruntime", "native"),
         limits=registry.MINILM_LIMITS,
         labels=list,
@@ -170,7 +173,7 @@ class Reranker:
         )
 
 
-Loaded = RuntimeModel | DecisionModel | Reranker
+Loaded = RuntimeModel | DecisionModel | Reranker | CrossEncoderReranker
 
 
 def card_of(model: Loaded) -> WorkerCard:
@@ -182,8 +185,11 @@ def load(name: str, engine: str = "auto", device: str = "cpu", *, warm: bool = T
     """Load a built-in by name or alias, or a model directory (`registry.load_model`).
     ModelNotFound, InvalidRequest (engine/device) or NotReady (missing files, failed
     self-check, a directory that cannot serve), as `registry.load_model`."""
-    if not is_builtin(name):
-        return registry.load_model(name, engine=engine, device=device, warm=warm)  # a directory
+    if not is_builtin(name):  # a directory
+        loaded = registry.load_model(name, engine=engine, device=device, warm=warm)
+        if isinstance(loaded, DirCrossEncoder):
+            return CrossEncoderReranker(to_worker_card(loaded.card), loaded)
+        return loaded
     key = canonical(name)
     if key in registry.BUILTINS:
         return registry.load_model(key, engine=engine, device=device, warm=warm)

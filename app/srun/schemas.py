@@ -130,8 +130,9 @@ class RerankRequest(_Strict):
 class RerankItem(_Wire):
     index: int
     relevance_score: float
-    similarity: float
-    bm25: float
+    similarity: float | None = None  # the built-in reranker's parts: cosine ...
+    bm25: float | None = None  # ... and BM25
+    logit: float | None = None  # a cross-encoder's raw score (relevance_score is its sigmoid)
     document: str | None = None
 
 

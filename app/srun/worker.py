@@ -38,7 +38,8 @@ from app.srun import catalog
 from app.srun.admission import admit, licence_of
 from app.srun.cache import ResultCache
 from app.srun.catalog import Loaded, Reranker
-from app.srun.decisions import DecisionModel, EncodedRow
+from app.srun.cross_encoder import CrossEncoderReranker
+from app.srun.decisions import DecisionModel
 from app.srun.metrics import WorkerMetrics
 from app.srun.schemas import (
     HealthResponse,
@@ -235,7 +236,7 @@ class Worker:
         card.served_name = slot.served if slot.served != card.name else None
         card.status = "ready"
         card.licence = licence_of(card.name)
-        if isinstance(model, DecisionModel | Reranker):
+        if isinstance(model, DecisionModel | Reranker | CrossEncoderReranker):
             model.card = card
         options = {
             "window_ms": self.settings.batch_window_ms,
@@ -249,7 +250,7 @@ class Worker:
             self.metrics.batch_tokens.labels(slot.served).observe(tokens)
 
         batcher = _ObservedBatcher(model.forward, observe, **options)
-        if isinstance(model, DecisionModel | Reranker):
+        if isinstance(model, DecisionModel | Reranker | CrossEncoderReranker):
             slot.batcher = batcher
         else:
             slot.batched = BatchedModel(model)
@@ -402,7 +403,7 @@ class Worker:
 
     async def _run(self, slot: Slot, surface: str, body: dict[str, Any], timings: Timings) -> dict[str, Any]:
         model = slot.model
-        if isinstance(model, DecisionModel | Reranker):
+        if isinstance(model, DecisionModel | Reranker | CrossEncoderReranker):
             encode = self._encoder(slot, timings)
             if isinstance(model, DecisionModel):
                 return (await model.decide(body, encode, timings)).to_wire()
@@ -426,13 +427,19 @@ class Worker:
             wire["model"] = slot.served
         return wire
 
-    def _encoder(self, slot: Slot, timings: Timings) -> Callable[[list[str]], Any]:
+    def _encoder(self, slot: Slot, timings: Timings) -> Callable[[list[Any]], Any]:
+        """The slot's batcher as `encode(items)`: texts, or a cross-encoder's (query, passage)
+        pairs, each estimated at a token per 4 characters."""
         batcher = slot.batcher
         assert batcher is not None
 
-        async def encode(texts: list[str]) -> list[EncodedRow]:
+        def tokens(item: str | tuple[str, str]) -> int:
+            chars = len(item) if isinstance(item, str) else sum(map(len, item))
+            return max(1, chars // 4 + 2)
+
+        async def encode(texts: list[Any]) -> list[Any]:
             stats = BatchStats()
-            rows = await batcher.submit_many(texts, [max(1, len(t) // 4 + 2) for t in texts], stats)
+            rows = await batcher.submit_many(texts, [tokens(t) for t in texts], stats)
             timings.queue_ms += stats.queue_ms
             timings.forward_ms += stats.forward_ms
             return rows

@@ -14,8 +14,10 @@ path, the shapes and the labels, not the judgement.
   the types themselves (plain labels).
 - `write_tiny_sentence_encoder(dir, dim)`: BertModel in the sentence-transformers layout
   (modules.json, 1_Pooling/config.json with mean pooling, 2_Normalize).
+- `write_tiny_cross_encoder(dir)`: BertForSequenceClassification with one label, as
+  sentence-transformers saves a CrossEncoder (rerank).
 
-    python tests/fakes/tiny_models.py sequence|token|encoder OUT_DIR [LABEL...]
+    python tests/fakes/tiny_models.py sequence|token|encoder|cross-encoder OUT_DIR [LABEL...]
 """
 
 from __future__ import annotations
@@ -128,6 +130,20 @@ def write_tiny_sequence_classifier(directory: Path, labels: list[str], seed: int
     return directory
 
 
+def write_tiny_cross_encoder(directory: Path, seed: int = 0) -> Path:
+    """A cross-encoder in the sentence-transformers CrossEncoder layout: a sequence classifier
+    with one label (LABEL_0, one relevance logit over a query/passage pair) and the config's
+    `sentence_transformers` entry naming its sigmoid activation."""
+    from transformers import BertForSequenceClassification
+
+    directory = Path(directory)
+    vocab = write_tokenizer(directory)
+    config = _config(len(vocab), 32, ["LABEL_0"])
+    config.sentence_transformers = {"activation_fn": "torch.nn.modules.activation.Sigmoid"}
+    _save(BertForSequenceClassification, config, directory, seed)
+    return directory
+
+
 def bio_labels(types: list[str]) -> list[str]:
     return ["O", *(f"{prefix}-{t}" for t in types for prefix in ("B", "I"))]
 
@@ -182,6 +198,7 @@ WRITERS = {
     "sequence": lambda d, rest: write_tiny_sequence_classifier(d, rest or ["positive", "negative"]),
     "token": lambda d, rest: write_tiny_token_classifier(d, rest or ["EMAIL", "PERSON"]),
     "encoder": lambda d, rest: write_tiny_sentence_encoder(d, int(rest[0]) if rest else 32),
+    "cross-encoder": lambda d, rest: write_tiny_cross_encoder(d),
 }
 
 if __name__ == "__main__":

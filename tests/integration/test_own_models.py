@@ -203,11 +203,11 @@ def base(stack: Stack, models: Models, tmp_path_factory: pytest.TempPathFactory)
             yield url
 
 
-def routes(base: str) -> list[str]:
+def routes(base: str, prompts: list[str] = PROMPTS) -> list[str]:
     """The decision of each prompt, asked through the OpenAI SDK."""
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=60)
     out = []
-    for prompt in PROMPTS:
+    for prompt in prompts:
         answer = client.chat.completions.with_raw_response.create(
             model="MoM", messages=[{"role": "user", "content": prompt}]
         )

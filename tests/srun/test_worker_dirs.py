@@ -5,6 +5,7 @@ HTTP API by a real worker process on 127.0.0.1, with their own labels; a bad dir
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import time
 import pytest
 
 from tests.fakes.tiny_models import (
+    write_tiny_cross_encoder,
     write_tiny_sentence_encoder,
     write_tiny_sequence_classifier,
     write_tiny_token_classifier,
@@ -37,12 +39,13 @@ def dirs(tmp_path_factory):
         "bad": bad,
         "tok": write_tiny_token_classifier(base / "pii-ner", ["EMAIL", "PERSON"]),
         "enc": write_tiny_sentence_encoder(base / "my-encoder", 48),
+        "ce": write_tiny_cross_encoder(base / "my-reranker"),
     }
 
 
 @pytest.fixture(scope="module")
 def worker(dirs, tmp_path_factory):
-    models = [str(dirs[k]) for k in ("good", "bad", "tok", "enc")]
+    models = [str(dirs[k]) for k in ("good", "bad", "tok", "enc", "ce")]
     args = [*models, f"acme/intent@{COMMIT}", "--cache-dir", str(dirs["hub"])]
     proc = WorkerProcess(args, tmp_path_factory.mktemp("srun") / "worker.log")
     try:
@@ -136,3 +139,21 @@ def test_token_classifier_and_sentence_encoder_directories(worker, dirs):
         data = vectors.json()["data"]
         assert [len(d["embedding"]) for d in data] == [48, 48]
         assert abs(sum(x * x for x in data[0]["embedding"]) - 1.0) < 1e-4
+
+
+def test_a_cross_encoder_directory_answers_rerank(worker):
+    docs = ["the stock market fell", "knead the dough and bake the bread", "rain tomorrow"]
+    with worker.client(timeout=30.0) as http:
+        card = {c["name"]: c for c in http.get("/v1/models").json()["data"]}["my-reranker"]
+        assert (card["task"], card["surfaces"], card["labels"]) == ("rerank", ["rerank"], [])
+        body = {"model": "my-reranker", "query": "bake bread", "documents": docs, "top_n": 2}
+        answer = http.post("/v1/rerank", json={**body, "return_documents": True})
+        assert answer.status_code == 200, answer.text
+        results = answer.json()["results"]
+        assert len(results) == 2 and [r["document"] for r in results] == [docs[r["index"]] for r in results]
+        assert results[0]["relevance_score"] >= results[1]["relevance_score"]
+        for r in results:  # a one-label cross-encoder's score is the sigmoid of its logit
+            assert abs(r["relevance_score"] - 1 / (1 + math.exp(-r["logit"]))) < 1e-5
+        assert answer.json()["usage"]["tokens"] > 0
+        wrong = http.post("/v1/classify", json={"model": "my-reranker", "input": "bake bread"})
+        assert wrong.status_code == 422 and wrong.json()["error"]["code"] == "unsupported_surface"

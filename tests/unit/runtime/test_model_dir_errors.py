@@ -145,9 +145,11 @@ def test_weights_cut_short_fail_at_load_with_the_path(seq):
     assert str(weights) in caught.value.path and "the weights do not load" in caught.value.reason
 
 
-def test_one_label_is_not_a_classifier(base, tmp_path):
+def test_one_label_is_a_cross_encoder_not_a_classifier(base, tmp_path):
     one = write_tiny_sequence_classifier(tmp_path / "one", ["score"])
-    refused(one, "a regression head or cross-encoder")
+    assert (
+        inspect_model_dir(one).task == "rerank"
+    )  # served on /v1/rerank (tests/unit/srun/test_cross_encoder_dirs.py)
 
 
 def test_pooling_width_must_be_the_encoders(base, tmp_path):

@@ -24,7 +24,11 @@ from app.pipeline import PipelineServices, RouterPipeline
 from app.srun.bound_models import bound_model_issues
 from app.srun.hosting import BindingRuntimes, ManagedRuntimes, ModelLoadFailed
 from app.srun.settings import SrunEnvironment
-from tests.fakes.tiny_models import write_tiny_sequence_classifier, write_tiny_token_classifier
+from tests.fakes.tiny_models import (
+    write_tiny_cross_encoder,
+    write_tiny_sequence_classifier,
+    write_tiny_token_classifier,
+)
 from tests.unit.srun.test_runtime_bindings import FakeClient, FakeEmbed, chat, serve_with
 
 INTENTS = "/models/intents"  # never read here: the fake worker answers for it
@@ -235,6 +239,11 @@ def test_a_directory_that_cannot_load_or_answers_another_task_is_refused(intent_
     assert "answers token_spans; the domain_classifier binding reads label_probabilities" in next(
         iter(found.values())
     )
+    cross_encoder = write_tiny_cross_encoder(tmp_path / "reranker")  # one label: rerank, no classifier
+    found = issues_of(with_artifact(intents_document(), cross_encoder))
+    assert "answers rerank; the domain_classifier binding reads label_probabilities" in next(
+        iter(found.values())
+    )
 
 
 @pytest.mark.slow  # the module's tiny models: torch and transformers load (~13 s)
@@ -259,3 +268,41 @@ def test_config_validate_reads_the_bound_directory(intent_dirs, tmp_path):
     refused = CliRunner().invoke(cli, ["config", "validate", str(bad)])
     assert refused.exit_code == EXIT_INVALID
     assert ".".join((*DOMAIN, "labels", "LABEL_9")) in refused.stderr
+
+
+@pytest.mark.slow  # the module's tiny models: torch and transformers load (~13 s)
+def test_serve_refuses_a_bound_directory_at_start_before_ray(intent_dirs, tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from app.cli import serve
+
+    def no_ray(*_: object) -> None:
+        raise AssertionError("Ray started for a configuration that should have been refused")
+
+    monkeypatch.setattr(serve, "_start_ray", no_ray)
+    model, tagger = intent_dirs
+    missing = tmp_path / "nothing-here"
+    cases = {
+        "missing.yaml": (
+            with_artifact(intents_document(LABELS), missing),
+            [str(missing), "no such directory"],
+        ),
+        "tagger.yaml": (with_artifact(intents_document(), tagger), ["answers token_spans"]),
+        "labels.yaml": (
+            with_artifact(intents_document({"LABEL_9": "tech"}), model),
+            [".".join((*DOMAIN, "labels", "LABEL_9")), "has no label 'LABEL_9'"],
+        ),
+    }
+    for name, (document, reasons) in cases.items():
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(document))
+        out = io.StringIO()
+        code = serve.serve_forever(
+            path, "127.0.0.1", 1, False, Console(file=out, width=400), with_envoy=False
+        )
+        text = out.getvalue()
+        assert code == 2 and f"invalid configuration {path}" in text, text
+        for reason in reasons:
+            assert reason in text, text
