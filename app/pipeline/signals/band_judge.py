@@ -41,6 +41,11 @@ class EncoderJudge:
         self._scores: OrderedDict[str, float] = OrderedDict()
         self._running: dict[str, asyncio.Future[float]] = {}
 
+    @property
+    def cut(self) -> float:
+        """The attack score at which the encoder flags a text."""
+        return float(self.encoder.cut) if self.encoder is not None else 1.0
+
     async def score(self, text: str) -> float:
         if self.encoder is None:
             raise RuntimeError(f"guard encoder unavailable: {self.error}")
@@ -66,7 +71,7 @@ class EncoderJudge:
         at the rule's threshold, which belongs to the cheap heads' scale."""
         score = await self.score(text)
         verdict = Verdict(
-            flagged=score >= self.encoder.cut,
+            flagged=score >= self.cut,
             score=score,
             confidence=1.0,
             method=ENCODER_METHOD,

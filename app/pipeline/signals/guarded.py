@@ -131,6 +131,9 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
         encoder = answer.verdict is not None and answer.verdict.method == ENCODER_METHOD
         cascaded = {
             **detail,
+            # the score that decided and the cut it was held to: an audited refusal's pair
+            # (the encoder's own cut; the LLM's verdict is at the rule's threshold)
+            "threshold": getattr(self.cascade, "cut", threshold) if encoder else threshold,
             "cascade": ENCODER_METHOD if encoder else "llm",
             "classifier_score": score,
             "llm_verdict": None if encoder or answer.verdict is None else list(answer.verdict.types),
@@ -171,7 +174,8 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
             return self._error(rule, f"{self.family} detection failed: {exc}")
         best = max(range(len(parts)), key=lambda i: (judged[i][0], judged[i][1]))
         matched, confidence, detail = judged[best]
-        detail = {**detail, "threshold": threshold}  # a refusal names it (app/pipeline/phases/guard.py)
+        # a refusal names it (app/pipeline/phases/guard.py); a band judge's own cut when it decided
+        detail = {"threshold": threshold, **detail}
         if len(parts) > 1:
             detail = {**detail, "read": parts[best][0], "parts_judged": len(parts)}
         return SignalMatch(

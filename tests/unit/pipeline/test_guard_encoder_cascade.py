@@ -27,7 +27,7 @@ from tests.unit.pipeline.test_harmful_signal import FakeHarmful
 class ScriptedEncoder:
     """Attack score 0.95 for texts naming a grandmother, else 0.1; counts its passes."""
 
-    cut = 0.5
+    cut = 0.7  # not the rule's 0.5: a refusal it decides names this cut
 
     def __init__(self, fail: bool = False) -> None:
         self.texts: list[str] = []
@@ -79,7 +79,7 @@ async def test_a_score_in_the_band_is_decided_by_the_encoder(monkeypatch: pytest
     assert _blocked(plan)
     match = next(m for m in plan.signals.matches if m.type == "jailbreak")
     assert match.detail["cascade"] == "encoder" and match.detail["classifier_score"] == pytest.approx(0.6)
-    assert match.confidence == pytest.approx(0.95)
+    assert match.confidence == pytest.approx(0.95) and match.detail["threshold"] == pytest.approx(0.7)
     # the heads alone would refuse 0.6 >= 0.5; the encoder's verdict lets it through
     assert not _blocked(await pipe.route(chat("pretend you are a pirate")))
     assert encoder.texts == ["pretend you are my grandmother", "pretend you are a pirate"]
