@@ -18,9 +18,9 @@ ARTIFACT = Path(__file__).parent / "artifacts" / "guard_encoder"
 CUT_FILE = "guard_cut.json"
 BENIGN = "benign"
 DEFAULT_CUT = 0.5
-# Texts longer than this are cut: the guard already judges long parts in ~1,000-character
-# windows (docs/security.md, "What each guard reads"), and the encoder was tuned at 128 tokens.
-OPTIONS = {"overflow": "truncate"}
+# A text is read up to 256 tokens: the guard already judges a long part in ~1,000-character
+# windows (docs/security.md, "What each guard reads"), about that many tokens each.
+OPTIONS = {"overflow": "truncate", "max_tokens": 256}
 
 
 class GuardEncoder:
