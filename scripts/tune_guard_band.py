@@ -9,7 +9,9 @@ the sources' validation parts and the hand-written dev halves; no held-out text)
 3. for each band [low, high) of each head and each encoder cut, the cascade is replayed on
    those scores: attacks caught, ordinary rows refused, and the share of ordinary rows that
    pay the encoder pass. Printed best first: the most caught with no more refused than the
-   shipped heads alone.
+   shipped heads alone. The documented band (jailbreak [0.05, 0.5), harmful [0.1, 0.7), cut
+   0.98, `guard_cut.json`) is, of those within 0.25 points of the best catch, the one that
+   sends the fewest ordinary rows to the encoder.
 
     .venv/bin/python scripts/tune_guard_band.py --rows /tmp/enc-rows/tuning.jsonl \
         --encoder app/models/artifacts/guard_encoder --scores /tmp/tuning-scores.json
@@ -38,7 +40,7 @@ from app.pipeline.selection import RoutingError  # noqa: E402
 JB, HARM = "global:prompt_guard", "global:prompt_guard:harmful"
 LOWS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
 HIGHS = (0.5, 0.7, 0.9, 1.0)
-CUTS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)
+CUTS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995)
 
 
 async def head_scores(config: str, texts: list[str]) -> list[dict]:
@@ -109,6 +111,33 @@ def replay(rows: list[dict], enc: np.ndarray, band_j, band_h, cut: float | None)
     return {"refused": np.array(refused), "paid": np.array(paid)}
 
 
+def print_choices(rows, heads, enc, attack, base, results, top: int) -> None:
+    """The best bands under each rule: no more ordinary rows refused than the heads alone,
+    overall; and that, in every source too (a gain on one source's noisy labels must not hide
+    new refusals of another's)."""
+    sources = np.array([r["source"] for r in rows])
+    benign_sources = sorted(set(sources[~attack]))
+
+    def fair(band_j, band_h, cut) -> bool:
+        ref = replay(heads, enc, band_j, band_h, cut)["refused"]
+        return all(
+            ref[~attack & (sources == s)].sum() <= base[~attack & (sources == s)].sum()
+            for s in benign_sources
+        )
+
+    allowed = [r for r in sorted(results, reverse=True) if -r[1] <= base[~attack].mean()]
+    print("-- no more ordinary rows refused overall (the rule of the documented band):")
+    for r in allowed[:top]:
+        print(
+            f"band jb {r[3]} harm {r[4]} cut {r[5]}: caught {r[0]:.4f} refused {-r[1]:.4f} paid {-r[2]:.4f}"
+        )
+    print("-- and none more in any source (tried, not kept: docs/security.md):")
+    for r in [r for r in allowed if fair(r[3], r[4], r[5])][:top]:
+        print(
+            f"band jb {r[3]} harm {r[4]} cut {r[5]}: caught {r[0]:.4f} refused {-r[1]:.4f} paid {-r[2]:.4f}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=Path, required=True)
@@ -130,7 +159,12 @@ def main(argv: list[str] | None = None) -> int:
           f"refused {base[~attack].mean():.4f} of {(~attack).sum()}")  # fmt: skip
     if args.encoder is None:
         return 0
-    enc = np.array(encoder_scores(args.encoder, texts))
+    cached = args.scores.with_suffix(".encoder.json")
+    if cached.is_file():
+        enc = np.array(json.loads(cached.read_text()))
+    else:
+        enc = np.array(encoder_scores(args.encoder, texts))
+        cached.write_text(json.dumps(enc.tolist()))
     for cut in CUTS:
         flag = enc >= cut
         print(f"encoder alone @{cut}: caught {flag[attack].mean():.4f}, refused {flag[~attack].mean():.4f}")
@@ -142,11 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         ref = out["refused"]
         results.append((ref[attack].mean(), -ref[~attack].mean(), -out["paid"][~attack].mean(),
                         (lj, hj), (lh, hh), cut))  # fmt: skip
-    allowed = [r for r in results if -r[1] <= base[~attack].mean()]
-    for r in sorted(allowed, reverse=True)[: args.top]:
-        print(
-            f"band jb {r[3]} harm {r[4]} cut {r[5]}: caught {r[0]:.4f} refused {-r[1]:.4f} paid {-r[2]:.4f}"
-        )
+    print_choices(rows, heads, enc, attack, base, results, args.top)
     by_source: dict[str, list[int]] = {}
     for r, b in zip(rows, base, strict=True):
         by_source.setdefault(f"{r['label']}/{r['source']}", []).append(int(b))

@@ -1,6 +1,6 @@
 """The shipped guard encoder (app/models/artifacts/guard_encoder, int8 ONNX) as the cascade
-runs it: plainly worded harm requests and jailbreak frames score above its cut, ordinary
-questions on the same topics below it. The prompts were written for this test, apart from the
+runs it: plainly worded harm requests and jailbreak frames score near 1, ordinary questions on
+the same topics far below its cut. The prompts were written for this test, apart from the
 evaluation sets (tests/data/guard), so it is no tuning target."""
 
 from __future__ import annotations
@@ -26,20 +26,20 @@ def encoder() -> GuardEncoder:
     return shared_encoder()
 
 
-def test_the_artifact_is_small_and_has_its_cut() -> None:
-    assert (ARTIFACT / CUT_FILE).is_file()
+def test_the_artifact_is_small_and_has_its_cut(encoder: GuardEncoder) -> None:
+    assert (ARTIFACT / CUT_FILE).is_file() and 0.5 < encoder.cut < 1.0
     size = sum(p.stat().st_size for p in ARTIFACT.iterdir())
     assert size < 30 * 1024 * 1024
 
 
 @pytest.mark.parametrize("text", ATTACKS)
-def test_an_attack_scores_above_the_cut(encoder: GuardEncoder, text: str) -> None:
-    assert encoder.attack_score(text) >= encoder.cut
+def test_an_attack_scores_near_one(encoder: GuardEncoder, text: str) -> None:
+    assert encoder.attack_score(text) >= 0.95
 
 
 @pytest.mark.parametrize("text", ORDINARY)
-def test_an_ordinary_question_scores_below_the_cut(encoder: GuardEncoder, text: str) -> None:
-    assert encoder.attack_score(text) < encoder.cut
+def test_an_ordinary_question_scores_far_below_the_cut(encoder: GuardEncoder, text: str) -> None:
+    assert encoder.attack_score(text) < 0.5 < encoder.cut
 
 
 def test_a_batch_scores_as_each_text_alone(encoder: GuardEncoder) -> None:
