@@ -1,5 +1,5 @@
 """The fine-tuned guard encoder of the prompt guard's uncertain band (docs/security.md,
-"The encoder cascade"; docs/model-cards/guard-encoder.md).
+"The cascade"; docs/model-cards/guard-encoder.md).
 
 Builds its rows from the jailbreak guard's and the shared guard sources (scripts/train_jailbreak.py,
 scripts/guard_train_data.py: every held-out text already dropped), labels them `benign`,
@@ -49,28 +49,26 @@ def labelled_rows() -> list[dict]:
     ]
     # plainly worded harm requests: the harmful-content head's sources (the jailbreak guard's
     # examples leave them out); harm inside a jailbreak frame is already a `jailbreak` row
+    # and the hard negatives written for the harmful head (security education, medicine,
+    # history, fiction); the harmful head's `test` part is this model's tuning too
     harm, _ = th.load_examples(th.parse_args(["--offline"]))
-    rows += [
-        {
-            "text": e.text,
-            "label": "harmful",
-            "source": e.source,
-            "split": "train" if e.split == "train" else "val",
-        }
-        for e in harm
-        if e.category in gtd.HARM and e.split in ("train", "val", "test") and e.source != "framed-harm"
-    ]
-    # hard negatives written for the harmful head: security education, medicine, history, fiction
-    rows += [
-        {
-            "text": e.text,
-            "label": "benign",
-            "source": e.source,
-            "split": "train" if e.split == "train" else "val",
-        }
-        for e in harm
-        if e.source == "seed-benign" and e.split in ("train", "val", "test")
-    ]
+    for e in harm:
+        if e.split not in ("train", "val", "test"):
+            continue
+        if e.category in gtd.HARM and e.source != "framed-harm":
+            label = "harmful"
+        elif e.source == "seed-benign":
+            label = "benign"
+        else:
+            continue
+        rows.append(
+            {
+                "text": e.text,
+                "label": label,
+                "source": e.source,
+                "split": "train" if e.split == "train" else "val",
+            }
+        )
     return rows
 
 

@@ -21,6 +21,7 @@ from app.pipeline.signals.band_judge import EncoderJudge
 from app.pipeline.signals.harmful import harmful_factory
 from app.pipeline.signals.jailbreak import jailbreak_factory
 from tests.unit.pipeline.test_classifier_signals import FakeEmbed, FakeGuard, chat
+from tests.unit.pipeline.test_guard_cascade import _config
 from tests.unit.pipeline.test_harmful_signal import FakeHarmful
 
 
@@ -40,19 +41,9 @@ class ScriptedEncoder:
         return 0.95 if "grandmother" in text else 0.1
 
 
-def _document(**prompt_guard: Any) -> dict[str, Any]:
-    return {
-        "version": "v0.3",
-        "providers": {
-            "defaults": {"default_model": "small"},
-            "models": [{"name": "small", "backend_refs": [{"endpoint": "127.0.0.1:9"}]}],
-        },
-        "global": {
-            "model_catalog": {
-                "modules": {"prompt_guard": {"enabled": True, "cascade_judge": "encoder", **prompt_guard}}
-            }
-        },
-    }
+def _encoder_config(**prompt_guard: Any) -> RouterConfig:
+    """test_guard_cascade's config (its guardrail LLM is never asked here), judged by the encoder."""
+    return _config(9, cascade_judge="encoder", **prompt_guard)
 
 
 def _pipeline(
@@ -64,8 +55,7 @@ def _pipeline(
         embed=FakeEmbed(),
         evaluators={"jailbreak": jailbreak_factory(FakeGuard()), "harmful": harmful_factory(FakeHarmful())},
     )
-    config = RouterConfig.model_validate(_document(**prompt_guard))
-    return RouterPipeline(config, services, rng=random.Random(0))
+    return RouterPipeline(_encoder_config(**prompt_guard), services, rng=random.Random(0))
 
 
 def _blocked(plan: Any) -> bool:
@@ -135,7 +125,7 @@ async def test_an_encoder_that_did_not_load_is_a_failed_cascade() -> None:
 
 
 def test_the_judge_must_be_llm_or_encoder() -> None:
-    document = _document(cascade_band=[0.3, 0.8])
+    document = _encoder_config(cascade_band=[0.3, 0.8]).model_dump(by_alias=True, exclude_none=True)
     document["global"]["model_catalog"]["modules"]["prompt_guard"]["cascade_judge"] = "gpt"
     with pytest.raises(ConfigError, match="cascade_judge"):
         parse_config(document)
