@@ -240,6 +240,11 @@ def prompt_guard_harmful_issues(model_catalog: Any) -> list[tuple[str, str, str]
         except ValidationError as exc:
             where = "global.model_catalog.modules.prompt_guard"
             issues += [(where, f"{i.path}: {i.message}", i.code) for i in issues_from_validation_error(exc)]
+        judge = section.get("cascade_judge", "llm")
+        if judge not in ("llm", "encoder"):  # who judges the band: app/pipeline/signals/band_judge.py
+            issues.append(
+                ("global.model_catalog.modules.prompt_guard.cascade_judge", "expected llm or encoder", "enum")
+            )
     node = section.get("harmful") if isinstance(section, dict) else None
     path = "global.model_catalog.modules.prompt_guard.harmful"
     if node is None or isinstance(node, bool):

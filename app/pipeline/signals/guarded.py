@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from app.pipeline.plan import SignalMatch
+from app.pipeline.signals.band_judge import ENCODER_METHOD
 from app.pipeline.signals.base import SignalContext, request_vectors, unscanned_match
 from app.runtime.signal_engine import SignalEngine, SignalItem, SignalRequest, UnscannedError, checked
 from app.runtime.signal_readers import UnusableAnswer
@@ -118,21 +119,27 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
     async def _cascade(
         self, text: str, threshold: float, verdict: tuple[bool, float, dict[str, Any]]
     ) -> tuple[bool, float, dict[str, Any]]:
-        """The guardrail LLM's verdict on a text whose score fell in the uncertain band; the
-        classifier's stands when the LLM cannot answer (down, slow, no verdict)."""
+        """The band judge's verdict on a text whose score fell in the uncertain band
+        (app/pipeline/signals/band_judge.py: the guardrail LLM or the guard encoder); the
+        classifier's stands when the judge cannot answer (down, slow, no verdict)."""
         matched, score, detail = verdict
         try:
             answer = await self.cascade.guard(text, threshold)
         except Exception as exc:
             return matched, score, {**detail, "cascade": "failed", "cascade_error": str(exc)[:200]}
-        llm_score = float(answer.scores.get("jailbreak", 0.0)) if answer.scores else 0.0
+        judged = float(answer.scores.get("jailbreak", 0.0)) if answer.scores else 0.0
+        encoder = answer.verdict is not None and answer.verdict.method == ENCODER_METHOD
         cascaded = {
             **detail,
-            "cascade": "llm",
+            # the score that decided and the cut it was held to: an audited refusal's pair
+            # (the encoder's own cut; the LLM's verdict is at the rule's threshold)
+            "threshold": getattr(self.cascade, "cut", threshold) if encoder else threshold,
+            "cascade": ENCODER_METHOD if encoder else "llm",
             "classifier_score": score,
-            "llm_verdict": list(answer.verdict.types) if answer.verdict else None,
+            "llm_verdict": None if encoder or answer.verdict is None else list(answer.verdict.types),
         }
-        return llm_score >= threshold, llm_score, cascaded
+        flagged = answer.verdict.flagged if answer.verdict is not None else judged >= threshold
+        return flagged, judged, cascaded
 
     async def _evaluate_one(self, ctx: SignalContext, rule: Any) -> SignalMatch:
         """Every part the rule reads (app/common/chat_text.py `guard_texts`) is judged on its own;
@@ -167,7 +174,8 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
             return self._error(rule, f"{self.family} detection failed: {exc}")
         best = max(range(len(parts)), key=lambda i: (judged[i][0], judged[i][1]))
         matched, confidence, detail = judged[best]
-        detail = {**detail, "threshold": threshold}  # a refusal names it (app/pipeline/phases/guard.py)
+        # a refusal names it (app/pipeline/phases/guard.py); a band judge's own cut when it decided
+        detail = {"threshold": threshold, **detail}
         if len(parts) > 1:
             detail = {**detail, "read": parts[best][0], "parts_judged": len(parts)}
         return SignalMatch(

@@ -20,7 +20,7 @@ import numpy as np
 
 from app.config.document import RouterConfig
 from app.config.signals import HarmfulSignal
-from app.pipeline.signals import llm_judge
+from app.pipeline.signals.band_judge import build_band_judge
 from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import unit_float
 from app.pipeline.signals.guarded import TextRuleEvaluator
@@ -54,7 +54,7 @@ def prompt_guard_harmful_rule(config: RouterConfig, require_enabled: bool = True
     threshold = unit_float(raw.get("threshold"))
     if threshold is not None:
         fields["threshold"] = threshold
-    for key in ("categories", "include_history", "read"):
+    for key in ("categories", "include_history", "read", "cascade_band"):
         if key in raw:
             fields[key] = raw[key]
     for key in ("read", "cascade_band"):  # the guard's own settings, unless the part sets its own
@@ -101,8 +101,8 @@ def harmful_factory(engine: SignalEngine | None) -> EvaluatorFactory:
 
     def factory(config: RouterConfig, services: Any = None) -> HarmfulEvaluator:
         evaluator = HarmfulEvaluator.from_config(config, engine)
-        # rules with a cascade_band ask the guardrail LLM about uncertain scores
-        evaluator.cascade = llm_judge.build_judge(config, "guardrail", getattr(services, "llm_client", None))
+        # rules with a cascade_band ask the band judge about uncertain scores
+        evaluator.cascade = build_band_judge(config, services)
         return evaluator
 
     return factory

@@ -25,6 +25,7 @@ import numpy as np
 from app.config.document import RouterConfig
 from app.config.signals import JailbreakSignal
 from app.pipeline.signals import llm_judge
+from app.pipeline.signals.band_judge import build_band_judge
 from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import catalog_section, unit_float
 from app.pipeline.signals.guarded import TextRuleEvaluator
@@ -131,7 +132,7 @@ def jailbreak_factory(engine: SignalEngine | None) -> EvaluatorFactory:
         evaluator = JailbreakEvaluator.from_config(
             config, engine, llm_judge.JudgeEngine(judge) if judge else None
         )
-        evaluator.cascade = judge  # rules with a cascade_band ask it about uncertain scores
+        evaluator.cascade = build_band_judge(config, services)  # judges uncertain scores
         return evaluator
 
     return factory

@@ -1,0 +1,59 @@
+"""The guard encoder: MiniLM fine-tuned whole on benign / jailbreak / harmful prompts
+(docs/model-cards/guard-encoder.md), int8 ONNX on CPU. It judges only the prompts whose cheap
+guard scores fall in the prompt guard's uncertain band (docs/security.md, "The cascade"), so an
+ordinary prompt far from the band never pays its encoder pass.
+
+Its attack score is the probability of any label but `benign`; `cut` (chosen on the tuning
+split, kept beside the weights in `guard_cut.json`) turns it into a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+ARTIFACT = Path(__file__).parent / "artifacts" / "guard_encoder"
+CUT_FILE = "guard_cut.json"
+BENIGN = "benign"
+DEFAULT_CUT = 0.5
+# A text is read up to 256 tokens: the guard already judges a long part in ~1,000-character
+# windows (docs/security.md, "What each guard reads"), about that many tokens each.
+OPTIONS = {"overflow": "truncate", "max_tokens": 256}
+
+
+class GuardEncoder:
+    """A loaded guard encoder: `attack_score` per text, `cut` its verdict threshold."""
+
+    def __init__(self, model: Any, cut: float) -> None:
+        self.model = model  # app/runtime/dir_models.py DirLabelModel (onnxruntime)
+        self.cut = cut
+
+    @classmethod
+    def load(cls, directory: Path = ARTIFACT) -> GuardEncoder:
+        from app.runtime.dir_models import load_model_dir
+
+        model = load_model_dir(str(directory), engine="onnxruntime")
+        cut_file = directory / CUT_FILE
+        cut = float(json.loads(cut_file.read_text())["cut"]) if cut_file.is_file() else DEFAULT_CUT
+        return cls(model, cut)
+
+    def attack_scores(self, texts: list[str]) -> list[float]:
+        """1 - P(benign) per text."""
+        result = self.model.classify(texts, OPTIONS)
+        return [attack_score(item.probabilities or {}) for item in result.results]
+
+    def attack_score(self, text: str) -> float:
+        return self.attack_scores([text])[0]
+
+
+def attack_score(probabilities: dict[str, float]) -> float:
+    """The probability that a text is any kind of attack: every label but `benign`."""
+    return min(1.0, max(0.0, 1.0 - float(probabilities.get(BENIGN, 1.0))))
+
+
+@cache
+def shared_encoder(directory: Path = ARTIFACT) -> GuardEncoder:
+    """One loaded encoder per process and directory (a config reload does not load it again)."""
+    return GuardEncoder.load(directory)

@@ -1,0 +1,106 @@
+"""Who judges a guard score in a rule's `cascade_band` (docs/security.md, "The cascade"):
+`prompt_guard.cascade_judge` names it.
+
+- `llm` (default): the guardrail LLM (`global.model_catalog.external[]`, model_role
+  guardrail; app/pipeline/signals/llm_judge.py); none configured: no cascade.
+- `encoder`: the guard encoder fine-tuned whole (app/models/guard_encoder.py), int8 ONNX in
+  this process. Both the jailbreak and the harmful rule may send the same text: one pass serves
+  both (in flight and a small memo of recent texts).
+
+Either judge answers `guard(text, threshold) -> SignalItem` whose verdict decides
+(app/pipeline/signals/guarded.py `_cascade`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from functools import cache
+from typing import Any, Literal
+
+from app.config.document import RouterConfig
+from app.pipeline.signals import llm_judge
+from app.pipeline.signals.domain import catalog_section
+from app.runtime.signal_engine import SignalItem, Verdict
+
+log = logging.getLogger(__name__)
+CascadeJudge = Literal["llm", "encoder"]
+JUDGES: tuple[str, ...] = ("llm", "encoder")
+ENCODER_METHOD = "encoder"
+MEMO_TEXTS = 256
+
+
+class EncoderJudge:
+    """The guard encoder as a band judge; its pass runs in a worker thread (the event loop
+    keeps serving), one per text however many rules ask."""
+
+    def __init__(self, encoder: Any, error: str | None = None) -> None:
+        self.encoder = encoder  # app/models/guard_encoder.py GuardEncoder (or a test's stand-in)
+        self.error = error  # why the encoder did not load: every ask fails, the heads decide
+        self._scores: OrderedDict[str, float] = OrderedDict()
+        self._running: dict[str, asyncio.Future[float]] = {}
+
+    @property
+    def cut(self) -> float:
+        """The attack score at which the encoder flags a text."""
+        return float(self.encoder.cut) if self.encoder is not None else 1.0
+
+    async def score(self, text: str) -> float:
+        if self.encoder is None:
+            raise RuntimeError(f"guard encoder unavailable: {self.error}")
+        if text in self._scores:
+            self._scores.move_to_end(text)
+            return self._scores[text]
+        running = self._running.get(text)
+        if running is None:
+            running = asyncio.ensure_future(asyncio.to_thread(self.encoder.attack_score, text))
+            self._running[text] = running
+            try:
+                value = float(await running)
+            finally:
+                self._running.pop(text, None)
+            self._scores[text] = value
+            while len(self._scores) > MEMO_TEXTS:
+                self._scores.popitem(last=False)
+            return value
+        return float(await asyncio.shield(running))
+
+    async def guard(self, text: str, threshold: float) -> SignalItem:
+        """The encoder's attack score; flagged at its own cut (chosen on the tuning split), not
+        at the rule's threshold, which belongs to the cheap heads' scale."""
+        score = await self.score(text)
+        verdict = Verdict(
+            flagged=score >= self.cut,
+            score=score,
+            confidence=1.0,
+            method=ENCODER_METHOD,
+            types=[ENCODER_METHOD],
+        )
+        return SignalItem(scores={"jailbreak": score}, verdict=verdict)
+
+
+def judge_name(config: RouterConfig) -> str:
+    value = catalog_section(config, "modules", "prompt_guard").get("cascade_judge")
+    return value if value in JUDGES else "llm"
+
+
+def build_band_judge(config: RouterConfig, services: Any = None) -> Any:
+    """The judge of the config's cascade bands (None: no cascade)."""
+    if judge_name(config) == ENCODER_METHOD:
+        return encoder_judge()
+    return llm_judge.build_judge(config, "guardrail", getattr(services, "llm_client", None))
+
+
+@cache
+def encoder_judge() -> EncoderJudge:
+    """The process's one encoder judge: the jailbreak and harmful rules share its passes. An
+    encoder that does not load leaves the cheap heads deciding (docs/security.md, "When a
+    model is unavailable"), never a failed config."""
+    from app.models.guard_encoder import shared_encoder
+
+    try:
+        return EncoderJudge(shared_encoder())
+    except Exception as exc:
+        log.warning("guard encoder not loaded, the cascade stays off: %s", exc)
+        return EncoderJudge(None, f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,151 @@
+"""The fine-tuned guard encoder of the prompt guard's uncertain band (docs/security.md,
+"The cascade"; docs/model-cards/guard-encoder.md).
+
+Builds its rows from the jailbreak guard's and the shared guard sources (scripts/train_jailbreak.py,
+scripts/guard_train_data.py: every held-out text already dropped), labels them `benign`,
+`jailbreak` (jailbreaks, prompt injections, harm inside a jailbreak frame) or `harmful` (plainly
+worded harm requests), samples a few thousand training rows per class with a fixed seed, and
+fine-tunes the whole packaged MiniLM with `svc-srun train sequence-classification`'s library
+function (app/srun/train.py): a model directory with int8 ONNX and a card.
+
+    .venv/bin/python scripts/train_guard_encoder.py --out /tmp/guard-encoder        # train
+    .venv/bin/python scripts/train_guard_encoder.py --rows-only --out /tmp/rows      # rows only
+
+The `val` rows (the sources' own validation parts and the hand-written dev halves) are written
+to `tuning.jsonl` beside the model: they choose the band, never the weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import guard_data as gd  # noqa: E402
+import guard_train_data as gtd  # noqa: E402
+import train_harmful as th  # noqa: E402
+import train_jailbreak as tj  # noqa: E402
+
+SEED = 20261129
+PER_CLASS = {"benign": 2600, "jailbreak": 1600, "harmful": 1200}
+VAL_PER_CLASS = 1500
+
+
+def labelled_rows() -> list[dict]:
+    """Every candidate row {text, label, source, split}, held-out texts removed."""
+    args = tj.parse_args(["--offline"])
+    examples, _ = tj.load_examples(args)
+    rows = [
+        {"text": e.text, "label": "jailbreak" if e.label else "benign", "source": e.source, "split": e.split}
+        for e in examples
+        if e.split in ("train", "val")
+    ]
+    # plainly worded harm requests: the harmful-content head's sources (the jailbreak guard's
+    # examples leave them out); harm inside a jailbreak frame is already a `jailbreak` row
+    # and the hard negatives written for the harmful head (security education, medicine,
+    # history, fiction); the harmful head's `test` part is this model's tuning too
+    harm, _ = th.load_examples(th.parse_args(["--offline"]))
+    for e in harm:
+        if e.split not in ("train", "val", "test"):
+            continue
+        if e.category in gtd.HARM and e.source != "framed-harm":
+            label = "harmful"
+        elif e.source == "seed-benign":
+            label = "benign"
+        else:
+            continue
+        rows.append(
+            {
+                "text": e.text,
+                "label": label,
+                "source": e.source,
+                "split": "train" if e.split == "train" else "val",
+            }
+        )
+    return rows
+
+
+def sample(rows: list[dict], split: str, per_class: dict[str, int]) -> list[dict]:
+    """Up to `per_class[label]` rows of `split` per label, spread over the sources (round-robin
+    over each source's shuffled rows), deterministic for SEED."""
+    rng = random.Random(SEED)
+    out: list[dict] = []
+    for label, n in per_class.items():
+        by_source: dict[str, list[dict]] = {}
+        seen: set[str] = set()
+        for r in rows:
+            k = gd.key(r["text"])
+            if r["split"] == split and r["label"] == label and k not in seen:
+                seen.add(k)
+                by_source.setdefault(r["source"], []).append(r)
+        queues = [by_source[s] for s in sorted(by_source)]
+        for q in queues:
+            rng.shuffle(q)
+        picked: list[dict] = []
+        while len(picked) < n and any(queues):
+            for q in queues:
+                if q and len(picked) < n:
+                    picked.append(q.pop())
+        out += picked
+    rng.shuffle(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rows-only", action="store_true", help="write the rows, train nothing")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--max-length", type=int, default=128)
+    ap.add_argument("--learning-rate", type=float, default=6e-5)
+    args = ap.parse_args(argv)
+    rows = labelled_rows()
+    train_rows = sample(rows, "train", PER_CLASS)
+    train_keys = {gd.key(r["text"]) for r in train_rows}
+    tuning = [
+        r
+        for r in sample(rows, "val", dict.fromkeys(PER_CLASS, VAL_PER_CLASS))
+        if gd.key(r["text"]) not in train_keys
+    ]
+    print(
+        "[rows] train", Counter(r["label"] for r in train_rows), "tuning", Counter(r["label"] for r in tuning)
+    )
+    print("[rows] train sources", Counter(f"{r['label']}/{r['source']}" for r in train_rows))
+    data_dir = args.out if args.rows_only else args.out.parent / f"{args.out.name}-rows"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for name, part in (("train.jsonl", train_rows), ("tuning.jsonl", tuning)):
+        with (data_dir / name).open("w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in part)
+    if args.rows_only:
+        return 0
+    import logging
+
+    from app.srun.train import TrainOptions, train
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    options = TrainOptions(
+        kind="sequence-classification",
+        data=data_dir / "train.jsonl",
+        out=args.out,
+        epochs=args.epochs,
+        batch_size=16,
+        learning_rate=args.learning_rate,
+        max_length=args.max_length,
+        eval_fraction=0.05,
+        seed=0,
+        device="cpu",
+    )
+    print("[train] wrote", train(options))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,188 @@
+"""Choose the prompt guard's uncertain band for the guard encoder (docs/security.md, "The
+encoder cascade") on the TUNING rows only (scripts/train_guard_encoder.py writes them:
+the sources' validation parts and the hand-written dev halves; no held-out text).
+
+1. every tuning row goes through the shipped config's `RouterPipeline.route()` (offline, no
+   Ray), cascade off: the global guard's jailbreak and harmful scores and thresholds, and
+   whether a PII check refused it (cached in `--scores`);
+2. the guard encoder scores each text (int8 ONNX, as served);
+3. for each band [low, high) of each head and each encoder cut, the cascade is replayed on
+   those scores: attacks caught, ordinary rows refused, and the share of ordinary rows that
+   pay the encoder pass. Printed best first: the most caught with no more refused than the
+   shipped heads alone. The documented band (jailbreak [0.05, 0.5), harmful [0.1, 0.7), cut
+   0.98, `guard_cut.json`) is, of those within 0.25 points of the best catch, the one that
+   sends the fewest ordinary rows to the encoder.
+
+    .venv/bin/python scripts/tune_guard_band.py --rows /tmp/enc-rows/tuning.jsonl \
+        --encoder app/models/artifacts/guard_encoder --scores /tmp/tuning-scores.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.benchmark.local_services import local_services, shared_vector_table  # noqa: E402
+from app.benchmark.runner import AUTO_MODEL, as_config  # noqa: E402
+from app.pipeline.pipeline import RouterPipeline  # noqa: E402
+from app.pipeline.selection import RoutingError  # noqa: E402
+
+JB, HARM = "global:prompt_guard", "global:prompt_guard:harmful"
+LOWS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
+HIGHS = (0.5, 0.7, 0.9, 1.0)
+CUTS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995)
+
+
+async def head_scores(config: str, texts: list[str]) -> list[dict]:
+    """The shipped guard's verdict per text, the cascade left off."""
+    loaded = as_config(config)
+    table = shared_vector_table()
+    local = local_services(loaded, table)
+    out: list[dict] = []
+    try:
+        pipeline = RouterPipeline(loaded, local.services, rng=random.Random(0))
+        await pipeline.warm_up()
+        await table.fill(texts)
+
+        async def one(i: int, text: str) -> dict:
+            body = {"model": AUTO_MODEL, "messages": [{"role": "user", "content": text}]}
+            row: dict = {"pii": False}
+            try:
+                plan = await pipeline.route(body, {}, f"tune-{i}")
+            except RoutingError:
+                return row
+            for m in plan.signals.matches:
+                if m.name in (JB, HARM) and not m.error:
+                    tag = "jb" if m.name == JB else "harm"
+                    row[tag] = float(m.confidence)
+                    row[f"{tag}_t"] = float(m.detail.get("threshold", 0.5))
+            body_ = plan.immediate.body if plan.immediate is not None else None
+            code = (body_ or {}).get("error", {}).get("code") if isinstance(body_, dict) else None
+            row["pii"] = code == "pii_detected"
+            return row
+
+        for lo in range(0, len(texts), 32):
+            out += await asyncio.gather(*(one(lo + i, t) for i, t in enumerate(texts[lo : lo + 32])))
+            print(f"[heads] {len(out)}/{len(texts)}", file=sys.stderr, flush=True)
+    finally:
+        await local.aclose()
+    return out
+
+
+def encoder_scores(directory: str, texts: list[str]) -> list[float]:
+    from app.models.guard_encoder import GuardEncoder
+
+    encoder = GuardEncoder.load(Path(directory))
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # batches of like length
+    scores = [0.0] * len(texts)
+    for lo in range(0, len(order), 16):
+        chunk = order[lo : lo + 16]
+        for i, score in zip(chunk, encoder.attack_scores([texts[i] for i in chunk]), strict=True):
+            scores[i] = score
+    return scores
+
+
+def replay(rows: list[dict], enc: np.ndarray, band_j, band_h, cut: float | None) -> dict:
+    """The cascade on recorded scores: per row, refused or not, and whether it paid the encoder."""
+    refused, paid = [], []
+    for r, e in zip(rows, enc, strict=True):
+        verdicts, judged = [], False
+        for tag, band in (("jb", band_j), ("harm", band_h)):
+            if tag not in r:
+                continue
+            s, t = r[tag], r[f"{tag}_t"]
+            if cut is not None and band is not None and band[0] <= s < band[1]:
+                verdicts.append(e >= cut)
+                judged = True
+            else:
+                verdicts.append(s >= t)
+        refused.append(r["pii"] or any(verdicts))
+        paid.append(judged)
+    return {"refused": np.array(refused), "paid": np.array(paid)}
+
+
+def print_choices(rows, heads, enc, attack, base, results, top: int) -> None:
+    """The best bands under each rule: no more ordinary rows refused than the heads alone,
+    overall; and that, in every source too (a gain on one source's noisy labels must not hide
+    new refusals of another's)."""
+    sources = np.array([r["source"] for r in rows])
+    benign_sources = sorted(set(sources[~attack]))
+
+    def fair(band_j, band_h, cut) -> bool:
+        ref = replay(heads, enc, band_j, band_h, cut)["refused"]
+        return all(
+            ref[~attack & (sources == s)].sum() <= base[~attack & (sources == s)].sum()
+            for s in benign_sources
+        )
+
+    allowed = [r for r in sorted(results, reverse=True) if -r[1] <= base[~attack].mean()]
+    print("-- no more ordinary rows refused overall (the rule of the documented band):")
+    for r in allowed[:top]:
+        print(
+            f"band jb {r[3]} harm {r[4]} cut {r[5]}: caught {r[0]:.4f} refused {-r[1]:.4f} paid {-r[2]:.4f}"
+        )
+    print("-- and none more in any source (tried, not kept: docs/security.md):")
+    for r in [r for r in allowed if fair(r[3], r[4], r[5])][:top]:
+        print(
+            f"band jb {r[3]} harm {r[4]} cut {r[5]}: caught {r[0]:.4f} refused {-r[1]:.4f} paid {-r[2]:.4f}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=Path, required=True)
+    ap.add_argument("--encoder", type=str, default=None)
+    ap.add_argument("--scores", type=Path, required=True, help="cache of the heads' scores")
+    ap.add_argument("--config", default=str(ROOT / "configs" / "config.yaml"))
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args(argv)
+    rows = [json.loads(line) for line in args.rows.read_text(encoding="utf-8").split("\n") if line.strip()]
+    texts = [r["text"] for r in rows]
+    if args.scores.is_file():
+        heads = json.loads(args.scores.read_text())
+    else:
+        heads = asyncio.run(head_scores(args.config, texts))
+        args.scores.write_text(json.dumps(heads))
+    attack = np.array([r["label"] != "benign" for r in rows])
+    base = replay(heads, np.zeros(len(rows)), None, None, None)["refused"]
+    print(f"heads alone: caught {base[attack].mean():.4f} of {attack.sum()}, "
+          f"refused {base[~attack].mean():.4f} of {(~attack).sum()}")  # fmt: skip
+    if args.encoder is None:
+        return 0
+    cached = args.scores.with_suffix(".encoder.json")
+    if cached.is_file():
+        enc = np.array(json.loads(cached.read_text()))
+    else:
+        enc = np.array(encoder_scores(args.encoder, texts))
+        cached.write_text(json.dumps(enc.tolist()))
+    for cut in CUTS:
+        flag = enc >= cut
+        print(f"encoder alone @{cut}: caught {flag[attack].mean():.4f}, refused {flag[~attack].mean():.4f}")
+    results = []
+    for lj, hj, lh, hh, cut in itertools.product(LOWS, HIGHS, LOWS, HIGHS, CUTS):
+        if lj >= hj or lh >= hh:
+            continue
+        out = replay(heads, enc, (lj, hj), (lh, hh), cut)
+        ref = out["refused"]
+        results.append((ref[attack].mean(), -ref[~attack].mean(), -out["paid"][~attack].mean(),
+                        (lj, hj), (lh, hh), cut))  # fmt: skip
+    print_choices(rows, heads, enc, attack, base, results, args.top)
+    by_source: dict[str, list[int]] = {}
+    for r, b in zip(rows, base, strict=True):
+        by_source.setdefault(f"{r['label']}/{r['source']}", []).append(int(b))
+    print(json.dumps({k: f"{sum(v)}/{len(v)}" for k, v in sorted(by_source.items())}, indent=0))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
