@@ -6,7 +6,10 @@ of them (training, pymilvus), so every process that loads those libraries paid f
 never calls: torch alone is ~60 MiB of one replica's memory (docs/performance.md, "Memory of
 the local stack"). A None entry in sys.modules makes `import name` raise ImportError, which
 those libraries take as "not installed"; the entry is removed again afterwards, so the package
-stays importable for code that does use it.
+stays importable for code that does use it. The entry is process-wide for the length of the
+block: a second thread importing the same package in that instant would see it missing, so it
+wraps only start-up imports (a replica's constructor, a worker's setup hook). Holding the import
+lock instead could deadlock against a thread already mid-import.
 """
 
 from __future__ import annotations
