@@ -81,7 +81,9 @@ class CompiledConfig:
         # the `embedding` binding's encoder: the embedding rules' and the cache's space (None: MiniLM's)
         self.semantic = bound_embedder(config, services.bound_workers)
         if self.semantic is not None:
-            self.evaluators["embedding"] = EmbeddingEvaluator.bound(config, self.semantic.embed)
+            self.evaluators["embedding"] = EmbeddingEvaluator.bound(
+                config, self.semantic, services.bound_phrase_caches
+            )
         self.global_fallback = _global_fallback(config)
         self.prompt_guard = prompt_guard_rule(config)
         self.prompt_guard_harmful = prompt_guard_harmful_rule(config)

@@ -63,6 +63,8 @@ class PipelineServices(CompletionServices):
     evaluators: dict[str, EvaluatorFactory] = field(default_factory=dict)
     count_tokens: CountTokensFn | None = None
     phrase_cache: dict[str, np.ndarray] = field(default_factory=dict)
+    # a bound `embedding` encoder's phrase vectors, one cache per encoder identity (its digest)
+    bound_phrase_caches: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     capture_replays: bool = False
     bound_workers: ManagedRuntimes | None = None
     # Asks the external LLM classifiers and guards (app/pipeline/signals/llm_judge.py); None:

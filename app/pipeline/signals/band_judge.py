@@ -85,10 +85,13 @@ def judge_name(config: RouterConfig) -> str:
     return value if value in JUDGES else "llm"
 
 
-def build_band_judge(config: RouterConfig, services: Any = None) -> Any:
-    """The judge of the config's cascade bands (None: no cascade)."""
+def build_band_judge(config: RouterConfig, services: Any = None, llm: Any = None) -> Any:
+    """The judge of the config's cascade bands (None: no cascade); `llm`: the guardrail LLM
+    judge the caller already built (the jailbreak rules ask it too), else built here."""
     if judge_name(config) == ENCODER_METHOD:
         return encoder_judge()
+    if llm is not None:
+        return llm
     return llm_judge.build_judge(config, "guardrail", getattr(services, "llm_client", None))
 
 

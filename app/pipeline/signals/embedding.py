@@ -22,7 +22,7 @@ candidates are embedded by that encoder, into a phrase cache of its own (`bound`
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,6 +30,16 @@ from app.config.document import RouterConfig
 from app.config.signals import EmbeddingSignal
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.base import EmbedFn, SignalContext, error_matches
+
+
+class BoundEncoder(Protocol):
+    """The `embedding` binding's encoder as these rules use it (app/srun/worker_embedder.py)."""
+
+    @property
+    def identity(self) -> str: ...
+
+    async def embed(self, texts: list[str]) -> np.ndarray: ...
+
 
 FAMILY = "embedding"
 EMBED_CHUNK = 64  # the encoder's efficient batch size on CPU
@@ -50,6 +60,7 @@ class EmbeddingEvaluator:
         self._matrix: np.ndarray | None = None
         self._slices: dict[str, slice] = {}
         self._lock = asyncio.Lock()
+        self._space: tuple[BoundEncoder, dict[str, dict[str, np.ndarray]]] | None = None
 
     @classmethod
     def from_config(cls, config: RouterConfig, services: Any = None) -> EmbeddingEvaluator:
@@ -58,9 +69,15 @@ class EmbeddingEvaluator:
         return cls(config.routing.signals.embeddings, embed, cache)
 
     @classmethod
-    def bound(cls, config: RouterConfig, embed: EmbedFn) -> EmbeddingEvaluator:
-        """The rules over a bound encoder: its phrase vectors are its own (not the graph's cache)."""
-        return cls(config.routing.signals.embeddings, embed, {})
+    def bound(
+        cls, config: RouterConfig, encoder: BoundEncoder, caches: dict[str, dict[str, np.ndarray]]
+    ) -> EmbeddingEvaluator:
+        """The rules over a bound encoder: its phrase vectors are its own, kept across config
+        versions per encoder digest (read at warm-up: the config's warm-up reads the encoder's
+        card first), so a reload with the same encoder embeds only new phrases."""
+        evaluator = cls(config.routing.signals.embeddings, encoder.embed, None)
+        evaluator._space = (encoder, caches)
+        return evaluator
 
     def rule_names(self) -> list[str]:
         return list(self._rules)
@@ -77,6 +94,11 @@ class EmbeddingEvaluator:
                 return
             if self._embed is None:
                 raise RuntimeError("embedding signals need an embedding service")
+            if self._space is not None:
+                encoder, caches = self._space
+                # only a digest names the weights; a name alone may stand for another model after a swap
+                if encoder.identity.startswith("sha256:"):
+                    self._phrase_cache = caches.setdefault(encoder.identity, {})
             phrases: list[str] = []
             slices: dict[str, slice] = {}
             for name, rule in self._rules.items():

@@ -132,7 +132,7 @@ def jailbreak_factory(engine: SignalEngine | None) -> EvaluatorFactory:
         evaluator = JailbreakEvaluator.from_config(
             config, engine, llm_judge.JudgeEngine(judge) if judge else None
         )
-        evaluator.cascade = build_band_judge(config, services)  # judges uncertain scores
+        evaluator.cascade = build_band_judge(config, services, judge)  # judges uncertain scores
         return evaluator
 
     return factory

@@ -302,3 +302,39 @@ async def test_the_learned_heads_keep_the_graphs_vector(tmp_path):
     rule = next(m for m in plan.signals.matches if m.type == "embedding")
     assert rule.matched and worker.texts[-1] == "please refund my payment"  # the bound encoder's
     assert plan.decision == "billing"
+
+
+class CountingEncoder:
+    """A bound encoder whose identity the test sets; it counts the texts it embeds."""
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+        self.texts: list[str] = []
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        self.texts += texts
+        return np.ones((len(texts), 8), dtype=np.float32) / np.sqrt(8)
+
+
+async def test_a_reload_with_the_same_encoder_embeds_no_phrase_again():
+    """The bound encoder's phrase vectors outlive a config version, per encoder digest: the same
+    digest embeds nothing again, another digest (or an identity that is a name only) embeds all."""
+    from app.pipeline.signals.embedding import EmbeddingEvaluator
+
+    config = parse_config(document()).config
+    caches: dict[str, dict[str, np.ndarray]] = {}
+    digest = "sha256:" + "ab" * 8
+    first = CountingEncoder(digest)
+    await EmbeddingEvaluator.bound(config, first, caches).warm_up()
+    assert first.texts == ["refund my payment", "charged twice refund"]
+    same = CountingEncoder(digest)
+    await EmbeddingEvaluator.bound(config, same, caches).warm_up()
+    assert same.texts == []
+    other = CountingEncoder("sha256:" + "cd" * 8)
+    await EmbeddingEvaluator.bound(config, other, caches).warm_up()
+    assert len(other.texts) == 2
+    for _ in range(2):  # a name may stand for another model after a swap: never shared
+        named = CountingEncoder("deployment:encoder")
+        await EmbeddingEvaluator.bound(config, named, caches).warm_up()
+        assert len(named.texts) == 2
+    assert set(caches) == {digest, "sha256:" + "cd" * 8}
