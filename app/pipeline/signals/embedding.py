@@ -16,7 +16,8 @@ versions, so a hot reload only embeds phrases it has not seen.
 
 The space is the graph's MiniLM, or the encoder an `embedding` binding names
 (app/srun/worker_embedder.py, docs/model-runtime.md "Bindings to your own models"): then the
-candidates are embedded by that encoder, into a phrase cache of its own (`bound`).
+candidates are embedded by that encoder, into a phrase cache of its own per encoder digest
+(`bound`), kept across config versions as the graph's is.
 """
 
 from __future__ import annotations
