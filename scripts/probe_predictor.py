@@ -24,7 +24,6 @@ About 12 minutes on 2 cores shared with other work, with the question vectors ca
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections.abc import Callable
@@ -41,11 +40,11 @@ if str(ROOT) not in sys.path:  # scripts/ is not a package; make `app` and the t
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from evaluate_predictor import auc  # noqa: E402
+from evaluate_predictor import auc, cli  # noqa: E402
 from evaluate_routing import rewrite_block  # noqa: E402
-from train_selectors import SHARED_DATASET, embed_questions  # noqa: E402
+from train_selectors import embed_questions  # noqa: E402
 
-from app.benchmark.baselines import point  # noqa: E402
+from app.benchmark.baselines import answer_cost, point  # noqa: E402
 from app.benchmark.crossval import fold_of, recorded  # noqa: E402
 from app.benchmark.dataset import Dataset, question_text  # noqa: E402
 from app.benchmark.frontier import CurvePoint, Frontier, compute_frontier  # noqa: E402
@@ -197,12 +196,23 @@ def held_out(dataset: Dataset) -> tuple[Recorded, dict[str, tuple[np.ndarray, np
     return data, out
 
 
-def prices_of(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
-    """$ per 1M prompt and completion tokens of each dataset model, by the shipped example."""
+def prices_of(dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per dataset model, by the shipped example's pricing: $ per 1M prompt and completion
+    tokens, and what each (question, model) answer was billed (the benchmark's `answer_cost`)."""
     config = RouterConfig.model_validate(yaml.safe_load(CONFIG.read_text()))
     by_name = {m.name: m.pricing for m in config.providers.models if m.pricing is not None}
-    prompt = np.array([by_name[m].prompt_per_1m for m in dataset.models])
-    return prompt, np.array([by_name[m].completion_per_1m for m in dataset.models])
+    pricing = [by_name[m] for m in dataset.models]
+    billed = np.array(
+        [
+            [
+                answer_cost(a, p) if (a := dataset.answer(q.question_id, m)) else 0.0
+                for m, p in zip(dataset.models, pricing, strict=True)
+            ]
+            for q in dataset.questions
+        ]
+    )
+    prompt = np.array([p.prompt_per_1m for p in pricing])
+    return prompt, np.array([p.completion_per_1m for p in pricing]), billed
 
 
 def route(
@@ -258,20 +268,11 @@ def markdown(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--dataset", type=Path, default=SHARED_DATASET)
-    parser.add_argument("--docs", type=Path, help="rewrite the marked block of this markdown file")
-    args = parser.parse_args()
+    args = cli(__doc__)
     dataset = Dataset.load(args.dataset)
-    prices = prices_of(dataset)
-    billed = np.array(
-        [[(a.prompt_tokens * prices[0][j] + a.completion_tokens * prices[1][j]) / 1e6 if (a := dataset.answer(q.question_id, m)) else 0.0
-          for j, m in enumerate(dataset.models)] for q in dataset.questions]
-    )  # fmt: skip
+    prompt, completion, billed = prices_of(dataset)
     data, out = held_out(dataset)
-    text = markdown(list(dataset.models), data, billed, prices, out)
+    text = markdown(list(dataset.models), data, billed, (prompt, completion), out)
     print(text)
     if args.docs:
         rewrite_block(args.docs, BEGIN, END, text)
