@@ -104,13 +104,16 @@ def markdown(models: list[str], predicted: np.ndarray, correct: np.ndarray, prio
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def cli(doc: str | None) -> argparse.Namespace:
+    """The held-out predictor scripts' options (this one and scripts/probe_predictor.py)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", type=Path, default=SHARED_DATASET)
     parser.add_argument("--docs", type=Path, help="rewrite the marked block of this markdown file")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = cli(__doc__)
     dataset = Dataset.load(args.dataset)
     text = markdown(list(dataset.models), *held_out(dataset))
     print(text)
