@@ -34,8 +34,13 @@ import train_harmful as th  # noqa: E402
 import train_jailbreak as tj  # noqa: E402
 
 SEED = 20261129
-PER_CLASS = {"benign": 2600, "jailbreak": 1600, "harmful": 1200}
+PER_CLASS = {"benign": 3800, "jailbreak": 1600, "harmful": 1200}
 VAL_PER_CLASS = 1500
+# the harm categories the first encoder caught least often on held-out: their training rows
+# are given twice (docs/model-cards/guard-encoder.md)
+WEAK_HARM = ("violence_weapons", "hate", "sexual", "crime_hacking")
+DOMAIN_CHAT = ROOT / "app" / "models" / "data" / "domain_chat_train.jsonl"
+HARD_NEGATIVE_SOURCES = ("domain-chat", "mmlu-pro-domain-train")
 
 
 def labelled_rows() -> list[dict]:
@@ -47,6 +52,11 @@ def labelled_rows() -> list[dict]:
         for e in examples
         if e.split in ("train", "val")
     ]
+    for r in rows:
+        # half of the hand-written dev rows (everyday prompts, hard negatives, attacks) are
+        # trained on; the other half stays a tuning row (a stable hash, like every split here)
+        if r["source"] == "handwritten-dev" and gd.bucket(r["text"], "guard-encoder") < 0.5:
+            r["split"] = "train"
     # plainly worded harm requests: the harmful-content head's sources (the jailbreak guard's
     # examples leave them out); harm inside a jailbreak frame is already a `jailbreak` row
     # and the hard negatives written for the harmful head (security education, medicine,
@@ -67,9 +77,29 @@ def labelled_rows() -> list[dict]:
                 "label": label,
                 "source": e.source,
                 "split": "train" if e.split == "train" else "val",
+                "category": e.category,
             }
         )
-    return rows
+    return rows + hard_negatives(gd.heldout_keys())
+
+
+def hard_negatives(heldout: frozenset[str]) -> list[dict]:
+    """Everyday benign rows from training-side data only: the domain classifier's chat
+    prompts and its training part of MMLU-Pro (scripts/train_domain.py's split), every
+    held-out text dropped; a stable hash sends 15% of each to the tuning rows."""
+    import train_domain as td
+
+    texts = [("domain-chat", r["text"]) for r in gd.read_jsonl(DOMAIN_CHAT)]
+    if gd.MMLU_PRO.is_file():
+        questions = gd.read_jsonl(gd.MMLU_PRO)
+        texts += [
+            ("mmlu-pro-domain-train", q["question"]) for q in questions if not td.is_held_out(q["question"])
+        ]
+    return [
+        {"text": t, "label": "benign", "source": s, "split": gtd.split_of(t, "guard-encoder")}
+        for s, t in texts
+        if not gd.leaks(t, heldout)
+    ]
 
 
 def sample(rows: list[dict], split: str, per_class: dict[str, int]) -> list[dict]:
@@ -93,9 +123,28 @@ def sample(rows: list[dict], split: str, per_class: dict[str, int]) -> list[dict
             for q in queues:
                 if q and len(picked) < n:
                     picked.append(q.pop())
+        if split == "train" and label == "harmful":
+            picked += [r for r in picked if r.get("category") in WEAK_HARM]
         out += picked
     rng.shuffle(out)
     return out
+
+
+def first_layers(layers: int, directory: Path) -> Path | None:
+    """A copy of the packaged MiniLM that keeps only its first `layers` layers (the rest of
+    the weights are left unread): a smaller, faster encoder; None keeps all six."""
+    import shutil
+
+    from app.runtime.native import native_model_path
+
+    base = native_model_path()
+    config = json.loads((base / "config.json").read_text())
+    if layers >= config["num_hidden_layers"]:
+        return None
+    shutil.rmtree(directory, ignore_errors=True)
+    shutil.copytree(base, directory)
+    (directory / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}, indent=2))
+    return directory
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--learning-rate", type=float, default=6e-5)
+    ap.add_argument("--layers", type=int, default=4, help="keep the base encoder's first N layers")
     args = ap.parse_args(argv)
     rows = labelled_rows()
     train_rows = sample(rows, "train", PER_CLASS)
@@ -142,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         eval_fraction=0.05,
         seed=0,
         device="cpu",
+        base=first_layers(args.layers, args.out.parent / f"{args.out.name}-base"),
     )
     print("[train] wrote", train(options))
     return 0
