@@ -10,6 +10,7 @@ function (app/srun/train.py): a model directory with int8 ONNX and a card.
 
     .venv/bin/python scripts/train_guard_encoder.py --out /tmp/guard-encoder        # train
     .venv/bin/python scripts/train_guard_encoder.py --rows-only --out /tmp/rows      # rows only
+    .venv/bin/python scripts/train_guard_encoder.py --hard-negatives --layers 4 --out DIR  # 2nd run
 
 The `val` rows (the sources' own validation parts and the hand-written dev halves) are written
 to `tuning.jsonl` beside the model: they choose the band, never the weights.
@@ -34,8 +35,11 @@ import train_harmful as th  # noqa: E402
 import train_jailbreak as tj  # noqa: E402
 
 SEED = 20261129
-PER_CLASS = {"benign": 3800, "jailbreak": 1600, "harmful": 1200}
+PER_CLASS = {"benign": 2600, "jailbreak": 1600, "harmful": 1200}
+# `--hard-negatives` (the second run, not shipped: docs/model-cards/guard-encoder.md)
+PER_CLASS_HARD = {"benign": 3800, "jailbreak": 1600, "harmful": 1200}
 VAL_PER_CLASS = 1500
+FIELDS = ("text", "label", "source", "split")
 # the harm categories the first encoder caught least often on held-out: their training rows
 # are given twice (docs/model-cards/guard-encoder.md)
 WEAK_HARM = ("violence_weapons", "hate", "sexual", "crime_hacking")
@@ -43,8 +47,9 @@ DOMAIN_CHAT = ROOT / "app" / "models" / "data" / "domain_chat_train.jsonl"
 HARD_NEGATIVE_SOURCES = ("domain-chat", "mmlu-pro-domain-train")
 
 
-def labelled_rows() -> list[dict]:
-    """Every candidate row {text, label, source, split}, held-out texts removed."""
+def labelled_rows(hard: bool = False) -> list[dict]:
+    """Every candidate row {text, label, source, split}, held-out texts removed; `hard`: with
+    the everyday hard negatives, half the dev rows trained on."""
     args = tj.parse_args(["--offline"])
     examples, _ = tj.load_examples(args)
     rows = [
@@ -55,7 +60,7 @@ def labelled_rows() -> list[dict]:
     for r in rows:
         # half of the hand-written dev rows (everyday prompts, hard negatives, attacks) are
         # trained on; the other half stays a tuning row (a stable hash, like every split here)
-        if r["source"] == "handwritten-dev" and gd.bucket(r["text"], "guard-encoder") < 0.5:
+        if hard and r["source"] == "handwritten-dev" and gd.bucket(r["text"], "guard-encoder") < 0.5:
             r["split"] = "train"
     # plainly worded harm requests: the harmful-content head's sources (the jailbreak guard's
     # examples leave them out); harm inside a jailbreak frame is already a `jailbreak` row
@@ -80,7 +85,7 @@ def labelled_rows() -> list[dict]:
                 "category": e.category,
             }
         )
-    return rows + hard_negatives(gd.heldout_keys())
+    return rows + hard_negatives(gd.heldout_keys()) if hard else rows
 
 
 def hard_negatives(heldout: frozenset[str]) -> list[dict]:
@@ -102,7 +107,7 @@ def hard_negatives(heldout: frozenset[str]) -> list[dict]:
     ]
 
 
-def sample(rows: list[dict], split: str, per_class: dict[str, int]) -> list[dict]:
+def sample(rows: list[dict], split: str, per_class: dict[str, int], weak_twice: bool = False) -> list[dict]:
     """Up to `per_class[label]` rows of `split` per label, spread over the sources (round-robin
     over each source's shuffled rows), deterministic for SEED."""
     rng = random.Random(SEED)
@@ -123,7 +128,7 @@ def sample(rows: list[dict], split: str, per_class: dict[str, int]) -> list[dict
             for q in queues:
                 if q and len(picked) < n:
                     picked.append(q.pop())
-        if split == "train" and label == "harmful":
+        if weak_twice and split == "train" and label == "harmful":
             picked += [r for r in picked if r.get("category") in WEAK_HARM]
         out += picked
     rng.shuffle(out)
@@ -154,14 +159,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--learning-rate", type=float, default=6e-5)
-    ap.add_argument("--layers", type=int, default=4, help="keep the base encoder's first N layers")
+    ap.add_argument("--layers", type=int, default=6, help="keep the base encoder's first N layers")
+    ap.add_argument(
+        "--hard-negatives",
+        action="store_true",
+        help="the second recipe: everyday hard negatives, half the dev rows, weak harm twice",
+    )
     args = ap.parse_args(argv)
-    rows = labelled_rows()
-    train_rows = sample(rows, "train", PER_CLASS)
+    rows = labelled_rows(args.hard_negatives)
+    per_class = PER_CLASS_HARD if args.hard_negatives else PER_CLASS
+    train_rows = sample(rows, "train", per_class, weak_twice=args.hard_negatives)
     train_keys = {gd.key(r["text"]) for r in train_rows}
     tuning = [
         r
-        for r in sample(rows, "val", dict.fromkeys(PER_CLASS, VAL_PER_CLASS))
+        for r in sample(rows, "val", dict.fromkeys(per_class, VAL_PER_CLASS))
         if gd.key(r["text"]) not in train_keys
     ]
     print(
@@ -172,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     for name, part in (("train.jsonl", train_rows), ("tuning.jsonl", tuning)):
         with (data_dir / name).open("w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in part)
+            # `category` only picks the weak harm rows: the files keep the first run's fields
+            fh.writelines(json.dumps({k: r[k] for k in FIELDS}, ensure_ascii=False) + "\n" for r in part)
     if args.rows_only:
         return 0
     import logging
