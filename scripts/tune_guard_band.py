@@ -6,14 +6,17 @@ the sources' validation parts and the hand-written dev halves; no held-out text)
    Ray), cascade off: the global guard's jailbreak and harmful scores and thresholds, and
    whether a PII check refused it (cached in `--scores`);
 2. the guard encoder scores each text (int8 ONNX, as served);
-3. for each band [low, high) of each head and each encoder cut, the cascade is replayed on
-   those scores: attacks caught, ordinary rows refused, and the share of ordinary rows that
-   pay the encoder pass. Printed best first: the most caught with no more refused than the
-   shipped heads alone. The documented band (jailbreak [0.05, 0.5), harmful [0.1, 0.7), cut
-   0.98, `guard_cut.json`) is, of those within 0.25 points of the best catch, the one that
-   sends the fewest ordinary rows to the encoder.
+3. for each band [low, high) of each head, each encoder cut and each `clear` cut (a band that
+   reaches above the head's threshold is two-sided: a head's block there stands unless the
+   encoder scores below `clear`, by default the cut), the cascade is replayed on those
+   scores: attacks caught, ordinary rows refused, and the share of ordinary rows that pay the
+   encoder pass. Printed best first: the most caught with no more refused than the shipped
+   heads alone. The documented band (jailbreak [0.1, 1.0), harmful [0.15, 0.7), cut 0.9,
+   `guard_cut.json`) is, of those within 0.25 points of the best catch, the one that sends the
+   fewest ordinary rows to the encoder (printed on its own line).
 
-    .venv/bin/python scripts/tune_guard_band.py --rows /tmp/enc-rows/tuning.jsonl \
+    .venv/bin/python scripts/train_guard_encoder.py --rows-only --hard-negatives --out /tmp/rows
+    .venv/bin/python scripts/tune_guard_band.py --rows /tmp/rows/tuning.jsonl \
         --encoder app/models/artifacts/guard_encoder --scores /tmp/tuning-scores.json
 """
 
