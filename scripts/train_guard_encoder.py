@@ -10,6 +10,7 @@ function (app/srun/train.py): a model directory with int8 ONNX and a card.
 
     .venv/bin/python scripts/train_guard_encoder.py --out /tmp/guard-encoder        # train
     .venv/bin/python scripts/train_guard_encoder.py --rows-only --out /tmp/rows      # rows only
+    .venv/bin/python scripts/train_guard_encoder.py --hard-negatives --layers 4 --out DIR  # 2nd run
 
 The `val` rows (the sources' own validation parts and the hand-written dev halves) are written
 to `tuning.jsonl` beside the model: they choose the band, never the weights.
@@ -35,11 +36,20 @@ import train_jailbreak as tj  # noqa: E402
 
 SEED = 20261129
 PER_CLASS = {"benign": 2600, "jailbreak": 1600, "harmful": 1200}
+# `--hard-negatives` (the second run, not shipped: docs/model-cards/guard-encoder.md)
+PER_CLASS_HARD = {"benign": 3800, "jailbreak": 1600, "harmful": 1200}
 VAL_PER_CLASS = 1500
+FIELDS = ("text", "label", "source", "split")
+# the harm categories the first encoder caught least often on held-out: their training rows
+# are given twice (docs/model-cards/guard-encoder.md)
+WEAK_HARM = ("violence_weapons", "hate", "sexual", "crime_hacking")
+DOMAIN_CHAT = ROOT / "app" / "models" / "data" / "domain_chat_train.jsonl"
+HARD_NEGATIVE_SOURCES = ("domain-chat", "mmlu-pro-domain-train")
 
 
-def labelled_rows() -> list[dict]:
-    """Every candidate row {text, label, source, split}, held-out texts removed."""
+def labelled_rows(hard: bool = False) -> list[dict]:
+    """Every candidate row {text, label, source, split}, held-out texts removed; `hard`: with
+    the everyday hard negatives, half the dev rows trained on."""
     args = tj.parse_args(["--offline"])
     examples, _ = tj.load_examples(args)
     rows = [
@@ -47,6 +57,11 @@ def labelled_rows() -> list[dict]:
         for e in examples
         if e.split in ("train", "val")
     ]
+    for r in rows:
+        # half of the hand-written dev rows (everyday prompts, hard negatives, attacks) are
+        # trained on; the other half stays a tuning row (a stable hash, like every split here)
+        if hard and r["source"] == "handwritten-dev" and gd.bucket(r["text"], "guard-encoder") < 0.5:
+            r["split"] = "train"
     # plainly worded harm requests: the harmful-content head's sources (the jailbreak guard's
     # examples leave them out); harm inside a jailbreak frame is already a `jailbreak` row
     # and the hard negatives written for the harmful head (security education, medicine,
@@ -67,12 +82,32 @@ def labelled_rows() -> list[dict]:
                 "label": label,
                 "source": e.source,
                 "split": "train" if e.split == "train" else "val",
+                "category": e.category,
             }
         )
-    return rows
+    return rows + hard_negatives(gd.heldout_keys()) if hard else rows
 
 
-def sample(rows: list[dict], split: str, per_class: dict[str, int]) -> list[dict]:
+def hard_negatives(heldout: frozenset[str]) -> list[dict]:
+    """Everyday benign rows from training-side data only: the domain classifier's chat
+    prompts and its training part of MMLU-Pro (scripts/train_domain.py's split), every
+    held-out text dropped; a stable hash sends 15% of each to the tuning rows."""
+    import train_domain as td
+
+    texts = [("domain-chat", r["text"]) for r in gd.read_jsonl(DOMAIN_CHAT)]
+    if gd.MMLU_PRO.is_file():
+        questions = gd.read_jsonl(gd.MMLU_PRO)
+        texts += [
+            ("mmlu-pro-domain-train", q["question"]) for q in questions if not td.is_held_out(q["question"])
+        ]
+    return [
+        {"text": t, "label": "benign", "source": s, "split": gtd.split_of(t, "guard-encoder")}
+        for s, t in texts
+        if not gd.leaks(t, heldout)
+    ]
+
+
+def sample(rows: list[dict], split: str, per_class: dict[str, int], weak_twice: bool = False) -> list[dict]:
     """Up to `per_class[label]` rows of `split` per label, spread over the sources (round-robin
     over each source's shuffled rows), deterministic for SEED."""
     rng = random.Random(SEED)
@@ -93,9 +128,28 @@ def sample(rows: list[dict], split: str, per_class: dict[str, int]) -> list[dict
             for q in queues:
                 if q and len(picked) < n:
                     picked.append(q.pop())
+        if weak_twice and split == "train" and label == "harmful":
+            picked += [r for r in picked if r.get("category") in WEAK_HARM]
         out += picked
     rng.shuffle(out)
     return out
+
+
+def first_layers(layers: int, directory: Path) -> Path | None:
+    """A copy of the packaged MiniLM that keeps only its first `layers` layers (the rest of
+    the weights are left unread): a smaller, faster encoder; None keeps all six."""
+    import shutil
+
+    from app.runtime.native import native_model_path
+
+    base = native_model_path()
+    config = json.loads((base / "config.json").read_text())
+    if layers >= config["num_hidden_layers"]:
+        return None
+    shutil.rmtree(directory, ignore_errors=True)
+    shutil.copytree(base, directory)
+    (directory / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}, indent=2))
+    return directory
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,13 +159,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--learning-rate", type=float, default=6e-5)
+    ap.add_argument("--layers", type=int, default=6, help="keep the base encoder's first N layers")
+    ap.add_argument(
+        "--hard-negatives",
+        action="store_true",
+        help="the second recipe: everyday hard negatives, half the dev rows, weak harm twice",
+    )
     args = ap.parse_args(argv)
-    rows = labelled_rows()
-    train_rows = sample(rows, "train", PER_CLASS)
+    rows = labelled_rows(args.hard_negatives)
+    per_class = PER_CLASS_HARD if args.hard_negatives else PER_CLASS
+    train_rows = sample(rows, "train", per_class, weak_twice=args.hard_negatives)
     train_keys = {gd.key(r["text"]) for r in train_rows}
     tuning = [
         r
-        for r in sample(rows, "val", dict.fromkeys(PER_CLASS, VAL_PER_CLASS))
+        for r in sample(rows, "val", dict.fromkeys(per_class, VAL_PER_CLASS))
         if gd.key(r["text"]) not in train_keys
     ]
     print(
@@ -122,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     for name, part in (("train.jsonl", train_rows), ("tuning.jsonl", tuning)):
         with (data_dir / name).open("w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in part)
+            # `category` only picks the weak harm rows: the files keep the first run's fields
+            fh.writelines(json.dumps({k: r[k] for k in FIELDS}, ensure_ascii=False) + "\n" for r in part)
     if args.rows_only:
         return 0
     import logging
@@ -142,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         eval_fraction=0.05,
         seed=0,
         device="cpu",
+        base=first_layers(args.layers, args.out.parent / f"{args.out.name}-base"),
     )
     print("[train] wrote", train(options))
     return 0

@@ -6,14 +6,17 @@ the sources' validation parts and the hand-written dev halves; no held-out text)
    Ray), cascade off: the global guard's jailbreak and harmful scores and thresholds, and
    whether a PII check refused it (cached in `--scores`);
 2. the guard encoder scores each text (int8 ONNX, as served);
-3. for each band [low, high) of each head and each encoder cut, the cascade is replayed on
-   those scores: attacks caught, ordinary rows refused, and the share of ordinary rows that
-   pay the encoder pass. Printed best first: the most caught with no more refused than the
-   shipped heads alone. The documented band (jailbreak [0.05, 0.5), harmful [0.1, 0.7), cut
-   0.98, `guard_cut.json`) is, of those within 0.25 points of the best catch, the one that
-   sends the fewest ordinary rows to the encoder.
+3. for each band [low, high) of each head, each encoder cut and each `clear` cut (a band that
+   reaches above the head's threshold is two-sided: a head's block there stands unless the
+   encoder scores below `clear`, by default the cut), the cascade is replayed on those
+   scores: attacks caught, ordinary rows refused, and the share of ordinary rows that pay the
+   encoder pass. Printed best first: the most caught with no more refused than the shipped
+   heads alone. The documented band (jailbreak [0.1, 1.0), harmful [0.15, 0.7), cut 0.9,
+   `guard_cut.json`) is, of those within 0.25 points of the best catch, the one that sends the
+   fewest ordinary rows to the encoder (printed on its own line).
 
-    .venv/bin/python scripts/tune_guard_band.py --rows /tmp/enc-rows/tuning.jsonl \
+    .venv/bin/python scripts/train_guard_encoder.py --rows-only --hard-negatives --out /tmp/rows
+    .venv/bin/python scripts/tune_guard_band.py --rows /tmp/rows/tuning.jsonl \
         --encoder app/models/artifacts/guard_encoder --scores /tmp/tuning-scores.json
 """
 
@@ -41,6 +44,8 @@ JB, HARM = "global:prompt_guard", "global:prompt_guard:harmful"
 LOWS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
 HIGHS = (0.5, 0.7, 0.9, 1.0)
 CUTS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995)
+# the encoder score below which it lifts a head's block in a two-sided band (None: the cut)
+CLEARS = (None, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 
 
 async def head_scores(config: str, texts: list[str]) -> list[dict]:
@@ -92,23 +97,42 @@ def encoder_scores(directory: str, texts: list[str]) -> list[float]:
     return scores
 
 
-def replay(rows: list[dict], enc: np.ndarray, band_j, band_h, cut: float | None) -> dict:
-    """The cascade on recorded scores: per row, refused or not, and whether it paid the encoder."""
-    refused, paid = [], []
-    for r, e in zip(rows, enc, strict=True):
-        verdicts, judged = [], False
-        for tag, band in (("jb", band_j), ("harm", band_h)):
-            if tag not in r:
-                continue
-            s, t = r[tag], r[f"{tag}_t"]
-            if cut is not None and band is not None and band[0] <= s < band[1]:
-                verdicts.append(e >= cut)
-                judged = True
-            else:
-                verdicts.append(s >= t)
-        refused.append(r["pii"] or any(verdicts))
-        paid.append(judged)
-    return {"refused": np.array(refused), "paid": np.array(paid)}
+_COLUMNS: dict[int, dict[str, np.ndarray]] = {}
+
+
+def columns(rows: list[dict]) -> dict[str, np.ndarray]:
+    """The recorded scores as arrays (once per list: the grid replays it tens of thousands of times)."""
+    if id(rows) not in _COLUMNS:
+        cols = {"pii": np.array([bool(r["pii"]) for r in rows])}
+        for tag in ("jb", "harm"):
+            cols[tag] = np.array([r.get(tag, np.nan) for r in rows], dtype=float)
+            cols[f"{tag}_t"] = np.array([r.get(f"{tag}_t", 0.5) for r in rows], dtype=float)
+        _COLUMNS[id(rows)] = cols
+    return _COLUMNS[id(rows)]
+
+
+def replay(
+    rows: list[dict], enc: np.ndarray, band_j, band_h, cut: float | None, clear: float | None = None
+) -> dict:
+    """The cascade on recorded scores: per row, refused or not, and whether it paid the encoder.
+    In a band, a score below the head's threshold is flagged when the encoder reaches `cut`; one
+    at or above it (the head blocks) stays flagged unless the encoder falls below `clear`
+    (default: `cut`, the one-cut judge)."""
+    clear = cut if clear is None else clear
+    cols = columns(rows)
+    refused = cols["pii"].copy()
+    paid = np.zeros(len(rows), dtype=bool)
+    for tag, band in (("jb", band_j), ("harm", band_h)):
+        s, t = cols[tag], cols[f"{tag}_t"]
+        head = s >= t  # NaN (no score) compares False: not flagged, not judged
+        if cut is None or band is None:
+            refused |= head
+            continue
+        judged = (s >= band[0]) & (s < band[1])
+        encoder = np.where(head, enc >= clear, enc >= cut)
+        refused |= np.where(judged, encoder, head)
+        paid |= judged
+    return {"refused": refused, "paid": paid}
 
 
 def print_choices(rows, heads, enc, attack, base, results, top: int) -> None:
@@ -118,24 +142,34 @@ def print_choices(rows, heads, enc, attack, base, results, top: int) -> None:
     sources = np.array([r["source"] for r in rows])
     benign_sources = sorted(set(sources[~attack]))
 
-    def fair(band_j, band_h, cut) -> bool:
-        ref = replay(heads, enc, band_j, band_h, cut)["refused"]
+    def fair(band_j, band_h, cut, clear) -> bool:
+        ref = replay(heads, enc, band_j, band_h, cut, clear)["refused"]
         return all(
             ref[~attack & (sources == s)].sum() <= base[~attack & (sources == s)].sum()
             for s in benign_sources
         )
 
-    allowed = [r for r in sorted(results, reverse=True) if -r[1] <= base[~attack].mean()]
+    allowed = [r for r in sorted(results, key=lambda r: r[:3], reverse=True) if -r[1] <= base[~attack].mean()]
     print("-- no more ordinary rows refused overall (the rule of the documented band):")
     for r in allowed[:top]:
+        print(line(r))
+    best = allowed[0][0] if allowed else 0.0
+    near = [r for r in allowed if r[0] >= best - 0.0025]
+    if near:
         print(
-            f"band jb {r[3]} harm {r[4]} cut {r[5]}: caught {r[0]:.4f} refused {-r[1]:.4f} paid {-r[2]:.4f}"
+            "-- of those within 0.25 points of the best catch, the fewest ordinary rows paying the encoder:"
         )
+        print(line(max(near, key=lambda r: (r[2], r[1], r[0]))))
     print("-- and none more in any source (tried, not kept: docs/security.md):")
-    for r in [r for r in allowed if fair(r[3], r[4], r[5])][:top]:
-        print(
-            f"band jb {r[3]} harm {r[4]} cut {r[5]}: caught {r[0]:.4f} refused {-r[1]:.4f} paid {-r[2]:.4f}"
-        )
+    for r in [r for r in allowed[: top * 20] if fair(r[3], r[4], r[5], r[6])][:top]:
+        print(line(r))
+
+
+def line(r: tuple) -> str:
+    return (
+        f"band jb {r[3]} harm {r[4]} cut {r[5]} clear {r[6]}: "
+        f"caught {r[0]:.4f} refused {-r[1]:.4f} paid {-r[2]:.4f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,13 +203,13 @@ def main(argv: list[str] | None = None) -> int:
         flag = enc >= cut
         print(f"encoder alone @{cut}: caught {flag[attack].mean():.4f}, refused {flag[~attack].mean():.4f}")
     results = []
-    for lj, hj, lh, hh, cut in itertools.product(LOWS, HIGHS, LOWS, HIGHS, CUTS):
-        if lj >= hj or lh >= hh:
+    for lj, hj, lh, hh, cut, clear in itertools.product(LOWS, HIGHS, LOWS, HIGHS, CUTS, CLEARS):
+        if lj >= hj or lh >= hh or (clear is not None and clear >= cut):
             continue
-        out = replay(heads, enc, (lj, hj), (lh, hh), cut)
+        out = replay(heads, enc, (lj, hj), (lh, hh), cut, clear)
         ref = out["refused"]
         results.append((ref[attack].mean(), -ref[~attack].mean(), -out["paid"][~attack].mean(),
-                        (lj, hj), (lh, hh), cut))  # fmt: skip
+                        (lj, hj), (lh, hh), cut, clear))  # fmt: skip
     print_choices(rows, heads, enc, attack, base, results, args.top)
     by_source: dict[str, list[int]] = {}
     for r, b in zip(rows, base, strict=True):

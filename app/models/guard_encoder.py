@@ -4,7 +4,10 @@ guard scores fall in the prompt guard's uncertain band (docs/security.md, "The c
 ordinary prompt far from the band never pays its encoder pass.
 
 Its attack score is the probability of any label but `benign`; `cut` (chosen on the tuning
-split, kept beside the weights in `guard_cut.json`) turns it into a verdict.
+split, kept beside the weights in `guard_cut.json`) turns it into a verdict. `clear` is the cut
+for a text the heads already block (a score in the band above the head's threshold): the encoder
+lifts that block only when its score falls below `clear` (equal to `cut` when the file names
+none), so it can undo a head's false block without having to be as sure as when it adds one.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ OPTIONS = {"overflow": "truncate", "max_tokens": 256}
 class GuardEncoder:
     """A loaded guard encoder: `attack_score` per text, `cut` its verdict threshold."""
 
-    def __init__(self, model: Any, cut: float) -> None:
+    def __init__(self, model: Any, cut: float, clear: float | None = None) -> None:
         self.model = model  # app/runtime/dir_models.py DirLabelModel (onnxruntime)
         self.cut = cut
+        self.clear = cut if clear is None else clear
 
     @classmethod
     def load(cls, directory: Path = ARTIFACT) -> GuardEncoder:
@@ -36,8 +40,9 @@ class GuardEncoder:
 
         model = load_model_dir(str(directory), engine="onnxruntime")
         cut_file = directory / CUT_FILE
-        cut = float(json.loads(cut_file.read_text())["cut"]) if cut_file.is_file() else DEFAULT_CUT
-        return cls(model, cut)
+        cuts = json.loads(cut_file.read_text()) if cut_file.is_file() else {}
+        clear = cuts.get("clear")
+        return cls(model, float(cuts.get("cut", DEFAULT_CUT)), None if clear is None else float(clear))
 
     def attack_scores(self, texts: list[str]) -> list[float]:
         """1 - P(benign) per text."""

@@ -92,7 +92,8 @@ def _records(path: Path) -> list[tuple[int, object]]:
             out.append((reader.line_num, row))
         return out
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # lines end at "\n" only: a JSON string may hold U+2028 or U+0085, which splitlines() breaks on
+    for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             try:
                 records.append((number, json.loads(line)))

@@ -7,8 +7,9 @@
   this process. Both the jailbreak and the harmful rule may send the same text: one pass serves
   both (in flight and a small memo of recent texts).
 
-Either judge answers `guard(text, threshold) -> SignalItem` whose verdict decides
-(app/pipeline/signals/guarded.py `_cascade`).
+Either judge answers `guard(text, threshold, head_flagged) -> SignalItem` whose verdict decides
+(app/pipeline/signals/guarded.py `_cascade`); `head_flagged` says the cheap head's score was at or
+above its threshold (the band reaches above it), which moves the encoder to its `clear` cut.
 """
 
 from __future__ import annotations
@@ -43,8 +44,14 @@ class EncoderJudge:
 
     @property
     def cut(self) -> float:
-        """The attack score at which the encoder flags a text."""
+        """The attack score at which the encoder flags a text the heads let through."""
         return float(self.encoder.cut) if self.encoder is not None else 1.0
+
+    def cut_for(self, head_flagged: bool) -> float:
+        """The cut for this text: a head's block stands unless the score falls below `clear`."""
+        if head_flagged and self.encoder is not None:
+            return float(getattr(self.encoder, "clear", self.encoder.cut))
+        return self.cut
 
     async def score(self, text: str) -> float:
         if self.encoder is None:
@@ -66,12 +73,12 @@ class EncoderJudge:
             return value
         return float(await asyncio.shield(running))
 
-    async def guard(self, text: str, threshold: float) -> SignalItem:
+    async def guard(self, text: str, threshold: float, head_flagged: bool = False) -> SignalItem:
         """The encoder's attack score; flagged at its own cut (chosen on the tuning split), not
         at the rule's threshold, which belongs to the cheap heads' scale."""
         score = await self.score(text)
         verdict = Verdict(
-            flagged=score >= self.cut,
+            flagged=score >= self.cut_for(head_flagged),
             score=score,
             confidence=1.0,
             method=ENCODER_METHOD,

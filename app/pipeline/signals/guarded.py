@@ -124,7 +124,7 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
         classifier's stands when the judge cannot answer (down, slow, no verdict)."""
         matched, score, detail = verdict
         try:
-            answer = await self.cascade.guard(text, threshold)
+            answer = await self.cascade.guard(text, threshold, head_flagged=matched)
         except Exception as exc:
             return matched, score, {**detail, "cascade": "failed", "cascade_error": str(exc)[:200]}
         judged = float(answer.scores.get("jailbreak", 0.0)) if answer.scores else 0.0
@@ -133,7 +133,7 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
             **detail,
             # the score that decided and the cut it was held to: an audited refusal's pair
             # (the encoder's own cut; the LLM's verdict is at the rule's threshold)
-            "threshold": getattr(self.cascade, "cut", threshold) if encoder else threshold,
+            "threshold": self.cascade.cut_for(matched) if encoder else threshold,
             "cascade": ENCODER_METHOD if encoder else "llm",
             "classifier_score": score,
             "llm_verdict": None if encoder or answer.verdict is None else list(answer.verdict.types),

@@ -122,8 +122,9 @@ class LLMJudge:
         except (KeyError, IndexError, TypeError) as exc:
             raise JudgeError(f"{self.model.name}: no chat message in its answer") from exc
 
-    async def guard(self, text: str, threshold: float) -> SignalItem:
-        """One text's `jailbreak` score and the verdict at `threshold`."""
+    async def guard(self, text: str, threshold: float, head_flagged: bool = False) -> SignalItem:
+        """One text's `jailbreak` score and the verdict at `threshold` (the LLM's verdict does
+        not depend on the head's, `head_flagged`)."""
         answer = await self.ask(text, self.model.system_prompt)
         score, word = guard_verdict(answer)
         verdict = Verdict(

@@ -48,6 +48,19 @@ def test_a_batch_scores_as_each_text_alone(encoder: GuardEncoder) -> None:
     assert together == pytest.approx([encoder.attack_score(t) for t in texts], abs=1e-4)
 
 
+def test_the_cut_file_may_name_a_clear_cut(tmp_path) -> None:
+    """`clear` (the cut that lifts a head's block) defaults to `cut` when the file names none."""
+    import json
+    import shutil
+
+    shutil.copytree(ARTIFACT, tmp_path / "enc")
+    (tmp_path / "enc" / CUT_FILE).write_text(json.dumps({"cut": 0.9}))
+    assert GuardEncoder.load(tmp_path / "enc").clear == pytest.approx(0.9)
+    (tmp_path / "enc" / CUT_FILE).write_text(json.dumps({"cut": 0.9, "clear": 0.2}))
+    loaded = GuardEncoder.load(tmp_path / "enc")
+    assert (loaded.cut, loaded.clear) == pytest.approx((0.9, 0.2))
+
+
 def test_the_attack_score_is_every_label_but_benign() -> None:
     assert attack_score({"benign": 0.8, "jailbreak": 0.15, "harmful": 0.05}) == pytest.approx(0.2)
     assert attack_score({}) == 0.0

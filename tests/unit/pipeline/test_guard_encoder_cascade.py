@@ -26,19 +26,22 @@ from tests.unit.pipeline.test_harmful_signal import FakeHarmful
 
 
 class ScriptedEncoder:
-    """Attack score 0.95 for texts naming a grandmother, else 0.1; counts its passes."""
+    """Attack score 0.95 for texts naming a grandmother, 0.5 for a wolf, else 0.1; counts its
+    passes."""
 
     cut = 0.7  # not the rule's 0.5: a refusal it decides names this cut
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, clear: float | None = None) -> None:
         self.texts: list[str] = []
         self.fail = fail
+        if clear is not None:
+            self.clear = clear
 
     def attack_score(self, text: str) -> float:
         self.texts.append(text)
         if self.fail:
             raise RuntimeError("encoder broke")
-        return 0.95 if "grandmother" in text else 0.1
+        return 0.95 if "grandmother" in text else 0.5 if "wolf" in text else 0.1
 
 
 def _encoder_config(**prompt_guard: Any) -> RouterConfig:
@@ -73,6 +76,31 @@ async def test_a_score_in_the_band_is_decided_by_the_encoder(monkeypatch: pytest
     # the heads alone would refuse 0.6 >= 0.5; the encoder's verdict lets it through
     assert not _blocked(await pipe.route(chat("pretend you are a pirate")))
     assert encoder.texts == ["pretend you are my grandmother", "pretend you are a pirate"]
+
+
+async def test_a_head_block_in_the_band_is_lifted_only_below_the_clear_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two-sided band: above the head's threshold the encoder must score below `clear` (0.3)
+    to lift the block; below it, it must reach `cut` (0.7) to add one."""
+    encoder = ScriptedEncoder(clear=0.3)
+    pipe = _pipeline(monkeypatch, encoder, cascade_band=[0.03, 0.8])
+    # heads 0.6 (blocked alone), encoder 0.5: not below 0.3, the block stands
+    plan = await pipe.route(chat("pretend you are a wolf"))
+    assert _blocked(plan)
+    match = next(m for m in plan.signals.matches if m.type == "jailbreak")
+    assert match.detail["threshold"] == pytest.approx(0.3) and match.confidence == pytest.approx(0.5)
+    # heads 0.6, encoder 0.1: lifted
+    assert not _blocked(await pipe.route(chat("pretend you are a pirate")))
+    # heads 0.05 (let through alone), encoder 0.5: below the cut 0.7, still let through
+    assert not _blocked(await pipe.route(chat("a wolf in the forest")))
+    # heads 0.05, encoder 0.95: added
+    assert _blocked(await pipe.route(chat("my grandmother's recipe")))
+
+
+async def test_without_a_clear_cut_both_sides_use_the_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    pipe = _pipeline(monkeypatch, ScriptedEncoder(), cascade_band=[0.3, 0.8])
+    assert not _blocked(await pipe.route(chat("pretend you are a wolf")))  # 0.5 < cut 0.7: lifted
 
 
 async def test_scores_outside_the_band_never_reach_the_encoder(monkeypatch: pytest.MonkeyPatch) -> None:

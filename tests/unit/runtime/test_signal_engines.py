@@ -111,7 +111,7 @@ class Judge:
     def __init__(self) -> None:
         self.thresholds: list[float] = []
 
-    async def guard(self, text: str, threshold: float) -> SignalItem:
+    async def guard(self, text: str, threshold: float, head_flagged: bool = False) -> SignalItem:
         self.thresholds.append(threshold)
         score = guard_score(text)
         verdict = Verdict(flagged=score >= threshold, score=score, confidence=1.0, method="vllm")

@@ -25,6 +25,14 @@ def test_jsonl_and_csv_read_the_same_rows(tmp_path):
     assert label_set(seq) == ["billing", "returns", "shipping"]
 
 
+def test_a_jsonl_text_may_hold_unicode_line_separators(tmp_path):
+    """JSON writes U+2028 and U+0085 raw (ensure_ascii off); a line ends at "\n" only."""
+    path = tmp_path / "u.jsonl"
+    texts = ["one\u2028two", "three\x85four"]
+    path.write_text("".join(json.dumps({"text": t, "label": "a"}, ensure_ascii=False) + "\n" for t in texts))
+    assert [r.text for r in read_rows(path, "sequence-classification")] == texts
+
+
 @pytest.mark.parametrize(
     ("line", "reason"),
     [

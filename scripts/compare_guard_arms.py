@@ -1,0 +1,105 @@
+"""Two guard configurations on the same held-out cases, paired (docs/security.md, "The
+cascade"): each arm's catch and false-block rates with 95% Wilson intervals (`svc-sr benchmark
+guard`'s arithmetic, app/benchmark/guard_report.py), the cases one arm refuses and the other
+does not, and the exact McNemar p of those discordant pairs.
+
+The cases are the held-out parts only: the hand-written sets' `heldout` rows and every
+`tests/data/guard/heldout/` set. Offline, no Ray (app/benchmark/guard_run.py `run_offline`).
+
+    .venv/bin/python scripts/compare_guard_arms.py --base configs/config.yaml \\
+        --arm /tmp/cascade.yaml --out /tmp/arms.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from math import comb
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.benchmark.guard_report import CaseOutcome, GuardReport, summarize  # noqa: E402
+from app.benchmark.guard_run import run_offline  # noqa: E402
+from app.benchmark.guard_sets import GuardCase, load_cases  # noqa: E402
+from app.benchmark.local_services import shared_vector_table  # noqa: E402
+
+GUARD_DATA = ROOT / "tests" / "data" / "guard"
+HAND_WRITTEN = ("attacks", "everyday", "everyday_conversations", "everyday_hard")
+
+
+def heldout_cases() -> list[GuardCase]:
+    hand = load_cases([GUARD_DATA / f"{name}.jsonl" for name in HAND_WRITTEN], "heldout")
+    return hand + load_cases(sorted((GUARD_DATA / "heldout").glob("*.jsonl")))
+
+
+def mcnemar(b: int, c: int) -> float:
+    """Exact two-sided McNemar p for b and c discordant pairs (a binomial test at 1/2)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(comb(n, i) for i in range(min(b, c) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def refused(o: CaseOutcome) -> bool:
+    return o.caught if o.label != "benign" else o.blocked
+
+
+def pairs(base: list[CaseOutcome], arm: list[CaseOutcome]) -> dict:
+    out: dict = {}
+    for label, word in (("attack", "caught"), ("benign", "refused")):
+        idx = [i for i, o in enumerate(base) if (o.label == "benign") == (label == "benign")]
+        gained = [i for i in idx if refused(arm[i]) and not refused(base[i])]
+        lost = [i for i in idx if refused(base[i]) and not refused(arm[i])]
+        out[label] = {
+            f"newly_{word}": [arm[i].model_dump() for i in gained],
+            f"no_longer_{word}": [base[i].model_dump() for i in lost],
+            "mcnemar_p": mcnemar(len(gained), len(lost)),
+        }
+    return out
+
+
+def brief(name: str, report: GuardReport) -> None:
+    c, f = report.catch, report.false_block
+    print(f"{name}: caught {c.hits}/{c.n} {c.rate:.2%} [{c.low:.2%}, {c.high:.2%}]; "
+          f"refused {f.hits}/{f.n} {f.rate:.2%} [{f.low:.2%}, {f.high:.2%}]")  # fmt: skip
+    for group, rates in report.attacks_by.items():
+        print(f"  caught by {group}: " + ", ".join(f"{r.name} {r.hits}/{r.n}" for r in rates))
+    for group, rates in report.benign_by.items():
+        print(f"  refused by {group}: " + ", ".join(f"{r.name} {r.hits}/{r.n}" for r in rates))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", default=str(ROOT / "configs" / "config.yaml"))
+    ap.add_argument("--arm", required=True, help="the other configuration")
+    ap.add_argument("--out", type=Path, required=True, help="both arms' outcomes and the pairs (JSON)")
+    args = ap.parse_args(argv)
+    cases = heldout_cases()
+    table = shared_vector_table()  # one embedding per text for both arms
+    outcomes = {
+        name: asyncio.run(run_offline(config, cases, vectors=table))
+        for name, config in (("base", args.base), ("arm", args.arm))
+    }
+    reports = {name: summarize(o) for name, o in outcomes.items()}
+    for name, report in reports.items():
+        brief(name, report)
+    paired = pairs(outcomes["base"], outcomes["arm"])
+    for label, p in paired.items():
+        counts = {k: len(v) for k, v in p.items() if isinstance(v, list)}
+        print(f"{label}: {counts}, exact McNemar p {p['mcnemar_p']:.3g}")
+    args.out.write_text(
+        json.dumps(
+            {"reports": {k: r.model_dump() for k, r in reports.items()}, "pairs": paired},
+            indent=1,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
