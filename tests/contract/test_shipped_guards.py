@@ -185,8 +185,8 @@ def cascade_doors(front_doors: Any, upstreams: Upstreams) -> FrontDoors:
     """The shipped config with the guard encoder judging the bands its comment names."""
     document = shipped_document(upstreams)
     guard = document["global"]["model_catalog"]["modules"]["prompt_guard"]
-    guard.update(cascade_judge="encoder", cascade_band=[0.1, 1.0])
-    guard["harmful"] = {"enabled": True, "cascade_band": [0.15, 0.7]}
+    guard.update(cascade_judge="encoder", cascade_band=[0.05, 0.5])
+    guard["harmful"] = {"enabled": True, "cascade_band": [0.1, 0.7]}
     return front_doors(document)
 
 
