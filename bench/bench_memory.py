@@ -3,15 +3,16 @@
 Starts `svc-sr serve` with the shipped configs/config.yaml on an instant upstream, as
 bench/bench_vs_litellm.py does (its `svc_sr()` and `stack_memory()`), and prints PSS per process
 with the packages whose files each maps (/proc/PID/smaps: torch, onnxruntime, spacy, ...),
-once ready and after a load (100 explicit-model ~500- and ~15-token requests at 16 clients, then 100 MoM
-requests at each of ~15 / ~500 tokens and 1 / 16 clients); `--probe` then calls the diagnostics
-and /v1/decisions twice each (a deployment started on demand answers the first). The JSON lines
-are `stack_memory()`'s; `--json FILE` also writes them with the load's rows (p50/p99 ms, req/s:
-a memory cut must not cost the request path). The stack inherits this process's environment, so
-a setting is compared by alternating runs with and without it (`MALLOC_ARENA_MAX=2 ...`).
+once ready and after a load (100 explicit-model ~500- and ~15-token requests at 16 clients,
+then 100 MoM requests at each of ~15 / ~500 tokens and 1 / 16 clients); `--probe` then calls
+the diagnostics, /v1/decisions and the storage API twice each (a deployment started on demand
+answers the first). The JSON lines are `stack_memory()`'s; `--json FILE` also writes them with
+the load's rows (p50/p99 ms, req/s: a memory cut must not cost the request path). The stack
+inherits this process's environment, so a setting is compared by alternating runs with and
+without it (`MALLOC_ARENA_MAX=2 ...`).
 docs/performance.md "Memory of the local stack" quotes it.
 
-    .venv/bin/python bench/bench_memory.py [--no-load] [--probe] [--json FILE]
+    .venv/bin/python bench/bench_memory.py [--no-load] [--probe] [--json FILE] [--serve-config FILE]
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ PROBES = (
             "questions": {"refund": {"type": "noul", "instructions": "Refund?"}},
         },
     ),
+    ("/api/v1/storage/vector-stores", {"name": "probe"}),  # Storage, started on its first call
 )
 
 
