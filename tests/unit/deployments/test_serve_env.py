@@ -129,6 +129,8 @@ def test_storage_starts_on_its_first_call_and_then_stays() -> None:
     """At most one Storage replica (it owns its records and chunks), none until called, and a
     scale-down that never comes once it runs (a memory vector store's chunks would be lost);
     the graph keeps it so (deployments/rollout.py single_replica: no surge, never two)."""
+    from ray.serve.config import AutoscalingConfig
+
     from deployments.rollout import single_replica
     from deployments.serve_env import ON_DEMAND, local_deployment_options
 
@@ -136,5 +138,6 @@ def test_storage_starts_on_its_first_call_and_then_stays() -> None:
     scaling = local["Storage"]["autoscaling_config"]
     assert scaling["min_replicas"] == scaling["initial_replicas"] == 0 and scaling["max_replicas"] == 1
     assert scaling["downscale_delay_s"] >= 365 * 24 * 3600 > ON_DEMAND["downscale_delay_s"]
+    AutoscalingConfig.model_validate(scaling)  # what Serve checks when the graph is deployed
     graph_options = single_replica(local["Storage"], "Storage", "why")
     assert graph_options == {"autoscaling_config": scaling, "max_surge_percent": 0}
