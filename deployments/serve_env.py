@@ -79,6 +79,11 @@ def fast_path_env() -> dict[str, str]:
         # runs none but its replicas, so an idle one only held ~45 MiB (docs/performance.md
         # "Memory of the local stack"). A replica started on demand starts its own worker.
         "RAY_num_workers_soft_limit": "0",
+        # glibc's malloc arenas capped at two per process (default: 8 per core): the stack held
+        # 8-29 MiB less in each of six alternating pairs, with no rate difference beyond this
+        # machine's noise (docs/performance.md "Memory of the local stack"). Read when a process
+        # starts: Ray's processes, the sidecar and Envoy inherit it; the driver keeps glibc's.
+        "MALLOC_ARENA_MAX": "2",
     }
 
 
@@ -97,6 +102,7 @@ FAST_PATH_KEYS = (
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S",
     "RAY_num_workers_soft_limit",
+    "MALLOC_ARENA_MAX",
 )
 
 

@@ -13,6 +13,7 @@ def test_sets_every_key_once_and_keeps_what_the_user_set() -> None:
     assert set(applied) == set(FAST_PATH_KEYS) - {"RAY_SERVE_HAPROXY_NBTHREAD"}
     assert env["RAY_SERVE_HAPROXY_NBTHREAD"] == "8"
     assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    assert env["MALLOC_ARENA_MAX"] == "2"  # what Ray's processes, the sidecar and Envoy inherit
     assert apply_fast_path_env(env) == {}  # a second call changes nothing
 
 
