@@ -120,7 +120,9 @@ def litellm_proxy(upstream: FakeUpstream, work: Path) -> Iterator[str]:
 
 
 @contextmanager
-def svc_sr(upstream: FakeUpstream, work: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def svc_sr(
+    upstream: FakeUpstream, work: Path, serve_config: Path | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     document = served_default(upstream.host_url)
     document["global"]["services"]["observability"]["metrics"]["port"] = find_free_port()
     for listener in document["listeners"]:
@@ -132,6 +134,7 @@ def svc_sr(upstream: FakeUpstream, work: Path) -> Iterator[tuple[str, subprocess
     env |= {"SVC_SR_STATE_DIR": str(work / "run"), "SVC_SR_MANAGEMENT_STATE_DIR": str(work / "mgmt")}
     command = [str(Path(sys.executable).with_name("svc-sr")), "serve", "--config", str(config_path)]
     command += ["--port", str(port), "--no-dashboard"]
+    command += ["--serve-config", str(serve_config)] if serve_config is not None else []
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     try:
         wait_until(f"http://127.0.0.1:{port}/ready", process, log, ready="OpenAI-compatible endpoint")

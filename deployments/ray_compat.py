@@ -1,10 +1,10 @@
 """Every use of a private or unstable Ray API, and the one way to unwrap Ray's errors.
 
-Ray Serve 2.60 offers no public API for several things the graph needs (redeploying its
-own application without blocking, the controller's status overview, a replica's
-user_config before `reconfigure()`, a handle's transport, a deployment's version). They
-live here, each pinned by tests/unit/deployments/test_ray_compat.py, so a Ray upgrade that moves one
-fails there, with its name, instead of somewhere in a request.
+Ray 2.60 offers no public API for several things svc-sr needs (redeploying its own application
+without blocking, the controller's status overview, a replica's user_config before
+`reconfigure()`, a handle's transport, a deployment's version, the local node's processes).
+They live here, each pinned by tests/unit/deployments/test_ray_compat.py, so a Ray upgrade
+that moves one fails there, with its name, instead of somewhere in a request.
 
 Error unwrapping: an exception raised inside a replica reaches the caller wrapped in a
 `RayTaskError`; `replica_error()` gives back the replica's own exception (a routing error
@@ -14,7 +14,9 @@ or overloaded deployment to the caller's own errors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
@@ -24,15 +26,8 @@ from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 H = TypeVar("H")
 
 # A deployment that cannot take the call: no replica, replica died or is restarting.
-UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
-    RayActorError,
-    ActorUnavailableError,
-    DeploymentUnavailableError,
-)
+UNAVAILABLE_ERRORS = (RayActorError, ActorUnavailableError, DeploymentUnavailableError)
 OVERLOADED_ERRORS: tuple[type[BaseException], ...] = (BackPressureError,)
-
-
-# ----------------------------------------------------------------------------- errors
 
 
 def replica_error(exc: BaseException, keep: Callable[[BaseException], bool] | None = None) -> BaseException:
@@ -76,16 +71,12 @@ async def call(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-# ----------------------------------------------------------------------------- handles
-
-
 def process_transport(handle: H) -> H:
     """`handle` with the transport this process's Serve runs with: gRPC in throughput-optimized
-    mode (~1.1 ms a hop here), else Ray actor calls (~2.4 ms). A handle arrives pickled with
-    the transport of the process that built the graph, fixed when that process imported Serve,
-    which may have been before (or without) the fast-path environment: a test driver, a
-    `serve run` from a laptop. Replicas call this on the handles they use per request.
-    Private: `RAY_SERVE_USE_GRPC_BY_DEFAULT`, `handle_options._by_reference`."""
+    mode (~1.1 ms a hop here), else Ray actor calls (~2.4 ms). A handle arrives pickled with the
+    transport fixed when the process that built the graph imported Serve, maybe without the
+    fast-path environment (a test driver, a laptop's `serve run`). Replicas call this on the
+    handles they use per request. Private: `RAY_SERVE_USE_GRPC_BY_DEFAULT`, `_by_reference`."""
     if handle is None:
         return handle
     from ray.serve._private.constants import RAY_SERVE_USE_GRPC_BY_DEFAULT
@@ -98,11 +89,10 @@ def process_transport(handle: H) -> H:
 
 
 async def wait_assigned(response: Any, timeout_s: float) -> bool:
-    """Wait until Serve has given a handle call to a replica; False when `timeout_s` passed
-    first (the call is then cancelled: it never reached a replica). A deployment whose only
-    replica is restarting queues calls until a new one is up, minutes for an LLM engine; a
-    caller with somewhere else to go asks this first. Private:
-    `_DeploymentResponseBase._fetch_future_result_async`."""
+    """Wait until Serve has given a handle call to a replica; False when `timeout_s` passed first
+    (the call is then cancelled: it never reached a replica). A deployment whose only replica is
+    restarting queues calls until a new one is up, minutes for an LLM engine; a caller with
+    somewhere else to go asks this first. Private: `_fetch_future_result_async`."""
     import asyncio
 
     try:
@@ -113,9 +103,6 @@ async def wait_assigned(response: Any, timeout_s: float) -> bool:
     return True
 
 
-# ----------------------------------------------------------------------------- replicas
-
-
 def replica_user_config() -> dict[str, Any] | None:
     """This replica's user_config, readable in the constructor (Serve calls `reconfigure()`
     only after an ingress's ASGI app is built). Private: `ReplicaContext._deployment_config`."""
@@ -124,9 +111,6 @@ def replica_user_config() -> dict[str, Any] | None:
     config = getattr(serve.get_replica_context(), "_deployment_config", None)
     user_config = getattr(config, "user_config", None)
     return user_config if isinstance(user_config, dict) else None
-
-
-# ----------------------------------------------------------------------------- applications
 
 
 def bound_deployment(app: Application) -> Any:
@@ -186,8 +170,24 @@ def redeploy(app: Application, name: str, route_prefix: str | None) -> None:
     _run(app, name=name, route_prefix=route_prefix, _blocking=False)
 
 
+@contextmanager
+def without_monitors() -> Iterator[None]:
+    """A local `ray.init` inside starts no autoscaler monitor (one machine has no autoscaler) nor
+    log monitor (it feeds only `log_to_driver`), as `ray start --no-monitor
+    --include-log-monitor=false` would. Private: `RayParams`."""
+    from ray._private import parameter
+
+    module, original = cast(Any, parameter), parameter.RayParams
+    off: dict[str, Any] = {"no_monitor": True, "include_log_monitor": False}  # Ray types the latter str
+    module.RayParams = functools.partial(original, **off)
+    try:
+        yield
+    finally:
+        module.RayParams = original
+
+
 def shutdown_local_ray() -> None:
-    """`ray.shutdown()` without its 1 s wait on the autoscaler monitor, which ignores SIGTERM (0.4 s,
+    """`ray.shutdown()` without its 1 s wait on an autoscaler monitor, which ignores SIGTERM (0.4 s,
     not 1.5 s); a local monitor holds no state, so it is killed first. Private: `all_processes`."""
     import ray
     from ray._private import ray_constants, worker

@@ -39,7 +39,12 @@ def single_replica(options: dict[str, Any], name: str, why: str) -> dict[str, An
     config asks (a larger count or autoscaling is warned about and dropped): one replica, and
     no surge, so a roll-out stops the old owner before its replacement opens the store. The
     Storage deployment (records file, ingestion worker, a Milvus Lite file) and the
-    ResponseCache over a store one process must own (app/cache/factory.py `single_owner`)."""
+    ResponseCache over a store one process must own (app/cache/factory.py `single_owner`).
+    Autoscaling up to one replica (one machine's on-demand start, deployments/serve_env.py) is
+    kept: still never two owners."""
+    if (options.get("autoscaling_config") or {}).get("max_replicas") == 1:
+        kept = {k: v for k, v in options.items() if k != "num_replicas"}
+        return kept | {"max_surge_percent": 0}
     if options.get("num_replicas", 1) != 1 or "autoscaling_config" in options:
         logging.getLogger("svc_sr.graph").warning("%s: %s; running one replica", name, why)
     kept = {k: v for k, v in options.items() if k != "autoscaling_config"}

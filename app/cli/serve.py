@@ -194,18 +194,20 @@ def _start_ray(starting: ServeState, dashboard: bool, stop: threading.Event) -> 
     then SIGINT/SIGTERM set `stop`. The session's directory (its logs)."""
     import ray
 
+    from deployments.ray_compat import without_monitors
     from deployments.serve_env import LEAN_WORKER_ENV
 
     starting.write()
     try:
-        context = ray.init(
-            runtime_env=LEAN_WORKER_ENV,
-            include_dashboard=dashboard,
-            dashboard_host="127.0.0.1",
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-            configure_logging=True,
-        )
+        with without_monitors():  # one machine: no autoscaler, and log_to_driver is off
+            context = ray.init(
+                runtime_env=LEAN_WORKER_ENV,
+                include_dashboard=dashboard,
+                dashboard_host="127.0.0.1",
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+                configure_logging=True,
+            )
     except BaseException:
         ServeState.clear()
         raise

@@ -19,6 +19,7 @@ from app.config.signals import SIGNAL_FAMILIES
 from app.pipeline import decisions as engine
 from app.pipeline.elo_selector import compile_elo_selectors
 from app.pipeline.plugins import DecisionPlugins, GuardRule, compile_guards, compile_plugins
+from app.pipeline.rag import warm_retrieval
 from app.pipeline.selection import ModelIndex
 from app.pipeline.selectors import Selector, compile_selectors
 from app.pipeline.services import PipelineServices
@@ -96,6 +97,7 @@ class CompiledConfig:
         }
         uses_elo = any(s.kind == "elo" for s in self.selectors.values())
         self._ratings = services.ratings if uses_elo else None
+        self._retrieve = services.retrieve
         # `tool_selection`: the router's encoder, tool vectors kept per config version (bounded)
         self.embed = services.embed
         self.tool_vectors = ToolVectorCache()
@@ -138,6 +140,9 @@ class CompiledConfig:
         )
         if self._ratings is not None:  # serve the stored ratings from the first request on
             await self._ratings.refresh()
+        rag = [p.rag for p in self.plugins.values() if p.rag is not None]
+        if rag and self._retrieve is not None:
+            await warm_retrieval(self._retrieve, rag)
 
 
 # Families that read no text of the request (`context` counts the whole prompt's tokens).

@@ -43,6 +43,7 @@ STATUS_HEADER = "x-vsr-rag-status"
 PREAMBLE = "Use the following retrieved passages to answer when they are relevant:"
 CACHE_ENTRIES = 1024  # bounded: a flood of distinct questions evicts the oldest
 RETRIEVE_TIMEOUT_S = 2.0  # a slow store is a down store: the request goes on without it
+WARM_TIMEOUT_S = 60.0  # a store service starting on its first call: seconds, a model load
 
 
 class RagChunk(BaseModel):
@@ -159,6 +160,20 @@ def merge_by_rank(ranked: list[list[RagChunk]], top_k: int) -> list[RagChunk]:
     for rank in range(max((len(chunks) for chunks in ranked), default=0)):
         merged += [chunks[rank] for chunks in ranked if rank < len(chunks)]
     return merged[:top_k]
+
+
+async def warm_retrieval(retrieve: Retrieve, plugins: list[RagPlugin]) -> None:
+    """One search of the first vector store the configuration retrieves from, answer dropped,
+    while the configuration loads: a store service that starts on its first call (the Storage
+    deployment of one machine's graph, docs/deploy.md "Laptop sizing") starts now, not within
+    a request's RETRIEVE_TIMEOUT_S. A failure here is only logged; requests report their own."""
+    store_id = next((s for p in plugins for s in p.store_ids), None)
+    if store_id is None:
+        return
+    try:
+        await asyncio.wait_for(retrieve(store_id, "warm-up", 1, "vector"), WARM_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - a store that is down is the requests' to report
+        log.info("rag warm-up of vector store %s: %s", store_id, exc)
 
 
 async def retrieve_all(

@@ -219,6 +219,10 @@ def test_a_cache_patched_to_milvus_lite_serves_hits_and_outlives_a_restart(cli: 
         assert cache_hit(cli.base, MATH) is None
         assert wait_for_hit(cli.base, MATH) == "true"
         assert cache_backends(cli.base) == [(200, "milvus")] * STATS_CALLS
+        # Storage starts on its first call here (docs/deploy.md "Laptop sizing"): the call waits
+        # for it and is answered.
+        created = httpx.post(f"{cli.base}/api/v1/storage/vector-stores", json={"name": "notes"}, timeout=120)
+        assert created.status_code == 200, created.text
     finally:
         cli.stop(first)
 
@@ -234,5 +238,10 @@ def test_a_cache_patched_to_milvus_lite_serves_hits_and_outlives_a_restart(cli: 
         assert current.headers["etag"] == patched["etag"]
         assert current.json()["global"]["stores"]["response_cache"]["backend_type"] == "milvus"
         assert started["entries"][-1]["config"]["kind"] == "resumed"
+        # A new Storage replica, started by this call, reads the records the first one wrote.
+        stores = httpx.get(f"{cli.base}/api/v1/storage/vector-stores", timeout=120)
+        assert stores.status_code == 200 and [s["id"] for s in stores.json()["data"]] == [
+            created.json()["id"]
+        ]
     finally:
         cli.stop(second)

@@ -63,6 +63,12 @@ def test_one_replica_without_surge_whatever_the_serve_config_asks() -> None:
     }
     # Even when nothing was asked: the class's own surge default must not apply to an owner.
     assert single_replica({}, "Storage", "why") == {"num_replicas": 1, "max_surge_percent": 0}
+    # Autoscaling up to one replica (started on its first call) is still one owner: kept.
+    on_demand = {"num_replicas": 1, "autoscaling_config": {"min_replicas": 0, "max_replicas": 1}}
+    assert single_replica(on_demand, "Storage", "why") == {
+        "autoscaling_config": {"min_replicas": 0, "max_replicas": 1},
+        "max_surge_percent": 0,
+    }
 
 
 def cache_options(graph: Any) -> dict[str, Any]:

@@ -316,3 +316,22 @@ async def test_wait_assigned_awaits_the_responses_replica_future_and_cancels_on_
     ready.set()
     soon = Pending(ready)
     assert await ray_compat.wait_assigned(soon, 1.0) is True and not soon.cancelled
+
+
+def test_without_monitors_gives_ray_init_a_head_without_the_two_monitors() -> None:
+    """Inside, the RayParams ray.init builds (looked up on the module at each call) asks for no
+    autoscaler monitor and no log monitor, the two switches the head node reads; outside, Ray's
+    own defaults again."""
+    from ray._private import node, parameter, worker
+
+    assert "ray._private.parameter.RayParams(" in inspect.getsource(worker.init)
+    head = inspect.getsource(node.Node)
+    assert "self._ray_params.no_monitor" in head and "self._ray_params.include_log_monitor" in head
+    original = parameter.RayParams
+    with ray_compat.without_monitors():
+        params = parameter.RayParams(num_cpus=2)
+        assert params.no_monitor is True and params.include_log_monitor is False
+        assert params.num_cpus == 2
+    assert parameter.RayParams is original
+    default = parameter.RayParams()
+    assert default.no_monitor is False and default.include_log_monitor is None

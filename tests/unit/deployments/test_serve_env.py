@@ -13,6 +13,7 @@ def test_sets_every_key_once_and_keeps_what_the_user_set() -> None:
     assert set(applied) == set(FAST_PATH_KEYS) - {"RAY_SERVE_HAPROXY_NBTHREAD"}
     assert env["RAY_SERVE_HAPROXY_NBTHREAD"] == "8"
     assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    assert env["MALLOC_ARENA_MAX"] == "2"  # what Ray's processes, the sidecar and Envoy inherit
     assert apply_fast_path_env(env) == {}  # a second call changes nothing
 
 
@@ -82,8 +83,9 @@ def test_the_local_ray_workers_run_the_lean_import_first() -> None:
 
 
 def test_local_options_start_what_no_local_request_calls_on_demand() -> None:
-    """One machine's graph: Embedding, DomainClassifier and DecisionModel scale from zero; the
-    serve config's other options stay, the other deployments are untouched; switched off by env."""
+    """One machine's graph: Embedding, DomainClassifier, DecisionModel and Storage scale from
+    zero; the serve config's other options stay, the other deployments are untouched; switched
+    off by env."""
     from deployments.activation import scales_to_zero
     from deployments.serve_env import local_deployment_options
 
@@ -91,10 +93,12 @@ def test_local_options_start_what_no_local_request_calls_on_demand() -> None:
         "Embedding": {"max_ongoing_requests": 128, "autoscaling_config": {"min_replicas": 1}},
         "DomainClassifier": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0.05}},
         "Ingress": {"num_replicas": 2},
+        "Storage": {"num_replicas": 1, "max_ongoing_requests": 64},
     }
     local_flags = {"router_local_encoder": True, "router_local_heads": True}
     local = local_deployment_options(cluster, environ={}, **local_flags)
-    assert scales_to_zero(local) == {"Embedding", "DomainClassifier", "DecisionModel"}
+    assert scales_to_zero(local) == {"Embedding", "DomainClassifier", "DecisionModel", "Storage"}
+    assert local["Storage"]["max_ongoing_requests"] == 64 and "num_replicas" not in local["Storage"]
     assert local["Embedding"]["max_ongoing_requests"] == 128
     assert local["DomainClassifier"]["ray_actor_options"] == {"num_cpus": 0.05}
     assert "num_replicas" not in local["DomainClassifier"] and local["Ingress"] == {"num_replicas": 2}
@@ -105,9 +109,9 @@ def test_local_options_start_what_no_local_request_calls_on_demand() -> None:
 @pytest.mark.parametrize(
     ("encoder", "heads", "expected"),
     [
-        (False, True, {"DomainClassifier", "DecisionModel"}),
-        (True, False, {"Embedding", "DecisionModel"}),
-        (False, False, {"DecisionModel"}),
+        (False, True, {"DomainClassifier", "DecisionModel", "Storage"}),
+        (True, False, {"Embedding", "DecisionModel", "Storage"}),
+        (False, False, {"DecisionModel", "Storage"}),
     ],
 )
 def test_a_deployment_the_router_calls_on_every_request_is_never_on_demand(
@@ -120,3 +124,21 @@ def test_a_deployment_the_router_calls_on_every_request_is_never_on_demand(
 
     local = local_deployment_options({}, router_local_encoder=encoder, router_local_heads=heads, environ={})
     assert scales_to_zero(local) == expected
+
+
+def test_storage_starts_on_its_first_call_and_then_stays() -> None:
+    """At most one Storage replica (it owns its records and chunks), none until called, and a
+    scale-down that never comes once it runs (a memory vector store's chunks would be lost);
+    the graph keeps it so (deployments/rollout.py single_replica: no surge, never two)."""
+    from ray.serve.config import AutoscalingConfig
+
+    from deployments.rollout import single_replica
+    from deployments.serve_env import ON_DEMAND, local_deployment_options
+
+    local = local_deployment_options({}, router_local_encoder=True, router_local_heads=True, environ={})
+    scaling = local["Storage"]["autoscaling_config"]
+    assert scaling["min_replicas"] == scaling["initial_replicas"] == 0 and scaling["max_replicas"] == 1
+    assert scaling["downscale_delay_s"] >= 365 * 24 * 3600 > ON_DEMAND["downscale_delay_s"]
+    AutoscalingConfig.model_validate(scaling)  # what Serve checks when the graph is deployed
+    graph_options = single_replica(local["Storage"], "Storage", "why")
+    assert graph_options == {"autoscaling_config": scaling, "max_surge_percent": 0}

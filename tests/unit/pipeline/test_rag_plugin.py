@@ -163,3 +163,38 @@ async def test_the_replay_record_names_the_chunks() -> None:
     plan.replay = new_capture(ReplayPolicy())
     record = replay_record(plan, CompletionReport(status=200), Accounting())
     assert record["rag"]["chunks"][0]["chunk_id"] == "c1" and record["rag"]["vector_store_ids"] == ["vs_1"]
+
+
+async def test_a_configuration_that_retrieves_from_a_store_searches_it_once_while_it_loads() -> None:
+    """The warm-up starts a store service that starts on its first call (one machine's Storage)
+    before a request needs it; a store that is down fails nothing; no store, no call."""
+    from app.pipeline.rag import warm_retrieval
+
+    store = FakeStore()
+    await warm_retrieval(store, [RagPlugin(knowledge_base="faq"), policy(vector_store_ids=["vs_2"])])
+    assert [call[0] for call in store.calls] == ["vs_1"]
+    down = FakeStore(fail=True)
+    await warm_retrieval(down, [policy()])  # logged, not raised
+    assert len(down.calls) == 1
+    none = FakeStore()
+    await warm_retrieval(none, [RagPlugin(knowledge_base="faq")])
+    assert none.calls == []
+
+
+async def test_the_pipeline_warms_its_rag_stores_when_a_configuration_loads() -> None:
+    from app.config.loader import parse_config
+    from app.pipeline.pipeline import RouterPipeline
+
+    rag = {"type": "rag", "configuration": {"vector_store_id": "vs_9", "top_k": 1}}
+    document = {
+        "version": "v0.3",
+        "providers": {
+            "defaults": {"default_model": "m"},
+            "models": [{"name": "m", "backend_refs": [{"base_url": "http://127.0.0.1:9"}]}],
+        },
+        "routing": {"decisions": [{"name": "qa", "modelRefs": [{"model": "m"}], "plugins": [rag]}]},
+    }
+    store = FakeStore()
+    pipeline = RouterPipeline(parse_config(document).config, PipelineServices(retrieve=store))
+    await pipeline.warm_up()
+    assert [call[0] for call in store.calls] == ["vs_9"]
