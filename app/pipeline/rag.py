@@ -43,7 +43,8 @@ STATUS_HEADER = "x-vsr-rag-status"
 PREAMBLE = "Use the following retrieved passages to answer when they are relevant:"
 CACHE_ENTRIES = 1024  # bounded: a flood of distinct questions evicts the oldest
 RETRIEVE_TIMEOUT_S = 2.0  # a slow store is a down store: the request goes on without it
-WARM_TIMEOUT_S = 60.0  # a store service starting on its first call: seconds, a model load
+WARM_TIMEOUT_S = 15.0  # a store service starting on its first call (~4 s here); a store that hangs
+# holds a configuration's activation no longer than this
 
 
 class RagChunk(BaseModel):
