@@ -228,6 +228,8 @@ def window_starts(tokenizer: Any, text: str, size: int = WINDOW_TOKENS) -> list[
     as the whole text did (BERT's normalizer and splitter are local). A word is at most 100
     characters (a longer one is one [UNK] token), so a window always holds a word's start; the
     hard cut only guarantees progress."""
+    if len(text) <= size:  # each token reads at least one character: one window
+        return [0]
     enc = tokenizer.encode(text, add_special_tokens=False)
     offsets, tokens = enc.offsets, enc.tokens
     starts, at = [0], 0

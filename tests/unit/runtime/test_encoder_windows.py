@@ -58,6 +58,8 @@ def test_a_tail_that_fits_the_window_after_the_first_is_not_its_own_pass() -> No
     assert len(windows(text, encoder_window_starts)) == 1
     short = SENTENCE * 15  # ~240 tokens, ~1,200 characters: the whole pass reads it all
     assert len(short) > 1000 and windows(short, encoder_window_starts) == []
+    # a token per character: 254 fit one pass, the 255th is the next window's
+    assert encoder_window_starts("例" * 254) == [0] and encoder_window_starts("例" * 255) == [0, 254]
 
 
 def test_a_long_document_keeps_its_first_and_last_windows() -> None:
