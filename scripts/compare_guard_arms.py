@@ -8,6 +8,10 @@ The cases are the held-out parts only: the hand-written sets' `heldout` rows and
 
     .venv/bin/python scripts/compare_guard_arms.py --base configs/config.yaml \\
         --arm /tmp/cascade.yaml --out /tmp/arms.json
+
+A code change (not a config) is compared across two checkouts: run each tree's arm alone
+(`--base CONFIG --out old.json`, no `--arm`), then pair them (`--base old.json --arm new.json`):
+an arm given as an earlier `--out` file is read, not run (its outcomes are kept in case order).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from app.benchmark.guard_report import CaseOutcome, GuardReport, summarize  # noqa: E402
 from app.benchmark.guard_run import run_offline  # noqa: E402
 from app.benchmark.guard_sets import GuardCase, load_cases  # noqa: E402
-from app.benchmark.local_services import shared_vector_table  # noqa: E402
+from app.benchmark.local_services import VectorTable, shared_vector_table  # noqa: E402
 
 GUARD_DATA = ROOT / "tests" / "data" / "guard"
 HAND_WRITTEN = ("attacks", "everyday", "everyday_conversations", "everyday_hard")
@@ -73,28 +77,42 @@ def brief(name: str, report: GuardReport) -> None:
         print(f"  refused by {group}: " + ", ".join(f"{r.name} {r.hits}/{r.n}" for r in rates))
 
 
+def arm_outcomes(spec: str, name: str, cases: list[GuardCase], table: VectorTable) -> list[CaseOutcome]:
+    """An arm's outcomes: an earlier `--out` file's (its arm of that name, else its only one),
+    or the configuration `spec` run on the cases."""
+    if not spec.endswith(".json"):
+        return asyncio.run(run_offline(spec, cases, vectors=table))
+    earlier = json.loads(Path(spec).read_text())["outcomes"]
+    out = [CaseOutcome(**o) for o in earlier.get(name, earlier.get("arm", earlier["base"]))]
+    if len(out) != len(cases):
+        raise SystemExit(f"{spec} holds {len(out)} cases, not {len(cases)}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", default=str(ROOT / "configs" / "config.yaml"))
-    ap.add_argument("--arm", required=True, help="the other configuration")
-    ap.add_argument("--out", type=Path, required=True, help="both arms' outcomes and the pairs (JSON)")
+    ap.add_argument("--arm", help="the other configuration (none: the base arm alone)")
+    ap.add_argument("--out", type=Path, required=True, help="the arms' outcomes and the pairs (JSON)")
     args = ap.parse_args(argv)
     cases = heldout_cases()
     table = shared_vector_table()  # one embedding per text for both arms
     outcomes = {
-        name: asyncio.run(run_offline(config, cases, vectors=table))
-        for name, config in (("base", args.base), ("arm", args.arm))
+        name: arm_outcomes(spec, name, cases, table)
+        for name, spec in (("base", args.base), ("arm", args.arm))
+        if spec is not None
     }
     reports = {name: summarize(o) for name, o in outcomes.items()}
     for name, report in reports.items():
         brief(name, report)
-    paired = pairs(outcomes["base"], outcomes["arm"])
+    paired = pairs(outcomes["base"], outcomes["arm"]) if "arm" in outcomes else {}
     for label, p in paired.items():
         counts = {k: len(v) for k, v in p.items() if isinstance(v, list)}
         print(f"{label}: {counts}, exact McNemar p {p['mcnemar_p']:.3g}")
+    dumped = {name: [o.model_dump() for o in arm] for name, arm in outcomes.items()}
     args.out.write_text(
         json.dumps(
-            {"reports": {k: r.model_dump() for k, r in reports.items()}, "pairs": paired},
+            {"reports": {k: r.model_dump() for k, r in reports.items()}, "pairs": paired, "outcomes": dumped},
             indent=1,
         )
     )

@@ -36,9 +36,12 @@ rendering and the management previews.
   any is: `ask` (the human's ask), `conversation` (the conversation text, instead of the ask:
   an attack split over turns), `tools` (each tool result: `tool` messages and `tool_result`
   parts, text the model will read but no human wrote) and `system` (each system or developer
-  message). A part longer than `WINDOW_CHARS` is judged in windows of about that size (at most
-  `MAX_WINDOWS`, the first and the last ones kept), so an instruction buried in a long document
-  is not diluted by the text around it; the part as a whole is judged too.
+  message). A part is judged as a whole, which reads its first window (what one encoder pass
+  reads: 254 tokens), and, when it is longer, also in the windows after that one (`windows`: at
+  most `MAX_WINDOWS`, the first and the last ones kept), so an instruction buried in a long
+  document is not diluted by the text around it and no text is read twice. Where the windows
+  start is the encoder tokenizer's (`window_starts` of app/runtime/encoder.py, passed in by
+  `SignalContext`), else an estimate of `WINDOW_CHARS` characters a window.
 
 The text signals read is chosen in one place, `SignalContext` (app/pipeline/signals/base.py):
 every text-reading family's rule may name the parts it reads (`read`, as the guards do), and
@@ -50,7 +53,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
@@ -58,7 +61,9 @@ TOOL_RESULT_PART = "tool_result"
 READ_PARTS = ("latest_ask", "conversation", "tool_results", "system")
 SYSTEM_ROLES = frozenset({"system", "developer"})
 TOOL_ROLES = frozenset({"tool", "function"})
-WINDOW_CHARS = 1000  # about the encoder's 256 tokens
+# What one encoder pass reads (254 tokens) in characters, where no tokenizer is at hand: English
+# averages ~4.5-6 characters a token, so 1,000 rarely reaches past the window (denser text can).
+WINDOW_CHARS = 1000
 MAX_WINDOWS = 16
 REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL | re.IGNORECASE)
 # How the common agent harnesses open the summary that replaces a compacted conversation.
@@ -209,28 +214,41 @@ def system_texts(messages: Sequence[Any]) -> list[str]:
     return [t for t in out if t.strip()]
 
 
-def windows(text: str, size: int = WINDOW_CHARS, most: int = MAX_WINDOWS) -> list[str]:
-    """`text` cut into pieces of about `size` characters at paragraph, line or sentence ends
-    (a hard cut when there is none); at most `most`, half from the start and half from the end."""
-    if len(text) <= size:
-        return [text]
-    pieces: list[str] = []
-    rest = text
-    while len(rest) > size:
-        cut = max(rest.rfind("\n\n", 0, size), rest.rfind("\n", 0, size), rest.rfind(". ", 0, size))
-        cut = cut + 1 if cut > size // 4 else size
-        pieces.append(rest[:cut])
-        rest = rest[cut:]
-    pieces.append(rest)
+WindowStarts = Callable[[str], list[int]]
+
+
+def estimated_starts(text: str, size: int = WINDOW_CHARS) -> list[int]:
+    """Where the encoder's windows over `text` start, estimated: every `size` characters, moved
+    back to just after a whitespace when one lies in the window's second half."""
+    starts = [0]
+    while len(text) - starts[-1] > size:
+        end = starts[-1] + size
+        space = max(text.rfind(c, end - size // 2, end) for c in " \n\t")
+        starts.append(space + 1 if space >= 0 else end)
+    return starts
+
+
+def windows(text: str, starts: WindowStarts = estimated_starts, most: int = MAX_WINDOWS) -> list[str]:
+    """The windows of `text` after its first (`starts(text)`: where each begins), the last
+    running to the text's end; [] when one pass reads it all. At most `most`, half from the
+    start and half from the end. The first window is what a pass over the whole text reads."""
+    cuts = [*starts(text)[1:], len(text)]
+    pieces = [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
     pieces = [p for p in pieces if p.strip()]
     if len(pieces) > most:
         pieces = pieces[: most - most // 2] + pieces[len(pieces) - most // 2 :]
     return pieces
 
 
-def guard_texts(messages: Sequence[Any], read: Sequence[str], windowed: bool = True) -> list[tuple[str, str]]:
-    """(part, text) pairs a guard judges, each on its own (see the module's definition). The
-    first pair is the ask, or the conversation text as paragraphs with `conversation`; without
+def guard_texts(
+    messages: Sequence[Any],
+    read: Sequence[str],
+    windowed: bool = True,
+    starts: WindowStarts = estimated_starts,
+) -> list[tuple[str, str]]:
+    """(part, text) pairs a guard judges, each on its own (see the module's definition): each
+    part whole, then its `windows` (`starts`: where the encoder's windows begin). The first
+    pair is the ask, or the conversation text as paragraphs with `conversation`; without
     `windowed`, long parts are not cut (a detector that reads a whole text, as the PII one)."""
     main = conversation_text(messages, paragraphs=True) if "conversation" in read else human_ask(messages)
     parts: list[tuple[str, str]] = [("conversation" if "conversation" in read else "latest_ask", main)]
@@ -243,9 +261,8 @@ def guard_texts(messages: Sequence[Any], read: Sequence[str], windowed: bool = T
         if not text.strip():
             continue
         out.append((part, text))
-        pieces = windows(text) if windowed else [text]
-        if len(pieces) > 1:
-            out += [(part, piece) for piece in pieces]
+        if windowed:
+            out += [(part, piece) for piece in windows(text, starts)]
     return out
 
 
@@ -262,8 +279,10 @@ __all__ = [
     "is_compaction",
     "pending_tool_call",
     "read_digest",
+    "WindowStarts",
     "content_text",
     "conversation_text",
+    "estimated_starts",
     "guard_texts",
     "system_texts",
     "tool_texts",

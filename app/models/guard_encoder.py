@@ -21,8 +21,8 @@ ARTIFACT = Path(__file__).parent / "artifacts" / "guard_encoder"
 CUT_FILE = "guard_cut.json"
 BENIGN = "benign"
 DEFAULT_CUT = 0.5
-# A text is read up to 256 tokens: the guard already judges a long part in ~1,000-character
-# windows (docs/security.md, "What each guard reads"), about that many tokens each.
+# A text is read up to 256 tokens: the guard already judges a long part in windows of 254
+# MiniLM tokens (docs/security.md, "What each guard reads"), this model's own vocabulary.
 OPTIONS = {"overflow": "truncate", "max_tokens": 256}
 
 

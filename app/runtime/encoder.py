@@ -25,6 +25,7 @@ TOKENIZER_PATH = ASSETS / "minilm-tokenizer.json"
 EMBEDDING_DIM = 384
 MODEL_NAME = "all-MiniLM-L6-v2"
 DEFAULT_MAX_TOKENS = 256
+WINDOW_TOKENS = DEFAULT_MAX_TOKENS - 2  # what one pass reads of a text, beside [CLS] and [SEP]
 # Characters read per window token before the whole text is tokenized instead: WordPiece
 # tokens of ordinary text average ~4-5 characters, so 256 tokens fit in 4,096 characters.
 WINDOW_CHARS_PER_TOKEN = 16
@@ -217,6 +218,41 @@ class LazyEncoder:
 
     def warm_up(self) -> None:
         self._get().warm_up()
+
+
+def window_starts(tokenizer: Any, text: str, size: int = WINDOW_TOKENS) -> list[int]:
+    """Where the encoder's successive windows over `text` start (character offsets, the first
+    0): each window is what one pass reads, `size` tokens, so a pass over the whole text reads
+    the first window (a window ended inside a word leaves that word to the next one, which
+    reads its first pieces again). A window starts at a word, so the text from there tokenizes
+    as the whole text did (BERT's normalizer and splitter are local). A word is at most 100
+    characters (a longer one is one [UNK] token), so a window always holds a word's start; the
+    hard cut only guarantees progress."""
+    if len(text) <= size:  # each token reads at least one character: one window
+        return [0]
+    enc = tokenizer.encode(text, add_special_tokens=False)
+    offsets, tokens = enc.offsets, enc.tokens
+    starts, at = [0], 0
+    while len(tokens) - at > size:
+        cut = at + size
+        while cut > at and tokens[cut].startswith("##"):  # a word's later pieces
+            cut -= 1
+        cut = cut if cut > at else at + size
+        starts.append(offsets[cut][0])
+        at = cut
+    return starts
+
+
+_whole: Any = None
+
+
+def encoder_window_starts(text: str) -> list[int]:
+    """`window_starts` with the process's one untruncated MiniLM tokenizer (no ONNX session)."""
+    global _whole
+    with _shared_lock:
+        if _whole is None:
+            _whole = load_tokenizer(None)
+    return window_starts(_whole, text)
 
 
 def token_counter() -> Callable[[str], int]:

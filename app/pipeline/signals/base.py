@@ -24,6 +24,7 @@ import numpy as np
 
 from app.common.chat_text import content_text, conversation_text, guard_texts, human_ask
 from app.pipeline.plan import SignalMatch
+from app.runtime.encoder import encoder_window_starts
 from app.runtime.signal_engine import SignalEngine, UnscannedError
 
 if TYPE_CHECKING:
@@ -87,12 +88,13 @@ class SignalContext:
     def parts_for(
         self, read: Sequence[str], include_history: bool = False, windowed: bool = True
     ) -> list[tuple[str, str]]:
-        """A safety rule's (part, text) pairs (app/common/chat_text.py `guard_texts`);
-        `include_history` is the older spelling of reading `conversation`."""
+        """A safety rule's (part, text) pairs (app/common/chat_text.py `guard_texts`), a long
+        part's windows cut where the encoder's own windows start, so none re-reads what the
+        part's whole vector read; `include_history` is the older spelling of reading `conversation`."""
         key = (*sorted(set(read) | ({"conversation"} if include_history else set())), str(windowed))
         cached = self._parts.get(key)
         if cached is None:
-            cached = self._parts[key] = guard_texts(self.messages, key[:-1], windowed)
+            cached = self._parts[key] = guard_texts(self.messages, key[:-1], windowed, encoder_window_starts)
         return cached
 
     async def part_vectors(self, texts: Sequence[str]) -> dict[str, np.ndarray]:

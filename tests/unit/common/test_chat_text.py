@@ -7,6 +7,7 @@ from app.common.chat_text import (
     ask_index,
     content_text,
     conversation_text,
+    estimated_starts,
     guard_texts,
     human_ask,
     is_ask,
@@ -173,15 +174,36 @@ def test_guard_texts_reads_the_ask_by_default_and_each_part_asked_for():
     ]
 
 
-def test_a_long_part_is_also_judged_in_windows_that_keep_its_start_and_end():
+def test_a_long_part_is_judged_whole_and_in_the_windows_after_the_first():
     doc = "\n\n".join(f"Paragraph {i}. " + "word " * 60 for i in range(60))  # ~19,000 characters
+    starts = estimated_starts(doc)
     pieces = windows(doc)
-    assert 1 < len(pieces) <= 16 and all(len(p) <= 1000 for p in pieces)
-    assert pieces[0].startswith("Paragraph 0.") and "Paragraph 59." in pieces[-1]
+    # the first window is the whole part's: the windows begin where it ends
+    assert starts[1] <= 1000 and doc[: starts[1]].startswith("Paragraph 0.")
+    assert len(pieces) == 16 and all(len(p) <= 1000 for p in pieces)
+    assert pieces[0] == doc[starts[1] : starts[2]] and pieces[-1].endswith(doc[-200:])
     parts = guard_texts([{"role": "user", "content": doc}], [])
     assert parts[0] == ("latest_ask", doc) and [t for _, t in parts[1:]] == pieces
     assert guard_texts([{"role": "user", "content": doc}], [], windowed=False) == [("latest_ask", doc)]
-    assert windows("short") == ["short"]
+    assert windows("short") == [] and windows("x" * 1000) == []
+
+
+def test_estimated_windows_cover_every_character_once_and_cut_at_whitespace():
+    doc = " ".join(f"w{i}" for i in range(900))  # ~4,300 characters
+    starts = estimated_starts(doc)
+    assert starts[0] == 0 and all(doc[s - 1] == " " for s in starts[1:])
+    assert doc[: starts[1]] + "".join(windows(doc, most=99)) == doc
+    assert all(0 < b - a <= 1000 for a, b in zip(starts, [*starts[1:], len(doc)], strict=True))
+    assert estimated_starts("y" * 2500) == [0, 1000, 2000]  # no whitespace: a hard cut
+
+
+def test_windows_keep_the_first_and_last_ones_when_there_are_too_many():
+    def starts(text: str) -> list[int]:
+        return list(range(0, len(text), 10))
+
+    doc = "".join(f"{i:09d}." for i in range(40))  # 40 windows of 10 characters
+    pieces = windows(doc, starts, most=6)
+    assert pieces == ["000000001.", "000000002.", "000000003.", "000000037.", "000000038.", "000000039."]
 
 
 def test_signal_context_whole_text_joins_the_parts_for_the_pii_detector():

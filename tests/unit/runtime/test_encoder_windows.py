@@ -1,0 +1,80 @@
+"""The encoder's windows over a long text (app/runtime/encoder.py `window_starts`): a pass over
+the whole text reads the first, the later ones begin where it ends, each fits one pass, and
+together they read every character (docs/security.md "What each guard reads")."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.common.chat_text import MAX_WINDOWS, guard_texts, windows
+from app.pipeline.signals.base import SignalContext
+from app.runtime.encoder import WINDOW_TOKENS, encoder_window_starts, load_tokenizer
+
+WHOLE = load_tokenizer(None)
+PASS = load_tokenizer(256)  # what one encoder pass reads of a text: [CLS] + 254 tokens + [SEP]
+
+SENTENCE = "The quarterly report shows unexpectedly resilient revenue across every region. "
+TEXTS = {
+    "english": SENTENCE * 40,
+    "paragraphs": "\n\n".join(f"Section {i}: " + SENTENCE * 3 for i in range(30)),
+    "cjk": "这是一个关于季度报告的长文档，" * 120,
+    "code": "def f(x):\n    return {'k': [x, x * 2, (x + 1) // 3]}\n" * 60,
+    # words of many pieces each (a window's end falls inside one); a word over 100 characters
+    # would be one [UNK] token
+    "dense words": " ".join("Zm9vYmFyQmF6cXV4" * 5 + str(i) for i in range(60)),
+}
+
+
+def tokens(text: str) -> list[str]:
+    return WHOLE.encode(text, add_special_tokens=False).tokens
+
+
+@pytest.mark.parametrize("name", list(TEXTS))
+def test_the_windows_read_every_character_once_each_in_one_pass(name: str) -> None:
+    text = TEXTS[name]
+    starts = encoder_window_starts(text)
+    assert starts[0] == 0 and starts == sorted(set(starts)) and len(starts) > 1
+    first, pieces = text[: starts[1]], windows(text, encoder_window_starts, most=999)
+    assert first + "".join(pieces) == text  # every character, none twice
+    # the whole text's pass reads the first window: the next one starts where that read ends,
+    # or at the start of the word it ended inside (that word's first pieces are read again)
+    end = PASS.encode(text).offsets[-2][1]
+    assert len(PASS.encode(text).ids) == WINDOW_TOKENS + 2
+    gap_or_overlap = text[min(end, starts[1]) : max(end, starts[1])]
+    if end <= starts[1]:
+        assert gap_or_overlap.strip() == ""  # nothing unread between them
+    else:
+        # one word, at most 100 characters (a longer one is a single [UNK] token)
+        assert len(gap_or_overlap) <= 100 and not any(c.isspace() for c in gap_or_overlap)
+    for piece in pieces:
+        assert len(tokens(piece)) <= WINDOW_TOKENS  # one pass reads it all
+    # cut before a word: each window tokenizes as the whole text did there
+    assert tokens(first) + [t for p in pieces for t in tokens(p)] == tokens(text)
+
+
+def test_a_tail_that_fits_the_window_after_the_first_is_not_its_own_pass() -> None:
+    text = SENTENCE * 30  # ~480 tokens: the whole pass and one window
+    assert 254 < len(tokens(text)) <= 2 * WINDOW_TOKENS
+    assert len(windows(text, encoder_window_starts)) == 1
+    short = SENTENCE * 15  # ~240 tokens, ~1,200 characters: the whole pass reads it all
+    assert len(short) > 1000 and windows(short, encoder_window_starts) == []
+    # a token per character: 254 fit one pass, the 255th is the next window's
+    assert encoder_window_starts("例" * 254) == [0] and encoder_window_starts("例" * 255) == [0, 254]
+
+
+def test_a_long_document_keeps_its_first_and_last_windows() -> None:
+    text = "".join(f"Clause {i}. " + SENTENCE * 4 for i in range(200))
+    every = windows(text, encoder_window_starts, most=999)
+    kept = windows(text, encoder_window_starts)
+    assert len(every) > MAX_WINDOWS and len(kept) == MAX_WINDOWS
+    assert kept == every[: MAX_WINDOWS // 2] + every[-MAX_WINDOWS // 2 :]
+    assert kept[-1].endswith(text[-100:])
+
+
+def test_the_signal_context_cuts_parts_where_the_encoder_windows_start() -> None:
+    text = SENTENCE * 30
+    messages = [{"role": "user", "content": text}]
+    parts = SignalContext(messages).parts_for(["conversation"])
+    assert parts == guard_texts(messages, ["conversation"], starts=encoder_window_starts)
+    assert [p for p, _ in parts] == ["conversation", "conversation"] and parts[0][1] == text
+    assert text.startswith(text[: encoder_window_starts(text)[1]]) and text.endswith(parts[1][1])
