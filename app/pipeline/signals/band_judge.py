@@ -50,7 +50,7 @@ class EncoderJudge:
     def cut_for(self, head_flagged: bool) -> float:
         """The cut for this text: a head's block stands unless the score falls below `clear`."""
         if head_flagged and self.encoder is not None:
-            return float(getattr(self.encoder, "clear", self.encoder.cut))
+            return float(self.encoder.clear)
         return self.cut
 
     async def score(self, text: str) -> float:

@@ -34,8 +34,7 @@ class ScriptedEncoder:
     def __init__(self, fail: bool = False, clear: float | None = None) -> None:
         self.texts: list[str] = []
         self.fail = fail
-        if clear is not None:
-            self.clear = clear
+        self.clear = self.cut if clear is None else clear  # as GuardEncoder: `cut` unless named
 
     def attack_score(self, text: str) -> float:
         self.texts.append(text)
