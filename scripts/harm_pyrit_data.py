@@ -15,7 +15,9 @@ pyrit 1.1.0 wheel (MIT; fetched with `pip download --no-deps`, never imported):
   hand (2026-11-29) and are listed in `NOT_A_HARM_REQUEST`, left out rather than labelled
   benign, since several sit on the line.
 
-Every text here is checked against the held-out evaluation sets by the trainer: exact folded
+Read only with `train_harmful.py --pyrit-extra` (off by default: the head trained with these rows
+caught more held-out attacks but refused more ordinary prompts, and was not shipped; the model
+card has the paired figures). Every text here is checked against the held-out evaluation sets by the trainer: exact folded
 match and MiniLM near-copies (scripts/guard_data.py `near_copies`). Many-shot holds HarmBench
 behaviours, and HarmBench's test split is held out.
 """
