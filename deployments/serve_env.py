@@ -60,6 +60,14 @@ def fast_path_env() -> dict[str, str]:
         "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(haproxy_dir / "server-state"),
         "RAY_SERVE_HAPROXY_STATS_PORT": str(_free_port()),
         "RAY_SERVE_HAPROXY_METRICS_PORT": str(_free_port()),
+        # HAProxy sends a request to the head's fallback proxy (Serve's Python proxy) while the app
+        # has no running Ingress replica, e.g. while an activation reconfigures the only one. That
+        # proxy binds Serve's fixed 8500/9500 with SO_REUSEPORT, so a second Ray instance on the
+        # machine binds them too and the kernel split those requests between both: 65 of 512 chat
+        # requests sent during 6 PATCHes got the other instance's 404 (docs/management-api.md
+        # "In the Ray graph"). Free ports keep each instance's fallback its own.
+        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(_free_port()),
+        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(_free_port()),
         # Two threads are plenty for one laptop's traffic and leave the cores to the models.
         "RAY_SERVE_HAPROXY_NBTHREAD": "2",
         "RAY_SERVE_HAPROXY_RETRY_ON": CLUSTER_ENV["RAY_SERVE_HAPROXY_RETRY_ON"],
@@ -96,6 +104,8 @@ FAST_PATH_KEYS = (
     "RAY_SERVE_HAPROXY_SERVER_STATE_FILE",
     "RAY_SERVE_HAPROXY_STATS_PORT",
     "RAY_SERVE_HAPROXY_METRICS_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
     "RAY_SERVE_HAPROXY_NBTHREAD",
     "RAY_SERVE_HAPROXY_RETRY_ON",
     "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH",

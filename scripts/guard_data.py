@@ -23,6 +23,8 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 GUARD_DATA = ROOT / "tests" / "data" / "guard"
 HELDOUT_DIR = GUARD_DATA / "heldout"
@@ -106,15 +108,35 @@ def heldout_rows() -> list[dict]:
     return rows
 
 
-def heldout_keys() -> frozenset[str]:
-    """Leak keys of every held-out text (and of each paragraph of the longer ones)."""
-    keys: set[str] = set()
+def heldout_texts() -> list[str]:
+    """Every held-out text, and each paragraph of the longer ones (a pasted context's question)."""
+    texts: dict[str, str] = {}
     for row in heldout_rows():
         for text in row_texts(row):
-            keys.add(key(text))
-            keys.update(key(p) for p in text.split("\n\n") if len(p) > 40)
-    return frozenset(keys)
+            texts.setdefault(key(text), text)
+            for p in text.split("\n\n"):
+                if len(p) > 40:
+                    texts.setdefault(key(p), p)
+    return list(texts.values())
+
+
+def heldout_keys() -> frozenset[str]:
+    """Leak keys of every held-out text (and of each paragraph of the longer ones)."""
+    return frozenset(key(t) for t in heldout_texts())
 
 
 def leaks(text: str, keys: frozenset[str]) -> bool:
     return key(text) in keys
+
+
+NEAR_COPY = 0.9  # MiniLM cosine at or above which a text counts as a reworded held-out text
+
+
+def near_copies(vectors: np.ndarray, heldout: np.ndarray, threshold: float = NEAR_COPY) -> np.ndarray:
+    """Which rows of `vectors` (L2-normalised) are near-copies of a held-out text's vector."""
+    if not len(vectors) or not len(heldout):
+        return np.zeros(len(vectors), dtype=bool)
+    best = np.concatenate(
+        [(vectors[i : i + 512] @ heldout.T).max(axis=1) for i in range(0, len(vectors), 512)]
+    )
+    return best >= threshold

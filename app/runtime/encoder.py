@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +105,6 @@ class MiniLMEncoder:
 
         self.max_tokens = max_tokens
         self._tokenizer = load_tokenizer(max_tokens)
-        self._counter = load_tokenizer(None)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or int(os.environ.get("SVC_SR_ENCODER_THREADS", "1"))
         options.inter_op_num_threads = 1
@@ -116,7 +116,7 @@ class MiniLMEncoder:
         self._lock = threading.Lock()
 
     def count_tokens(self, text: str) -> int:
-        return len(self._counter.encode(text, add_special_tokens=True).ids)
+        return whole_tokenizer().count_tokens(text)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Unit-length sentence vectors, shape (len(texts), 384)."""
@@ -227,7 +227,8 @@ def window_starts(tokenizer: Any, text: str, size: int = WINDOW_TOKENS) -> list[
     reads its first pieces again). A window starts at a word, so the text from there tokenizes
     as the whole text did (BERT's normalizer and splitter are local). A word is at most 100
     characters (a longer one is one [UNK] token), so a window always holds a word's start; the
-    hard cut only guarantees progress."""
+    hard cut only guarantees progress. `tokenizer`: anything with the tokenizers library's
+    `encode(text, add_special_tokens=False)`."""
     if len(text) <= size:  # each token reads at least one character: one window
         return [0]
     enc = tokenizer.encode(text, add_special_tokens=False)
@@ -243,19 +244,65 @@ def window_starts(tokenizer: Any, text: str, size: int = WINDOW_TOKENS) -> list[
     return starts
 
 
-_whole: Any = None
+class WholeTokenizer:
+    """The process's one untruncated MiniLM tokenizer, and its last few whole-text encodings.
+
+    A request's context signal counts the prompt's tokens and its guards cut the same text into
+    the encoder's windows: both read the whole text's tokens, so the second reads the first's
+    encoding instead of tokenizing it again (for a one-message prompt the counted text and the
+    guarded conversation are the same string). Linear in the text: ~1.2 ms of a ~500-token
+    route, tens of ms at 8,000 tokens (docs/performance.md). Thread-safe (a tokenizers
+    `Tokenizer` encodes from any thread); the memo is a lock-guarded LRU of `MEMO` texts, so
+    concurrent requests' texts evict at worst, which costs a tokenization, never an answer."""
+
+    MEMO = 32
+
+    def __init__(self) -> None:
+        self._tokenizer = load_tokenizer(None)
+        self._memo: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> Any:
+        """The text's encoding without special tokens (the only form windows and counts need)."""
+        if add_special_tokens:
+            raise ValueError("WholeTokenizer encodes without special tokens; count_tokens adds them")
+        with self._lock:
+            enc = self._memo.get(text)
+            if enc is not None:
+                self._memo.move_to_end(text)
+                return enc
+        enc = self._tokenizer.encode(text, add_special_tokens=False)
+        with self._lock:
+            self._memo[text] = enc
+            if len(self._memo) > self.MEMO:
+                self._memo.popitem(last=False)
+        return enc
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` with [CLS] and [SEP], as the encoder's input would hold untruncated."""
+        return len(self.encode(text).ids) + 2
+
+    def window_starts(self, text: str) -> list[int]:
+        return window_starts(self, text)
 
 
-def encoder_window_starts(text: str) -> list[int]:
-    """`window_starts` with the process's one untruncated MiniLM tokenizer (no ONNX session)."""
+_whole: WholeTokenizer | None = None
+
+
+def whole_tokenizer() -> WholeTokenizer:
     global _whole
     with _shared_lock:
         if _whole is None:
-            _whole = load_tokenizer(None)
-    return window_starts(_whole, text)
+            _whole = WholeTokenizer()
+        return _whole
+
+
+def encoder_window_starts(text: str) -> list[int]:
+    """`window_starts` with the process's whole-text tokenizer (no ONNX session)."""
+    return whole_tokenizer().window_starts(text)
 
 
 def token_counter() -> Callable[[str], int]:
-    """A tokenizer-only counter (no ONNX session) for context-length signals."""
-    tokenizer = load_tokenizer(None)
-    return lambda text: len(tokenizer.encode(text, add_special_tokens=True).ids)
+    """A tokenizer-only counter (no ONNX session) for context-length signals: the process's
+    whole-text tokenizer, whose encodings the guards' windows reuse."""
+    return whole_tokenizer().count_tokens

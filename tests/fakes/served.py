@@ -16,6 +16,9 @@ import uvicorn
 
 class ServedApp:
     backlog = 512
+    reuse_port = (
+        False  # SO_REUSEPORT: share a port another process listens on (the kernel splits connections)
+    )
 
     def __init__(self, name: str, prefix: str, port: int, behavior: Any) -> None:
         self.name = name
@@ -61,6 +64,8 @@ class ServedApp:
     def start(self) -> Self:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if self.reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(("127.0.0.1", self._requested_port))
         sock.listen(self.backlog)
         self._sock = sock

@@ -2,8 +2,8 @@
 "Bindings to your own models"): the `domain` signal reads a sequence classifier from a local
 directory (a tiny random BERT written by the test, tests/fakes/tiny_models.py), MoM requests
 sent with the OpenAI SDK are routed by its labels, a PATCH with If-Match swaps it for another
-directory under load with no failed request, and a directory that does not load leaves the old
-model serving. The `pii_classifier` binding reads a token classifier the same way: its entity
+directory under load with no failed request (nor one sent to another Ray instance on the machine),
+and a directory that does not load leaves the old model serving. The `pii_classifier` binding reads a token classifier the same way: its entity
 types, mapped to PII types, block a request through the `pii` plugin, and a swap changes them.
 
 The tiny models are random, so the expected route of each prompt (and the PII types of the
@@ -17,6 +17,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import openai
 import pytest
 import yaml
 
+from tests.fakes.foreign_proxy import ForeignServeProxy
 from tests.fakes.tiny_models import write_tiny_sequence_classifier, write_tiny_token_classifier
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import Stack
@@ -316,6 +318,27 @@ def test_a_patch_swaps_the_model_under_load_without_a_failed_request(base: str, 
     assert after and set(after) <= set(expected_after.values())
     assert routes(base) == models.routes_b
     print(f"\nswap {ended - started:.2f} s; {len(during)} requests answered during it, 0 failed")
+
+
+def test_requests_sent_during_activations_all_get_answers(base: str, models: Models) -> None:
+    """While an activation reconfigures the only Ingress replica, HAProxy has no replica of the
+    app to send to and passes requests to this Ray instance's fallback proxy (docs/management-api.md
+    "In the Ray graph"). Another Ray instance on the machine binds Serve's default fallback port
+    too, with SO_REUSEPORT: on Serve's defaults some of those requests reached it and got its 404."""
+    with ForeignServeProxy() as other, Load(base) as first, Load(base, PROMPTS[::-1]) as second:
+        for target in (to_model(models.a), to_model(models.b, SWAPPED)):  # b (the test above) -> a -> b
+            swapped = patch(base, target)
+            assert swapped.status_code == 200 and swapped.json()["status"] == "active", swapped.text
+    failures = first.failures + second.failures
+    answered = len(first.answered) + len(second.answered)
+    kinds = Counter(failure.split(" - ")[0] for failure in failures)  # e.g. "NotFoundError: Error code: 404"
+    assert failures == [], (
+        f"{len(failures)} of {answered + len(failures)} failed: {dict(kinds)}",
+        failures[:2],
+    )
+    assert [path for path in other.requests if path.startswith(f"/{APP}/")] == []  # none of ours
+    assert routes(base) == models.routes_b
+    print(f"\n2 activations: {answered} requests answered, 0 failed")
 
 
 def guarded_types(base: str, text: str) -> set[str]:

@@ -26,11 +26,42 @@ def test_switched_off() -> None:
 def test_instances_get_their_own_files_and_ports_with_a_short_socket_path() -> None:
     first, second = fast_path_env(), fast_path_env()
     assert set(first) == set(FAST_PATH_KEYS)
-    for key in ("RAY_SERVE_HAPROXY_CONFIG_FILE_LOC", "RAY_SERVE_HAPROXY_STATS_PORT"):
+    for key in (
+        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC",
+        "RAY_SERVE_HAPROXY_STATS_PORT",
+        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
+    ):
         assert first[key] != second[key]
     # Serve nests a 56-character hash directory; HAProxy refuses admin sockets over 97 characters.
     base = first["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"]
     assert len(base) + 1 + 56 + len("/admin.sock") <= 97
+
+
+def test_serve_starts_the_fallback_proxy_at_the_instances_own_ports() -> None:
+    """Serve's fallback proxy binds its ports with SO_REUSEPORT: at Serve's defaults (8500, 9500)
+    two Ray instances on one machine share them and a request one sends during an activation can
+    reach the other (tests/integration/test_own_models.py). Pins that Serve reads the variables."""
+    import os
+    import subprocess
+    import sys
+
+    env = fast_path_env()
+    ports = {int(env["RAY_SERVE_FALLBACK_PROXY_HTTP_PORT"]), int(env["RAY_SERVE_FALLBACK_PROXY_GRPC_PORT"])}
+    assert len(ports) == 2 and not ports & {8500, 9500}
+    code = (
+        "from ray.serve._private import constants as c\n"
+        "print(c.RAY_SERVE_FALLBACK_PROXY_HTTP_PORT, c.RAY_SERVE_FALLBACK_PROXY_GRPC_PORT)\n"
+    )
+    read = subprocess.run(
+        [sys.executable, "-c", code],
+        env=os.environ | env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.split()
+    assert read == [env["RAY_SERVE_FALLBACK_PROXY_HTTP_PORT"], env["RAY_SERVE_FALLBACK_PROXY_GRPC_PORT"]]
 
 
 def test_haproxy_resends_a_request_whose_ingress_replica_died_everywhere_serve_runs() -> None:

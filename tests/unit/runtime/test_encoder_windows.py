@@ -8,7 +8,15 @@ import pytest
 
 from app.common.chat_text import MAX_WINDOWS, guard_texts, windows
 from app.pipeline.signals.base import SignalContext
-from app.runtime.encoder import WINDOW_TOKENS, encoder_window_starts, load_tokenizer
+from app.runtime import encoder as encoder_module
+from app.runtime.encoder import (
+    WINDOW_TOKENS,
+    WholeTokenizer,
+    encoder_window_starts,
+    load_tokenizer,
+    token_counter,
+    window_starts,
+)
 
 WHOLE = load_tokenizer(None)
 PASS = load_tokenizer(256)  # what one encoder pass reads of a text: [CLS] + 254 tokens + [SEP]
@@ -78,3 +86,40 @@ def test_the_signal_context_cuts_parts_where_the_encoder_windows_start() -> None
     assert parts == guard_texts(messages, ["conversation"], starts=encoder_window_starts)
     assert [p for p, _ in parts] == ["conversation", "conversation"] and parts[0][1] == text
     assert text.startswith(text[: encoder_window_starts(text)[1]]) and text.endswith(parts[1][1])
+
+
+class CountingTokenizer:
+    """The untruncated tokenizer, counting the whole-text tokenizations asked of it."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> object:
+        self.texts.append(text)
+        return WHOLE.encode(text, add_special_tokens=add_special_tokens)
+
+
+@pytest.mark.parametrize("text", ["", "a", "tokenizers split words into word pieces", *TEXTS.values()])
+def test_the_whole_tokenizer_counts_as_the_untruncated_tokenizer_and_cuts_the_same_windows(text: str) -> None:
+    whole = WholeTokenizer()
+    assert whole.count_tokens(text) == len(WHOLE.encode(text, add_special_tokens=True).ids)
+    assert whole.window_starts(text) == window_starts(WHOLE, text)
+
+
+def test_a_request_counts_and_windows_its_prompt_with_one_tokenization(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The context signal's count and the guards' windows read one encoding of the same text;
+    a new text is tokenized again, and the memo keeps only the last MEMO texts."""
+    whole, counting = WholeTokenizer(), CountingTokenizer()
+    monkeypatch.setattr(whole, "_tokenizer", counting)
+    monkeypatch.setattr(encoder_module, "_whole", whole)
+    text = SENTENCE * 40
+    ctx = SignalContext([{"role": "user", "content": text}], count_tokens=token_counter())
+    assert ctx.token_count == len(WHOLE.encode(text, add_special_tokens=True).ids)
+    parts = ctx.parts_for(["conversation"])
+    assert len(parts) == 3 and counting.texts == [text]  # counted and cut from one tokenization
+    assert parts == guard_texts(ctx.messages, ["conversation"], starts=lambda t: window_starts(WHOLE, t))
+    for i in range(WholeTokenizer.MEMO):
+        whole.count_tokens(f"{i} {text}")
+    assert whole.window_starts(text) == window_starts(WHOLE, text) and counting.texts.count(text) == 2
