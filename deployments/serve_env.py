@@ -60,12 +60,8 @@ def fast_path_env() -> dict[str, str]:
         "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(haproxy_dir / "server-state"),
         "RAY_SERVE_HAPROXY_STATS_PORT": str(_free_port()),
         "RAY_SERVE_HAPROXY_METRICS_PORT": str(_free_port()),
-        # HAProxy sends a request to the head's fallback proxy (Serve's Python proxy) while the app
-        # has no running Ingress replica, e.g. while an activation reconfigures the only one. That
-        # proxy binds Serve's fixed 8500/9500 with SO_REUSEPORT, so a second Ray instance on the
-        # machine binds them too and the kernel split those requests between both: 65 of 512 chat
-        # requests sent during 6 PATCHes got the other instance's 404 (docs/management-api.md
-        # "In the Ray graph"). Free ports keep each instance's fallback its own.
+        # The fallback proxy HAProxy uses while an activation reconfigures the only Ingress: on Serve's
+        # fixed SO_REUSEPORT ports another Ray instance answered (404) a share of it (docs/management-api.md).
         "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(_free_port()),
         "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(_free_port()),
         # Two threads are plenty for one laptop's traffic and leave the cores to the models.
@@ -77,20 +73,16 @@ def fast_path_env() -> dict[str, str]:
         # balancers elsewhere notice. HAProxy on this node drops it within ~0.1 s; Serve's 30 s
         # default only made every `svc-sr stop` and test teardown wait 30 s. Clusters keep 30 s.
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "0.5",
-        # The Serve controller's reconcile loop runs every 0.1 s by default, and each pass over
-        # the graph's nine deployments costs CPU that two cores share with the request path:
-        # at 0.5 s the routed c=1 p50 measured 15.4-17.1 ms against 18.3-20.2 ms (same session,
-        # alternating runs). Autoscaling and health checks act on windows of seconds, so the
-        # later reaction is not felt. Clusters keep the default: the head node has spare cores.
+        # The controller's reconcile loop every 0.5 s, not 0.1 s: its passes cost CPU the request
+        # path needs on two cores (c=1 p50 15.4-17.1 against 18.3-20.2 ms, docs/performance.md
+        # "Defaults chosen"); autoscaling acts on windows of seconds. Clusters keep the default.
         "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
         # Ray keeps up to one idle worker process per CPU for the next task or actor; svc-sr
         # runs none but its replicas, so an idle one only held ~45 MiB (docs/performance.md
         # "Memory of the local stack"). A replica started on demand starts its own worker.
         "RAY_num_workers_soft_limit": "0",
-        # glibc's malloc arenas capped at two per process (default: 8 per core): the stack held
-        # 8-29 MiB less in each of six alternating pairs, with no rate difference beyond this
-        # machine's noise (docs/performance.md "Memory of the local stack"). Read when a process
-        # starts: Ray's processes, the sidecar and Envoy inherit it; the driver keeps glibc's.
+        # glibc's malloc arenas capped at two per process: 8-29 MiB less in six alternating pairs, no
+        # rate change (docs/performance.md "Memory of the local stack"); Ray's processes inherit it.
         "MALLOC_ARENA_MAX": "2",
     }
 

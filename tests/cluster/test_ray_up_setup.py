@@ -60,8 +60,9 @@ CLUSTER_FILE = ROOT / "cluster" / "ray-cluster.yaml"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 PYPI = "https://pypi.org/simple/"
 COMMAND_TIMEOUT_S = 1200
-# Extras of `make venv` that a serving node does not need: tests and linters.
-DEV_ONLY_EXTRAS = {"dev"}
+# Extras of `make venv` that a serving node does not need: tests and linters, and the laptop's
+# demo LLM weights (`make run`'s model; a cluster serves its models with vLLM).
+LOCAL_ONLY_EXTRAS = {"dev", "demo"}
 # The scratch Ray runs without the token auth Ray 2.60 turns on (a real cluster ships one token).
 NO_AUTH = {"RAY_AUTH_MODE": "disabled"}
 
@@ -127,12 +128,13 @@ def reachable(url: str) -> bool:
 def test_every_node_installs_the_makefile_recipe() -> None:
     """Each node pins torch like the Makefile, before svc-sr (so svc-sr's own pin finds it
     satisfied and never pulls a second build), then installs the uploaded checkout editable with
-    the Makefile's extras less the dev tools; CPU nodes take torch from the CPU index, GPU nodes
-    PyPI's default (CUDA) build. The CPU workers' commands are the head's less boto3."""
+    the Makefile's extras less the local-only ones (dev tools, the demo LLM); CPU nodes take torch
+    from the CPU index, GPU nodes PyPI's default (CUDA) build. The CPU workers' commands are the
+    head's less boto3."""
     cfg = cluster_file()
     torch_pin, make_extras = makefile_recipe()
     (mount,) = [target for target in cfg["file_mounts"] if "svc-sr" in target]
-    wanted_editable = f"{mount}[{','.join(sorted(make_extras - DEV_ONLY_EXTRAS))}]"
+    wanted_editable = f"{mount}[{','.join(sorted(make_extras - LOCAL_ONLY_EXTRAS))}]"
     nodes = node_setup(cfg)
     for name, commands in nodes.items():
         installs = [p for p in map(pip_install, commands) if p]
