@@ -1,9 +1,10 @@
 """14-category domain classifier (MMLU-Pro categories) on the shared MiniLM features.
 
-The head fuses three small experts by averaging log-probabilities (see DomainHead): an
+The head fuses four small experts by averaging log-probabilities (see DomainHead): an
 MLP and a chat-only logistic regression on the pooled MiniLM vector, which generalise to
 paraphrases, and a tf-idf logistic regression on words, which catches domain vocabulary
-("tort", "mitochondria", "SQL") that a 6-layer encoder blurs. Weights are trained by scripts/train_domain.py and
+("tort", "mitochondria", "SQL") that a 6-layer encoder blurs, plus a kNN vote over the
+training prompts' vectors. Weights are trained by scripts/train_domain.py and
 shipped as .npz/.json, so run time needs numpy (plus the encoder) and nothing else.
 """
 
@@ -96,12 +97,14 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 
 class DomainHead:
-    """The numeric part: features -> probabilities, a product of three experts.
+    """The numeric part: features -> probabilities, a product of experts.
 
     * `mlp`: one-hidden-layer MLP on the MiniLM vector, trained on exam questions and chat;
     * `bow`: tf-idf logistic regression on words and bigrams, same data;
     * `chat`: logistic regression on the MiniLM vector trained on the chat prompts only,
-      which keeps the exam-heavy experts from dragging everyday phrasing to the wrong field.
+      which keeps the exam-heavy experts from dragging everyday phrasing to the wrong field;
+    * `knn`: votes of the nearest training prompts (cosine in a 128-d PCA of the MiniLM
+      space), which follows local structure the linear and MLP experts smooth over.
     Their log-probabilities are averaged with fixed weights and divided by a temperature
     fitted on validation data. Kept apart from the encoder so the training script
     evaluates exactly the function that ships.
@@ -118,6 +121,9 @@ class DomainHead:
             terms = bytes(self.a["bow_vocab"]).decode("utf-8").split("\n")
             self.vocab = {term: i for i, term in enumerate(terms)}
         self.dim = int(self.a["mlp_w1"].shape[0])
+        if "knn" in self.weights:
+            # int8 on disk (artifact size), float32 in memory (one matmul per request)
+            self.knn_vecs = self.a["knn_vecs"].astype(np.float32) * float(self.a["knn_scale"])
 
     def expert_log_probs(self, vectors: np.ndarray, texts: list[str]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
@@ -127,11 +133,36 @@ class DomainHead:
             out["mlp"] = log_softmax(hidden @ a["mlp_w2"] + a["mlp_b2"])
         if "chat" in self.weights:
             out["chat"] = log_softmax(vectors @ a["chat_w"] + a["chat_b"])
+        if "knn" in self.weights:
+            out["knn"] = self.knn_log_probs(vectors)
         if "bow" in self.weights:
             rows = tfidf_rows(texts, self.vocab, a["bow_idf"])
             logits = np.stack([vals @ a["bow_w"][cols] for cols, vals in rows]) + a["bow_b"]
             out["bow"] = log_softmax(logits)
         return out
+
+    def knn_log_probs(self, vectors: np.ndarray) -> np.ndarray:
+        """Similarity-weighted votes of the nearest training prompts, in a 128-d PCA space.
+
+        Each neighbour votes exp((cos - best cos) / tau) times its training sample weight; the
+        votes are smoothed so that one expert's zero cannot veto the fusion.
+        """
+        a = self.a
+        k, tau = int(a["knn_params"][0]), float(a["knn_params"][1])
+        unit = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+        z = (unit - a["knn_mean"]) @ a["knn_proj"]
+        z /= np.clip(np.linalg.norm(z, axis=1, keepdims=True), 1e-12, None)
+        sims = z @ self.knn_vecs.T
+        k = min(k, sims.shape[1])
+        top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+        top_sims = np.take_along_axis(sims, top, 1)
+        score = np.exp((top_sims - top_sims.max(1, keepdims=True)) / tau) * a["knn_weight"][top]
+        n = len(DOMAIN_CATEGORIES)
+        # one bincount over (row, label) cells: np.add.at costs more than the matmul here
+        cells = (np.arange(len(vectors))[:, None] * n + a["knn_labels"][top].astype(np.intp)).ravel()
+        votes = np.bincount(cells, weights=score.ravel(), minlength=len(vectors) * n).reshape(-1, n)
+        votes = votes / votes.sum(1, keepdims=True)
+        return np.log(0.98 * votes + 0.02 / n).astype(np.float32)
 
     def log_probs(self, vectors: np.ndarray, texts: list[str]) -> np.ndarray:
         experts = self.expert_log_probs(vectors, texts)

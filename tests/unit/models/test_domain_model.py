@@ -13,6 +13,7 @@ import pytest
 from app.models.domain import (
     DOMAIN_CATEGORIES,
     DomainClassifier,
+    DomainHead,
     DomainResult,
     map_to_configured,
 )
@@ -122,7 +123,7 @@ def test_bad_input(classifier: DomainClassifier) -> None:
 def test_info_describes_the_model(classifier: DomainClassifier) -> None:
     info = classifier.info()
     assert info["categories"] == list(DOMAIN_CATEGORIES)
-    assert info["version"] and info["trained_on"] == "2026-11-23"
+    assert info["version"] and info["trained_on"] == "2026-11-29"
     assert 0.0 < info["metrics"]["held_out_accuracy"] <= 1.0
     assert 0.0 < info["metrics"]["chat_eval_accuracy"] <= 1.0
 
@@ -217,3 +218,39 @@ def test_training_script_runs_end_to_end_on_a_small_slice(tmp_path: Path) -> Non
     assert accuracy > 3 / len(DOMAIN_CATEGORIES)  # chance is 1/14; a working pipeline is far above
     assert accuracy == pytest.approx(metrics["chat_eval"]["accuracy"], abs=1e-3)
     assert metrics["held_out"]["accuracy"] > 2 / len(DOMAIN_CATEGORIES)
+
+
+# ------------------------------------------------------------------ kNN expert ----
+def _knn_only_head(labels: list[int], points: np.ndarray, weights: list[float], k: int) -> DomainHead:
+    dim = points.shape[1]
+    arrays = {
+        "mlp_w1": np.zeros((dim, 1), np.float32),  # fixes the input width; weight 0 keeps it off
+        "knn_mean": np.zeros(dim, np.float32),
+        "knn_proj": np.eye(dim, dtype=np.float32),
+        "knn_vecs": np.round(points / np.linalg.norm(points, axis=1, keepdims=True) * 127).astype(np.int8),
+        "knn_scale": np.array(1 / 127, np.float32),
+        "knn_labels": np.array(labels, np.uint8),
+        "knn_weight": np.array(weights, np.float32),
+        "knn_params": np.array([k, 0.05], np.float32),
+    }
+    return DomainHead(arrays, {"mlp": 0.0, "knn": 1.0})
+
+
+def test_knn_expert_votes_for_the_nearest_neighbours() -> None:
+    points = np.array([[1.0, 0.1, 0.0], [1.0, -0.1, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    head = _knn_only_head([2, 2, 5, 9], points, [1.0, 1.0, 1.0, 1.0], k=3)
+    probs = head.probabilities(np.array([[0.9, 0.0, 0.05], [0.0, 0.1, 2.0]], np.float32), ["a", "b"])
+    assert probs.shape == (2, len(DOMAIN_CATEGORIES))
+    assert np.allclose(probs.sum(1), 1.0, atol=1e-5)
+    assert probs[0].argmax() == 2 and probs[1].argmax() == 9
+    # smoothing: a class no neighbour voted for keeps a small, non-zero probability
+    assert 0 < probs[0, 0] < 0.01
+
+
+def test_knn_expert_weighs_votes_by_sample_weight() -> None:
+    # two equally near neighbours of different classes: the heavier sample wins
+    points = np.array([[1.0, 0.2], [1.0, -0.2]])
+    query = np.array([[1.0, 0.0]], np.float32)
+    light = _knn_only_head([0, 1], points, [1.0, 3.0], k=2).probabilities(query, ["q"])
+    heavy = _knn_only_head([0, 1], points, [3.0, 1.0], k=2).probabilities(query, ["q"])
+    assert light[0].argmax() == 1 and heavy[0].argmax() == 0
