@@ -25,6 +25,7 @@ from ray.serve.handle import DeploymentHandle
 from app.runtime.hosted import DEFAULT_MAX_BATCH_SIZE, NO_BATCH_WAIT_S, Batched, Encode, HostedDomain
 from app.runtime.local_engines import BatchFn, LocalEngines, domain_engine
 from app.runtime.signal_engine import SignalItem, SignalRequest
+from app.runtime.threads import limit_blas_threads
 from deployments.ray_compat import call, process_transport
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
@@ -55,6 +56,7 @@ def serve_batch(fn: BatchFn) -> Batched:
 )
 class DomainClassifier:
     def __init__(self, embedding: DeploymentHandle | None = None) -> None:
+        limit_blas_threads()  # app/runtime/threads.py
         self._hosted = HostedDomain.load(embedding_encoder(embedding))
         self._engines = LocalEngines({"domain": domain_engine(self._hosted, serve_batch)})
 

@@ -26,6 +26,7 @@ import ray
 from ray import serve
 
 from app.runtime.hosted import HostedEmbedding
+from app.runtime.threads import limit_blas_threads
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
 
@@ -55,6 +56,7 @@ def replica_device(device: str) -> str:
 )
 class Embedding:
     def __init__(self, engine: str = "auto", device: str = "auto") -> None:
+        limit_blas_threads()  # app/runtime/threads.py
         self._hosted = HostedEmbedding.load(engine, replica_device(device))
         tuning = self._hosted.tuning
         batch = serve.batch(

@@ -26,6 +26,7 @@ from ray.serve.handle import DeploymentHandle
 from app.runtime.hosted_guard import HostedGuard
 from app.runtime.local_engines import LocalEngines, guard_engines
 from app.runtime.signal_engine import SignalItem, SignalRequest
+from app.runtime.threads import limit_blas_threads
 from deployments.domain_classifier import embedding_encoder, serve_batch
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
@@ -44,6 +45,7 @@ class Guard:
         use_ner: bool = True,
     ) -> None:
         """`pii_threshold`: the PII cutoff for calls that pass none (None: the detector's default)."""
+        limit_blas_threads()  # app/runtime/threads.py
         self._hosted = HostedGuard.load(embedding_encoder(embedding), pii_threshold, use_ner)
         self._engines = LocalEngines(guard_engines(self._hosted, serve_batch))
 

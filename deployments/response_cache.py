@@ -43,6 +43,7 @@ from app.common.background import BackgroundTasks
 from app.config.global_config import ResponseCacheConfig
 from app.management.state import state_dir_of
 from app.observability.metrics import MetricsRecorder
+from app.runtime.threads import limit_blas_threads
 from deployments.observability import replica_pusher
 from deployments.rollout import SHUTDOWN_POLL_S, SURGE_PERCENT
 
@@ -62,6 +63,7 @@ class ResponseCache:
     # 1k entries, less than a thread hop); a network store's run in a thread (app/cache/calls.py).
 
     def __init__(self, observability: DeploymentHandle | None = None, state_dir: str | None = None) -> None:
+        limit_blas_threads()  # app/runtime/threads.py
         self._state_dir = state_dir  # GraphArgs.state_dir: where a Milvus Lite cache lives
         self._metrics = MetricsRecorder()
         self._cache = AsyncCache(InMemorySemanticCache(), on_unavailable=self._unavailable)

@@ -41,6 +41,7 @@ from app.pipeline.local_models import router_evaluators
 from app.pipeline.plan import ProviderState, RoutePlan
 from app.pipeline.reload import ReloadingPipeline
 from app.runtime.encoder import MiniLMEncoder
+from app.runtime.threads import limit_blas_threads
 from app.srun.hosting import BindingRuntimes
 from app.srun.runtime_metrics import RuntimeMetrics
 from app.upstream.client import UpstreamClient
@@ -85,6 +86,7 @@ class Router:
         storage: DeploymentHandle | None = None,
     ) -> None:
         route_project_logs()  # errors in this replica's log at once (deployments/replica_logs.py)
+        limit_blas_threads()  # the heads' products on one thread: spinning pools took the cores
         # llm_servers only keeps the in-cluster models in the graph (deployments/llm_server.py).
         transport = ray_compat.process_transport
         guard = transport(guard)

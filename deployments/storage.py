@@ -28,6 +28,7 @@ from ray.serve import Application, Deployment
 from app.config.storage import VectorStoreConfig
 from app.management.state import state_dir_of
 from app.management.stores import GraphStoreArgs
+from app.runtime.threads import limit_blas_threads
 from app.storage import StorageService, open_storage
 from app.storage.client import StorageReply, serve_op
 from deployments.rollout import SHUTDOWN_POLL_S, single_replica
@@ -54,6 +55,7 @@ def _op(name: str) -> Any:
 )
 class Storage:
     def __init__(self, state_dir: str | None = None, app_name: str | None = None) -> None:
+        limit_blas_threads()  # app/runtime/threads.py
         # The Ingress used to open the service under the same directory (GraphArgs' names).
         self._state_dir = state_dir_of(state_dir, app_name or serve.get_replica_context().app_name)
         self._settings: dict[str, Any] | None = None
