@@ -38,7 +38,10 @@ def test_experiments_group_runs(tmp_path: Path, config_file: Path):
     run_json(store, "--config", str(config_file), "--experiment", "keyword")
     run_json(store, "--config", str(config_file), "--limit", "2")
     first, second = RunStore(store).run_ids()[::-1]
-    attached = invoke(store, "experiment", "attach", "keyword", second[:17], first)
+    # a run is named by any prefix that names it alone: two runs in one second share 16
+    # characters, and 1 in 16 a 17th (the flake this replaced)
+    prefix = next(second[:n] for n in range(17, len(second) + 1) if not first.startswith(second[:n]))
+    attached = invoke(store, "experiment", "attach", "keyword", prefix, first)
     assert attached.exit_code == 0 and "1 run(s) attached, 1 attached already (2 in all)" in attached.stderr
     shown = json.loads(invoke(store, "experiment", "show", "keyword", "--json").stdout)
     assert shown["runs"] == [first, second] and shown["missing"] == []
