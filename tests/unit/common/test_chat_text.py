@@ -183,7 +183,9 @@ def test_a_long_part_is_judged_whole_and_in_the_windows_after_the_first():
     assert len(pieces) == 16 and all(len(p) <= 1000 for p in pieces)
     assert pieces[0] == doc[starts[1] : starts[2]] and pieces[-1].endswith(doc[-200:])
     parts = guard_texts([{"role": "user", "content": doc}], [])
-    assert parts[0] == ("latest_ask", doc) and [t for _, t in parts[1:]] == pieces
+    assert parts[0] == ("latest_ask", doc) and [t for _, t in parts[1:-1]] == pieces
+    # and its closing paragraph alone (~63 estimated tokens: within the tail's budget)
+    assert parts[-1] == ("latest_ask", doc.rsplit("\n\n", 1)[1].rstrip())
     assert guard_texts([{"role": "user", "content": doc}], [], windowed=False) == [("latest_ask", doc)]
     assert windows("short") == [] and windows("x" * 1000) == []
 
