@@ -56,6 +56,7 @@ ONE_WINDOW_CHARS = 1100  # a question longer than this is (nearly always) longer
 RULES = ("paragraph", "sentences")
 BUDGETS = (32, 64, 128)
 TailFn = Callable[..., str]
+PARAGRAPH_TAIL: TailFn = chat_text.tail  # the shipped rule (an arm may replace chat_text.tail)
 
 
 def sentence_tail(text: str, token_starts: chat_text.TokenStarts = chat_text.estimated_token_starts,
@@ -73,7 +74,7 @@ def sentence_tail(text: str, token_starts: chat_text.TokenStarts = chat_text.est
     inside = sorted(c for c in cuts if c >= first)
     if inside:
         return text[inside[0] : end]
-    return chat_text.tail(text, token_starts, budget)  # no sentence end in reach: the word cut
+    return PARAGRAPH_TAIL(text, token_starts, budget)  # no sentence end in reach: the word cut
 
 
 def pasted(doc: str, ask: str, i: int) -> str:
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=("tune", "heldout"))
     ap.add_argument("--arms", nargs="*", help="tail rules to run (default: off and every RULE/BUDGET)")
+    ap.add_argument("--show", nargs="*", help="print only these arms (the rest are written to --out only)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     if args.mode == "tune":
@@ -176,12 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         cases = arms.heldout_cases()
         names = args.arms or ["off", f"paragraph/{chat_text.TAIL_TOKENS}"]
     outcomes = {name: arm(name, cases) for name in names}
+    shown = set(args.show or names)
     for name, out in outcomes.items():
-        print(line(name, out))
+        if name in shown:
+            print(line(name, out))
     base = outcomes[names[0]]
     paired = {name: arms.pairs(base, out) for name, out in outcomes.items() if name != names[0]}
     for name, p in paired.items():
-        for label, q in p.items():
+        for label, q in p.items() if name in shown else ():
             counts = {k: len(v) for k, v in q.items() if isinstance(v, list)}
             print(f"{name} vs {names[0]} {label}: {counts}, exact McNemar p {q['mcnemar_p']:.3g}")
     args.out.write_text(json.dumps({

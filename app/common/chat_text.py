@@ -69,7 +69,7 @@ TOOL_ROLES = frozenset({"tool", "function"})
 WINDOW_CHARS = 1000
 MAX_WINDOWS = 16
 # The closing instruction of a long part, read alone (`tail`): at most this many tokens.
-TAIL_TOKENS = 64
+TAIL_TOKENS = 32
 PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
 SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s+")
 TOKEN = re.compile(r"\w+|[^\w\s]")
