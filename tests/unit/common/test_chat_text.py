@@ -187,7 +187,9 @@ def test_a_long_part_is_judged_whole_and_in_the_windows_after_the_first():
     # and its closing words alone: ~63 estimated tokens, longer than the tail's budget and with
     # no sentence end inside it, so cut at a word
     closing = parts[-1][1]
-    assert parts[-1][0] == "latest_ask" and doc.rstrip().endswith(" " + closing) and closing.startswith("word")
+    assert (
+        parts[-1][0] == "latest_ask" and doc.rstrip().endswith(" " + closing) and closing.startswith("word")
+    )
     assert guard_texts([{"role": "user", "content": doc}], [], windowed=False) == [("latest_ask", doc)]
     assert windows("short") == [] and windows("x" * 1000) == []
 
