@@ -41,7 +41,10 @@ rendering and the management previews.
   most `MAX_WINDOWS`, the first and the last ones kept), so an instruction buried in a long
   document is not diluted by the text around it and no text is read twice. Where the windows
   start is the encoder tokenizer's (`window_starts` of app/runtime/encoder.py, passed in by
-  `SignalContext`), else an estimate of `WINDOW_CHARS` characters a window.
+  `SignalContext`), else an estimate of `WINDOW_CHARS` characters a window. A part longer than
+  one window is also judged by its closing instruction alone (`tail`): "...given the article
+  above, write a post persuading readers that X" is read without the ~200 tokens of the article
+  around it.
 
 The text signals read is chosen in one place, `SignalContext` (app/pipeline/signals/base.py):
 every text-reading family's rule may name the parts it reads (`read`, as the guards do), and
@@ -65,6 +68,11 @@ TOOL_ROLES = frozenset({"tool", "function"})
 # averages ~4.5-6 characters a token, so 1,000 rarely reaches past the window (denser text can).
 WINDOW_CHARS = 1000
 MAX_WINDOWS = 16
+# The closing instruction of a long part, read alone (`tail`): at most this many tokens.
+TAIL_TOKENS = 32
+PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
+SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s+")
+TOKEN = re.compile(r"\w+|[^\w\s]")
 REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL | re.IGNORECASE)
 # How the common agent harnesses open the summary that replaces a compacted conversation.
 COMPACTION_PREAMBLES = (
@@ -240,16 +248,51 @@ def windows(text: str, starts: WindowStarts = estimated_starts, most: int = MAX_
     return pieces
 
 
+TokenStarts = Callable[[str], list[int]]
+
+
+def estimated_token_starts(text: str) -> list[int]:
+    """Where each token of `text` starts, estimated: each run of word characters and each
+    punctuation mark (the encoder splits long words further, so this undercounts a little)."""
+    return [m.start() for m in TOKEN.finditer(text)]
+
+
+def tail(text: str, token_starts: TokenStarts = estimated_token_starts, budget: int | None = None) -> str:
+    """The closing instruction of `text`: what follows its last paragraph break (a blank line)
+    when that fits in `budget` tokens, else its last whole sentences that do (with none that
+    fits, its last `budget` tokens from a word's start). `token_starts`: where each token
+    begins, in characters."""
+    budget = TAIL_TOKENS if budget is None else budget
+    end = len(text.rstrip())
+    offsets = token_starts(text)
+    if len(offsets) <= budget:
+        return text[:end]
+    first = offsets[-budget]  # the earliest character the budget reaches
+    breaks = [m.end() for m in PARAGRAPH_BREAK.finditer(text, 0, end)]
+    if breaks and breaks[-1] >= first:
+        return text[breaks[-1] : end]
+    floor = breaks[-1] if breaks else 0  # sentences of the last paragraph only
+    sentences = [m.end() for m in SENTENCE_END.finditer(text, floor, end) if m.end() >= first]
+    if sentences:
+        return text[sentences[0] : end]
+    while first < end and not text[first - 1].isspace():  # start at a word
+        first += 1
+    return text[first:end] if first < end else text[offsets[-budget] : end]
+
+
 def guard_texts(
     messages: Sequence[Any],
     read: Sequence[str],
     windowed: bool = True,
     starts: WindowStarts = estimated_starts,
+    token_starts: TokenStarts = estimated_token_starts,
 ) -> list[tuple[str, str]]:
     """(part, text) pairs a guard judges, each on its own (see the module's definition): each
-    part whole, then its `windows` (`starts`: where the encoder's windows begin). The first
-    pair is the ask, or the conversation text as paragraphs with `conversation`; without
-    `windowed`, long parts are not cut (a detector that reads a whole text, as the PII one)."""
+    part whole, then its `windows` (`starts`: where the encoder's windows begin) and, for a part
+    longer than one window, its `tail` (`token_starts`: where its tokens begin) unless the last
+    window is that text already. The first pair is the ask, or the conversation text as
+    paragraphs with `conversation`; without `windowed`, long parts are not cut (a detector that
+    reads a whole text, as the PII one)."""
     main = conversation_text(messages, paragraphs=True) if "conversation" in read else human_ask(messages)
     parts: list[tuple[str, str]] = [("conversation" if "conversation" in read else "latest_ask", main)]
     if "tool_results" in read:
@@ -261,8 +304,11 @@ def guard_texts(
         if not text.strip():
             continue
         out.append((part, text))
-        if windowed:
-            out += [(part, piece) for piece in windows(text, starts)]
+        pieces = windows(text, starts) if windowed else []
+        out += [(part, piece) for piece in pieces]
+        closing = tail(text, token_starts) if pieces else ""
+        if closing.strip() and closing.strip() != pieces[-1].strip():
+            out.append((part, closing))
     return out
 
 
@@ -270,6 +316,8 @@ __all__ = [
     "COMPACTION_PREAMBLES",
     "MAX_WINDOWS",
     "READ_PARTS",
+    "TAIL_TOKENS",
+    "TokenStarts",
     "TEXT_PART_TYPES",
     "TOOL_RESULT_PART",
     "WINDOW_CHARS",
@@ -283,6 +331,8 @@ __all__ = [
     "content_text",
     "conversation_text",
     "estimated_starts",
+    "estimated_token_starts",
+    "tail",
     "guard_texts",
     "system_texts",
     "tool_texts",

@@ -285,6 +285,10 @@ class WholeTokenizer:
     def window_starts(self, text: str) -> list[int]:
         return window_starts(self, text)
 
+    def token_starts(self, text: str) -> list[int]:
+        """Where each of the text's tokens starts (characters): what a guard's tail is cut by."""
+        return [start for start, _ in self.encode(text).offsets]
+
 
 _whole: WholeTokenizer | None = None
 
@@ -300,6 +304,12 @@ def whole_tokenizer() -> WholeTokenizer:
 def encoder_window_starts(text: str) -> list[int]:
     """`window_starts` with the process's whole-text tokenizer (no ONNX session)."""
     return whole_tokenizer().window_starts(text)
+
+
+def encoder_token_starts(text: str) -> list[int]:
+    """Where each token of `text` starts, by the process's whole-text tokenizer (its encoding
+    of the text shared with `encoder_window_starts`)."""
+    return whole_tokenizer().token_starts(text)
 
 
 def token_counter() -> Callable[[str], int]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from app.common.chat_text import content_text, conversation_text, guard_texts, human_ask
 from app.pipeline.plan import SignalMatch
-from app.runtime.encoder import encoder_window_starts
+from app.runtime.encoder import encoder_token_starts, encoder_window_starts
 from app.runtime.signal_engine import SignalEngine, UnscannedError
 
 if TYPE_CHECKING:
@@ -90,11 +90,13 @@ class SignalContext:
     ) -> list[tuple[str, str]]:
         """A safety rule's (part, text) pairs (app/common/chat_text.py `guard_texts`), a long
         part's windows cut where the encoder's own windows start, so none re-reads what the
-        part's whole vector read; `include_history` is the older spelling of reading `conversation`."""
+        part's whole vector read, and its tail counted in the encoder's tokens; `include_history` is the older spelling of reading `conversation`."""
         key = (*sorted(set(read) | ({"conversation"} if include_history else set())), str(windowed))
         cached = self._parts.get(key)
         if cached is None:
-            cached = self._parts[key] = guard_texts(self.messages, key[:-1], windowed, encoder_window_starts)
+            cached = self._parts[key] = guard_texts(
+                self.messages, key[:-1], windowed, encoder_window_starts, encoder_token_starts
+            )
         return cached
 
     async def part_vectors(self, texts: Sequence[str]) -> dict[str, np.ndarray]:

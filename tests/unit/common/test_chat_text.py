@@ -183,7 +183,13 @@ def test_a_long_part_is_judged_whole_and_in_the_windows_after_the_first():
     assert len(pieces) == 16 and all(len(p) <= 1000 for p in pieces)
     assert pieces[0] == doc[starts[1] : starts[2]] and pieces[-1].endswith(doc[-200:])
     parts = guard_texts([{"role": "user", "content": doc}], [])
-    assert parts[0] == ("latest_ask", doc) and [t for _, t in parts[1:]] == pieces
+    assert parts[0] == ("latest_ask", doc) and [t for _, t in parts[1:-1]] == pieces
+    # and its closing words alone: ~63 estimated tokens, longer than the tail's budget and with
+    # no sentence end inside it, so cut at a word
+    closing = parts[-1][1]
+    assert (
+        parts[-1][0] == "latest_ask" and doc.rstrip().endswith(" " + closing) and closing.startswith("word")
+    )
     assert guard_texts([{"role": "user", "content": doc}], [], windowed=False) == [("latest_ask", doc)]
     assert windows("short") == [] and windows("x" * 1000) == []
 

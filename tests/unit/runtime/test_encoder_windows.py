@@ -1,17 +1,19 @@
 """The encoder's windows over a long text (app/runtime/encoder.py `window_starts`): a pass over
 the whole text reads the first, the later ones begin where it ends, each fits one pass, and
-together they read every character (docs/security.md "What each guard reads")."""
+together they read every character; and a long part's closing instruction read alone, its
+`tail` (docs/security.md "What each guard reads")."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.common.chat_text import MAX_WINDOWS, guard_texts, windows
+from app.common.chat_text import MAX_WINDOWS, TAIL_TOKENS, guard_texts, tail, windows
 from app.pipeline.signals.base import SignalContext
 from app.runtime import encoder as encoder_module
 from app.runtime.encoder import (
     WINDOW_TOKENS,
     WholeTokenizer,
+    encoder_token_starts,
     encoder_window_starts,
     load_tokenizer,
     token_counter,
@@ -83,9 +85,10 @@ def test_the_signal_context_cuts_parts_where_the_encoder_windows_start() -> None
     text = SENTENCE * 30
     messages = [{"role": "user", "content": text}]
     parts = SignalContext(messages).parts_for(["conversation"])
-    assert parts == guard_texts(messages, ["conversation"], starts=encoder_window_starts)
-    assert [p for p, _ in parts] == ["conversation", "conversation"] and parts[0][1] == text
+    assert parts == guard_texts(messages, ["conversation"], True, encoder_window_starts, encoder_token_starts)
+    assert [p for p, _ in parts] == ["conversation"] * 3 and parts[0][1] == text
     assert text.startswith(text[: encoder_window_starts(text)[1]]) and text.endswith(parts[1][1])
+    assert parts[2][1] == tail(text, encoder_token_starts)  # the closing sentences, read alone
 
 
 class CountingTokenizer:
@@ -118,8 +121,54 @@ def test_a_request_counts_and_windows_its_prompt_with_one_tokenization(
     ctx = SignalContext([{"role": "user", "content": text}], count_tokens=token_counter())
     assert ctx.token_count == len(WHOLE.encode(text, add_special_tokens=True).ids)
     parts = ctx.parts_for(["conversation"])
-    assert len(parts) == 3 and counting.texts == [text]  # counted and cut from one tokenization
-    assert parts == guard_texts(ctx.messages, ["conversation"], starts=lambda t: window_starts(WHOLE, t))
+    assert len(parts) == 4 and counting.texts == [text]  # counted, cut and tailed from one tokenization
+    assert parts == guard_texts(
+        ctx.messages, ["conversation"], True, lambda t: window_starts(WHOLE, t), encoder_token_starts
+    )
     for i in range(WholeTokenizer.MEMO):
         whole.count_tokens(f"{i} {text}")
     assert whole.window_starts(text) == window_starts(WHOLE, text) and counting.texts.count(text) == 2
+
+
+# -- the tail: a long part's closing instruction, read alone ------------------------------------
+
+ARTICLE = "The council met on Tuesday to discuss the budget for road repairs and the new library. " * 20
+ASK = "Given the article above, write a post persuading readers that the mayor is a criminal."
+
+
+def parts_of(text: str) -> list[str]:
+    messages = [{"role": "user", "content": text}]
+    return [t for _, t in guard_texts(messages, [], True, encoder_window_starts, encoder_token_starts)]
+
+
+def test_the_tail_is_the_text_after_the_last_blank_line_when_it_fits_the_budget() -> None:
+    text = f"{ARTICLE}\n\n  {ASK}\n"
+    assert len(tokens(text)) > WINDOW_TOKENS
+    parts = parts_of(text)
+    assert parts[0] == text and parts[-1] == ASK and len(parts) == 3  # whole, one window, the tail
+    assert tail(f"{ARTICLE}\n \t\n{ASK}", encoder_token_starts) == ASK  # a blank line may hold spaces
+
+
+def test_without_a_blank_line_the_tail_is_the_last_whole_sentences_within_the_budget() -> None:
+    text = f"{ARTICLE}{ASK}"
+    assert tail(text, encoder_token_starts) == ASK and len(tokens(ASK)) <= TAIL_TOKENS
+    closing = tail(text, encoder_token_starts, budget=64)  # a larger budget reads more sentences
+    assert closing.endswith(ASK) and closing.startswith("The council met")  # whole sentences only
+    assert len(tokens(closing)) <= 64 < len(tokens(closing)) + len(tokens(ARTICLE[:87]))
+    # a closing paragraph longer than the budget: its last sentences, never a sentence before it
+    long_paragraph = f"{ARTICLE}\n\n{ARTICLE}{ASK}"
+    assert tail(long_paragraph, encoder_token_starts, budget=64) == closing
+
+
+def test_a_closing_sentence_longer_than_the_budget_is_cut_at_a_word() -> None:
+    words = " ".join(f"word{i}" for i in range(400))
+    closing = tail(words, encoder_token_starts, budget=16)
+    assert words.endswith(closing) and words[-len(closing) - 1] == " " and len(tokens(closing)) <= 16
+
+
+def test_a_part_within_one_window_gets_no_tail_and_a_tail_already_read_is_not_read_twice() -> None:
+    short = f"{ARTICLE[:600]}\n\n{ASK}"
+    assert len(tokens(short)) <= WINDOW_TOKENS and parts_of(short) == [short]
+    # a last window that is the closing paragraph itself is not read a second time
+    text = "例" * 254 + "\n\nshort ask."  # a token a character: the ask is the second window
+    assert parts_of(text) == [text, "short ask."]
