@@ -22,6 +22,7 @@ from app.runtime.encoder import shared_encoder
 ROOT = Path(__file__).resolve().parents[3]
 CHAT_TRAIN = ROOT / "app/models/data/domain_chat_train.jsonl"
 CHAT_EVAL = ROOT / "tests/data/domain_chat_eval.jsonl"
+CHAT_EVAL_V2 = ROOT / "tests/data/domain_chat_eval_v2.jsonl"
 MMLU_PRO = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 
 # Clear, single-domain prompts; none of them is in the training or eval files (checked below).
@@ -53,8 +54,18 @@ def _texts(path: Path) -> set[str]:
 
 
 def test_examples_are_not_in_train_or_eval_data() -> None:
-    seen = _texts(CHAT_TRAIN) | _texts(CHAT_EVAL)
+    seen = _texts(CHAT_TRAIN) | _texts(CHAT_EVAL) | _texts(CHAT_EVAL_V2)
     assert not {t.lower() for t in CLEAR_EXAMPLES.values()} & seen
+
+
+@pytest.mark.parametrize("path", [CHAT_EVAL, CHAT_EVAL_V2], ids=["v1", "v2"])
+def test_chat_eval_sets_are_balanced_and_held_out(path: Path) -> None:
+    rows = [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
+    counts = {c: sum(r["category"] == c for r in rows) for c in DOMAIN_CATEGORIES}
+    assert len(set(counts.values())) == 1 and len(rows) == len(DOMAIN_CATEGORIES) * counts["law"]
+    texts = [r["text"].strip().lower() for r in rows]
+    assert len(set(texts)) == len(texts)
+    assert not set(texts) & _texts(CHAT_TRAIN)  # never trained on (near-copies: model card)
 
 
 def test_categories_fixed_and_complete() -> None:
