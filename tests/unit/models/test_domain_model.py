@@ -231,6 +231,37 @@ def test_training_script_runs_end_to_end_on_a_small_slice(tmp_path: Path) -> Non
     assert metrics["held_out"]["accuracy"] > 2 / len(DOMAIN_CATEGORIES)
 
 
+def _train_domain():  # scripts/ is not a package
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import train_domain
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return train_domain
+
+
+def test_fusion_weights_favour_the_informative_expert() -> None:
+    train_domain = _train_domain()
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, len(DOMAIN_CATEGORIES), 400)
+    informative = np.full((400, len(DOMAIN_CATEGORIES)), -4.0)
+    informative[np.arange(400), labels] = 0.0
+    noise = rng.normal(size=(4, 400, len(DOMAIN_CATEGORIES)))
+    experts = {"mlp": noise[0], "bow": informative + noise[1] * 0.5, "chat": noise[2], "knn": noise[3]}
+    weights = train_domain.fit_fusion_weights(experts, labels)
+    assert sum(weights.values()) == pytest.approx(1.0, abs=1e-3)
+    assert weights["bow"] > 0.8 and max(weights["mlp"], weights["chat"], weights["knn"]) < 0.1
+
+
+def test_chat_folds_are_stable_and_cover_all_prompts() -> None:
+    train_domain = _train_domain()
+    rows = [json.loads(line) for line in CHAT_TRAIN.read_text().split("\n") if line.strip()]
+    folds = [train_domain.chat_fold(r["text"]) for r in rows]
+    assert folds == [train_domain.chat_fold(r["text"]) for r in rows]
+    sizes = np.bincount(folds, minlength=train_domain.CHAT_FOLDS)
+    assert len(sizes) == train_domain.CHAT_FOLDS and sizes.min() > 0.15 * len(rows)
+
+
 # ------------------------------------------------------------------ kNN expert ----
 def _knn_only_head(labels: list[int], points: np.ndarray, weights: list[float], k: int) -> DomainHead:
     dim = points.shape[1]
