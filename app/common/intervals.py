@@ -1,8 +1,10 @@
-"""Confidence intervals for the rates svc-sr reports (benchmarks, model cards)."""
+"""Confidence intervals for the rates svc-sr reports (benchmarks, model cards), and the paired
+test that compares two systems on the same cases."""
 
 from __future__ import annotations
 
 import math
+from math import comb
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 
@@ -16,3 +18,12 @@ def wilson(hits: int, n: int, z: float = Z95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mcnemar(b: int, c: int) -> float:
+    """Exact two-sided McNemar p for b and c discordant pairs (a binomial test at 1/2)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(comb(n, i) for i in range(min(b, c) + 1)) / 2**n
+    return min(1.0, 2 * tail)

@@ -22,6 +22,8 @@ from app.runtime.encoder import shared_encoder
 ROOT = Path(__file__).resolve().parents[3]
 CHAT_TRAIN = ROOT / "app/models/data/domain_chat_train.jsonl"
 CHAT_EVAL = ROOT / "tests/data/domain_chat_eval.jsonl"
+CHAT_EVAL_V2 = ROOT / "tests/data/domain_chat_eval_v2.jsonl"
+CHAT_TRAIN_MORE = ROOT / "scripts/data/domain_chat_train_more.jsonl"
 MMLU_PRO = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 
 # Clear, single-domain prompts; none of them is in the training or eval files (checked below).
@@ -53,8 +55,18 @@ def _texts(path: Path) -> set[str]:
 
 
 def test_examples_are_not_in_train_or_eval_data() -> None:
-    seen = _texts(CHAT_TRAIN) | _texts(CHAT_EVAL)
+    seen = _texts(CHAT_TRAIN) | _texts(CHAT_TRAIN_MORE) | _texts(CHAT_EVAL) | _texts(CHAT_EVAL_V2)
     assert not {t.lower() for t in CLEAR_EXAMPLES.values()} & seen
+
+
+@pytest.mark.parametrize("path", [CHAT_EVAL, CHAT_EVAL_V2], ids=["v1", "v2"])
+def test_chat_eval_sets_are_balanced_and_held_out(path: Path) -> None:
+    rows = [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
+    counts = {c: sum(r["category"] == c for r in rows) for c in DOMAIN_CATEGORIES}
+    assert len(set(counts.values())) == 1 and len(rows) == len(DOMAIN_CATEGORIES) * counts["law"]
+    texts = [r["text"].strip().lower() for r in rows]
+    assert len(set(texts)) == len(texts)
+    assert not set(texts) & (_texts(CHAT_TRAIN) | _texts(CHAT_TRAIN_MORE))  # near-copies: model card
 
 
 def test_categories_fixed_and_complete() -> None:
@@ -218,6 +230,37 @@ def test_training_script_runs_end_to_end_on_a_small_slice(tmp_path: Path) -> Non
     assert accuracy > 3 / len(DOMAIN_CATEGORIES)  # chance is 1/14; a working pipeline is far above
     assert accuracy == pytest.approx(metrics["chat_eval"]["accuracy"], abs=1e-3)
     assert metrics["held_out"]["accuracy"] > 2 / len(DOMAIN_CATEGORIES)
+
+
+def _train_domain():  # scripts/ is not a package
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import train_domain
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return train_domain
+
+
+def test_fusion_weights_favour_the_informative_expert() -> None:
+    train_domain = _train_domain()
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, len(DOMAIN_CATEGORIES), 400)
+    informative = np.full((400, len(DOMAIN_CATEGORIES)), -4.0)
+    informative[np.arange(400), labels] = 0.0
+    noise = rng.normal(size=(4, 400, len(DOMAIN_CATEGORIES)))
+    experts = {"mlp": noise[0], "bow": informative + noise[1] * 0.5, "chat": noise[2], "knn": noise[3]}
+    weights = train_domain.fit_fusion_weights(experts, labels)
+    assert sum(weights.values()) == pytest.approx(1.0, abs=1e-3)
+    assert weights["bow"] > 0.8 and max(weights["mlp"], weights["chat"], weights["knn"]) < 0.1
+
+
+def test_chat_folds_are_stable_and_cover_all_prompts() -> None:
+    train_domain = _train_domain()
+    rows = [json.loads(line) for line in CHAT_TRAIN.read_text().split("\n") if line.strip()]
+    folds = [train_domain.chat_fold(r["text"]) for r in rows]
+    assert folds == [train_domain.chat_fold(r["text"]) for r in rows]
+    sizes = np.bincount(folds, minlength=train_domain.CHAT_FOLDS)
+    assert len(sizes) == train_domain.CHAT_FOLDS and sizes.min() > 0.15 * len(rows)
 
 
 # ------------------------------------------------------------------ kNN expert ----
