@@ -8,7 +8,9 @@ Every row carries a category (`benign`, `jailbreak`, `prompt_injection` or a har
 train / val by a hash of their text; no row of the held-out evaluation sets (scripts/guard_data.py)
 is returned, and frames and document wrappers are themselves split, so validation sees frames
 the heads were not fitted on. The hand-written dev rows (tests/data/guard/*.jsonl, `split: dev`)
-come back as validation rows only: they tune thresholds, never weights.
+come back as validation rows only: they tune thresholds, never weights. With `everyday`, the
+hand-written everyday negatives (`guard_train_everyday.jsonl`: ordinary prompts whose words sound
+like harm or an attack) join as benign rows, split train / val like the seeds.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "app" / "models" / "data"
 SEEDS = DATA_DIR / "guard_train_seeds.jsonl"
 FRAMES = DATA_DIR / "guard_train_frames.json"
+EVERYDAY = DATA_DIR / "guard_train_everyday.jsonl"
 HARM = ("violence_weapons", "sexual", "minors", "self_harm", "hate", "crime_hacking")
 VAL_SHARE = 0.15
 SEED_WEIGHT = 4.0
@@ -65,6 +68,14 @@ def seed_rows() -> list[Row]:
             SEED_WEIGHT)
         for r in gd.read_jsonl(SEEDS)
     ]  # fmt: skip
+
+
+def everyday_rows() -> list[Row]:
+    """The hand-written everyday negatives: benign, weighted as the seeds."""
+    return [
+        Row(r["text"], "benign", "everyday-train", split_of(r["text"]), SEED_WEIGHT)
+        for r in gd.read_jsonl(EVERYDAY)
+    ]
 
 
 def dev_rows() -> list[Row]:
@@ -148,14 +159,18 @@ def composed_rows(harm: list[Row], benign_texts: list[str], injections: list[str
     return out
 
 
-def extra_rows(wheels: dict[str, Path], benign_texts: list[str], injections: list[str]) -> list[Row]:
+def extra_rows(
+    wheels: dict[str, Path], benign_texts: list[str], injections: list[str], everyday: bool = False
+) -> list[Row]:
     """Every shared row, held-out texts removed. `benign_texts`: the trainer's own benign
-    training texts (MMLU-Pro, chat) to frame and wrap; `injections`: its training injections."""
+    training texts (MMLU-Pro, chat) to frame and wrap; `injections`: its training injections;
+    `everyday`: add the everyday negatives (after the frames, so the framed rows stay the same)."""
     rows = seed_rows() + package_rows(wheels)
     harm_cores = [r for r in rows if r.category in HARM]
     project_benign = [r.text for r in rows if r.category == "benign" and r.split == "train"]
     project_inj = [r.text for r in rows if r.category == "prompt_injection" and r.split == "train"]
     rows += composed_rows(harm_cores, benign_texts + project_benign, injections + project_inj)
+    rows += everyday_rows() if everyday else []
     rows += dev_rows()
     keys = gd.heldout_keys()
     kept = [r for r in rows if not gd.leaks(r.text, keys)]

