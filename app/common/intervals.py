@@ -4,7 +4,6 @@ test that compares two systems on the same cases."""
 from __future__ import annotations
 
 import math
-from math import comb
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 
@@ -25,5 +24,5 @@ def mcnemar(b: int, c: int) -> float:
     n = b + c
     if n == 0:
         return 1.0
-    tail = sum(comb(n, i) for i in range(min(b, c) + 1)) / 2**n
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n
     return min(1.0, 2 * tail)
