@@ -29,9 +29,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.common.ports import free_port  # noqa: E402
 from bench.bench_routing import run_load, summary  # noqa: E402
 from tests.fakes.configs import served_default  # noqa: E402
-from tests.fakes.upstream import FakeUpstream, find_free_port  # noqa: E402
+from tests.fakes.upstream import FakeUpstream  # noqa: E402
 
 SHORT = [
     "What is the derivative of the natural logarithm",
@@ -110,7 +111,7 @@ def main() -> None:
     with FakeUpstream(name="instant") as upstream, tempfile.TemporaryDirectory() as tmp:
         config_path = Path(tmp, "config.yaml")
         config_path.write_text(yaml.safe_dump(without_metrics(served_default(upstream.host_url))))
-        port = find_free_port()
+        port = free_port()
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})

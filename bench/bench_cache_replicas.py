@@ -27,10 +27,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.common.ports import free_port
 from bench.latency import percentile  # noqa: E402
 from tests.fakes.configs import cached_route, redis_store  # noqa: E402
 from tests.fakes.stores import redis_with_search  # noqa: E402
-from tests.fakes.upstream import FakeUpstream, find_free_port  # noqa: E402
+from tests.fakes.upstream import FakeUpstream  # noqa: E402
 
 PROMPTS = [f"cachebench question {i}: what is the capital of country number {i}?" for i in range(32)]
 WRITE_WAIT_S = 30.0
@@ -128,7 +129,7 @@ def main() -> None:
 
     results: dict[str, Any] = {}
     with FakeUpstream(name="instant") as upstream, redis(args.redis_url) as redis_url:
-        port = find_free_port()
+        port = free_port()
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.common.ports import free_port  # noqa: E402
 from app.local_llm import LocalLLMSettings  # noqa: E402
 from app.local_llm.install import installed_modules  # noqa: E402
 from app.local_llm.settings import SERVER_SCRIPT  # noqa: E402
 from app.local_llm.supervisor import ensure_model, probe_models  # noqa: E402
-from tests.fakes.upstream import find_free_port  # noqa: E402
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 
@@ -61,7 +61,7 @@ def complete(base: str) -> tuple[int, float]:
 
 
 def run(modules: Path, model: Path, threads: int, runs: int) -> dict[str, object]:
-    port = find_free_port()
+    port = free_port()
     settings = LocalLLMSettings(cache_dir=Path(tempfile.gettempdir()), port=port)
     command = [settings.node, str(SERVER_SCRIPT), "--model", str(model), "--modules", str(modules)]
     command += ["--port", str(port), "--threads", str(threads)]

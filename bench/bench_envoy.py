@@ -30,6 +30,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.cache.memory import InMemorySemanticCache  # noqa: E402
+from app.common.ports import free_port
 from app.common.supervisor import SupervisedProcess  # noqa: E402
 from app.config.loader import parse_config  # noqa: E402
 from app.envoy.config import EnvoyPorts, build_envoy_config  # noqa: E402
@@ -40,7 +41,7 @@ from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_
 from app.runtime.encoder import shared_encoder  # noqa: E402
 from bench.bench_routing import bench_config, run_load, summary  # noqa: E402
 from bench.latency import percentile  # noqa: E402
-from tests.fakes.upstream import FakeUpstream, find_free_port  # noqa: E402
+from tests.fakes.upstream import FakeUpstream  # noqa: E402
 
 
 class TimedRouter:
@@ -72,13 +73,13 @@ def start_envoy(
     config: dict, work: Path, name: str, bridge_port: int, with_ext_proc: bool
 ) -> tuple[EnvoyProcess, str]:
     loaded = parse_config(config).config
-    listener, admin = find_free_port(), find_free_port()
+    listener, admin = free_port(), free_port()
     ports = EnvoyPorts.from_config(
         loaded,
         listener_port=listener,
         admin_port=admin,
         ext_proc_port=bridge_port,
-        management_port=find_free_port(),
+        management_port=free_port(),
     )
     path = write_config(build_envoy_config(loaded, ports, with_ext_proc=with_ext_proc), work / f"{name}.yaml")
     envoy = EnvoyProcess(path, admin_port=admin, log_path=work / f"{name}.log").start()
@@ -168,13 +169,13 @@ def start_ray_path(config: dict, work: Path, cleanup: list[Any]) -> tuple[str]:
     config_path = work / "bench.yaml"
     config_path.write_text(yaml.safe_dump(config))
     ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": find_free_port()})
+    serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
     serve.run(
         build_app(GraphArgs(config_path=str(config_path), metrics={"enabled": False})),
         name="svc-sr",
         route_prefix="/",
     )
-    port = find_free_port()
+    port = free_port()
     sidecar = SupervisedProcess(
         "sidecar",
         [

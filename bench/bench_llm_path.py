@@ -31,9 +31,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.common.ports import free_port  # noqa: E402
 from bench.latency import percentile  # noqa: E402
 from tests.fakes.processes import wait_http_ok  # noqa: E402
-from tests.fakes.upstream import find_free_port  # noqa: E402
 
 ENGINE_KWARGS = {"max_model_len": 256, "dtype": "bfloat16"}
 
@@ -138,7 +138,7 @@ def main() -> None:
 
     from deployments.graph import GraphArgs, build_app
 
-    http_port, serve_port = find_free_port(), find_free_port()
+    http_port, serve_port = free_port(), free_port()
     server = vllm_server(python, model_dir, http_port)
     try:
         ray.init(num_cpus=6, include_dashboard=False, logging_level="ERROR", log_to_driver=False)

@@ -24,8 +24,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.common.ports import free_port
 from bench.latency import percentile  # noqa: E402
-from tests.fakes.upstream import FakeUpstream, find_free_port  # noqa: E402
+from tests.fakes.upstream import FakeUpstream  # noqa: E402
 
 TOPICS = [
     "derivative",
@@ -133,7 +134,7 @@ def main() -> None:
     with FakeUpstream(name="instant") as upstream, tempfile.TemporaryDirectory() as tmp:
         config_path = Path(tmp, "bench.yaml")
         config_path.write_text(yaml.safe_dump(bench_config(upstream)))
-        port = find_free_port()
+        port = free_port()
         serve_path = (
             "haproxy+throughput-optimized"
             if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1"

@@ -40,9 +40,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.common.ports import free_port  # noqa: E402
 from bench.bench_all_signals import measure  # noqa: E402
 from tests.fakes.configs import served_default  # noqa: E402
-from tests.fakes.upstream import FakeUpstream, find_free_port  # noqa: E402
+from tests.fakes.upstream import FakeUpstream  # noqa: E402
 
 LITELLM_VERSION = "1.106.12"  # the newest whose proxy extra the registry resolves in full
 LITELLM_VENV = ROOT / ".cache" / "bench" / f"litellm-{LITELLM_VERSION}"
@@ -102,7 +103,7 @@ def litellm_proxy(upstream: FakeUpstream, work: Path) -> Iterator[str]:
     }
     config_path = work / "litellm.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    port, log = find_free_port(), work / "litellm.log"
+    port, log = free_port(), work / "litellm.log"
     # No network at run time (the cost map packaged with LiteLLM, not GitHub's); no master key,
     # as svc-sr's laptop listener takes none: both doors do the same work for a key (none).
     env = os.environ | {
@@ -124,12 +125,12 @@ def svc_sr(
     upstream: FakeUpstream, work: Path, serve_config: Path | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     document = served_default(upstream.host_url)
-    document["global"]["services"]["observability"]["metrics"]["port"] = find_free_port()
+    document["global"]["services"]["observability"]["metrics"]["port"] = free_port()
     for listener in document["listeners"]:
-        listener["port"] = find_free_port()
+        listener["port"] = free_port()
     config_path = work / "config.yaml"
     config_path.write_text(yaml.safe_dump(document))
-    port, log = find_free_port(), work / "svc-sr.log"
+    port, log = free_port(), work / "svc-sr.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")}
     env |= {"SVC_SR_STATE_DIR": str(work / "run"), "SVC_SR_MANAGEMENT_STATE_DIR": str(work / "mgmt")}
     command = [str(Path(sys.executable).with_name("svc-sr")), "serve", "--config", str(config_path)]

@@ -26,8 +26,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.common.ports import free_port
 from bench.bench_routing import bench_config, prompt  # noqa: E402
-from tests.fakes.upstream import FakeUpstream, find_free_port  # noqa: E402
+from tests.fakes.upstream import FakeUpstream  # noqa: E402
 
 
 def chat(i: int) -> dict:
@@ -64,7 +65,7 @@ def main() -> None:
     with FakeUpstream(name="instant") as upstream, tempfile.TemporaryDirectory() as tmp:
         config_path = Path(tmp, "bench.yaml")
         config_path.write_text(yaml.safe_dump(bench_config(upstream)))
-        port = find_free_port()
+        port = free_port()
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         loop = asyncio.new_event_loop()
         try:

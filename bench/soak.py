@@ -38,9 +38,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.common.ports import free_port
 from tests.fakes.configs import any_of, learned_signals, priced_model  # noqa: E402
 from tests.fakes.load import ChatLoad  # noqa: E402
-from tests.fakes.upstream import FakeUpstream, find_free_port  # noqa: E402
+from tests.fakes.upstream import FakeUpstream  # noqa: E402
 
 TOPICS = ["derivatives", "the French revolution", "python decorators", "photosynthesis", "interest rates"]
 
@@ -184,7 +185,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from app.config.loader import parse_config
     from deployments.graph import GraphArgs, build_app
 
-    ports = {name: find_free_port() for name in ("http", "metrics", "listener", "ext_proc", "admin")}
+    ports = {name: free_port() for name in ("http", "metrics", "listener", "ext_proc", "admin")}
     with (
         FakeUpstream(name="general", delay_s=args.upstream_delay) as a,
         FakeUpstream(name="expert", delay_s=args.upstream_delay) as b,

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import importlib
 import os
-import socket
 import tempfile
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
 from app.common.optional_imports import without_modules
+from app.common.ports import free_port
 from app.common.ray_settings import CLUSTER_ENV, HAPROXY_RETRY_ON
 
 __all__ = [
@@ -39,12 +39,6 @@ __all__ = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def fast_path_env() -> dict[str, str]:
     """The variables for one local Ray instance. HAProxy's files and its stats and metrics
     ports are per instance, so a test run and a `svc-sr serve` on one machine don't collide.
@@ -58,12 +52,12 @@ def fast_path_env() -> dict[str, str]:
         "RAY_SERVE_HAPROXY_SOCKET_PATH": str(haproxy_dir / "admin.sock"),
         "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(haproxy_dir),
         "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(haproxy_dir / "server-state"),
-        "RAY_SERVE_HAPROXY_STATS_PORT": str(_free_port()),
-        "RAY_SERVE_HAPROXY_METRICS_PORT": str(_free_port()),
+        "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
         # The fallback proxy HAProxy uses while an activation reconfigures the only Ingress: on Serve's
         # fixed SO_REUSEPORT ports another Ray instance answered (404) a share of it (docs/management-api.md).
-        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(_free_port()),
-        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(_free_port()),
+        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
+        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port()),
         # Two threads are plenty for one laptop's traffic and leave the cores to the models.
         "RAY_SERVE_HAPROXY_NBTHREAD": "2",
         "RAY_SERVE_HAPROXY_RETRY_ON": CLUSTER_ENV["RAY_SERVE_HAPROXY_RETRY_ON"],

@@ -24,6 +24,15 @@ class GatewayError(RuntimeError):
     pass
 
 
+def log_tail(path: Path, lines: int = 3) -> str:
+    """The last lines of a process's log, on one line, for an error message."""
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(line.strip() for line in text[-lines:]) or "(empty)"
+
+
 def wait_for_port(host: str, port: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -33,6 +42,19 @@ def wait_for_port(host: str, port: int, timeout_s: float) -> None:
         except OSError:
             time.sleep(0.2)
     raise GatewayError(f"nothing listens on {host}:{port} after {timeout_s:.0f}s")
+
+
+def start_envoy(envoy_yaml: Path, admin_port: int, log: Path, timeout_s: float = 30) -> SupervisedProcess:
+    """Envoy, supervised, once its admin /ready answers; GatewayError with Envoy's own reason (a
+    port another process holds, most often: it is in Envoy's log, not ours) when it never does."""
+    envoy = EnvoyProcess(envoy_yaml, admin_port=admin_port, log_path=log)
+    process = SupervisedProcess("envoy", envoy.command(), log_path=log).start()
+    try:
+        wait_admin_ready(admin_port, timeout_s)
+    except TimeoutError as exc:
+        process.stop()
+        raise GatewayError(f"{exc}; Envoy's log ends: {log_tail(log)}") from exc
+    return process
 
 
 class Gateway:
@@ -81,9 +103,7 @@ class Gateway:
             log_path=logs / "extproc.log",
         ).start()
         wait_for_port(self.ports.ext_proc_address, self.ports.ext_proc_port, 60)
-        envoy = EnvoyProcess(envoy_yaml, admin_port=self.ports.admin_port, log_path=logs / "envoy.log")
-        self.envoy = SupervisedProcess("envoy", envoy.command(), log_path=logs / "envoy.log").start()
-        wait_admin_ready(self.ports.admin_port, 30)
+        self.envoy = start_envoy(envoy_yaml, self.ports.admin_port, logs / "envoy.log")
 
     def stop(self) -> None:
         """SIGTERM to both at once, then wait for both (see the module's docstring)."""

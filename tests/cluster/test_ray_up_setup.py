@@ -52,8 +52,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from app.common.ports import free_port
 from tests.fakes.processes import kill_processes_naming
-from tests.fakes.upstream import find_free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_FILE = ROOT / "cluster" / "ray-cluster.yaml"
@@ -328,7 +328,7 @@ def scratch_ray(head_node: Node) -> Iterator[str]:
     """`ray start --head` from the scratch venv in ~/svc-sr, as head_start_ray_commands does;
     stopped by killing exactly its processes (`ray stop` would stop every Ray on the machine)."""
     temp_dir = Path(tempfile.mkdtemp(prefix="ru", dir="/tmp"))  # short: Ray's socket paths
-    port = find_free_port()
+    port = free_port()
     try:
         start = head_node.run(
             str(head_node.venv / "bin" / "ray"), "start", "--head",

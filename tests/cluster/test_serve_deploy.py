@@ -48,10 +48,11 @@ import openai
 import pytest
 import yaml
 
+from app.common.ports import free_port
 from deployments.serve_env import fast_path_env
 from tests.fakes.configs import cached_route, redis_store
 from tests.fakes.processes import kill_processes_naming
-from tests.fakes.upstream import FakeUpstream, find_free_port
+from tests.fakes.upstream import FakeUpstream
 
 pytestmark = pytest.mark.integration  # Ray, real processes
 
@@ -105,7 +106,7 @@ class Cluster:
 def cluster() -> Iterator[Cluster]:
     # A short path: Ray's Unix socket names under it must stay below the OS limit.
     temp_dir = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))
-    dashboard_port = find_free_port()
+    dashboard_port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_SERVE_", "RAY_ADDRESS"))}
     env |= {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     # Serve kills a proxy that is not ready within 5 s and the first `serve deploy` then fails
@@ -119,7 +120,7 @@ def cluster() -> Iterator[Cluster]:
     start = subprocess.run(
         [
             str(BIN / "ray"), "start", "--head",
-            "--port", str(find_free_port()),
+            "--port", str(free_port()),
             "--node-ip-address", "127.0.0.1",
             "--include-dashboard", "true",
             "--dashboard-host", "127.0.0.1",
@@ -189,7 +190,7 @@ class Load:
 def test_serve_deploy_of_the_users_file_then_a_rolling_change_under_load(
     cluster: Cluster, redis_url: str, tmp_path: Path
 ) -> None:
-    port = find_free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     with FakeUpstream(name="deployed") as upstream:
         first = tmp_path / "config.yaml"

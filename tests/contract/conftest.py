@@ -36,6 +36,7 @@ import uvicorn
 from app.api.app import StaticConfigView, create_app, management_images
 from app.api.parts import IngressParts
 from app.cache.memory import InMemorySemanticCache
+from app.common.ports import free_port
 from app.config.loader import parse_config
 from app.extproc.bridge import BridgeSettings, ExtProcBridge
 from app.extproc.server import start_bridge_server
@@ -59,7 +60,7 @@ from app.upstream.client import UpstreamClient
 from tests.envoy.conftest import LoopThread, start_envoy
 from tests.fakes.messages_upstream import FakeMessagesUpstream
 from tests.fakes.pipeline_router import PipelineRouter
-from tests.fakes.upstream import FakeUpstream, find_free_port
+from tests.fakes.upstream import FakeUpstream
 
 INGRESS, ENVOY = "ingress", "envoy"
 DOORS = (INGRESS, ENVOY)
@@ -215,7 +216,7 @@ def upstreams() -> Iterator[Upstreams]:
         FakeUpstream(name="a") as chat,
         FakeMessagesUpstream(name="claude", api_key=MESSAGES_KEY) as messages,
     ):
-        yield Upstreams(chat, messages, f"http://127.0.0.1:{find_free_port()}")
+        yield Upstreams(chat, messages, f"http://127.0.0.1:{free_port()}")
 
 
 # -- the two doors --------------------------------------------------------------------------------

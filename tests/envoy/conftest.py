@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from app.cache.memory import InMemorySemanticCache
+from app.common.ports import free_port
 from app.config.loader import parse_config
 from app.envoy.config import EnvoyPorts, build_envoy_config
 from app.envoy.process import EnvoyProcess, write_config
@@ -28,7 +29,7 @@ from app.extproc.server import start_bridge_server
 from app.pipeline import PipelineServices, RouterPipeline, cache_calls, encoder_embed
 from app.runtime.encoder import shared_encoder
 from tests.fakes.messages_upstream import FakeMessagesUpstream
-from tests.fakes.upstream import FakeUpstream, find_free_port
+from tests.fakes.upstream import FakeUpstream
 
 
 class LoopThread:
@@ -133,13 +134,13 @@ def start_envoy(
     management_port: int | None = None,
 ) -> tuple[EnvoyProcess, int]:
     loaded = parse_config(config).config
-    listener, admin = find_free_port(), find_free_port()
+    listener, admin = free_port(), free_port()
     ports = EnvoyPorts.from_config(
         loaded,
         listener_port=listener,
         ext_proc_port=bridge_port,
         admin_port=admin,
-        management_port=management_port or find_free_port(),
+        management_port=management_port or free_port(),
     )
     path = write_config(build_envoy_config(loaded, ports), work / f"envoy-{failure_mode}.yaml")
     envoy = EnvoyProcess(path, admin_port=admin, log_path=work / f"envoy-{failure_mode}.log").start()

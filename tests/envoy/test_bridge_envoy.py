@@ -8,8 +8,9 @@ import httpx
 import openai
 import pytest
 
+from app.common.ports import free_port
 from tests.envoy.conftest import EnvoyStack, bridge_config, start_envoy
-from tests.fakes.upstream import FakeUpstream, find_free_port
+from tests.fakes.upstream import FakeUpstream
 
 
 def client(stack: EnvoyStack) -> openai.OpenAI:
@@ -113,7 +114,7 @@ def test_a_failing_route_answers_503_and_the_bridge_keeps_serving(
 @pytest.mark.parametrize("mode", ["open", "closed"])
 def test_bridge_down(mode: str, tmp_path: Path) -> None:
     with FakeUpstream(name="a") as a, FakeUpstream(name="b") as b:
-        envoy, listener = start_envoy(bridge_config(a, b, mode), tmp_path, find_free_port(), mode)
+        envoy, listener = start_envoy(bridge_config(a, b, mode), tmp_path, free_port(), mode)
         try:
             response = httpx.post(
                 f"http://127.0.0.1:{listener}/v1/chat/completions",
@@ -135,9 +136,9 @@ def test_no_backend_answering_gets_the_spec_error_body(tmp_path: Path) -> None:
     (JSON error body, Retry-After), not Envoy's plain text."""
     with FakeUpstream(name="a") as a, FakeUpstream(name="b") as b:
         config = bridge_config(a, b, "open")
-        dead = find_free_port()
+        dead = free_port()
         config["providers"]["models"][1]["backend_refs"] = [{"base_url": f"http://127.0.0.1:{dead}"}]
-        envoy, listener = start_envoy(config, tmp_path, find_free_port(), "open")  # bridge down, fail-open
+        envoy, listener = start_envoy(config, tmp_path, free_port(), "open")  # bridge down, fail-open
         try:
             response = httpx.post(
                 f"http://127.0.0.1:{listener}/v1/chat/completions",

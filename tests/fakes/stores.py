@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.fakes.upstream import find_free_port
+from app.common.ports import free_port
 
 EXTERNAL_REDIS_ENV = "SVC_SR_TEST_REDIS_URL"
 _START_TIMEOUT_S = 20.0
@@ -78,7 +78,7 @@ def redis_with_search(workdir: Path, port: int | None = None, own: bool = False)
         yield external
         return
     binary, module = _valkey_server(), _search_module(workdir)
-    port = port or find_free_port()
+    port = port or free_port()
     log = workdir / "valkey.log"
     command = [
         str(binary),

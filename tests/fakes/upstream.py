@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import socket
 import threading
 import time
 import uuid
@@ -76,12 +75,6 @@ def text_pieces(text: str, chunk_chars: int | None) -> list[str]:
         return [text[i : i + chunk_chars] for i in range(0, len(text), chunk_chars)]
     words = text.split(" ")
     return [w + " " for w in words[:-1]] + [words[-1]]
-
-
-def find_free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _text(content: Any) -> str:

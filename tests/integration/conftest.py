@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.common.ports import free_port
 from tests.fakes.processes import kill_processes_naming, wait_http_ok
-from tests.fakes.upstream import FakeUpstream, find_free_port
+from tests.fakes.upstream import FakeUpstream
 
 pytestmark = pytest.mark.integration
 
@@ -311,12 +312,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
     work = tmp_path_factory.mktemp("stack")
     with FakeUpstream(name="a") as a, FakeUpstream(name="b") as b:
-        dead_port = find_free_port()
+        dead_port = free_port()
         routed_path = Path(work, "routed.yaml")
         routed_path.write_text(yaml.safe_dump(routed_config(a, b, dead_port)))
         noroute_path = Path(work, "noroute.yaml")
         noroute_path.write_text(yaml.safe_dump(noroute_config(a)))
-        port = find_free_port()
+        port = free_port()
         # Logical CPUs: two apps of six fractional replicas exceed the 2 real cores' default count.
         apply_fast_path_env()  # as `svc-sr serve` does: HAProxy + throughput-optimized Serve
         # Management state (config versions) of each app under this session's tmp dir, not .cache/
@@ -328,7 +329,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         try:
             try:
                 serve.start(http_options={"host": "127.0.0.1", "port": port})
-                metrics_port = find_free_port()
+                metrics_port = free_port()
                 # Two Router replicas: metric totals must not depend on which one served.
                 serve.run(
                     build_app(

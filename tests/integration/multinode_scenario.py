@@ -33,8 +33,8 @@ from typing import Any
 import httpx
 import openai
 
+from app.common.ports import free_port
 from tests.fakes.configs import cached_route, redis_store
-from tests.fakes.upstream import find_free_port
 
 CLIENTS = 4
 PROMPT = "multinode cache check: what is the boiling point of water at sea level?"
@@ -226,7 +226,7 @@ def main(report_path: str, redis_url: str, upstream_url: str) -> None:
     from deployments.graph import build_app
 
     report: dict[str, Any] = {}
-    dashboard_port = find_free_port()
+    dashboard_port = free_port()
     cluster = Cluster(
         initialize_head=True,
         head_node_args={
@@ -241,7 +241,7 @@ def main(report_path: str, redis_url: str, upstream_url: str) -> None:
     workers = [cluster.add_node(num_cpus=3) for _ in range(2)]
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     try:
-        port = find_free_port()
+        port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port, "location": "HeadOnly"})
         serve.run(build_app(graph_args(redis_url, upstream_url)), name="multinode", route_prefix="/")
         base = f"http://127.0.0.1:{port}"

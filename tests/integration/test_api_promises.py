@@ -32,9 +32,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.common.ports import free_port
 from tests.fakes.configs import redis_store
 from tests.fakes.stores import redis_with_search
-from tests.fakes.upstream import FakeUpstream, find_free_port
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.test_cli_restart import ROOT, SVC_SR, Cli
 
 pytestmark = pytest.mark.integration
@@ -78,12 +79,12 @@ def served_config(work: Path, upstream: FakeUpstream, port: int, stores: str | N
     for model in document["providers"]["models"]:
         for ref in model.get("backend_refs", []):
             ref["endpoint"] = upstream.host_url.removeprefix("http://")
-    document["listeners"][0]["port"] = find_free_port()
+    document["listeners"][0]["port"] = free_port()
     services = document["global"]["services"]
     services["management_api"]["port"] = port
-    services.setdefault("envoy", {})["admin_port"] = find_free_port()
-    services.setdefault("ext_proc", {})["port"] = find_free_port()
-    services["observability"]["metrics"]["port"] = find_free_port()
+    services.setdefault("envoy", {})["admin_port"] = free_port()
+    services.setdefault("ext_proc", {})["port"] = free_port()
+    services["observability"]["metrics"]["port"] = free_port()
     if stores is not None:
         global_ = document["global"]
         cache = global_["stores"]["response_cache"]
@@ -108,7 +109,7 @@ def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def _serve(name: str, work: Path, upstream: FakeUpstream, redis_url: str | None) -> Iterator[Live]:
-    port = find_free_port()
+    port = free_port()
     config_path = served_config(work, upstream, port, redis_url)
     cli = Cli(work, config_path, port, with_envoy=True)
     if redis_url is not None:

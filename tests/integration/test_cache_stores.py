@@ -30,8 +30,8 @@ import openai
 import pytest
 
 from app.cache.factory import MILVUS_LITE_DB
+from app.common.ports import free_port
 from tests.fakes.stores import redis_with_search
-from tests.fakes.upstream import find_free_port
 from tests.integration.conftest import Stack
 from tests.integration.test_metrics import scrape, value
 
@@ -118,7 +118,7 @@ def cache_app(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     from deployments.graph import GraphArgs, build_graph
 
     state_dir = tmp_path_factory.mktemp("cache-stores")
-    metrics_port = find_free_port()
+    metrics_port = free_port()
     args = GraphArgs(
         config=cached_config(stack, {"backend_type": "memory"}),
         state_dir=str(state_dir),
@@ -243,7 +243,7 @@ def test_the_store_answers_across_a_replica_restart(
 
 
 def test_a_store_that_is_down_costs_a_miss_never_the_request(stack: Stack, cache_app: CacheApp) -> None:
-    closed_port = find_free_port()  # free now, and nothing listens on it
+    closed_port = free_port()  # free now, and nothing listens on it
     settings = {
         "backend_type": "redis",
         "redis": {"url": f"redis://127.0.0.1:{closed_port}", "timeout_seconds": 1},

@@ -28,8 +28,9 @@ import openai
 import pytest
 import yaml
 
+from app.common.ports import free_port
 from tests.fakes.configs import served_default
-from tests.fakes.upstream import FakeUpstream, find_free_port
+from tests.fakes.upstream import FakeUpstream
 
 pytestmark = pytest.mark.integration
 
@@ -191,10 +192,10 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     work = tmp_path_factory.mktemp("cli-restart")
     with FakeUpstream(name="restart") as upstream:
         document = served_default(upstream.host_url)
-        document["global"]["services"]["observability"]["metrics"]["port"] = find_free_port()
+        document["global"]["services"]["observability"]["metrics"]["port"] = free_port()
         config_path = work / "config.yaml"
         config_path.write_text(yaml.safe_dump(document))
-        yield Cli(work, config_path, find_free_port(), serve_config=ROOT / "cluster" / "serve-config.yaml")
+        yield Cli(work, config_path, free_port(), serve_config=ROOT / "cluster" / "serve-config.yaml")
 
 
 # Two starts: which document a start serves (first, resumed, unchanged, an edited file) is

@@ -16,9 +16,10 @@ import openai
 import pytest
 import yaml
 
+from app.common.ports import free_port
 from tests.fakes.configs import served_default
 from tests.fakes.processes import wait_http_ok
-from tests.fakes.upstream import FakeUpstream, find_free_port
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import Stack
 
 APP, PREFIX = "default-config", "/default"
@@ -38,7 +39,7 @@ def default_app(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
             build_app(
                 GraphArgs(
                     config_path=str(config_path),
-                    metrics={"port": find_free_port()},
+                    metrics={"port": free_port()},
                     decision_model=False,
                 )
             ),

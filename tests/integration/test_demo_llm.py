@@ -22,8 +22,8 @@ import openai
 import pytest
 import yaml
 
+from app.common.ports import free_port
 from tests.fakes.configs import served_default
-from tests.fakes.upstream import find_free_port
 from tests.integration.test_cli_restart import ROOT, SVC_SR, Cli
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,7 @@ SECOND = "My SSN is 431-27-5918, fill in my tax form"  # README's second example
 
 class DemoLLM:
     def __init__(self, cache: Path) -> None:
-        self.port = find_free_port()
+        self.port = free_port()
         self.env = os.environ | {"SVC_SR_CACHE_DIR": str(cache), "SVC_SR_LLM_PORT": str(self.port)}
         self.pid_file = cache / "run" / "local-llm.pid"
 
@@ -62,12 +62,12 @@ def shipped_config(work: Path, llm_port: int, serve_port: int) -> Path:
     """configs/config.yaml on this test's demo LLM, its Envoy and metrics ports moved off the ones
     a developer's `make run` holds."""
     document = served_default(f"http://127.0.0.1:{llm_port}")
-    document["listeners"][0]["port"] = find_free_port()
+    document["listeners"][0]["port"] = free_port()
     services = document["global"]["services"]
     services["management_api"]["port"] = serve_port
-    services.setdefault("envoy", {})["admin_port"] = find_free_port()
-    services.setdefault("ext_proc", {})["port"] = find_free_port()
-    services["observability"]["metrics"]["port"] = find_free_port()
+    services.setdefault("envoy", {})["admin_port"] = free_port()
+    services.setdefault("ext_proc", {})["port"] = free_port()
+    services["observability"]["metrics"]["port"] = free_port()
     path = work / "config.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
@@ -76,7 +76,7 @@ def shipped_config(work: Path, llm_port: int, serve_port: int) -> Path:
 @pytest.fixture(scope="module")
 def stack(demo_llm: DemoLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cli, str]]:
     work = tmp_path_factory.mktemp("demo-llm-stack")
-    port = find_free_port()
+    port = free_port()
     config_path = shipped_config(work, demo_llm.port, port)
     cli = Cli(work, config_path, port, with_envoy=True)
     process = cli.serve()

@@ -12,7 +12,7 @@ import openai
 import pytest
 import yaml
 
-from tests.fakes.upstream import find_free_port
+from app.common.ports import free_port
 from tests.integration.conftest import vllm_python
 from tests.integration.test_cli_restart import Cli
 
@@ -24,7 +24,7 @@ def test_native_serving_answers_from_the_engine_in_the_graph(tmp_path: Path, tin
     model_dir = tiny_guard_llama
     serve_args = [str(model_dir), "--engine", "--platform", "cpu", "--data-parallel-size", "1"]
     serve_args += ["--max-model-len", "256", "--enforce-eager"]  # the router's path, not vLLM's compiler
-    cli = Cli(tmp_path, None, find_free_port(), serve_args)
+    cli = Cli(tmp_path, None, free_port(), serve_args)
     cli.env["SVC_SR_VLLM_PYTHON"] = str(python)
     process = cli.serve()
     try:

@@ -17,11 +17,11 @@ import openai
 import pytest
 
 from app.cli.gateway import wait_for_port
+from app.common.ports import free_port
 from app.common.supervisor import SupervisedProcess
 from app.config.loader import parse_config
 from app.envoy.config import EnvoyPorts, build_envoy_config
 from app.envoy.process import EnvoyProcess, write_config
-from tests.fakes.upstream import find_free_port
 from tests.integration.conftest import Stack
 from tests.integration.test_metrics import eventually, scrape, value
 
@@ -43,7 +43,7 @@ def gateway(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     import ray
 
     work = tmp_path_factory.mktemp("gateway")
-    bridge_port, listener, admin = find_free_port(), find_free_port(), find_free_port()
+    bridge_port, listener, admin = free_port(), free_port(), free_port()
     sidecar = SupervisedProcess(
         "sidecar",
         [

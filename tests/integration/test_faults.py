@@ -39,11 +39,12 @@ import openai
 import pytest
 import yaml
 
+from app.common.ports import free_port
 from deployments.error_page import PAGE_NAME, error_page
 from tests.fakes.configs import any_of, learned_signals, priced_model
 from tests.fakes.load import ChatLoad, Outcome
 from tests.fakes.processes import wait_http_ok
-from tests.fakes.upstream import FakeUpstream, find_free_port
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import Stack
 from tests.integration.test_metrics import eventually, scrape, value
 
@@ -117,7 +118,7 @@ def faults(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[F
 
     work = tmp_path_factory.mktemp("faults")
     with FakeUpstream(name="faults", delay_s=UPSTREAM_DELAY_S) as upstream:
-        stream_port, metrics_port = find_free_port(), find_free_port()
+        stream_port, metrics_port = free_port(), free_port()
         config_path = work / "faults.yaml"
         config_path.write_text(yaml.safe_dump(fault_config(upstream, stream_port)))
         serve.run(

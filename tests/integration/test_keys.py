@@ -21,12 +21,13 @@ import pytest
 import yaml
 
 from app.cli.gateway import wait_for_port
+from app.common.ports import free_port
 from app.common.supervisor import SupervisedProcess
 from app.config.loader import parse_config
 from app.envoy.config import EnvoyPorts, build_envoy_config
 from app.envoy.process import EnvoyProcess, write_config
 from tests.fakes.configs import keyed
-from tests.fakes.upstream import FakeUpstream, find_free_port
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
@@ -51,7 +52,7 @@ def doors(stack: Stack, redis_url: str, tmp_path_factory: pytest.TempPathFactory
     from deployments.graph import GraphArgs, build_app
 
     work = tmp_path_factory.mktemp("keys")
-    bridge_port, listener, admin = find_free_port(), find_free_port(), find_free_port()
+    bridge_port, listener, admin = free_port(), free_port(), free_port()
     with FakeUpstream(name="keys") as upstream:
         document = keyed(upstream.base_url, listener_port=listener)
         document["global"]["services"]["api_keys"]["cache_seconds"] = 0.5  # revocation: within a second

@@ -19,8 +19,8 @@ import numpy as np
 
 from app.cache.base import CacheHit, ResponseCacheStore
 from app.cache.factory import open_cache_store
+from app.common.ports import free_port
 from app.config.global_config import ResponseCacheConfig
-from tests.fakes.upstream import find_free_port
 
 DIM = 384  # the Milvus collection's default dimension, and the router's encoder width
 
@@ -75,7 +75,7 @@ def store_location(
 
 def unreachable_location(kind: BackendKind) -> dict[str, Any]:
     """Config keys that point `kind` at a closed local port, with a short timeout."""
-    port = find_free_port()  # free now, and nothing listens on it
+    port = free_port()  # free now, and nothing listens on it
     if kind.store == "redis":
         return {"redis": {"url": f"redis://127.0.0.1:{port}", "timeout_seconds": 1}}
     return {"milvus": {"uri": f"http://127.0.0.1:{port}", "timeout_seconds": 1}}

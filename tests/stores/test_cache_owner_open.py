@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from app.cache.factory import MILVUS_LITE_DB
+from app.common.ports import free_port
 from deployments.response_cache import ResponseCache
-from tests.fakes.upstream import find_free_port
 
 VECTOR = np.random.default_rng(7).standard_normal(384)
 ANSWER = {"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content": "two"}}]}
@@ -42,7 +42,7 @@ async def test_the_store_is_open_when_reconfigure_returns(tmp_path: Path) -> Non
 
 async def test_a_store_that_does_not_answer_the_open_degrades(tmp_path: Path) -> None:
     cache = replica(tmp_path)
-    down = {"uri": f"http://127.0.0.1:{find_free_port()}", "timeout_seconds": 1}
+    down = {"uri": f"http://127.0.0.1:{free_port()}", "timeout_seconds": 1}
     began = time.monotonic()
     await cache.reconfigure({"response_cache": {"enabled": True, "backend_type": "milvus", "milvus": down}})
     assert time.monotonic() - began < 30  # bounded by the store's timeout, never a hang

@@ -16,8 +16,8 @@ from app.cache.base import CacheHit, CacheScope, CacheStats, CacheTuning, CacheU
 from app.cache.hybrid import EPOCH_POLL_S, HybridSemanticCache, hybrid_cache
 from app.cache.memory import InMemorySemanticCache
 from app.cache.milvus_store import MilvusSemanticCache  # noqa: E402
+from app.common.ports import free_port
 from app.config.cache_stores import HnswSettings, MilvusCacheSettings
-from tests.fakes.upstream import find_free_port
 
 DIM = 16
 
@@ -143,7 +143,7 @@ def test_a_store_that_is_down_degrades_to_the_front(vectors) -> None:
 
 def test_a_milvus_server_that_is_down_never_fails_a_request(vectors) -> None:
     settings = MilvusCacheSettings.model_validate(
-        {"uri": f"http://127.0.0.1:{find_free_port()}", "collection": {"vector_field": {"dimension": DIM}}}
+        {"uri": f"http://127.0.0.1:{free_port()}", "collection": {"vector_field": {"dimension": DIM}}}
     )
     cache = hybrid_cache(MilvusSemanticCache(settings), CacheTuning(), HnswSettings(use_hnsw=True))
     assert cache.lookup("p", vectors[0], 0.9) is None

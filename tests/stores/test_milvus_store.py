@@ -14,8 +14,8 @@ import pytest
 
 from app.cache.base import CacheTuning, CacheUnavailable, VectorDimensionMismatch
 from app.cache.milvus_store import RESPONSE_MAX_BYTES, MilvusSemanticCache  # noqa: E402
+from app.common.ports import free_port
 from app.config.cache_stores import MilvusCacheSettings
-from tests.fakes.upstream import find_free_port
 
 DIM = 16
 
@@ -152,7 +152,7 @@ def test_an_answer_past_the_varchar_limit_is_not_cached(make, vectors) -> None:
 
 
 def test_a_server_that_is_down_raises_cache_unavailable_at_once() -> None:
-    port = find_free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     cache = MilvusSemanticCache(settings(f"http://127.0.0.1:{port}", timeout_seconds=5))
     vector = np.ones(DIM, dtype=np.float32)
     with pytest.raises(CacheUnavailable, match=f"127.0.0.1:{port}"):

@@ -19,10 +19,10 @@ import redis
 from app.cache.base import CacheTuning, CacheUnavailable, ResponseCacheStore, VectorDimensionMismatch
 from app.cache.factory import backend_name, open_cache_store
 from app.cache.redis_store import RedisSemanticCache
+from app.common.ports import free_port
 from app.config.cache_stores import RedisCacheSettings
 from app.config.global_config import ResponseCacheConfig
 from tests.fakes.stores import redis_with_search
-from tests.fakes.upstream import find_free_port
 
 DIM = 8
 
@@ -243,7 +243,7 @@ def test_the_cache_is_back_when_redis_is_back(tmp_path) -> None:
     it is down a lookup raises CacheUnavailable (the caller counts a miss); once it is back
     the same backend object answers again, with no restart: a miss on the empty server (no
     index yet is not an error), then the next store rebuilds the index and hits."""
-    port = find_free_port()
+    port = free_port()
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir()
     second.mkdir()

@@ -11,9 +11,10 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from app.common.ports import free_port
 from app.state.rate_buckets import Bucket, MemoryBuckets, RedisBuckets
 from app.state.shared_store import ManagementStoreSettings, redis_client
-from tests.fakes.upstream import FakeUpstream, find_free_port
+from tests.fakes.upstream import FakeUpstream
 from tests.unit.exchange.test_responses_store import plane, upstream  # noqa: F401  (the module's fake upstream)
 
 
@@ -94,7 +95,7 @@ async def test_two_replicas_share_buckets_on_redis(upstream: FakeUpstream, redis
 
 @pytest.mark.slow
 async def test_a_store_that_is_down_lets_requests_through(upstream: FakeUpstream):  # noqa: F811
-    down = redis_buckets(f"redis://127.0.0.1:{find_free_port()}/0", "svc_sr:down:", timeout_s=0.5)
+    down = redis_buckets(f"redis://127.0.0.1:{free_port()}/0", "svc_sr:down:", timeout_s=0.5)
     app = plane(upstream, limits(per_key={"requests_per_minute": 1}), rate_buckets=down)
     for _ in range(3):
         assert (await ask(app, key="sk-a")).status_code == 200

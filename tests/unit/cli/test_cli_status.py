@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from app.cli.main import cli
 from app.cli.serve import ServeState
-from tests.fakes.upstream import find_free_port
+from app.common.ports import free_port
 from tests.unit.cli.test_cli_config import Server
 from tests.unit.management.test_management_support import Harness, base_document
 
@@ -45,7 +45,7 @@ def test_status_of_a_remote_endpoint(server: Server) -> None:
 
 def test_status_exit_3_when_nothing_answers(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli, ["status", "--endpoint", f"http://127.0.0.1:{find_free_port()}"])
+    result = CliRunner().invoke(cli, ["status", "--endpoint", f"http://127.0.0.1:{free_port()}"])
     assert result.exit_code == 3
     assert json.loads(result.stdout)["health"]["status"] == "unreachable"
     assert CliRunner().invoke(cli, ["status"]).exit_code == 3  # no endpoint, no local instance

@@ -14,8 +14,8 @@ import pytest
 from rich.console import Console
 
 from app.cli import startup_check
+from app.common.ports import free_port
 from app.config.loader import parse_config
-from tests.fakes.upstream import find_free_port
 
 
 class Door:
@@ -98,7 +98,7 @@ def test_a_backend_that_is_down_warns_loudly_but_the_router_starts(doors: tuple[
     upstream_down = {"error": {"code": "upstream_unavailable", "message": "no backend answered"}}
     for door in doors:
         door.chat = (503, upstream_down)
-    closed = find_free_port()
+    closed = free_port()
     ok, printed = check(doors, f"http://127.0.0.1:{closed}/v1")
     assert ok
     assert "WARNING: configured backends are unreachable" in printed

@@ -5,7 +5,6 @@ real engine is tested by tests/integration/test_demo_llm.py."""
 from __future__ import annotations
 
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from app.common.ports import free_port
 from app.local_llm import LocalLLMError, LocalLLMSettings, cli, supervisor
 
 # Answers /v1/models; its first completion depends on FAKE_MODE: "ok", "garbage", "empty", or
@@ -64,22 +64,6 @@ FAKE_SERVER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    """A free port below the kernel's ephemeral range (32768+): every other test's server binds
-    port 0 and so is given ports from that range; one of them taking this port between the pick
-    and the fake server's bind made the supervisor refuse the start, rightly (another process
-    answered on its port), and the test fail for a reason that is not its own."""
-    rng = random.Random()
-    while True:
-        port = rng.randint(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-
-
 def _fake_assemble(path: Path) -> Path:
     path.write_bytes(b"GGUF fake")
     return path
@@ -91,7 +75,7 @@ def settings(tmp_path: Path) -> LocalLLMSettings:
     script.write_text(FAKE_SERVER)
     s = LocalLLMSettings(
         cache_dir=tmp_path / "cache",
-        port=_free_port(),
+        port=free_port(),
         server=(sys.executable, str(script)),
         proof_timeout=10,
     )

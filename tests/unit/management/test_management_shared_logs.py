@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from app.common.api_docs import MAX_SEQUENCE
+from app.common.ports import free_port
 from app.management import audit_redis
 from app.management.audit import AuditEntry, AuditLog, AuditTrail, verify_chain
 from app.management.audit_redis import RedisAuditLog
@@ -24,7 +25,6 @@ from app.replays import replays_redis
 from app.replays.replays import IdempotencyConflict, OutcomeIn, OutcomeLog, OutcomeStore, ReplayStore
 from app.replays.replays_redis import RedisOutcomeStore, RedisReplayStore
 from app.state.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
-from tests.fakes.upstream import find_free_port
 
 AuditFactory = Callable[..., AuditTrail]
 ReplayFactory = Callable[..., Any]  # ReplayStore | RedisReplayStore
@@ -389,7 +389,7 @@ def silent_port() -> Iterator[int]:
 
 
 def test_a_closed_port_degrades_audit_and_fails_the_rest(caplog: pytest.LogCaptureFixture) -> None:
-    client = client_for(f"redis://127.0.0.1:{find_free_port()}", timeout_seconds=0.5)
+    client = client_for(f"redis://127.0.0.1:{free_port()}", timeout_seconds=0.5)
     log = RedisAuditLog(client, "down:")
     with caplog.at_level(logging.WARNING, logger="svc_sr.management.audit"):
         entry = log.record("auth.denied", status=403)

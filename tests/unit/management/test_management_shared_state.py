@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from app.common.ports import free_port
 from app.config.loader import parse_config
 from app.management.documents import CheckedDocument, candidate_of
 from app.management.state import ConfigStore
@@ -23,7 +24,6 @@ from app.management.stores import resolve_startup_document
 from app.state.shared_store import ManagementStoreSettings, StoreUnavailable, redis_client
 from app.state.state_stores import RedisStateStore
 from tests.fakes.stores import redis_with_search
-from tests.fakes.upstream import find_free_port
 from tests.unit.management.test_management_support import (
     Harness,
     base_document,
@@ -186,7 +186,7 @@ def _active_document(url: str, prefix: str) -> dict[str, Any]:
 
 @pytest.mark.file_store
 async def test_a_store_that_is_down_keeps_reads_and_refuses_writes_with_503():
-    down = f"redis://127.0.0.1:{find_free_port()}/0"
+    down = f"redis://127.0.0.1:{free_port()}/0"
     use_redis_store(down, "svc_sr:test:down:")
     h = Harness()
     async with h.client() as c:
@@ -214,7 +214,7 @@ def test_a_write_to_a_store_that_went_down_raises_and_changes_nothing(redis_url:
     store.backend = RedisStateStore(  # the same store, now unreachable
         redis_client(
             ManagementStoreSettings(
-                backend="redis", url=f"redis://127.0.0.1:{find_free_port()}/0", timeout_seconds=0.5
+                backend="redis", url=f"redis://127.0.0.1:{free_port()}/0", timeout_seconds=0.5
             )
         ),
         prefix,
@@ -230,7 +230,7 @@ async def test_writes_come_back_with_the_store_and_an_emptied_store_gets_the_sta
     """A Redis of the test's own: stopped (writes 503, reads answer), started again empty on
     the same port (no persistence): the replica reconnects by itself, writes its last state
     back, and the next PATCH lands."""
-    port = find_free_port()
+    port = free_port()
     (tmp_path / "first").mkdir()
     (tmp_path / "second").mkdir()
     with redis_with_search(tmp_path / "first", port=port, own=True) as url:

@@ -8,13 +8,14 @@ import pytest
 from pydantic import ValidationError
 
 from app.common.durations import format_duration, parse_duration
+from app.common.ports import free_port
 from app.config.reliability import FailureKind, FallbackConfig, ReliabilityConfig
 from app.upstream.client import UpstreamClient
 from app.upstream.headers import parse_retry_after
 from app.upstream.results import UnsupportedUpstreamFormat, UpstreamStreamError, UpstreamUnavailable
 from app.upstream.sse import StreamAccumulator
 from app.upstream.targets import UpstreamTarget
-from tests.fakes.upstream import FakeUpstream, find_free_port
+from tests.fakes.upstream import FakeUpstream
 
 BODY = {"model": "MoM", "messages": [{"role": "user", "content": "what is 2+2"}]}
 
@@ -52,7 +53,7 @@ def target(fake: FakeUpstream, model: str, **kw) -> UpstreamTarget:
 
 
 def dead_target(model: str = "dead") -> UpstreamTarget:
-    return UpstreamTarget(model=model, base_url=f"http://127.0.0.1:{find_free_port()}/v1")
+    return UpstreamTarget(model=model, base_url=f"http://127.0.0.1:{free_port()}/v1")
 
 
 def content_of(response) -> str:

@@ -1,0 +1,46 @@
+"""Picking a free TCP port that will still be free a few seconds later.
+
+A port picked by binding port 0 comes from the kernel's ephemeral range (32768-60999 on Linux),
+the same range every outgoing connection takes its local port from and Ray picks its own random
+ports in (`random.randint(port, 65535)` above a bound port 0). Between the pick and the bind by
+the process the port is meant for (Envoy's listener, HAProxy's stats port, a fake server), a
+local Ray instance starting opens hundreds of connections, and one taking the port made Envoy
+exit 1 at every restart (CI, 2026-11-30). Below the ephemeral range and above Ray's worker ports
+(10002-19999) nothing is handed out by the kernel, so a port free at the pick stays free unless
+someone picks it on purpose.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+LOW = 20000  # above Ray's default worker port range (10002-19999)
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_DEFAULT_EPHEMERAL_LOW = 32768
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _DEFAULT_EPHEMERAL_LOW
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing is bound to on `host`, below the ephemeral range when there is room."""
+    high = _ephemeral_low() - 1
+    if high - LOW < 1000:  # a machine with an unusual ephemeral range: the kernel's pick
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            return int(sock.getsockname()[1])
+    rng = random.Random()
+    while True:
+        port = rng.randint(LOW, high)
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
