@@ -12,6 +12,7 @@ from collections.abc import Callable
 from app.models.pii_dates import looks_like_date
 from app.models.pii_proposals import (
     EntityProposal,
+    glued_to_number,
     has_id_label_before,
     in_arithmetic,
     in_number_talk,
@@ -120,7 +121,11 @@ def score_phone(text: str, start: int, end: int) -> float:
     is often an ID, so it needs phone context or stays just at the default threshold.
     """
     value = text[start:end]
-    if has_id_label_before(text, start) or in_arithmetic(text, start, end):
+    if (
+        has_id_label_before(text, start)
+        or in_arithmetic(text, start, end)
+        or glued_to_number(text, start, end)
+    ):
         return 0.0
     if phone_in_number_talk(text, start, end):
         return 0.0

@@ -107,9 +107,11 @@ _ADDRESS_CONTEXT = words_re(
 )
 
 
-# "Chapter 3 Green Light", "Season 2 Park Avenue": the number belongs to the word before it.
+# "Chapter 3 Green Light", "Season 2 Park Avenue": the number belongs to the word before it. After
+# an article the number is a year or a count naming a thing ("the 1996 World Food Summit", "a 5
+# Star Resort"): nobody writes an address after "the".
 _NOT_STREET_LEAD = re.compile(
-    r"\b(?:chapter|ch|section|sec|page|p|pp|part|step|level|season|episode|ep|volume|vol|book|figure|fig|"
+    r"\b(?:the|a|an|chapter|ch|section|sec|page|p|pp|part|step|level|season|episode|ep|volume|vol|book|figure|fig|"
     r"table|grade|class|gate|platform|track|bus|flight|exit|version|verse|act|scene|top|item|"
     r"question|problem|exercise|lesson|unit|rule|article|paragraph|line|row|column|size|day|week|year)"
     r"\.?\s*$",

@@ -113,6 +113,20 @@ def in_arithmetic(text: str, start: int, end: int) -> bool:
     return bool((left and left[-1] in _OPERATORS) or (right and right[0] in _OPERATORS))
 
 
+_GLUED_BEFORE = re.compile(r"\d[.,]$")
+_GLUED_AFTER = re.compile(r"^[.,]\d")
+
+
+def glued_to_number(text: str, start: int, end: int) -> bool:
+    """The digits continue a number around them: a decimal or thousands group before ("1,498.9126"
+    read from "19741,406.9116.20"), a decimal part after ("0920 03137 0" ending in "0.49498"). A
+    table of figures run together is not a contact detail; a phone number never starts after
+    "1." or ends before ".4"."""
+    return bool(
+        _GLUED_BEFORE.search(text[max(0, start - 2) : start]) or _GLUED_AFTER.match(text[end : end + 2])
+    )
+
+
 # Number talk: a digit run that a sentence calculates with, converts, factors or checks is the
 # question's subject, not a contact detail or a card the user disclosed ("What is 4815162342
 # divided by 7?", "Is 4111111111111111 divisible by 3?", "5551234567 nanoseconds").

@@ -202,6 +202,42 @@ def test_numbers_a_question_calculates_with_are_no_phone_or_card(detector: PIIDe
 
 
 @pytest.mark.parametrize(
+    "text",
+    [
+        # figures of a table run together: the digits continue a decimal or a thousands group
+        "Year Output Index 19801,204.7100.00? 19811,356.2104.31? Compute real output for each year.",
+        "x f(x) 0.2 1.0201 0.1003 0.4 1.0811 04032 0.8 1.3374 0.8211 Use the table to estimate f(0.5).",
+        # a year or a count after an article names a thing, not an address
+        "Since the 2008 Beijing Summit, how did trade between the two countries change?",
+        "After the 1989 Harbor Festival, attendance at the fair doubled. Why?",
+        "Book me a room at a 5 Star Resort near the coast.",
+    ],
+)
+def test_tables_of_figures_and_named_events_are_no_phone_or_address(detector: PIIDetector, text: str) -> None:
+    found = {e.type for e in detector.detect(text).entities}
+    assert not found & {"PHONE_NUMBER", "STREET_ADDRESS"}, found
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "kind"),
+    [
+        (
+            "I live at 1996 Summit Ridge, Apt 4, please send the parcel there.",
+            "1996 Summit Ridge",
+            "STREET_ADDRESS",
+        ),
+        ("Send it to 1600 Pennsylvania Avenue NW.", "1600 Pennsylvania Avenue NW", "STREET_ADDRESS"),
+        ("Call me on 555.123.4567 tonight.", "555.123.4567", "PHONE_NUMBER"),
+        ("Reach me at 020 7946 0958.", "020 7946 0958", "PHONE_NUMBER"),
+    ],
+)
+def test_addresses_and_phones_at_a_sentence_end_or_with_dots_are_still_found(
+    detector: PIIDetector, text: str, value: str, kind: str
+) -> None:
+    assert any(e.type == kind and value in e.value for e in detector.detect(text).entities)
+
+
+@pytest.mark.parametrize(
     ("text", "kind"),
     [
         ("call me at 5551234567", "PHONE_NUMBER"),
