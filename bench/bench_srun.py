@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.common.ports import free_port  # noqa: E402
 from app.srun.timing import parse_server_timing  # noqa: E402
 from bench.latency import percentile  # noqa: E402
 
@@ -110,9 +110,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=160)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -24,13 +24,23 @@ class GatewayError(RuntimeError):
     pass
 
 
-def log_tail(path: Path, lines: int = 3) -> str:
-    """The last lines of a process's log, on one line, for an error message."""
+def log_size(path: Path) -> int:
     try:
-        text = path.read_text(errors="replace").strip().splitlines()
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def log_tail(path: Path, since: int = 0, lines: int = 3) -> str:
+    """The last lines a process wrote to its log after byte `since` (the log is appended to across
+    starts: an earlier run's lines are not this run's reason), on one line, for an error message."""
+    try:
+        with path.open("rb") as log:
+            log.seek(since)
+            text = log.read().decode(errors="replace").strip().splitlines()
     except OSError:
         return "(no log)"
-    return " | ".join(line.strip() for line in text[-lines:]) or "(empty)"
+    return " | ".join(line.strip() for line in text[-lines:]) or "(nothing written)"
 
 
 def wait_for_port(host: str, port: int, timeout_s: float) -> None:
@@ -46,14 +56,20 @@ def wait_for_port(host: str, port: int, timeout_s: float) -> None:
 
 def start_envoy(envoy_yaml: Path, admin_port: int, log: Path, timeout_s: float = 30) -> SupervisedProcess:
     """Envoy, supervised, once its admin /ready answers; GatewayError with Envoy's own reason (a
-    port another process holds, most often: it is in Envoy's log, not ours) when it never does."""
+    port another process holds, most often: it is in Envoy's log, not ours) when it never does.
+    Envoy that exits at start exits again: the second restart fails the start at once, not after
+    the whole wait. Whatever fails, the supervised Envoy is stopped, never left behind."""
+    since = log_size(log)
     envoy = EnvoyProcess(envoy_yaml, admin_port=admin_port, log_path=log)
     process = SupervisedProcess("envoy", envoy.command(), log_path=log).start()
     try:
-        wait_admin_ready(admin_port, timeout_s)
-    except TimeoutError as exc:
+        wait_admin_ready(admin_port, timeout_s, exited=lambda: process.restarts >= 2)
+    except (TimeoutError, RuntimeError) as exc:
         process.stop()
-        raise GatewayError(f"{exc}; Envoy's log ends: {log_tail(log)}") from exc
+        raise GatewayError(f"{exc}; Envoy's log ends: {log_tail(log, since)}") from exc
+    except BaseException:
+        process.stop()
+        raise
     return process
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 if TYPE_CHECKING:
@@ -263,7 +264,10 @@ def _start_gateway(gateway: Gateway, console: Console) -> bool:
     try:
         gateway.start()
     except GatewayError as exc:
-        console.print(f"[red]Envoy / ext_proc failed to start:[/red] {exc} (logs in {STATE_DIR / 'logs'})")
+        # Envoy's log lines carry [brackets] that rich would read as markup
+        console.print(
+            f"[red]Envoy / ext_proc failed to start:[/red] {escape(str(exc))} (logs in {STATE_DIR / 'logs'})"
+        )
         return False
     console.print(f"Envoy and the ext_proc sidecar ready ({time.monotonic() - began:.0f} s)")
     return True

@@ -12,13 +12,21 @@ someone picks it on purpose.
 
 from __future__ import annotations
 
+import errno
 import random
 import socket
+import threading
 from pathlib import Path
 
 LOW = 20000  # above Ray's default worker port range (10002-19999)
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _DEFAULT_EPHEMERAL_LOW = 32768
+_TRIES = 200
+_TAKEN = {errno.EADDRINUSE, errno.EACCES}
+# Ports this process handed out: a second pick never returns one (a stack picks four at once, and
+# nothing binds them until later).
+_handed_out: set[int] = set()
+_lock = threading.Lock()
 
 
 def _ephemeral_low() -> int:
@@ -28,19 +36,32 @@ def _ephemeral_low() -> int:
         return _DEFAULT_EPHEMERAL_LOW
 
 
+def _kernel_pick(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing is bound to on `host`, below the ephemeral range when there is room."""
+    """A port nothing is bound to on `host` (IPv4), below the ephemeral range when there is room;
+    else, or after 200 ports found taken, the kernel's pick. Any error but "taken" is raised (an
+    address not on this machine would otherwise fail every try)."""
     high = _ephemeral_low() - 1
-    if high - LOW < 1000:  # a machine with an unusual ephemeral range: the kernel's pick
-        with socket.socket() as sock:
-            sock.bind((host, 0))
-            return int(sock.getsockname()[1])
     rng = random.Random()
-    while True:
-        port = rng.randint(LOW, high)
-        with socket.socket() as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
+    with _lock:
+        for _ in range(_TRIES if high - LOW >= 1000 else 0):
+            port = rng.randint(LOW, high)
+            if port in _handed_out:
                 continue
+            with socket.socket() as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError as exc:
+                    if exc.errno in _TAKEN:
+                        continue
+                    raise
+            _handed_out.add(port)
             return port
+        port = _kernel_pick(host)
+        _handed_out.add(port)
+        return port

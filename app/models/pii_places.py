@@ -107,16 +107,26 @@ _ADDRESS_CONTEXT = words_re(
 )
 
 
-# "Chapter 3 Green Light", "Season 2 Park Avenue": the number belongs to the word before it. After
-# an article the number is a year or a count naming a thing ("the 1996 World Food Summit", "a 5
-# Star Resort"): nobody writes an address after "the".
+# "Chapter 3 Green Light", "Season 2 Park Avenue": the number belongs to the word before it.
 _NOT_STREET_LEAD = re.compile(
-    r"\b(?:the|a|an|chapter|ch|section|sec|page|p|pp|part|step|level|season|episode|ep|volume|vol|book|figure|fig|"
+    r"\b(?:chapter|ch|section|sec|page|p|pp|part|step|level|season|episode|ep|volume|vol|book|figure|fig|"
     r"table|grade|class|gate|platform|track|bus|flight|exit|version|verse|act|scene|top|item|"
     r"question|problem|exercise|lesson|unit|rule|article|paragraph|line|row|column|size|day|week|year)"
     r"\.?\s*$",
     re.IGNORECASE,
 )
+# After an article the number is a year or a count naming a thing ("the 1996 World Food Summit",
+# "a 5 Star Resort"), unless an address cue comes first ("my address is the 14 Maple Drive one").
+# No "a." here: a lettered list ("a. 10 Main Street") is a list of addresses.
+_ARTICLE_LEAD = re.compile(r"\b(?:the|an?)\s+$", re.IGNORECASE)
+_STRONG_ADDRESS_CUE = words_re(("address", "live", "lives", "living", "located", "moved", "ship", "deliver"))
+
+
+def _not_a_street_lead(text: str, start: int) -> bool:
+    before = text_before(text, start, 16)
+    if _NOT_STREET_LEAD.search(before):
+        return True
+    return bool(_ARTICLE_LEAD.search(before)) and not _STRONG_ADDRESS_CUE.search(text_before(text, start, 32))
 
 
 def find_street_addresses(text: str) -> list[EntityProposal]:
@@ -133,7 +143,7 @@ def find_street_addresses(text: str) -> list[EntityProposal]:
         (_PO_BOX, 0.8),
     ):
         for m in rx.finditer(text):
-            if m.group()[0].isdigit() and _NOT_STREET_LEAD.search(text_before(text, m.start(), 16)):
+            if m.group()[0].isdigit() and _not_a_street_lead(text, m.start()):
                 continue
             s = score
             if _ADDRESS_CONTEXT.search(text_before(text, m.start(), 32)):

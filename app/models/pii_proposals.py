@@ -113,18 +113,22 @@ def in_arithmetic(text: str, start: int, end: int) -> bool:
     return bool((left and left[-1] in _OPERATORS) or (right and right[0] in _OPERATORS))
 
 
-_GLUED_BEFORE = re.compile(r"\d[.,]$")
-_GLUED_AFTER = re.compile(r"^[.,]\d")
+_DECIMAL_BEFORE = re.compile(r"\d\.$")
+_DECIMAL_AFTER = re.compile(r"^\.\d")
 
 
 def glued_to_number(text: str, start: int, end: int) -> bool:
-    """The digits continue a number around them: a decimal or thousands group before ("1,498.9126"
-    read from "19741,406.9116.20"), a decimal part after ("0920 03137 0" ending in "0.49498"). A
-    table of figures run together is not a contact detail; a phone number never starts after
-    "1." or ends before ".4"."""
-    return bool(
-        _GLUED_BEFORE.search(text[max(0, start - 2) : start]) or _GLUED_AFTER.match(text[end : end + 2])
-    )
+    """The digits continue a number around them: a decimal part after ("0920 03137 0" in a
+    table's "1.0920 03137 0.49498"), a decimal point before, or, for a match that is itself a
+    figure (it holds a "." or ","), a thousands group before ("498.9126.37" in "19751,498.9126.37").
+    A table of figures run together is not a contact detail; a phone number never starts after
+    "1." or ends before ".4". A comma alone separates fields ("Jane Doe,2125550187,42"), so a
+    bare digit run between commas stays a phone."""
+    before = text[max(0, start - 2) : start]
+    if _DECIMAL_BEFORE.search(before) or _DECIMAL_AFTER.match(text[end : end + 2]):
+        return True
+    figure = any(ch in ".," for ch in text[start:end])
+    return figure and before[-1:] == "," and before[:1].isdigit()
 
 
 # Number talk: a digit run that a sentence calculates with, converts, factors or checks is the

@@ -229,6 +229,17 @@ def test_tables_of_figures_and_named_events_are_no_phone_or_address(detector: PI
         ("Send it to 1600 Pennsylvania Avenue NW.", "1600 Pennsylvania Avenue NW", "STREET_ADDRESS"),
         ("Call me on 555.123.4567 tonight.", "555.123.4567", "PHONE_NUMBER"),
         ("Reach me at 020 7946 0958.", "020 7946 0958", "PHONE_NUMBER"),
+        # a comma between fields is no thousands group: contact lists and CSV rows keep their phones
+        ("Jane Doe,2125550187,42", "2125550187", "PHONE_NUMBER"),
+        (
+            "Clean up this CSV:\nJane Doe,2125550187,1987\nJohn Roe,2125550188,1990",
+            "2125550188",
+            "PHONE_NUMBER",
+        ),
+        ("Format these: 2125550187,2125550188", "2125550187", "PHONE_NUMBER"),
+        # an article after an address cue, and a lettered list, still lead to addresses
+        ("My address is the 14 Maple Drive one, Springfield, IL 62701.", "14 Maple Drive", "STREET_ADDRESS"),
+        ("Addresses: a. 10 Main Street, b. 22 Oak Avenue", "10 Main Street", "STREET_ADDRESS"),
     ],
 )
 def test_addresses_and_phones_at_a_sentence_end_or_with_dots_are_still_found(
