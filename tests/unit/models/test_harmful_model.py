@@ -183,3 +183,29 @@ def test_turns_joined_by_a_newline_score_as_by_a_blank_line(clf: HarmfulClassifi
     blank_line = clf.detect(["\n\n".join(t for t in turns if t) for turns in conversations])
     assert [r.model_dump() for r in newline] == [r.model_dump() for r in blank_line]
     assert newline[0].is_harmful and not newline[1].is_harmful
+
+
+def test_plain_seeds_join_only_with_their_flag_and_are_harm_rows(tmp_path: Path) -> None:
+    """The seeds file's plainly worded harm requests (`source: project-plain`) are trained on only
+    with --plain-seeds; each carries a harm category and none is a held-out text."""
+    spec = importlib.util.spec_from_file_location("train_harmful", ROOT / "scripts" / "train_harmful.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("train_harmful", module)
+    spec.loader.exec_module(module)
+    import guard_data as gd  # scripts/ is on the path once the trainer is loaded
+
+    plain = [r for r in gd.read_jsonl(module.SEEDS) if r.get("source") == module.PLAIN_SOURCE]
+    assert len(plain) >= 200
+    assert {r["category"] for r in plain} == set(module.LABELS[1:])  # every harm category, never benign
+    held = gd.heldout_keys()
+    assert not [r["text"] for r in plain if gd.leaks(r["text"], held)]
+    mmlu = tmp_path / "mmlu.jsonl"
+    questions = [{"question_id": i, "question": f"What is {i} + {i}?"} for i in range(6)]
+    mmlu.write_text("".join(json.dumps(q) + "\n" for q in questions))
+    texts = {r["text"] for r in plain}
+    without = [e for e in module.load_local(mmlu, mmlu_limit=2) if e.text in texts]
+    with_them = [e for e in module.load_local(mmlu, mmlu_limit=2, plain=True) if e.text in texts]
+    assert without == [] and {e.text for e in with_them} == texts
+    assert all(e.source == "seed-harm" and e.weight == module.SEED_WEIGHT for e in with_them)
+    assert module.parse_args([]).plain_seeds is False
