@@ -496,9 +496,33 @@ def select_weights(split: Split, vectors: np.ndarray, inner: np.ndarray, cfg: Co
         "fitted_weights": mean,
         "configured": configured | score(configured),
         "fitted": mean | score(mean),
+        "chat_cv_errors": oof_errors(runs, len(val), split.train, configured),
     }
     print("selection:", json.dumps({k: report[k] for k in ("configured", "fitted")}), flush=True)
     return report
+
+
+def oof_errors(
+    runs: list[tuple[np.ndarray, dict[str, np.ndarray], dict]],
+    n_val: int,
+    train: list[Example],
+    weights: dict[str, float],
+) -> list[dict[str, str]]:
+    """The out-of-fold chat prompts the fused head gets wrong: tuning rows, safe to read when
+    deciding what training prompts to write (the held-out sets never enter this list)."""
+    out = []
+    for idx, experts, _ in runs:
+        pred = fuse(experts, weights).argmax(1)
+        for i, p in zip(idx[n_val:], pred[n_val:], strict=True):
+            if p != train[i].label:
+                out.append(
+                    {
+                        "text": train[i].text,
+                        "true": DOMAIN_CATEGORIES[train[i].label],
+                        "predicted": DOMAIN_CATEGORIES[p],
+                    }
+                )
+    return sorted(out, key=lambda e: (e["true"], e["predicted"], e["text"]))
 
 
 # -------------------------------------------------------------- evaluation ----
