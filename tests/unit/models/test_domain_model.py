@@ -135,7 +135,7 @@ def test_bad_input(classifier: DomainClassifier) -> None:
 def test_info_describes_the_model(classifier: DomainClassifier) -> None:
     info = classifier.info()
     assert info["categories"] == list(DOMAIN_CATEGORIES)
-    assert info["version"] and info["trained_on"] == "2026-11-29"
+    assert info["version"] and info["trained_on"] == "2026-11-30"
     assert 0.0 < info["metrics"]["held_out_accuracy"] <= 1.0
     assert 0.0 < info["metrics"]["chat_eval_accuracy"] <= 1.0
 
