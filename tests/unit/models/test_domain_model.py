@@ -135,7 +135,7 @@ def test_bad_input(classifier: DomainClassifier) -> None:
 def test_info_describes_the_model(classifier: DomainClassifier) -> None:
     info = classifier.info()
     assert info["categories"] == list(DOMAIN_CATEGORIES)
-    assert info["version"] and info["trained_on"] == "2026-11-29"
+    assert info["version"] and info["trained_on"] == "2026-11-30"
     assert 0.0 < info["metrics"]["held_out_accuracy"] <= 1.0
     assert 0.0 < info["metrics"]["chat_eval_accuracy"] <= 1.0
 
@@ -261,6 +261,27 @@ def test_chat_folds_are_stable_and_cover_all_prompts() -> None:
     assert folds == [train_domain.chat_fold(r["text"]) for r in rows]
     sizes = np.bincount(folds, minlength=train_domain.CHAT_FOLDS)
     assert len(sizes) == train_domain.CHAT_FOLDS and sizes.min() > 0.15 * len(rows)
+
+
+def test_oof_errors_lists_only_the_wrong_chat_prompts() -> None:
+    train_domain = _train_domain()
+    ex = train_domain.Example
+    train = [ex("exam q", 0, "mmlu-pro"), ex("chat a", 1, "chat"), ex("chat b", 2, "chat")]
+    n_classes = len(DOMAIN_CATEGORIES)
+
+    def one_hot(classes: list[int]) -> np.ndarray:
+        out = np.full((len(classes), n_classes), -5.0)
+        out[np.arange(len(classes)), classes] = 0.0
+        return out
+
+    # rows: the validation exam question first, then the fold's chat prompts (as select_weights)
+    idx = np.array([0, 1, 2])
+    right = {k: one_hot([0, 1, 2]) for k in train_domain.EXPERTS}
+    wrong_b = {k: one_hot([3, 1, 4]) for k in train_domain.EXPERTS}  # exam wrong too: not a chat row
+    weights = dict.fromkeys(train_domain.EXPERTS, 0.25)
+    assert train_domain.oof_errors([(idx, right, weights)], 1, train, weights) == []
+    errors = train_domain.oof_errors([(idx, wrong_b, weights)], 1, train, weights)
+    assert errors == [{"text": "chat b", "true": DOMAIN_CATEGORIES[2], "predicted": DOMAIN_CATEGORIES[4]}]
 
 
 # ------------------------------------------------------------------ kNN expert ----
