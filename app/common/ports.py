@@ -4,8 +4,9 @@ A port picked by binding port 0 comes from the kernel's ephemeral range (32768-6
 the same range every outgoing connection takes its local port from and Ray picks its own random
 ports in (`random.randint(port, 65535)` above a bound port 0). Between the pick and the bind by
 the process the port is meant for (Envoy's listener, HAProxy's stats port, a fake server), a
-local Ray instance starting opens hundreds of connections, and one taking the port made Envoy
-exit 1 at every restart (CI, 2026-11-30). Below the ephemeral range and above Ray's worker ports
+local Ray instance starting opens hundreds of connections; CI (2026-11-30) saw Envoy exit 1 at
+every restart, most likely on a port taken that way (its log was not printed; a held port gives
+exactly that exit). Below the ephemeral range and above Ray's worker ports
 (10002-19999) nothing is handed out by the kernel, so a port free at the pick stays free unless
 someone picks it on purpose.
 """
