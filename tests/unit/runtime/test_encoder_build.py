@@ -169,3 +169,15 @@ def test_a_long_text_is_tokenized_by_its_prefix_with_the_same_window() -> None:
         assert window.offsets == expected.offsets
     assert encoder_module.window_prefix(paragraph * 200, 4096) != paragraph * 200
     assert encoder_module.window_prefix(paragraph, 4096) is paragraph
+
+
+def test_cached_training_vectors_are_named_by_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The trainers cache vectors on disk; a cache filled by one build must never be read for
+    # another's (a retrain would otherwise fit the new head on the old build's vectors).
+    from app.runtime import quantize
+
+    before = encoder_module.vector_cache_name(256)
+    assert before.startswith(encoder_module.ENCODER_ID) and before.endswith("-256")
+    assert encoder_module.vector_cache_name(128) != before
+    monkeypatch.setattr(quantize, "BUILD_RECIPE", quantize.BUILD_RECIPE + "-other")
+    assert encoder_module.vector_cache_name(256) != before
