@@ -213,10 +213,12 @@ HEADS: dict[str, Callable[..., Any]] = {
 
 
 def run(phase: str, heads: list[str], out: Path, work: Path) -> None:
+    from app.common.digest import file_sha256
     from app.runtime.encoder import MiniLMEncoder, onnx_model_path
 
     encoder = MiniLMEncoder()
-    done = json.loads(out.read_text()) if out.exists() else {"model": onnx_model_path().name, "heads": {}}
+    model = f"{onnx_model_path().name} sha256:{file_sha256(onnx_model_path())[:12]}"
+    done = json.loads(out.read_text()) if out.exists() else {"model": model, "heads": {}}
     for name in heads:
         result = HEADS[name](encoder, phase, work)
         done["heads"][name] = result if "keys" not in result else {name: result}
@@ -230,6 +232,9 @@ def pair(old_path: Path, new_path: Path) -> dict[str, Any]:
     old, new = json.loads(old_path.read_text()), json.loads(new_path.read_text())
     report: dict[str, Any] = {"old": old["model"], "new": new["model"], "sets": {}}
     for head, sets in new["heads"].items():
+        if head not in old["heads"]:
+            report["sets"][head] = "not in OLD"
+            continue
         for name, b in sets.items():
             a = old["heads"][head][name]
             entry: dict[str, Any] = {"old": a["figures"], "new": b["figures"]}
