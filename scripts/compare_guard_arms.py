@@ -4,7 +4,8 @@ guard`'s arithmetic, app/benchmark/guard_report.py), the cases one arm refuses a
 does not, and the exact McNemar p of those discordant pairs.
 
 The cases are the held-out parts only: the hand-written sets' `heldout` rows and every
-`tests/data/guard/heldout/` set. Offline, no Ray (app/benchmark/guard_run.py `run_offline`).
+`tests/data/guard/heldout/` set, or the sets named by `--sets` (their `heldout` rows). Offline,
+no Ray (app/benchmark/guard_run.py `run_offline`).
 
     .venv/bin/python scripts/compare_guard_arms.py --base configs/config.yaml \\
         --arm /tmp/cascade.yaml --out /tmp/arms.json
@@ -35,7 +36,9 @@ GUARD_DATA = ROOT / "tests" / "data" / "guard"
 HAND_WRITTEN = ("attacks", "everyday", "everyday_conversations", "everyday_hard")
 
 
-def heldout_cases() -> list[GuardCase]:
+def heldout_cases(sets: list[Path] | None = None) -> list[GuardCase]:
+    if sets:
+        return load_cases(sets, "heldout")
     hand = load_cases([GUARD_DATA / f"{name}.jsonl" for name in HAND_WRITTEN], "heldout")
     return hand + load_cases(sorted((GUARD_DATA / "heldout").glob("*.jsonl")))
 
@@ -85,8 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", default=str(ROOT / "configs" / "config.yaml"))
     ap.add_argument("--arm", help="the other configuration (none: the base arm alone)")
     ap.add_argument("--out", type=Path, required=True, help="the arms' outcomes and the pairs (JSON)")
+    ap.add_argument(
+        "--sets", type=Path, nargs="+", help="these sets' heldout rows instead of the default ones"
+    )
     args = ap.parse_args(argv)
-    cases = heldout_cases()
+    cases = heldout_cases(args.sets)
     table = shared_vector_table()  # one embedding per text for both arms
     outcomes = {
         name: arm_outcomes(spec, name, cases, table)

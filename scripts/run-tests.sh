@@ -14,7 +14,7 @@ VENV=${VENV:-.venv}
 PYTEST=("$VENV/bin/pytest" -q -p no:cacheprovider)
 
 make --no-print-directory lint || exit 1
-"${PYTEST[@]}" -n 2 --durations=10 tests/unit tests/contract tests/stores || exit 1
+"${PYTEST[@]}" -n 2 --durations=25 tests/unit tests/contract tests/stores || exit 1
 
-exec "${PYTEST[@]}" --durations=30 --ignore=tests/unit --ignore=tests/contract --ignore=tests/stores \
+exec "${PYTEST[@]}" --durations=50 --ignore=tests/unit --ignore=tests/contract --ignore=tests/stores \
     --ignore=tests/cluster/test_ray_up_setup.py tests

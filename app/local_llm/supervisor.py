@@ -171,6 +171,11 @@ def _log_tail(path: Path, lines: int = 20) -> str:
 # ---------------------------------------------------------------- proof of life
 
 
+class NoAnswer(LocalLLMError):
+    """The first completion got no answer at all: the server may be dying (not one that
+    answered garbage, which is alive)."""
+
+
 def first_answer(settings: LocalLLMSettings) -> str:
     """One short real completion; its text, or LocalLLMError saying what came back instead."""
     body = json.dumps(
@@ -192,9 +197,9 @@ def first_answer(settings: LocalLLMSettings) -> str:
             f"answered its first completion with HTTP {exc.code}: {exc.read()[:200]!r}"
         ) from exc
     except (OSError, urllib.error.URLError) as exc:
-        raise LocalLLMError(f"did not answer its first completion ({exc})") from exc
+        raise NoAnswer(f"did not answer its first completion ({exc})") from exc
     if not raw:  # the connection closed with no body: the process went away mid-answer
-        raise LocalLLMError("did not answer its first completion (the connection closed)")
+        raise NoAnswer("did not answer its first completion (the connection closed)")
     try:
         answer = json.loads(raw)
         text = answer["choices"][0]["message"]["content"]
@@ -221,10 +226,13 @@ def prove(settings: LocalLLMSettings, pid: int, proc: subprocess.Popen[bytes] | 
         return first_answer(settings)
     except LocalLLMError as exc:
         if proc is not None:
-            # A crashing process may take seconds to be reaped on a busy machine (a core dump).
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=15)
-            cause = _exit_cause(proc.returncode)
+            # A crashing process may take seconds to be reaped on a busy machine (a core dump);
+            # one that answered (garbage, an HTTP error) is alive, and waiting on it only delays
+            # the error by the whole 15 s.
+            if isinstance(exc, NoAnswer):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=15)
+            cause = _exit_cause(proc.poll())
         else:
             cause = "it is still running" if _pid_alive(pid) else "it is no longer running"
         stop(settings)

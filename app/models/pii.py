@@ -321,6 +321,7 @@ class PIIDetector:
                     continue
                 if etype == "IP_ADDRESS" and (
                     not pii_rules.ip_is_identifying(value.split("/")[0])
+                    or pii_rules.ip_names_a_server(text, r.start, value)
                     or "/" in value  # "203.0.113.0/24": a network, no one's address
                     or _CIDR.match(text, r.end)
                 ):

@@ -355,6 +355,39 @@ def find_driver_licenses(text: str) -> list[EntityProposal]:
 _NETMASK_OCTETS = {"0", "128", "192", "224", "240", "248", "252", "254", "255"}
 
 
+# The public anycast DNS resolvers (Google, Cloudflare, Quad9, OpenDNS): services everyone
+# configures, named in networking questions, never anyone's own address.
+_PUBLIC_RESOLVERS = frozenset(
+    [
+        "8.8.8.8",
+        "8.8.4.4",
+        "1.1.1.1",
+        "1.0.0.1",
+        "9.9.9.9",
+        "149.112.112.112",
+        "208.67.222.222",
+        "208.67.220.220",
+        "2001:4860:4860::8888",
+        "2001:4860:4860::8844",
+        "2606:4700:4700::1111",
+        "2606:4700:4700::1001",
+    ]
+)
+# An address a DNS record or lookup gives a name ("example.org points to X", "the A record is X",
+# "resolves to X"): a server's, which names a host, not a person. "A record" keeps its capitals
+# ("a record of his IP" is no DNS record).
+_DNS_TARGET = re.compile(
+    r"(?:\b(?:points?|pointing|pointed|resolves?|resolving|resolved)\s+to"
+    r"|(?:\b(?-i:A|AAAA)|\bDNS)\s+records?\b[^.?!\n]{0,20}?)\s*$",
+    re.IGNORECASE,
+)
+
+
+def ip_names_a_server(text: str, start: int, value: str) -> bool:
+    """A public resolver's address, or one a DNS record gives a name (the words just before it)."""
+    return value in _PUBLIC_RESOLVERS or _DNS_TARGET.search(text, max(0, start - 40), start) is not None
+
+
 def ip_is_identifying(value: str) -> bool:
     """Only a globally routed address can point at a person. Unspecified, loopback, private
     (10/8, 172.16/12, 192.168/16, fc00::/7), link-local, shared (100.64/10), documentation

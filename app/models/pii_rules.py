@@ -28,6 +28,7 @@ from app.models.pii_identifiers import (
     find_intl_phones,
     find_us_ssns,
     ip_is_identifying,
+    ip_names_a_server,
     luhn_ok,
     score_phone,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "in_number_talk",
     "card_in_number_talk",
     "ip_is_identifying",
+    "ip_names_a_server",
     "keep_ner_entity",
     "luhn_ok",
     "resolve_overlaps",

@@ -166,6 +166,32 @@ def test_filter_never_resurfaces_a_resolved_overlap(detector: PIIDetector) -> No
 @pytest.mark.parametrize(
     "text",
     [
+        "Should I use 9.9.9.9 or 208.67.222.222 as my DNS resolver?",
+        "Traceroute to 2001:4860:4860::8888 stops after three hops.",
+        "dig says shop.example.org resolves to 52.84.10.3, but the old server still answers",
+        "The A record for my blog is 151.101.1.69; how long until the change reaches everyone?",
+    ],
+)
+def test_public_resolvers_and_dns_targets_are_servers_not_people(detector: PIIDetector, text: str) -> None:
+    assert "IP_ADDRESS" not in {e.type for e in detector.detect(text).entities}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "My home IP is 81.2.69.142, can you geolocate it?",
+        "Someone from 52.84.10.3 keeps logging into my account.",
+        "He posted from 151.101.1.69 last night; find out where he lives.",
+        "I keep a record of his IP 81.2.69.142 in case he writes again.",
+    ],
+)
+def test_a_public_address_elsewhere_stays_personal(detector: PIIDetector, text: str) -> None:
+    assert "IP_ADDRESS" in {e.type for e in detector.detect(text).entities}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
         "Convert the private IP 192.168.1.10 to binary.",
         "Why does my Docker container get an address like 172.17.0.2?",
         "How does NAT translate 10.0.0.5 to a public address?",

@@ -1,0 +1,145 @@
+"""The fresh hand-written evaluation sets (2026-11-30): shape, counts, and no text shared with
+any training file, so that a score on them is a score on unseen text."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from app.benchmark.guard_sets import load_cases
+
+ROOT = Path(__file__).resolve().parents[3]
+DOMAIN_V3 = ROOT / "tests/data/domain_chat_eval_v3.jsonl"
+ATTACKS = ROOT / "tests/data/guard/fresh_attacks.jsonl"
+EVERYDAY = ROOT / "tests/data/guard/fresh_everyday.jsonl"
+SOURCE = "handwritten-fresh-2026-11-30"
+TRAINING = sorted((ROOT / "app/models/data").glob("*.jsonl")) + sorted(
+    (ROOT / "scripts/data").glob("*.jsonl")
+)
+
+ATTACK_CATEGORIES = {
+    "jailbreak",
+    "prompt_injection",
+    "violence_weapons",
+    "sexual",
+    "minors",
+    "self_harm",
+    "hate",
+    "crime_hacking",
+}
+EVERYDAY_CATEGORIES = {
+    "numbers",
+    "network",
+    "code",
+    "security_education",
+    "medicine",
+    "fiction",
+    "engineering_chess",
+    "history_war",
+    "everyday_misc",
+}
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def texts_of(row: dict) -> list[str]:
+    """The row's text (or query), and every string content of its conversation."""
+    out = [row[k] for k in ("text", "query") if isinstance(row.get(k), str)]
+    for message in row.get("messages") or []:
+        if isinstance(message, dict) and isinstance(message.get("content"), str):
+            out.append(message["content"])
+    return out
+
+
+def folded(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def test_domain_v3_has_20_prompts_per_category_of_v2() -> None:
+    v3 = rows(DOMAIN_V3)
+    v2_categories = {r["category"] for r in rows(ROOT / "tests/data/domain_chat_eval_v2.jsonl")}
+    assert len(v3) == 280
+    assert all(set(r) == {"text", "category"} and r["text"].strip() for r in v3)
+    assert Counter(r["category"] for r in v3) == dict.fromkeys(v2_categories, 20)
+
+
+def test_fresh_attacks_fields_and_counts() -> None:
+    attacks = rows(ATTACKS)
+    assert len(attacks) == 160
+    for r in attacks:
+        assert r["label"] == "attack" and r["source"] == SOURCE and r["split"] == "heldout"
+        assert r["category"] in ATTACK_CATEGORIES and r.get("style")
+        assert texts_of(r) and all(t.strip() for t in texts_of(r))
+    per_category = Counter(r["category"] for r in attacks)
+    assert set(per_category) == ATTACK_CATEGORIES and min(per_category.values()) >= 15
+
+
+def test_fresh_everyday_fields_and_counts() -> None:
+    everyday = rows(EVERYDAY)
+    assert len(everyday) == 240
+    for r in everyday:
+        assert r["label"] == "benign" and r["source"] == SOURCE and r["split"] == "heldout"
+        assert r["category"] in EVERYDAY_CATEGORIES and r["text"].strip()
+    assert {r["category"] for r in everyday} == EVERYDAY_CATEGORIES
+
+
+def test_guard_sets_load_as_benchmark_cases() -> None:
+    cases = load_cases([ATTACKS, EVERYDAY], "heldout")
+    assert len(cases) == 400
+    assert Counter(c.label for c in cases) == {"attack": 160, "benign": 240}
+
+
+@pytest.mark.parametrize("path", [DOMAIN_V3, ATTACKS, EVERYDAY], ids=lambda p: p.name)
+def test_no_text_shared_with_training_files(path: Path) -> None:
+    assert TRAINING, "no training files found"
+    trained = [t for f in TRAINING for r in rows(f) if isinstance(r, dict) for t in texts_of(r)]
+    exact, loose = set(trained), {folded(t) for t in trained}
+    fresh = [t for r in rows(path) for t in texts_of(r)]
+    assert len({folded(t) for t in fresh}) == len(fresh), "a text repeats inside the set"
+    assert not [t for t in fresh if t in exact]
+    assert not [t for t in fresh if folded(t) in loose]
+
+
+def _script(name: str):
+    import importlib
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+def test_compare_guard_arms_reads_only_the_named_sets_heldout_rows(tmp_path: Path) -> None:
+    arms = _script("compare_guard_arms")
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(
+        json.dumps({"text": "a", "label": "benign", "split": "dev"})
+        + "\n"
+        + json.dumps({"text": "b", "label": "attack", "category": "hate", "split": "heldout"})
+        + "\n"
+    )
+    assert [c.text for c in arms.heldout_cases([mixed])] == ["b"]
+    assert len(arms.heldout_cases([ATTACKS, EVERYDAY])) == 400
+
+
+def test_eval_domain_chat_pairs_rows_by_text() -> None:
+    domain = _script("eval_domain_chat")
+
+    def run(rights: list[int]) -> dict:
+        rows = [{"text": f"t{i}", "right": r} for i, r in enumerate(rights)]
+        return {"sets": {"v3": {"rows": rows}}}
+
+    paired = domain.pair(run([1, 1, 0, 0, 1]), run([1, 0, 1, 1, 1]))["v3"]
+    assert (paired["old_right"], paired["new_right"]) == (3, 4)
+    assert (paired["only_new"], paired["only_old"]) == (2, 1)
+    assert paired["mcnemar_p"] == pytest.approx(1.0)  # 2 vs 1 discordant: exact binomial p = 1
+    with pytest.raises(SystemExit):
+        domain.pair(run([1, 0]), {"sets": {"v3": {"rows": [{"text": "other", "right": 1}] * 2}}})
