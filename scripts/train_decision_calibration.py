@@ -38,7 +38,7 @@ from app.srun.catalog import DECISION_MODEL, load  # noqa: E402
 from app.srun.decisions import DecisionModel, raw_features  # noqa: E402
 
 DATA = ROOT / "app/models/data"
-TRAINED_ON = "2026-11-23"
+TRAINED_ON = "2026-11-30"  # refitted on the uint8 encoder build's vectors
 VERSION = "1"
 L2 = 1e-3  # a whisper of ridge: a few dozen points per map
 

@@ -696,11 +696,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config(chat_weight=args.chat_weight, mlp_epochs=args.mlp_epochs)
     baseline = DomainHead.load(args.baseline)[0] if args.baseline else None  # before --out is written
 
-    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder
+    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder, vector_cache_name
 
     t0 = time.perf_counter()
     encoder = MiniLMEncoder(threads=2)
-    cache = EmbeddingCache(args.cache_dir / f"embeddings-{ENCODER_ID}-{encoder.max_tokens}.npz")
+    cache = EmbeddingCache(args.cache_dir / f"embeddings-{vector_cache_name(encoder.max_tokens)}.npz")
     split, stats = load_data(args, cache, encoder)
     print("data:", json.dumps(stats))
     train_vecs = cache.embed([e.text for e in split.train], encoder)

@@ -496,10 +496,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.time()
-    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder
+    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder, vector_cache_name
 
     encoder = MiniLMEncoder()
-    cache = EmbeddingCache(args.emb_cache / f"{ENCODER_ID}-{encoder.max_tokens}.npz")
+    cache = EmbeddingCache(args.emb_cache / f"{vector_cache_name(encoder.max_tokens)}.npz")
     examples, wheels = load_examples(args, lambda texts: cache.embed(encoder, texts))
     cats = [e.category or BENIGN for e in examples]  # None rows were dropped by load_examples
     y = np.array([LABELS.index(c) for c in cats])

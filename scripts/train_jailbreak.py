@@ -749,10 +749,10 @@ def main(argv: list[str] | None = None) -> int:
     counts = count_examples(examples)
     print("[data]", json.dumps(counts, indent=1))
 
-    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder
+    from app.runtime.encoder import ENCODER_ID, MiniLMEncoder, vector_cache_name
 
     encoder = MiniLMEncoder()
-    cache = EmbeddingCache(args.emb_cache / f"{ENCODER_ID}-{encoder.max_tokens}.npz")
+    cache = EmbeddingCache(args.emb_cache / f"{vector_cache_name(encoder.max_tokens)}.npz")
     vectors = cache.embed(encoder, [e.text for e in examples])
 
     split = np.array([e.split for e in examples])

@@ -52,7 +52,7 @@ from app.pipeline.answers.nli import (  # noqa: E402
     NLIHead,
     pair_features,
 )
-from app.runtime.encoder import ENCODER_ID, shared_encoder  # noqa: E402
+from app.runtime.encoder import ENCODER_ID, shared_encoder, vector_cache_name  # noqa: E402
 
 MMLU = ROOT.parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 HANDWRITTEN = ROOT / "tests" / "data" / "nli_handwritten.jsonl"
@@ -324,7 +324,9 @@ def build_pairs(
 # ------------------------------------------------------------------ features
 def embed_all(texts: list[str], cache_dir: Path | None) -> dict[str, np.ndarray]:
     """Unit vectors of every distinct text, from the cache where present."""
-    cache_file = cache_dir / f"nli-{ENCODER_ID}.npz" if cache_dir else None
+    cache_file = (
+        cache_dir / f"nli-{vector_cache_name(shared_encoder().max_tokens)}.npz" if cache_dir else None
+    )
     known: dict[str, np.ndarray] = {}
     if cache_file and cache_file.is_file():
         with np.load(cache_file) as data:

@@ -54,6 +54,7 @@ from app.models.selection import (  # noqa: E402
     save_mlp,
 )
 from app.pipeline.learning.quality_fit import fit_knn, fit_mf  # noqa: E402
+from app.runtime.encoder import DEFAULT_MAX_TOKENS, vector_cache_name  # noqa: E402
 
 SHARED_DATASET = ROOT.parent / "shared" / "data" / "mmlu-pro"
 CACHE_DIR = Path.home() / ".cache" / "svc-sr" / "selection"
@@ -67,7 +68,7 @@ def embed_questions(dataset: Dataset) -> dict[int, np.ndarray]:
     """Every question's MiniLM vector (the benchmark's vector table, so the same encoder path as
     a run), cached on disk per dataset fingerprint: embedding takes about a minute on 2 cores."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    cache = CACHE_DIR / f"vectors-{dataset.fingerprint[:16]}.npz"
+    cache = CACHE_DIR / f"vectors-{dataset.fingerprint[:16]}-{vector_cache_name(DEFAULT_MAX_TOKENS)}.npz"
     ids = [q.question_id for q in dataset.questions]
     if cache.exists():
         with np.load(cache) as data:

