@@ -373,19 +373,45 @@ _PUBLIC_RESOLVERS = frozenset(
         "2606:4700:4700::1001",
     ]
 )
-# An address a DNS record or lookup gives a name ("example.org points to X", "the A record is X",
-# "resolves to X"): a server's, which names a host, not a person. "A record" keeps its capitals
-# ("a record of his IP" is no DNS record).
-_DNS_TARGET = re.compile(
-    r"(?:\b(?:points?|pointing|pointed|resolves?|resolving|resolved)\s+to"
-    r"|(?:\b(?-i:A|AAAA)|\bDNS)\s+records?\b[^.?!\n]{0,20}?)\s*$",
+# An address a DNS lookup gives a name: a host name or a DNS word, then "points/resolves to"
+# ("shop.example.org resolves to X", "my domain points to X"), or an A/AAAA/DNS record's value
+# ("The A record for example.org is X"; capitals kept, and "a record of his logins" is no DNS
+# record). Dots inside names are text; a dot before a space ends the sentence.
+_NAME_CHARS = r"(?:[^.?!\n]|\.(?=\S))"
+_DNS_LOOKUP = re.compile(
+    r"(?:\b(?:[a-z0-9-]+\.)+[a-z]{2,}\b|\b(?:domain|sub-?domain|host\s*name|dns|cname|nslookup|dig|record)s?\b)"
+    + _NAME_CHARS
+    + r"{0,40}?\b(?:points?|pointing|pointed|resolves?|resolving|resolved)\s+to\s*$",
+    re.IGNORECASE,
+)
+_DNS_RECORD = re.compile(
+    r"(?:\b(?-i:A|AAAA)|\bDNS)\s+records?\b(?!\s+of\b)" + _NAME_CHARS + r"{0,60}?\s*$", re.IGNORECASE
+)
+# Words that make an address someone's, whatever names it ("home.duckdns.org resolves to X, my home
+# IP"): the address stays personal.
+_PERSONAL_ADDRESS = re.compile(
+    r"\b(?:(?:my|his|her|their|our|your)\s+(?:own\s+)?(?:home|house|flat|apartment|place|ip|connection|router)"
+    r"|home\s+(?:ip|connection|network|address))\b",
     re.IGNORECASE,
 )
 
 
+def _sentence_around(text: str, start: int, end: int) -> str:
+    left = max(text.rfind(stop, 0, start) for stop in (". ", "? ", "! ", "\n"))
+    rights = [i for i in (text.find(stop, end) for stop in (". ", "? ", "! ", "\n")) if i >= 0]
+    return text[left + 1 : min(rights, default=len(text))]
+
+
 def ip_names_a_server(text: str, start: int, value: str) -> bool:
-    """A public resolver's address, or one a DNS record gives a name (the words just before it)."""
-    return value in _PUBLIC_RESOLVERS or _DNS_TARGET.search(text, max(0, start - 40), start) is not None
+    """A public resolver's address, or one a DNS lookup or record names (the words just before
+    it), unless its sentence says whose it is."""
+    if value in _PUBLIC_RESOLVERS:
+        return True
+    window = max(0, start - 80)
+    named = _DNS_LOOKUP.search(text, window, start) or _DNS_RECORD.search(text, window, start)
+    return named is not None and not _PERSONAL_ADDRESS.search(
+        _sentence_around(text, start, start + len(value))
+    )
 
 
 def ip_is_identifying(value: str) -> bool:

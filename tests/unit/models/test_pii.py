@@ -170,6 +170,9 @@ def test_filter_never_resurfaces_a_resolved_overlap(detector: PIIDetector) -> No
         "Traceroute to 2001:4860:4860::8888 stops after three hops.",
         "dig says shop.example.org resolves to 52.84.10.3, but the old server still answers",
         "The A record for my blog is 151.101.1.69; how long until the change reaches everyone?",
+        "The A record for example.org is 151.101.1.69 but the site still loads the old page",
+        "my AAAA record for blog.example.net is 2606:4700:10::6816:1f0f, is that right?",
+        "nslookup shows my domain points to 93.184.215.14, how long does DNS take",
     ],
 )
 def test_public_resolvers_and_dns_targets_are_servers_not_people(detector: PIIDetector, text: str) -> None:
@@ -183,6 +186,10 @@ def test_public_resolvers_and_dns_targets_are_servers_not_people(detector: PIIDe
         "Someone from 52.84.10.3 keeps logging into my account.",
         "He posted from 151.101.1.69 last night; find out where he lives.",
         "I keep a record of his IP 81.2.69.142 in case he writes again.",
+        "A record of his logins shows 81.2.69.142 every night.",
+        "All the evidence points to 81.2.69.142, his home connection.",
+        "The police traced it; it resolved to 81.2.69.142 at his flat.",
+        "My duckdns name home.duckdns.org resolves to 81.2.69.142, my home IP.",
     ],
 )
 def test_a_public_address_elsewhere_stays_personal(detector: PIIDetector, text: str) -> None:
