@@ -10,6 +10,7 @@ then dies on its first token (a llama.cpp built for another CPU) is reported, no
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -196,7 +197,8 @@ def first_answer(settings: LocalLLMSettings) -> str:
         raise LocalLLMError(
             f"answered its first completion with HTTP {exc.code}: {exc.read()[:200]!r}"
         ) from exc
-    except (OSError, urllib.error.URLError) as exc:
+    except (OSError, urllib.error.URLError, http.client.HTTPException) as exc:
+        # HTTPException: the body broke off (IncompleteRead) or the status line never came
         raise NoAnswer(f"did not answer its first completion ({exc})") from exc
     if not raw:  # the connection closed with no body: the process went away mid-answer
         raise NoAnswer("did not answer its first completion (the connection closed)")

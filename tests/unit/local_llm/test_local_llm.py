@@ -19,7 +19,8 @@ from app.common.ports import free_port
 from app.local_llm import LocalLLMError, LocalLLMSettings, cli, supervisor
 
 # Answers /v1/models; its first completion depends on FAKE_MODE: "ok", "garbage", "empty", or
-# "crash" (the process dies of SIGSEGV, as llama.cpp built for another CPU did).
+# "crash" (the process dies of SIGSEGV, as llama.cpp built for another CPU did) or
+# "crash-mid-answer" (it dies after the headers and part of the body).
 FAKE_SERVER = textwrap.dedent(
     """
     import argparse, json, os, signal, time
@@ -46,6 +47,16 @@ FAKE_SERVER = textwrap.dedent(
                 # Never fall through to an answer: a SIGSEGV not acted on at once (a signal mask
                 # or disposition inherited from the test process) once let this handler answer
                 # "Hello." and the supervisor rightly accept it.
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGSEGV})
+                os.kill(os.getpid(), signal.SIGSEGV)
+                while True:
+                    time.sleep(1)
+            if mode == "crash-mid-answer":  # headers and part of the body, then SIGSEGV
+                self.send_response(200)
+                self.send_header("content-length", "500")
+                self.end_headers()
+                self.wfile.write(b'{"choices": [{"mess')
+                self.wfile.flush()
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGSEGV})
                 os.kill(os.getpid(), signal.SIGSEGV)
                 while True:
@@ -169,12 +180,13 @@ def test_start_is_done_when_a_completion_was_answered(settings: LocalLLMSettings
     assert supervisor.stop(settings).message == "local LLM is not running"
 
 
+@pytest.mark.parametrize("mode", ["crash", "crash-mid-answer"])
 def test_a_server_that_dies_on_its_first_completion_is_one_clear_error(
-    settings: LocalLLMSettings, monkeypatch: pytest.MonkeyPatch
+    settings: LocalLLMSettings, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """/v1/models answered, then the first token killed it: the failure names the signal, the
     likely cause and the log, and nothing is left running."""
-    monkeypatch.setenv("FAKE_MODE", "crash")
+    monkeypatch.setenv("FAKE_MODE", mode)
     with pytest.raises(LocalLLMError) as info:
         supervisor.start(settings, ready_timeout=30, assemble=_fake_assemble)
     message = str(info.value)
