@@ -55,9 +55,11 @@ def rows(keys: list[str], right: np.ndarray, **figures: float) -> Rows:
 
 
 def private_copy(name: str, work: Path) -> Path:
-    """A copy of a trainer's embedding cache: its file is named by ENCODER_ID alone, so the
-    trainers' loaders (near-copy dropping) must not add this build's vectors to the shared one.
-    Loaded rows are then the same under either build."""
+    """A private row cache for a trainer's loader, named here by ENCODER_ID alone on purpose:
+    the loaders drop near-copies by their vectors, so the first build run fills it and the other
+    reuses it, and both builds score the same rows (the scores themselves come from the live
+    encoder). Use one `--work` folder for the two builds being paired; the trainers' own caches
+    (`vector_cache_name`, named by the model file) are never touched."""
     target = work / name
     if not target.exists() and (CACHE / name).exists():
         shutil.copytree(CACHE / name, target)
@@ -219,6 +221,8 @@ def run(phase: str, heads: list[str], out: Path, work: Path) -> None:
     encoder = MiniLMEncoder()
     model = f"{onnx_model_path().name} sha256:{file_sha256(onnx_model_path())[:12]}"
     done = json.loads(out.read_text()) if out.exists() else {"model": model, "heads": {}}
+    if done["model"] != model:  # one output file holds one build's figures
+        raise SystemExit(f"{out} holds figures of {done['model']}, not of {model}: use another --out")
     for name in heads:
         result = HEADS[name](encoder, phase, work)
         done["heads"][name] = result if "keys" not in result else {name: result}

@@ -86,7 +86,11 @@ def main(argv: list[str] | None = None) -> int:
 
     encoder = shared_encoder()
     head, meta = DomainHead.load(args.artifacts)
-    report = {"artifacts": str(args.artifacts), "trained_on": meta.get("trained_on"), "sets": {}}
+    report = {
+        "artifacts": str(args.artifacts),
+        "head": f"{meta.get('version')} ({meta.get('date')})",
+        "sets": {},
+    }
     for path in args.sets:
         result = score(path, head, encoder)
         report["sets"][path.name] = result

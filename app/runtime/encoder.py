@@ -55,11 +55,12 @@ def packaged_model_path() -> Path:
 
 def vector_cache_name(max_tokens: int) -> str:
     """Stem for a training script's file of cached vectors: ENCODER_ID names the model only,
-    so the build's key (source digest, recipe, tool versions) is added; a cache filled by one
-    build is never read for another's (the uint8 build of 2026-11-30 moved every vector)."""
-    from app.runtime.quantize import build_key
+    so the digest of the model file this process runs is added; a cache filled by one build is
+    never read for another's (the uint8 build of 2026-11-30 moved every vector), even when a
+    model cache holds another build under this build's name."""
+    from app.common.digest import file_sha256
 
-    return f"{ENCODER_ID}-{build_key(packaged_model_path())}-{max_tokens}"
+    return f"{ENCODER_ID}-{file_sha256(onnx_model_path())[:16]}-{max_tokens}"
 
 
 def onnx_model_path() -> Path:

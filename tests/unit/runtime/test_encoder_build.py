@@ -171,13 +171,16 @@ def test_a_long_text_is_tokenized_by_its_prefix_with_the_same_window() -> None:
     assert encoder_module.window_prefix(paragraph, 4096) is paragraph
 
 
-def test_cached_training_vectors_are_named_by_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cached_training_vectors_are_named_by_the_build(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # The trainers cache vectors on disk; a cache filled by one build must never be read for
-    # another's (a retrain would otherwise fit the new head on the old build's vectors).
-    from app.runtime import quantize
-
+    # another's (a retrain would otherwise fit the new head on the old build's vectors). The name
+    # follows the model file the process runs, whatever that file is called.
     before = encoder_module.vector_cache_name(256)
     assert before.startswith(encoder_module.ENCODER_ID) and before.endswith("-256")
     assert encoder_module.vector_cache_name(128) != before
-    monkeypatch.setattr(quantize, "BUILD_RECIPE", quantize.BUILD_RECIPE + "-other")
+    other = tmp_path / encoder_module.onnx_model_path().name  # same name, other bytes
+    other.write_bytes(encoder_module.onnx_model_path().read_bytes() + b"\x00")
+    monkeypatch.setattr(encoder_module, "onnx_model_path", lambda: other)
     assert encoder_module.vector_cache_name(256) != before
