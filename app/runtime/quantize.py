@@ -11,8 +11,9 @@ Weights are quantized to uint8 (activations are uint8 too), not int8: onnxruntim
 uint8 x int8 exactly only on CPUs with VNNI or AMX; on AVX2 alone its kernel (vpmaddubsw)
 saturates 16-bit pair sums, so the same prompt got a different vector, and a guard verdict
 at its cut differed by CPU. uint8 x uint8 is exact on every x86 path, and closer to fp32
-(median cosine 0.9944 against 0.9937 on 300 training texts, AMD EPYC without VNNI,
-2026-11-30) at the same speed.
+(median cosine 0.9944 against 0.9936 on 300 training texts, AMD EPYC without VNNI,
+2026-11-30); the same median speed (5.86 against 5.79 ms a text, one thread; p99 36.4
+against 28.7 ms in one run that did not alternate the builds).
 
 The build is local and deterministic (no download): ~2 s once per machine, cached under
 `SVC_SR_MODEL_CACHE` (default `~/.cache/svc-sr/models`) in a file named after the source
