@@ -131,19 +131,9 @@ def test_schemathesis_every_check_finds_nothing(live: Live, tmp_path: Path) -> N
     for path in MANDATED_501:
         command += ["--exclude-path", path]
     command += ["--report", "junit", "--report-junit-path", str(tmp_path / "junit.xml")]
-    # A batch of 100 texts of up to 100,000 characters is valid input; on 2 busy cores its answer
-    # takes longer than schemathesis's default 10 s (the server keeps the spec's 120 s deadline),
-    # and while it runs, the smaller cases schemathesis shrinks to queue behind it.
-    command += ["--request-timeout", "60"]
-    if live.name == "stores":
-        # The coverage phase sends each schema's boundary values, mostly invalid ones that the
-        # door's validation answers before any store is read; the default run proves those (it
-        # costs ~170 s of CI a run). With the stores on, what differs is state, which fuzzing's
-        # valid bodies and the stateful links reach.
-        command += ["--phases", "examples,fuzzing,stateful"]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     summary = done.stdout[done.stdout.rfind("SUMMARY") :]
-    print(f"schemathesis ({live.name}):\n{done.stdout[-3000:]}")  # the case counts, with pytest -s
+    print(f"schemathesis ({live.name}):\n{summary}")  # the case counts, with pytest -s
     counts = dict(re.findall(r"(ST\d+ [^:\n]+): (\d+)", summary))
     assert done.returncode == 0 and not counts, (
         f"{live.name}: {counts}\n{done.stdout[-12000:]}\n{done.stderr[-2000:]}"
