@@ -27,11 +27,10 @@ from app.models.pii_identifiers import (
     find_driver_licenses,
     find_intl_phones,
     find_us_ssns,
-    ip_is_identifying,
-    ip_names_a_server,
     luhn_ok,
     score_phone,
 )
+from app.models.pii_ip import ip_is_identifying, ip_names_a_server
 from app.models.pii_names import find_person_cues, keep_ner_entity
 from app.models.pii_places import find_places, find_street_addresses, find_zip_codes
 from app.models.pii_proposals import (
