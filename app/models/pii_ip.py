@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from app.models.pii_proposals import sentence_around
+
 _NETMASK_OCTETS = {"0", "128", "192", "224", "240", "248", "252", "254", "255"}
 
 
@@ -51,12 +53,6 @@ _PERSONAL_ADDRESS = re.compile(
 )
 
 
-def _sentence_around(text: str, start: int, end: int) -> str:
-    left = max(text.rfind(stop, 0, start) for stop in (". ", "? ", "! ", "\n"))
-    rights = [i for i in (text.find(stop, end) for stop in (". ", "? ", "! ", "\n")) if i >= 0]
-    return text[left + 1 : min(rights, default=len(text))]
-
-
 def ip_names_a_server(text: str, start: int, value: str) -> bool:
     """A public resolver's address, or one a DNS lookup or record names (the words just before
     it), unless its sentence says whose it is."""
@@ -65,7 +61,7 @@ def ip_names_a_server(text: str, start: int, value: str) -> bool:
     window = max(0, start - 80)
     named = _DNS_LOOKUP.search(text, window, start) or _DNS_RECORD.search(text, window, start)
     return named is not None and not _PERSONAL_ADDRESS.search(
-        _sentence_around(text, start, start + len(value))
+        sentence_around(text, start, start + len(value))
     )
 
 
