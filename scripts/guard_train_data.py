@@ -160,11 +160,17 @@ def composed_rows(harm: list[Row], benign_texts: list[str], injections: list[str
 
 
 def extra_rows(
-    wheels: dict[str, Path], benign_texts: list[str], injections: list[str], everyday: bool = False
+    wheels: dict[str, Path],
+    benign_texts: list[str],
+    injections: list[str],
+    everyday: bool = False,
+    limit: int | None = None,
 ) -> list[Row]:
     """Every shared row, held-out texts removed. `benign_texts`: the trainer's own benign
     training texts (MMLU-Pro, chat) to frame and wrap; `injections`: its training injections;
-    `everyday`: add the everyday negatives (after the frames, so the framed rows stay the same)."""
+    `everyday`: add the everyday negatives (after the frames, so the framed rows stay the same);
+    `limit`: at most that many rows of each source, split and category (the trainers' quick runs,
+    which their tests make: some 4,300 rows to embed become a few hundred)."""
     rows = seed_rows() + package_rows(wheels)
     harm_cores = [r for r in rows if r.category in HARM]
     project_benign = [r.text for r in rows if r.category == "benign" and r.split == "train"]
@@ -175,4 +181,13 @@ def extra_rows(
     keys = gd.heldout_keys()
     kept = [r for r in rows if not gd.leaks(r.text, keys)]
     print(f"[guard-data] {len(kept)} shared rows ({len(rows) - len(kept)} dropped: in a held-out set)")
-    return kept
+    if limit is None:
+        return kept
+    taken: dict[tuple[str, str, str], int] = {}
+    out = []
+    for r in kept:
+        key = (r.source, r.split, r.category)
+        if taken.get(key, 0) < limit:
+            taken[key] = taken.get(key, 0) + 1
+            out.append(r)
+    return out

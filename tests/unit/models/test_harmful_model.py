@@ -166,7 +166,7 @@ def test_offline_retrain_from_committed_files(tmp_path: Path) -> None:
         "--emb-cache",
         str(tmp_path / "emb"),
     ]
-    assert module.main(args + ["--mmlu-limit", "300"]) == 0
+    assert module.main(args + ["--mmlu-limit", "100", "--limit", "10"]) == 0
     retrained = HarmfulClassifier(encoder=shared_encoder(), artifact_dir=out)
     (result,) = retrained.detect([HARMFUL["violence_weapons"][2]])
     assert result.is_harmful
