@@ -249,7 +249,10 @@ def drop_near_copies(examples: list[Labelled], embed) -> list[Labelled]:
     extra = [i for i, e in enumerate(examples) if e.source in EXTRA_SOURCES]
     if not extra:
         return examples
-    heldout = embed(gd.heldout_texts())
+    # A held-out text more than twice as long as the longest extra row (a pasted document, a
+    # jailbreak template) is no reword of one; skipping those saves embedding ~1,700 long texts.
+    longest = max(len(examples[i].text) for i in extra)
+    heldout = embed([t for t in gd.heldout_texts() if len(t) <= max(300, 2 * longest)])
     near = gd.near_copies(embed([examples[i].text for i in extra]), heldout)
     dropped = {extra[j] for j in np.flatnonzero(near)}
     for source in EXTRA_SOURCES:

@@ -84,3 +84,26 @@ def test_trainers_read_the_training_part_only_when_asked(train_rows: list[dict],
     # the held-out file is a held-out set: the trainers' leak check drops its texts
     keys = gd.heldout_keys()
     assert all(gd.leaks(t, keys) for t in held_texts)
+
+
+def test_harmful_trainer_reads_the_seeds_only_with_nearmiss_rows(
+    tmp_path: Path, train_rows: list[dict]
+) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_harmful", ROOT / "scripts" / "train_harmful.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("train_harmful", module)
+    spec.loader.exec_module(module)
+    mmlu = tmp_path / "mmlu.jsonl"
+    mmlu.write_text(
+        "".join(json.dumps({"question_id": i, "question": f"What is {i} + {i}?"}) + "\n" for i in range(6))
+    )
+    seeds = {r["text"]: r["category"] for r in train_rows if "category" in r}
+    without = [e for e in module.load_local(mmlu, mmlu_limit=2, plain=True) if e.text in seeds]
+    with_them = [e for e in module.load_local(mmlu, mmlu_limit=2, nearmiss=True) if e.text in seeds]
+    assert without == []
+    assert {(e.text, e.category) for e in with_them} == set(seeds.items())
+    assert all(e.source == "seed-issue35" and e.weight == module.SEED_WEIGHT for e in with_them)
+    assert module.parse_args([]).nearmiss_rows is False
