@@ -70,12 +70,22 @@ def seed_rows() -> list[Row]:
     ]  # fmt: skip
 
 
-def everyday_rows() -> list[Row]:
+EVERYDAY_SOURCE = "project-everyday-train"
+# Issue 35's near-misses (violent or alarming words in ordinary asks), behind `nearmiss`: their
+# source in the file, and the rows' source here. 30% of them are held out in
+# tests/data/guard/issue35_holdout.jsonl and never appear in the file.
+NEARMISS_FILE_SOURCE, NEARMISS_SOURCE = "project-issue35-nearmiss", "everyday-issue35"
+
+
+def everyday_rows(nearmiss: bool = False) -> list[Row]:
     """The hand-written everyday negatives: benign, weighted as the seeds."""
-    return [
-        Row(r["text"], "benign", "everyday-train", split_of(r["text"]), SEED_WEIGHT)
-        for r in gd.read_jsonl(EVERYDAY)
-    ]
+    out = []
+    for r in gd.read_jsonl(EVERYDAY):
+        if r["source"] == EVERYDAY_SOURCE:
+            out.append(Row(r["text"], "benign", "everyday-train", split_of(r["text"]), SEED_WEIGHT))
+        elif nearmiss and r["source"] == NEARMISS_FILE_SOURCE:
+            out.append(Row(r["text"], "benign", NEARMISS_SOURCE, split_of(r["text"]), SEED_WEIGHT))
+    return out
 
 
 def dev_rows() -> list[Row]:
@@ -164,11 +174,13 @@ def extra_rows(
     benign_texts: list[str],
     injections: list[str],
     everyday: bool = False,
+    nearmiss: bool = False,
     limit: int | None = None,
 ) -> list[Row]:
     """Every shared row, held-out texts removed. `benign_texts`: the trainer's own benign
     training texts (MMLU-Pro, chat) to frame and wrap; `injections`: its training injections;
     `everyday`: add the everyday negatives (after the frames, so the framed rows stay the same);
+    `nearmiss`: add issue 35's near-misses too (alone, or after the everyday negatives);
     `limit`: at most that many rows of each source, split and category (the trainers' quick runs,
     which their tests make: some 4,300 rows to embed become a few hundred)."""
     rows = seed_rows() + package_rows(wheels)
@@ -176,7 +188,8 @@ def extra_rows(
     project_benign = [r.text for r in rows if r.category == "benign" and r.split == "train"]
     project_inj = [r.text for r in rows if r.category == "prompt_injection" and r.split == "train"]
     rows += composed_rows(harm_cores, benign_texts + project_benign, injections + project_inj)
-    rows += everyday_rows() if everyday else []
+    if everyday or nearmiss:
+        rows += [r for r in everyday_rows(nearmiss) if everyday or r.source == NEARMISS_SOURCE]
     rows += dev_rows()
     keys = gd.heldout_keys()
     kept = [r for r in rows if not gd.leaks(r.text, keys)]

