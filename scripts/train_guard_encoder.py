@@ -34,6 +34,8 @@ import guard_train_data as gtd  # noqa: E402
 import train_harmful as th  # noqa: E402
 import train_jailbreak as tj  # noqa: E402
 
+from app.runtime.encoder import shared_encoder  # noqa: E402
+
 SEED = 20261129
 PER_CLASS = {"benign": 2600, "jailbreak": 1600, "harmful": 1200}
 # `--hard-negatives` (the second run, not shipped: docs/model-cards/guard-encoder.md)
@@ -66,7 +68,8 @@ def labelled_rows(hard: bool = False) -> list[dict]:
     # examples leave them out); harm inside a jailbreak frame is already a `jailbreak` row
     # and the hard negatives written for the harmful head (security education, medicine,
     # history, fiction); the harmful head's `test` part is this model's tuning too
-    harm, _ = th.load_examples(th.parse_args(["--offline"]))
+    # (the encoder is for train_harmful's near-copy check, which its default rows never reach)
+    harm, _ = th.load_examples(th.parse_args(["--offline"]), lambda texts: shared_encoder().encode(texts))
     for e in harm:
         if e.split not in ("train", "val", "test"):
             continue
