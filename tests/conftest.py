@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = item.path.parts
         if "tests" in parts and parts[parts.index("tests") + 1] in _INTEGRATION_FOLDERS:
             item.add_marker(pytest.mark.integration)
-    _modules_without_the_session_stack_first(items)
+    _cli_stacks_first(items)
 
 
 def _uses_session_stack(item: pytest.Item) -> bool:
@@ -41,17 +41,20 @@ def _uses_session_stack(item: pytest.Item) -> bool:
     return bool(defs) and defs[-1].scope == "session"
 
 
-def _modules_without_the_session_stack_first(items: list[pytest.Item]) -> None:
-    """Run the modules that never use tests/integration's session-scoped `stack` before it starts.
+def _cli_stacks_first(items: list[pytest.Item]) -> None:
+    """Run the modules marked `cli_stack` (`svc-sr serve` under the CLI, its own Ray) before
+    tests/integration's session-scoped `stack` starts.
 
-    Once started, that stack (three applications, some forty Ray processes) stays up to the end
-    of the session and, idle, keeps 0.64 of the 2 cores busy (measured with the session's Ray
-    processes' CPU ticks over 60 s). The modules with their own stacks (`svc-sr serve` under
-    the CLI, the multi-node scenario, vLLM engines, the workers) used to run beside it. A module
-    moves as a whole, so its module-scoped fixtures are set up once; the order within each
-    group is kept."""
-    with_stack = {item.path for item in items if _uses_session_stack(item)}
-    items.sort(key=lambda item: item.path in with_stack)
+    That stack (three applications, some forty Ray processes) stays up from its first use to the
+    end of the session and, idle, keeps 0.64 of the 2 cores busy (its Ray processes' CPU ticks
+    over 60 s); those modules used to run beside it. Only these move: moving every module that
+    does not use the stack put test_model_deployments' local-testing-mode Ray before the
+    multi-node scenario, and that Ray's GCS died under it (pytest, its driver, exited 60 s later
+    with no summary; not diagnosed). Everything else keeps its order, and a module moves whole."""
+    starts = next((i for i, item in enumerate(items) if _uses_session_stack(item)), len(items))
+    early = {item.path for item in items[:starts]}
+    early |= {item.path for item in items if item.get_closest_marker("cli_stack") is not None}
+    items.sort(key=lambda item: item.path not in early)
 
 
 @pytest.fixture(scope="session")

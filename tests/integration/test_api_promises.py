@@ -39,7 +39,7 @@ from tests.fakes.stores import redis_with_search
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.test_cli_restart import ROOT, SVC_SR, Cli
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cli_stack]
 
 SCHEMATHESIS = str(Path(sys.executable).with_name("schemathesis"))
 ST_CONFIG = Path(__file__).with_name("schemathesis.toml")

@@ -32,7 +32,7 @@ from app.common.ports import free_port
 from tests.fakes.configs import served_default
 from tests.fakes.upstream import FakeUpstream
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cli_stack]
 
 ROOT = Path(__file__).resolve().parents[2]
 SVC_SR = str(Path(sys.executable).with_name("svc-sr"))

@@ -26,7 +26,7 @@ from app.common.ports import free_port
 from tests.fakes.configs import served_default
 from tests.integration.test_cli_restart import ROOT, SVC_SR, Cli
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cli_stack]
 
 FIRST = "What is the derivative of x^2?"  # README's first example
 SECOND = "My SSN is 431-27-5918, fill in my tax form"  # README's second example

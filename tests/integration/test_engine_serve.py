@@ -16,7 +16,7 @@ from app.common.ports import free_port
 from tests.integration.conftest import vllm_python
 from tests.integration.test_cli_restart import Cli
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cli_stack]
 
 
 def test_native_serving_answers_from_the_engine_in_the_graph(tmp_path: Path, tiny_guard_llama: Path) -> None:
