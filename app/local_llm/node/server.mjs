@@ -195,6 +195,20 @@ async function main() {
     };
   }
 
+  // A tiny model sometimes ends its turn at once (a newline, then a stop): the reply trims to
+  // nothing, and a README example answered "". Sampled replies (no seed, temperature > 0) get one
+  // more sample; a stream has already sent what it had, and a seeded or greedy one would repeat.
+  // Usage counts both samples.
+  async function reply(gen, signal) {
+    const first = await generate(gen, signal, undefined);
+    const sampled = gen.seed === undefined && gen.temperature > 0;
+    if (first.text !== "" || first.finish !== "stop" || !sampled || signal.aborted) return first;
+    const second = await generate(gen, signal, undefined);
+    const completion = first.usage.completion_tokens + second.usage.completion_tokens;
+    const usage = { ...second.usage, completion_tokens: completion, total_tokens: second.usage.prompt_tokens + completion };
+    return { ...second, usage };
+  }
+
   function send(res, status, body) {
     const data = JSON.stringify(body);
     res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(data) });
@@ -224,7 +238,7 @@ async function main() {
     const aborter = new AbortController();
     res.on("close", () => aborter.abort()); // the client went away: stop generating for it
     if (!gen.stream) {
-      const out = await exclusive(() => generate(gen, aborter.signal, undefined));
+      const out = await exclusive(() => reply(gen, aborter.signal));
       const choice = chat
         ? { index: 0, message: { role: "assistant", content: out.text }, logprobs: null, finish_reason: out.finish }
         : { index: 0, text: out.text, logprobs: null, finish_reason: out.finish };
