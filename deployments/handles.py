@@ -18,6 +18,7 @@ from app.config.global_config import ResponseCacheConfig
 from app.keys.grant import ModelGrant
 from app.pipeline.answers.schemas import AnswerChecks, AnswerVerdict
 from app.pipeline.completion import CompletionServices, complete_request
+from app.pipeline.direct_route import DirectRouter
 from app.pipeline.metrics import RouterMetrics
 from app.pipeline.plan import Accounting, CompletionReport, ProviderState, RoutePlan
 from app.replays.replays import ReplayAggregate, ReplayPage
@@ -33,11 +34,15 @@ class HandleRouterClient:
     on a Router replica, complete() here (app/pipeline/completion.py). One Ray hop per request
     fewer, and the answer body is not shipped to a Router replica (on 2 cores, leaving out
     completion altogether cut the c=1 p50 by 2.3 ms; that work used to compete with the next
-    request, docs/performance.md)."""
+    request, docs/performance.md). With `direct`, an explicit model's plan is made here too
+    (app/pipeline/direct_route.py) and only auto requests take the hop."""
 
-    def __init__(self, handle: DeploymentHandle, completion: CompletionServices) -> None:
+    def __init__(
+        self, handle: DeploymentHandle, completion: CompletionServices, direct: DirectRouter | None = None
+    ) -> None:
         self._handle = handle
         self._completion = completion
+        self._direct = direct
 
     async def route(
         self,
@@ -47,6 +52,11 @@ class HandleRouterClient:
         grant: ModelGrant | None = None,
         tie: ProviderState | None = None,
     ) -> RoutePlan:
+        direct = (
+            self._direct.route(body, headers, request_id, grant, tie) if self._direct is not None else None
+        )
+        if direct is not None:
+            return direct
         # route() changes nothing: a Router replica lost with its node is asked again elsewhere.
         plan: RoutePlan = await ray_compat.call(
             self._handle, "route", body, headers, request_id, grant, tie, keep=_is_svc_error, retries=1

@@ -20,6 +20,7 @@ from app.config.loader import parse_config
 from app.management.service import ManagementParts
 from app.management.stores import file_candidate, open_replica_stores
 from app.observability.tracing import configure_tracing
+from app.pipeline.direct_route import DirectRouter
 from app.pipeline.metrics import RouterMetrics
 from app.upstream.client import UpstreamClient
 from deployments import ray_compat
@@ -77,7 +78,10 @@ class Ingress:
         self._metrics = RouterMetrics()
         self._replay_sends = BackgroundTasks()
         completion = front_door_completion(cache, observability, self._metrics, self._replay_sends)
-        self._router = HandleRouterClient(router, completion)
+        # explicit models route here, on the config this replica holds; auto ones on a Router
+        self._router = HandleRouterClient(
+            router, completion, DirectRouter(self._config.current, self._metrics)
+        )
         # In-cluster models (vLLM deployments of this application) are reached by handle.
         self._upstream = UpstreamClient(mounts=in_cluster_mounts(serve.get_replica_context().app_name))
         self._classifiers = HandleClassifiers(domain, guard, router, embedding)

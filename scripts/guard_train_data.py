@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import random
 import zipfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,15 +78,17 @@ EVERYDAY_SOURCE = "project-everyday-train"
 NEARMISS_FILE_SOURCE, NEARMISS_SOURCE = "project-issue35-nearmiss", "everyday-issue35"
 
 
-def everyday_rows(nearmiss: bool = False) -> list[Row]:
-    """The hand-written everyday negatives: benign, weighted as the seeds."""
-    out = []
-    for r in gd.read_jsonl(EVERYDAY):
-        if r["source"] == EVERYDAY_SOURCE:
-            out.append(Row(r["text"], "benign", "everyday-train", split_of(r["text"]), SEED_WEIGHT))
-        elif nearmiss and r["source"] == NEARMISS_FILE_SOURCE:
-            out.append(Row(r["text"], "benign", NEARMISS_SOURCE, split_of(r["text"]), SEED_WEIGHT))
-    return out
+def everyday_rows(everyday: bool = True, nearmiss: bool = False) -> list[Row]:
+    """The hand-written everyday negatives (`everyday`) and issue 35's near-misses
+    (`nearmiss`): benign, weighted as the seeds."""
+    wanted = {EVERYDAY_SOURCE: "everyday-train"} if everyday else {}
+    if nearmiss:
+        wanted[NEARMISS_FILE_SOURCE] = NEARMISS_SOURCE
+    return [
+        Row(r["text"], "benign", wanted[r["source"]], split_of(r["text"]), SEED_WEIGHT)
+        for r in gd.read_jsonl(EVERYDAY)
+        if r["source"] in wanted
+    ]
 
 
 def dev_rows() -> list[Row]:
@@ -188,19 +191,18 @@ def extra_rows(
     project_benign = [r.text for r in rows if r.category == "benign" and r.split == "train"]
     project_inj = [r.text for r in rows if r.category == "prompt_injection" and r.split == "train"]
     rows += composed_rows(harm_cores, benign_texts + project_benign, injections + project_inj)
-    if everyday or nearmiss:
-        rows += [r for r in everyday_rows(nearmiss) if everyday or r.source == NEARMISS_SOURCE]
+    rows += everyday_rows(everyday, nearmiss)
     rows += dev_rows()
     keys = gd.heldout_keys()
     kept = [r for r in rows if not gd.leaks(r.text, keys)]
     print(f"[guard-data] {len(kept)} shared rows ({len(rows) - len(kept)} dropped: in a held-out set)")
     if limit is None:
         return kept
-    taken: dict[tuple[str, str, str], int] = {}
+    taken: Counter[tuple[str, str, str]] = Counter()
     out = []
     for r in kept:
         key = (r.source, r.split, r.category)
-        if taken.get(key, 0) < limit:
-            taken[key] = taken.get(key, 0) + 1
+        if taken[key] < limit:
+            taken[key] += 1
             out.append(r)
     return out

@@ -36,6 +36,21 @@ log = logging.getLogger("svc_sr.pipeline")
 EXTRA_AUTO_NAMES = frozenset({"vllm-sr/auto"})
 
 
+class DirectRoutes:
+    """What an unrouted request needs of a config version (an explicit model, or an auto one with
+    `global.router.enabled: false`): the model index, the auto names, the default model and the
+    global fallback. Cheap (no evaluators, selectors or models), so a front door holds one too
+    and routes an explicit model without a Router hop (app/pipeline/direct_route.py)."""
+
+    def __init__(self, config: RouterConfig, root: bool = True) -> None:
+        self.entrypoints: dict[str, str] = entrypoint_models(config) if root else {}
+        self.models = ModelIndex(config)
+        # entrypoint model names are auto too: routed by their recipe (CompiledConfig.for_model)
+        self.auto_names = frozenset(config.auto_model_names) | EXTRA_AUTO_NAMES | frozenset(self.entrypoints)
+        self.defaults = config.providers.defaults
+        self.global_fallback = _global_fallback(config)
+
+
 class CompiledConfig:
     """One config version, compiled: decisions, model index, plugins, guards, evaluators.
 
@@ -49,7 +64,9 @@ class CompiledConfig:
         self.config = config
         self.recipe = recipe
         root = recipe == DEFAULT_RECIPE
-        self.entrypoints: dict[str, str] = entrypoint_models(config) if root else {}
+        self.direct = direct = DirectRoutes(config, root)
+        self.entrypoints, self.auto_names, self.models = direct.entrypoints, direct.auto_names, direct.models
+        self.defaults, self.global_fallback = direct.defaults, direct.global_fallback
         self.recipes: dict[str, CompiledConfig] = (
             {r.name: CompiledConfig(as_default(config, r.routing), services, r.name) for r in config.recipes}
             if root
@@ -62,13 +79,9 @@ class CompiledConfig:
         self.tiered = self.decision_table.tiered
         self.referenced = engine.referenced_signals(self.decisions)
         self.rule_reads = rule_reads(config)
-        self.models = ModelIndex(config)
-        # entrypoint model names are auto too: routed by their recipe (for_model)
-        self.auto_names = frozenset(config.auto_model_names) | EXTRA_AUTO_NAMES | frozenset(self.entrypoints)
         # `global.router.enabled: false`: auto requests go to the default model unrouted.
         self.routing_enabled = config.global_.router.enabled
         self.global_cache = config.global_.stores.response_cache
-        self.defaults = config.providers.defaults
         self.plugins: dict[str, DecisionPlugins] = {
             d.name: compile_plugins(d, self.global_cache) for d in self.decisions
         }
@@ -85,7 +98,6 @@ class CompiledConfig:
             self.evaluators["embedding"] = EmbeddingEvaluator.bound(
                 config, self.semantic, services.bound_phrase_caches
             )
-        self.global_fallback = _global_fallback(config)
         self.prompt_guard = prompt_guard_rule(config)
         self.prompt_guard_harmful = prompt_guard_harmful_rule(config)
         self.guards: dict[str, list[GuardRule]] = {d.name: compile_guards(d) for d in self.decisions}

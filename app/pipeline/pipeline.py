@@ -183,12 +183,12 @@ class RouterPipeline:
         plan = parse.new_plan(body, lowered, request_id, state.auto_names)
         plan.tie = tie  # the front door's word, never the client's body or headers
         if not plan.auto:
-            pass_through(state, plan, rng, grant)
+            pass_through(state.direct, plan, rng, grant)
             return plan, []
         state = state.for_model(plan.requested_model)  # MoM/auto: `default`; an entrypoint: its recipe
         plan.recipe = state.recipe
         if not state.routing_enabled:
-            routing_disabled(state, plan, rng, grant)
+            routing_disabled(state.direct, plan, rng, grant)
             return plan, []
         started = time.perf_counter()
         ctx = parse.signal_context(

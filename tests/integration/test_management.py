@@ -358,6 +358,33 @@ def test_invalid_candidate_is_rejected_and_the_previous_generation_serves(
     assert chat(stack, MATH.format("after rejection")).headers["x-selected-model"] == "model-b"
 
 
+def test_an_explicit_model_an_activation_adds_answers_at_the_front_door(
+    api: httpx.Client, stack: Stack
+) -> None:
+    """The Ingress routes explicit models itself (app/pipeline/direct_route.py), on the config
+    each activation hands it: a model added by a PATCH answers as soon as the PATCH returns."""
+
+    def explicit(model: str) -> httpx.Response:
+        body = {"model": model, "messages": [{"role": "user", "content": "hello"}]}
+        return httpx.post(f"{stack.v1}/chat/completions", headers=BYPASS, timeout=60, json=body)
+
+    missing = explicit("model-added")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+    got = api.get("/api/v1/config")
+    models = copy.deepcopy(got.json()["providers"]["models"])
+    added = copy.deepcopy(next(m for m in models if m["name"] == "model-b")) | {"name": "model-added"}
+    response = api.patch(
+        "/api/v1/config",
+        json={"providers": {"models": [*models, added]}},
+        headers={"If-Match": got.headers["etag"]},
+    )
+    assert response.status_code == 200 and response.json()["activation_status"] == "active", response.text
+    answered = explicit("model-added")
+    assert answered.status_code == 200, answered.text
+    assert answered.headers["x-selected-model"] == "model-added"
+    assert answered.json()["choices"][0]["message"]["content"]
+
+
 def test_rollback_reactivates_a_recorded_version(api: httpx.Client, stack: Stack) -> None:
     versions = api.get("/api/v1/config/versions").json()["versions"]
     active = next(v for v in versions if v["active"])

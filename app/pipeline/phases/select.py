@@ -10,7 +10,7 @@ from app.config.pricing import Pricing
 from app.config.providers import ProviderModel
 from app.config.routing import Decision, ModelRef
 from app.keys.grant import ModelGrant
-from app.pipeline.compiled import CompiledConfig
+from app.pipeline.compiled import CompiledConfig, DirectRoutes
 from app.pipeline.grants import check_explicit, within_grant
 from app.pipeline.headers import fill_routing_headers
 from app.pipeline.plan import RoutePlan
@@ -100,7 +100,7 @@ async def learned_order(
 
 
 def pass_through(
-    state: CompiledConfig, plan: RoutePlan, rng: random.Random, grant: ModelGrant | None = None
+    state: DirectRoutes, plan: RoutePlan, rng: random.Random, grant: ModelGrant | None = None
 ) -> None:
     """An explicit model: no signals, no plugins, no cache; 404 when it is not configured,
     403 when the key's grants leave it out."""
@@ -112,7 +112,7 @@ def pass_through(
 
 
 def routing_disabled(
-    state: CompiledConfig, plan: RoutePlan, rng: random.Random, grant: ModelGrant | None = None
+    state: DirectRoutes, plan: RoutePlan, rng: random.Random, grant: ModelGrant | None = None
 ) -> None:
     """`global.router.enabled: false` (routing consumers off, the frontend and the native
     API kept): an auto request goes to the default model with no signals, guards, plugins or
@@ -126,7 +126,7 @@ def routing_disabled(
 
 
 def _direct(
-    state: CompiledConfig, plan: RoutePlan, model: ProviderModel, reason: str, rng: random.Random
+    state: DirectRoutes, plan: RoutePlan, model: ProviderModel, reason: str, rng: random.Random
 ) -> None:
     candidates = candidates_for([model.name], state.models, rng)
     if not candidates:

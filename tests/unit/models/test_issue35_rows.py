@@ -89,13 +89,7 @@ def test_trainers_read_the_training_part_only_when_asked(train_rows: list[dict],
 def test_harmful_trainer_reads_the_seeds_only_with_nearmiss_rows(
     tmp_path: Path, train_rows: list[dict]
 ) -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_harmful", ROOT / "scripts" / "train_harmful.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("train_harmful", module)
-    spec.loader.exec_module(module)
+    import train_harmful as module
     mmlu = tmp_path / "mmlu.jsonl"
     mmlu.write_text(
         "".join(json.dumps({"question_id": i, "question": f"What is {i} + {i}?"}) + "\n" for i in range(6))
