@@ -90,6 +90,7 @@ def test_harmful_trainer_reads_the_seeds_only_with_nearmiss_rows(
     tmp_path: Path, train_rows: list[dict]
 ) -> None:
     import train_harmful as module
+
     mmlu = tmp_path / "mmlu.jsonl"
     mmlu.write_text(
         "".join(json.dumps({"question_id": i, "question": f"What is {i} + {i}?"}) + "\n" for i in range(6))
