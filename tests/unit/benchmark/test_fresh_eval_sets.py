@@ -1,5 +1,6 @@
-"""The fresh hand-written evaluation sets (2026-11-30): shape, counts, and no text shared with
-any training file, so that a score on them is a score on unseen text."""
+"""The fresh hand-written evaluation sets (2026-11-30, and their second generation `fresh2` /
+v4): shape, counts, and no text shared with any training file, so that a score on them is a score
+on unseen text."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ DOMAIN_V3 = ROOT / "tests/data/domain_chat_eval_v3.jsonl"
 ATTACKS = ROOT / "tests/data/guard/fresh_attacks.jsonl"
 EVERYDAY = ROOT / "tests/data/guard/fresh_everyday.jsonl"
 SOURCE = "handwritten-fresh-2026-11-30"
+# The second generation, written after the first had informed decisions (issues 35 and 37).
+DOMAIN_V4 = ROOT / "tests/data/domain_chat_eval_v4.jsonl"
+ATTACKS2 = ROOT / "tests/data/guard/fresh2_attacks.jsonl"
+EVERYDAY2 = ROOT / "tests/data/guard/fresh2_everyday.jsonl"
+FRESH2 = (DOMAIN_V4, ATTACKS2, EVERYDAY2)
+SOURCE2 = "handwritten-fresh2-2026-11-30"
+# Every evaluation file: a fresh2 text must repeat none of them, whatever its split.
+EVALUATION = sorted((ROOT / "tests/data").rglob("*.jsonl"))
 # Training files, and the guard sets' tuning data: the pasted documents the tail read was tuned
 # on, and the dev rows of the older hand-written guard sets (their held-out rows train nothing).
 TRAINING = (
@@ -50,6 +59,9 @@ EVERYDAY_CATEGORIES = {
     "history_war",
     "everyday_misc",
 }
+EVERYDAY2_COUNTS = dict.fromkeys(EVERYDAY_CATEGORIES, 27) | dict.fromkeys(
+    ("engineering_chess", "history_war", "everyday_misc"), 26
+)
 
 
 def rows(path: Path) -> list[dict]:
@@ -103,7 +115,79 @@ def test_guard_sets_load_as_benchmark_cases() -> None:
     assert Counter(c.label for c in cases) == {"attack": 160, "benign": 240}
 
 
-@pytest.mark.parametrize("path", [DOMAIN_V3, ATTACKS, EVERYDAY], ids=lambda p: p.name)
+def test_domain_v4_has_20_prompts_per_category_of_v3() -> None:
+    v4 = rows(DOMAIN_V4)
+    v3_categories = {r["category"] for r in rows(DOMAIN_V3)}
+    assert len(v4) == 280
+    assert all(set(r) == {"text", "category", "source"} and r["text"].strip() for r in v4)
+    assert {r["source"] for r in v4} == {SOURCE2}
+    assert Counter(r["category"] for r in v4) == dict.fromkeys(v3_categories, 20)
+
+
+def test_fresh2_attacks_fields_and_counts() -> None:
+    attacks = rows(ATTACKS2)
+    assert len(attacks) == 160
+    for r in attacks:
+        assert len({"text", "messages"} & set(r)) == 1, "a text or a conversation, not both"
+        assert set(r) - {"text", "messages"} == {"label", "category", "style", "source", "split"}
+        assert r["label"] == "attack" and r["source"] == SOURCE2 and r["split"] == "heldout"
+        assert r["category"] in ATTACK_CATEGORIES and r["style"]
+        assert texts_of(r) and all(t.strip() for t in texts_of(r))
+    assert Counter(r["category"] for r in attacks) == dict.fromkeys(ATTACK_CATEGORIES, 20)
+
+
+def test_fresh2_everyday_fields_and_counts() -> None:
+    everyday = rows(EVERYDAY2)
+    assert len(everyday) == 240 == sum(EVERYDAY2_COUNTS.values())
+    for r in everyday:
+        assert set(r) == {"text", "label", "category", "source", "split"} and r["text"].strip()
+        assert r["label"] == "benign" and r["source"] == SOURCE2 and r["split"] == "heldout"
+    assert Counter(r["category"] for r in everyday) == EVERYDAY2_COUNTS
+
+
+def test_fresh2_guard_sets_load_as_heldout_benchmark_cases() -> None:
+    cases = load_cases([ATTACKS2, EVERYDAY2], "heldout")
+    assert len(cases) == 400
+    assert Counter(c.label for c in cases) == {"attack": 160, "benign": 240}
+
+
+@pytest.mark.parametrize("path", FRESH2, ids=lambda p: p.name)
+def test_fresh2_shares_no_text_with_other_evaluation_files(path: Path) -> None:
+    others = {
+        folded(t)
+        for f in EVALUATION
+        if f != path
+        for r in rows(f)
+        if isinstance(r, dict)
+        for t in texts_of(r)
+    }
+    assert len(EVALUATION) > 10 and path in EVALUATION
+    assert not [t for r in rows(path) for t in texts_of(r) if folded(t) in others]
+
+
+def test_fresh2_guard_rows_are_dropped_from_guard_training() -> None:
+    """The guard trainers drop every text `heldout_keys` holds (`leaks`); the fresh2 rows are there."""
+    gd = _script("guard_data")
+    keys = gd.heldout_keys()
+    fresh2 = [t for path in (ATTACKS2, EVERYDAY2) for r in rows(path) for t in gd.row_texts(r)]
+    assert len(fresh2) > 400
+    assert all(gd.leaks(t, keys) for t in fresh2)
+
+
+def test_a_guard_set_rebuild_leaves_wholly_held_out_files_held_out(tmp_path: Path, monkeypatch) -> None:
+    build = _script("build_guard_sets")
+    held = [{"text": f"held {i}", "label": "benign", "split": "heldout"} for i in range(40)]
+    mixed = [{"text": f"mixed {i}", "label": "benign"} for i in range(40)]
+    (tmp_path / "fresh9_everyday.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held))
+    (tmp_path / "everyday.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed))
+    monkeypatch.setattr(build.gd, "GUARD_DATA", tmp_path)
+    counts = build.mark_handwritten()
+    assert counts["fresh9_everyday.jsonl"] == {"heldout": 40}
+    assert [r["split"] for r in rows(tmp_path / "fresh9_everyday.jsonl")] == ["heldout"] * 40
+    assert set(counts["everyday.jsonl"]) == {"heldout", "dev"}  # the others are still split by hash
+
+
+@pytest.mark.parametrize("path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2], ids=lambda p: p.name)
 def test_no_text_shared_with_training_files(path: Path) -> None:
     assert TRAINING, "no training files found"
     trained = [t for f in TRAINING for r in rows(f) if isinstance(r, dict) for t in texts_of(r)]
