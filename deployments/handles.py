@@ -52,11 +52,10 @@ class HandleRouterClient:
         grant: ModelGrant | None = None,
         tie: ProviderState | None = None,
     ) -> RoutePlan:
-        direct = (
-            self._direct.route(body, headers, request_id, grant, tie) if self._direct is not None else None
-        )
-        if direct is not None:
-            return direct
+        if self._direct is not None:  # an explicit model is routed here, without the hop
+            direct = self._direct.route(body, headers, request_id, grant, tie)
+            if direct is not None:
+                return direct
         # route() changes nothing: a Router replica lost with its node is asked again elsewhere.
         plan: RoutePlan = await ray_compat.call(
             self._handle, "route", body, headers, request_id, grant, tie, keep=_is_svc_error, retries=1

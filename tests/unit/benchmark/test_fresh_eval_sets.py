@@ -151,16 +151,25 @@ def test_fresh2_guard_sets_load_as_heldout_benchmark_cases() -> None:
     assert Counter(c.label for c in cases) == {"attack": 160, "benign": 240}
 
 
+@pytest.fixture(scope="module")
+def evaluation_texts() -> dict[Path, set[str]]:
+    """Every evaluation file's folded texts, read once for the module."""
+    return {f: {folded(t) for r in rows(f) if isinstance(r, dict) for t in texts_of(r)} for f in EVALUATION}
+
+
+@pytest.fixture(scope="module")
+def training_texts() -> tuple[set[str], set[str]]:
+    """The training texts, exact and folded, read once for the module."""
+    trained = [t for f in TRAINING for r in rows(f) if isinstance(r, dict) for t in texts_of(r)]
+    trained += [t for f in GUARD_SETS for r in rows(f) if r.get("split") != "heldout" for t in texts_of(r)]
+    return set(trained), {folded(t) for t in trained}
+
+
 @pytest.mark.parametrize("path", FRESH2, ids=lambda p: p.name)
-def test_fresh2_shares_no_text_with_other_evaluation_files(path: Path) -> None:
-    others = {
-        folded(t)
-        for f in EVALUATION
-        if f != path
-        for r in rows(f)
-        if isinstance(r, dict)
-        for t in texts_of(r)
-    }
+def test_fresh2_shares_no_text_with_other_evaluation_files(
+    path: Path, evaluation_texts: dict[Path, set[str]]
+) -> None:
+    others = set().union(*(texts for f, texts in evaluation_texts.items() if f != path))
     assert len(EVALUATION) > 10 and path in EVALUATION
     assert not [t for r in rows(path) for t in texts_of(r) if folded(t) in others]
 
@@ -188,11 +197,9 @@ def test_a_guard_set_rebuild_leaves_wholly_held_out_files_held_out(tmp_path: Pat
 
 
 @pytest.mark.parametrize("path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2], ids=lambda p: p.name)
-def test_no_text_shared_with_training_files(path: Path) -> None:
+def test_no_text_shared_with_training_files(path: Path, training_texts: tuple[set[str], set[str]]) -> None:
     assert TRAINING, "no training files found"
-    trained = [t for f in TRAINING for r in rows(f) if isinstance(r, dict) for t in texts_of(r)]
-    trained += [t for f in GUARD_SETS for r in rows(f) if r.get("split") != "heldout" for t in texts_of(r)]
-    exact, loose = set(trained), {folded(t) for t in trained}
+    exact, loose = training_texts
     fresh = [t for r in rows(path) for t in texts_of(r)]
     assert len({folded(t) for t in fresh}) == len(fresh), "a text repeats inside the set"
     assert not [t for t in fresh if t in exact]
