@@ -11,6 +11,7 @@ function (app/srun/train.py): a model directory with int8 ONNX and a card.
     .venv/bin/python scripts/train_guard_encoder.py --out /tmp/guard-encoder        # train
     .venv/bin/python scripts/train_guard_encoder.py --rows-only --out /tmp/rows      # rows only
     .venv/bin/python scripts/train_guard_encoder.py --hard-negatives --layers 4 --out DIR  # 2nd run
+    .venv/bin/python scripts/train_guard_encoder.py --everyday --layers 4 --out DIR        # 3rd run
 
 The `val` rows (the sources' own validation parts and the hand-written dev halves) are written
 to `tuning.jsonl` beside the model: they choose the band, never the weights.
@@ -40,6 +41,12 @@ SEED = 20261129
 PER_CLASS = {"benign": 2600, "jailbreak": 1600, "harmful": 1200}
 # `--hard-negatives` (the second run, not shipped: docs/model-cards/guard-encoder.md)
 PER_CLASS_HARD = {"benign": 3800, "jailbreak": 1600, "harmful": 1200}
+# `--everyday` (the third run): the second's rows plus the hand-written everyday negatives, issue
+# 35's near-misses and plain harm asks that the harmful head's later retrains read (training
+# parts only), and its benign frames and documents
+PER_CLASS_EVERYDAY = {"benign": 5200, "jailbreak": 1600, "harmful": 1300}
+EVERYDAY_ARGS = ["--everyday-train", "--plain-seeds", "--nearmiss-rows"]
+EVERYDAY_BENIGN = ("everyday-train", "everyday-issue35", "framed-benign", "doc-benign", "chat")
 VAL_PER_CLASS = 1500
 FIELDS = ("text", "label", "source", "split")
 # the harm categories the first encoder caught least often on held-out: their training rows
@@ -49,9 +56,11 @@ DOMAIN_CHAT = ROOT / "app" / "models" / "data" / "domain_chat_train.jsonl"
 HARD_NEGATIVE_SOURCES = ("domain-chat", "mmlu-pro-domain-train")
 
 
-def labelled_rows(hard: bool = False) -> list[dict]:
+def labelled_rows(hard: bool = False, everyday: bool = False) -> list[dict]:
     """Every candidate row {text, label, source, split}, held-out texts removed; `hard`: with
-    the everyday hard negatives, half the dev rows trained on."""
+    the everyday hard negatives, half the dev rows trained on; `everyday` (implies `hard`): with
+    the hand-written everyday rows too."""
+    hard = hard or everyday
     args = tj.parse_args(["--offline"])
     examples, _ = tj.load_examples(args)
     rows = [
@@ -69,13 +78,15 @@ def labelled_rows(hard: bool = False) -> list[dict]:
     # and the hard negatives written for the harmful head (security education, medicine,
     # history, fiction); the harmful head's `test` part is this model's tuning too
     # (the encoder is for train_harmful's near-copy check, which its default rows never reach)
-    harm, _ = th.load_examples(th.parse_args(["--offline"]), lambda texts: shared_encoder().encode(texts))
+    harm_args = th.parse_args(["--offline", *(EVERYDAY_ARGS if everyday else [])])
+    benign_sources = ("seed-benign", *(EVERYDAY_BENIGN if everyday else ()))
+    harm, _ = th.load_examples(harm_args, lambda texts: shared_encoder().encode(texts))
     for e in harm:
         if e.split not in ("train", "val", "test"):
             continue
         if e.category in gtd.HARM and e.source != "framed-harm":
             label = "harmful"
-        elif e.source == "seed-benign":
+        elif e.source in benign_sources:
             label = "benign"
         else:
             continue
@@ -168,10 +179,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the second recipe: everyday hard negatives, half the dev rows, weak harm twice",
     )
+    ap.add_argument(
+        "--everyday",
+        action="store_true",
+        help="the third recipe: the second's, plus the hand-written everyday and issue 35 rows",
+    )
     args = ap.parse_args(argv)
-    rows = labelled_rows(args.hard_negatives)
-    per_class = PER_CLASS_HARD if args.hard_negatives else PER_CLASS
-    train_rows = sample(rows, "train", per_class, weak_twice=args.hard_negatives)
+    hard = args.hard_negatives or args.everyday
+    rows = labelled_rows(hard, args.everyday)
+    per_class = PER_CLASS_EVERYDAY if args.everyday else PER_CLASS_HARD if hard else PER_CLASS
+    train_rows = sample(rows, "train", per_class, weak_twice=hard)
     train_keys = {gd.key(r["text"]) for r in train_rows}
     tuning = [
         r
