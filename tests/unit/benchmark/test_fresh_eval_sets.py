@@ -1,6 +1,6 @@
-"""The fresh hand-written evaluation sets (2026-11-30, and their second generation `fresh2` /
-v4): shape, counts, and no text shared with any training file, so that a score on them is a score
-on unseen text."""
+"""The fresh hand-written evaluation sets (2026-11-30, their second generation `fresh2` / v4 and
+their third `fresh3` / v5): shape, counts, and no text shared with any training file, so that a
+score on them is a score on unseen text."""
 
 from __future__ import annotations
 
@@ -25,7 +25,27 @@ ATTACKS2 = ROOT / "tests/data/guard/fresh2_attacks.jsonl"
 EVERYDAY2 = ROOT / "tests/data/guard/fresh2_everyday.jsonl"
 FRESH2 = (DOMAIN_V4, ATTACKS2, EVERYDAY2)
 SOURCE2 = "handwritten-fresh2-2026-11-30"
-# Every evaluation file: a fresh2 text must repeat none of them, whatever its split.
+# The third generation, written for the forms no earlier set had (docs/design.md: figures are read
+# by form), before any model was run on it.
+DOMAIN_V5 = ROOT / "tests/data/domain_chat_eval_v5.jsonl"
+ATTACKS3 = ROOT / "tests/data/guard/fresh3_attacks.jsonl"
+EVERYDAY3 = ROOT / "tests/data/guard/fresh3_everyday.jsonl"
+FRESH3 = (DOMAIN_V5, ATTACKS3, EVERYDAY3)
+SOURCE3 = "handwritten-fresh3-2026-11-30"
+# The earlier sets' styles, kept rare in fresh3 (at most 2 rows each), and the forms it is spread over.
+EARLIER_STYLES = {
+    "direct", "roleplay", "injection_document", "story", "thesis", "split_turns", "grooming",
+    "injection_tool", "explicit", "system", "game", "translation", "research", "euphemism",
+    "multi_step", "injection_web", "injection_email",
+}  # fmt: skip
+FRESH3_STYLES = {
+    "obfuscation", "code", "few_shot", "refusal_suppression", "prefix_injection", "hypothetical",
+    "persona", "authority", "payload_splitting", "structured_output", "poem", "non_english",
+    "escalation", "injection_calendar", "injection_code_review", "injection_review",
+    "injection_memory", "injection_search", "injection_csv",
+}  # fmt: skip
+ROLES = {"system", "user", "assistant", "tool"}
+# Every evaluation file: a fresh2 or fresh3 text must repeat none of them, whatever its split.
 EVALUATION = sorted((ROOT / "tests/data").rglob("*.jsonl"))
 # Training files, and the guard sets' tuning data: the pasted documents the tail read was tuned
 # on, and the dev rows of the older hand-written guard sets (their held-out rows train nothing).
@@ -115,13 +135,20 @@ def test_guard_sets_load_as_benchmark_cases() -> None:
     assert Counter(c.label for c in cases) == {"attack": 160, "benign": 240}
 
 
-def test_domain_v4_has_20_prompts_per_category_of_v3() -> None:
-    v4 = rows(DOMAIN_V4)
-    v3_categories = {r["category"] for r in rows(DOMAIN_V3)}
-    assert len(v4) == 280
-    assert all(set(r) == {"text", "category", "source"} and r["text"].strip() for r in v4)
-    assert {r["source"] for r in v4} == {SOURCE2}
-    assert Counter(r["category"] for r in v4) == dict.fromkeys(v3_categories, 20)
+@pytest.mark.parametrize(
+    ("path", "previous", "source"),
+    [(DOMAIN_V4, DOMAIN_V3, SOURCE2), (DOMAIN_V5, DOMAIN_V4, SOURCE3)],
+    ids=lambda p: p.name if isinstance(p, Path) else p,
+)
+def test_fresh_domain_set_has_20_prompts_per_category_of_the_previous(
+    path: Path, previous: Path, source: str
+) -> None:
+    fresh = rows(path)
+    categories = {r["category"] for r in rows(previous)}
+    assert len(fresh) == 280
+    assert all(set(r) == {"text", "category", "source"} and r["text"].strip() for r in fresh)
+    assert {r["source"] for r in fresh} == {source}
+    assert Counter(r["category"] for r in fresh) == dict.fromkeys(categories, 20)
 
 
 def test_fresh2_attacks_fields_and_counts() -> None:
@@ -151,6 +178,62 @@ def test_fresh2_guard_sets_load_as_heldout_benchmark_cases() -> None:
     assert Counter(c.label for c in cases) == {"attack": 160, "benign": 240}
 
 
+def _check_guard_row(r: dict, label: str) -> None:
+    assert len({"text", "messages"} & set(r)) == 1, "a text or a conversation, not both"
+    assert r["label"] == label and r["source"] == SOURCE3 and r["split"] == "heldout"
+    assert texts_of(r) and all(t.strip() for t in texts_of(r))
+
+
+def test_fresh3_attacks_fields_counts_and_styles() -> None:
+    attacks = rows(ATTACKS3)
+    assert len(attacks) == 200
+    for r in attacks:
+        _check_guard_row(r, "attack")
+        assert set(r) - {"text", "messages"} == {"label", "category", "style", "source", "split"}
+    assert Counter(r["category"] for r in attacks) == dict.fromkeys(ATTACK_CATEGORIES, 25)
+    styles = Counter(r["style"] for r in attacks)
+    assert set(styles) <= EARLIER_STYLES | FRESH3_STYLES
+    assert all(styles[s] <= 2 for s in EARLIER_STYLES), "the earlier sets' styles stay rare"
+    assert min(styles[s] for s in FRESH3_STYLES) >= 8, "every new form is there to be read on its own"
+    assert sum("messages" in r for r in attacks) <= 30
+
+
+def test_fresh3_everyday_fields_and_counts() -> None:
+    everyday = rows(EVERYDAY3)
+    assert len(everyday) == 270
+    for r in everyday:
+        _check_guard_row(r, "benign")
+        assert set(r) - {"text", "messages"} == {"label", "category", "source", "split"}
+    assert Counter(r["category"] for r in everyday) == dict.fromkeys(EVERYDAY_CATEGORIES, 30)
+    assert sum("messages" in r for r in everyday) <= 30
+
+
+@pytest.mark.parametrize("path", [ATTACKS3, EVERYDAY3], ids=lambda p: p.name)
+def test_fresh3_conversations_are_well_formed(path: Path) -> None:
+    """Known roles; a tool result answers an earlier assistant call; the user or a tool speaks last."""
+    conversations = [r["messages"] for r in rows(path) if "messages" in r]
+    assert conversations
+    for messages in conversations:
+        called: set[str] = set()
+        for m in messages:
+            assert m["role"] in ROLES
+            if m["role"] == "assistant" and m.get("tool_calls"):
+                called |= {c["id"] for c in m["tool_calls"]}
+            elif m["role"] == "tool":
+                assert m["tool_call_id"] in called and m["content"].strip()
+            else:
+                assert isinstance(m["content"], str) and m["content"].strip()
+        assert messages[-1]["role"] in {"user", "tool"}
+        assert any(m["role"] == "user" for m in messages)
+
+
+def test_fresh3_guard_sets_load_as_heldout_benchmark_cases() -> None:
+    cases = load_cases([ATTACKS3, EVERYDAY3], "heldout")
+    assert len(cases) == 470
+    assert Counter(c.label for c in cases) == {"attack": 200, "benign": 270}
+    assert all(c.style for c in cases if c.attack)
+
+
 @pytest.fixture(scope="module")
 def evaluation_texts() -> dict[Path, set[str]]:
     """Every evaluation file's folded texts, read once for the module."""
@@ -165,8 +248,8 @@ def training_texts() -> tuple[set[str], set[str]]:
     return set(trained), {folded(t) for t in trained}
 
 
-@pytest.mark.parametrize("path", FRESH2, ids=lambda p: p.name)
-def test_fresh2_shares_no_text_with_other_evaluation_files(
+@pytest.mark.parametrize("path", [*FRESH2, *FRESH3], ids=lambda p: p.name)
+def test_fresh_sets_share_no_text_with_other_evaluation_files(
     path: Path, evaluation_texts: dict[Path, set[str]]
 ) -> None:
     others = set().union(*(texts for f, texts in evaluation_texts.items() if f != path))
@@ -174,13 +257,18 @@ def test_fresh2_shares_no_text_with_other_evaluation_files(
     assert not [t for r in rows(path) for t in texts_of(r) if folded(t) in others]
 
 
-def test_fresh2_guard_rows_are_dropped_from_guard_training() -> None:
-    """The guard trainers drop every text `heldout_keys` holds (`leaks`); the fresh2 rows are there."""
+@pytest.mark.parametrize(
+    ("paths", "at_least"),
+    [((ATTACKS2, EVERYDAY2), 400), ((ATTACKS3, EVERYDAY3), 470)],
+    ids=["fresh2", "fresh3"],
+)
+def test_fresh_guard_rows_are_dropped_from_guard_training(paths: tuple[Path, Path], at_least: int) -> None:
+    """The guard trainers drop every text `heldout_keys` holds (`leaks`); the fresh rows are there."""
     gd = _script("guard_data")
     keys = gd.heldout_keys()
-    fresh2 = [t for path in (ATTACKS2, EVERYDAY2) for r in rows(path) for t in gd.row_texts(r)]
-    assert len(fresh2) > 400
-    assert all(gd.leaks(t, keys) for t in fresh2)
+    fresh = [t for path in paths for r in rows(path) for t in gd.row_texts(r)]
+    assert len(fresh) > at_least
+    assert all(gd.leaks(t, keys) for t in fresh)
 
 
 def test_a_guard_set_rebuild_leaves_wholly_held_out_files_held_out(tmp_path: Path, monkeypatch) -> None:
@@ -196,7 +284,7 @@ def test_a_guard_set_rebuild_leaves_wholly_held_out_files_held_out(tmp_path: Pat
     assert set(counts["everyday.jsonl"]) == {"heldout", "dev"}  # the others are still split by hash
 
 
-@pytest.mark.parametrize("path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3], ids=lambda p: p.name)
 def test_no_text_shared_with_training_files(path: Path, training_texts: tuple[set[str], set[str]]) -> None:
     assert TRAINING, "no training files found"
     exact, loose = training_texts
