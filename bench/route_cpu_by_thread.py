@@ -1,8 +1,9 @@
 """Where a routed request's CPU goes, by thread (docs/performance.md, "A short MoM route's CPU,
 by thread"): `RouterPipeline.route()` with the shipped config in one process (no Ray), distinct
-short prompts one at a time, BLAS capped at one thread as in the serving replicas. Every
-function the pipeline sends to a worker thread (`asyncio.to_thread`) is timed with that thread's
-own CPU clock; the event loop's thread is the rest of the orchestration.
+short questions one at a time (`bench_all_signals.py`'s short row), BLAS capped at one thread as
+in the serving replicas. Every function the pipeline sends to a worker thread
+(`asyncio.to_thread`) is timed with that thread's own CPU clock; the event loop's thread is the
+rest of the orchestration.
 
     .venv/bin/python bench/route_cpu_by_thread.py [--requests 200] [--out FILE.json]
 """
@@ -30,21 +31,10 @@ limit_blas_threads()  # before numpy's pools start, as a replica does
 from app.benchmark.local_services import local_services, shared_vector_table  # noqa: E402
 from app.benchmark.runner import AUTO_MODEL, as_config  # noqa: E402
 from app.pipeline.pipeline import RouterPipeline  # noqa: E402
+from bench.bench_all_signals import prompt  # noqa: E402  (the stack bench's short questions)
 
-WORDS = [
-    "river",
-    "bread",
-    "quantum",
-    "tax",
-    "poem",
-    "engine",
-    "garden",
-    "violin",
-    "market",
-    "orbit",
-    "lemon",
-    "ladder",
-]
+SHORT_TOKENS = 15  # bench_all_signals' short row, whose Router CPU this splits
+
 THREAD_CPU: collections.Counter[str] = collections.Counter()
 CALLS: collections.Counter[str] = collections.Counter()
 _to_thread = asyncio.to_thread
@@ -64,11 +54,6 @@ async def timed_to_thread(func: Callable[..., Any], /, *args: Any, **kwargs: Any
     return await _to_thread(run)
 
 
-def prompt(i: int) -> str:
-    r = random.Random(i)
-    return f"How do I explain {r.choice(WORDS)} and {r.choice(WORDS)} to a friend {i}?"
-
-
 async def measure(requests: int) -> dict[str, Any]:
     asyncio.to_thread = timed_to_thread  # every offload in the pipeline goes through it
     loaded = as_config(str(ROOT / "configs" / "config.yaml"))
@@ -77,13 +62,16 @@ async def measure(requests: int) -> dict[str, Any]:
         pipeline = RouterPipeline(loaded, local.services, rng=random.Random(0))
         await pipeline.warm_up()
         for i in range(30):  # warm: first calls load and compile
-            body = {"model": AUTO_MODEL, "messages": [{"role": "user", "content": prompt(1_000_000 + i)}]}
+            body = {
+                "model": AUTO_MODEL,
+                "messages": [{"role": "user", "content": prompt(1_000_000 + i, SHORT_TOKENS)}],
+            }
             await pipeline.route(body, {}, f"warm-{i}")
         THREAD_CPU.clear()
         CALLS.clear()
         cpu, loop_cpu = time.process_time(), time.thread_time()
         for i in range(requests):
-            body = {"model": AUTO_MODEL, "messages": [{"role": "user", "content": prompt(i)}]}
+            body = {"model": AUTO_MODEL, "messages": [{"role": "user", "content": prompt(i, SHORT_TOKENS)}]}
             await pipeline.route(body, {}, f"r{i}")
         per = 1000.0 / requests
         return {
