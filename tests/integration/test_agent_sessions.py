@@ -1,7 +1,8 @@
 """Agent traffic through the real graph (docs/routing-quality.md "Agent traffic"): an agent's
 tool loop sent with the OpenAI SDK, whose tool result speaks of another subject, stays on the
-session's model, and the next human ask moves it; on one Router replica (its memory) and on
-two Router replicas sharing the management store's Redis."""
+session's model, and the next human ask moves it, across two Router replicas sharing the
+management store's Redis. One replica's memory store runs the same steps in
+tests/unit/pipeline/test_sessions.py (no second app here: a graph deploy is ~100 s of CI)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,12 @@ def agent_config(stack: Stack) -> dict[str, Any]:
         ("finance_tools", 15, ["tax", "stock"], "model-b"),
         ("code", 10, ["bug", "function"], "model-a"),
     ]
-    document = keyword_routing(stack.upstream_a.host_url, routes, "model-a", switch_value=0.01)
+    # timeout_ms: the test is about shared state; a replica's first Redis connect on a loaded
+    # 2-core CI box can take longer than the 50 ms default (which routes that turn per turn, a
+    # degrade tests/unit/pipeline/test_sessions.py covers)
+    document = keyword_routing(
+        stack.upstream_a.host_url, routes, "model-a", switch_value=0.01, timeout_ms=2000
+    )
     document["providers"]["models"][1]["backend_refs"] = [{"base_url": stack.upstream_b.host_url}]
     # reads the tool results too: per turn, a loop whose result speaks of money moves to model-b
     document["routing"]["signals"]["keywords"][1]["read"] = ["tool_results"]
@@ -50,10 +56,11 @@ def apps(stack: Stack, redis_url: str) -> Iterator[dict[str, str]]:
 
     config = agent_config(stack)
     common: dict[str, Any] = {"config": config, "metrics": {"enabled": False}, "decision_model": False}
-    names = {"agent-one": {}, "agent-redis": {}}
-    names["agent-redis"] = {
-        "deployments": {"Router": {"num_replicas": 2}},
-        "management_store": {"backend": "redis", "url": redis_url},
+    names: dict[str, dict[str, Any]] = {
+        "agent-redis": {
+            "deployments": {"Router": {"num_replicas": 2}},
+            "management_store": {"backend": "redis", "url": redis_url},
+        }
     }
     try:
         for name, extra in names.items():
@@ -117,10 +124,6 @@ def assert_stays_then_follows(turns: list[dict[str, str]]) -> None:
         "tool_call_pending",
     )
     assert (after["x-selected-model"], after["x-vsr-session"]) == ("model-b", "switched")
-
-
-def test_a_tool_loop_stays_on_its_model_on_one_router(apps: dict[str, str]) -> None:
-    assert_stays_then_follows(tool_loop(apps["agent-one"], f"one-{uuid.uuid4().hex}"))
 
 
 def test_a_tool_loop_stays_on_its_model_across_two_routers_on_redis(

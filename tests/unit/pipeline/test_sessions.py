@@ -19,8 +19,8 @@ from app.pipeline import RouterPipeline
 from app.pipeline.plan import ProviderState, RoutePlan
 from app.pipeline.services import PipelineServices
 from app.pipeline.sessions import session_key, switch_terms
-from app.state.session_store import MemorySessionStore, SessionState
-from app.state.shared_store import StoreUnavailable
+from app.state.session_store import MemorySessionStore, RedisSessionStore, SessionState, session_store
+from app.state.shared_store import ManagementStoreSettings, StoreUnavailable
 from tests.fakes.configs import keyword_routing
 
 
@@ -317,3 +317,10 @@ def test_the_replay_record_says_kept_or_switched_and_names_the_session():
     assert record["session"]["action"] == "kept" and record["session"]["source"] == "fingerprint"
     assert record["session_id"] == record["session"]["key"]
     assert record["signal_reads"]["keyword:code"]["read"] == ["latest_ask"]
+
+
+def test_a_replica_keeps_sessions_in_redis_when_the_management_store_is_redis_else_in_memory():
+    assert isinstance(session_store(ManagementStoreSettings(), "app"), MemorySessionStore)
+    shared = session_store(ManagementStoreSettings(backend="redis", url="redis://127.0.0.1:9"), "app")
+    assert isinstance(shared, RedisSessionStore) and shared.shared
+    assert shared.prefix == "svc_sr:mgmt:app:session:"  # where the graph test reads them
