@@ -119,6 +119,10 @@ def _check_band(band: list[float]) -> list[float]:
 # The uncertain band of a guard's score, [low, high): a score inside it is judged again by the
 # guardrail LLM (`global.model_catalog.external[]`, model_role guardrail); empty: no cascade.
 CascadeBand = Annotated[list[float], AfterValidator(_check_band)]
+# `cascade_band_unread`: the band of a text in a language the guard's heads do not read (they
+# are trained on English: app/models/language.py `read_by_guard_heads`); there a head's score
+# says little, so the judge may take a wider band; empty: `cascade_band` for every text.
+CASCADE_KEYS = ("cascade_band", "cascade_band_unread")  # what the prompt guard passes to its rules
 
 
 class JailbreakSignal(Strict):
@@ -129,6 +133,7 @@ class JailbreakSignal(Strict):
     include_history: bool = False
     read: list[ReadPart] = Field(default_factory=list)
     cascade_band: CascadeBand = Field(default_factory=list)
+    cascade_band_unread: CascadeBand = Field(default_factory=list)
     jailbreak_patterns: list[str] = Field(default_factory=list)
     benign_patterns: list[str] = Field(default_factory=list)
 
@@ -156,6 +161,7 @@ class HarmfulSignal(Strict):
     include_history: bool = False
     read: list[ReadPart] = Field(default_factory=list)
     cascade_band: CascadeBand = Field(default_factory=list)
+    cascade_band_unread: CascadeBand = Field(default_factory=list)
 
 
 class KnowledgeBaseSignal(Strict):
@@ -234,7 +240,7 @@ def prompt_guard_harmful_issues(model_catalog: Any) -> list[tuple[str, str, str]
         section = section.get(key) if isinstance(section, dict) else getattr(section, key, None)
     issues: list[tuple[str, str, str]] = []
     if isinstance(section, dict):
-        shared = {k: section[k] for k in ("read", "cascade_band") if k in section}
+        shared = {k: section[k] for k in ("read", *CASCADE_KEYS) if k in section}
         try:
             JailbreakSignal(name="global:prompt_guard", **shared)
         except ValidationError as exc:

@@ -89,3 +89,23 @@ class LanguageDetector:
             return "und", 0.0
         code, probability = self._model.classify(sample)
         return str(code), float(probability)
+
+
+# The languages the guards' heads were trained on (every packaged guard source is English), and
+# how sure the model must be that a text is in another before the heads are said not to read it:
+# English questions made of words shared with French score up to ~0.7 French (the model card),
+# so 0.9, fixed before any guard figure was measured with it.
+GUARD_HEAD_LANGUAGES = frozenset({"en"})
+UNREAD_CONFIDENCE = 0.9
+
+
+@lru_cache(maxsize=1)
+def _guard_detector() -> LanguageDetector:
+    return LanguageDetector()
+
+
+def read_by_guard_heads(text: str) -> bool:
+    """False when `text` is, with confidence, in a language the guard heads were not trained on
+    (a rule's `cascade_band_unread` then applies: app/pipeline/signals/guarded.py)."""
+    code, probability = _guard_detector().detect(text)
+    return code in GUARD_HEAD_LANGUAGES or probability < UNREAD_CONFIDENCE

@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from app.models.language import read_by_guard_heads
 from app.pipeline.plan import SignalMatch
 from app.pipeline.signals.band_judge import ENCODER_METHOD
 from app.pipeline.signals.base import SignalContext, request_vectors, unscanned_match
@@ -68,6 +69,17 @@ class ThresholdRuleEvaluator(Generic[RuleT]):
         raise NotImplementedError
 
 
+def cascade_band(rule: Any, text: str) -> list[float]:
+    """The band in which the judge re-judges `text`'s score: the rule's `cascade_band_unread`
+    for a text in a language the guard heads do not read (only asked when a rule sets one), else
+    its `cascade_band` (empty: the head decides)."""
+    unread: list[float] = getattr(rule, "cascade_band_unread", None) or []
+    if unread and not read_by_guard_heads(text):
+        return unread
+    band: list[float] = getattr(rule, "cascade_band", None) or []
+    return band
+
+
 async def ask(engine: SignalEngine, request: SignalRequest) -> list[SignalItem]:
     """The engine's items for `request`, one answered item per text (else its failure)."""
     return checked(engine, await engine.classify(request), len(request.texts))
@@ -111,8 +123,8 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
             verdict = self._judge(item, threshold, rule)
         except UnusableAnswer as exc:
             raise engine.failed(str(exc)) from None
-        band = getattr(rule, "cascade_band", None)
-        if band and self.cascade is not None and band[0] <= verdict[1] < band[1]:
+        band = cascade_band(rule, text) if self.cascade is not None else []
+        if band and band[0] <= verdict[1] < band[1]:
             return await self._cascade(text, threshold, verdict)
         return verdict
 

@@ -19,7 +19,7 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from app.config.document import RouterConfig
-from app.config.signals import HarmfulSignal
+from app.config.signals import CASCADE_KEYS, HarmfulSignal
 from app.pipeline.signals.band_judge import build_band_judge
 from app.pipeline.signals.base import EvaluatorFactory
 from app.pipeline.signals.domain import unit_float
@@ -54,10 +54,10 @@ def prompt_guard_harmful_rule(config: RouterConfig, require_enabled: bool = True
     threshold = unit_float(raw.get("threshold"))
     if threshold is not None:
         fields["threshold"] = threshold
-    for key in ("categories", "include_history", "read", "cascade_band"):
+    for key in ("categories", "include_history", "read", *CASCADE_KEYS):
         if key in raw:
             fields[key] = raw[key]
-    for key in ("read", "cascade_band"):  # the guard's own settings, unless the part sets its own
+    for key in ("read", *CASCADE_KEYS):  # the guard's own settings, unless the part sets its own
         if key not in raw and isinstance(section.get(key), list):
             fields[key] = section[key]
     try:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from app.config.document import RouterConfig
-from app.config.signals import JailbreakSignal
+from app.config.signals import CASCADE_KEYS, JailbreakSignal
 from app.pipeline.signals import llm_judge
 from app.pipeline.signals.band_judge import build_band_judge
 from app.pipeline.signals.base import EvaluatorFactory
@@ -58,8 +58,9 @@ def prompt_guard_rule(config: RouterConfig) -> JailbreakSignal | None:
         fields["include_history"] = section["include_history"]
     if isinstance(section.get("read"), list):
         fields["read"] = section["read"]
-    if isinstance(section.get("cascade_band"), list):
-        fields["cascade_band"] = section["cascade_band"]
+    for key in CASCADE_KEYS:
+        if isinstance(section.get(key), list):
+            fields[key] = section[key]
     return JailbreakSignal(**fields)
 
 
