@@ -284,6 +284,20 @@ def test_a_guard_set_rebuild_leaves_wholly_held_out_files_held_out(tmp_path: Pat
     assert set(counts["everyday.jsonl"]) == {"heldout", "dev"}  # the others are still split by hash
 
 
+def test_a_guard_set_rebuild_keeps_a_file_split_with_its_own_salt(tmp_path: Path, monkeypatch) -> None:
+    """everyday_hard.jsonl was split with salt `everyday_hard`, and half its dev rows trained the
+    encoder: a rebuild that re-split it with the common salt would move trained rows into the
+    held-out half."""
+    build = _script("build_guard_sets")
+    committed = ROOT / "tests/data/guard/everyday_hard.jsonl"
+    (tmp_path / committed.name).write_text(committed.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(build.gd, "GUARD_DATA", tmp_path)
+    build.mark_handwritten()
+    splits = [r["split"] for r in rows(tmp_path / committed.name)]
+    assert splits == [r["split"] for r in rows(committed)]
+    assert 0 < splits.count("heldout") < len(splits)
+
+
 @pytest.mark.parametrize("path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3], ids=lambda p: p.name)
 def test_no_text_shared_with_training_files(path: Path, training_texts: tuple[set[str], set[str]]) -> None:
     assert TRAINING, "no training files found"
