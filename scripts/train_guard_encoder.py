@@ -12,6 +12,7 @@ function (app/srun/train.py): a model directory with int8 ONNX and a card.
     .venv/bin/python scripts/train_guard_encoder.py --rows-only --out /tmp/rows      # rows only
     .venv/bin/python scripts/train_guard_encoder.py --hard-negatives --layers 4 --out DIR  # 2nd run
     .venv/bin/python scripts/train_guard_encoder.py --everyday --layers 4 --out DIR        # 3rd run
+    .venv/bin/python scripts/train_guard_encoder.py --everyday --multilingual --layers 4 --out DIR
 
 The `val` rows (the sources' own validation parts and the hand-written dev halves) are written
 to `tuning.jsonl` beside the model: they choose the band, never the weights.
@@ -56,10 +57,10 @@ DOMAIN_CHAT = ROOT / "app" / "models" / "data" / "domain_chat_train.jsonl"
 HARD_NEGATIVE_SOURCES = ("domain-chat", "mmlu-pro-domain-train")
 
 
-def labelled_rows(hard: bool = False, everyday: bool = False) -> list[dict]:
+def labelled_rows(hard: bool = False, everyday: bool = False, multilingual: bool = False) -> list[dict]:
     """Every candidate row {text, label, source, split}, held-out texts removed; `hard`: with
     the everyday hard negatives, half the dev rows trained on; `everyday` (implies `hard`): with
-    the hand-written everyday rows too."""
+    the hand-written everyday rows too; `multilingual`: with the multilingual training rows."""
     hard = hard or everyday
     args = tj.parse_args(["--offline"])
     examples, _ = tj.load_examples(args)
@@ -99,7 +100,21 @@ def labelled_rows(hard: bool = False, everyday: bool = False) -> list[dict]:
                 "category": e.category,
             }
         )
+    if multilingual:
+        rows += multilingual_rows(gd.wheels(offline=True))
     return rows + hard_negatives(gd.heldout_keys()) if hard else rows
+
+
+def multilingual_rows(wheels: dict[str, Path]) -> list[dict]:
+    """scripts/guard_train_data.py's multilingual rows in this model's three classes: injections
+    and jailbreaks `jailbreak`, plainly worded harm asks `harmful`, everyday requests `benign`."""
+    out = []
+    for r in gtd.multilingual_rows(wheels):
+        label = "harmful" if r.category in gtd.HARM else "benign" if r.category == "benign" else "jailbreak"
+        out.append(
+            {"text": r.text, "label": label, "source": r.source, "split": r.split, "category": r.category}
+        )
+    return out
 
 
 def hard_negatives(heldout: frozenset[str]) -> list[dict]:
@@ -184,9 +199,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the third recipe: the second's, plus the hand-written everyday and issue 35 rows",
     )
+    ap.add_argument(
+        "--multilingual",
+        action="store_true",
+        help="add the multilingual sets' training rows (docs/security.md, 'Attacks in other languages')",
+    )
     args = ap.parse_args(argv)
     hard = args.hard_negatives or args.everyday
-    rows = labelled_rows(hard, args.everyday)
+    rows = labelled_rows(hard, args.everyday, args.multilingual)
     per_class = PER_CLASS_EVERYDAY if args.everyday else PER_CLASS_HARD if hard else PER_CLASS
     train_rows = sample(rows, "train", per_class, weak_twice=hard)
     train_keys = {gd.key(r["text"]) for r in train_rows}

@@ -491,6 +491,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--everyday-train", action=argparse.BooleanOptionalAction, default=False,
         help="train on the hand-written everyday negatives (app/models/data/guard_train_everyday.jsonl)",
     )  # fmt: skip
+    ap.add_argument(
+        "--multilingual", action=argparse.BooleanOptionalAction, default=False,
+        help="train on the multilingual sets' training parts (scripts/guard_train_data.py multilingual_rows)",
+    )  # fmt: skip
     return ap.parse_args(argv)
 
 
@@ -509,7 +513,19 @@ def load_examples(args: argparse.Namespace) -> tuple[list[Example], bool]:
     examples += load_seeds(args.limit, seed_only)
     examples += generate_templated(args.limit, seed_only, args.template_weight)
     examples += shared_examples(wheels, examples, args.everyday_train, args.limit)
+    if args.multilingual:
+        examples += multilingual_examples(wheels)
     return drop_leaks(examples), seed_only
+
+
+def multilingual_examples(wheels: dict[str, Path]) -> list[Example]:
+    """The multilingual training rows as this guard's examples: jailbreaks and injections are
+    attacks, everyday rows benign; plainly worded harm asks are the harmful classifier's."""
+    return [
+        Example(r.text, int(r.category != "benign"), r.source, r.split, r.weight)
+        for r in gtd.multilingual_rows(wheels)
+        if r.category in ("benign", "jailbreak", "prompt_injection")
+    ]
 
 
 def count_examples(examples: list[Example]) -> dict[str, int]:
@@ -670,6 +686,7 @@ def build_meta(
         "data": counts,
         "seed_only": seed_only,
         "everyday_train": args.everyday_train,
+        "multilingual": args.multilingual,
         "limit": args.limit,
     }
 
