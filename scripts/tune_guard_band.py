@@ -18,6 +18,9 @@ the sources' validation parts and the hand-written dev halves; no held-out text)
     .venv/bin/python scripts/train_guard_encoder.py --rows-only --hard-negatives --out /tmp/rows
     .venv/bin/python scripts/tune_guard_band.py --rows /tmp/rows/tuning.jsonl \
         --encoder app/models/artifacts/guard_encoder --scores /tmp/tuning-scores.json
+
+`--unread` chooses `cascade_band_unread`'s cut instead: only the rows in a language the heads do
+not read (app/models/language.py `read_by_guard_heads`), every score judged (band [0, 1)).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.benchmark.local_services import local_services, shared_vector_table  # noqa: E402
 from app.benchmark.runner import AUTO_MODEL, as_config  # noqa: E402
+from app.models.language import read_by_guard_heads  # noqa: E402
 from app.pipeline.pipeline import RouterPipeline  # noqa: E402
 from app.pipeline.selection import RoutingError  # noqa: E402
 
@@ -179,8 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scores", type=Path, required=True, help="cache of the heads' scores")
     ap.add_argument("--config", default=str(ROOT / "configs" / "config.yaml"))
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument(
+        "--unread",
+        action="store_true",
+        help="`cascade_band_unread`: only the rows the heads do not read, judged in the whole band [0, 1)",
+    )
     args = ap.parse_args(argv)
     rows = [json.loads(line) for line in args.rows.read_text(encoding="utf-8").split("\n") if line.strip()]
+    if args.unread:
+        rows = [r for r in rows if not read_by_guard_heads(r["text"])]
+    lows, highs = ((0.0,), (1.0,)) if args.unread else (LOWS, HIGHS)
     texts = [r["text"] for r in rows]
     if args.scores.is_file():
         heads = json.loads(args.scores.read_text())
@@ -203,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         flag = enc >= cut
         print(f"encoder alone @{cut}: caught {flag[attack].mean():.4f}, refused {flag[~attack].mean():.4f}")
     results = []
-    for lj, hj, lh, hh, cut, clear in itertools.product(LOWS, HIGHS, LOWS, HIGHS, CUTS, CLEARS):
+    for lj, hj, lh, hh, cut, clear in itertools.product(lows, highs, lows, highs, CUTS, CLEARS):
         if lj >= hj or lh >= hh or (clear is not None and clear >= cut):
             continue
         out = replay(heads, enc, (lj, hj), (lh, hh), cut, clear)
