@@ -75,7 +75,10 @@ def follow(
                 if path not in offsets:
                     echo(f"==> {path} <==")
                 echo(chunk.decode("utf-8", errors="replace").rstrip("\n"))
-            offsets[path] = size
+            if (
+                size or path in offsets
+            ):  # a new file seen still empty stays new: its header comes with its lines
+                offsets[path] = size
         time.sleep(FOLLOW_POLL_S)
 
 

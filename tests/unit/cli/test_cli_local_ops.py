@@ -7,7 +7,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -147,3 +147,26 @@ def test_dashboard_lists_the_consoles_and_opens_only_those_that_answer(
 def test_dashboard_without_a_running_stack_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(serve_module, "STATE_FILE", tmp_path / "none.json")
     assert run("dashboard", "--no-open").exit_code == 3
+
+
+def test_a_new_file_first_seen_empty_gets_its_header_with_its_first_lines(
+    session: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica's log is created, then written: a pass that sees it empty must not count it as
+    shown (its lines would then come without the header that says whose they are)."""
+    monkeypatch.setattr(local_ops, "FOLLOW_POLL_S", 0)
+    pattern = local_ops.LOG_SETS["service"]
+    offsets = {path: path.stat().st_size for path in local_ops.newest(session, pattern)}
+    new = session / "serve" / "replica_svc_Ingress_d4.log"
+    new.touch()
+    printed: list[str] = []
+
+    def one_pass() -> Callable[[], bool]:
+        answers = iter([False, True])
+        return lambda: next(answers)
+
+    local_ops.follow(session, pattern, offsets, printed.append, one_pass())
+    assert printed == []
+    new.write_text("first line\n")
+    local_ops.follow(session, pattern, offsets, printed.append, one_pass())
+    assert printed == [f"==> {new} <==", "first line"]
