@@ -75,9 +75,8 @@ def follow(
                 if path not in offsets:
                     echo(f"==> {path} <==")
                 echo(chunk.decode("utf-8", errors="replace").rstrip("\n"))
-            if (
-                size or path in offsets
-            ):  # a new file seen still empty stays new: its header comes with its lines
+            # a new file seen still empty stays new: its header comes with its first lines
+            if size or path in offsets:
                 offsets[path] = size
         time.sleep(FOLLOW_POLL_S)
 
