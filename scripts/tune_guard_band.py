@@ -31,6 +31,7 @@ import itertools
 import json
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -176,6 +177,20 @@ def line(r: tuple) -> str:
     )
 
 
+def per_row_cache(path: Path, rows: int, compute: Callable[[], list]) -> list:
+    """One entry per row: read from `path` when it is there, else computed and written. A cache
+    written for other rows (another rows file, or the same one with or without `--unread`) is
+    refused rather than replayed against the wrong rows."""
+    if not path.is_file():
+        values = compute()
+        path.write_text(json.dumps(values))
+        return values
+    values = json.loads(path.read_text())
+    if len(values) != rows:
+        raise SystemExit(f"{path} holds {len(values)} rows' scores, not {rows}: a cache of other rows")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=Path, required=True)
@@ -194,23 +209,18 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if not read_by_guard_heads(r["text"])]
     lows, highs = ((0.0,), (1.0,)) if args.unread else (LOWS, HIGHS)
     texts = [r["text"] for r in rows]
-    if args.scores.is_file():
-        heads = json.loads(args.scores.read_text())
-    else:
-        heads = asyncio.run(head_scores(args.config, texts))
-        args.scores.write_text(json.dumps(heads))
+    heads = per_row_cache(args.scores, len(rows), lambda: asyncio.run(head_scores(args.config, texts)))
     attack = np.array([r["label"] != "benign" for r in rows])
     base = replay(heads, np.zeros(len(rows)), None, None, None)["refused"]
     print(f"heads alone: caught {base[attack].mean():.4f} of {attack.sum()}, "
           f"refused {base[~attack].mean():.4f} of {(~attack).sum()}")  # fmt: skip
     if args.encoder is None:
         return 0
-    cached = args.scores.with_suffix(".encoder.json")
-    if cached.is_file():
-        enc = np.array(json.loads(cached.read_text()))
-    else:
-        enc = np.array(encoder_scores(args.encoder, texts))
-        cached.write_text(json.dumps(enc.tolist()))
+    enc = np.array(
+        per_row_cache(
+            args.scores.with_suffix(".encoder.json"), len(rows), lambda: encoder_scores(args.encoder, texts)
+        )
+    )
     for cut in CUTS:
         flag = enc >= cut
         print(f"encoder alone @{cut}: caught {flag[attack].mean():.4f}, refused {flag[~attack].mean():.4f}")
