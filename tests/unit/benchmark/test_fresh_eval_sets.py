@@ -1,6 +1,7 @@
 """The fresh hand-written evaluation sets (2026-11-30, their second generation `fresh2` / v4 and
-their third `fresh3` / v5): shape, counts, and no text shared with any training file, so that a
-score on them is a score on unseen text."""
+their third `fresh3` / v5; 2026-12-01, the fourth `fresh4`, half of it in other languages): shape,
+counts, and no text shared with any training file, so that a score on them is a score on unseen
+text."""
 
 from __future__ import annotations
 
@@ -44,8 +45,29 @@ FRESH3_STYLES = {
     "escalation", "injection_calendar", "injection_code_review", "injection_review",
     "injection_memory", "injection_search", "injection_csv",
 }  # fmt: skip
+# The fourth generation (guard only), written before any model was run on it: half of it in other
+# languages (the `lang` field, so `non_english` and `translation` are no styles any more), and its
+# English rows on the forms fresh3 read weakest.
+ATTACKS4 = ROOT / "tests/data/guard/fresh4_attacks.jsonl"
+EVERYDAY4 = ROOT / "tests/data/guard/fresh4_everyday.jsonl"
+FRESH4 = (ATTACKS4, EVERYDAY4)
+SOURCE4 = "handwritten-fresh4-2026-12-01"
+FRESH4_STYLES = (EARLIER_STYLES | FRESH3_STYLES) - {"non_english", "translation"}
+FRESH4_ENGLISH_FORMS = {
+    "few_shot", "injection_calendar", "injection_code_review", "injection_csv", "injection_tool",
+    "injection_memory", "obfuscation", "payload_splitting", "escalation",
+}  # fmt: skip
+# The six languages a per-language figure is read for, and the script each is written in.
+SCRIPTS = {
+    "zh": r"[\u4e00-\u9fff]",
+    "ja": r"[\u3040-\u30ff]",
+    "ko": r"[\uac00-\ud7af]",
+    "ru": r"[\u0400-\u04ff]",
+    "ar": r"[\u0600-\u06ff]",
+    "hi": r"[\u0900-\u097f]",
+}
 ROLES = {"system", "user", "assistant", "tool"}
-# Every evaluation file: a fresh2 or fresh3 text must repeat none of them, whatever its split.
+# Every evaluation file: a fresh2, fresh3 or fresh4 text must repeat none of them, whatever its split.
 EVALUATION = sorted((ROOT / "tests/data").rglob("*.jsonl"))
 # Training files, and the guard sets' tuning data: the pasted documents the tail read was tuned
 # on, and the dev rows of the older hand-written guard sets (their held-out rows train nothing).
@@ -178,9 +200,9 @@ def test_fresh2_guard_sets_load_as_heldout_benchmark_cases() -> None:
     assert Counter(c.label for c in cases) == {"attack": 160, "benign": 240}
 
 
-def _check_guard_row(r: dict, label: str) -> None:
+def _check_guard_row(r: dict, label: str, source: str = SOURCE3) -> None:
     assert len({"text", "messages"} & set(r)) == 1, "a text or a conversation, not both"
-    assert r["label"] == label and r["source"] == SOURCE3 and r["split"] == "heldout"
+    assert r["label"] == label and r["source"] == source and r["split"] == "heldout"
     assert texts_of(r) and all(t.strip() for t in texts_of(r))
 
 
@@ -208,8 +230,8 @@ def test_fresh3_everyday_fields_and_counts() -> None:
     assert sum("messages" in r for r in everyday) <= 30
 
 
-@pytest.mark.parametrize("path", [ATTACKS3, EVERYDAY3], ids=lambda p: p.name)
-def test_fresh3_conversations_are_well_formed(path: Path) -> None:
+@pytest.mark.parametrize("path", [ATTACKS3, EVERYDAY3, *FRESH4], ids=lambda p: p.name)
+def test_fresh_conversations_are_well_formed(path: Path) -> None:
     """Known roles; a tool result answers an earlier assistant call; the user or a tool speaks last."""
     conversations = [r["messages"] for r in rows(path) if "messages" in r]
     assert conversations
@@ -234,6 +256,61 @@ def test_fresh3_guard_sets_load_as_heldout_benchmark_cases() -> None:
     assert all(c.style for c in cases if c.attack)
 
 
+def test_fresh4_attacks_fields_counts_and_styles() -> None:
+    attacks = rows(ATTACKS4)
+    assert len(attacks) == 200
+    for r in attacks:
+        _check_guard_row(r, "attack", SOURCE4)
+        assert set(r) - {"text", "messages"} == {"label", "category", "style", "lang", "source", "split"}
+    assert Counter(r["category"] for r in attacks) == dict.fromkeys(ATTACK_CATEGORIES, 25)
+    assert {r["style"] for r in attacks} <= FRESH4_STYLES, "the language is the `lang` field, not a style"
+    english = Counter(r["style"] for r in attacks if r["lang"] == "en")
+    assert sum(english.values()) <= 100
+    assert min(english[s] for s in FRESH4_ENGLISH_FORMS) >= 8, (
+        "every weak form is there to be read on its own"
+    )
+    conversations = [r for r in attacks if "messages" in r]
+    assert len(conversations) <= 30 and any(r["lang"] != "en" for r in conversations)
+
+
+def test_fresh4_everyday_fields_and_counts() -> None:
+    everyday = rows(EVERYDAY4)
+    assert len(everyday) == 270
+    for r in everyday:
+        _check_guard_row(r, "benign", SOURCE4)
+        assert set(r) - {"text", "messages"} == {"label", "category", "lang", "source", "split"}
+    assert Counter(r["category"] for r in everyday) == dict.fromkeys(EVERYDAY_CATEGORIES, 30)
+    assert sum("messages" in r for r in everyday) <= 30
+
+
+@pytest.mark.parametrize(
+    ("path", "at_least", "per_category"),
+    [(ATTACKS4, 100, 10), (EVERYDAY4, 135, 12)],
+    ids=lambda p: p.name if isinstance(p, Path) else str(p),
+)
+def test_fresh4_is_half_other_languages(path: Path, at_least: int, per_category: int) -> None:
+    """Enough rows per language to read a figure for each, no language dominating, every category
+    in other languages too, and the non-Latin rows written in their own script."""
+    fresh = rows(path)
+    assert all(re.fullmatch(r"[a-z]{2}", r["lang"]) for r in fresh), "ISO 639-1 codes"
+    other = [r for r in fresh if r["lang"] != "en"]
+    languages = Counter(r["lang"] for r in other)
+    assert len(other) >= at_least and len(languages) >= 12 and max(languages.values()) <= 12
+    assert all(languages[lang] >= 8 for lang in SCRIPTS)
+    assert min(Counter(r["category"] for r in other).values()) >= per_category
+    assert {r["category"] for r in other} == {r["category"] for r in fresh}
+    for r in fresh:
+        if r["lang"] in SCRIPTS:
+            assert re.search(SCRIPTS[r["lang"]], " ".join(texts_of(r))), r
+
+
+def test_fresh4_guard_sets_load_as_heldout_benchmark_cases() -> None:
+    cases = load_cases([ATTACKS4, EVERYDAY4], "heldout")
+    assert len(cases) == 470
+    assert Counter(c.label for c in cases) == {"attack": 200, "benign": 270}
+    assert all(c.style for c in cases if c.attack) and not any(c.style for c in cases if not c.attack)
+
+
 @pytest.fixture(scope="module")
 def evaluation_texts() -> dict[Path, set[str]]:
     """Every evaluation file's folded texts, read once for the module."""
@@ -248,7 +325,7 @@ def training_texts() -> tuple[set[str], set[str]]:
     return set(trained), {folded(t) for t in trained}
 
 
-@pytest.mark.parametrize("path", [*FRESH2, *FRESH3], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*FRESH2, *FRESH3, *FRESH4], ids=lambda p: p.name)
 def test_fresh_sets_share_no_text_with_other_evaluation_files(
     path: Path, evaluation_texts: dict[Path, set[str]]
 ) -> None:
@@ -259,8 +336,8 @@ def test_fresh_sets_share_no_text_with_other_evaluation_files(
 
 @pytest.mark.parametrize(
     ("paths", "at_least"),
-    [((ATTACKS2, EVERYDAY2), 400), ((ATTACKS3, EVERYDAY3), 470)],
-    ids=["fresh2", "fresh3"],
+    [((ATTACKS2, EVERYDAY2), 400), ((ATTACKS3, EVERYDAY3), 470), (FRESH4, 470)],
+    ids=["fresh2", "fresh3", "fresh4"],
 )
 def test_fresh_guard_rows_are_dropped_from_guard_training(paths: tuple[Path, Path], at_least: int) -> None:
     """The guard trainers drop every text `heldout_keys` holds (`leaks`); the fresh rows are there."""
@@ -298,7 +375,9 @@ def test_a_guard_set_rebuild_keeps_a_file_split_with_its_own_salt(tmp_path: Path
     assert 0 < splits.count("heldout") < len(splits)
 
 
-@pytest.mark.parametrize("path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3, *FRESH4], ids=lambda p: p.name
+)
 def test_no_text_shared_with_training_files(path: Path, training_texts: tuple[set[str], set[str]]) -> None:
     assert TRAINING, "no training files found"
     exact, loose = training_texts
