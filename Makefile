@@ -96,6 +96,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_answer_checks.py
 	$(PY) bench/bench_request_params.py
 	$(PY) bench/bench_sessions.py
+	$(PY) bench/bench_multilingual.py
 	$(PY) -m app.local_llm install
 	$(PY) bench/bench_demo_llm.py
 

@@ -20,7 +20,8 @@ the sources' validation parts and the hand-written dev halves; no held-out text)
         --encoder app/models/artifacts/guard_encoder --scores /tmp/tuning-scores.json
 
 `--unread` chooses `cascade_band_unread`'s cut instead: only the rows in a language the heads do
-not read (app/models/language.py `read_by_guard_heads`), every score judged (band [0, 1)).
+not read (app/models/language.py `read_by_english_heads`), every score judged (band [0, 1)).
+`--encoder` may name the multilingual guard's directory (scripts/train_multilingual_guard.py).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.benchmark.local_services import local_services, shared_vector_table  # noqa: E402
 from app.benchmark.runner import AUTO_MODEL, as_config  # noqa: E402
-from app.models.language import read_by_guard_heads  # noqa: E402
+from app.models.language import read_by_english_heads  # noqa: E402
 from app.pipeline.pipeline import RouterPipeline  # noqa: E402
 from app.pipeline.selection import RoutingError  # noqa: E402
 
@@ -90,9 +91,13 @@ async def head_scores(config: str, texts: list[str]) -> list[dict]:
 
 
 def encoder_scores(directory: str, texts: list[str]) -> list[float]:
+    """The band judge's attack scores: the guard encoder's, or the multilingual guard's when
+    `directory` holds its head (app/models/multilingual.py)."""
     from app.models.guard_encoder import GuardEncoder
+    from app.models.multilingual import HEAD_FILE, MultilingualGuard
 
-    encoder = GuardEncoder.load(Path(directory))
+    path = Path(directory)
+    encoder = MultilingualGuard.load(path) if (path / HEAD_FILE).is_file() else GuardEncoder.load(path)
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # batches of like length
     scores = [0.0] * len(texts)
     for lo in range(0, len(order), 16):
@@ -206,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = [json.loads(line) for line in args.rows.read_text(encoding="utf-8").split("\n") if line.strip()]
     if args.unread:
-        rows = [r for r in rows if not read_by_guard_heads(r["text"])]
+        rows = [r for r in rows if not read_by_english_heads(r["text"])]
     lows, highs = ((0.0,), (1.0,)) if args.unread else (LOWS, HIGHS)
     texts = [r["text"] for r in rows]
     heads = per_row_cache(args.scores, len(rows), lambda: asyncio.run(head_scores(args.config, texts)))

@@ -120,9 +120,11 @@ def _check_band(band: list[float]) -> list[float]:
 # guardrail LLM (`global.model_catalog.external[]`, model_role guardrail); empty: no cascade.
 CascadeBand = Annotated[list[float], AfterValidator(_check_band)]
 # `cascade_band_unread`: the band of a text in a language the guard's heads do not read (they
-# are trained on English: app/models/language.py `read_by_guard_heads`); there a head's score
+# are trained on English: app/models/language.py `read_by_english_heads`); there a head's score
 # says little, so the judge may take a wider band; empty: `cascade_band` for every text.
 CASCADE_KEYS = ("cascade_band", "cascade_band_unread")  # what the prompt guard passes to its rules
+# `prompt_guard.cascade_judge`: who judges the bands (app/pipeline/signals/band_judge.py)
+CASCADE_JUDGES = ("llm", "encoder", "multilingual")
 
 
 class JailbreakSignal(Strict):
@@ -247,10 +249,9 @@ def prompt_guard_harmful_issues(model_catalog: Any) -> list[tuple[str, str, str]
             where = "global.model_catalog.modules.prompt_guard"
             issues += [(where, f"{i.path}: {i.message}", i.code) for i in issues_from_validation_error(exc)]
         judge = section.get("cascade_judge", "llm")
-        if judge not in ("llm", "encoder"):  # who judges the band: app/pipeline/signals/band_judge.py
-            issues.append(
-                ("global.model_catalog.modules.prompt_guard.cascade_judge", "expected llm or encoder", "enum")
-            )
+        if judge not in CASCADE_JUDGES:
+            where = "global.model_catalog.modules.prompt_guard.cascade_judge"
+            issues.append((where, f"expected one of {', '.join(CASCADE_JUDGES)}", "enum"))
     node = section.get("harmful") if isinstance(section, dict) else None
     path = "global.model_catalog.modules.prompt_guard.harmful"
     if node is None or isinstance(node, bool):

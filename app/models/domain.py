@@ -6,22 +6,33 @@ paraphrases, and a tf-idf logistic regression on words, which catches domain voc
 ("tort", "mitochondria", "SQL") that a 6-layer encoder blurs, plus a kNN vote over the
 training prompts' vectors. Weights are trained by scripts/train_domain.py and
 shipped as .npz/.json, so run time needs numpy (plus the encoder) and nothing else.
+
+Every expert reads English (MiniLM's vocabulary, English words): a prompt the language model is
+sure is in another language (app/models/language.py `read_by_english_heads`) is classified by
+the multilingual head instead (app/models/multilingual.py `MultilingualDomain`,
+scripts/train_multilingual_domain.py), when it is shipped and its engine runs here.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections import Counter
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel
 
+from app.models.language import read_by_english_heads
+
 if TYPE_CHECKING:
     from app.models.encoding import Encoder
+
+log = logging.getLogger(__name__)
 
 DOMAIN_CATEGORIES: tuple[str, ...] = (
     "biology",
@@ -201,10 +212,15 @@ class DomainClassifier:
     the cache and jailbreak signals; `classify` encodes by itself.
     """
 
-    def __init__(self, encoder: Encoder | None = None, artifact_dir: Path | None = None) -> None:
+    def __init__(
+        self, encoder: Encoder | None = None, artifact_dir: Path | None = None, multilingual: Any = True
+    ) -> None:
         self.artifact_dir = Path(artifact_dir) if artifact_dir is not None else ARTIFACT_DIR
         self.head, self.meta = DomainHead.load(self.artifact_dir)
         self._encoder = encoder
+        # other languages: True the shipped multilingual head (when it loads here), False none,
+        # or a head of its own (a candidate: scripts/eval_domain_chat.py --multilingual DIR)
+        self.multilingual = multilingual
         metrics_path = self.artifact_dir / METRICS_FILE
         self.metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
 
@@ -240,6 +256,17 @@ class DomainClassifier:
         if not texts:
             return []
         probs = self.head.probabilities(vectors, texts)
+        unread = [
+            i for i, t in enumerate(texts) if self.multilingual and t.strip() and not read_by_english_heads(t)
+        ]
+        other = (
+            (multilingual_domain() if self.multilingual is True else self.multilingual) if unread else None
+        )
+        if other is not None:
+            try:
+                probs[unread] = other.probabilities([texts[i] for i in unread])
+            except Exception as exc:  # the English head's answer stands
+                log.warning("multilingual domain head failed: %s", exc)
         results = []
         for text, row in zip(texts, probs, strict=True):
             if not text.strip():
@@ -268,6 +295,21 @@ class DomainClassifier:
             "model_path": str(self.artifact_dir),
             "metrics": self.meta.get("metrics", {}),
         }
+
+
+@cache
+def multilingual_domain() -> Any:
+    """The process's multilingual domain head (None where it is not shipped or its engine
+    cannot run: the English head then classifies every prompt)."""
+    from app.models.multilingual import DOMAIN_ARTIFACT, HEAD_FILE, shared_domain
+
+    if not (DOMAIN_ARTIFACT / HEAD_FILE).is_file():
+        return None
+    try:
+        return shared_domain(DOMAIN_CATEGORIES)
+    except Exception as exc:
+        log.warning("multilingual domain head not loaded, the English head reads every prompt: %s", exc)
+        return None
 
 
 def _check_texts(texts: list[str]) -> None:

@@ -91,21 +91,24 @@ class LanguageDetector:
         return str(code), float(probability)
 
 
-# The languages the guards' heads were trained on (every packaged guard source is English), and
-# how sure the model must be that a text is in another before the heads are said not to read it:
-# English questions made of words shared with French score up to ~0.7 French (the model card),
-# so 0.9, fixed before any guard figure was measured with it.
-GUARD_HEAD_LANGUAGES = frozenset({"en"})
+# The languages the guards' and the domain classifier's heads were trained on (every packaged
+# guard source and every domain row is English), and how sure the model must be that a text is
+# in another before the heads are said not to read it: English questions made of words shared
+# with French score up to ~0.7 French (the model card), so 0.9, fixed before any guard figure
+# was measured with it.
+ENGLISH_HEAD_LANGUAGES = frozenset({"en"})
 UNREAD_CONFIDENCE = 0.9
 
 
 @lru_cache(maxsize=1)
-def _guard_detector() -> LanguageDetector:
+def _english_detector() -> LanguageDetector:
     return LanguageDetector()
 
 
-def read_by_guard_heads(text: str) -> bool:
-    """False when `text` is, with confidence, in a language the guard heads were not trained on
-    (a rule's `cascade_band_unread` then applies: app/pipeline/signals/guarded.py)."""
-    code, probability = _guard_detector().detect(text)
-    return code in GUARD_HEAD_LANGUAGES or probability < UNREAD_CONFIDENCE
+@lru_cache(maxsize=512)  # the guards and the domain classifier ask about the same prompt
+def read_by_english_heads(text: str) -> bool:
+    """False when `text` is, with confidence, in a language the English heads were not trained
+    on: a guard rule's `cascade_band_unread` then applies (app/pipeline/signals/guarded.py), and
+    the domain classifier asks its multilingual head (app/models/domain.py)."""
+    code, probability = _english_detector().detect(text)
+    return code in ENGLISH_HEAD_LANGUAGES or probability < UNREAD_CONFIDENCE

@@ -6,6 +6,9 @@
 - `encoder`: the guard encoder fine-tuned whole (app/models/guard_encoder.py), int8 ONNX in
   this process. Both the jailbreak and the harmful rule may send the same text: one pass serves
   both (in flight and a small memo of recent texts).
+- `multilingual`: the multilingual guard (app/models/multilingual.py: e5 vectors and a head),
+  the judge of `cascade_band_unread` for the texts the English heads cannot read; served as the
+  encoder is.
 
 Either judge answers `guard(text, threshold, head_flagged) -> SignalItem` whose verdict decides
 (app/pipeline/signals/guarded.py `_cascade`); `head_flagged` says the cheap head's score was at or
@@ -18,27 +21,31 @@ import asyncio
 import logging
 from collections import OrderedDict
 from functools import cache
-from typing import Any, Literal
+from typing import Any
 
 from app.config.document import RouterConfig
+from app.config.signals import CASCADE_JUDGES
 from app.pipeline.signals import llm_judge
 from app.pipeline.signals.domain import catalog_section
 from app.runtime.signal_engine import SignalItem, Verdict
 
 log = logging.getLogger(__name__)
-CascadeJudge = Literal["llm", "encoder"]
-JUDGES: tuple[str, ...] = ("llm", "encoder")
 ENCODER_METHOD = "encoder"
+MULTILINGUAL_METHOD = "multilingual"
+# the judges that answer with their own score at their own cut (the LLM answers a verdict)
+SCORING_METHODS = frozenset({ENCODER_METHOD, MULTILINGUAL_METHOD})
 MEMO_TEXTS = 256
 
 
 class EncoderJudge:
-    """The guard encoder as a band judge; its pass runs in a worker thread (the event loop
+    """A scoring model as a band judge (the guard encoder, or the multilingual guard: both
+    give `attack_score`, `cut` and `clear`); its pass runs in a worker thread (the event loop
     keeps serving), one per text however many rules ask."""
 
-    def __init__(self, encoder: Any, error: str | None = None) -> None:
-        self.encoder = encoder  # app/models/guard_encoder.py GuardEncoder (or a test's stand-in)
-        self.error = error  # why the encoder did not load: every ask fails, the heads decide
+    def __init__(self, encoder: Any, error: str | None = None, method: str = ENCODER_METHOD) -> None:
+        self.encoder = encoder  # GuardEncoder / MultilingualGuard (or a test's stand-in)
+        self.error = error  # why the model did not load: every ask fails, the heads decide
+        self.method = method  # what a verdict and an audited refusal call it
         self._scores: OrderedDict[str, float] = OrderedDict()
         self._running: dict[str, asyncio.Future[float]] = {}
 
@@ -55,7 +62,7 @@ class EncoderJudge:
 
     async def score(self, text: str) -> float:
         if self.encoder is None:
-            raise RuntimeError(f"guard encoder unavailable: {self.error}")
+            raise RuntimeError(f"{self.method} judge unavailable: {self.error}")
         if text in self._scores:
             self._scores.move_to_end(text)
             return self._scores[text]
@@ -81,15 +88,15 @@ class EncoderJudge:
             flagged=score >= self.cut_for(head_flagged),
             score=score,
             confidence=1.0,
-            method=ENCODER_METHOD,
-            types=[ENCODER_METHOD],
+            method=self.method,
+            types=[self.method],
         )
         return SignalItem(scores={"jailbreak": score}, verdict=verdict)
 
 
 def judge_name(config: RouterConfig) -> str:
     value = catalog_section(config, "modules", "prompt_guard").get("cascade_judge")
-    return value if value in JUDGES else "llm"
+    return value if value in CASCADE_JUDGES else "llm"
 
 
 def build_band_judge(config: RouterConfig, services: Any = None, llm: Any = None) -> Any:
@@ -97,6 +104,8 @@ def build_band_judge(config: RouterConfig, services: Any = None, llm: Any = None
     judge the caller already built (the jailbreak rules ask it too), else built here."""
     if judge_name(config) == ENCODER_METHOD:
         return encoder_judge()
+    if judge_name(config) == MULTILINGUAL_METHOD:
+        return multilingual_judge()
     if llm is not None:
         return llm
     return llm_judge.build_judge(config, "guardrail", getattr(services, "llm_client", None))
@@ -114,3 +123,16 @@ def encoder_judge() -> EncoderJudge:
     except Exception as exc:
         log.warning("guard encoder not loaded, the cascade stays off: %s", exc)
         return EncoderJudge(None, f"{type(exc).__name__}: {exc}")
+
+
+@cache
+def multilingual_judge() -> EncoderJudge:
+    """The process's one multilingual judge; one that does not load (no AVX2, no package)
+    leaves the heads deciding, as the encoder's does."""
+    from app.models.multilingual import shared_guard
+
+    try:
+        return EncoderJudge(shared_guard(), method=MULTILINGUAL_METHOD)
+    except Exception as exc:
+        log.warning("multilingual guard not loaded, the cascade stays off: %s", exc)
+        return EncoderJudge(None, f"{type(exc).__name__}: {exc}", method=MULTILINGUAL_METHOD)

@@ -14,9 +14,9 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from app.models.language import read_by_guard_heads
+from app.models.language import read_by_english_heads
 from app.pipeline.plan import SignalMatch
-from app.pipeline.signals.band_judge import ENCODER_METHOD
+from app.pipeline.signals.band_judge import SCORING_METHODS
 from app.pipeline.signals.base import SignalContext, request_vectors, unscanned_match
 from app.runtime.signal_engine import SignalEngine, SignalItem, SignalRequest, UnscannedError, checked
 from app.runtime.signal_readers import UnusableAnswer
@@ -74,7 +74,7 @@ def cascade_band(rule: Any, text: str) -> list[float]:
     for a text in a language the guard heads do not read (only asked when a rule sets one), else
     its `cascade_band` (empty: the head decides)."""
     unread: list[float] = getattr(rule, "cascade_band_unread", None) or []
-    if unread and not read_by_guard_heads(text):
+    if unread and not read_by_english_heads(text):
         return unread
     band: list[float] = getattr(rule, "cascade_band", None) or []
     return band
@@ -140,13 +140,14 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
         except Exception as exc:
             return matched, score, {**detail, "cascade": "failed", "cascade_error": str(exc)[:200]}
         judged = float(answer.scores.get("jailbreak", 0.0)) if answer.scores else 0.0
-        encoder = answer.verdict is not None and answer.verdict.method == ENCODER_METHOD
+        method = answer.verdict.method if answer.verdict is not None else "llm"
+        encoder = method in SCORING_METHODS
         cascaded = {
             **detail,
             # the score that decided and the cut it was held to: an audited refusal's pair
-            # (the encoder's own cut; the LLM's verdict is at the rule's threshold)
+            # (a scoring judge's own cut; the LLM's verdict is at the rule's threshold)
             "threshold": self.cascade.cut_for(matched) if encoder else threshold,
-            "cascade": ENCODER_METHOD if encoder else "llm",
+            "cascade": method if encoder else "llm",
             "classifier_score": score,
             "llm_verdict": None if encoder or answer.verdict is None else list(answer.verdict.types),
         }

@@ -413,3 +413,12 @@ def test_eval_domain_chat_pairs_rows_by_text() -> None:
     assert paired["mcnemar_p"] == pytest.approx(1.0)  # 2 vs 1 discordant: exact binomial p = 1
     with pytest.raises(SystemExit):
         domain.pair(run([1, 0]), {"sets": {"v3": {"rows": [{"text": "other", "right": 1}] * 2}}})
+    # a set whose rows name their language is paired on each side of English too
+    langs = ["en", "fr", "ja", "en", "en"]
+    old, new = run([1, 1, 0, 0, 1]), run([1, 0, 1, 1, 1])
+    for run_ in (old, new):
+        for row, lang in zip(run_["sets"]["v3"]["rows"], langs, strict=True):
+            row["lang"] = lang
+    split = domain.pair(old, new)
+    assert (split["v3:english"]["n"], split["v3:english"]["only_new"]) == (3, 1)
+    assert (split["v3:non_english"]["only_new"], split["v3:non_english"]["only_old"]) == (1, 1)

@@ -15,7 +15,7 @@ import pytest
 from app.config.document import RouterConfig
 from app.config.errors import ConfigError
 from app.config.loader import parse_config
-from app.models.language import read_by_guard_heads
+from app.models.language import read_by_english_heads
 from app.pipeline import PipelineServices, RouterPipeline
 from app.pipeline.signals import band_judge
 from app.pipeline.signals.band_judge import EncoderJudge
@@ -172,10 +172,10 @@ async def test_a_text_the_heads_do_not_read_is_judged_in_its_own_band(
 
 
 def test_a_text_is_unread_only_when_the_model_is_sure_it_is_not_english() -> None:
-    assert not read_by_guard_heads(FRENCH_ASK)
-    assert not read_by_guard_heads("Wie kann ich in Python eine Liste nach dem zweiten Element sortieren?")
-    assert read_by_guard_heads("How do I sort a list by its second element in Python?")
-    assert read_by_guard_heads("Explain quantum entanglement simply.")  # ~0.7 French: not sure enough
+    assert not read_by_english_heads(FRENCH_ASK)
+    assert not read_by_english_heads("Wie kann ich in Python eine Liste nach dem zweiten Element sortieren?")
+    assert read_by_english_heads("How do I sort a list by its second element in Python?")
+    assert read_by_english_heads("Explain quantum entanglement simply.")  # ~0.7 French: not sure enough
 
 
 async def test_an_encoder_that_fails_leaves_the_heads_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,7 +192,37 @@ async def test_an_encoder_that_did_not_load_is_a_failed_cascade() -> None:
         await judge.guard("hello", 0.5)
 
 
-def test_the_judge_must_be_llm_or_encoder() -> None:
+async def test_the_multilingual_judge_judges_the_unread_band_and_names_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`cascade_judge: multilingual` asks the multilingual guard (app/models/multilingual.py)
+    with the encoder's protocol; a refusal it decides names it and its own cut."""
+    encoder = ScriptedEncoder()
+    judge = EncoderJudge(encoder, method=band_judge.MULTILINGUAL_METHOD)
+    monkeypatch.setattr(band_judge, "multilingual_judge", lambda: judge)
+    monkeypatch.setattr(band_judge, "encoder_judge", lambda: pytest.fail("the encoder was asked"))
+    services = PipelineServices(
+        embed=FakeEmbed(),
+        evaluators={"jailbreak": jailbreak_factory(FakeGuard()), "harmful": harmful_factory(FakeHarmful())},
+    )
+    config = _config(9, cascade_judge="multilingual", cascade_band_unread=[0.0, 1.0])
+    pipe = RouterPipeline(config, services, rng=random.Random(0))
+    plan = await pipe.route(chat(FRENCH_ATTACK))
+    assert _blocked(plan)
+    match = next(m for m in plan.signals.matches if m.type == "jailbreak")
+    assert match.detail["cascade"] == "multilingual" and match.detail["threshold"] == pytest.approx(0.7)
+    assert not _blocked(await pipe.route(chat(FRENCH_ASK)))
+    assert not _blocked(await pipe.route(chat("what is a prime number, grandmother")))  # English: heads
+    assert encoder.texts == [FRENCH_ATTACK, FRENCH_ASK]
+
+
+async def test_a_multilingual_judge_that_did_not_load_names_itself() -> None:
+    judge = EncoderJudge(None, "no AVX2", method=band_judge.MULTILINGUAL_METHOD)
+    with pytest.raises(RuntimeError, match="multilingual judge unavailable: no AVX2"):
+        await judge.guard("hola", 0.5)
+
+
+def test_the_judge_must_be_llm_encoder_or_multilingual() -> None:
     document = _encoder_config(cascade_band=[0.3, 0.8]).model_dump(by_alias=True, exclude_none=True)
     document["global"]["model_catalog"]["modules"]["prompt_guard"]["cascade_judge"] = "gpt"
     with pytest.raises(ConfigError, match="cascade_judge"):
