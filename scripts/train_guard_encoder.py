@@ -57,10 +57,13 @@ DOMAIN_CHAT = ROOT / "app" / "models" / "data" / "domain_chat_train.jsonl"
 HARD_NEGATIVE_SOURCES = ("domain-chat", "mmlu-pro-domain-train")
 
 
-def labelled_rows(hard: bool = False, everyday: bool = False, multilingual: bool = False) -> list[dict]:
+def labelled_rows(
+    hard: bool = False, everyday: bool = False, multilingual: bool = False, retired: bool = False
+) -> list[dict]:
     """Every candidate row {text, label, source, split}, held-out texts removed; `hard`: with
     the everyday hard negatives, half the dev rows trained on; `everyday` (implies `hard`): with
-    the hand-written everyday rows too; `multilingual`: with the multilingual training rows."""
+    the hand-written everyday rows too; `multilingual`: with the multilingual training rows;
+    `retired`: with the retired fresh sets' rows (the multilingual guard's recipe only)."""
     hard = hard or everyday
     args = tj.parse_args(["--offline"])
     examples, _ = tj.load_examples(args)
@@ -102,19 +105,22 @@ def labelled_rows(hard: bool = False, everyday: bool = False, multilingual: bool
         )
     if multilingual:
         rows += multilingual_rows(gd.wheels(offline=True))
+    if retired:
+        rows += [three_classes(r) for r in gtd.retired_rows()]
     return rows + hard_negatives(gd.heldout_keys()) if hard else rows
 
 
 def multilingual_rows(wheels: dict[str, Path]) -> list[dict]:
     """scripts/guard_train_data.py's multilingual rows in this model's three classes: injections
     and jailbreaks `jailbreak`, plainly worded harm asks `harmful`, everyday requests `benign`."""
-    out = []
-    for r in gtd.multilingual_rows(wheels):
-        label = "harmful" if r.category in gtd.HARM else "benign" if r.category == "benign" else "jailbreak"
-        out.append(
-            {"text": r.text, "label": label, "source": r.source, "split": r.split, "category": r.category}
-        )
-    return out
+    return [three_classes(r) for r in gtd.multilingual_rows(wheels)]
+
+
+def three_classes(r: gtd.Row) -> dict:
+    """A guard row in this model's classes: injections and jailbreaks `jailbreak`, plainly
+    worded harm asks `harmful`, everyday requests `benign`."""
+    label = "harmful" if r.category in gtd.HARM else "benign" if r.category == "benign" else "jailbreak"
+    return {"text": r.text, "label": label, "source": r.source, "split": r.split, "category": r.category}
 
 
 def hard_negatives(heldout: frozenset[str]) -> list[dict]:
@@ -204,9 +210,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="add the multilingual sets' training rows (docs/security.md, 'Attacks in other languages')",
     )
+    ap.add_argument(
+        "--retired",
+        action="store_true",
+        help="add the retired fresh sets' rows (docs/security.md, 'Retired fresh sets')",
+    )
     args = ap.parse_args(argv)
     hard = args.hard_negatives or args.everyday
-    rows = labelled_rows(hard, args.everyday, args.multilingual)
+    rows = labelled_rows(hard, args.everyday, args.multilingual, args.retired)
     per_class = PER_CLASS_EVERYDAY if args.everyday else PER_CLASS_HARD if hard else PER_CLASS
     train_rows = sample(rows, "train", per_class, weak_twice=hard)
     train_keys = {gd.key(r["text"]) for r in train_rows}

@@ -105,10 +105,15 @@ def _english_detector() -> LanguageDetector:
     return LanguageDetector()
 
 
-@lru_cache(maxsize=512)  # the guards and the domain classifier ask about the same prompt
 def read_by_english_heads(text: str) -> bool:
     """False when `text` is, with confidence, in a language the English heads were not trained
     on: a guard rule's `cascade_band_unread` then applies (app/pipeline/signals/guarded.py), and
     the domain classifier asks its multilingual head (app/models/domain.py)."""
-    code, probability = _english_detector().detect(text)
+    # The memo is keyed on the prefix the detector reads, never on a whole (up to 4 MiB) body.
+    return _read_by_english_heads(text.strip()[:MAX_CHARS])
+
+
+@lru_cache(maxsize=512)  # the guards and the domain classifier ask about the same prompt
+def _read_by_english_heads(sample: str) -> bool:
+    code, probability = _english_detector().detect(sample)
     return code in ENGLISH_HEAD_LANGUAGES or probability < UNREAD_CONFIDENCE

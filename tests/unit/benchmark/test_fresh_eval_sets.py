@@ -57,6 +57,12 @@ FRESH4_ENGLISH_FORMS = {
     "few_shot", "injection_calendar", "injection_code_review", "injection_csv", "injection_tool",
     "injection_memory", "obfuscation", "payload_splitting", "escalation",
 }  # fmt: skip
+# fresh5 (2026-12-01): written after fresh1-4 were retired to the multilingual guard's training
+# rows, so it is the one set no guard has read; half of it in 16+ other languages.
+ATTACKS5 = ROOT / "tests/data/guard/fresh5_attacks.jsonl"
+EVERYDAY5 = ROOT / "tests/data/guard/fresh5_everyday.jsonl"
+FRESH5 = (ATTACKS5, EVERYDAY5)
+SOURCE5 = "handwritten-fresh5-2026-12-01"
 # The six languages a per-language figure is read for, and the script each is written in.
 SCRIPTS = {
     "zh": r"[\u4e00-\u9fff]",
@@ -230,7 +236,7 @@ def test_fresh3_everyday_fields_and_counts() -> None:
     assert sum("messages" in r for r in everyday) <= 30
 
 
-@pytest.mark.parametrize("path", [ATTACKS3, EVERYDAY3, *FRESH4], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [ATTACKS3, EVERYDAY3, *FRESH4, *FRESH5], ids=lambda p: p.name)
 def test_fresh_conversations_are_well_formed(path: Path) -> None:
     """Known roles; a tool result answers an earlier assistant call; the user or a tool speaks last."""
     conversations = [r["messages"] for r in rows(path) if "messages" in r]
@@ -311,6 +317,52 @@ def test_fresh4_guard_sets_load_as_heldout_benchmark_cases() -> None:
     assert all(c.style for c in cases if c.attack) and not any(c.style for c in cases if not c.attack)
 
 
+def test_fresh5_fields_counts_and_languages() -> None:
+    attacks, everyday = rows(ATTACKS5), rows(EVERYDAY5)
+    for r in attacks:
+        _check_guard_row(r, "attack", SOURCE5)
+        assert set(r) - {"text", "messages"} == {"label", "category", "style", "lang", "source", "split"}
+    for r in everyday:
+        _check_guard_row(r, "benign", SOURCE5)
+        assert set(r) - {"text", "messages"} == {"label", "category", "lang", "source", "split"}
+    assert Counter(r["category"] for r in attacks) == dict.fromkeys(ATTACK_CATEGORIES, 25)
+    assert Counter(r["category"] for r in everyday) == dict.fromkeys(EVERYDAY_CATEGORIES | {"agent"}, 30)
+    for fresh, at_least in ((attacks, 100), (everyday, 150)):
+        assert all(re.fullmatch(r"[a-z]{2}", r["lang"]) for r in fresh), "ISO 639-1 codes"
+        languages = Counter(r["lang"] for r in fresh if r["lang"] != "en")
+        assert sum(languages.values()) >= at_least and len(languages) >= 16
+        assert all(languages[lang] >= 5 for lang in SCRIPTS)
+        for r in fresh:
+            if r["lang"] in SCRIPTS:
+                assert re.search(SCRIPTS[r["lang"]], " ".join(texts_of(r))), r
+    styles = Counter(r["style"] for r in attacks)
+    assert min(styles[s] for s in ("few_shot", "payload_splitting", "escalation")) >= 15
+    assert sum(n for s, n in styles.items() if s.startswith("injection_")) >= 15
+    cases = load_cases(list(FRESH5), "heldout")
+    assert Counter(c.label for c in cases) == {"attack": 200, "benign": 300}
+
+
+def test_retired_fresh_sets_train_the_multilingual_guard_only() -> None:
+    """fresh1-4 (measured and reported) are training rows of `--retired` alone: every other recipe
+    still drops them, and no text of a set still held out (fresh5 among them) is a retired row."""
+    gd, gtd = _script("guard_data"), _script("guard_train_data")
+    retired = gtd.retired_rows()
+    texts = {r.text for r in retired}
+    single = [r for name in gd.RETIRED_FILES for r in rows(gd.GUARD_DATA / name) if "text" in r]
+    assert len(retired) > 1300 and texts <= {r["text"] for r in single}
+    assert {r.source for r in retired} == {gtd.RETIRED_SOURCE} and {r.split for r in retired} == {
+        "train",
+        "val",
+    }
+    by_text = {r["text"]: r for r in single}
+    assert all(r.category == (by_text[r.text]["category"] if by_text[r.text]["label"] == "attack" else "benign")
+               for r in retired)  # fmt: skip
+    assert all(gd.leaks(t, gd.heldout_keys()) for t in texts)  # still held out for every other recipe
+    kept = gd.heldout_keys(retired=False)
+    assert not [t for t in texts if gd.leaks(t, kept)]
+    assert all(gd.leaks(t, kept) for path in FRESH5 for r in rows(path) for t in gd.row_texts(r))
+
+
 @pytest.fixture(scope="module")
 def evaluation_texts() -> dict[Path, set[str]]:
     """Every evaluation file's folded texts, read once for the module."""
@@ -325,7 +377,7 @@ def training_texts() -> tuple[set[str], set[str]]:
     return set(trained), {folded(t) for t in trained}
 
 
-@pytest.mark.parametrize("path", [*FRESH2, *FRESH3, *FRESH4], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*FRESH2, *FRESH3, *FRESH4, *FRESH5], ids=lambda p: p.name)
 def test_fresh_sets_share_no_text_with_other_evaluation_files(
     path: Path, evaluation_texts: dict[Path, set[str]]
 ) -> None:
@@ -336,8 +388,8 @@ def test_fresh_sets_share_no_text_with_other_evaluation_files(
 
 @pytest.mark.parametrize(
     ("paths", "at_least"),
-    [((ATTACKS2, EVERYDAY2), 400), ((ATTACKS3, EVERYDAY3), 470), (FRESH4, 470)],
-    ids=["fresh2", "fresh3", "fresh4"],
+    [((ATTACKS2, EVERYDAY2), 400), ((ATTACKS3, EVERYDAY3), 470), (FRESH4, 470), (FRESH5, 500)],
+    ids=["fresh2", "fresh3", "fresh4", "fresh5"],
 )
 def test_fresh_guard_rows_are_dropped_from_guard_training(paths: tuple[Path, Path], at_least: int) -> None:
     """The guard trainers drop every text `heldout_keys` holds (`leaks`); the fresh rows are there."""
@@ -376,7 +428,7 @@ def test_a_guard_set_rebuild_keeps_a_file_split_with_its_own_salt(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    "path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3, *FRESH4], ids=lambda p: p.name
+    "path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3, *FRESH4, *FRESH5], ids=lambda p: p.name
 )
 def test_no_text_shared_with_training_files(path: Path, training_texts: tuple[set[str], set[str]]) -> None:
     assert TRAINING, "no training files found"

@@ -62,6 +62,27 @@ def test_a_text_is_encoded_once_however_often_it_is_read() -> None:
     assert np.array_equal(again[1], first[0]) and np.array_equal(again[0], again[2])
 
 
+def test_a_huge_body_is_cut_before_it_is_tokenised_or_remembered() -> None:
+    """A 4 MiB body costs a prefix's tokenising, and the memo keeps the prefix, not the body."""
+    model = WordModel()
+    encoder = MultilingualEncoder(model)
+    body = "palabra " * 500_000
+    encoder.encode([body])
+    assert all(len(key) <= multilingual.MAX_CHARS for key in encoder._memo)
+    assert body.startswith(model.seen[0]) and len(model.seen) == 1
+
+
+def test_the_language_memo_keeps_the_prefix_it_reads() -> None:
+    from app.models import language
+
+    language._read_by_english_heads.cache_clear()
+    body = "Bonjour, pouvez-vous m'aider avec ma déclaration d'impôts ? " * 50_000
+    assert language.read_by_english_heads(body) is False
+    assert language.read_by_english_heads(body[: language.MAX_CHARS + 10]) is False
+    info = language._read_by_english_heads.cache_info()
+    assert (info.misses, info.hits) == (1, 1)  # the same prefix: one detection
+
+
 def test_the_attack_score_is_one_minus_the_benign_probability() -> None:
     weights = np.zeros((384, 3), dtype=np.float32)
     weights[0] = [0.0, 1.0, 0.0]  # more words, more `jailbreak`

