@@ -59,12 +59,25 @@ _PHONE_CONTEXT = words_re(
         r"viber",
     )
 )
+# Phone words of the other languages whose number talk is read (app/models/pii_proposals.py): a
+# phone context, and a cue that a number in a calculating sentence is still a phone number.
+_STRONG_PHONE_CUE_WORLD = re.compile(
+    r"\b(?:téléphone\w*|appelle\w*|appeler|rappel\w*|telefon\w*|tel[eé]fono|telefone|"
+    r"telefoon\w*|handynummer|anruf\w*|m[oó]vil|celular|cellulare|llam\w*|chiam\w*|"
+    r"mobiel|bellen|zadzwo\w*|kom[oó]rk\w*|телефон\w*|мобильн\w*|мобільн\w*|звон\w*|позвон\w*|"
+    r"дзвон\w*|подзвон\w*|هاتف\w*|جوال|موبايل|اتصل\w*|واتساب)\b"
+    r"|电话|手机|致电|打给|拨打|短信|微信|電話|携帯|ケータイ|전화|휴대폰|핸드폰|카톡|फ़ोन|फोन|मोबाइल",
+    re.IGNORECASE,
+)
 _PHONE_AFTER = re.compile(r"^\s*[-(]?\s*(?:office|fax|mobile|cell|home|work|desk|ext\b|x\d)")
 
 
 def _phone_context(text: str, start: int, end: int) -> bool:
+    before = text_before(text, start, 48)
     return bool(
-        _PHONE_CONTEXT.search(text_before(text, start, 48)) or _PHONE_AFTER.search(text_after(text, end, 12))
+        _PHONE_CONTEXT.search(before)
+        or _STRONG_PHONE_CUE_WORLD.search(before)
+        or _PHONE_AFTER.search(text_after(text, end, 12))
     )
 
 
@@ -92,13 +105,21 @@ _STRONG_PHONE_CUE = words_re(
 )
 
 
+# A figure written with thousands separators ("9 876 543 210", "1.234.567.890", "1,234,567,890").
+_GROUPED_FIGURE = re.compile(r"\d{1,3}(?:([ \u00a0\u202f.,'])\d{3})(?:\1\d{3})+")
+
+
 def phone_in_number_talk(text: str, start: int, end: int) -> bool:
-    """A bare digit run (no separators, no +) in a sentence that calculates with it and says
-    nothing of phones: the subject of a maths question ("What is 4815162342 divided by 7?")."""
+    """A bare digit run (no separators, no +), or a figure grouped in thousands, in a sentence
+    that calculates with it and says nothing of phones, in any language whose number talk is
+    read: the subject of a maths question ("What is 4815162342 divided by 7?", "Сколько будет
+    9 876 543 210 умножить на 12?")."""
     value = text[start:end]
-    if not value.isdigit():
+    if not (value.isdigit() or _GROUPED_FIGURE.fullmatch(value)):
         return False
-    return in_number_talk(text, start, end) and not _STRONG_PHONE_CUE.search(text_before(text, start, 48))
+    before = text_before(text, start, 48)
+    cued = _STRONG_PHONE_CUE.search(before) or _STRONG_PHONE_CUE_WORLD.search(before)
+    return in_number_talk(text, start, end) and not cued
 
 
 _EXTENSION = re.compile(r"\s*(?:x|ext\.?|extension)\s*\d{1,5}$", re.IGNORECASE)
@@ -246,11 +267,23 @@ _CARD_OWNED = words_re(
 )
 
 
+# Payment words of the other languages whose number talk is read.
+_CARD_OWNED_WORLD = re.compile(
+    r"\b(?:carte|cartes|karte\w*|tarjeta\w*|cart[aã]o|carta|kaart\w*|karta|kart[ıi]\w*|карт\w*|"
+    r"кредит\w*|paie\w*|pag[aoó]\w*|bezahl\w*|zahlung\w*|abbuch\w*|betal\w*|płat\w*|öde\w*|оплат\w*|плат[её]ж\w*|"
+    r"banque|bank\w*|banco|банк\w*|بطاق\w*|دفع|مصرف|بنك)\b"
+    r"|信用卡|银行卡|付款|支付|クレジット|カード|支払|카드|결제|कार्ड|भुगतान",
+    re.IGNORECASE,
+)
+
+
 def card_in_number_talk(text: str, start: int, end: int) -> bool:
     """A Luhn-valid number that a sentence calculates with or checks, in a text that says nothing
-    of paying: a number-theory question ("Is 4111111111111111 divisible by 3?"), not a card the
-    user disclosed."""
-    return in_number_talk(text, start, end) and not _CARD_OWNED.search(text.lower())
+    of paying (in any language whose number talk is read): a number-theory question ("Is
+    4111111111111111 divisible by 3?"), not a card the user disclosed."""
+    lowered = text.lower()
+    owned = _CARD_OWNED.search(lowered) or _CARD_OWNED_WORLD.search(lowered)
+    return in_number_talk(text, start, end) and not owned
 
 
 def find_credit_cards(text: str) -> list[EntityProposal]:

@@ -144,7 +144,37 @@ _NUMBER_TALK = re.compile(
     r"revenue|population|dollars|euros?|yen|odometer|magnitude)\b",
     re.IGNORECASE,
 )
-_SENTENCE_END = re.compile(r"[.!?\n](?:\s|$)")
+# The same talk in the other languages of the project's traffic (docs/security.md, "PII that reads
+# context"): only words that mean arithmetic and little else ("moins", "más", "per", "mal" are
+# everyday words too, so they are left out), and the usual "how much is" of each language.
+_NUMBER_TALK_WORLD = re.compile(
+    r"\b(?:"
+    # fr, es, pt, it ("division" and "calcul" are English words too, with other meanings)
+    r"divisé\w*|divisible|divisão|divisione|diviso|dividid[oa]s?|dividir|multiplié\w*|multiplicad[oa]|"
+    r"moltiplicat[oa]|soustrai\w*|soustraction|sottra\w*|subtrai\w*|chiffres|cifre|d[ií]gitos|"
+    r"calculez|calcule[rz]?|calcula[rs]?|calcola\w*|combien (?:font|fait)|cu[aá]nto es|quanto (?:é|fa)|"
+    r"binaire|binario|bin[aá]rio|"
+    # de, nl, pl, tr ("berechnen" is also "to charge": left out)
+    r"geteilt|dividier\w*|multiplizier\w*|subtrahier\w*|teilbar|quersumme|ziffern|ausrechnen|rechne|"
+    r"wie viel ist|gedeeld|deelbaar|vermenigvuldig\w*|hoeveel is|podzielon[aey] przez|podzielna|"
+    r"pomn[oó][zż]\w*|odejm\w*|oblicz\w*|ile to jest|çarp\w*|bölün\w*|hesapla\w*|"
+    # ru, uk ("делиться" / "поділитися" are "to share": only the "by" forms)
+    r"умнож\w*|помнож\w*|делится на|делить на|разделить на|делённое|деленное|делимост\w*|"
+    r"ділиться на|поділити на|вычисл\w*|обчисл\w*|посчитай|порахуй|сколько будет|скільки буде|"
+    r"цифр[аыу]?|цифрами|"
+    # ar
+    r"اضرب|مضروب|اقسم|مقسوم|قسمة|احسب|ناقص"
+    r")\b",
+    re.IGNORECASE,
+)
+# Scripts without spaces between words (zh, ja), whose vowel signs break `\b` (hi), and ko.
+_NUMBER_TALK_UNSPACED = re.compile(
+    r"乘以|除以|加上|减去|等于多少|计算|位数|质数|素数|整除|余数|二进制|十六进制|"
+    r"掛け|割っ|割る|足す|計算|桁|二進|"
+    r"곱하기|나누기|더하기|빼기|계산|자릿수|이진수|"
+    r"गुणा|भाग दें|भाग दे|जोड़|घटा|गणना"
+)
+_SENTENCE_END = re.compile(r"[.!?\n](?:\s|$)|[。！？]")  # a CJK full stop needs no space after it
 
 
 def sentence_around(text: str, start: int, end: int) -> str:
@@ -155,8 +185,9 @@ def sentence_around(text: str, start: int, end: int) -> str:
 
 
 def in_number_talk(text: str, start: int, end: int) -> bool:
-    """The number is what its sentence calculates with (see _NUMBER_TALK)."""
-    return bool(_NUMBER_TALK.search(sentence_around(text, start, end)))
+    """The number is what its sentence calculates with (see _NUMBER_TALK), in any language."""
+    sentence = sentence_around(text, start, end)
+    return any(p.search(sentence) for p in (_NUMBER_TALK, _NUMBER_TALK_WORLD, _NUMBER_TALK_UNSPACED))
 
 
 # Capital letters a name may start with: ASCII, Latin-1 and Latin Extended-A/B ("Šárka",

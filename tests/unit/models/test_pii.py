@@ -237,6 +237,42 @@ def test_numbers_a_question_calculates_with_are_no_phone_or_card(detector: PIIDe
 @pytest.mark.parametrize(
     "text",
     [
+        "Combien font 0712345678 divisé par 2 ? Mon fils fait ses devoirs.",
+        "Сколько будет 8 765 432 109 умножить на 7?",
+        "Ist 4111111111111111 durch 3 teilbar?",
+        "4815162342 除以 7 等于多少？",
+        "¿Cuánto es 5551234567 dividido entre 3?",
+        "9876543210 को 12 से गुणा करें",
+        "2147483647을 7로 나누기 하면 나머지는?",
+        "Is 1.234.567.890 divisible by 9?",
+    ],
+)
+def test_numbers_calculated_with_in_other_languages_are_no_phone_or_card(
+    detector: PIIDetector, text: str
+) -> None:
+    found = {e.type for e in detector.detect(text).entities}
+    assert not found & {"PHONE_NUMBER", "CREDIT_CARD", "US_BANK_NUMBER", "US_SSN"}, found
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        # a phone or payment word keeps a number a phone or a card in a calculating sentence
+        ("Позвони мне по номеру 89161234567, пожалуйста, и посчитай сумму.", "PHONE_NUMBER"),
+        ("Mi tarjeta es 4111111111111111, calcula la comisión del 3%.", "CREDIT_CARD"),
+        ("Meine Karte 4111 1111 1111 1111 wurde belastet, bitte rechne nach.", "CREDIT_CARD"),
+        ("Call me at 4155550132 and compute the total.", "PHONE_NUMBER"),
+    ],
+)
+def test_a_phone_or_card_word_in_another_language_keeps_the_identifier(
+    detector: PIIDetector, text: str, kind: str
+) -> None:
+    assert kind in {e.type for e in detector.detect(text).entities}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
         # figures of a table run together: the digits continue a decimal or a thousands group
         "Year Output Index 19801,204.7100.00? 19811,356.2104.31? Compute real output for each year.",
         "x f(x) 0.2 1.0201 0.1003 0.4 1.0811 04032 0.8 1.3374 0.8211 Use the table to estimate f(0.5).",
