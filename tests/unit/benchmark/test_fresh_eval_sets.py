@@ -63,6 +63,12 @@ ATTACKS5 = ROOT / "tests/data/guard/fresh5_attacks.jsonl"
 EVERYDAY5 = ROOT / "tests/data/guard/fresh5_everyday.jsonl"
 FRESH5 = (ATTACKS5, EVERYDAY5)
 SOURCE5 = "handwritten-fresh5-2026-12-01"
+# fresh6 (2026-12-01, late): written while fresh5 was first read, for the next guard decision;
+# more of the forms the English heads miss, and agent conversations with ordinary instructions.
+ATTACKS6 = ROOT / "tests/data/guard/fresh6_attacks.jsonl"
+EVERYDAY6 = ROOT / "tests/data/guard/fresh6_everyday.jsonl"
+FRESH6 = (ATTACKS6, EVERYDAY6)
+SOURCE6 = "handwritten-fresh6-2026-12-01"
 # The six languages a per-language figure is read for, and the script each is written in.
 SCRIPTS = {
     "zh": r"[\u4e00-\u9fff]",
@@ -236,7 +242,7 @@ def test_fresh3_everyday_fields_and_counts() -> None:
     assert sum("messages" in r for r in everyday) <= 30
 
 
-@pytest.mark.parametrize("path", [ATTACKS3, EVERYDAY3, *FRESH4, *FRESH5], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [ATTACKS3, EVERYDAY3, *FRESH4, *FRESH5, *FRESH6], ids=lambda p: p.name)
 def test_fresh_conversations_are_well_formed(path: Path) -> None:
     """Known roles; a tool result answers an earlier assistant call; the user or a tool speaks last."""
     conversations = [r["messages"] for r in rows(path) if "messages" in r]
@@ -317,28 +323,31 @@ def test_fresh4_guard_sets_load_as_heldout_benchmark_cases() -> None:
     assert all(c.style for c in cases if c.attack) and not any(c.style for c in cases if not c.attack)
 
 
-def test_fresh5_fields_counts_and_languages() -> None:
-    attacks, everyday = rows(ATTACKS5), rows(EVERYDAY5)
+@pytest.mark.parametrize(
+    ("fresh", "source"), [(FRESH5, SOURCE5), (FRESH6, SOURCE6)], ids=["fresh5", "fresh6"]
+)
+def test_fresh5_and_6_fields_counts_and_languages(fresh: tuple[Path, Path], source: str) -> None:
+    attacks, everyday = rows(fresh[0]), rows(fresh[1])
     for r in attacks:
-        _check_guard_row(r, "attack", SOURCE5)
+        _check_guard_row(r, "attack", source)
         assert set(r) - {"text", "messages"} == {"label", "category", "style", "lang", "source", "split"}
     for r in everyday:
-        _check_guard_row(r, "benign", SOURCE5)
+        _check_guard_row(r, "benign", source)
         assert set(r) - {"text", "messages"} == {"label", "category", "lang", "source", "split"}
     assert Counter(r["category"] for r in attacks) == dict.fromkeys(ATTACK_CATEGORIES, 25)
     assert Counter(r["category"] for r in everyday) == dict.fromkeys(EVERYDAY_CATEGORIES | {"agent"}, 30)
-    for fresh, at_least in ((attacks, 100), (everyday, 150)):
-        assert all(re.fullmatch(r"[a-z]{2}", r["lang"]) for r in fresh), "ISO 639-1 codes"
-        languages = Counter(r["lang"] for r in fresh if r["lang"] != "en")
+    for part, at_least in ((attacks, 100), (everyday, 150)):
+        assert all(re.fullmatch(r"[a-z]{2}", r["lang"]) for r in part), "ISO 639-1 codes"
+        languages = Counter(r["lang"] for r in part if r["lang"] != "en")
         assert sum(languages.values()) >= at_least and len(languages) >= 16
-        assert all(languages[lang] >= 5 for lang in SCRIPTS)
-        for r in fresh:
+        assert all(languages[lang] >= 4 for lang in SCRIPTS)
+        for r in part:
             if r["lang"] in SCRIPTS:
                 assert re.search(SCRIPTS[r["lang"]], " ".join(texts_of(r))), r
     styles = Counter(r["style"] for r in attacks)
     assert min(styles[s] for s in ("few_shot", "payload_splitting", "escalation")) >= 15
     assert sum(n for s, n in styles.items() if s.startswith("injection_")) >= 15
-    cases = load_cases(list(FRESH5), "heldout")
+    cases = load_cases(list(fresh), "heldout")
     assert Counter(c.label for c in cases) == {"attack": 200, "benign": 300}
 
 
@@ -360,7 +369,7 @@ def test_retired_fresh_sets_train_the_multilingual_guard_only() -> None:
     assert all(gd.leaks(t, gd.heldout_keys()) for t in texts)  # still held out for every other recipe
     kept = gd.heldout_keys(retired=False)
     assert not [t for t in texts if gd.leaks(t, kept)]
-    assert all(gd.leaks(t, kept) for path in FRESH5 for r in rows(path) for t in gd.row_texts(r))
+    assert all(gd.leaks(t, kept) for path in (*FRESH5, *FRESH6) for r in rows(path) for t in gd.row_texts(r))
 
 
 @pytest.fixture(scope="module")
@@ -377,7 +386,7 @@ def training_texts() -> tuple[set[str], set[str]]:
     return set(trained), {folded(t) for t in trained}
 
 
-@pytest.mark.parametrize("path", [*FRESH2, *FRESH3, *FRESH4, *FRESH5], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*FRESH2, *FRESH3, *FRESH4, *FRESH5, *FRESH6], ids=lambda p: p.name)
 def test_fresh_sets_share_no_text_with_other_evaluation_files(
     path: Path, evaluation_texts: dict[Path, set[str]]
 ) -> None:
@@ -388,8 +397,8 @@ def test_fresh_sets_share_no_text_with_other_evaluation_files(
 
 @pytest.mark.parametrize(
     ("paths", "at_least"),
-    [((ATTACKS2, EVERYDAY2), 400), ((ATTACKS3, EVERYDAY3), 470), (FRESH4, 470), (FRESH5, 500)],
-    ids=["fresh2", "fresh3", "fresh4", "fresh5"],
+    [((ATTACKS2, EVERYDAY2), 400), ((ATTACKS3, EVERYDAY3), 470), (FRESH4, 470), (FRESH5, 500), (FRESH6, 500)],
+    ids=["fresh2", "fresh3", "fresh4", "fresh5", "fresh6"],
 )
 def test_fresh_guard_rows_are_dropped_from_guard_training(paths: tuple[Path, Path], at_least: int) -> None:
     """The guard trainers drop every text `heldout_keys` holds (`leaks`); the fresh rows are there."""
@@ -428,7 +437,7 @@ def test_a_guard_set_rebuild_keeps_a_file_split_with_its_own_salt(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    "path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3, *FRESH4, *FRESH5], ids=lambda p: p.name
+    "path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3, *FRESH4, *FRESH5, *FRESH6], ids=lambda p: p.name
 )
 def test_no_text_shared_with_training_files(path: Path, training_texts: tuple[set[str], set[str]]) -> None:
     assert TRAINING, "no training files found"
