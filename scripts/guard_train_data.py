@@ -125,17 +125,23 @@ def multilingual_rows(wheels: dict[str, Path]) -> list[Row]:
 RETIRED_SOURCE = "retired-fresh"
 
 
+# Styles of a fresh set's harm row that ask plainly: every other style wraps the ask in a frame
+# (role-play, a story, few-shot examples, a split payload, a pasted document, ...).
+PLAIN_STYLES = frozenset({"direct", "non_english", "euphemism", "explicit", "grooming"})
+
+
 def retired_rows() -> list[Row]:
     """The retired fresh sets' single prompts (scripts/guard_data.py `RETIRED_FILES`): attacks by
-    their category, ordinary prompts benign, train / val like the seeds; a text of a set still
-    held out is dropped. Conversations are left out: their label is the whole conversation's,
-    not each message's."""
+    their category (`framed` when the style wraps the ask), ordinary prompts benign, train / val
+    like the seeds; a text of a set still held out is dropped. Conversations are left out: their
+    label is the whole conversation's, not each message's."""
     out = [
         Row(
             r["text"],
             r["category"] if r["label"] == "attack" else "benign",
             RETIRED_SOURCE,
             split_of(r["text"]),
+            framed=r["label"] == "attack" and r.get("style", "direct") not in PLAIN_STYLES,
         )
         for name in gd.RETIRED_FILES
         for r in gd.read_jsonl(gd.GUARD_DATA / name)

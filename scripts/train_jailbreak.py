@@ -76,7 +76,7 @@ TEMPLATED = {
 MAX_CONTRASTIVE_FPR = 0.03  # benign validation FPR allowed for the default contrastive patterns
 MAX_MMLU_FPR = 0.003  # calibration target; the goal on held-out ordinary prompts is <= 0.3%
 MAX_EVERYDAY_FPR = 0.01  # on the everyday-style validation rows (hand-written dev, project seeds)
-EVERYDAY_SOURCES = ("handwritten-dev", "project-train", "doc-benign", "everyday-train")
+EVERYDAY_SOURCES = ("handwritten-dev", "project-train", "doc-benign", "everyday-train", gtd.RETIRED_SOURCE)
 ACC_TOLERANCE = 0.003  # validation accuracy given up, at most, for a more conservative cut
 
 # Harmful-ish requests that fill the pyrit templates; the held-out templates get different ones.
@@ -281,12 +281,13 @@ def generate_templated(limit: int | None, seed_only: bool, weight: float = TEMPL
     return out
 
 
-def drop_leaks(examples: list[Example]) -> list[Example]:
+def drop_leaks(examples: list[Example], retired: bool = False) -> list[Example]:
     """Training rows whose text also appears in a validation/test/eval row are dropped, and
-    train/val rows whose text is in a held-out evaluation set (tests/data/guard) too."""
+    train/val rows whose text is in a held-out evaluation set (tests/data/guard) too; with
+    `retired`, the retired fresh sets are training rows, not held out."""
     held = {" ".join(e.text.lower().split()) for e in examples if e.split != "train"}
     kept = [e for e in examples if e.split != "train" or " ".join(e.text.lower().split()) not in held]
-    keys = gd.heldout_keys()
+    keys = gd.heldout_keys(retired=not retired)
     tuned = [e for e in kept if e.split not in ("train", "val") or not gd.leaks(e.text, keys)]
     print(
         f"[data] dropped {len(examples) - len(kept)} train rows duplicated in held-out splits and "
@@ -310,10 +311,8 @@ def shared_examples(
     for r in gtd.extra_rows(wheels, benign, injections, everyday, limit=limit):
         if r.source == "framed-benign":  # a jailbreak frame is an attack whatever it wraps: not benign here
             continue
-        if r.category == "benign":
-            out.append(Example(r.text, 0, r.source, r.split, r.weight))
-        elif r.category in ("jailbreak", "prompt_injection") or r.framed:
-            out.append(Example(r.text, 1, r.source, r.split, r.weight))
+        if (label := guard_label(r)) is not None:
+            out.append(Example(r.text, label, r.source, r.split, r.weight))
     return out
 
 
@@ -407,10 +406,13 @@ def fit_best(make, grid, x_tr, y_tr, w_tr, x_va, y_va, name):
     return best[2], best[1]
 
 
-def calibrate_offset(z: np.ndarray, y: np.ndarray, sources: list[str]) -> float:
+def calibrate_offset(
+    z: np.ndarray, y: np.ndarray, sources: list[str], everyday_fpr: float = MAX_EVERYDAY_FPR
+) -> float:
     """Logit cut for the operating point, chosen on validation data.
 
-    Among cuts that keep MMLU-calibration FPR under MAX_MMLU_FPR, take the HIGHEST one whose
+    Among cuts that keep MMLU-calibration FPR under MAX_MMLU_FPR (and the everyday-style rows'
+    under `everyday_fpr`), take the HIGHEST one whose
     corpora accuracy is within ACC_TOLERANCE of the best: accuracy is flat near its optimum, and
     real benign traffic is broader than the corpora's narrow benign class, so when the corpora
     cannot tell two cuts apart the one with fewer false positives is the better bet."""
@@ -425,7 +427,7 @@ def calibrate_offset(z: np.ndarray, y: np.ndarray, sources: list[str]) -> float:
         pred = z >= cut
         if mmlu.any() and pred[mmlu].mean() > MAX_MMLU_FPR:
             continue
-        if everyday.any() and pred[everyday].mean() > MAX_EVERYDAY_FPR:
+        if everyday.any() and pred[everyday].mean() > everyday_fpr:
             continue
         accs[float(cut)] = float(np.mean(pred[corp] == y[corp]))
     for name, mask in (("mmlu", mmlu), ("everyday", everyday)):
@@ -495,6 +497,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--multilingual", action=argparse.BooleanOptionalAction, default=False,
         help="train on the multilingual sets' training parts (scripts/guard_train_data.py multilingual_rows)",
     )  # fmt: skip
+    ap.add_argument(
+        "--retired", action=argparse.BooleanOptionalAction, default=False,
+        help="train on the retired fresh sets' prompts, weighted as the seeds (docs/security.md, 'Retired fresh sets')",
+    )  # fmt: skip
+    ap.add_argument(
+        "--everyday-fpr", type=float, default=MAX_EVERYDAY_FPR,
+        help="flag rate allowed on the everyday-style validation rows when the cut is chosen",
+    )  # fmt: skip
     return ap.parse_args(argv)
 
 
@@ -515,7 +525,22 @@ def load_examples(args: argparse.Namespace) -> tuple[list[Example], bool]:
     examples += shared_examples(wheels, examples, args.everyday_train, args.limit)
     if args.multilingual:
         examples += multilingual_examples(wheels)
-    return drop_leaks(examples), seed_only
+    if args.retired:
+        examples += [
+            Example(r.text, label, r.source, r.split, gtd.SEED_WEIGHT if r.split == "train" else 1.0)
+            for r in gtd.retired_rows()
+            if (label := guard_label(r)) is not None
+        ]
+    return drop_leaks(examples, retired=args.retired), seed_only
+
+
+def guard_label(r: gtd.Row) -> int | None:
+    """A shared row's label for this guard: jailbreaks, injections and framed harm requests are
+    attacks (a jailbreak frame is an attack whatever it wraps), benign rows benign; a plainly
+    worded harm request is the harmful classifier's (None)."""
+    if r.category == "benign":
+        return 0
+    return 1 if r.category in ("jailbreak", "prompt_injection") or r.framed else None
 
 
 def multilingual_examples(wheels: dict[str, Path]) -> list[Example]:
@@ -637,6 +662,7 @@ def fit_stack(
     examples: list[Example],
     y: np.ndarray,
     va: np.ndarray,
+    everyday_fpr: float = MAX_EVERYDAY_FPR,
 ) -> tuple[Stacking, np.ndarray, np.ndarray]:
     """Stack the heads on validation (unseen by both), then calibrate the operating point and the
     contrastive margin there. Also returns the heads' logits on every row."""
@@ -649,7 +675,8 @@ def fit_stack(
     bias = float(stacker.intercept_[0])
     bonus = np.array([sum(h[2] for h in match_patterns(t)) for t in texts], np.float32)
     z_val = w_emb * z_emb + w_ng * z_ng + bias + bonus
-    offset = calibrate_offset(z_val[va], y[va], [e.source for e, m in zip(examples, va, strict=True) if m])
+    sources = [e.source for e, m in zip(examples, va, strict=True) if m]
+    offset = calibrate_offset(z_val[va], y[va], sources, everyday_fpr)
     margin = calibrate_contrastive(guard, vectors[va], y[va])
     return Stacking(w_emb, w_ng, bias, offset, margin), z_emb, z_ng
 
@@ -687,6 +714,8 @@ def build_meta(
         "seed_only": seed_only,
         "everyday_train": args.everyday_train,
         "multilingual": args.multilingual,
+        "retired": args.retired,
+        "everyday_fpr": args.everyday_fpr,
         "limit": args.limit,
     }
 
@@ -802,7 +831,7 @@ def main(argv: list[str] | None = None) -> int:
     write_weights(args.out, heads)
     (args.out / META_FILE).write_text(json.dumps(tmp_meta))
     guard = JailbreakGuard(encoder=encoder, artifact_dir=args.out)
-    stack, z_emb, z_ng = fit_stack(guard, vectors, texts, examples, y, va)
+    stack, z_emb, z_ng = fit_stack(guard, vectors, texts, examples, y, va, args.everyday_fpr)
 
     encoder_name = f"{ENCODER_ID} ONNX, max {encoder.max_tokens} tokens"
     meta = build_meta(args, encoder_name, heads, stack, counts, seed_only)

@@ -136,6 +136,9 @@ class JailbreakSignal(Strict):
     read: list[ReadPart] = Field(default_factory=list)
     cascade_band: CascadeBand = Field(default_factory=list)
     cascade_band_unread: CascadeBand = Field(default_factory=list)
+    # An instruction planted for the AI in a tool result (app/models/tool_injection.py) is an
+    # injection whatever the head scores; read only where `read` lists `tool_results`.
+    planted_instructions: bool = False
     jailbreak_patterns: list[str] = Field(default_factory=list)
     benign_patterns: list[str] = Field(default_factory=list)
 

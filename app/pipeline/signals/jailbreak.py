@@ -24,6 +24,7 @@ import numpy as np
 
 from app.config.document import RouterConfig
 from app.config.signals import CASCADE_KEYS, JailbreakSignal
+from app.models.tool_injection import planted_instruction
 from app.pipeline.signals import llm_judge
 from app.pipeline.signals.band_judge import build_band_judge
 from app.pipeline.signals.base import EvaluatorFactory
@@ -58,6 +59,8 @@ def prompt_guard_rule(config: RouterConfig) -> JailbreakSignal | None:
         fields["include_history"] = section["include_history"]
     if isinstance(section.get("read"), list):
         fields["read"] = section["read"]
+    if isinstance(section.get("planted_instructions"), bool):
+        fields["planted_instructions"] = section["planted_instructions"]
     for key in CASCADE_KEYS:
         if isinstance(section.get(key), list):
             fields[key] = section[key]
@@ -122,6 +125,13 @@ class JailbreakEvaluator(TextRuleEvaluator[JailbreakSignal]):
             "detection_types": list(result.detection_types),
         }
         return result.is_jailbreak, result.score, detail
+
+    def _planted(self, part: str, text: str, rule: JailbreakSignal) -> str | None:
+        """An instruction planted for the AI in a tool result flags it whatever the head scored
+        (app/models/tool_injection.py: the head misses most of them)."""
+        if part != "tool_results" or not rule.planted_instructions:
+            return None
+        return planted_instruction(text)
 
 
 def jailbreak_factory(engine: SignalEngine | None) -> EvaluatorFactory:

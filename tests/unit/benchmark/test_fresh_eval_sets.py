@@ -351,9 +351,10 @@ def test_fresh5_and_6_fields_counts_and_languages(fresh: tuple[Path, Path], sour
     assert Counter(c.label for c in cases) == {"attack": 200, "benign": 300}
 
 
-def test_retired_fresh_sets_train_the_multilingual_guard_only() -> None:
-    """fresh1-4 (measured and reported) are training rows of `--retired` alone: every other recipe
-    still drops them, and no text of a set still held out (fresh5 among them) is a retired row."""
+def test_retired_fresh_sets_train_behind_the_retired_flags_only() -> None:
+    """fresh1-4 (measured and reported) are training rows of `--retired` alone (the multilingual
+    guard's and the jailbreak head's): every other recipe still drops them, and no text of a set
+    still held out (fresh5 among them) is a retired row."""
     gd, gtd = _script("guard_data"), _script("guard_train_data")
     retired = gtd.retired_rows()
     texts = {r.text for r in retired}
@@ -366,7 +367,11 @@ def test_retired_fresh_sets_train_the_multilingual_guard_only() -> None:
     by_text = {r["text"]: r for r in single}
     assert all(r.category == (by_text[r.text]["category"] if by_text[r.text]["label"] == "attack" else "benign")
                for r in retired)  # fmt: skip
-    assert all(gd.leaks(t, gd.heldout_keys()) for t in texts)  # still held out for every other recipe
+    for r in retired:  # a harm ask in a frame (role-play, few-shot, a pasted document) is framed
+        style = by_text[r.text].get("style", "direct")
+        assert r.framed == (by_text[r.text]["label"] == "attack" and style not in gtd.PLAIN_STYLES)
+    held = gd.heldout_keys()
+    assert all(gd.leaks(t, held) for t in texts)  # still held out for every other recipe
     kept = gd.heldout_keys(retired=False)
     assert not [t for t in texts if gd.leaks(t, kept)]
     assert all(gd.leaks(t, kept) for path in (*FRESH5, *FRESH6) for r in rows(path) for t in gd.row_texts(r))
@@ -483,3 +488,17 @@ def test_eval_domain_chat_pairs_rows_by_text() -> None:
     split = domain.pair(old, new)
     assert (split["v3:english"]["n"], split["v3:english"]["only_new"]) == (3, 1)
     assert (split["v3:non_english"]["only_new"], split["v3:non_english"]["only_old"]) == (1, 1)
+
+
+def test_the_jailbreak_trainer_labels_retired_rows_as_its_shared_rows() -> None:
+    """`--retired`: jailbreaks, injections and framed harm asks are attacks, ordinary prompts
+    benign, plain harm asks the harmful head's (left out); the rows survive the leak filter."""
+    tj, gtd = _script("train_jailbreak"), _script("guard_train_data")
+    assert tj.parse_args([]).retired is False and tj.parse_args(["--retired"]).retired
+    row = gtd.Row
+    assert tj.guard_label(row("x", "benign", "s", "train")) == 0
+    assert tj.guard_label(row("x", "prompt_injection", "s", "train")) == 1
+    assert tj.guard_label(row("x", "hate", "s", "train", framed=True)) == 1
+    assert tj.guard_label(row("x", "hate", "s", "train")) is None
+    examples = [tj.Example(r.text, 0, r.source, r.split) for r in gtd.retired_rows()[:50]]
+    assert len(tj.drop_leaks(examples, retired=True)) == 50 and not tj.drop_leaks(examples)
