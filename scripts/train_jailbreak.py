@@ -407,9 +407,17 @@ def fit_best(make, grid, x_tr, y_tr, w_tr, x_va, y_va, name):
 
 
 def calibrate_offset(
-    z: np.ndarray, y: np.ndarray, sources: list[str], everyday_fpr: float = MAX_EVERYDAY_FPR
+    z: np.ndarray,
+    y: np.ndarray,
+    sources: list[str],
+    everyday_fpr: float = MAX_EVERYDAY_FPR,
+    match_fpr: float | None = None,
 ) -> float:
     """Logit cut for the operating point, chosen on validation data.
+
+    With `match_fpr` (another head's flag rate on these benign validation rows): the lowest cut
+    whose benign flag rate is not above it, so that a retrain is compared with that head at the
+    false-positive rate it had, not at a cut its own calibration moved.
 
     Among cuts that keep MMLU-calibration FPR under MAX_MMLU_FPR (and the everyday-style rows'
     under `everyday_fpr`), take the HIGHEST one whose
@@ -417,6 +425,14 @@ def calibrate_offset(
     real benign traffic is broader than the corpora's narrow benign class, so when the corpora
     cannot tell two cuts apart the one with fewer false positives is the better bet."""
     src = np.array(sources)
+    if match_fpr is not None:
+        benign = np.sort(z[y == 0])[::-1]  # highest first: k flagged rows at a cut just above the k+1-th
+        k = int(np.floor(match_fpr * len(benign) + 1e-9))
+        cut = float(np.nextafter(benign[k], np.inf)) if k < len(benign) else float(benign[-1])
+        print(
+            f"[calibrate] logit cut {cut:.3f}: benign val flag rate {k / len(benign):.4f} (matching {match_fpr:.4f})"
+        )
+        return cut
     mmlu = src == "mmlu"
     everyday = np.isin(src, EVERYDAY_SOURCES) & (y == 0)
     corp = ~mmlu & ~np.isin(src, EVERYDAY_SOURCES)
@@ -500,6 +516,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--retired", action=argparse.BooleanOptionalAction, default=False,
         help="train on the retired fresh sets' prompts, weighted as the seeds (docs/security.md, 'Retired fresh sets')",
+    )  # fmt: skip
+    ap.add_argument(
+        "--match-fpr-of", type=Path, default=None,
+        help="choose the cut at this artifact's flag rate on the benign validation rows",
     )  # fmt: skip
     ap.add_argument(
         "--everyday-fpr", type=float, default=MAX_EVERYDAY_FPR,
@@ -663,6 +683,7 @@ def fit_stack(
     y: np.ndarray,
     va: np.ndarray,
     everyday_fpr: float = MAX_EVERYDAY_FPR,
+    match_fpr: float | None = None,
 ) -> tuple[Stacking, np.ndarray, np.ndarray]:
     """Stack the heads on validation (unseen by both), then calibrate the operating point and the
     contrastive margin there. Also returns the heads' logits on every row."""
@@ -676,7 +697,7 @@ def fit_stack(
     bonus = np.array([sum(h[2] for h in match_patterns(t)) for t in texts], np.float32)
     z_val = w_emb * z_emb + w_ng * z_ng + bias + bonus
     sources = [e.source for e, m in zip(examples, va, strict=True) if m]
-    offset = calibrate_offset(z_val[va], y[va], sources, everyday_fpr)
+    offset = calibrate_offset(z_val[va], y[va], sources, everyday_fpr, match_fpr)
     margin = calibrate_contrastive(guard, vectors[va], y[va])
     return Stacking(w_emb, w_ng, bias, offset, margin), z_emb, z_ng
 
@@ -716,6 +737,7 @@ def build_meta(
         "multilingual": args.multilingual,
         "retired": args.retired,
         "everyday_fpr": args.everyday_fpr,
+        "match_fpr_of": str(args.match_fpr_of) if args.match_fpr_of else None,
         "limit": args.limit,
     }
 
@@ -806,6 +828,12 @@ def main(argv: list[str] | None = None) -> int:
     w = np.array([e.weight for e in examples])
     tr, va = split == "train", split == "val"
     balance_weights(w, y, tr)
+    match_fpr = None
+    if args.match_fpr_of is not None:  # read before anything is written: it may be args.out
+        idx = np.flatnonzero(va & (y == 0))
+        reference = JailbreakGuard(encoder=encoder, artifact_dir=args.match_fpr_of)
+        flags = reference.detect_vectors(vectors[idx], [examples[i].text for i in idx])
+        match_fpr = float(np.mean([r.is_jailbreak for r in flags]))
 
     emb_c, emb_layers = fit_embedding_head(args.emb_head, vectors, y, w, tr, va)
     texts = [e.text for e in examples]
@@ -831,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
     write_weights(args.out, heads)
     (args.out / META_FILE).write_text(json.dumps(tmp_meta))
     guard = JailbreakGuard(encoder=encoder, artifact_dir=args.out)
-    stack, z_emb, z_ng = fit_stack(guard, vectors, texts, examples, y, va, args.everyday_fpr)
+    stack, z_emb, z_ng = fit_stack(guard, vectors, texts, examples, y, va, args.everyday_fpr, match_fpr)
 
     encoder_name = f"{ENCODER_ID} ONNX, max {encoder.max_tokens} tokens"
     meta = build_meta(args, encoder_name, heads, stack, counts, seed_only)
