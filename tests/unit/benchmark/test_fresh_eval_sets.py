@@ -489,16 +489,3 @@ def test_eval_domain_chat_pairs_rows_by_text() -> None:
     assert (split["v3:english"]["n"], split["v3:english"]["only_new"]) == (3, 1)
     assert (split["v3:non_english"]["only_new"], split["v3:non_english"]["only_old"]) == (1, 1)
 
-
-def test_the_jailbreak_trainer_labels_retired_rows_as_its_shared_rows() -> None:
-    """`--retired`: jailbreaks, injections and framed harm asks are attacks, ordinary prompts
-    benign, plain harm asks the harmful head's (left out); the rows survive the leak filter."""
-    tj, gtd = _script("train_jailbreak"), _script("guard_train_data")
-    assert tj.parse_args([]).retired is False and tj.parse_args(["--retired"]).retired
-    row = gtd.Row
-    assert tj.guard_label(row("x", "benign", "s", "train")) == 0
-    assert tj.guard_label(row("x", "prompt_injection", "s", "train")) == 1
-    assert tj.guard_label(row("x", "hate", "s", "train", framed=True)) == 1
-    assert tj.guard_label(row("x", "hate", "s", "train")) is None
-    examples = [tj.Example(r.text, 0, r.source, r.split) for r in gtd.retired_rows()[:50]]
-    assert len(tj.drop_leaks(examples, retired=True)) == 50 and not tj.drop_leaks(examples)
