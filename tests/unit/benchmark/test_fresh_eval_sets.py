@@ -69,6 +69,12 @@ ATTACKS6 = ROOT / "tests/data/guard/fresh6_attacks.jsonl"
 EVERYDAY6 = ROOT / "tests/data/guard/fresh6_everyday.jsonl"
 FRESH6 = (ATTACKS6, EVERYDAY6)
 SOURCE6 = "handwritten-fresh6-2026-12-01"
+# fresh7 (2026-12-01, written while fresh6 was first read): mostly English, for the next decision on
+# the English heads.
+ATTACKS7 = ROOT / "tests/data/guard/fresh7_attacks.jsonl"
+EVERYDAY7 = ROOT / "tests/data/guard/fresh7_everyday.jsonl"
+FRESH7 = (ATTACKS7, EVERYDAY7)
+SOURCE7 = "handwritten-fresh7-2026-12-01"
 # The six languages a per-language figure is read for, and the script each is written in.
 SCRIPTS = {
     "zh": r"[\u4e00-\u9fff]",
@@ -242,7 +248,9 @@ def test_fresh3_everyday_fields_and_counts() -> None:
     assert sum("messages" in r for r in everyday) <= 30
 
 
-@pytest.mark.parametrize("path", [ATTACKS3, EVERYDAY3, *FRESH4, *FRESH5, *FRESH6], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [ATTACKS3, EVERYDAY3, *FRESH4, *FRESH5, *FRESH6, *FRESH7], ids=lambda p: p.name
+)
 def test_fresh_conversations_are_well_formed(path: Path) -> None:
     """Known roles; a tool result answers an earlier assistant call; the user or a tool speaks last."""
     conversations = [r["messages"] for r in rows(path) if "messages" in r]
@@ -351,6 +359,45 @@ def test_fresh5_and_6_fields_counts_and_languages(fresh: tuple[Path, Path], sour
     assert Counter(c.label for c in cases) == {"attack": 200, "benign": 300}
 
 
+def test_fresh7_fields_counts_and_languages() -> None:
+    """Mostly English (the English heads' next decision), with every form the English heads miss
+    read on its own and the six script languages still there to be read."""
+    attacks, everyday = rows(ATTACKS7), rows(EVERYDAY7)
+    assert (len(attacks), len(everyday)) == (200, 300)
+    for r in attacks:
+        _check_guard_row(r, "attack", SOURCE7)
+        assert set(r) - {"text", "messages"} == {"label", "category", "style", "lang", "source", "split"}
+    for r in everyday:
+        _check_guard_row(r, "benign", SOURCE7)
+        assert set(r) - {"text", "messages"} == {"label", "category", "lang", "source", "split"}
+    assert Counter(r["category"] for r in attacks) == dict.fromkeys(ATTACK_CATEGORIES, 25)
+    assert Counter(r["category"] for r in everyday) == dict.fromkeys(EVERYDAY_CATEGORIES | {"agent"}, 30)
+    assert all("messages" in r for r in everyday if r["category"] == "agent")
+    for part, english in ((attacks, 130), (everyday, 190)):
+        assert all(re.fullmatch(r"[a-z]{2}", r["lang"]) for r in part), "ISO 639-1 codes"
+        assert sum(r["lang"] == "en" for r in part) >= english
+        languages = Counter(r["lang"] for r in part if r["lang"] != "en")
+        assert len(languages) >= 12
+        assert all(languages[lang] >= 4 for lang in SCRIPTS)
+        for r in part:
+            if r["lang"] in SCRIPTS:
+                assert re.search(SCRIPTS[r["lang"]], " ".join(texts_of(r))), r
+    styles = Counter(r["style"] for r in attacks)
+    assert min(styles[s] for s in ("few_shot", "payload_splitting", "escalation")) >= 20
+    assert all("messages" in r for r in attacks if r["style"] == "escalation")
+    injections = [r for r in attacks if r["style"].startswith("injection_")]
+    in_tool = [r for r in injections if any(m["role"] == "tool" for m in r.get("messages", []))]
+    assert len(injections) >= 30 and len(in_tool) >= 20
+    asks = [
+        r.get("text") or [m["content"] for m in r["messages"] if m["role"] == "user"][-1]
+        for r in attacks + everyday
+    ]
+    openings = Counter(" ".join(folded(t).split()[:5]) for t in asks)
+    assert max(openings.values()) == 1, openings.most_common(3)
+    cases = load_cases(list(FRESH7), "heldout")
+    assert Counter(c.label for c in cases) == {"attack": 200, "benign": 300}
+
+
 def test_retired_fresh_sets_train_behind_the_retired_flags_only() -> None:
     """fresh1-4 (measured and reported) are training rows of `--retired` alone (the multilingual
     guard's and the jailbreak head's): every other recipe still drops them, and no text of a set
@@ -374,7 +421,9 @@ def test_retired_fresh_sets_train_behind_the_retired_flags_only() -> None:
     assert all(gd.leaks(t, held) for t in texts)  # still held out for every other recipe
     kept = gd.heldout_keys(retired=False)
     assert not [t for t in texts if gd.leaks(t, kept)]
-    assert all(gd.leaks(t, kept) for path in (*FRESH5, *FRESH6) for r in rows(path) for t in gd.row_texts(r))
+    assert all(
+        gd.leaks(t, kept) for path in (*FRESH5, *FRESH6, *FRESH7) for r in rows(path) for t in gd.row_texts(r)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -391,7 +440,7 @@ def training_texts() -> tuple[set[str], set[str]]:
     return set(trained), {folded(t) for t in trained}
 
 
-@pytest.mark.parametrize("path", [*FRESH2, *FRESH3, *FRESH4, *FRESH5, *FRESH6], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*FRESH2, *FRESH3, *FRESH4, *FRESH5, *FRESH6, *FRESH7], ids=lambda p: p.name)
 def test_fresh_sets_share_no_text_with_other_evaluation_files(
     path: Path, evaluation_texts: dict[Path, set[str]]
 ) -> None:
@@ -402,8 +451,15 @@ def test_fresh_sets_share_no_text_with_other_evaluation_files(
 
 @pytest.mark.parametrize(
     ("paths", "at_least"),
-    [((ATTACKS2, EVERYDAY2), 400), ((ATTACKS3, EVERYDAY3), 470), (FRESH4, 470), (FRESH5, 500), (FRESH6, 500)],
-    ids=["fresh2", "fresh3", "fresh4", "fresh5", "fresh6"],
+    [
+        ((ATTACKS2, EVERYDAY2), 400),
+        ((ATTACKS3, EVERYDAY3), 470),
+        (FRESH4, 470),
+        (FRESH5, 500),
+        (FRESH6, 500),
+        (FRESH7, 500),
+    ],
+    ids=["fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7"],
 )
 def test_fresh_guard_rows_are_dropped_from_guard_training(paths: tuple[Path, Path], at_least: int) -> None:
     """The guard trainers drop every text `heldout_keys` holds (`leaks`); the fresh rows are there."""
@@ -442,7 +498,9 @@ def test_a_guard_set_rebuild_keeps_a_file_split_with_its_own_salt(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    "path", [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3, *FRESH4, *FRESH5, *FRESH6], ids=lambda p: p.name
+    "path",
+    [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3, *FRESH4, *FRESH5, *FRESH6, *FRESH7],
+    ids=lambda p: p.name,
 )
 def test_no_text_shared_with_training_files(path: Path, training_texts: tuple[set[str], set[str]]) -> None:
     assert TRAINING, "no training files found"
