@@ -331,11 +331,8 @@ def test_fresh4_guard_sets_load_as_heldout_benchmark_cases() -> None:
     assert all(c.style for c in cases if c.attack) and not any(c.style for c in cases if not c.attack)
 
 
-@pytest.mark.parametrize(
-    ("fresh", "source"), [(FRESH5, SOURCE5), (FRESH6, SOURCE6)], ids=["fresh5", "fresh6"]
-)
-def test_fresh5_and_6_fields_counts_and_languages(fresh: tuple[Path, Path], source: str) -> None:
-    attacks, everyday = rows(fresh[0]), rows(fresh[1])
+def _check_fresh_fields(attacks: list[dict], everyday: list[dict], source: str) -> None:
+    """A fifth-generation-or-later set's fields and its categories' counts."""
     for r in attacks:
         _check_guard_row(r, "attack", source)
         assert set(r) - {"text", "messages"} == {"label", "category", "style", "lang", "source", "split"}
@@ -344,14 +341,29 @@ def test_fresh5_and_6_fields_counts_and_languages(fresh: tuple[Path, Path], sour
         assert set(r) - {"text", "messages"} == {"label", "category", "lang", "source", "split"}
     assert Counter(r["category"] for r in attacks) == dict.fromkeys(ATTACK_CATEGORIES, 25)
     assert Counter(r["category"] for r in everyday) == dict.fromkeys(EVERYDAY_CATEGORIES | {"agent"}, 30)
+
+
+def _check_languages(part: list[dict]) -> Counter:
+    """ISO 639-1 codes, at least 4 rows of each script language written in its script; the
+    other languages' counts."""
+    assert all(re.fullmatch(r"[a-z]{2}", r["lang"]) for r in part), "ISO 639-1 codes"
+    languages = Counter(r["lang"] for r in part if r["lang"] != "en")
+    assert all(languages[lang] >= 4 for lang in SCRIPTS)
+    for r in part:
+        if r["lang"] in SCRIPTS:
+            assert re.search(SCRIPTS[r["lang"]], " ".join(texts_of(r))), r
+    return languages
+
+
+@pytest.mark.parametrize(
+    ("fresh", "source"), [(FRESH5, SOURCE5), (FRESH6, SOURCE6)], ids=["fresh5", "fresh6"]
+)
+def test_fresh5_and_6_fields_counts_and_languages(fresh: tuple[Path, Path], source: str) -> None:
+    attacks, everyday = rows(fresh[0]), rows(fresh[1])
+    _check_fresh_fields(attacks, everyday, source)
     for part, at_least in ((attacks, 100), (everyday, 150)):
-        assert all(re.fullmatch(r"[a-z]{2}", r["lang"]) for r in part), "ISO 639-1 codes"
-        languages = Counter(r["lang"] for r in part if r["lang"] != "en")
+        languages = _check_languages(part)
         assert sum(languages.values()) >= at_least and len(languages) >= 16
-        assert all(languages[lang] >= 4 for lang in SCRIPTS)
-        for r in part:
-            if r["lang"] in SCRIPTS:
-                assert re.search(SCRIPTS[r["lang"]], " ".join(texts_of(r))), r
     styles = Counter(r["style"] for r in attacks)
     assert min(styles[s] for s in ("few_shot", "payload_splitting", "escalation")) >= 15
     assert sum(n for s, n in styles.items() if s.startswith("injection_")) >= 15
@@ -364,24 +376,11 @@ def test_fresh7_fields_counts_and_languages() -> None:
     read on its own and the six script languages still there to be read."""
     attacks, everyday = rows(ATTACKS7), rows(EVERYDAY7)
     assert (len(attacks), len(everyday)) == (200, 300)
-    for r in attacks:
-        _check_guard_row(r, "attack", SOURCE7)
-        assert set(r) - {"text", "messages"} == {"label", "category", "style", "lang", "source", "split"}
-    for r in everyday:
-        _check_guard_row(r, "benign", SOURCE7)
-        assert set(r) - {"text", "messages"} == {"label", "category", "lang", "source", "split"}
-    assert Counter(r["category"] for r in attacks) == dict.fromkeys(ATTACK_CATEGORIES, 25)
-    assert Counter(r["category"] for r in everyday) == dict.fromkeys(EVERYDAY_CATEGORIES | {"agent"}, 30)
+    _check_fresh_fields(attacks, everyday, SOURCE7)
     assert all("messages" in r for r in everyday if r["category"] == "agent")
     for part, english in ((attacks, 130), (everyday, 190)):
-        assert all(re.fullmatch(r"[a-z]{2}", r["lang"]) for r in part), "ISO 639-1 codes"
         assert sum(r["lang"] == "en" for r in part) >= english
-        languages = Counter(r["lang"] for r in part if r["lang"] != "en")
-        assert len(languages) >= 12
-        assert all(languages[lang] >= 4 for lang in SCRIPTS)
-        for r in part:
-            if r["lang"] in SCRIPTS:
-                assert re.search(SCRIPTS[r["lang"]], " ".join(texts_of(r))), r
+        assert len(_check_languages(part)) >= 12
     styles = Counter(r["style"] for r in attacks)
     assert min(styles[s] for s in ("few_shot", "payload_splitting", "escalation")) >= 20
     assert all("messages" in r for r in attacks if r["style"] == "escalation")
@@ -546,4 +545,3 @@ def test_eval_domain_chat_pairs_rows_by_text() -> None:
     split = domain.pair(old, new)
     assert (split["v3:english"]["n"], split["v3:english"]["only_new"]) == (3, 1)
     assert (split["v3:non_english"]["only_new"], split["v3:non_english"]["only_old"]) == (1, 1)
-
