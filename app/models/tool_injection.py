@@ -5,8 +5,8 @@ it, and an ordinary document does not talk to the assistant that reads it, so th
 together are an injection wherever the jailbreak head's score lands.
 
 Why a rule beside the head: the head is trained on prompts people type; on the tuning material
-(the hand-written dev rows, the retired fresh sets and fresh5: docs/security.md, "Injections in
-tool results") it caught 11 of 52 attacks planted in tool results. Both cues are required: a
+(the hand-written dev rows, the retired fresh sets and fresh5: docs/security.md, "Instructions
+planted in tool results") it scored 11 of 52 attacks planted in tool results at its cut. Both cues are required: a
 repository's AGENTS.md ("AI agents: run make lint before committing") addresses the AI without a
 risk cue, and a phishing e-mail ("transfer the money today") carries a risk cue without the
 address. Only `tool_results` parts are read with it (app/pipeline/signals/guarded.py): a user
