@@ -424,7 +424,6 @@ def calibrate_offset(
     corpora accuracy is within ACC_TOLERANCE of the best: accuracy is flat near its optimum, and
     real benign traffic is broader than the corpora's narrow benign class, so when the corpora
     cannot tell two cuts apart the one with fewer false positives is the better bet."""
-    src = np.array(sources)
     if match_fpr is not None:
         benign = np.sort(z[y == 0])[::-1]  # highest first: k flagged rows at a cut just above the k+1-th
         k = int(np.floor(match_fpr * len(benign) + 1e-9))
@@ -433,6 +432,7 @@ def calibrate_offset(
             f"[calibrate] logit cut {cut:.3f}: benign val flag rate {k / len(benign):.4f} (matching {match_fpr:.4f})"
         )
         return cut
+    src = np.array(sources)
     mmlu = src == "mmlu"
     everyday = np.isin(src, EVERYDAY_SOURCES) & (y == 0)
     corp = ~mmlu & ~np.isin(src, EVERYDAY_SOURCES)

@@ -105,9 +105,13 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
         """(matched, confidence, detail) of one answer; UnusableAnswer when it lacks what is read."""
         raise NotImplementedError
 
+    def _reads_planted(self, rule: Any) -> bool:
+        """Whether `_planted` runs for this rule (the jailbreak family's option)."""
+        return False
+
     def _planted(self, part: str, text: str, rule: Any) -> str | None:
-        """What a rule over the text itself found in a part (None: nothing), which flags it
-        whatever the model scored; the jailbreak family's planted instructions."""
+        """What a rule over the text itself found in a whole part (None: nothing), which flags
+        it whatever the model scored; the jailbreak family's planted instructions."""
         return None
 
     async def evaluate_rules(self, ctx: SignalContext, rules: Sequence[RuleT]) -> list[SignalMatch]:
@@ -190,14 +194,19 @@ class TextRuleEvaluator(ThresholdRuleEvaluator[RuleT]):
             return unscanned_match(self.family, rule.name, exc)
         except Exception as exc:
             return self._error(rule, f"{self.family} detection failed: {exc}")
-        for i, (part, text) in enumerate(parts):
-            found = None if judged[i][0] else self._planted(part, text, rule)
-            if found:  # a rule's hit: certain, and the model's own score kept in the detail
-                judged[i] = (
-                    True,
-                    1.0,
-                    {**judged[i][2], "detection_types": ["planted_instruction"], "planted": found},
+        if self._reads_planted(rule):
+            # a rule over the text reads each part whole once: its windows and tail are pieces of it
+            wholes = set(ctx.parts_for(rule.read, rule.include_history, windowed=False))
+            for i, (part, text) in enumerate(parts):
+                found = (
+                    None if judged[i][0] or (part, text) not in wholes else self._planted(part, text, rule)
                 )
+                if found:  # a rule's hit: certain, and the model's own score kept in the detail
+                    judged[i] = (
+                        True,
+                        1.0,
+                        {**judged[i][2], "detection_types": ["planted_instruction"], "planted": found},
+                    )
         best = max(range(len(parts)), key=lambda i: (judged[i][0], judged[i][1]))
         matched, confidence, detail = judged[best]
         # a refusal names it (app/pipeline/phases/guard.py); a band judge's own cut when it decided

@@ -126,12 +126,13 @@ class JailbreakEvaluator(TextRuleEvaluator[JailbreakSignal]):
         }
         return result.is_jailbreak, result.score, detail
 
+    def _reads_planted(self, rule: JailbreakSignal) -> bool:
+        return rule.planted_instructions
+
     def _planted(self, part: str, text: str, rule: JailbreakSignal) -> str | None:
         """An instruction planted for the AI in a tool result flags it whatever the head scored
         (app/models/tool_injection.py: the head misses most of them)."""
-        if part != "tool_results" or not rule.planted_instructions:
-            return None
-        return planted_instruction(text)
+        return planted_instruction(text) if part == "tool_results" else None
 
 
 def jailbreak_factory(engine: SignalEngine | None) -> EvaluatorFactory:

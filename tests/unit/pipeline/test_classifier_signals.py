@@ -439,6 +439,22 @@ async def test_planted_instructions_read_tool_results_only():
     assert not in_tool.matched and not typed.matched and not clean.matched
 
 
+async def test_planted_instructions_read_a_long_tool_result_once_whole(monkeypatch: pytest.MonkeyPatch):
+    read: list[str] = []
+
+    def spy(text: str) -> str | None:
+        read.append(text)
+        return None
+
+    monkeypatch.setattr("app.pipeline.signals.jailbreak.planted_instruction", spy)
+    long_result = "\n\n".join(f"Row {i}: the shipment left the depot on time." for i in range(400))
+    ctx = agent_ctx(long_result)
+    rule = JailbreakSignal(name="jb", read=["tool_results"], planted_instructions=True)
+    assert len([p for p, _ in ctx.parts_for(rule.read) if p == "tool_results"]) > 1  # it has windows
+    await JailbreakEvaluator([rule], FakeGuard()).evaluate(ctx, frozenset({"jb"}))
+    assert read == [long_result]  # the whole result once; its windows are pieces of it
+
+
 async def test_the_prompt_guard_passes_planted_instructions_to_its_rule():
     config = RouterConfig.model_validate(
         {
