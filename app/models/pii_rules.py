@@ -9,7 +9,8 @@ by purpose in:
 - pii_places: street addresses, ZIP codes, countries and states;
 - pii_names: names after a cue, and the NER post-filter;
 - pii_greetings: names in salutations, sign-offs and direct address;
-- pii_register: knowledge questions, where public figures and nationalities are not PII.
+- pii_register: knowledge questions, where public figures and nationalities are not PII;
+- pii_examples: published test cards, example IBANs and fictional phone numbers, named as such.
 
 Pure regex / arithmetic, no model and no I/O, so every rule is unit-testable on its own.
 Offsets are Python ``str`` indices, i.e. Unicode code points, end exclusive.
@@ -18,6 +19,7 @@ Offsets are Python ``str`` indices, i.e. Unicode code points, end exclusive.
 from __future__ import annotations
 
 from app.models.pii_dates import find_ages, find_dates, find_times
+from app.models.pii_examples import named_as_example
 from app.models.pii_greetings import find_greeting_names
 from app.models.pii_identifiers import (
     card_in_number_talk,
@@ -72,6 +74,7 @@ __all__ = [
     "ip_names_a_server",
     "keep_ner_entity",
     "luhn_ok",
+    "named_as_example",
     "resolve_overlaps",
     "score_phone",
 ]
