@@ -29,6 +29,7 @@ DATA_DIR = ROOT / "app" / "models" / "data"
 SEEDS = DATA_DIR / "guard_train_seeds.jsonl"
 FRAMES = DATA_DIR / "guard_train_frames.json"
 EVERYDAY = DATA_DIR / "guard_train_everyday.jsonl"
+HARDNEG = DATA_DIR / "guard_train_hardneg.jsonl"
 HARM = ("violence_weapons", "sexual", "minors", "self_harm", "hate", "crime_hacking")
 VAL_SHARE = 0.15
 SEED_WEIGHT = 4.0
@@ -88,6 +89,21 @@ def everyday_rows(everyday: bool = True, nearmiss: bool = False) -> list[Row]:
         Row(r["text"], "benign", wanted[r["source"]], split_of(r["text"]), SEED_WEIGHT)
         for r in gd.read_jsonl(EVERYDAY)
         if r["source"] in wanted
+    ]
+
+
+HARDNEG_SOURCE = "everyday-hardneg"
+
+
+def hardneg_rows() -> list[Row]:
+    """The hand-written hard negatives (`guard_train_hardneg.jsonl`, docs/security.md "Hard
+    negatives"): ordinary asks of the kinds every retrain with more attacks starts refusing
+    (risky-sounding imperative tasks, role and persona requests, developers' system prompts,
+    attack words in ordinary senses; English and 18 other languages), benign, weighted as the
+    seeds, split train / val like them."""
+    return [
+        Row(r["text"], "benign", HARDNEG_SOURCE, split_of(r["text"]), SEED_WEIGHT)
+        for r in gd.read_jsonl(HARDNEG)
     ]
 
 
@@ -239,11 +255,13 @@ def extra_rows(
     everyday: bool = False,
     nearmiss: bool = False,
     limit: int | None = None,
+    hardneg: bool = False,
 ) -> list[Row]:
     """Every shared row, held-out texts removed. `benign_texts`: the trainer's own benign
     training texts (MMLU-Pro, chat) to frame and wrap; `injections`: its training injections;
     `everyday`: add the everyday negatives (after the frames, so the framed rows stay the same);
     `nearmiss`: add issue 35's near-misses too (alone, or after the everyday negatives);
+    `hardneg`: add the hard negatives (after those, so every earlier row stays the same);
     `limit`: at most that many rows of each source, split and category (the trainers' quick runs,
     which their tests make: some 4,300 rows to embed become a few hundred)."""
     rows = seed_rows() + package_rows(wheels)
@@ -252,6 +270,7 @@ def extra_rows(
     project_inj = [r.text for r in rows if r.category == "prompt_injection" and r.split == "train"]
     rows += composed_rows(harm_cores, benign_texts + project_benign, injections + project_inj)
     rows += everyday_rows(everyday, nearmiss)
+    rows += hardneg_rows() if hardneg else []
     rows += dev_rows()
     keys = gd.heldout_keys()
     kept = [r for r in rows if not gd.leaks(r.text, keys)]

