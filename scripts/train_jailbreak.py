@@ -77,7 +77,8 @@ MAX_CONTRASTIVE_FPR = 0.03  # benign validation FPR allowed for the default cont
 MAX_MMLU_FPR = 0.003  # calibration target; the goal on held-out ordinary prompts is <= 0.3%
 MAX_EVERYDAY_FPR = 0.01  # on the everyday-style validation rows (hand-written dev, project seeds)
 EVERYDAY_SOURCES = (
-    "handwritten-dev", "project-train", "doc-benign", "everyday-train", gtd.RETIRED_SOURCE, gtd.HARDNEG_SOURCE
+    "handwritten-dev", "project-train", "doc-benign", "everyday-train", gtd.RETIRED_SOURCE, gtd.HARDNEG_SOURCE,
+    gtd.HARDNEG_HARM_SOURCE,
 )  # fmt: skip
 ACC_TOLERANCE = 0.003  # validation accuracy given up, at most, for a more conservative cut
 
@@ -304,6 +305,7 @@ def shared_examples(
     everyday: bool = False,
     limit: int | None = None,
     hardneg: bool = False,
+    harm_hardneg: bool = False,
 ) -> list[Example]:
     """scripts/guard_train_data.py's rows as jailbreak examples: jailbreaks, injections and
     framed harmful requests are attacks, benign rows benign; direct harmful requests are the
@@ -314,7 +316,9 @@ def shared_examples(
     ]
     injections = sorted({e.text for e in train if e.label == 1 and e.source == "s-labs"}, key=stable)[:800]
     out = []
-    for r in gtd.extra_rows(wheels, benign, injections, everyday, limit=limit, hardneg=hardneg):
+    for r in gtd.extra_rows(
+        wheels, benign, injections, everyday, limit=limit, hardneg=hardneg, harm_hardneg=harm_hardneg
+    ):
         if r.source == "framed-benign":  # a jailbreak frame is an attack whatever it wraps: not benign here
             continue
         if (label := guard_label(r)) is not None:
@@ -520,6 +524,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="train on the hand-written hard negatives (app/models/data/guard_train_hardneg.jsonl)",
     )  # fmt: skip
     ap.add_argument(
+        "--harm-hard-negatives", action=argparse.BooleanOptionalAction, default=False,
+        help="train on the harm-word and tool-result hard negatives (app/models/data/guard_train_hardneg_harm.jsonl)",
+    )  # fmt: skip
+    ap.add_argument(
         "--multilingual", action=argparse.BooleanOptionalAction, default=False,
         help="train on the multilingual sets' training parts (scripts/guard_train_data.py multilingual_rows)",
     )  # fmt: skip
@@ -552,7 +560,9 @@ def load_examples(args: argparse.Namespace) -> tuple[list[Example], bool]:
     examples += load_mmlu(args.mmlu, args.limit)
     examples += load_seeds(args.limit, seed_only)
     examples += generate_templated(args.limit, seed_only, args.template_weight)
-    examples += shared_examples(wheels, examples, args.everyday_train, args.limit, args.hard_negatives)
+    examples += shared_examples(
+        wheels, examples, args.everyday_train, args.limit, args.hard_negatives, args.harm_hard_negatives
+    )
     if args.multilingual:
         examples += multilingual_examples(wheels)
     if args.retired:
@@ -745,6 +755,7 @@ def build_meta(
         "seed_only": seed_only,
         "everyday_train": args.everyday_train,
         "hard_negatives": args.hard_negatives,
+        "harm_hard_negatives": args.harm_hard_negatives,
         "multilingual": args.multilingual,
         "retired": args.retired,
         "everyday_fpr": args.everyday_fpr,
