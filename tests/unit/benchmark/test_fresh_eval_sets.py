@@ -81,6 +81,12 @@ ATTACKS8 = ROOT / "tests/data/guard/fresh8_attacks.jsonl"
 EVERYDAY8 = ROOT / "tests/data/guard/fresh8_everyday.jsonl"
 FRESH8 = (ATTACKS8, EVERYDAY8)
 SOURCE8 = "handwritten-fresh8-2026-12-02"
+# fresh9 (2026-12-02, written while fresh8 was still unread): mostly English, the six script
+# languages and a dozen others, for the guard decision after fresh8's.
+ATTACKS9 = ROOT / "tests/data/guard/fresh9_attacks.jsonl"
+EVERYDAY9 = ROOT / "tests/data/guard/fresh9_everyday.jsonl"
+FRESH9 = (ATTACKS9, EVERYDAY9)
+SOURCE9 = "handwritten-fresh9-2026-12-02"
 # The six languages a per-language figure is read for, and the script each is written in.
 SCRIPTS = {
     "zh": r"[\u4e00-\u9fff]",
@@ -255,7 +261,9 @@ def test_fresh3_everyday_fields_and_counts() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", [ATTACKS3, EVERYDAY3, *FRESH4, *FRESH5, *FRESH6, *FRESH7, *FRESH8], ids=lambda p: p.name
+    "path",
+    [ATTACKS3, EVERYDAY3, *FRESH4, *FRESH5, *FRESH6, *FRESH7, *FRESH8, *FRESH9],
+    ids=lambda p: p.name,
 )
 def test_fresh_conversations_are_well_formed(path: Path) -> None:
     """Known roles; a tool result answers an earlier assistant call; the user or a tool speaks last."""
@@ -438,10 +446,40 @@ def test_fresh8_fields_counts_and_languages() -> None:
     assert Counter(c.label for c in cases) == {"attack": 200, "benign": 300}
 
 
+def test_fresh9_fields_counts_and_languages() -> None:
+    """Mostly English, every form read on its own, the six script languages and at least 12 other
+    languages in each file, and no two rows opening alike."""
+    attacks, everyday = rows(ATTACKS9), rows(EVERYDAY9)
+    assert (len(attacks), len(everyday)) == (200, 300)
+    _check_fresh_fields(attacks, everyday, SOURCE9)
+    assert all("messages" in r for r in everyday if r["category"] == "agent")
+    assert all(
+        any(m["role"] == "tool" for m in r["messages"]) for r in everyday if r["category"] == "agent"
+    )
+    for part, english in ((attacks, 110), (everyday, 170)):
+        assert sum(r["lang"] == "en" for r in part) >= english
+        assert len(_check_languages(part)) >= 12
+    styles = Counter(r["style"] for r in attacks)
+    assert min(styles[s] for s in ("few_shot", "payload_splitting", "escalation")) >= 15
+    escalations = [r for r in attacks if r["style"] == "escalation"]
+    assert all("messages" in r for r in escalations)
+    assert all(sum(m["role"] == "user" for m in r["messages"]) >= 2 for r in escalations), "several turns"
+    injections = [r for r in attacks if r["style"].startswith("injection_")]
+    in_tool = [r for r in injections if any(m["role"] == "tool" for m in r.get("messages", []))]
+    assert len(injections) >= 25 and len(in_tool) >= 20
+    # openings folded: lowercase, punctuation stripped
+    openings = Counter(
+        " ".join(re.sub(r"[^\w\s]", " ", _ask(r).lower()).split()[:5]) for r in attacks + everyday
+    )
+    assert max(openings.values()) == 1, openings.most_common(3)
+    cases = load_cases(list(FRESH9), "heldout")
+    assert Counter(c.label for c in cases) == {"attack": 200, "benign": 300}
+
+
 def test_retired_fresh_sets_train_behind_the_retired_flags_only() -> None:
     """fresh1-4 (measured and reported) are training rows of `--retired` alone (the multilingual
     guard's and the jailbreak head's): every other recipe still drops them, and no text of a set
-    still held out (fresh5 to fresh8) is a retired row."""
+    still held out (fresh5 to fresh9) is a retired row."""
     gd, gtd = _script("guard_data"), _script("guard_train_data")
     retired = gtd.retired_rows()
     texts = {r.text for r in retired}
@@ -463,7 +501,7 @@ def test_retired_fresh_sets_train_behind_the_retired_flags_only() -> None:
     assert not [t for t in texts if gd.leaks(t, kept)]
     assert all(
         gd.leaks(t, kept)
-        for path in (*FRESH5, *FRESH6, *FRESH7, *FRESH8)
+        for path in (*FRESH5, *FRESH6, *FRESH7, *FRESH8, *FRESH9)
         for r in rows(path)
         for t in gd.row_texts(r)
     )
@@ -484,7 +522,9 @@ def training_texts() -> tuple[set[str], set[str]]:
 
 
 @pytest.mark.parametrize(
-    "path", [*FRESH2, *FRESH3, *FRESH4, *FRESH5, *FRESH6, *FRESH7, *FRESH8], ids=lambda p: p.name
+    "path",
+    [*FRESH2, *FRESH3, *FRESH4, *FRESH5, *FRESH6, *FRESH7, *FRESH8, *FRESH9],
+    ids=lambda p: p.name,
 )
 def test_fresh_sets_share_no_text_with_other_evaluation_files(
     path: Path, evaluation_texts: dict[Path, set[str]]
@@ -504,8 +544,9 @@ def test_fresh_sets_share_no_text_with_other_evaluation_files(
         (FRESH6, 500),
         (FRESH7, 500),
         (FRESH8, 500),
+        (FRESH9, 500),
     ],
-    ids=["fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8"],
+    ids=["fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8", "fresh9"],
 )
 def test_fresh_guard_rows_are_dropped_from_guard_training(paths: tuple[Path, Path], at_least: int) -> None:
     """The guard trainers drop every text `heldout_keys` holds (`leaks`); the fresh rows are there."""
@@ -545,7 +586,10 @@ def test_a_guard_set_rebuild_keeps_a_file_split_with_its_own_salt(tmp_path: Path
 
 @pytest.mark.parametrize(
     "path",
-    [DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3, *FRESH4, *FRESH5, *FRESH6, *FRESH7, *FRESH8],
+    [
+        DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3, *FRESH4, *FRESH5, *FRESH6, *FRESH7, *FRESH8,
+        *FRESH9,
+    ],  # fmt: skip
     ids=lambda p: p.name,
 )
 def test_no_text_shared_with_training_files(path: Path, training_texts: tuple[set[str], set[str]]) -> None:
