@@ -423,9 +423,7 @@ def test_fresh8_fields_counts_and_languages() -> None:
     assert (len(attacks), len(everyday)) == (200, 300)
     _check_fresh_fields(attacks, everyday, SOURCE8)
     assert all("messages" in r for r in everyday if r["category"] == "agent")
-    assert all(
-        any(m["role"] == "tool" for m in r["messages"]) for r in everyday if r["category"] == "agent"
-    )
+    assert all(any(m["role"] == "tool" for m in r["messages"]) for r in everyday if r["category"] == "agent")
     for part, english in ((attacks, 110), (everyday, 170)):
         assert sum(r["lang"] == "en" for r in part) >= english
         assert len(_check_languages(part)) >= 12
@@ -453,9 +451,7 @@ def test_fresh9_fields_counts_and_languages() -> None:
     assert (len(attacks), len(everyday)) == (200, 300)
     _check_fresh_fields(attacks, everyday, SOURCE9)
     assert all("messages" in r for r in everyday if r["category"] == "agent")
-    assert all(
-        any(m["role"] == "tool" for m in r["messages"]) for r in everyday if r["category"] == "agent"
-    )
+    assert all(any(m["role"] == "tool" for m in r["messages"]) for r in everyday if r["category"] == "agent")
     for part, english in ((attacks, 110), (everyday, 170)):
         assert sum(r["lang"] == "en" for r in part) >= english
         assert len(_check_languages(part)) >= 12
@@ -587,7 +583,16 @@ def test_a_guard_set_rebuild_keeps_a_file_split_with_its_own_salt(tmp_path: Path
 @pytest.mark.parametrize(
     "path",
     [
-        DOMAIN_V3, ATTACKS, EVERYDAY, *FRESH2, *FRESH3, *FRESH4, *FRESH5, *FRESH6, *FRESH7, *FRESH8,
+        DOMAIN_V3,
+        ATTACKS,
+        EVERYDAY,
+        *FRESH2,
+        *FRESH3,
+        *FRESH4,
+        *FRESH5,
+        *FRESH6,
+        *FRESH7,
+        *FRESH8,
         *FRESH9,
     ],  # fmt: skip
     ids=lambda p: p.name,
