@@ -416,12 +416,15 @@ def _ask(row: dict) -> str:
     return row.get("text") or [m["content"] for m in row["messages"] if m["role"] == "user"][-1]
 
 
-def test_fresh8_fields_counts_and_languages() -> None:
+@pytest.mark.parametrize(
+    ("fresh", "source"), [(FRESH8, SOURCE8), (FRESH9, SOURCE9)], ids=["fresh8", "fresh9"]
+)
+def test_fresh8_and_9_fields_counts_and_languages(fresh: tuple[Path, Path], source: str) -> None:
     """Mostly English, every form read on its own, the six script languages and at least 12 other
     languages in each file, and no two rows opening alike."""
-    attacks, everyday = rows(ATTACKS8), rows(EVERYDAY8)
+    attacks, everyday = rows(fresh[0]), rows(fresh[1])
     assert (len(attacks), len(everyday)) == (200, 300)
-    _check_fresh_fields(attacks, everyday, SOURCE8)
+    _check_fresh_fields(attacks, everyday, source)
     assert all("messages" in r for r in everyday if r["category"] == "agent")
     assert all(any(m["role"] == "tool" for m in r["messages"]) for r in everyday if r["category"] == "agent")
     for part, english in ((attacks, 110), (everyday, 170)):
@@ -440,35 +443,7 @@ def test_fresh8_fields_counts_and_languages() -> None:
         " ".join(re.sub(r"[^\w\s]", " ", _ask(r).lower()).split()[:5]) for r in attacks + everyday
     )
     assert max(openings.values()) == 1, openings.most_common(3)
-    cases = load_cases(list(FRESH8), "heldout")
-    assert Counter(c.label for c in cases) == {"attack": 200, "benign": 300}
-
-
-def test_fresh9_fields_counts_and_languages() -> None:
-    """Mostly English, every form read on its own, the six script languages and at least 12 other
-    languages in each file, and no two rows opening alike."""
-    attacks, everyday = rows(ATTACKS9), rows(EVERYDAY9)
-    assert (len(attacks), len(everyday)) == (200, 300)
-    _check_fresh_fields(attacks, everyday, SOURCE9)
-    assert all("messages" in r for r in everyday if r["category"] == "agent")
-    assert all(any(m["role"] == "tool" for m in r["messages"]) for r in everyday if r["category"] == "agent")
-    for part, english in ((attacks, 110), (everyday, 170)):
-        assert sum(r["lang"] == "en" for r in part) >= english
-        assert len(_check_languages(part)) >= 12
-    styles = Counter(r["style"] for r in attacks)
-    assert min(styles[s] for s in ("few_shot", "payload_splitting", "escalation")) >= 15
-    escalations = [r for r in attacks if r["style"] == "escalation"]
-    assert all("messages" in r for r in escalations)
-    assert all(sum(m["role"] == "user" for m in r["messages"]) >= 2 for r in escalations), "several turns"
-    injections = [r for r in attacks if r["style"].startswith("injection_")]
-    in_tool = [r for r in injections if any(m["role"] == "tool" for m in r.get("messages", []))]
-    assert len(injections) >= 25 and len(in_tool) >= 20
-    # openings folded: lowercase, punctuation stripped
-    openings = Counter(
-        " ".join(re.sub(r"[^\w\s]", " ", _ask(r).lower()).split()[:5]) for r in attacks + everyday
-    )
-    assert max(openings.values()) == 1, openings.most_common(3)
-    cases = load_cases(list(FRESH9), "heldout")
+    cases = load_cases(list(fresh), "heldout")
     assert Counter(c.label for c in cases) == {"attack": 200, "benign": 300}
 
 
